@@ -1,0 +1,6 @@
+//! stormguard's core: the retry-policy model and its resolution, as pure
+//! logic with no HTTP and no files, so that a service that only wants the
+//! library pulls in nothing heavy.
+#![warn(missing_docs)]
+
+pub mod policy;

@@ -1,0 +1,23 @@
+//! The retry-policy model: the settings a client applies to calls to one
+//! service, how a file's layers merge into them, and how they are checked.
+//!
+//! A policy is plain data. Everything that acts on it (backoff, the retry
+//! loop, budgets, breakers, the simulator, the linter) takes it by reference.
+
+mod document;
+mod duration;
+mod layer;
+mod model;
+mod tree;
+mod validate;
+
+pub use document::{check_service_name, PolicyDocument, PolicySource, ResolvedPolicy, DOCUMENT_KEYS};
+pub use duration::{millis, parse_duration, DurationError, GoDuration};
+pub use layer::{Layered, Leaf};
+pub use model::{
+    BudgetPolicy, BudgetPolicySpec, CircuitBreakerPolicy, CircuitBreakerPolicySpec, HedgingPolicy,
+    HedgingPolicySpec, Jitter, RetryCondition, RetryOn, RetryPolicy, RetryPolicySpec, RetryThrottlingPolicy,
+    RetryThrottlingPolicySpec, SlidingWindow,
+};
+pub use tree::{did_you_mean, Errors, KeyPath, Node, PolicyError, Segment, Target};
+pub use validate::{Violation, MAX_DELAY, MAX_DELAYS, MAX_RETRIES, MAX_TIMEOUT};

@@ -1,0 +1,481 @@
+//! The retry policy a client applies to calls to one service, and its blocks.
+//!
+//! Defaults that come from elsewhere say so: the backoff numbers are seed
+//! 003's ConfigMap, the retry budget is Finagle's (as in Linkerd and tower),
+//! retry throttling is gRPC's, the circuit breaker follows Resilience4j.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::duration::millis;
+use super::layer::{layered_leaves, policy_block, Leaf};
+use super::tree::{did_you_mean, Errors, KeyPath, Node, PolicyError};
+
+policy_block! {
+    /// How a client retries calls to one service: backoff, which failures to
+    /// retry, and the budget, throttling, breaker and hedging around them.
+    pub struct RetryPolicy, layer RetryPolicySpec {
+        /// Retries after the first attempt (0 to 100); attempts = 1 + maxRetries.
+        max_retries: u32 = "maxRetries",
+        /// The delay before the first retry, and the base of the exponential schedule.
+        #[serde(rename = "initialDelayMs", with = "millis")]
+        initial_delay: Duration = "initialDelay",
+        /// The cap on any delay, whatever the attempt number or jitter.
+        #[serde(rename = "maxDelayMs", with = "millis")]
+        max_delay: Duration = "maxDelay",
+        /// Growth per attempt of the exponential schedule (1 = constant).
+        multiplier: f64 = "multiplier",
+        /// How each delay is randomised so that clients fall out of step.
+        jitter: Jitter = "jitter",
+        /// Spread of proportional jitter: delay × (1 ± jitterFactor), in [0, 1].
+        jitter_factor: f64 = "jitterFactor",
+        /// An explicit delay schedule (seed 001); when non-empty it replaces the
+        /// exponential one, and retries past its end reuse its last entry.
+        #[serde(rename = "delaysMs", with = "millis::list")]
+        delays: Vec<Duration> = "delays",
+        /// Timeout of each attempt; `None` (`0s` in a file) waits as long as the call does.
+        #[serde(rename = "perTryTimeoutMs", with = "millis::option")]
+        per_try_timeout: Option<Duration> = "perTryTimeout",
+        /// Deadline for all attempts and delays together; `None` (`0s`) for none.
+        #[serde(rename = "maxElapsedMs", with = "millis::option")]
+        max_elapsed: Option<Duration> = "maxElapsed",
+        /// Which failures are retried.
+        retry_on: RetryOn = "retryOn",
+        /// The retry budget: retries as a share of requests (Finagle, Linkerd).
+        budget: BudgetPolicy = "budget",
+        /// gRPC-style retry throttling: a token bucket that stops retries when half empty.
+        retry_throttling: RetryThrottlingPolicy = "retryThrottling",
+        /// The circuit breaker in front of the service.
+        circuit_breaker: CircuitBreakerPolicy = "circuitBreaker",
+        /// Hedged requests: extra attempts sent before the first one fails.
+        hedging: HedgingPolicy = "hedging",
+    }
+}
+
+policy_block! {
+    /// A retry budget (Finagle's, as in Linkerd and tower): retries may be at most
+    /// `retryRatio` of the requests seen over `ttl`, plus `minRetriesPerSecond`.
+    pub struct BudgetPolicy, layer BudgetPolicySpec {
+        /// Whether the budget applies.
+        enabled: bool = "enabled",
+        /// Retries allowed per request, from 0 to 1000 (0.2 = 20 %).
+        retry_ratio: f64 = "retryRatio",
+        /// Retries always allowed per second, so low traffic can still retry (0 to 1,000,000).
+        min_retries_per_second: u32 = "minRetriesPerSecond",
+        /// How long a request counts towards the budget, from 1s to 60s.
+        #[serde(rename = "ttlMs", with = "millis")]
+        ttl: Duration = "ttl",
+    }
+}
+
+policy_block! {
+    /// gRPC retry throttling: each failure takes a token, each success returns
+    /// `tokenRatio`; retries stop while fewer than half of `maxTokens` remain.
+    pub struct RetryThrottlingPolicy, layer RetryThrottlingPolicySpec {
+        /// Whether throttling applies.
+        enabled: bool = "enabled",
+        /// Bucket size, 1 to 1000.
+        max_tokens: u32 = "maxTokens",
+        /// Tokens returned per success, above 0 and at most 1000.
+        token_ratio: f64 = "tokenRatio",
+    }
+}
+
+policy_block! {
+    /// A circuit breaker: stops calls to a failing service, then lets a few
+    /// trial calls through to see whether it has recovered.
+    pub struct CircuitBreakerPolicy, layer CircuitBreakerPolicySpec {
+        /// Whether the breaker applies.
+        enabled: bool = "enabled",
+        /// Opens after this many failures in a row (seed 003); 0 turns this trigger off.
+        consecutive_failures: u32 = "consecutiveFailures",
+        /// Opens when the failure rate over the window reaches this, in (0, 1].
+        failure_rate_threshold: f64 = "failureRateThreshold",
+        /// Opens when the share of slow calls reaches this, in (0, 1]; 1 = only if all are slow.
+        slow_call_rate_threshold: f64 = "slowCallRateThreshold",
+        /// A call slower than this counts as slow.
+        #[serde(rename = "slowCallDurationMs", with = "millis")]
+        slow_call_duration: Duration = "slowCallDuration",
+        /// Rates are judged only once the window holds this many calls (1 to 10,000).
+        minimum_calls: u32 = "minimumCalls",
+        /// The window rates are computed over: a number of calls or a duration.
+        sliding_window: SlidingWindow = "slidingWindow",
+        /// How long the breaker stays open before it lets trial calls through.
+        #[serde(rename = "openTimeoutMs", with = "millis")]
+        open_timeout: Duration = "openTimeout",
+        /// Trial calls admitted at once while half-open (1 to 1000).
+        half_open_max_calls: u32 = "halfOpenMaxCalls",
+        /// Successful trial calls needed to close again (1 to 1000).
+        success_threshold: u32 = "successThreshold",
+    }
+}
+
+policy_block! {
+    /// Hedging: when a call is slow, send another attempt without cancelling
+    /// the first; the first success wins. Only for idempotent calls.
+    pub struct HedgingPolicy, layer HedgingPolicySpec {
+        /// Whether hedging applies.
+        enabled: bool = "enabled",
+        /// Wait before each extra attempt.
+        #[serde(rename = "delayMs", with = "millis")]
+        delay: Duration = "delay",
+        /// Extra attempts at most, 1 to 4 (gRPC allows 5 attempts in all).
+        max_hedges: u32 = "maxHedges",
+    }
+}
+
+impl Default for RetryPolicy {
+    /// The built-in policy, used for any key neither `defaults` nor an override sets.
+    fn default() -> Self {
+        Self {
+            max_retries: 3,
+            initial_delay: Duration::from_millis(100),
+            max_delay: Duration::from_secs(10),
+            multiplier: 2.0,
+            jitter: Jitter::Proportional,
+            jitter_factor: 0.5,
+            delays: Vec::new(),
+            per_try_timeout: None,
+            max_elapsed: None,
+            retry_on: RetryOn::default(),
+            budget: BudgetPolicy::default(),
+            retry_throttling: RetryThrottlingPolicy::default(),
+            circuit_breaker: CircuitBreakerPolicy::default(),
+            hedging: HedgingPolicy::default(),
+        }
+    }
+}
+
+impl Default for BudgetPolicy {
+    /// Finagle's defaults: 20 % of requests, 10 retries a second, a 10 s window.
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            retry_ratio: 0.2,
+            min_retries_per_second: 10,
+            ttl: Duration::from_secs(10),
+        }
+    }
+}
+
+impl Default for RetryThrottlingPolicy {
+    /// Off; when turned on, the numbers of gRPC's own example.
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            max_tokens: 10,
+            token_ratio: 0.1,
+        }
+    }
+}
+
+impl Default for CircuitBreakerPolicy {
+    /// Off; when turned on, Resilience4j's numbers, with a 30 s open timeout.
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            consecutive_failures: 5,
+            failure_rate_threshold: 0.5,
+            slow_call_rate_threshold: 1.0,
+            slow_call_duration: Duration::from_secs(60),
+            minimum_calls: 100,
+            sliding_window: SlidingWindow::Count { calls: 100 },
+            open_timeout: Duration::from_secs(30),
+            half_open_max_calls: 10,
+            success_threshold: 3,
+        }
+    }
+}
+
+impl Default for HedgingPolicy {
+    /// Off; when turned on, one extra attempt after 50 ms (seed 003's example).
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            delay: Duration::from_millis(50),
+            max_hedges: 1,
+        }
+    }
+}
+
+/// How a delay is randomised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Jitter {
+    /// No randomness: every client waits the same (herds stay in step).
+    None,
+    /// delay × (1 ± jitterFactor), symmetric around the delay (seed 003).
+    Proportional,
+    /// A uniform draw from [0, delay] (AWS "full jitter").
+    Full,
+    /// delay / 2 + a uniform draw from [0, delay / 2] (AWS "equal jitter").
+    Equal,
+    /// min(maxDelay, a uniform draw from [initialDelay, 3 × previous delay]) (AWS).
+    Decorrelated,
+}
+
+impl Jitter {
+    /// Every jitter as written in a policy file.
+    pub const NAMES: &'static [&'static str] = &["none", "proportional", "full", "equal", "decorrelated"];
+
+    /// The name as written in a policy file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Jitter::None => "none",
+            Jitter::Proportional => "proportional",
+            Jitter::Full => "full",
+            Jitter::Equal => "equal",
+            Jitter::Decorrelated => "decorrelated",
+        }
+    }
+}
+
+impl fmt::Display for Jitter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Leaf for Jitter {
+    fn from_node(node: &Node, path: &KeyPath, errors: &mut Errors) -> Option<Self> {
+        let found = match node {
+            Node::Str(s) => s.as_str(),
+            other => {
+                errors.push(PolicyError::value(
+                    path,
+                    format!(
+                        "expected one of {}, found {}",
+                        Jitter::NAMES.join(", "),
+                        other.kind()
+                    ),
+                ));
+                return None;
+            }
+        };
+        let all = [
+            Jitter::None,
+            Jitter::Proportional,
+            Jitter::Full,
+            Jitter::Equal,
+            Jitter::Decorrelated,
+        ];
+        let jitter = all.into_iter().find(|j| j.name() == found);
+        if jitter.is_none() {
+            errors.push(PolicyError::value(
+                path,
+                unknown_name("jitter", found, Jitter::NAMES),
+            ));
+        }
+        jitter
+    }
+}
+
+fn unknown_name(what: &str, found: &str, names: &[&str]) -> String {
+    match did_you_mean(found, names) {
+        Some(suggestion) => format!("unknown {what} {found:?}; did you mean {suggestion:?}?"),
+        None => format!("unknown {what} {found:?}; expected one of: {}", names.join(", ")),
+    }
+}
+
+/// A kind of failure that a policy may retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RetryCondition {
+    /// The connection could not be made (refused, DNS, unreachable).
+    ConnectFailure,
+    /// No response within the per-try timeout.
+    Timeout,
+    /// The connection dropped before a response arrived.
+    Reset,
+    /// Any 5xx response except 501 Not Implemented, which no retry can fix.
+    ServerError,
+    /// 502, 503 and 504: the failures a gateway reports for a dependency.
+    GatewayError,
+    /// One HTTP status code, 400 to 599 (429, say).
+    Status(u16),
+}
+
+impl RetryCondition {
+    /// The named conditions as written in a policy file.
+    pub const NAMES: &'static [&'static str] =
+        &["connect-failure", "timeout", "reset", "5xx", "gateway-error"];
+
+    const NAMED: [RetryCondition; 5] = [
+        RetryCondition::ConnectFailure,
+        RetryCondition::Timeout,
+        RetryCondition::Reset,
+        RetryCondition::ServerError,
+        RetryCondition::GatewayError,
+    ];
+
+    /// Whether a response with this HTTP status is covered by the condition.
+    pub fn covers_status(self, status: u16) -> bool {
+        match self {
+            RetryCondition::ServerError => (500..600).contains(&status) && status != 501,
+            RetryCondition::GatewayError => matches!(status, 502..=504),
+            RetryCondition::Status(code) => code == status,
+            _ => false,
+        }
+    }
+
+    fn name(self) -> Option<&'static str> {
+        let index = Self::NAMED.iter().position(|c| *c == self)?;
+        Some(Self::NAMES[index])
+    }
+}
+
+impl fmt::Display for RetryCondition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self, self.name()) {
+            (_, Some(name)) => f.write_str(name),
+            (RetryCondition::Status(code), None) => write!(f, "{code}"),
+            _ => unreachable!("every condition but Status has a name"),
+        }
+    }
+}
+
+impl Serialize for RetryCondition {
+    /// A name as a string, a status code as a number.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match (self, self.name()) {
+            (_, Some(name)) => s.serialize_str(name),
+            (RetryCondition::Status(code), None) => s.serialize_u16(*code),
+            _ => unreachable!("every condition but Status has a name"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for RetryCondition {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Code(u16),
+            Name(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Code(code) => Ok(RetryCondition::Status(code)),
+            Raw::Name(name) => RetryCondition::NAMED
+                .into_iter()
+                .find(|c| c.name() == Some(name.as_str()))
+                .ok_or_else(|| serde::de::Error::custom(format!("unknown retry condition {name:?}"))),
+        }
+    }
+}
+
+/// The failures a policy retries, in file order without repeats.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RetryOn(pub Vec<RetryCondition>);
+
+impl Default for RetryOn {
+    /// Connection failures, timeouts, resets, 5xx but 501, and 429 Too Many Requests.
+    fn default() -> Self {
+        Self(vec![
+            RetryCondition::ConnectFailure,
+            RetryCondition::Timeout,
+            RetryCondition::Reset,
+            RetryCondition::ServerError,
+            RetryCondition::Status(429),
+        ])
+    }
+}
+
+impl RetryOn {
+    /// Whether any listed condition covers a response with this HTTP status.
+    pub fn covers_status(&self, status: u16) -> bool {
+        self.0.iter().any(|c| c.covers_status(status))
+    }
+
+    /// Whether `condition` is listed.
+    pub fn contains(&self, condition: RetryCondition) -> bool {
+        self.0.contains(&condition)
+    }
+}
+
+impl Leaf for RetryOn {
+    fn from_node(node: &Node, path: &KeyPath, errors: &mut Errors) -> Option<Self> {
+        let Node::Seq(items) = node else {
+            errors.push(PolicyError::value(
+                path,
+                format!(
+                    "expected a list of conditions (e.g. [5xx, 429]), found {}",
+                    node.kind()
+                ),
+            ));
+            return None;
+        };
+        let before = errors.len();
+        let mut conditions = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let at = path.index(i);
+            let Some(condition) = retry_condition(item, &at, errors) else {
+                continue;
+            };
+            if conditions.contains(&condition) {
+                errors.push(PolicyError::value(&at, format!("{condition} is listed twice")));
+            }
+            conditions.push(condition);
+        }
+        (errors.len() == before).then_some(RetryOn(conditions))
+    }
+}
+
+fn retry_condition(node: &Node, path: &KeyPath, errors: &mut Errors) -> Option<RetryCondition> {
+    let problem = match node {
+        Node::Int(code @ 400..=599) => return Some(RetryCondition::Status(*code as u16)),
+        Node::Int(code) => format!("status {code} is not an error status; retry only on 400 to 599"),
+        Node::Str(name) => match RetryCondition::NAMED.into_iter().find(|c| c.name() == Some(name)) {
+            Some(condition) => return Some(condition),
+            None => unknown_name("retry condition", name, RetryCondition::NAMES),
+        },
+        other => format!(
+            "expected a condition ({}) or a status code, found {}",
+            RetryCondition::NAMES.join(", "),
+            other.kind()
+        ),
+    };
+    errors.push(PolicyError::value(path, problem));
+    None
+}
+
+/// The window a circuit breaker computes failure rates over (Resilience4j).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum SlidingWindow {
+    /// The last `calls` calls (written as a number: `slidingWindow: 100`).
+    Count {
+        /// Calls in the window, 1 to 10,000.
+        calls: u32,
+    },
+    /// The calls of the last `duration` (written as a duration: `slidingWindow: 60s`).
+    Time {
+        /// Length of the window, 1s to 1h.
+        #[serde(rename = "durationMs", with = "millis")]
+        duration: Duration,
+    },
+}
+
+impl Leaf for SlidingWindow {
+    fn from_node(node: &Node, path: &KeyPath, errors: &mut Errors) -> Option<Self> {
+        match node {
+            Node::Int(_) => u32::from_node(node, path, errors).map(|calls| SlidingWindow::Count { calls }),
+            Node::Str(_) => {
+                Duration::from_node(node, path, errors).map(|duration| SlidingWindow::Time { duration })
+            }
+            other => {
+                errors.push(PolicyError::value(
+                    path,
+                    format!(
+                        "expected a number of calls (e.g. 100) or a duration (e.g. 60s), found {}",
+                        other.kind()
+                    ),
+                ));
+                None
+            }
+        }
+    }
+}
+
+layered_leaves!(Jitter, RetryOn, SlidingWindow);
