@@ -1,1 +1,149 @@
-fn main() {}
+//! The `stormguard` command line.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use stormguard::policy::DEFAULT_MAX_POLICY_BYTES;
+use stormguard::serve::ServeConfig;
+use stormguard::server::Limits;
+use stormguard::watch::WatchConfig;
+use stormguard_core::policy::parse_duration;
+
+/// stormguard: stops retry storms. Serves validated, hot-reloaded retry
+/// policies to the services of a fleet.
+#[derive(Parser)]
+#[command(name = "stormguard", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the policy file over HTTP, reloading it when it changes.
+    Serve(ServeArgs),
+    /// Validate a policy file and print each service's resolved policy (exit 0 valid, 1 invalid).
+    Check(CheckArgs),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// The retry-policy file (in Kubernetes, the ConfigMap's mounted key).
+    #[arg(long, env = "STORMGUARD_POLICY", default_value = "policies/retry-policy.yaml")]
+    policy: PathBuf,
+    /// Address and port to listen on.
+    #[arg(long, env = "STORMGUARD_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: String,
+    /// File holding the admin API's bearer token. The token can also be given
+    /// in STORMGUARD_ADMIN_TOKEN; with neither, the admin API answers 403.
+    #[arg(long, env = "STORMGUARD_ADMIN_TOKEN_FILE")]
+    admin_token_file: Option<PathBuf>,
+    /// Quiet time after a file event before reloading.
+    #[arg(long, default_value = "50ms", value_parser = duration)]
+    debounce: Duration,
+    /// Interval of the periodic re-check, for file systems whose events do not arrive.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    recheck_interval: Duration,
+    /// Longest `?wait=` a long-poll may ask for.
+    #[arg(long, default_value = "5m", value_parser = duration)]
+    max_wait: Duration,
+    /// Long-polls that may wait at once; more get 503 with Retry-After.
+    #[arg(long, default_value_t = 10_000)]
+    max_long_polls: usize,
+    /// Largest request body in bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    max_body_bytes: usize,
+    /// Largest policy file in bytes (also for /admin/validate).
+    #[arg(long, default_value_t = DEFAULT_MAX_POLICY_BYTES)]
+    max_policy_bytes: usize,
+    /// Time a client has to send a request's headers.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    header_read_timeout: Duration,
+    /// How long requests in flight may take to finish after SIGTERM.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    shutdown_grace: Duration,
+}
+
+#[derive(Args)]
+struct CheckArgs {
+    /// The policy file to check.
+    #[arg(env = "STORMGUARD_POLICY", default_value = "policies/retry-policy.yaml")]
+    path: PathBuf,
+    /// Largest policy file in bytes.
+    #[arg(long, default_value_t = DEFAULT_MAX_POLICY_BYTES)]
+    max_policy_bytes: usize,
+}
+
+fn duration(text: &str) -> Result<Duration, String> {
+    parse_duration(text).map_err(|e| e.to_string())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Check(args) => {
+            let (report, valid) = stormguard::check::check(&args.path, args.max_policy_bytes);
+            if valid {
+                print!("{report}");
+                ExitCode::SUCCESS
+            } else {
+                eprint!("{report}");
+                ExitCode::from(1)
+            }
+        }
+        Command::Serve(args) => serve(args),
+    }
+}
+
+fn serve(args: ServeArgs) -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let admin_token = match admin_token(args.admin_token_file.as_deref()) {
+        Ok(token) => token,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(1);
+        }
+    };
+    let config = ServeConfig {
+        policy: args.policy,
+        listen: args.listen,
+        admin_token,
+        limits: Limits {
+            max_body_bytes: args.max_body_bytes,
+            max_policy_bytes: args.max_policy_bytes,
+            max_wait: args.max_wait,
+            max_long_polls: args.max_long_polls,
+            header_read_timeout: args.header_read_timeout,
+        },
+        watch: WatchConfig {
+            debounce: args.debounce,
+            recheck: args.recheck_interval,
+        },
+        shutdown_grace: args.shutdown_grace,
+    };
+    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime starts");
+    match runtime.block_on(stormguard::serve::run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The admin token from its file, else from STORMGUARD_ADMIN_TOKEN.
+fn admin_token(file: Option<&std::path::Path>) -> Result<Option<String>, String> {
+    if let Some(file) = file {
+        return std::fs::read_to_string(file)
+            .map(Some)
+            .map_err(|e| format!("cannot read the admin token file {}: {e}", file.display()));
+    }
+    Ok(std::env::var("STORMGUARD_ADMIN_TOKEN").ok())
+}

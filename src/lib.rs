@@ -1,0 +1,12 @@
+//! stormguard, the daemon: loads a retry-policy file, validates it, hot-reloads
+//! it without ever serving a broken one, and serves each service's resolved
+//! policy over HTTP. The binary's command line is in `main.rs`.
+
+pub mod check;
+pub mod metrics;
+pub mod policy;
+pub mod reload;
+pub mod serve;
+pub mod server;
+pub mod snapshot;
+pub mod watch;

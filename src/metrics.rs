@@ -1,0 +1,172 @@
+//! The daemon's own Prometheus families, on a registry of its own.
+
+use prometheus::{
+    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder,
+};
+
+use axum::http::StatusCode;
+
+use crate::policy::ContentHash;
+
+/// Reload outcomes as `result` label values.
+pub const RELOAD_SUCCESS: &str = "success";
+/// See [`RELOAD_SUCCESS`].
+pub const RELOAD_FAILURE: &str = "failure";
+
+/// Every family the daemon exports about itself.
+pub struct DaemonMetrics {
+    registry: Registry,
+    reloads: IntCounterVec,
+    last_reload_success: IntGauge,
+    last_reload_timestamp: Gauge,
+    policy_version: IntGauge,
+    policy_info: GaugeVec,
+    http_requests: IntCounterVec,
+    http_duration: HistogramVec,
+}
+
+impl DaemonMetrics {
+    /// Creates and registers every family.
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let reloads = IntCounterVec::new(
+            Opts::new(
+                "stormguard_policy_reloads_total",
+                "Policy reload attempts, by result.",
+            ),
+            &["result"],
+        )
+        .expect("valid metric");
+        let last_reload_success = IntGauge::new(
+            "stormguard_policy_last_reload_success",
+            "1 if the last policy reload succeeded, 0 if it failed and the previous policy is still served.",
+        )
+        .expect("valid metric");
+        let last_reload_timestamp = Gauge::new(
+            "stormguard_policy_last_reload_timestamp_seconds",
+            "Unix time of the last policy reload attempt, successful or not.",
+        )
+        .expect("valid metric");
+        let policy_version = IntGauge::new(
+            "stormguard_policy_version",
+            "The served policy's version: the first 48 bits of its SHA-256, equal on every replica serving the same file.",
+        )
+        .expect("valid metric");
+        let policy_info = GaugeVec::new(
+            Opts::new(
+                "stormguard_policy_info",
+                "Always 1; `hash` is the SHA-256 of the served policy file.",
+            ),
+            &["hash"],
+        )
+        .expect("valid metric");
+        let http_requests = IntCounterVec::new(
+            Opts::new(
+                "stormguard_http_requests_total",
+                "HTTP requests served, by route and status code.",
+            ),
+            &["route", "status"],
+        )
+        .expect("valid metric");
+        let http_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "stormguard_http_request_duration_seconds",
+                "Time to answer HTTP requests, by route (long-polls are their own route).",
+            )
+            .buckets(vec![
+                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+                30.0, 120.0,
+            ]),
+            &["route"],
+        )
+        .expect("valid metric");
+        for collector in [
+            Box::new(reloads.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(last_reload_success.clone()),
+            Box::new(last_reload_timestamp.clone()),
+            Box::new(policy_version.clone()),
+            Box::new(policy_info.clone()),
+            Box::new(http_requests.clone()),
+            Box::new(http_duration.clone()),
+        ] {
+            registry
+                .register(collector)
+                .expect("each family is registered once");
+        }
+        for result in [RELOAD_SUCCESS, RELOAD_FAILURE] {
+            reloads.with_label_values(&[result]);
+        }
+        Self {
+            registry,
+            reloads,
+            last_reload_success,
+            last_reload_timestamp,
+            policy_version,
+            policy_info,
+            http_requests,
+            http_duration,
+        }
+    }
+
+    /// Records that `hash` is now served.
+    pub fn policy_served(&self, hash: &ContentHash) {
+        self.policy_version.set(hash.version_number() as i64);
+        self.policy_info.reset();
+        self.policy_info.with_label_values(&[&hash.hex()]).set(1.0);
+    }
+
+    /// Records a reload attempt's outcome.
+    pub fn reload_attempted(&self, success: bool, unix_seconds: f64) {
+        let result = if success { RELOAD_SUCCESS } else { RELOAD_FAILURE };
+        self.reloads.with_label_values(&[result]).inc();
+        self.last_reload_success.set(i64::from(success));
+        self.last_reload_timestamp.set(unix_seconds);
+    }
+
+    /// Records one answered HTTP request.
+    pub fn http_request(&self, route: &str, status: StatusCode, seconds: f64) {
+        self.http_requests
+            .with_label_values(&[route, status.as_str()])
+            .inc();
+        self.http_duration.with_label_values(&[route]).observe(seconds);
+    }
+
+    /// The text exposition of every family.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(8 * 1024);
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut out)
+            .expect("encoding to a Vec cannot fail");
+        out
+    }
+}
+
+impl Default for DaemonMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposes_reload_families() {
+        let metrics = DaemonMetrics::new();
+        metrics.policy_served(&ContentHash::of(b"x"));
+        metrics.reload_attempted(false, 12.0);
+        metrics.http_request("/v1/policies", StatusCode::NOT_MODIFIED, 0.001);
+        let text = String::from_utf8(metrics.encode()).unwrap();
+        assert!(text.contains("stormguard_policy_reloads_total{result=\"failure\"} 1"));
+        assert!(text.contains("stormguard_policy_reloads_total{result=\"success\"} 0"));
+        assert!(text.contains("stormguard_policy_last_reload_success 0"));
+        assert!(text.contains("stormguard_policy_last_reload_timestamp_seconds 12"));
+        assert!(text.contains(&format!(
+            "stormguard_policy_info{{hash=\"{}\"}} 1",
+            ContentHash::of(b"x").hex()
+        )));
+        assert!(text.contains("stormguard_http_requests_total{route=\"/v1/policies\",status=\"304\"} 1"));
+    }
+}

@@ -1,0 +1,9 @@
+//! Loading policy files: bytes → YAML tree → validated [`PolicyDocument`],
+//! with every error tied to its file, line, column and key path.
+//!
+//! [`PolicyDocument`]: stormguard_core::policy::PolicyDocument
+
+mod load;
+mod yaml;
+
+pub use load::{load_bytes, read_capped, ContentHash, Diagnostic, DEFAULT_MAX_POLICY_BYTES};

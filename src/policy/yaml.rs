@@ -1,0 +1,315 @@
+//! The only module that calls the YAML parser (`serde_yaml`), so that moving
+//! to a maintained fork (`serde_yaml_ng`, `serde_norway`) is a one-file change.
+//!
+//! It does two things: parse bytes into the neutral [`Node`] tree, and find
+//! the line and column of a key path. The parser keeps no positions in its
+//! values, but it does attach the current position to any error a visitor
+//! raises; [`locate`] walks to the path and raises one there.
+
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_yaml::Value;
+use stormguard_core::policy::{KeyPath, Node, Segment, Target};
+
+/// A 1-based line and column in the source text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    /// Line, from 1.
+    pub line: usize,
+    /// Column, from 1.
+    pub column: usize,
+}
+
+/// Text that is not well-formed YAML (or not one YAML document).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyntaxError {
+    /// Where the parser stopped, if it knows.
+    pub position: Option<Position>,
+    /// The parser's message, without its own position suffix.
+    pub message: String,
+}
+
+/// Parses `text` into a tree.
+pub fn parse(text: &[u8]) -> Result<Node, SyntaxError> {
+    let value: Value = serde_yaml::from_slice(text).map_err(|e| SyntaxError {
+        position: e.location().map(|l| Position {
+            line: l.line(),
+            column: l.column(),
+        }),
+        message: strip_position(&e.to_string()),
+    })?;
+    Ok(to_node(value))
+}
+
+/// serde_yaml appends " at line L column C"; the caller shows positions itself.
+fn strip_position(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(at) => message[..at].to_owned(),
+        None => message.to_owned(),
+    }
+}
+
+fn to_node(value: Value) -> Node {
+    match value {
+        Value::Null => Node::Null,
+        Value::Bool(b) => Node::Bool(b),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => Node::Int(i128::from(i)),
+            (None, Some(u)) => Node::Int(i128::from(u)),
+            _ => Node::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Value::String(s) => Node::Str(s),
+        Value::Sequence(items) => Node::Seq(items.into_iter().map(to_node).collect()),
+        Value::Mapping(map) => Node::Map(map.into_iter().map(|(k, v)| (to_node(k), to_node(v))).collect()),
+        Value::Tagged(tagged) => {
+            Node::Unsupported(format!("a YAML tag ({}), which policies do not use", tagged.tag))
+        }
+    }
+}
+
+/// The position of the key at the end of `path` (`Target::Key`) or of its value.
+pub fn locate(text: &[u8], path: &KeyPath, target: Target) -> Option<Position> {
+    let deserializer = serde_yaml::Deserializer::from_slice(text);
+    let seed = Locate {
+        rest: &path.0,
+        target,
+    };
+    let error = seed.deserialize(deserializer).err()?;
+    // The message is prefixed with the parser's own path ("defaults: ...").
+    if !error.to_string().contains(FOUND) {
+        return None;
+    }
+    error.location().map(|l| Position {
+        line: l.line(),
+        column: l.column(),
+    })
+}
+
+/// The message of the error raised where the path ends.
+const FOUND: &str = "stormguard: found";
+
+fn found<E: de::Error>() -> E {
+    E::custom(FOUND)
+}
+
+/// Walks towards `rest`, skipping everything else; errs at the destination.
+struct Locate<'a> {
+    rest: &'a [Segment],
+    target: Target,
+}
+
+impl<'de> DeserializeSeed<'de> for Locate<'_> {
+    type Value = ();
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Locate<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let Some((Segment::Key(wanted), tail)) = self.rest.split_first() else {
+            return self.arrive();
+        };
+        let at_key = tail.is_empty() && self.target == Target::Key;
+        while let Some(matched) = map.next_key_seed(KeyMatch { wanted, fail: at_key })? {
+            if matched {
+                return map.next_value_seed(Locate {
+                    rest: tail,
+                    target: self.target,
+                });
+            }
+            map.next_value::<IgnoredAny>()?;
+        }
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let Some((Segment::Index(wanted), tail)) = self.rest.split_first() else {
+            return self.arrive();
+        };
+        for _ in 0..*wanted {
+            if seq.next_element::<IgnoredAny>()?.is_none() {
+                return Ok(());
+            }
+        }
+        seq.next_element_seed(Locate {
+            rest: tail,
+            target: self.target,
+        })
+        .map(drop)
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        self.arrive()
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        self.arrive()
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        self.arrive()
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+        self.arrive()
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        self.arrive()
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        self.arrive()
+    }
+    fn visit_none<E: de::Error>(self) -> Result<(), E> {
+        self.arrive()
+    }
+    fn visit_some<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+    fn visit_enum<A: de::EnumAccess<'de>>(self, _: A) -> Result<(), A::Error> {
+        self.arrive()
+    }
+}
+
+impl Locate<'_> {
+    /// Errs (so the parser attaches the position) if the path ends here.
+    fn arrive<E: de::Error>(self) -> Result<(), E> {
+        if self.rest.is_empty() {
+            Err(found())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Reads a mapping key and says whether it is `wanted`; errs on it if `fail`.
+struct KeyMatch<'a> {
+    wanted: &'a str,
+    fail: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for KeyMatch<'_> {
+    type Value = bool;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeyMatch<'_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a mapping key")
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<bool, E> {
+        match key == self.wanted {
+            true if self.fail => Err(found()),
+            matched => Ok(matched),
+        }
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(false)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEXT: &str = "\
+defaults:
+  maxRetries: 3
+  delays: [1s, 2s,
+    3s]
+services:
+  payment-service:
+    initialDelay: 200ms
+  'quoted': {maxDelay: 5s}
+";
+
+    fn at(dotted: &str, target: Target) -> Option<(usize, usize)> {
+        let path = KeyPath::root().dotted(dotted);
+        locate(TEXT.as_bytes(), &path, target).map(|p| (p.line, p.column))
+    }
+
+    #[test]
+    fn locates_keys_and_values() {
+        assert_eq!(at("defaults.maxRetries", Target::Key), Some((2, 3)));
+        assert_eq!(at("defaults.maxRetries", Target::Value), Some((2, 15)));
+        assert_eq!(
+            at("services.payment-service.initialDelay", Target::Value),
+            Some((7, 19))
+        );
+        assert_eq!(at("services.quoted.maxDelay", Target::Value), Some((8, 24)));
+        assert_eq!(at("services.quoted", Target::Key), Some((8, 3)));
+        assert_eq!(at("services.missing", Target::Key), None);
+    }
+
+    #[test]
+    fn locates_list_items() {
+        let path = KeyPath::root().key("defaults").key("delays").index(2);
+        let position = locate(TEXT.as_bytes(), &path, Target::Value).unwrap();
+        assert_eq!((position.line, position.column), (4, 5));
+    }
+
+    #[test]
+    fn syntax_errors_carry_a_position() {
+        let error = parse(b"defaults:\n  maxRetries: [1,\n").unwrap_err();
+        assert!(error.position.is_some());
+        assert!(!error.message.contains(" at line "));
+    }
+
+    #[test]
+    fn duplicate_keys_are_syntax_errors() {
+        let error = parse(b"defaults:\n  maxRetries: 1\n  maxRetries: 2\n").unwrap_err();
+        assert!(
+            error.message.contains("duplicate entry with key \"maxRetries\""),
+            "{}",
+            error.message
+        );
+        assert_eq!(
+            error.position.map(|p| p.line),
+            Some(2),
+            "the mapping holding the duplicate"
+        );
+    }
+
+    #[test]
+    fn numbers_keep_their_kind() {
+        let node = parse(b"a: 18446744073709551615\nb: -3\nc: 2.5\n").unwrap();
+        let Node::Map(pairs) = node else {
+            panic!("not a map")
+        };
+        assert_eq!(pairs[0].1, Node::Int(18446744073709551615));
+        assert_eq!(pairs[1].1, Node::Int(-3));
+        assert_eq!(pairs[2].1, Node::Float(2.5));
+    }
+}

@@ -1,0 +1,327 @@
+//! Reloading the policy file: read → parse → validate → swap. The served
+//! snapshot changes only when a new file is proven good; a bad file leaves
+//! the last good policy serving and its errors in the status and metrics.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use stormguard_core::policy::PolicyDocument;
+
+use crate::metrics::DaemonMetrics;
+use crate::policy::{load_bytes, read_capped, ContentHash, Diagnostic};
+use crate::snapshot::{PolicySnapshot, PolicyStore};
+
+/// What asked for a reload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Trigger {
+    /// The first load, before serving.
+    Startup,
+    /// A file-system event in the policy's directory.
+    Watch,
+    /// The periodic re-check, for file systems whose events do not arrive.
+    Recheck,
+    /// SIGHUP.
+    Signal,
+    /// `POST /admin/reload`.
+    Admin,
+}
+
+impl Trigger {
+    /// Automatic triggers do not retry bytes that already failed to load.
+    fn is_automatic(self) -> bool {
+        matches!(self, Trigger::Watch | Trigger::Recheck)
+    }
+}
+
+/// The result of one reload request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReloadOutcome {
+    /// A new policy is served.
+    Applied(ContentHash),
+    /// Nothing to do: the file is what is served, or bytes already found bad.
+    Unchanged,
+    /// The file is bad; the previous policy is still served.
+    Failed(Vec<Diagnostic>),
+}
+
+/// The last reload attempt, for `/admin/status`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LastReload {
+    /// `success` or `failure`.
+    pub result: &'static str,
+    /// When it ran (RFC 3339).
+    pub at: String,
+    /// What asked for it.
+    pub trigger: Trigger,
+    /// Why it failed; empty on success.
+    pub errors: Vec<Diagnostic>,
+}
+
+/// Reloads, one at a time, and keeps the status of the last one.
+pub struct Reloader {
+    store: Arc<PolicyStore>,
+    metrics: Arc<DaemonMetrics>,
+    path: PathBuf,
+    max_bytes: usize,
+    /// Held for a whole reload so reloads never interleave; remembers what was last tried.
+    attempt: tokio::sync::Mutex<Option<Attempted>>,
+    last: Mutex<LastReload>,
+}
+
+/// What the last attempt read: bytes (by hash) or a read error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Attempted {
+    Bytes(ContentHash),
+    Unreadable(String),
+}
+
+/// Loads `path` for start-up: the document and its hash, or every error.
+pub fn load_file(
+    path: &std::path::Path,
+    max_bytes: usize,
+) -> Result<(PolicyDocument, ContentHash), Vec<Diagnostic>> {
+    let bytes = read_capped(path, max_bytes).map_err(|d| vec![d])?;
+    let document = load_bytes(&path.display().to_string(), &bytes, max_bytes)?;
+    Ok((document, ContentHash::of(&bytes)))
+}
+
+impl Reloader {
+    /// A reloader for `path`, whose current content `store` already serves.
+    pub fn new(
+        store: Arc<PolicyStore>,
+        metrics: Arc<DaemonMetrics>,
+        path: PathBuf,
+        max_bytes: usize,
+    ) -> Self {
+        let hash = store.current().hash;
+        metrics.policy_served(&hash);
+        metrics.reload_attempted(true, unix_now());
+        Self {
+            store,
+            metrics,
+            path,
+            max_bytes,
+            attempt: tokio::sync::Mutex::new(Some(Attempted::Bytes(hash))),
+            last: Mutex::new(LastReload {
+                result: "success",
+                at: rfc3339(SystemTime::now()),
+                trigger: Trigger::Startup,
+                errors: Vec::new(),
+            }),
+        }
+    }
+
+    /// The policy file's path.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// The last reload attempt.
+    pub fn last(&self) -> LastReload {
+        self.last.lock().expect("status lock").clone()
+    }
+
+    /// Reloads the file if it changed; see [`ReloadOutcome`].
+    pub async fn reload(&self, trigger: Trigger) -> ReloadOutcome {
+        let mut attempted = self.attempt.lock().await;
+        let (path, max_bytes) = (self.path.clone(), self.max_bytes);
+        let read = tokio::task::spawn_blocking(move || read_capped(&path, max_bytes))
+            .await
+            .expect("reading the policy file does not panic");
+        let bytes = match read {
+            Ok(bytes) => bytes,
+            Err(diagnostic) => {
+                let this = Attempted::Unreadable(diagnostic.message.clone());
+                if trigger.is_automatic() && attempted.as_ref() == Some(&this) {
+                    return ReloadOutcome::Unchanged;
+                }
+                *attempted = Some(this);
+                return self.failed(trigger, vec![diagnostic]);
+            }
+        };
+        let hash = ContentHash::of(&bytes);
+        let repeat = attempted.as_ref() == Some(&Attempted::Bytes(hash));
+        let last_failed = self.last().result == "failure";
+        if hash == self.store.current().hash && !last_failed {
+            *attempted = Some(Attempted::Bytes(hash));
+            return ReloadOutcome::Unchanged;
+        }
+        if trigger.is_automatic() && repeat {
+            return ReloadOutcome::Unchanged;
+        }
+        *attempted = Some(Attempted::Bytes(hash));
+        let name = self.path.display().to_string();
+        let max_bytes = self.max_bytes;
+        let loaded = tokio::task::spawn_blocking(move || load_bytes(&name, &bytes, max_bytes))
+            .await
+            .expect("loading a policy does not panic");
+        match loaded {
+            Ok(document) => self.apply(trigger, document, hash),
+            Err(diagnostics) => self.failed(trigger, diagnostics),
+        }
+    }
+
+    fn apply(&self, trigger: Trigger, document: PolicyDocument, hash: ContentHash) -> ReloadOutcome {
+        if hash != self.store.current().hash {
+            self.store
+                .swap(PolicySnapshot::new(document, hash, self.path.clone()));
+        }
+        self.metrics.policy_served(&hash);
+        self.record(trigger, Vec::new());
+        tracing::info!(?trigger, version = %hash.hex(), "policy reloaded");
+        ReloadOutcome::Applied(hash)
+    }
+
+    fn failed(&self, trigger: Trigger, errors: Vec<Diagnostic>) -> ReloadOutcome {
+        for error in &errors {
+            tracing::warn!(
+                ?trigger,
+                "policy reload failed, still serving the last good policy: {error}"
+            );
+        }
+        self.record(trigger, errors.clone());
+        ReloadOutcome::Failed(errors)
+    }
+
+    fn record(&self, trigger: Trigger, errors: Vec<Diagnostic>) {
+        let success = errors.is_empty();
+        self.metrics.reload_attempted(success, unix_now());
+        *self.last.lock().expect("status lock") = LastReload {
+            result: if success { "success" } else { "failure" },
+            at: rfc3339(SystemTime::now()),
+            trigger,
+            errors,
+        };
+    }
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64()
+}
+
+/// A time as RFC 3339 with milliseconds, for JSON.
+pub fn rfc3339(time: SystemTime) -> String {
+    humantime::format_rfc3339_millis(time).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::DEFAULT_MAX_POLICY_BYTES;
+
+    struct Fixture {
+        dir: tempfile::TempDir,
+        reloader: Reloader,
+        store: Arc<PolicyStore>,
+        metrics: Arc<DaemonMetrics>,
+    }
+
+    fn fixture(text: &str) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("policy.yaml");
+        std::fs::write(&path, text).unwrap();
+        let (document, hash) = load_file(&path, DEFAULT_MAX_POLICY_BYTES).unwrap();
+        let store = Arc::new(PolicyStore::new(PolicySnapshot::new(
+            document,
+            hash,
+            path.clone(),
+        )));
+        let metrics = Arc::new(DaemonMetrics::new());
+        let reloader = Reloader::new(store.clone(), metrics.clone(), path, DEFAULT_MAX_POLICY_BYTES);
+        Fixture {
+            dir,
+            reloader,
+            store,
+            metrics,
+        }
+    }
+
+    impl Fixture {
+        fn write(&self, text: &str) {
+            std::fs::write(self.dir.path().join("policy.yaml"), text).unwrap();
+        }
+        fn max_retries(&self) -> u32 {
+            self.store.current().document.defaults_policy().max_retries
+        }
+        fn exposition(&self) -> String {
+            String::from_utf8(self.metrics.encode()).unwrap()
+        }
+    }
+
+    #[tokio::test]
+    async fn good_edit_is_applied_and_bad_edit_keeps_the_last_good() {
+        let f = fixture("defaults: {maxRetries: 1}\n");
+        f.write("defaults: {maxRetries: 2}\n");
+        assert!(matches!(
+            f.reloader.reload(Trigger::Watch).await,
+            ReloadOutcome::Applied(_)
+        ));
+        assert_eq!(f.max_retries(), 2);
+
+        f.write("defaults: {maxRetries: many}\n");
+        let ReloadOutcome::Failed(errors) = f.reloader.reload(Trigger::Watch).await else {
+            panic!("a bad file must fail")
+        };
+        assert_eq!(errors[0].path.as_deref(), Some("defaults.maxRetries"));
+        assert_eq!(f.max_retries(), 2, "the last good policy is still served");
+        assert_eq!(f.reloader.last().result, "failure");
+        assert!(f.exposition().contains("stormguard_policy_last_reload_success 0"));
+
+        f.write("defaults: {maxRetries: 2}\n");
+        assert!(matches!(
+            f.reloader.reload(Trigger::Watch).await,
+            ReloadOutcome::Applied(_)
+        ));
+        assert!(
+            f.exposition().contains("stormguard_policy_last_reload_success 1"),
+            "back to the served file"
+        );
+    }
+
+    #[tokio::test]
+    async fn same_bytes_are_not_reloaded_twice_by_automatic_triggers() {
+        let f = fixture("defaults: {}\n");
+        assert_eq!(
+            f.reloader.reload(Trigger::Recheck).await,
+            ReloadOutcome::Unchanged
+        );
+        f.write("defaults: [\n");
+        assert!(matches!(
+            f.reloader.reload(Trigger::Watch).await,
+            ReloadOutcome::Failed(_)
+        ));
+        assert_eq!(
+            f.reloader.reload(Trigger::Recheck).await,
+            ReloadOutcome::Unchanged
+        );
+        assert!(f
+            .exposition()
+            .contains("stormguard_policy_reloads_total{result=\"failure\"} 1"));
+        assert!(
+            matches!(f.reloader.reload(Trigger::Admin).await, ReloadOutcome::Failed(_)),
+            "an operator's explicit reload shows the errors again"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_missing_file_fails_once_and_keeps_serving() {
+        let f = fixture("defaults: {maxRetries: 5}\n");
+        std::fs::remove_file(f.dir.path().join("policy.yaml")).unwrap();
+        let ReloadOutcome::Failed(errors) = f.reloader.reload(Trigger::Watch).await else {
+            panic!("a missing file must fail")
+        };
+        assert!(errors[0].message.starts_with("cannot open"), "{errors:?}");
+        assert_eq!(
+            f.reloader.reload(Trigger::Recheck).await,
+            ReloadOutcome::Unchanged
+        );
+        assert_eq!(f.max_retries(), 5);
+    }
+}

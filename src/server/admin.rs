@@ -1,0 +1,131 @@
+//! The admin API: status, reload and validate, behind a bearer token.
+
+use axum::extract::{Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use bytes::Bytes;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::error::ApiError;
+use super::AppState;
+use crate::policy::{load_bytes, ContentHash};
+use crate::reload::{rfc3339, ReloadOutcome, Trigger};
+
+/// The admin bearer token, kept only as its hash so that comparing it takes
+/// the same time whatever the presented token's length or content.
+#[derive(Clone)]
+pub struct AdminToken([u8; 32]);
+
+impl AdminToken {
+    /// A token from its secret text; surrounding whitespace (a file's newline) is dropped.
+    pub fn new(secret: &str) -> Option<Self> {
+        let secret = secret.trim();
+        (!secret.is_empty()).then(|| Self(Sha256::digest(secret.as_bytes()).into()))
+    }
+
+    fn matches(&self, presented: &str) -> bool {
+        let presented: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+        self.0.ct_eq(&presented).into()
+    }
+}
+
+/// Lets a request through only with the configured bearer token.
+pub async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let Some(token) = &state.admin_token else {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "the admin API is disabled: set STORMGUARD_ADMIN_TOKEN or --admin-token-file to enable it",
+        )
+        .into_response();
+    };
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "));
+    match presented {
+        Some(presented) if token.matches(presented) => next.run(request).await,
+        _ => {
+            let mut response = ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "missing or wrong admin token; send `Authorization: Bearer <token>`",
+            )
+            .into_response();
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer realm=\"stormguard-admin\""),
+            );
+            response
+        }
+    }
+}
+
+/// `GET /admin/status`: what is served, since when, and how the last reload went.
+pub async fn status(State(state): State<AppState>) -> Json<serde_json::Value> {
+    let snapshot = state.store.current();
+    Json(json!({
+        "version": format!("sha256:{}", snapshot.hash.hex()),
+        "versionNumber": snapshot.hash.version_number(),
+        "loadedAt": rfc3339(snapshot.loaded_at),
+        "source": snapshot.source.display().to_string(),
+        "services": snapshot.document.services.keys().collect::<Vec<_>>(),
+        "lastReload": state.reloader.last(),
+    }))
+}
+
+/// `POST /admin/reload`: reload now; 422 with the errors if the file is bad.
+pub async fn reload(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+    match state.reloader.reload(Trigger::Admin).await {
+        ReloadOutcome::Applied(hash) => Ok(Json(json!({
+            "result": "applied",
+            "version": format!("sha256:{}", hash.hex()),
+        }))),
+        ReloadOutcome::Unchanged => Ok(Json(json!({
+            "result": "unchanged",
+            "version": format!("sha256:{}", state.store.current().hash.hex()),
+        }))),
+        ReloadOutcome::Failed(errors) => Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "the policy file is invalid; the last good policy is still served",
+        )
+        .with("errors", errors)),
+    }
+}
+
+/// `POST /admin/validate`: a dry run of the posted YAML, with the same errors as `check`.
+pub async fn validate(
+    State(state): State<AppState>,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let body = body?;
+    match load_bytes("request body", &body, state.limits.max_policy_bytes) {
+        Ok(document) => Ok(Json(json!({
+            "valid": true,
+            "version": format!("sha256:{}", ContentHash::of(&body).hex()),
+            "services": document.services.keys().collect::<Vec<_>>(),
+        }))),
+        Err(errors) => Err(
+            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "the policy is invalid")
+                .with("valid", false)
+                .with("errors", errors),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_compares_by_value_and_trims_file_newlines() {
+        let token = AdminToken::new("s3cret\n").unwrap();
+        assert!(token.matches("s3cret"));
+        assert!(!token.matches("s3cre"));
+        assert!(!token.matches("s3cret "));
+        assert!(AdminToken::new(" \n").is_none());
+    }
+}

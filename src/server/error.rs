@@ -1,0 +1,69 @@
+//! Errors as JSON: `{"error": "...", ...}` with the right status code.
+
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Map, Value};
+
+/// An error answer: a status and a JSON object with at least `error`.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    body: Map<String, Value>,
+    retry_after: Option<u64>,
+}
+
+impl ApiError {
+    /// An error with `status` and a message for the caller.
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        let mut body = Map::new();
+        body.insert("error".into(), Value::String(message.into()));
+        Self {
+            status,
+            body,
+            retry_after: None,
+        }
+    }
+
+    /// Adds a field to the JSON body.
+    pub fn with(mut self, key: &str, value: impl serde::Serialize) -> Self {
+        self.body.insert(key.into(), json!(value));
+        self
+    }
+
+    /// Asks the caller to come back after `seconds`.
+    pub fn retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
+        self
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, axum::Json(Value::Object(self.body))).into_response();
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+}
+
+impl From<BytesRejection> for ApiError {
+    fn from(rejection: BytesRejection) -> Self {
+        let status = rejection.status();
+        let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            "request body is larger than the limit; raise it with --max-body-bytes".to_owned()
+        } else {
+            rejection.body_text()
+        };
+        ApiError::new(status, message)
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(rejection: QueryRejection) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, rejection.body_text())
+    }
+}

@@ -1,0 +1,193 @@
+//! The HTTP server: routes, shared state, and the connection loop.
+
+mod admin;
+mod error;
+mod policies;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+
+pub use admin::AdminToken;
+pub use error::ApiError;
+
+use crate::metrics::DaemonMetrics;
+use crate::reload::Reloader;
+use crate::snapshot::PolicyStore;
+
+/// Bounds on what a client can make the server do.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Largest request body.
+    pub max_body_bytes: usize,
+    /// Largest policy file (and body of `/admin/validate`).
+    pub max_policy_bytes: usize,
+    /// Longest `?wait=` of a long-poll.
+    pub max_wait: Duration,
+    /// Long-polls waiting at once.
+    pub max_long_polls: usize,
+    /// Time a client has to send a request's headers.
+    pub header_read_timeout: Duration,
+}
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    /// The served policy.
+    pub store: Arc<PolicyStore>,
+    /// Reloads on request.
+    pub reloader: Arc<Reloader>,
+    /// The daemon's metrics.
+    pub metrics: Arc<DaemonMetrics>,
+    /// The admin bearer token; `None` disables the admin API.
+    pub admin_token: Option<AdminToken>,
+    /// Request bounds.
+    pub limits: Limits,
+    /// Slots for waiting long-polls.
+    pub long_polls: Arc<Semaphore>,
+    /// Turns true when the daemon starts shutting down.
+    pub shutdown: watch::Receiver<bool>,
+}
+
+/// Every route, composed in one place.
+pub fn router(state: AppState) -> Router {
+    let admin = Router::new()
+        .route("/status", get(admin::status))
+        .route("/reload", post(admin::reload))
+        .route("/validate", post(admin::validate))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            admin::require_token,
+        ));
+    Router::new()
+        .route("/v1/policies", get(policies::all))
+        .route("/v1/policies/{service}", get(policies::one))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .nest("/admin", admin)
+        .route_layer(middleware::from_fn_with_state(state.clone(), track))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(state.limits.max_body_bytes))
+        .with_state(state)
+}
+
+/// Records each matched request's route, status and duration.
+async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let start = Instant::now();
+    let path = request.extensions().get::<MatchedPath>().cloned();
+    let long_poll = request.uri().query().is_some_and(|q| q.contains("wait="));
+    let response = next.run(request).await;
+    let route = path.as_ref().map_or("unmatched", MatchedPath::as_str);
+    let seconds = start.elapsed().as_secs_f64();
+    if long_poll {
+        state
+            .metrics
+            .http_request(&format!("{route}?wait"), response.status(), seconds);
+    } else {
+        state.metrics.http_request(route, response.status(), seconds);
+    }
+    response
+}
+
+async fn not_found(State(state): State<AppState>, request: Request) -> ApiError {
+    state
+        .metrics
+        .http_request("unmatched", StatusCode::NOT_FOUND, 0.0);
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        format!("no route for {} {}", request.method(), request.uri().path()),
+    )
+}
+
+async fn method_not_allowed(State(state): State<AppState>, request: Request) -> ApiError {
+    state
+        .metrics
+        .http_request("unmatched", StatusCode::METHOD_NOT_ALLOWED, 0.0);
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("{} is not allowed on {}", request.method(), request.uri().path()),
+    )
+}
+
+/// Liveness: the process answers.
+async fn healthz() -> Json<serde_json::Value> {
+    Json(json!({"status": "ok"}))
+}
+
+/// Readiness: a valid policy is served and the daemon is not shutting down.
+async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+    if *state.shutdown.borrow() {
+        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down"));
+    }
+    let version = format!("sha256:{}", state.store.current().hash.hex());
+    Ok(Json(json!({"status": "ready", "version": version})))
+}
+
+async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    let content_type = HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
+    ([(header::CONTENT_TYPE, content_type)], state.metrics.encode())
+}
+
+/// Serves `app` on `listener` until `shutdown` resolves, then lets requests
+/// in flight finish for up to `grace`.
+///
+/// Built on hyper-util rather than `axum::serve` for its header-read timer:
+/// without one, a client that never finishes its headers holds a connection
+/// forever (slowloris).
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    header_read_timeout: Duration,
+    grace: Duration,
+    shutdown: impl Future<Output = ()>,
+) {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_read_timeout);
+    builder.http2().timer(TokioTimer::new());
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(connection) => connection,
+                Err(e) => {
+                    // Out of file descriptors, say: back off instead of spinning.
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(app.clone());
+        let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+        let connection = graceful.watch(connection.into_owned());
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
+        tracing::warn!("connections still open after the shutdown grace period; closing them");
+    }
+}

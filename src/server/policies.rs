@@ -1,0 +1,158 @@
+//! `GET /v1/policies` and `GET /v1/policies/{service}`: conditional GETs on
+//! content-derived ETags, and long-polls that return the moment the answer changes.
+
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use stormguard_core::policy::{check_service_name, parse_duration, GoDuration};
+
+use super::error::ApiError;
+use super::AppState;
+use crate::snapshot::{PolicySnapshot, Served};
+
+/// The query of a policy request.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyQuery {
+    /// With `If-None-Match`: hold the request until the answer changes, for this long.
+    wait: Option<String>,
+}
+
+/// Every service's resolved policy, the defaults and the version.
+pub async fn all(
+    State(state): State<AppState>,
+    query: Result<Query<PolicyQuery>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let Query(query) = query?;
+    respond(&state, &query, &headers, |snapshot| snapshot.all.clone()).await
+}
+
+/// One service's resolved policy; the defaults, marked as such, for a service not in the file.
+pub async fn one(
+    State(state): State<AppState>,
+    Path(service): Path<String>,
+    query: Result<Query<PolicyQuery>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let Query(query) = query?;
+    check_service_name(&service).map_err(|problem| ApiError::new(StatusCode::BAD_REQUEST, problem))?;
+    respond(&state, &query, &headers, |snapshot| {
+        snapshot.service(&service).clone()
+    })
+    .await
+}
+
+async fn respond(
+    state: &AppState,
+    query: &PolicyQuery,
+    headers: &HeaderMap,
+    pick: impl Fn(&PolicySnapshot) -> Served,
+) -> Result<Response, ApiError> {
+    let wait = parse_wait(query.wait.as_deref(), state.limits.max_wait)?;
+    // Subscribe before reading the snapshot, so that no swap in between is missed.
+    let mut changes = state.store.subscribe();
+    let served = pick(&state.store.current());
+    let Some(known) = headers
+        .get(header::IF_NONE_MATCH)
+        .filter(|k| etag_matches(k, &served.etag))
+    else {
+        return Ok(fresh(served));
+    };
+    let Some(wait) = wait else {
+        return Ok(not_modified(served));
+    };
+    let _slot = state.long_polls.clone().try_acquire_owned().map_err(|_| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many long-polls are waiting; raise the limit with --max-long-polls",
+        )
+        .retry_after(1 + rand::random::<u64>() % 5)
+    })?;
+    let deadline = tokio::time::sleep(wait);
+    tokio::pin!(deadline);
+    let mut shutdown = state.shutdown.clone();
+    loop {
+        tokio::select! {
+            changed = changes.changed() => {
+                let now = pick(&state.store.current());
+                if changed.is_err() || !etag_matches(known, &now.etag) {
+                    return Ok(fresh(now));
+                }
+            }
+            _ = &mut deadline => break,
+            () = crate::serve::shutting_down(&mut shutdown) => break,
+        }
+    }
+    Ok(not_modified(pick(&state.store.current())))
+}
+
+fn parse_wait(wait: Option<&str>, max: Duration) -> Result<Option<Duration>, ApiError> {
+    let Some(text) = wait else { return Ok(None) };
+    let bad = |message: String| ApiError::new(StatusCode::BAD_REQUEST, message);
+    let wait = parse_duration(text).map_err(|e| bad(format!("wait: {e}")))?;
+    if wait > max {
+        return Err(bad(format!(
+            "wait={text} is longer than the limit of {}; raise it with --max-wait",
+            GoDuration(max)
+        )));
+    }
+    Ok(Some(wait))
+}
+
+/// Whether an `If-None-Match` value names `etag` (weak comparison, lists, `*`).
+fn etag_matches(if_none_match: &HeaderValue, etag: &HeaderValue) -> bool {
+    let Ok(list) = if_none_match.to_str() else {
+        return false;
+    };
+    let etag = etag.to_str().unwrap_or_default();
+    list.split(',')
+        .map(|tag| tag.trim())
+        .any(|tag| tag == "*" || tag.trim_start_matches("W/") == etag)
+}
+
+fn fresh(served: Served) -> Response {
+    let headers = [
+        (header::CONTENT_TYPE, HeaderValue::from_static("application/json")),
+        (header::ETAG, served.etag),
+        (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+    ];
+    (headers, served.body).into_response()
+}
+
+fn not_modified(served: Served) -> Response {
+    (StatusCode::NOT_MODIFIED, [(header::ETAG, served.etag)]).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn if_none_match_handles_lists_weak_tags_and_star() {
+        let etag = HeaderValue::from_static("\"abc\"");
+        let matches = |value: &'static str| etag_matches(&HeaderValue::from_static(value), &etag);
+        assert!(matches("\"abc\""));
+        assert!(matches("W/\"abc\""));
+        assert!(matches("\"x\", \"abc\""));
+        assert!(matches("*"));
+        assert!(!matches("\"abcd\""));
+        assert!(!matches("abc"));
+    }
+
+    #[test]
+    fn wait_is_a_bounded_go_duration() {
+        let max = Duration::from_secs(300);
+        assert_eq!(parse_wait(None, max).unwrap(), None);
+        assert_eq!(
+            parse_wait(Some("30s"), max).unwrap(),
+            Some(Duration::from_secs(30))
+        );
+        let too_long = parse_wait(Some("10m"), max).unwrap_err().into_response();
+        assert_eq!(too_long.status(), StatusCode::BAD_REQUEST);
+        assert!(parse_wait(Some("30"), max).is_err());
+    }
+}

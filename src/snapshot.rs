@@ -1,0 +1,188 @@
+//! A loaded policy, with every response body and ETag computed once per
+//! reload, and the store that swaps snapshots atomically.
+//!
+//! Serving is a lookup: a request picks a prepared body by service name. Bodies
+//! hold nothing per process (no load time, no counter), so every replica that
+//! serves the same file answers with the same bytes and the same ETags.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use arc_swap::ArcSwap;
+use axum::http::HeaderValue;
+use bytes::Bytes;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use stormguard_core::policy::{PolicyDocument, ResolvedPolicy, RetryPolicy};
+use tokio::sync::watch;
+
+use crate::policy::ContentHash;
+
+/// One prepared response: its JSON body and strong ETag.
+#[derive(Debug, Clone)]
+pub struct Served {
+    /// The JSON body.
+    pub body: Bytes,
+    /// The ETag, quoted, derived from the body's content.
+    pub etag: HeaderValue,
+}
+
+impl Served {
+    fn json(value: &impl Serialize) -> Self {
+        let body = serde_json::to_vec(value).expect("policy JSON has string keys and finite numbers");
+        let digest = Sha256::digest(&body);
+        let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+        Self {
+            etag: HeaderValue::from_str(&format!("\"{hex}\"")).expect("hex is a valid header"),
+            body: Bytes::from(body),
+        }
+    }
+}
+
+/// A validated policy file and everything served from it.
+#[derive(Debug)]
+pub struct PolicySnapshot {
+    /// The hash of the file's bytes.
+    pub hash: ContentHash,
+    /// When this process loaded it.
+    pub loaded_at: SystemTime,
+    /// The file it came from.
+    pub source: PathBuf,
+    /// The decoded document.
+    pub document: PolicyDocument,
+    /// `GET /v1/policies`.
+    pub all: Served,
+    services: HashMap<String, Served>,
+    unknown_service: Served,
+}
+
+/// The body of `GET /v1/policies`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AllPolicies<'a> {
+    version: String,
+    gateway_retries: bool,
+    defaults: &'a RetryPolicy,
+    services: &'a std::collections::BTreeMap<String, ResolvedPolicy>,
+}
+
+impl PolicySnapshot {
+    /// Prepares every body of `document`, loaded from `source` with `hash`.
+    pub fn new(document: PolicyDocument, hash: ContentHash, source: PathBuf) -> Self {
+        let resolved: std::collections::BTreeMap<String, ResolvedPolicy> = document
+            .services
+            .keys()
+            .map(|name| (name.clone(), document.resolve(name)))
+            .collect();
+        let defaults = document.defaults_policy();
+        let all = Served::json(&AllPolicies {
+            version: format!("sha256:{}", hash.hex()),
+            gateway_retries: document.gateway_retries,
+            defaults: &defaults,
+            services: &resolved,
+        });
+        let services = resolved
+            .iter()
+            .map(|(name, policy)| (name.clone(), Served::json(policy)))
+            .collect();
+        // Any name not in the file resolves to the defaults: one body serves them all.
+        let unknown_service = Served::json(&document.resolve(""));
+        Self {
+            hash,
+            loaded_at: SystemTime::now(),
+            source,
+            document,
+            all,
+            services,
+            unknown_service,
+        }
+    }
+
+    /// The prepared response for `service`; the defaults for a service not in the file.
+    pub fn service(&self, service: &str) -> &Served {
+        self.services.get(service).unwrap_or(&self.unknown_service)
+    }
+}
+
+/// The current snapshot, swapped whole on reload, and a signal for waiters.
+pub struct PolicyStore {
+    current: ArcSwap<PolicySnapshot>,
+    changed: watch::Sender<()>,
+}
+
+impl PolicyStore {
+    /// A store serving `first`.
+    pub fn new(first: PolicySnapshot) -> Self {
+        Self {
+            current: ArcSwap::from_pointee(first),
+            changed: watch::channel(()).0,
+        }
+    }
+
+    /// The snapshot being served now.
+    pub fn current(&self) -> Arc<PolicySnapshot> {
+        self.current.load_full()
+    }
+
+    /// Serves `next` from now on and wakes every waiter.
+    pub fn swap(&self, next: PolicySnapshot) {
+        self.current.store(Arc::new(next));
+        self.changed.send_replace(());
+    }
+
+    /// A receiver that sees every swap after this call.
+    pub fn subscribe(&self) -> watch::Receiver<()> {
+        self.changed.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{load_bytes, DEFAULT_MAX_POLICY_BYTES};
+
+    fn snapshot(text: &str) -> PolicySnapshot {
+        let document = load_bytes("p.yaml", text.as_bytes(), DEFAULT_MAX_POLICY_BYTES).unwrap();
+        PolicySnapshot::new(document, ContentHash::of(text.as_bytes()), "p.yaml".into())
+    }
+
+    #[test]
+    fn same_content_gives_same_bytes_and_etags() {
+        let text = "defaults: {maxRetries: 2}\nservices: {a: {maxRetries: 1}, b: null}\n";
+        let (one, two) = (snapshot(text), snapshot(text));
+        assert_eq!(one.all.body, two.all.body);
+        assert_eq!(one.all.etag, two.all.etag);
+        assert_eq!(one.service("a").etag, two.service("a").etag);
+    }
+
+    #[test]
+    fn a_service_etag_changes_only_with_its_own_policy() {
+        let before = snapshot("services: {a: {maxRetries: 1}, b: {maxRetries: 2}}\n");
+        let after = snapshot("services: {a: {maxRetries: 1}, b: {maxRetries: 3}}\n");
+        assert_eq!(before.service("a").etag, after.service("a").etag);
+        assert_ne!(before.service("b").etag, after.service("b").etag);
+        assert_ne!(before.all.etag, after.all.etag);
+    }
+
+    #[test]
+    fn unknown_services_get_the_defaults_marked_as_such() {
+        let snap = snapshot("defaults: {maxRetries: 4}\nservices: {a: {maxRetries: 1}}\n");
+        let body: serde_json::Value = serde_json::from_slice(&snap.service("zzz").body).unwrap();
+        assert_eq!(body["source"], "defaults");
+        assert_eq!(body["policy"]["maxRetries"], 4);
+        let known: serde_json::Value = serde_json::from_slice(&snap.service("a").body).unwrap();
+        assert_eq!(known["source"], "override");
+        assert_eq!(known["overridden"], serde_json::json!(["maxRetries"]));
+    }
+
+    #[tokio::test]
+    async fn swap_wakes_subscribers() {
+        let store = PolicyStore::new(snapshot("defaults: {}\n"));
+        let mut rx = store.subscribe();
+        store.swap(snapshot("defaults: {maxRetries: 1}\n"));
+        rx.changed().await.unwrap();
+        assert_eq!(store.current().document.defaults_policy().max_retries, 1);
+    }
+}
