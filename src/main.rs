@@ -103,6 +103,7 @@ fn serve(args: ServeArgs) -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let admin_token = match admin_token(args.admin_token_file.as_deref()) {
         Ok(token) => token,

@@ -12,7 +12,7 @@ use crate::policy::Diagnostic;
 use crate::reload::{load_file, Reloader, Trigger};
 use crate::server::{self, AdminToken, AppState, Limits};
 use crate::snapshot::{PolicySnapshot, PolicyStore};
-use crate::watch::WatchConfig;
+use crate::watch::{FileWatch, WatchConfig};
 
 /// Everything `serve` needs, from flags and environment.
 #[derive(Debug, Clone)]
@@ -51,6 +51,7 @@ pub async fn run(config: ServeConfig) -> Result<(), ServeError> {
         Some(secret) => Some(AdminToken::new(secret).ok_or(ServeError::EmptyToken)?),
         None => None,
     };
+    let file_watch = FileWatch::arm(&config.policy);
     let (document, hash) =
         load_file(&config.policy, config.limits.max_policy_bytes).map_err(ServeError::Policy)?;
     let store = Arc::new(PolicyStore::new(PolicySnapshot::new(
@@ -78,11 +79,7 @@ pub async fn run(config: ServeConfig) -> Result<(), ServeError> {
         long_polls: Arc::new(Semaphore::new(config.limits.max_long_polls)),
         shutdown: shutdown.clone(),
     };
-    tokio::spawn(crate::watch::run(
-        reloader.clone(),
-        config.watch,
-        shutdown.clone(),
-    ));
+    tokio::spawn(file_watch.run(reloader.clone(), config.watch, shutdown.clone()));
     tokio::spawn(reload_on_sighup(reloader));
     let address = listener
         .local_addr()

@@ -28,32 +28,58 @@ pub struct WatchConfig {
     pub recheck: Duration,
 }
 
-/// Reloads on changes to the reloader's file until `shutdown` turns true.
-pub async fn run(reloader: Arc<Reloader>, config: WatchConfig, mut shutdown: watch::Receiver<bool>) {
-    let path = reloader.path().to_path_buf();
-    let dir = directory_of(&path);
-    let (tx, mut events) = mpsc::channel(1);
-    let mut watcher = match new_watcher(&path, tx) {
-        Ok(watcher) => Some(watcher),
-        Err(e) => {
-            tracing::warn!("cannot watch for file events ({e}); relying on the periodic re-check");
-            None
+/// A watch on a policy file's directory, armed before the file is first
+/// loaded so that no change after the load can go unseen.
+pub struct FileWatch {
+    dir: PathBuf,
+    watcher: Option<RecommendedWatcher>,
+    armed: Option<DirId>,
+    events: mpsc::Receiver<()>,
+}
+
+impl FileWatch {
+    /// Starts watching the directory of `path`. If file events are not
+    /// available, the periodic re-check is all there is, and a warning says so.
+    pub fn arm(path: &Path) -> Self {
+        let dir = directory_of(path);
+        let (tx, events) = mpsc::channel(1);
+        let mut watcher = match new_watcher(path, tx) {
+            Ok(watcher) => Some(watcher),
+            Err(e) => {
+                tracing::warn!("cannot watch for file events ({e}); relying on the periodic re-check");
+                None
+            }
+        };
+        let armed = arm(watcher.as_mut(), &dir, None);
+        Self {
+            dir,
+            watcher,
+            armed,
+            events,
         }
-    };
-    let mut armed = arm(watcher.as_mut(), &dir, None);
-    let mut recheck = tokio::time::interval_at(Instant::now() + config.recheck, config.recheck);
-    recheck.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            Some(()) = events.recv() => {
-                debounce(&mut events, config.debounce).await;
-                reloader.reload(Trigger::Watch).await;
+    }
+
+    /// Reloads on every change until `shutdown` turns true.
+    pub async fn run(
+        mut self,
+        reloader: Arc<Reloader>,
+        config: WatchConfig,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        let mut recheck = tokio::time::interval_at(Instant::now() + config.recheck, config.recheck);
+        recheck.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                Some(()) = self.events.recv() => {
+                    debounce(&mut self.events, config.debounce).await;
+                    reloader.reload(Trigger::Watch).await;
+                }
+                _ = recheck.tick() => {
+                    self.armed = arm(self.watcher.as_mut(), &self.dir, self.armed);
+                    reloader.reload(Trigger::Recheck).await;
+                }
+                () = crate::serve::shutting_down(&mut shutdown) => return,
             }
-            _ = recheck.tick() => {
-                armed = arm(watcher.as_mut(), &dir, armed);
-                reloader.reload(Trigger::Recheck).await;
-            }
-            () = crate::serve::shutting_down(&mut shutdown) => return,
         }
     }
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::handler::Handler;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -81,8 +82,10 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .nest("/admin", admin)
         .route_layer(middleware::from_fn_with_state(state.clone(), track))
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
+        .fallback(not_found.layer(middleware::from_fn_with_state(state.clone(), track)))
+        .method_not_allowed_fallback(
+            method_not_allowed.layer(middleware::from_fn_with_state(state.clone(), track)),
+        )
         .layer(DefaultBodyLimit::max(state.limits.max_body_bytes))
         .with_state(state)
 }

@@ -1,0 +1,172 @@
+//! Starting the real `stormguard` binary for end-to-end tests, and laying out
+//! a policy directory the way kubelet mounts a ConfigMap.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const TOKEN: &str = "test-admin-token";
+
+/// A running daemon; killed when dropped.
+pub struct Daemon {
+    child: Child,
+    pub base: String,
+    pub log: Arc<Mutex<String>>,
+}
+
+impl Daemon {
+    /// Starts `stormguard serve --policy <policy>` plus `extra` flags, with the
+    /// admin token set, and waits until it listens.
+    pub fn start(policy: &Path, extra: &[&str]) -> Daemon {
+        Self::start_with_env(policy, extra, &[("STORMGUARD_ADMIN_TOKEN", TOKEN)])
+    }
+
+    pub fn start_with_env(policy: &Path, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_stormguard"));
+        command
+            .args(["serve", "--listen", "127.0.0.1:0", "--policy"])
+            .arg(policy)
+            .args(extra)
+            .env_remove("STORMGUARD_ADMIN_TOKEN")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let mut child = command.spawn().expect("the stormguard binary starts");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(at) = line.find("serving on http://") {
+                    let address = line[at + "serving on ".len()..]
+                        .split_whitespace()
+                        .next()
+                        .unwrap()
+                        .to_owned();
+                    let _ = tx.send(address);
+                }
+                sink.lock().unwrap().push_str(&(line + "\n"));
+            }
+        });
+        let base = rx
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("daemon did not start; log:\n{}", log.lock().unwrap()));
+        Daemon { child, base, log }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{name}"), self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit; its exit code.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<i32> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("daemon still running after {within:?}");
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A policy directory mounted the way kubelet mounts a ConfigMap:
+/// `retry-policy.yaml -> ..data/retry-policy.yaml`, `..data -> ..<timestamp>/`.
+pub struct ConfigMapDir {
+    pub dir: tempfile::TempDir,
+    generation: u32,
+}
+
+pub const KEY: &str = "retry-policy.yaml";
+
+impl ConfigMapDir {
+    pub fn new(text: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut this = Self { dir, generation: 0 };
+        let first = this.write_generation(text);
+        symlink(&first, this.root().join("..data")).unwrap();
+        symlink(Path::new("..data").join(KEY), this.root().join(KEY)).unwrap();
+        this
+    }
+
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn policy(&self) -> PathBuf {
+        self.root().join(KEY)
+    }
+
+    fn write_generation(&mut self, text: &str) -> PathBuf {
+        self.generation += 1;
+        let name = PathBuf::from(format!("..2026_11_22_05_00_00.{:04}", self.generation));
+        std::fs::create_dir(self.root().join(&name)).unwrap();
+        std::fs::write(self.root().join(&name).join(KEY), text).unwrap();
+        name
+    }
+
+    /// Updates the content exactly as kubelet does: a new timestamped
+    /// directory, a `..data_tmp` symlink to it renamed over `..data`, then
+    /// the old directory removed.
+    pub fn update(&mut self, text: &str) {
+        let old = std::fs::read_link(self.root().join("..data")).unwrap();
+        let new = self.write_generation(text);
+        symlink(&new, self.root().join("..data_tmp")).unwrap();
+        std::fs::rename(self.root().join("..data_tmp"), self.root().join("..data")).unwrap();
+        std::fs::remove_dir_all(self.root().join(old)).unwrap();
+    }
+}
+
+/// Polls `check` every 10 ms until it returns `Some`, for at most `within`.
+pub async fn eventually<T, F, Fut>(within: Duration, mut check: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if let Some(value) = check().await {
+            return Some(value);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    None
+}
+
+/// The value of an unlabelled sample in a text exposition.
+pub fn sample(exposition: &str, name: &str) -> Option<f64> {
+    exposition
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+pub const SEED_POLICY: &str = include_str!("../../policies/retry-policy.yaml");

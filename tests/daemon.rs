@@ -1,0 +1,545 @@
+//! End-to-end: the real `stormguard serve` binary over real HTTP on loopback.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{eventually, sample, ConfigMapDir, Daemon, SEED_POLICY, TOKEN};
+use reqwest::StatusCode;
+use serde_json::Value;
+
+/// The watch alone must deliver updates: the periodic re-check is pushed out of the way.
+const WATCH_ONLY: &[&str] = &["--recheck-interval", "1h"];
+
+async fn get_json(url: &str) -> Value {
+    let response = reqwest::get(url).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK, "GET {url}");
+    response.json().await.unwrap()
+}
+
+async fn max_retries(daemon: &Daemon, service: &str) -> u64 {
+    let body = get_json(&daemon.url(&format!("/v1/policies/{service}"))).await;
+    body["policy"]["maxRetries"].as_u64().unwrap()
+}
+
+async fn metrics(daemon: &Daemon) -> String {
+    reqwest::get(daemon.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+fn admin(daemon: &Daemon, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+    reqwest::Client::new()
+        .request(method, daemon.url(path))
+        .bearer_auth(TOKEN)
+}
+
+#[tokio::test]
+async fn serves_the_seed_configmap_policies() {
+    let dir = ConfigMapDir::new(SEED_POLICY);
+    let daemon = Daemon::start(&dir.policy(), &[]);
+
+    let payment = get_json(&daemon.url("/v1/policies/payment-service")).await;
+    assert_eq!(payment["source"], "override");
+    assert_eq!(
+        payment["overridden"],
+        serde_json::json!(["initialDelay", "maxRetries"])
+    );
+    assert_eq!(payment["policy"]["maxRetries"], 2);
+    assert_eq!(payment["policy"]["initialDelayMs"], 200);
+    assert_eq!(payment["policy"]["maxDelayMs"], 10_000);
+    assert_eq!(payment["policy"]["jitterFactor"], 0.5);
+    assert_eq!(max_retries(&daemon, "inventory-service").await, 5);
+    assert_eq!(max_retries(&daemon, "notification-service").await, 1);
+
+    let unknown = get_json(&daemon.url("/v1/policies/search-service")).await;
+    assert_eq!(unknown["source"], "defaults");
+    assert_eq!(unknown["policy"]["maxRetries"], 3);
+
+    let all = get_json(&daemon.url("/v1/policies")).await;
+    assert_eq!(all["gatewayRetries"], false);
+    assert_eq!(all["defaults"]["maxRetries"], 3);
+    assert_eq!(all["services"].as_object().unwrap().len(), 3);
+    assert!(all["version"].as_str().unwrap().starts_with("sha256:"));
+
+    let ready = get_json(&daemon.url("/readyz")).await;
+    assert_eq!(ready["version"], all["version"]);
+    assert_eq!(get_json(&daemon.url("/healthz")).await["status"], "ok");
+}
+
+#[tokio::test]
+async fn conditional_get_answers_304_and_bad_requests_are_json_errors() {
+    let dir = ConfigMapDir::new(SEED_POLICY);
+    let daemon = Daemon::start(&dir.policy(), &[]);
+    let client = reqwest::Client::new();
+    let url = daemon.url("/v1/policies/payment-service");
+
+    let first = client.get(&url).send().await.unwrap();
+    let etag = first.headers()["etag"].to_str().unwrap().to_owned();
+    let again = client
+        .get(&url)
+        .header("if-none-match", &etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
+    assert_eq!(again.headers()["etag"].to_str().unwrap(), etag);
+    let stale = client
+        .get(&url)
+        .header("if-none-match", "\"old\"")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stale.status(), StatusCode::OK);
+
+    let timed_out = client
+        .get(format!("{url}?wait=200ms"))
+        .header("if-none-match", &etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        timed_out.status(),
+        StatusCode::NOT_MODIFIED,
+        "a long-poll with no change ends in 304"
+    );
+
+    let cases = [
+        ("/v1/policies/Not_A_Service", StatusCode::BAD_REQUEST, "DNS-1123"),
+        ("/v1/policies/a?wait=10m", StatusCode::BAD_REQUEST, "--max-wait"),
+        ("/v1/policies/a?wait=10", StatusCode::BAD_REQUEST, "missing unit"),
+        ("/v1/policies/a?colour=red", StatusCode::BAD_REQUEST, "colour"),
+        (
+            "/v2/nothing",
+            StatusCode::NOT_FOUND,
+            "no route for GET /v2/nothing",
+        ),
+    ];
+    for (path, status, needle) in cases {
+        let response = client.get(daemon.url(path)).send().await.unwrap();
+        assert_eq!(response.status(), status, "{path}");
+        let body: Value = response.json().await.unwrap();
+        assert!(body["error"].as_str().unwrap().contains(needle), "{path}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn kubelet_configmap_update_is_served_within_two_seconds() {
+    let mut dir = ConfigMapDir::new(SEED_POLICY);
+    let daemon = Daemon::start(&dir.policy(), WATCH_ONLY);
+    assert_eq!(max_retries(&daemon, "payment-service").await, 2);
+
+    dir.update(&SEED_POLICY.replace("maxRetries: 2", "maxRetries: 4"));
+    let start = Instant::now();
+    let seen = eventually(Duration::from_secs(2), || async {
+        (max_retries(&daemon, "payment-service").await == 4).then_some(())
+    })
+    .await;
+    assert!(
+        seen.is_some(),
+        "update not served within 2 s; log:\n{}",
+        daemon.log()
+    );
+    assert!(start.elapsed() < Duration::from_secs(2));
+}
+
+#[tokio::test]
+async fn broken_edit_keeps_the_last_good_policy_and_says_why() {
+    let mut dir = ConfigMapDir::new(SEED_POLICY);
+    let daemon = Daemon::start(&dir.policy(), WATCH_ONLY);
+    assert_eq!(
+        sample(&metrics(&daemon).await, "stormguard_policy_last_reload_success"),
+        Some(1.0)
+    );
+
+    dir.update(&SEED_POLICY.replace("maxRetries: 2", "maxRetries: two"));
+    let failed = eventually(Duration::from_secs(3), || async {
+        let text = metrics(&daemon).await;
+        (sample(&text, "stormguard_policy_last_reload_success") == Some(0.0)).then_some(text)
+    })
+    .await
+    .expect("the failed reload shows in the metrics");
+    assert!(failed.contains("stormguard_policy_reloads_total{result=\"failure\"} 1"));
+
+    assert_eq!(
+        max_retries(&daemon, "payment-service").await,
+        2,
+        "old policy still served"
+    );
+    assert_eq!(
+        reqwest::get(daemon.url("/readyz")).await.unwrap().status(),
+        StatusCode::OK
+    );
+    let status: Value = admin(&daemon, reqwest::Method::GET, "/admin/status")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let last = &status["lastReload"];
+    assert_eq!(last["result"], "failure");
+    assert_eq!(last["trigger"], "watch");
+    let error = &last["errors"][0];
+    assert_eq!(error["path"], "services.payment-service.maxRetries");
+    assert_eq!(error["line"], 17);
+    assert!(error["message"]
+        .as_str()
+        .unwrap()
+        .contains("expected a whole number"));
+    assert!(daemon.log().contains("still serving the last good policy"));
+
+    dir.update(&SEED_POLICY.replace("maxRetries: 2", "maxRetries: 3"));
+    let recovered = eventually(Duration::from_secs(3), || async {
+        let text = metrics(&daemon).await;
+        (sample(&text, "stormguard_policy_last_reload_success") == Some(1.0)).then_some(())
+    })
+    .await;
+    assert!(recovered.is_some(), "a good edit after a bad one is applied");
+    assert_eq!(max_retries(&daemon, "payment-service").await, 3);
+}
+
+#[tokio::test]
+async fn long_poll_wakes_the_moment_the_policy_changes() {
+    let mut dir = ConfigMapDir::new(SEED_POLICY);
+    let daemon = Daemon::start(&dir.policy(), WATCH_ONLY);
+    let url = daemon.url("/v1/policies/payment-service");
+    let etag = reqwest::get(&url).await.unwrap().headers()["etag"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+
+    let poll = tokio::spawn({
+        let (url, etag) = (url.clone(), etag.clone());
+        async move {
+            let response = reqwest::Client::new()
+                .get(format!("{url}?wait=30s"))
+                .header("if-none-match", etag)
+                .send()
+                .await
+                .unwrap();
+            (Instant::now(), response)
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!poll.is_finished(), "the long-poll waits while nothing changes");
+
+    // A change to another service does not wake this service's waiters.
+    dir.update(&SEED_POLICY.replace("maxRetries: 5", "maxRetries: 6"));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(max_retries(&daemon, "inventory-service").await, 6);
+    assert!(!poll.is_finished(), "unrelated change woke the long-poll");
+
+    let changed_at = Instant::now();
+    dir.update(
+        &SEED_POLICY
+            .replace("maxRetries: 5", "maxRetries: 6")
+            .replace("maxRetries: 2", "maxRetries: 1"),
+    );
+    let (answered_at, response) = tokio::time::timeout(Duration::from_secs(5), poll)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_ne!(response.headers()["etag"].to_str().unwrap(), etag);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["policy"]["maxRetries"], 1);
+    assert!(answered_at - changed_at < Duration::from_secs(2));
+}
+
+#[tokio::test]
+async fn admin_api_needs_the_token() {
+    let dir = ConfigMapDir::new(SEED_POLICY);
+    let daemon = Daemon::start(&dir.policy(), &[]);
+    let client = reqwest::Client::new();
+
+    let none = client.get(daemon.url("/admin/status")).send().await.unwrap();
+    assert_eq!(none.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        none.headers()["www-authenticate"],
+        "Bearer realm=\"stormguard-admin\""
+    );
+    let wrong = client
+        .get(daemon.url("/admin/status"))
+        .bearer_auth("nope")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    let reload = client.post(daemon.url("/admin/reload")).send().await.unwrap();
+    assert_eq!(reload.status(), StatusCode::UNAUTHORIZED);
+
+    let status = admin(&daemon, reqwest::Method::GET, "/admin/status")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status.status(), StatusCode::OK);
+    let status: Value = status.json().await.unwrap();
+    assert_eq!(status["source"], dir.policy().display().to_string());
+    assert_eq!(status["lastReload"]["result"], "success");
+    assert_eq!(status["services"].as_array().unwrap().len(), 3);
+
+    let disabled = Daemon::start_with_env(&dir.policy(), &[], &[]);
+    let response = client
+        .get(disabled.url("/admin/status"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    let body: Value = response.json().await.unwrap();
+    assert!(body["error"].as_str().unwrap().contains("STORMGUARD_ADMIN_TOKEN"));
+}
+
+#[tokio::test]
+async fn admin_token_file_and_reload_and_validate() {
+    let dir = ConfigMapDir::new(SEED_POLICY);
+    let token_file = dir.root().join("token");
+    std::fs::write(&token_file, "from-a-file\n").unwrap();
+    let daemon = Daemon::start_with_env(
+        &dir.policy(),
+        &["--admin-token-file", token_file.to_str().unwrap()],
+        &[],
+    );
+    let client = reqwest::Client::new();
+    let reload = client
+        .post(daemon.url("/admin/reload"))
+        .bearer_auth("from-a-file")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reload.status(), StatusCode::OK);
+    assert_eq!(reload.json::<Value>().await.unwrap()["result"], "unchanged");
+
+    let validate = |body: &'static str| {
+        client
+            .post(daemon.url("/admin/validate"))
+            .bearer_auth("from-a-file")
+            .body(body)
+            .send()
+    };
+    let good = validate("defaults: {maxRetries: 1}\nservices: {a: {}}\n")
+        .await
+        .unwrap();
+    assert_eq!(good.status(), StatusCode::OK);
+    assert_eq!(
+        good.json::<Value>().await.unwrap()["services"],
+        serde_json::json!(["a"])
+    );
+    let bad = validate("defaults:\n  maxDelays: 1s\n  multiplier: 0\n")
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let bad: Value = bad.json().await.unwrap();
+    assert_eq!(bad["valid"], false);
+    let errors = bad["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 2, "{bad}");
+    assert_eq!(errors[0]["line"], 2);
+    assert_eq!(errors[0]["column"], 3);
+    assert_eq!(errors[0]["file"], "request body");
+    assert!(errors[0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("did you mean \"maxDelay\"?"));
+    assert_eq!(errors[1]["path"], "defaults.multiplier");
+
+    let huge = client
+        .post(daemon.url("/admin/validate"))
+        .bearer_auth("from-a-file")
+        .body(vec![b'#'; 2 << 20])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(huge.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(huge.json::<Value>().await.unwrap()["error"]
+        .as_str()
+        .unwrap()
+        .contains("--max-body-bytes"));
+    assert_eq!(
+        max_retries(&daemon, "payment-service").await,
+        2,
+        "nothing served changed"
+    );
+}
+
+#[tokio::test]
+async fn editor_rename_and_truncate_then_write_are_both_picked_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.yaml");
+    std::fs::write(&path, "defaults: {maxRetries: 1}\n").unwrap();
+    let daemon = Daemon::start(&path, WATCH_ONLY);
+
+    let staged = dir.path().join(".policy.yaml.swp");
+    std::fs::write(&staged, "defaults: {maxRetries: 2}\n").unwrap();
+    std::fs::rename(&staged, &path).unwrap();
+    let renamed = eventually(Duration::from_secs(2), || async {
+        (max_retries(&daemon, "any").await == 2).then_some(())
+    })
+    .await;
+    assert!(
+        renamed.is_some(),
+        "rename-over not picked up; log:\n{}",
+        daemon.log()
+    );
+
+    std::fs::write(&path, "defaults: {maxRetries: 7}\n").unwrap();
+    let rewritten = eventually(Duration::from_secs(2), || async {
+        (max_retries(&daemon, "any").await == 7).then_some(())
+    })
+    .await;
+    assert!(
+        rewritten.is_some(),
+        "truncate-then-write not picked up; log:\n{}",
+        daemon.log()
+    );
+}
+
+#[tokio::test]
+async fn watch_recovers_when_the_directory_is_removed_and_comes_back() {
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("config");
+    std::fs::create_dir(&dir).unwrap();
+    let path = dir.join("policy.yaml");
+    std::fs::write(&path, "defaults: {maxRetries: 1}\n").unwrap();
+    let daemon = Daemon::start(&path, &["--recheck-interval", "300ms"]);
+
+    std::fs::remove_dir_all(&dir).unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(
+        max_retries(&daemon, "any").await,
+        1,
+        "a missing file keeps the last good policy"
+    );
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(&path, "defaults: {maxRetries: 5}\n").unwrap();
+    let back = eventually(Duration::from_secs(3), || async {
+        (max_retries(&daemon, "any").await == 5).then_some(())
+    })
+    .await;
+    assert!(back.is_some(), "log:\n{}", daemon.log());
+
+    // Once re-armed, the watch itself delivers the next change, well before a re-check.
+    std::fs::write(&path, "defaults: {maxRetries: 6}\n").unwrap();
+    let again = eventually(Duration::from_secs(3), || async {
+        (max_retries(&daemon, "any").await == 6).then_some(())
+    })
+    .await;
+    assert!(again.is_some());
+}
+
+#[tokio::test]
+async fn sighup_reloads_and_shows_the_errors_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.yaml");
+    std::fs::write(&path, "defaults: {maxRetries: 1}\n").unwrap();
+    let daemon = Daemon::start(&path, WATCH_ONLY);
+    std::fs::write(&path, "defaults: {maxRetries: -1}\n").unwrap();
+    let last_trigger = || async {
+        let status: Value = admin(&daemon, reqwest::Method::GET, "/admin/status")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        status["lastReload"]["trigger"].as_str().unwrap().to_owned()
+    };
+    assert!(eventually(Duration::from_secs(3), || async {
+        (last_trigger().await == "watch").then_some(())
+    })
+    .await
+    .is_some());
+    daemon.signal("HUP");
+    let by_signal = eventually(Duration::from_secs(3), || async {
+        (last_trigger().await == "signal").then_some(())
+    })
+    .await;
+    assert!(
+        by_signal.is_some(),
+        "SIGHUP did not reload; log:\n{}",
+        daemon.log()
+    );
+}
+
+#[tokio::test]
+async fn sigterm_ends_long_polls_and_exits_cleanly() {
+    let dir = ConfigMapDir::new(SEED_POLICY);
+    let mut daemon = Daemon::start(&dir.policy(), &[]);
+    let url = daemon.url("/v1/policies/payment-service");
+    let etag = reqwest::get(&url).await.unwrap().headers()["etag"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let poll = tokio::spawn(async move {
+        reqwest::Client::new()
+            .get(format!("{url}?wait=60s"))
+            .header("if-none-match", etag)
+            .send()
+            .await
+            .map(|r| r.status())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    daemon.signal("TERM");
+    let status = tokio::time::timeout(Duration::from_secs(5), poll)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        status.unwrap(),
+        StatusCode::NOT_MODIFIED,
+        "the long-poll returns at shutdown"
+    );
+    assert_eq!(daemon.wait_exit(Duration::from_secs(5)), Some(0));
+}
+
+#[test]
+fn startup_with_an_invalid_policy_prints_the_errors_and_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.yaml");
+    std::fs::write(&path, "defaults:\n  maxRetries: 3\n  initialDelay: 100\n").unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_stormguard"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--policy"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("policy.yaml:3:17: defaults.initialDelay: a bare number is not a duration"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn check_exits_0_for_valid_and_1_for_invalid() {
+    let valid = std::process::Command::new(env!("CARGO_BIN_EXE_stormguard"))
+        .args(["check", "policies/retry-policy.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(valid.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&valid.stdout).contains("payment-service"));
+    let full = std::process::Command::new(env!("CARGO_BIN_EXE_stormguard"))
+        .args(["check", "policies/full-example.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        full.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&full.stderr)
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.yaml");
+    std::fs::write(&path, "defaults: {maxRetries: 1, maxRetries: 2}\n").unwrap();
+    let invalid = std::process::Command::new(env!("CARGO_BIN_EXE_stormguard"))
+        .arg("check")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(invalid.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&invalid.stderr).contains("duplicate entry with key \"maxRetries\""));
+}
