@@ -245,10 +245,12 @@ mod tests {
 
     #[test]
     fn each_range_is_checked() {
-        let mut p = RetryPolicy::default();
-        p.max_retries = 101;
-        p.multiplier = 0.5;
-        p.jitter_factor = 1.5;
+        let mut p = RetryPolicy {
+            max_retries: 101,
+            multiplier: 0.5,
+            jitter_factor: 1.5,
+            ..RetryPolicy::default()
+        };
         p.budget.ttl = Duration::from_millis(500);
         p.retry_throttling.token_ratio = 0.0;
         p.circuit_breaker.failure_rate_threshold = 0.0;
