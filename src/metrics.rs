@@ -1,8 +1,8 @@
 //! The daemon's own Prometheus families, on a registry of its own.
 
 use prometheus::{
-    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    Opts, Registry, TextEncoder,
 };
 
 use axum::http::StatusCode;
@@ -124,12 +124,14 @@ impl DaemonMetrics {
         self.last_reload_timestamp.set(unix_seconds);
     }
 
-    /// Records one answered HTTP request.
-    pub fn http_request(&self, route: &str, status: StatusCode, seconds: f64) {
-        self.http_requests
-            .with_label_values(&[route, status.as_str()])
-            .inc();
-        self.http_duration.with_label_values(&[route]).observe(seconds);
+    /// The request counter of `route` for `status`.
+    pub fn http_requests(&self, route: &str, status: StatusCode) -> IntCounter {
+        self.http_requests.with_label_values(&[route, status.as_str()])
+    }
+
+    /// The answer-time histogram of `route`.
+    pub fn http_duration(&self, route: &str) -> Histogram {
+        self.http_duration.with_label_values(&[route])
     }
 
     /// The text exposition of every family.
@@ -157,7 +159,9 @@ mod tests {
         let metrics = DaemonMetrics::new();
         metrics.policy_served(&ContentHash::of(b"x"));
         metrics.reload_attempted(false, 12.0);
-        metrics.http_request("/v1/policies", StatusCode::NOT_MODIFIED, 0.001);
+        metrics
+            .http_requests("/v1/policies", StatusCode::NOT_MODIFIED)
+            .inc();
         let text = String::from_utf8(metrics.encode()).unwrap();
         assert!(text.contains("stormguard_policy_reloads_total{result=\"failure\"} 1"));
         assert!(text.contains("stormguard_policy_reloads_total{result=\"success\"} 0"));

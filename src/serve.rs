@@ -10,7 +10,7 @@ use tokio::sync::{watch, Semaphore};
 use crate::metrics::DaemonMetrics;
 use crate::policy::Diagnostic;
 use crate::reload::{load_file, Reloader, Trigger};
-use crate::server::{self, AdminToken, AppState, Limits};
+use crate::server::{self, AdminToken, Limits, Shared};
 use crate::snapshot::{PolicySnapshot, PolicyStore};
 use crate::watch::{FileWatch, WatchConfig};
 
@@ -29,6 +29,8 @@ pub struct ServeConfig {
     pub watch: WatchConfig,
     /// How long requests in flight may take to finish at shutdown.
     pub shutdown_grace: Duration,
+    /// Serving threads, one runtime each.
+    pub workers: usize,
 }
 
 /// Why `serve` could not start.
@@ -46,7 +48,12 @@ pub enum ServeError {
 }
 
 /// Loads the policy, binds, then serves until SIGTERM or Ctrl-C.
-pub async fn run(config: ServeConfig) -> Result<(), ServeError> {
+///
+/// Serving runs thread-per-core, as nginx's workers do: each of `workers`
+/// threads runs its own single-threaded runtime and accepts from the shared
+/// listening socket, so a connection's requests never hop between cores. The
+/// watcher and signal handling run on a small runtime of their own.
+pub fn run(config: ServeConfig) -> Result<(), ServeError> {
     let admin_token = match &config.admin_token {
         Some(secret) => Some(AdminToken::new(secret).ok_or(ServeError::EmptyToken)?),
         None => None,
@@ -66,11 +73,12 @@ pub async fn run(config: ServeConfig) -> Result<(), ServeError> {
         config.policy.clone(),
         config.limits.max_policy_bytes,
     ));
-    let listener = TcpListener::bind(&config.listen)
-        .await
-        .map_err(|e| ServeError::Bind(config.listen.clone(), e))?;
+    let bind_error = |e| ServeError::Bind(config.listen.clone(), e);
+    let listener = std::net::TcpListener::bind(&config.listen).map_err(bind_error)?;
+    listener.set_nonblocking(true).map_err(bind_error)?;
+    let address = listener.local_addr().map_err(bind_error)?;
     let (shutdown_tx, shutdown) = watch::channel(false);
-    let state = AppState {
+    let state = Arc::new(Shared {
         store,
         reloader: reloader.clone(),
         metrics,
@@ -78,27 +86,66 @@ pub async fn run(config: ServeConfig) -> Result<(), ServeError> {
         limits: config.limits,
         long_polls: Arc::new(Semaphore::new(config.limits.max_long_polls)),
         shutdown: shutdown.clone(),
-    };
-    tokio::spawn(file_watch.run(reloader.clone(), config.watch, shutdown.clone()));
-    tokio::spawn(reload_on_sighup(reloader));
-    let address = listener
-        .local_addr()
-        .map_or(config.listen.clone(), |a| a.to_string());
-    tracing::info!(policy = %config.policy.display(), version = %hash.hex(), "serving on http://{address}");
-    let stop = async move {
+    });
+    let app = server::router(state);
+    let workers = (0..config.workers.max(1))
+        .map(|i| {
+            let listener = listener.try_clone().map_err(bind_error)?;
+            let (app, shutdown, config) = (app.clone(), shutdown.clone(), config.clone());
+            std::thread::Builder::new()
+                .name(format!("stormguard-http-{i}"))
+                .spawn(move || serve_worker(listener, app, shutdown, &config))
+                .map_err(bind_error)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    drop(listener);
+
+    let control = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("the control runtime starts");
+    control.block_on(async {
+        tokio::spawn(file_watch.run(reloader.clone(), config.watch, shutdown.clone()));
+        tokio::spawn(reload_on_sighup(reloader));
+        tracing::info!(
+            policy = %config.policy.display(),
+            version = %hash.hex(),
+            workers = workers.len(),
+            "serving on http://{address}"
+        );
         termination().await;
         tracing::info!("shutting down: finishing requests in flight");
         shutdown_tx.send_replace(true);
-    };
-    server::serve(
-        listener,
-        server::router(state),
-        config.limits.header_read_timeout,
-        config.shutdown_grace,
-        stop,
-    )
-    .await;
+    });
+    for worker in workers {
+        let _ = worker.join();
+    }
     Ok(())
+}
+
+/// One serving thread: its own runtime, accepting from the shared socket.
+fn serve_worker(
+    listener: std::net::TcpListener,
+    app: axum::Router,
+    mut shutdown: watch::Receiver<bool>,
+    config: &ServeConfig,
+) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a worker runtime starts");
+    runtime.block_on(async {
+        let listener = TcpListener::from_std(listener).expect("the listener registers with the runtime");
+        let stop = async move { shutting_down(&mut shutdown).await };
+        server::serve(
+            listener,
+            app,
+            config.limits.header_read_timeout,
+            config.shutdown_grace,
+            stop,
+        )
+        .await;
+    });
 }
 
 async fn reload_on_sighup(reloader: Arc<Reloader>) {

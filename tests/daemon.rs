@@ -124,6 +124,46 @@ async fn conditional_get_answers_304_and_bad_requests_are_json_errors() {
         let body: Value = response.json().await.unwrap();
         assert!(body["error"].as_str().unwrap().contains(needle), "{path}: {body}");
     }
+    let unauthorized = client.get(daemon.url("/admin/status")).send().await.unwrap();
+    assert_eq!(unauthorized.status(), StatusCode::UNAUTHORIZED);
+
+    let text = metrics(&daemon).await;
+    for (series, value) in [
+        (
+            r#"stormguard_http_requests_total{route="/v1/policies/{service}",status="200"}"#,
+            2.0,
+        ),
+        (
+            r#"stormguard_http_requests_total{route="/v1/policies/{service}",status="304"}"#,
+            1.0,
+        ),
+        (
+            r#"stormguard_http_requests_total{route="/v1/policies/{service}",status="400"}"#,
+            2.0,
+        ),
+        (
+            r#"stormguard_http_requests_total{route="/v1/policies/{service}?wait",status="304"}"#,
+            1.0,
+        ),
+        (
+            r#"stormguard_http_requests_total{route="/v1/policies/{service}?wait",status="400"}"#,
+            2.0,
+        ),
+        (
+            r#"stormguard_http_requests_total{route="unmatched",status="404"}"#,
+            1.0,
+        ),
+        (
+            r#"stormguard_http_requests_total{route="/admin/status",status="401"}"#,
+            1.0,
+        ),
+        (
+            r#"stormguard_http_request_duration_seconds_count{route="/v1/policies/{service}?wait"}"#,
+            3.0,
+        ),
+    ] {
+        assert_eq!(sample(&text, series), Some(value), "{series}\n{text}");
+    }
 }
 
 #[tokio::test]

@@ -3,17 +3,18 @@
 mod admin;
 mod error;
 mod policies;
+mod track;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::handler::Handler;
 use axum::http::{header, HeaderValue, StatusCode};
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::middleware;
+use axum::response::IntoResponse;
+use axum::routing::{get, post, MethodRouter};
 use axum::{Json, Router};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -29,6 +30,7 @@ pub use error::ApiError;
 use crate::metrics::DaemonMetrics;
 use crate::reload::Reloader;
 use crate::snapshot::PolicyStore;
+use track::TrackLayer;
 
 /// Bounds on what a client can make the server do.
 #[derive(Debug, Clone, Copy)]
@@ -45,9 +47,11 @@ pub struct Limits {
     pub header_read_timeout: Duration,
 }
 
-/// What every handler shares.
-#[derive(Clone)]
-pub struct AppState {
+/// What every handler shares; cloned per request, so one `Arc`.
+pub type AppState = Arc<Shared>;
+
+/// The fields of [`AppState`].
+pub struct Shared {
     /// The served policy.
     pub store: Arc<PolicyStore>,
     /// Reloads on request.
@@ -64,64 +68,50 @@ pub struct AppState {
     pub shutdown: watch::Receiver<bool>,
 }
 
-/// Every route, composed in one place.
+/// Every route, composed in one place. Each route is wrapped in its own
+/// metrics layer; admin routes check the token inside it, so 401s count too.
 pub fn router(state: AppState) -> Router {
-    let admin = Router::new()
-        .route("/status", get(admin::status))
-        .route("/reload", post(admin::reload))
-        .route("/validate", post(admin::validate))
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            admin::require_token,
-        ));
+    let metrics = state.metrics.clone();
+    let tracked =
+        |path: &str, route: MethodRouter<AppState>| route.layer(TrackLayer::new(metrics.clone(), path));
+    let admin = middleware::from_fn_with_state(state.clone(), admin::require_token);
     Router::new()
-        .route("/v1/policies", get(policies::all))
-        .route("/v1/policies/{service}", get(policies::one))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .nest("/admin", admin)
-        .route_layer(middleware::from_fn_with_state(state.clone(), track))
-        .fallback(not_found.layer(middleware::from_fn_with_state(state.clone(), track)))
+        .route("/v1/policies", tracked("/v1/policies", get(policies::all)))
+        .route(
+            "/v1/policies/{service}",
+            tracked("/v1/policies/{service}", get(policies::one)),
+        )
+        .route("/healthz", tracked("/healthz", get(healthz)))
+        .route("/readyz", tracked("/readyz", get(readyz)))
+        .route("/metrics", tracked("/metrics", get(metrics_text)))
+        .route(
+            "/admin/status",
+            tracked("/admin/status", get(admin::status).layer(admin.clone())),
+        )
+        .route(
+            "/admin/reload",
+            tracked("/admin/reload", post(admin::reload).layer(admin.clone())),
+        )
+        .route(
+            "/admin/validate",
+            tracked("/admin/validate", post(admin::validate).layer(admin)),
+        )
+        .fallback(not_found.layer(TrackLayer::new(state.metrics.clone(), "unmatched")))
         .method_not_allowed_fallback(
-            method_not_allowed.layer(middleware::from_fn_with_state(state.clone(), track)),
+            method_not_allowed.layer(TrackLayer::new(state.metrics.clone(), "unmatched")),
         )
         .layer(DefaultBodyLimit::max(state.limits.max_body_bytes))
         .with_state(state)
 }
 
-/// Records each matched request's route, status and duration.
-async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let start = Instant::now();
-    let path = request.extensions().get::<MatchedPath>().cloned();
-    let long_poll = request.uri().query().is_some_and(|q| q.contains("wait="));
-    let response = next.run(request).await;
-    let route = path.as_ref().map_or("unmatched", MatchedPath::as_str);
-    let seconds = start.elapsed().as_secs_f64();
-    if long_poll {
-        state
-            .metrics
-            .http_request(&format!("{route}?wait"), response.status(), seconds);
-    } else {
-        state.metrics.http_request(route, response.status(), seconds);
-    }
-    response
-}
-
-async fn not_found(State(state): State<AppState>, request: Request) -> ApiError {
-    state
-        .metrics
-        .http_request("unmatched", StatusCode::NOT_FOUND, 0.0);
+async fn not_found(request: Request) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
         format!("no route for {} {}", request.method(), request.uri().path()),
     )
 }
 
-async fn method_not_allowed(State(state): State<AppState>, request: Request) -> ApiError {
-    state
-        .metrics
-        .http_request("unmatched", StatusCode::METHOD_NOT_ALLOWED, 0.0);
+async fn method_not_allowed(request: Request) -> ApiError {
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
         format!("{} is not allowed on {}", request.method(), request.uri().path()),
@@ -142,7 +132,7 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Value>
     Ok(Json(json!({"status": "ready", "version": version})))
 }
 
-async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
     let content_type = HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
     ([(header::CONTENT_TYPE, content_type)], state.metrics.encode())
 }

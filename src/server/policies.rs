@@ -3,8 +3,10 @@
 
 use std::time::Duration;
 
+use axum::extract::FromRequestParts;
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use stormguard_core::policy::{check_service_name, parse_duration, GoDuration};
@@ -25,10 +27,10 @@ pub struct PolicyQuery {
 pub async fn all(
     State(state): State<AppState>,
     query: Result<Query<PolicyQuery>, axum::extract::rejection::QueryRejection>,
-    headers: HeaderMap,
+    IfNoneMatch(known): IfNoneMatch,
 ) -> Result<Response, ApiError> {
     let Query(query) = query?;
-    respond(&state, &query, &headers, |snapshot| snapshot.all.clone()).await
+    respond(&state, &query, known, |snapshot| snapshot.all.clone()).await
 }
 
 /// One service's resolved policy; the defaults, marked as such, for a service not in the file.
@@ -36,11 +38,11 @@ pub async fn one(
     State(state): State<AppState>,
     Path(service): Path<String>,
     query: Result<Query<PolicyQuery>, axum::extract::rejection::QueryRejection>,
-    headers: HeaderMap,
+    IfNoneMatch(known): IfNoneMatch,
 ) -> Result<Response, ApiError> {
     let Query(query) = query?;
     check_service_name(&service).map_err(|problem| ApiError::new(StatusCode::BAD_REQUEST, problem))?;
-    respond(&state, &query, &headers, |snapshot| {
+    respond(&state, &query, known, |snapshot| {
         snapshot.service(&service).clone()
     })
     .await
@@ -49,17 +51,12 @@ pub async fn one(
 async fn respond(
     state: &AppState,
     query: &PolicyQuery,
-    headers: &HeaderMap,
+    known: Option<HeaderValue>,
     pick: impl Fn(&PolicySnapshot) -> Served,
 ) -> Result<Response, ApiError> {
     let wait = parse_wait(query.wait.as_deref(), state.limits.max_wait)?;
-    // Subscribe before reading the snapshot, so that no swap in between is missed.
-    let mut changes = state.store.subscribe();
     let served = pick(&state.store.current());
-    let Some(known) = headers
-        .get(header::IF_NONE_MATCH)
-        .filter(|k| etag_matches(k, &served.etag))
-    else {
+    let Some(known) = known.filter(|k| etag_matches(k, &served.etag)) else {
         return Ok(fresh(served));
     };
     let Some(wait) = wait else {
@@ -72,6 +69,12 @@ async fn respond(
         )
         .retry_after(1 + rand::random::<u64>() % 5)
     })?;
+    // Subscribe, then look again: a swap just before subscribing is not missed.
+    let mut changes = state.store.subscribe();
+    let now = pick(&state.store.current());
+    if !etag_matches(&known, &now.etag) {
+        return Ok(fresh(now));
+    }
     let deadline = tokio::time::sleep(wait);
     tokio::pin!(deadline);
     let mut shutdown = state.shutdown.clone();
@@ -79,7 +82,7 @@ async fn respond(
         tokio::select! {
             changed = changes.changed() => {
                 let now = pick(&state.store.current());
-                if changed.is_err() || !etag_matches(known, &now.etag) {
+                if changed.is_err() || !etag_matches(&known, &now.etag) {
                     return Ok(fresh(now));
                 }
             }
@@ -88,6 +91,17 @@ async fn respond(
         }
     }
     Ok(not_modified(pick(&state.store.current())))
+}
+
+/// The `If-None-Match` header alone: extracting every header would copy them all.
+pub struct IfNoneMatch(Option<HeaderValue>);
+
+impl<S: Sync> FromRequestParts<S> for IfNoneMatch {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Self(parts.headers.get(header::IF_NONE_MATCH).cloned()))
+    }
 }
 
 fn parse_wait(wait: Option<&str>, max: Duration) -> Result<Option<Duration>, ApiError> {
