@@ -5,12 +5,12 @@ use std::path::Path;
 
 use stormguard_core::policy::{GoDuration, PolicyDocument, RetryPolicy};
 
-use crate::policy::{ContentHash, Diagnostic};
+use crate::policy::{ContentHash, Diagnostic, LoadLimits};
 use crate::reload::load_file;
 
 /// Checks `path`; returns the report and whether the file is valid.
-pub fn check(path: &Path, max_bytes: usize) -> (String, bool) {
-    match load_file(path, max_bytes) {
+pub fn check(path: &Path, limits: LoadLimits) -> (String, bool) {
+    match load_file(path, limits) {
         Ok((document, hash)) => (valid_report(path, &document, &hash), true),
         Err(errors) => (invalid_report(&errors), false),
     }
@@ -116,11 +116,10 @@ fn table(rows: &[Vec<String>]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::DEFAULT_MAX_POLICY_BYTES;
 
     #[test]
     fn valid_file_shows_a_row_per_service() {
-        let (report, valid) = check(Path::new("policies/retry-policy.yaml"), DEFAULT_MAX_POLICY_BYTES);
+        let (report, valid) = check(Path::new("policies/retry-policy.yaml"), LoadLimits::default());
         assert!(valid, "{report}");
         let payment = report.lines().find(|l| l.starts_with("payment-service")).unwrap();
         let cells: Vec<&str> = payment.split_whitespace().collect();
@@ -134,7 +133,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("bad.yaml");
         std::fs::write(&path, "defaults:\n  maxRetries: x\n  jitterFactor: 2\n").unwrap();
-        let (report, valid) = check(&path, DEFAULT_MAX_POLICY_BYTES);
+        let (report, valid) = check(&path, LoadLimits::default());
         assert!(!valid);
         assert!(
             report.contains(":2:15: defaults.maxRetries: expected a whole number"),

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use stormguard::policy::DEFAULT_MAX_POLICY_BYTES;
+use stormguard::policy::{LoadLimits, DEFAULT_MAX_FLOW_COLLECTIONS, DEFAULT_MAX_POLICY_BYTES};
 use stormguard::serve::ServeConfig;
 use stormguard::server::Limits;
 use stormguard::watch::WatchConfig;
@@ -55,9 +55,8 @@ struct ServeArgs {
     /// Largest request body in bytes.
     #[arg(long, default_value_t = 1 << 20)]
     max_body_bytes: usize,
-    /// Largest policy file in bytes (also for /admin/validate).
-    #[arg(long, default_value_t = DEFAULT_MAX_POLICY_BYTES)]
-    max_policy_bytes: usize,
+    #[command(flatten)]
+    policy_limits: PolicyLimits,
     /// Time a client has to send a request's headers.
     #[arg(long, default_value = "10s", value_parser = duration)]
     header_read_timeout: Duration,
@@ -74,9 +73,28 @@ struct CheckArgs {
     /// The policy file to check.
     #[arg(env = "STORMGUARD_POLICY", default_value = "policies/retry-policy.yaml")]
     path: PathBuf,
+    #[command(flatten)]
+    policy_limits: PolicyLimits,
+}
+
+/// Bounds on a policy file, for `serve` (also on `/admin/validate`) and `check`.
+#[derive(Args)]
+struct PolicyLimits {
     /// Largest policy file in bytes.
     #[arg(long, default_value_t = DEFAULT_MAX_POLICY_BYTES)]
     max_policy_bytes: usize,
+    /// Most flow collections ([ or {) in a policy file; deep nesting makes YAML parsing slow.
+    #[arg(long, default_value_t = DEFAULT_MAX_FLOW_COLLECTIONS)]
+    max_flow_collections: usize,
+}
+
+impl PolicyLimits {
+    fn load_limits(&self) -> LoadLimits {
+        LoadLimits {
+            max_bytes: self.max_policy_bytes,
+            max_flow_collections: self.max_flow_collections,
+        }
+    }
 }
 
 /// The daemon allocates and frees small buffers on every request; mimalloc
@@ -92,7 +110,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Check(args) => {
-            let (report, valid) = stormguard::check::check(&args.path, args.max_policy_bytes);
+            let (report, valid) = stormguard::check::check(&args.path, args.policy_limits.load_limits());
             if valid {
                 print!("{report}");
                 ExitCode::SUCCESS
@@ -126,7 +144,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         admin_token,
         limits: Limits {
             max_body_bytes: args.max_body_bytes,
-            max_policy_bytes: args.max_policy_bytes,
+            policy: args.policy_limits.load_limits(),
             max_wait: args.max_wait,
             max_long_polls: args.max_long_polls,
             header_read_timeout: args.header_read_timeout,

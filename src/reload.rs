@@ -10,7 +10,7 @@ use serde::Serialize;
 use stormguard_core::policy::PolicyDocument;
 
 use crate::metrics::DaemonMetrics;
-use crate::policy::{load_bytes, read_capped, ContentHash, Diagnostic};
+use crate::policy::{load_bytes, read_capped, ContentHash, Diagnostic, LoadLimits};
 use crate::snapshot::{PolicySnapshot, PolicyStore};
 
 /// What asked for a reload.
@@ -66,7 +66,7 @@ pub struct Reloader {
     store: Arc<PolicyStore>,
     metrics: Arc<DaemonMetrics>,
     path: PathBuf,
-    max_bytes: usize,
+    limits: LoadLimits,
     /// Held for a whole reload so reloads never interleave; remembers what was last tried.
     attempt: tokio::sync::Mutex<Option<Attempted>>,
     last: Mutex<LastReload>,
@@ -82,10 +82,10 @@ enum Attempted {
 /// Loads `path` for start-up: the document and its hash, or every error.
 pub fn load_file(
     path: &std::path::Path,
-    max_bytes: usize,
+    limits: LoadLimits,
 ) -> Result<(PolicyDocument, ContentHash), Vec<Diagnostic>> {
-    let bytes = read_capped(path, max_bytes).map_err(|d| vec![d])?;
-    let document = load_bytes(&path.display().to_string(), &bytes, max_bytes)?;
+    let bytes = read_capped(path, limits.max_bytes).map_err(|d| vec![d])?;
+    let document = load_bytes(&path.display().to_string(), &bytes, limits)?;
     Ok((document, ContentHash::of(&bytes)))
 }
 
@@ -95,7 +95,7 @@ impl Reloader {
         store: Arc<PolicyStore>,
         metrics: Arc<DaemonMetrics>,
         path: PathBuf,
-        max_bytes: usize,
+        limits: LoadLimits,
     ) -> Self {
         let hash = store.current().hash;
         metrics.policy_served(&hash);
@@ -104,7 +104,7 @@ impl Reloader {
             store,
             metrics,
             path,
-            max_bytes,
+            limits,
             attempt: tokio::sync::Mutex::new(Some(Attempted::Bytes(hash))),
             last: Mutex::new(LastReload {
                 result: "success",
@@ -128,7 +128,7 @@ impl Reloader {
     /// Reloads the file if it changed; see [`ReloadOutcome`].
     pub async fn reload(&self, trigger: Trigger) -> ReloadOutcome {
         let mut attempted = self.attempt.lock().await;
-        let (path, max_bytes) = (self.path.clone(), self.max_bytes);
+        let (path, max_bytes) = (self.path.clone(), self.limits.max_bytes);
         let read = tokio::task::spawn_blocking(move || read_capped(&path, max_bytes))
             .await
             .expect("reading the policy file does not panic");
@@ -155,8 +155,8 @@ impl Reloader {
         }
         *attempted = Some(Attempted::Bytes(hash));
         let name = self.path.display().to_string();
-        let max_bytes = self.max_bytes;
-        let loaded = tokio::task::spawn_blocking(move || load_bytes(&name, &bytes, max_bytes))
+        let limits = self.limits;
+        let loaded = tokio::task::spawn_blocking(move || load_bytes(&name, &bytes, limits))
             .await
             .expect("loading a policy does not panic");
         match loaded {
@@ -214,7 +214,6 @@ pub fn rfc3339(time: SystemTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::DEFAULT_MAX_POLICY_BYTES;
 
     struct Fixture {
         dir: tempfile::TempDir,
@@ -227,14 +226,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("policy.yaml");
         std::fs::write(&path, text).unwrap();
-        let (document, hash) = load_file(&path, DEFAULT_MAX_POLICY_BYTES).unwrap();
+        let (document, hash) = load_file(&path, LoadLimits::default()).unwrap();
         let store = Arc::new(PolicyStore::new(PolicySnapshot::new(
             document,
             hash,
             path.clone(),
         )));
         let metrics = Arc::new(DaemonMetrics::new());
-        let reloader = Reloader::new(store.clone(), metrics.clone(), path, DEFAULT_MAX_POLICY_BYTES);
+        let reloader = Reloader::new(store.clone(), metrics.clone(), path, LoadLimits::default());
         Fixture {
             dir,
             reloader,

@@ -59,8 +59,7 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
         None => None,
     };
     let file_watch = FileWatch::arm(&config.policy);
-    let (document, hash) =
-        load_file(&config.policy, config.limits.max_policy_bytes).map_err(ServeError::Policy)?;
+    let (document, hash) = load_file(&config.policy, config.limits.policy).map_err(ServeError::Policy)?;
     let store = Arc::new(PolicyStore::new(PolicySnapshot::new(
         document,
         hash,
@@ -71,7 +70,7 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
         store.clone(),
         metrics.clone(),
         config.policy.clone(),
-        config.limits.max_policy_bytes,
+        config.limits.policy,
     ));
     let bind_error = |e| ServeError::Bind(config.listen.clone(), e);
     let listener = std::net::TcpListener::bind(&config.listen).map_err(bind_error)?;

@@ -141,10 +141,10 @@ impl PolicyStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::{load_bytes, DEFAULT_MAX_POLICY_BYTES};
+    use crate::policy::{load_bytes, LoadLimits};
 
     fn snapshot(text: &str) -> PolicySnapshot {
-        let document = load_bytes("p.yaml", text.as_bytes(), DEFAULT_MAX_POLICY_BYTES).unwrap();
+        let document = load_bytes("p.yaml", text.as_bytes(), LoadLimits::default()).unwrap();
         PolicySnapshot::new(document, ContentHash::of(text.as_bytes()), "p.yaml".into())
     }
 

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::io::Read;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -13,8 +14,30 @@ use super::yaml;
 /// The default cap on a policy file's size: 1 MiB, as a ConfigMap's.
 pub const DEFAULT_MAX_POLICY_BYTES: usize = 1 << 20;
 
+/// Bounds on a policy file, so that no file can make loading slow or large.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadLimits {
+    /// Largest file, in bytes.
+    pub max_bytes: usize,
+    /// Most flow collections (`[` or `{`); see [`yaml::DEFAULT_MAX_FLOW_COLLECTIONS`].
+    pub max_flow_collections: usize,
+}
+
+impl Default for LoadLimits {
+    fn default() -> Self {
+        Self {
+            max_bytes: DEFAULT_MAX_POLICY_BYTES,
+            max_flow_collections: yaml::DEFAULT_MAX_FLOW_COLLECTIONS,
+        }
+    }
+}
+
 /// Errors beyond this many are summed up in one line; each costs a re-parse to locate.
 const MAX_REPORTED: usize = 100;
+
+/// Time spent locating errors at most: a file that is slow to parse (deep
+/// nesting) gets the rest of its errors without line and column, not a hang.
+const LOCATE_BUDGET: Duration = Duration::from_secs(1);
 
 /// One problem with a policy file, said so an operator can go straight to it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -109,11 +132,11 @@ fn too_large(file: &str, max_bytes: usize) -> Diagnostic {
 }
 
 /// Parses and validates a policy file's bytes; `file` names it in diagnostics.
-pub fn load_bytes(file: &str, bytes: &[u8], max_bytes: usize) -> Result<PolicyDocument, Vec<Diagnostic>> {
-    if bytes.len() > max_bytes {
-        return Err(vec![too_large(file, max_bytes)]);
+pub fn load_bytes(file: &str, bytes: &[u8], limits: LoadLimits) -> Result<PolicyDocument, Vec<Diagnostic>> {
+    if bytes.len() > limits.max_bytes {
+        return Err(vec![too_large(file, limits.max_bytes)]);
     }
-    let root = yaml::parse(bytes).map_err(|e| {
+    let root = yaml::parse(bytes, limits.max_flow_collections).map_err(|e| {
         vec![Diagnostic {
             file: file.to_owned(),
             line: e.position.map(|p| p.line),
@@ -127,11 +150,14 @@ pub fn load_bytes(file: &str, bytes: &[u8], max_bytes: usize) -> Result<PolicyDo
 
 fn diagnose(file: &str, bytes: &[u8], errors: Vec<PolicyError>) -> Vec<Diagnostic> {
     let total = errors.len();
+    let deadline = Instant::now() + LOCATE_BUDGET;
     let mut out: Vec<Diagnostic> = errors
         .into_iter()
         .take(MAX_REPORTED)
         .map(|error| {
-            let position = yaml::locate(bytes, &error.path, error.target);
+            let position = (Instant::now() < deadline)
+                .then(|| yaml::locate(bytes, &error.path, error.target))
+                .flatten();
             Diagnostic {
                 file: file.to_owned(),
                 line: position.map(|p| p.line),
@@ -156,7 +182,7 @@ mod tests {
     use super::*;
 
     fn errors(text: &str) -> Vec<String> {
-        load_bytes("p.yaml", text.as_bytes(), DEFAULT_MAX_POLICY_BYTES)
+        load_bytes("p.yaml", text.as_bytes(), LoadLimits::default())
             .unwrap_err()
             .iter()
             .map(|d| d.to_string())
@@ -166,7 +192,7 @@ mod tests {
     #[test]
     fn seed_configmap_loads() {
         let text = include_str!("../../policies/retry-policy.yaml");
-        let document = load_bytes("retry-policy.yaml", text.as_bytes(), DEFAULT_MAX_POLICY_BYTES).unwrap();
+        let document = load_bytes("retry-policy.yaml", text.as_bytes(), LoadLimits::default()).unwrap();
         assert_eq!(document.services.len(), 3);
         assert_eq!(document.resolve("payment-service").policy.max_retries, 2);
     }
@@ -201,7 +227,11 @@ services:
 
     #[test]
     fn size_cap_is_named() {
-        let error = load_bytes("p.yaml", &[b' '; 11], 10).unwrap_err();
+        let limits = LoadLimits {
+            max_bytes: 10,
+            ..LoadLimits::default()
+        };
+        let error = load_bytes("p.yaml", &[b' '; 11], limits).unwrap_err();
         assert!(error[0].message.contains("--max-policy-bytes"));
     }
 

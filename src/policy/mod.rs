@@ -6,4 +6,5 @@
 mod load;
 mod yaml;
 
-pub use load::{load_bytes, read_capped, ContentHash, Diagnostic, DEFAULT_MAX_POLICY_BYTES};
+pub use load::{load_bytes, read_capped, ContentHash, Diagnostic, LoadLimits, DEFAULT_MAX_POLICY_BYTES};
+pub use yaml::DEFAULT_MAX_FLOW_COLLECTIONS;

@@ -102,7 +102,7 @@ pub async fn validate(
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let body = body?;
-    match load_bytes("request body", &body, state.limits.max_policy_bytes) {
+    match load_bytes("request body", &body, state.limits.policy) {
         Ok(document) => Ok(Json(json!({
             "valid": true,
             "version": format!("sha256:{}", ContentHash::of(&body).hex()),

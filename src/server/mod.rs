@@ -28,6 +28,7 @@ pub use admin::AdminToken;
 pub use error::ApiError;
 
 use crate::metrics::DaemonMetrics;
+use crate::policy::LoadLimits;
 use crate::reload::Reloader;
 use crate::snapshot::PolicyStore;
 use track::TrackLayer;
@@ -37,8 +38,8 @@ use track::TrackLayer;
 pub struct Limits {
     /// Largest request body.
     pub max_body_bytes: usize,
-    /// Largest policy file (and body of `/admin/validate`).
-    pub max_policy_bytes: usize,
+    /// Bounds on a policy file (and on the body of `/admin/validate`).
+    pub policy: LoadLimits,
     /// Longest `?wait=` of a long-poll.
     pub max_wait: Duration,
     /// Long-polls waiting at once.
