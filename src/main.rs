@@ -60,6 +60,9 @@ struct ServeArgs {
     /// Time a client has to send a request's headers.
     #[arg(long, default_value = "10s", value_parser = duration)]
     header_read_timeout: Duration,
+    /// Time a client has to send a request's body, once its headers are in.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    body_read_timeout: Duration,
     /// How long requests in flight may take to finish after SIGTERM.
     #[arg(long, default_value = "10s", value_parser = duration)]
     shutdown_grace: Duration,
@@ -148,6 +151,7 @@ fn serve(args: ServeArgs) -> ExitCode {
             max_wait: args.max_wait,
             max_long_polls: args.max_long_polls,
             header_read_timeout: args.header_read_timeout,
+            body_read_timeout: args.body_read_timeout,
         },
         watch: WatchConfig {
             debounce: args.debounce,

@@ -583,3 +583,44 @@ fn check_exits_0_for_valid_and_1_for_invalid() {
     assert_eq!(invalid.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&invalid.stderr).contains("duplicate entry with key \"maxRetries\""));
 }
+
+#[tokio::test]
+async fn slow_clients_are_cut_off_and_the_daemon_keeps_serving() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = ConfigMapDir::new(SEED_POLICY);
+    let daemon = Daemon::start(
+        &dir.policy(),
+        &["--header-read-timeout", "300ms", "--body-read-timeout", "300ms"],
+    );
+    let address = daemon.base.trim_start_matches("http://").to_owned();
+
+    // Headers that never end (slowloris): the connection is closed.
+    let mut slow_headers = tokio::net::TcpStream::connect(&address).await.unwrap();
+    slow_headers
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(3), slow_headers.read_to_end(&mut answer)).await;
+    assert!(
+        read.is_ok(),
+        "the connection was not closed after the header-read timeout"
+    );
+
+    // A body that trickles: 408 with a JSON error naming the flag.
+    let mut slow_body = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let head = format!(
+        "POST /admin/validate HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: 100\r\n\r\ndefaults:"
+    );
+    slow_body.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = vec![0; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(3), slow_body.read(&mut answer))
+        .await
+        .expect("no answer to a trickled body")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("--body-read-timeout"), "{answer}");
+
+    assert_eq!(max_retries(&daemon, "payment-service").await, 2);
+}

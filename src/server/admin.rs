@@ -5,11 +5,11 @@ use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use bytes::Bytes;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use super::body::LimitedBody;
 use super::error::ApiError;
 use super::AppState;
 use crate::policy::{load_bytes, ContentHash};
@@ -99,9 +99,8 @@ pub async fn reload(State(state): State<AppState>) -> Result<Json<serde_json::Va
 /// `POST /admin/validate`: a dry run of the posted YAML, with the same errors as `check`.
 pub async fn validate(
     State(state): State<AppState>,
-    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+    LimitedBody(body): LimitedBody,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let body = body?;
     match load_bytes("request body", &body, state.limits.policy) {
         Ok(document) => Ok(Json(json!({
             "valid": true,

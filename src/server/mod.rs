@@ -1,6 +1,7 @@
 //! The HTTP server: routes, shared state, and the connection loop.
 
 mod admin;
+mod body;
 mod error;
 mod policies;
 mod track;
@@ -46,6 +47,8 @@ pub struct Limits {
     pub max_long_polls: usize,
     /// Time a client has to send a request's headers.
     pub header_read_timeout: Duration,
+    /// Time a client has to send a request's body, once its headers are in.
+    pub body_read_timeout: Duration,
 }
 
 /// What every handler shares; cloned per request, so one `Arc`.
