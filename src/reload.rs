@@ -2,14 +2,14 @@
 //! snapshot changes only when a new file is proven good; a bad file leaves
 //! the last good policy serving and its errors in the status and metrics.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use stormguard_core::policy::PolicyDocument;
 
-use crate::metrics::DaemonMetrics;
+use crate::metrics::{DaemonMetrics, RELOAD_FAILURE, RELOAD_SUCCESS};
 use crate::policy::{load_bytes, read_capped, ContentHash, Diagnostic, LoadLimits};
 use crate::snapshot::{PolicySnapshot, PolicyStore};
 
@@ -67,23 +67,27 @@ pub struct Reloader {
     metrics: Arc<DaemonMetrics>,
     path: PathBuf,
     limits: LoadLimits,
-    /// Held for a whole reload so reloads never interleave; remembers what was last tried.
-    attempt: tokio::sync::Mutex<Option<Attempted>>,
+    /// Held for a whole reload so reloads never interleave.
+    attempt: tokio::sync::Mutex<Attempt>,
     last: Mutex<LastReload>,
 }
 
-/// What the last attempt read: bytes (by hash) or a read error.
+/// The last input a reload finished with, and whether it loaded.
+#[derive(Debug)]
+struct Attempt {
+    read: Read,
+    ok: bool,
+}
+
+/// What a reload read: bytes (by hash), or why it could not.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Attempted {
+enum Read {
     Bytes(ContentHash),
     Unreadable(String),
 }
 
 /// Loads `path` for start-up: the document and its hash, or every error.
-pub fn load_file(
-    path: &std::path::Path,
-    limits: LoadLimits,
-) -> Result<(PolicyDocument, ContentHash), Vec<Diagnostic>> {
+pub fn load_file(path: &Path, limits: LoadLimits) -> Result<(PolicyDocument, ContentHash), Vec<Diagnostic>> {
     let bytes = read_capped(path, limits.max_bytes).map_err(|d| vec![d])?;
     let document = load_bytes(&path.display().to_string(), &bytes, limits)?;
     Ok((document, ContentHash::of(&bytes)))
@@ -105,9 +109,12 @@ impl Reloader {
             metrics,
             path,
             limits,
-            attempt: tokio::sync::Mutex::new(Some(Attempted::Bytes(hash))),
+            attempt: tokio::sync::Mutex::new(Attempt {
+                read: Read::Bytes(hash),
+                ok: true,
+            }),
             last: Mutex::new(LastReload {
-                result: "success",
+                result: RELOAD_SUCCESS,
                 at: rfc3339(SystemTime::now()),
                 trigger: Trigger::Startup,
                 errors: Vec::new(),
@@ -116,7 +123,7 @@ impl Reloader {
     }
 
     /// The policy file's path.
-    pub fn path(&self) -> &std::path::Path {
+    pub fn path(&self) -> &Path {
         &self.path
     }
 
@@ -126,53 +133,45 @@ impl Reloader {
     }
 
     /// Reloads the file if it changed; see [`ReloadOutcome`].
+    ///
+    /// The attempt is recorded only once it has an outcome, so a reload
+    /// abandoned half-way (its caller went away) is simply tried again.
     pub async fn reload(&self, trigger: Trigger) -> ReloadOutcome {
-        let mut attempted = self.attempt.lock().await;
-        let (path, max_bytes) = (self.path.clone(), self.limits.max_bytes);
-        let read = tokio::task::spawn_blocking(move || read_capped(&path, max_bytes))
-            .await
-            .expect("reading the policy file does not panic");
-        let bytes = match read {
-            Ok(bytes) => bytes,
-            Err(diagnostic) => {
-                let this = Attempted::Unreadable(diagnostic.message.clone());
-                if trigger.is_automatic() && attempted.as_ref() == Some(&this) {
-                    return ReloadOutcome::Unchanged;
-                }
-                *attempted = Some(this);
-                return self.failed(trigger, vec![diagnostic]);
-            }
-        };
-        let hash = ContentHash::of(&bytes);
-        let repeat = attempted.as_ref() == Some(&Attempted::Bytes(hash));
-        let last_failed = self.last().result == "failure";
-        if hash == self.store.current().hash && !last_failed {
-            *attempted = Some(Attempted::Bytes(hash));
-            return ReloadOutcome::Unchanged;
-        }
-        if trigger.is_automatic() && repeat {
-            return ReloadOutcome::Unchanged;
-        }
-        *attempted = Some(Attempted::Bytes(hash));
-        let name = self.path.display().to_string();
-        let limits = self.limits;
-        let loaded = tokio::task::spawn_blocking(move || load_bytes(&name, &bytes, limits))
+        let mut attempt = self.attempt.lock().await;
+        let (path, limits) = (self.path.clone(), self.limits);
+        let loaded = tokio::task::spawn_blocking(move || prepare(&path, limits))
             .await
             .expect("loading a policy does not panic");
-        match loaded {
-            Ok(document) => self.apply(trigger, document, hash),
-            Err(diagnostics) => self.failed(trigger, diagnostics),
+        let (read, result) = match loaded {
+            Prepared::Unreadable(diagnostic) => (
+                Read::Unreadable(diagnostic.message.clone()),
+                Err(vec![diagnostic]),
+            ),
+            Prepared::Loaded(hash, result) => (Read::Bytes(hash), result),
+        };
+        let nothing_new = read == attempt.read && (attempt.ok || trigger.is_automatic());
+        if nothing_new {
+            return ReloadOutcome::Unchanged;
         }
+        let outcome = match result {
+            Ok(snapshot) => self.apply(trigger, *snapshot),
+            Err(diagnostics) => self.failed(trigger, diagnostics),
+        };
+        *attempt = Attempt {
+            ok: matches!(outcome, ReloadOutcome::Applied(_)),
+            read,
+        };
+        outcome
     }
 
-    fn apply(&self, trigger: Trigger, document: PolicyDocument, hash: ContentHash) -> ReloadOutcome {
+    fn apply(&self, trigger: Trigger, snapshot: PolicySnapshot) -> ReloadOutcome {
+        let hash = snapshot.hash;
         if hash != self.store.current().hash {
-            self.store
-                .swap(PolicySnapshot::new(document, hash, self.path.clone()));
+            self.store.swap(snapshot);
         }
         self.metrics.policy_served(&hash);
         self.record(trigger, Vec::new());
-        tracing::info!(?trigger, version = %hash.hex(), "policy reloaded");
+        tracing::info!(?trigger, version = %hash, "policy reloaded");
         ReloadOutcome::Applied(hash)
     }
 
@@ -191,12 +190,29 @@ impl Reloader {
         let success = errors.is_empty();
         self.metrics.reload_attempted(success, unix_now());
         *self.last.lock().expect("status lock") = LastReload {
-            result: if success { "success" } else { "failure" },
+            result: if success { RELOAD_SUCCESS } else { RELOAD_FAILURE },
             at: rfc3339(SystemTime::now()),
             trigger,
             errors,
         };
     }
+}
+
+/// A reload's blocking part: read, parse, validate, and prepare every body.
+enum Prepared {
+    Unreadable(Diagnostic),
+    Loaded(ContentHash, Result<Box<PolicySnapshot>, Vec<Diagnostic>>),
+}
+
+fn prepare(path: &Path, limits: LoadLimits) -> Prepared {
+    let bytes = match read_capped(path, limits.max_bytes) {
+        Ok(bytes) => bytes,
+        Err(diagnostic) => return Prepared::Unreadable(diagnostic),
+    };
+    let hash = ContentHash::of(&bytes);
+    let snapshot = load_bytes(&path.display().to_string(), &bytes, limits)
+        .map(|document| Box::new(PolicySnapshot::new(document, hash, path.to_path_buf())));
+    Prepared::Loaded(hash, snapshot)
 }
 
 fn unix_now() -> f64 {
@@ -214,6 +230,7 @@ pub fn rfc3339(time: SystemTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::future::Future;
 
     struct Fixture {
         dir: tempfile::TempDir,
@@ -282,6 +299,43 @@ mod tests {
             f.exposition().contains("stormguard_policy_last_reload_success 1"),
             "back to the served file"
         );
+    }
+
+    #[tokio::test]
+    async fn a_new_good_file_after_a_bad_one_is_served() {
+        let f = fixture("defaults: {maxRetries: 1}\n");
+        f.write("defaults: {maxRetries: [}\n");
+        assert!(matches!(
+            f.reloader.reload(Trigger::Watch).await,
+            ReloadOutcome::Failed(_)
+        ));
+        f.write("defaults: {maxRetries: 4}\n");
+        assert!(matches!(
+            f.reloader.reload(Trigger::Recheck).await,
+            ReloadOutcome::Applied(_)
+        ));
+        assert_eq!(f.max_retries(), 4);
+        assert_eq!(f.reloader.last().result, "success");
+        assert_eq!(f.reloader.reload(Trigger::Admin).await, ReloadOutcome::Unchanged);
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_reload_is_tried_again() {
+        let f = fixture("defaults: {maxRetries: 1}\n");
+        f.write("defaults: {maxRetries: 2}\n");
+        // The caller goes away mid-load, e.g. an admin client that disconnects.
+        let mut abandoned = Box::pin(f.reloader.reload(Trigger::Admin));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(
+            abandoned.as_mut().poll(&mut cx).is_pending(),
+            "the load runs on the blocking pool"
+        );
+        drop(abandoned);
+        assert!(matches!(
+            f.reloader.reload(Trigger::Watch).await,
+            ReloadOutcome::Applied(_)
+        ));
+        assert_eq!(f.max_retries(), 2);
     }
 
     #[tokio::test]

@@ -108,7 +108,7 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
         tokio::spawn(reload_on_sighup(reloader));
         tracing::info!(
             policy = %config.policy.display(),
-            version = %hash.hex(),
+            version = %hash,
             workers = workers.len(),
             "serving on http://{address}"
         );

@@ -33,7 +33,7 @@ impl Served {
     fn json(value: &impl Serialize) -> Self {
         let body = serde_json::to_vec(value).expect("policy JSON has string keys and finite numbers");
         let digest = Sha256::digest(&body);
-        let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+        let hex = crate::policy::hex(&digest[..16]);
         Self {
             etag: HeaderValue::from_str(&format!("\"{hex}\"")).expect("hex is a valid header"),
             body: Bytes::from(body),
@@ -78,7 +78,7 @@ impl PolicySnapshot {
             .collect();
         let defaults = document.defaults_policy();
         let all = Served::json(&AllPolicies {
-            version: format!("sha256:{}", hash.hex()),
+            version: hash.to_string(),
             gateway_retries: document.gateway_retries,
             defaults: &defaults,
             services: &resolved,

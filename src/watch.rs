@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use notify::event::{AccessKind, AccessMode};
+use notify::event::{AccessKind, AccessMode, CreateKind, ModifyKind};
 use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
-use tokio::sync::{mpsc, watch};
-use tokio::time::{timeout, Instant, MissedTickBehavior};
+use tokio::sync::{watch, Notify};
+use tokio::time::{sleep_until, timeout, Instant, MissedTickBehavior};
 
 use crate::reload::{Reloader, Trigger};
 
@@ -24,8 +24,31 @@ pub struct WatchConfig {
     /// Quiet time after the last event before reloading; a burst of events is
     /// waited out for at most four times this.
     pub debounce: Duration,
-    /// Interval of the periodic re-check.
+    /// Interval of the periodic re-check, which also re-arms the watch.
     pub recheck: Duration,
+}
+
+/// How long a file being written in place may go without being closed before
+/// it is read anyway (a writer that keeps it open, a symlink just created).
+const WRITE_SETTLE: Duration = Duration::from_secs(1);
+
+/// What a file event asks of the watcher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Relevance {
+    /// Nothing the policy path reads changed.
+    Ignore,
+    /// The path may read differently now: reload after the debounce.
+    Reload,
+    /// The file is being written in place: reload when the writer closes it,
+    /// so that a half-written file (often valid YAML) is never served.
+    AwaitClose,
+}
+
+/// Signals from the watcher thread, coalesced: many events, one wake-up.
+#[derive(Default)]
+struct Signals {
+    reload: Notify,
+    writing: Notify,
 }
 
 /// A watch on a policy file's directory, armed before the file is first
@@ -33,8 +56,8 @@ pub struct WatchConfig {
 pub struct FileWatch {
     dir: PathBuf,
     watcher: Option<RecommendedWatcher>,
-    armed: Option<DirId>,
-    events: mpsc::Receiver<()>,
+    armed: bool,
+    signals: Arc<Signals>,
 }
 
 impl FileWatch {
@@ -42,21 +65,22 @@ impl FileWatch {
     /// available, the periodic re-check is all there is, and a warning says so.
     pub fn arm(path: &Path) -> Self {
         let dir = directory_of(path);
-        let (tx, events) = mpsc::channel(1);
-        let mut watcher = match new_watcher(path, tx) {
+        let signals = Arc::new(Signals::default());
+        let watcher = match new_watcher(path, signals.clone()) {
             Ok(watcher) => Some(watcher),
             Err(e) => {
                 tracing::warn!("cannot watch for file events ({e}); relying on the periodic re-check");
                 None
             }
         };
-        let armed = arm(watcher.as_mut(), &dir, None);
-        Self {
+        let mut this = Self {
             dir,
             watcher,
-            armed,
-            events,
-        }
+            armed: true,
+            signals,
+        };
+        this.rearm();
+        this
     }
 
     /// Reloads on every change until `shutdown` turns true.
@@ -68,18 +92,54 @@ impl FileWatch {
     ) {
         let mut recheck = tokio::time::interval_at(Instant::now() + config.recheck, config.recheck);
         recheck.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut settle: Option<Instant> = None;
         loop {
+            let settled = async {
+                match settle {
+                    Some(deadline) => sleep_until(deadline).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
-                Some(()) = self.events.recv() => {
-                    debounce(&mut self.events, config.debounce).await;
+                () = self.signals.reload.notified() => {
+                    debounce(&self.signals.reload, config.debounce).await;
+                    settle = None;
+                    reloader.reload(Trigger::Watch).await;
+                }
+                () = self.signals.writing.notified() => {
+                    settle.get_or_insert(Instant::now() + WRITE_SETTLE);
+                }
+                () = settled => {
+                    settle = None;
                     reloader.reload(Trigger::Watch).await;
                 }
                 _ = recheck.tick() => {
-                    self.armed = arm(self.watcher.as_mut(), &self.dir, self.armed);
+                    self.rearm();
                     reloader.reload(Trigger::Recheck).await;
                 }
                 () = crate::serve::shutting_down(&mut shutdown) => return,
             }
+        }
+    }
+
+    /// Watches the directory afresh. Cheap, and robust where checking would
+    /// not be: a directory removed and re-created may even reuse its inode.
+    fn rearm(&mut self) {
+        let Some(watcher) = self.watcher.as_mut() else {
+            return;
+        };
+        let _ = watcher.unwatch(&self.dir);
+        match watcher.watch(&self.dir, RecursiveMode::NonRecursive) {
+            Ok(()) if !self.armed => {
+                tracing::info!(dir = %self.dir.display(), "watching the policy directory again");
+                self.armed = true;
+            }
+            Ok(()) => {}
+            Err(e) if self.armed => {
+                tracing::warn!(dir = %self.dir.display(), "cannot watch the policy directory ({e}); will retry");
+                self.armed = false;
+            }
+            Err(_) => {}
         }
     }
 }
@@ -92,69 +152,50 @@ fn directory_of(path: &Path) -> PathBuf {
     }
 }
 
-fn new_watcher(path: &Path, tx: mpsc::Sender<()>) -> notify::Result<RecommendedWatcher> {
+fn new_watcher(path: &Path, signals: Arc<Signals>) -> notify::Result<RecommendedWatcher> {
     let file_name = path.file_name().map(OsString::from).unwrap_or_default();
     notify::recommended_watcher(move |event: notify::Result<Event>| match event {
-        Ok(event) if is_relevant(&event, &file_name) => {
-            // A full channel already holds a pending signal; one is enough.
-            let _ = tx.try_send(());
+        Ok(event) => match classify(&event, &file_name) {
+            Relevance::Reload => signals.reload.notify_one(),
+            Relevance::AwaitClose => signals.writing.notify_one(),
+            Relevance::Ignore => {}
+        },
+        Err(e) => {
+            tracing::warn!("file watch error: {e}");
+            signals.reload.notify_one();
         }
-        Ok(_) => {}
-        Err(e) => tracing::warn!("file watch error: {e}"),
     })
 }
 
-/// Events that may change what the policy path reads: the file itself, and
-/// kubelet's `..data` / `..<timestamp>` entries. Reads and opens are not.
-fn is_relevant(event: &Event, file_name: &OsString) -> bool {
-    let read_only = matches!(
-        event.kind,
-        EventKind::Access(AccessKind::Open(_) | AccessKind::Read | AccessKind::Close(AccessMode::Read))
-    );
-    !read_only
-        && event.paths.iter().any(|p| match p.file_name() {
-            Some(name) => name == file_name || name.to_string_lossy().starts_with(".."),
-            None => true,
-        })
+/// What `event` means for the file named `file_name`. Kubelet's `..data` and
+/// `..<timestamp>` entries count as the file: they are what its symlink reads.
+fn classify(event: &Event, file_name: &OsString) -> Relevance {
+    if event.need_rescan() || event.paths.is_empty() {
+        return Relevance::Reload; // the kernel's queue overflowed: anything may have changed
+    }
+    let concerns_file = event.paths.iter().any(|p| match p.file_name() {
+        Some(name) => name == file_name || name.to_string_lossy().starts_with(".."),
+        None => true,
+    });
+    if !concerns_file {
+        return Relevance::Ignore;
+    }
+    match event.kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => Relevance::Reload,
+        EventKind::Access(_) => Relevance::Ignore,
+        EventKind::Create(CreateKind::File) | EventKind::Modify(ModifyKind::Data(_) | ModifyKind::Any) => {
+            Relevance::AwaitClose
+        }
+        _ => Relevance::Reload,
+    }
 }
 
-/// Waits until no event has come for `quiet`, or `4 × quiet` in all.
-async fn debounce(events: &mut mpsc::Receiver<()>, quiet: Duration) {
+/// Waits until no signal has come for `quiet`, or `4 × quiet` in all.
+async fn debounce(signal: &Notify, quiet: Duration) {
     let give_up = Instant::now() + quiet * 4;
     while Instant::now() < give_up {
-        match timeout(quiet, events.recv()).await {
-            Ok(Some(())) => continue,
-            Ok(None) | Err(_) => return,
-        }
-    }
-}
-
-/// The identity of a directory, to notice when it is replaced.
-type DirId = (u64, u64);
-
-fn dir_id(dir: &Path) -> Option<DirId> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
-}
-
-/// (Re)arms the watch when the directory is not the one watched; returns
-/// the identity now watched.
-fn arm(watcher: Option<&mut RecommendedWatcher>, dir: &Path, armed: Option<DirId>) -> Option<DirId> {
-    let current = dir_id(dir);
-    let Some(watcher) = watcher else { return current };
-    if current == armed {
-        return armed;
-    }
-    let _ = watcher.unwatch(dir);
-    if current.is_none() {
-        tracing::warn!(dir = %dir.display(), "policy directory is missing; will watch it again when it returns");
-        return None;
-    }
-    match watcher.watch(dir, RecursiveMode::NonRecursive) {
-        Ok(()) => current,
-        Err(e) => {
-            tracing::warn!(dir = %dir.display(), "cannot watch policy directory: {e}");
-            None
+        if timeout(quiet, signal.notified()).await.is_err() {
+            return;
         }
     }
 }
@@ -162,7 +203,7 @@ fn arm(watcher: Option<&mut RecommendedWatcher>, dir: &Path, armed: Option<DirId
 #[cfg(test)]
 mod tests {
     use super::*;
-    use notify::event::{CreateKind, ModifyKind, RenameMode};
+    use notify::event::{DataChange, Flag, RenameMode};
 
     fn event(kind: EventKind, paths: &[&str]) -> Event {
         Event {
@@ -173,26 +214,42 @@ mod tests {
     }
 
     #[test]
-    fn relevant_events_are_the_file_and_kubelet_entries() {
+    fn events_are_classified_by_what_they_mean_for_the_file() {
         let name = OsString::from("retry-policy.yaml");
+        let class = |kind, paths: &[&str]| classify(&event(kind, paths), &name);
         let rename = EventKind::Modify(ModifyKind::Name(RenameMode::Both));
-        assert!(is_relevant(
-            &event(rename, &["/c/..data_tmp", "/c/..data"]),
-            &name
-        ));
-        assert!(is_relevant(
-            &event(rename, &["/c/.x.swp", "/c/retry-policy.yaml"]),
-            &name
-        ));
-        let write = EventKind::Modify(ModifyKind::Any);
-        assert!(is_relevant(&event(write, &["/c/retry-policy.yaml"]), &name));
-        assert!(!is_relevant(&event(write, &["/c/other.yaml"]), &name));
-        assert!(!is_relevant(
-            &event(EventKind::Create(CreateKind::File), &["/c/4913"]),
-            &name
-        ));
+        assert_eq!(
+            class(rename, &["/c/..data_tmp", "/c/..data"]),
+            Relevance::Reload,
+            "kubelet swap"
+        );
+        assert_eq!(
+            class(rename, &["/c/.x.swp", "/c/retry-policy.yaml"]),
+            Relevance::Reload,
+            "rename-over"
+        );
+        let write = EventKind::Modify(ModifyKind::Data(DataChange::Any));
+        assert_eq!(
+            class(write, &["/c/retry-policy.yaml"]),
+            Relevance::AwaitClose,
+            "write in progress"
+        );
+        let closed = EventKind::Access(AccessKind::Close(AccessMode::Write));
+        assert_eq!(
+            class(closed, &["/c/retry-policy.yaml"]),
+            Relevance::Reload,
+            "writer done"
+        );
+        assert_eq!(class(write, &["/c/other.yaml"]), Relevance::Ignore);
+        assert_eq!(
+            class(EventKind::Create(CreateKind::File), &["/c/4913"]),
+            Relevance::Ignore
+        );
         let read = EventKind::Access(AccessKind::Close(AccessMode::Read));
-        assert!(!is_relevant(&event(read, &["/c/retry-policy.yaml"]), &name));
+        assert_eq!(class(read, &["/c/retry-policy.yaml"]), Relevance::Ignore);
+        let mut overflow = event(EventKind::Other, &[]);
+        overflow.attrs.set_flag(Flag::Rescan);
+        assert_eq!(classify(&overflow, &name), Relevance::Reload, "queue overflow");
     }
 
     #[test]
@@ -206,20 +263,23 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn debounce_waits_out_a_burst_but_not_forever() {
-        let (tx, mut rx) = mpsc::channel(1);
+        let signal = Arc::new(Notify::new());
         let start = Instant::now();
-        let sender = tokio::spawn(async move {
-            for _ in 0..100 {
-                let _ = tx.send(()).await;
-                tokio::time::sleep(Duration::from_millis(10)).await;
+        let sender = tokio::spawn({
+            let signal = signal.clone();
+            async move {
+                for _ in 0..100 {
+                    signal.notify_one();
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
             }
         });
-        debounce(&mut rx, Duration::from_millis(50)).await;
+        debounce(&signal, Duration::from_millis(50)).await;
         assert_eq!(start.elapsed(), Duration::from_millis(200), "capped at 4 × quiet");
         sender.abort();
-        let (_tx, mut quiet_rx) = mpsc::channel::<()>(1);
+        let quiet = Notify::new();
         let start = Instant::now();
-        debounce(&mut quiet_rx, Duration::from_millis(50)).await;
+        debounce(&quiet, Duration::from_millis(50)).await;
         assert_eq!(start.elapsed(), Duration::from_millis(50));
     }
 }

@@ -438,6 +438,43 @@ async fn editor_rename_and_truncate_then_write_are_both_picked_up() {
 }
 
 #[tokio::test]
+async fn a_slow_in_place_write_is_served_only_once_complete() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.yaml");
+    std::fs::write(
+        &path,
+        "defaults: {maxRetries: 1}\nservices:\n  a: {maxRetries: 5}\n",
+    )
+    .unwrap();
+    let daemon = Daemon::start(&path, WATCH_ONLY);
+
+    let mut file = std::fs::File::create(&path).unwrap(); // truncates
+                                                          // This prefix is valid YAML on its own: served, it would drop service `a`.
+    file.write_all(b"defaults: {maxRetries: 1}\n").unwrap();
+    file.flush().unwrap();
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(
+            max_retries(&daemon, "a").await,
+            5,
+            "a half-written file was served"
+        );
+    }
+    file.write_all(b"services:\n  a: {maxRetries: 7}\n").unwrap();
+    drop(file);
+    let done = eventually(Duration::from_secs(2), || async {
+        (max_retries(&daemon, "a").await == 7).then_some(())
+    });
+    assert!(done.await.is_some(), "log:\n{}", daemon.log());
+    let text = metrics(&daemon).await;
+    assert_eq!(
+        sample(&text, "stormguard_policy_reloads_total{result=\"failure\"}"),
+        Some(0.0)
+    );
+}
+
+#[tokio::test]
 async fn watch_recovers_when_the_directory_is_removed_and_comes_back() {
     let parent = tempfile::tempdir().unwrap();
     let dir = parent.path().join("config");
@@ -461,7 +498,7 @@ async fn watch_recovers_when_the_directory_is_removed_and_comes_back() {
     .await;
     assert!(back.is_some(), "log:\n{}", daemon.log());
 
-    // Once re-armed, the watch itself delivers the next change, well before a re-check.
+    // Changes keep arriving after the recovery.
     std::fs::write(&path, "defaults: {maxRetries: 6}\n").unwrap();
     let again = eventually(Duration::from_secs(3), || async {
         (max_retries(&daemon, "any").await == 6).then_some(())

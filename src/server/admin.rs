@@ -68,7 +68,7 @@ pub async fn require_token(State(state): State<AppState>, request: Request, next
 pub async fn status(State(state): State<AppState>) -> Json<serde_json::Value> {
     let snapshot = state.store.current();
     Json(json!({
-        "version": format!("sha256:{}", snapshot.hash.hex()),
+        "version": snapshot.hash.to_string(),
         "versionNumber": snapshot.hash.version_number(),
         "loadedAt": rfc3339(snapshot.loaded_at),
         "source": snapshot.source.display().to_string(),
@@ -82,11 +82,11 @@ pub async fn reload(State(state): State<AppState>) -> Result<Json<serde_json::Va
     match state.reloader.reload(Trigger::Admin).await {
         ReloadOutcome::Applied(hash) => Ok(Json(json!({
             "result": "applied",
-            "version": format!("sha256:{}", hash.hex()),
+            "version": hash.to_string(),
         }))),
         ReloadOutcome::Unchanged => Ok(Json(json!({
             "result": "unchanged",
-            "version": format!("sha256:{}", state.store.current().hash.hex()),
+            "version": state.store.current().hash.to_string(),
         }))),
         ReloadOutcome::Failed(errors) => Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -104,7 +104,7 @@ pub async fn validate(
     match load_bytes("request body", &body, state.limits.policy) {
         Ok(document) => Ok(Json(json!({
             "valid": true,
-            "version": format!("sha256:{}", ContentHash::of(&body).hex()),
+            "version": ContentHash::of(&body).to_string(),
             "services": document.services.keys().collect::<Vec<_>>(),
         }))),
         Err(errors) => Err(

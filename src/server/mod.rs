@@ -132,7 +132,7 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Value>
     if *state.shutdown.borrow() {
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down"));
     }
-    let version = format!("sha256:{}", state.store.current().hash.hex());
+    let version = state.store.current().hash.to_string();
     Ok(Json(json!({"status": "ready", "version": version})))
 }
 
