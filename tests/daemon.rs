@@ -117,6 +117,7 @@ async fn conditional_get_answers_304_and_bad_requests_are_json_errors() {
             StatusCode::NOT_FOUND,
             "no route for GET /v2/nothing",
         ),
+        ("/v1/policies/%FF", StatusCode::BAD_REQUEST, "UTF-8"),
     ];
     for (path, status, needle) in cases {
         let response = client.get(daemon.url(path)).send().await.unwrap();
@@ -124,6 +125,17 @@ async fn conditional_get_answers_304_and_bad_requests_are_json_errors() {
         let body: Value = response.json().await.unwrap();
         assert!(body["error"].as_str().unwrap().contains(needle), "{path}: {body}");
     }
+    let star = client
+        .get(format!("{url}?wait=1s"))
+        .header("if-none-match", "*")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        star.status(),
+        StatusCode::BAD_REQUEST,
+        "a long-poll on * could never end"
+    );
     let unauthorized = client.get(daemon.url("/admin/status")).send().await.unwrap();
     assert_eq!(unauthorized.status(), StatusCode::UNAUTHORIZED);
 
@@ -139,7 +151,7 @@ async fn conditional_get_answers_304_and_bad_requests_are_json_errors() {
         ),
         (
             r#"stormguard_http_requests_total{route="/v1/policies/{service}",status="400"}"#,
-            2.0,
+            3.0,
         ),
         (
             r#"stormguard_http_requests_total{route="/v1/policies/{service}?wait",status="304"}"#,
@@ -147,7 +159,7 @@ async fn conditional_get_answers_304_and_bad_requests_are_json_errors() {
         ),
         (
             r#"stormguard_http_requests_total{route="/v1/policies/{service}?wait",status="400"}"#,
-            2.0,
+            3.0,
         ),
         (
             r#"stormguard_http_requests_total{route="unmatched",status="404"}"#,
@@ -159,7 +171,7 @@ async fn conditional_get_answers_304_and_bad_requests_are_json_errors() {
         ),
         (
             r#"stormguard_http_request_duration_seconds_count{route="/v1/policies/{service}?wait"}"#,
-            3.0,
+            4.0,
         ),
     ] {
         assert_eq!(sample(&text, series), Some(value), "{series}\n{text}");

@@ -101,13 +101,17 @@ pub async fn validate(
     State(state): State<AppState>,
     LimitedBody(body): LimitedBody,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    match load_bytes("request body", &body, state.limits.policy) {
-        Ok(document) => Ok(Json(json!({
+    let limits = state.limits.policy;
+    let checked = tokio::task::spawn_blocking(move || (load_bytes("request body", &body, limits), body))
+        .await
+        .expect("loading a policy does not panic");
+    match checked {
+        (Ok(document), body) => Ok(Json(json!({
             "valid": true,
             "version": ContentHash::of(&body).to_string(),
             "services": document.services.keys().collect::<Vec<_>>(),
         }))),
-        Err(errors) => Err(
+        (Err(errors), _) => Err(
             ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "the policy is invalid")
                 .with("valid", false)
                 .with("errors", errors),

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use axum::extract::rejection::PathRejection;
 use axum::extract::FromRequestParts;
 use axum::extract::{Path, Query, State};
 use axum::http::request::Parts;
@@ -36,11 +37,12 @@ pub async fn all(
 /// One service's resolved policy; the defaults, marked as such, for a service not in the file.
 pub async fn one(
     State(state): State<AppState>,
-    Path(service): Path<String>,
+    service: Result<Path<String>, PathRejection>,
     query: Result<Query<PolicyQuery>, axum::extract::rejection::QueryRejection>,
     IfNoneMatch(known): IfNoneMatch,
 ) -> Result<Response, ApiError> {
     let Query(query) = query?;
+    let Path(service) = service.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
     check_service_name(&service).map_err(|problem| ApiError::new(StatusCode::BAD_REQUEST, problem))?;
     respond(&state, &query, known, |snapshot| {
         snapshot.service(&service).clone()
@@ -62,6 +64,12 @@ async fn respond(
     let Some(wait) = wait else {
         return Ok(not_modified(served));
     };
+    if known.as_bytes() == b"*" {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "If-None-Match: * matches every version, so a long-poll on it could never end; send the ETag you have",
+        ));
+    }
     let _slot = state.long_polls.clone().try_acquire_owned().map_err(|_| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,

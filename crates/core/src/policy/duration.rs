@@ -109,12 +109,13 @@ fn parse_term<'a>(s: &'a str, input: &str) -> Result<(u128, &'a str), DurationEr
     let overflow = || DurationError::Overflow(input.to_owned());
     let whole: u128 = if whole.is_empty() {
         0
-    } else if whole.len() > 30 {
+    } else if whole.len() > 20 {
         return Err(overflow());
     } else {
         whole.parse().map_err(|_| overflow())?
     };
-    let mut nanos = whole.checked_mul(scale).ok_or_else(overflow)?;
+    // At most 20 digits times at most 3.6e12: far inside u128, so the sums below cannot wrap.
+    let mut nanos = whole * scale;
     // Fractional digits beyond nanosecond precision are dropped, as in Go.
     let mut unit_fraction = scale;
     for digit in frac.bytes() {
@@ -308,6 +309,18 @@ mod tests {
             parse_duration("99999999999999999999999999999999999h"),
             Err(DurationError::Overflow(_))
         ));
+        assert!(matches!(
+            parse_duration("94522879700260684295381835.9999h"),
+            Err(DurationError::Overflow(_))
+        ));
+        assert!(matches!(
+            parse_duration("18446744073709551616ns"),
+            Err(DurationError::Overflow(_))
+        ));
+        assert_eq!(
+            parse_duration("18446744073709551615ns"),
+            Ok(Duration::from_nanos(u64::MAX))
+        );
         assert!(parse_duration("5000000h").is_ok());
     }
 
