@@ -63,6 +63,10 @@ struct ServeArgs {
     /// Time a client has to send a request's body, once its headers are in.
     #[arg(long, default_value = "10s", value_parser = duration)]
     body_read_timeout: Duration,
+    /// After SIGTERM, keep serving this long with /readyz failing, so that
+    /// Kubernetes takes the pod out of its Service before the listener closes.
+    #[arg(long, default_value = "0s", value_parser = duration)]
+    shutdown_delay: Duration,
     /// How long requests in flight may take to finish after SIGTERM.
     #[arg(long, default_value = "10s", value_parser = duration)]
     shutdown_grace: Duration,
@@ -157,6 +161,7 @@ fn serve(args: ServeArgs) -> ExitCode {
             debounce: args.debounce,
             recheck: args.recheck_interval,
         },
+        shutdown_delay: args.shutdown_delay,
         shutdown_grace: args.shutdown_grace,
         workers: args
             .workers

@@ -4,7 +4,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use stormguard_core::policy::GoDuration;
 use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::{watch, Semaphore};
 
 use crate::metrics::DaemonMetrics;
@@ -27,13 +29,16 @@ pub struct ServeConfig {
     pub limits: Limits,
     /// Reload pacing.
     pub watch: WatchConfig,
+    /// How long to keep serving after SIGTERM, with /readyz failing, so that
+    /// load balancers stop sending before the listener closes.
+    pub shutdown_delay: Duration,
     /// How long requests in flight may take to finish at shutdown.
     pub shutdown_grace: Duration,
     /// Serving threads, one runtime each.
     pub workers: usize,
 }
 
-/// Why `serve` could not start.
+/// Why `serve` could not start, or stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     /// The policy file is invalid or unreadable.
@@ -45,6 +50,12 @@ pub enum ServeError {
     /// The admin token is empty.
     #[error("the admin token is empty; put a non-empty secret in STORMGUARD_ADMIN_TOKEN or the token file")]
     EmptyToken,
+    /// The runtime, a signal handler or a serving thread could not be started.
+    #[error("cannot start {0}: {1}")]
+    Start(&'static str, std::io::Error),
+    /// A serving thread ended while the daemon was running.
+    #[error("serving thread {0} stopped unexpectedly; the daemon shut down rather than serve with fewer")]
+    WorkerDied(usize),
 }
 
 /// Loads the policy, binds, then serves until SIGTERM or Ctrl-C.
@@ -54,6 +65,15 @@ pub enum ServeError {
 /// listening socket, so a connection's requests never hop between cores. The
 /// watcher and signal handling run on a small runtime of their own.
 pub fn run(config: ServeConfig) -> Result<(), ServeError> {
+    let control = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ServeError::Start("the control runtime", e))?;
+    // First of all: SIGHUP's default action would end a daemon still starting.
+    let signals = control
+        .block_on(async { Signals::install() })
+        .map_err(|e| ServeError::Start("signal handlers", e))?;
+    raise_open_file_limit();
     let admin_token = match &config.admin_token {
         Some(secret) => Some(AdminToken::new(secret).ok_or(ServeError::EmptyToken)?),
         None => None,
@@ -87,42 +107,51 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
         shutdown: shutdown.clone(),
     });
     let app = server::router(state);
+    let (exited_tx, mut exited) = tokio::sync::mpsc::unbounded_channel();
     let workers = (0..config.workers.max(1))
         .map(|i| {
             let listener = listener.try_clone().map_err(bind_error)?;
             let (app, shutdown, config) = (app.clone(), shutdown.clone(), config.clone());
+            let notice = ExitNotice(i, exited_tx.clone());
             std::thread::Builder::new()
                 .name(format!("stormguard-http-{i}"))
-                .spawn(move || serve_worker(listener, app, shutdown, &config))
-                .map_err(bind_error)
+                .spawn(move || {
+                    let _notice = notice;
+                    serve_worker(listener, app, shutdown, &config);
+                })
+                .map_err(|e| ServeError::Start("a serving thread", e))
         })
         .collect::<Result<Vec<_>, _>>()?;
     drop(listener);
 
-    let control = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("the control runtime starts");
-    control.block_on(async {
+    let ended = control.block_on(async {
         tokio::spawn(file_watch.run(reloader.clone(), config.watch, shutdown.clone()));
-        tokio::spawn(reload_on_sighup(reloader));
+        tokio::spawn(reload_on_sighup(reloader, signals.hangup));
         tracing::info!(
             policy = %config.policy.display(),
             version = %hash,
             workers = workers.len(),
             "serving on http://{address}"
         );
-        termination().await;
-        tracing::info!("shutting down: finishing requests in flight");
+        let ended = tokio::select! {
+            () = termination(signals.terminate) => Ok(()),
+            Some(worker) = exited.recv() => Err(ServeError::WorkerDied(worker)),
+        };
+        tracing::info!(
+            delay = %GoDuration(config.shutdown_delay),
+            "shutting down: /readyz fails from now, requests are served for the shutdown delay, then finished"
+        );
         shutdown_tx.send_replace(true);
+        ended
     });
     for worker in workers {
         let _ = worker.join();
     }
-    Ok(())
+    ended
 }
 
-/// One serving thread: its own runtime, accepting from the shared socket.
+/// One serving thread: its own runtime, accepting from the shared socket
+/// until the shutdown delay after shutdown began.
 fn serve_worker(
     listener: std::net::TcpListener,
     app: axum::Router,
@@ -135,7 +164,11 @@ fn serve_worker(
         .expect("a worker runtime starts");
     runtime.block_on(async {
         let listener = TcpListener::from_std(listener).expect("the listener registers with the runtime");
-        let stop = async move { shutting_down(&mut shutdown).await };
+        let delay = config.shutdown_delay;
+        let stop = async move {
+            shutting_down(&mut shutdown).await;
+            tokio::time::sleep(delay).await;
+        };
         server::serve(
             listener,
             app,
@@ -147,22 +180,49 @@ fn serve_worker(
     });
 }
 
-async fn reload_on_sighup(reloader: Arc<Reloader>) {
-    let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
-        tracing::warn!("cannot listen for SIGHUP; reload with POST /admin/reload instead");
-        return;
-    };
+/// Tells the control thread that serving thread `.0` ended, however it ended.
+struct ExitNotice(usize, tokio::sync::mpsc::UnboundedSender<usize>);
+
+impl Drop for ExitNotice {
+    fn drop(&mut self) {
+        let _ = self.1.send(self.0);
+    }
+}
+
+/// The signals the daemon acts on, installed before anything else happens.
+struct Signals {
+    hangup: Signal,
+    terminate: Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Self> {
+        Ok(Self {
+            hangup: signal(SignalKind::hangup())?,
+            terminate: signal(SignalKind::terminate())?,
+        })
+    }
+}
+
+/// Each long-poll holds a connection: raise the soft open-file limit to the
+/// hard one, so that --max-long-polls, not EMFILE, is what bounds them.
+fn raise_open_file_limit() {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => tracing::debug!(limit, "open-file limit"),
+        Err(e) => tracing::warn!("cannot raise the open-file limit: {e}"),
+    }
+}
+
+async fn reload_on_sighup(reloader: Arc<Reloader>, mut hangups: Signal) {
     while hangups.recv().await.is_some() {
         reloader.reload(Trigger::Signal).await;
     }
 }
 
 /// Resolves on SIGTERM (Kubernetes) or SIGINT (Ctrl-C).
-async fn termination() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("SIGTERM handler can be installed");
+async fn termination(mut terminate: Signal) {
     tokio::select! {
-        _ = term.recv() => {}
+        _ = terminate.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
     }
 }

@@ -673,3 +673,26 @@ async fn slow_clients_are_cut_off_and_the_daemon_keeps_serving() {
 
     assert_eq!(max_retries(&daemon, "payment-service").await, 2);
 }
+
+#[tokio::test]
+async fn shutdown_delay_keeps_serving_with_readiness_down() {
+    let dir = ConfigMapDir::new(SEED_POLICY);
+    let mut daemon = Daemon::start(&dir.policy(), &["--shutdown-delay", "1s"]);
+    assert_eq!(
+        reqwest::get(daemon.url("/readyz")).await.unwrap().status(),
+        StatusCode::OK
+    );
+    daemon.signal("TERM");
+    let draining = eventually(Duration::from_millis(500), || async {
+        let status = reqwest::get(daemon.url("/readyz")).await.ok()?.status();
+        (status == StatusCode::SERVICE_UNAVAILABLE).then_some(())
+    })
+    .await;
+    assert!(draining.is_some(), "/readyz must fail as soon as SIGTERM arrives");
+    assert_eq!(
+        max_retries(&daemon, "payment-service").await,
+        2,
+        "still serving while draining"
+    );
+    assert_eq!(daemon.wait_exit(Duration::from_secs(5)), Some(0));
+}

@@ -128,6 +128,11 @@ pub fn hex(bytes: &[u8]) -> String {
 /// Reads at most `max_bytes` of `path`; a longer file is an error naming the cap.
 pub fn read_capped(path: &Path, max_bytes: usize) -> Result<Vec<u8>, Diagnostic> {
     let name = path.display().to_string();
+    // Opening a FIFO would block until a writer appears, holding up every reload.
+    match std::fs::metadata(path) {
+        Ok(meta) if !meta.is_file() => return Err(Diagnostic::file(&name, "is not a regular file")),
+        _ => {}
+    }
     let file = std::fs::File::open(path).map_err(|e| Diagnostic::file(&name, format!("cannot open: {e}")))?;
     let mut bytes = Vec::new();
     file.take(max_bytes as u64 + 1)
@@ -240,6 +245,16 @@ services:
         assert!(syntax[0].starts_with("p.yaml:2:"), "{syntax:?}");
         assert!(errors("")[0].contains("the policy file is empty"));
         assert!(errors("# only a comment\n")[0].contains("the policy file is empty"));
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("policy.yaml");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        assert!(made.success());
+        let error = read_capped(&fifo, DEFAULT_MAX_POLICY_BYTES).unwrap_err();
+        assert_eq!(error.message, "is not a regular file");
     }
 
     #[test]

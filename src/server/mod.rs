@@ -162,13 +162,18 @@ pub async fn serve(
     builder.http2().timer(TokioTimer::new());
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
+    let mut last_accept_warning: Option<std::time::Instant> = None;
     loop {
         let (stream, _) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(connection) => connection,
                 Err(e) => {
-                    // Out of file descriptors, say: back off instead of spinning.
-                    tracing::warn!("accept failed: {e}");
+                    // Out of file descriptors, say: back off instead of spinning,
+                    // and say so now and then rather than every time.
+                    if last_accept_warning.is_none_or(|at| at.elapsed() > Duration::from_secs(10)) {
+                        tracing::warn!("accept failed: {e}");
+                        last_accept_warning = Some(std::time::Instant::now());
+                    }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
@@ -177,7 +182,7 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let service = TowerToHyperService::new(app.clone());
-        let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+        let connection = builder.serve_connection(TokioIo::new(stream), service);
         let connection = graceful.watch(connection.into_owned());
         tokio::spawn(async move {
             let _ = connection.await;
