@@ -3,7 +3,6 @@
 use std::fmt::{self, Write};
 use std::io::Read;
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -35,9 +34,9 @@ impl Default for LoadLimits {
 /// Errors beyond this many are summed up in one line; each costs a re-parse to locate.
 const MAX_REPORTED: usize = 100;
 
-/// Time spent locating errors at most: a file that is slow to parse (deep
-/// nesting) gets the rest of its errors without line and column, not a hang.
-const LOCATE_BUDGET: Duration = Duration::from_secs(1);
+/// Bytes re-parsed to locate errors, at most: a large file gets positions for
+/// its first errors only (1 MiB: 32), the rest are listed without one.
+const LOCATE_BUDGET_BYTES: usize = 32 << 20;
 
 /// One problem with a policy file, said so an operator can go straight to it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -172,12 +171,13 @@ pub fn load_bytes(file: &str, bytes: &[u8], limits: LoadLimits) -> Result<Policy
 
 fn diagnose(file: &str, bytes: &[u8], errors: Vec<PolicyError>) -> Vec<Diagnostic> {
     let total = errors.len();
-    let deadline = Instant::now() + LOCATE_BUDGET;
+    let locatable = LOCATE_BUDGET_BYTES / bytes.len().max(1);
     let mut out: Vec<Diagnostic> = errors
         .into_iter()
         .take(MAX_REPORTED)
-        .map(|error| {
-            let position = (Instant::now() < deadline)
+        .enumerate()
+        .map(|(i, error)| {
+            let position = (i < locatable)
                 .then(|| yaml::locate(bytes, &error.path, error.target))
                 .flatten();
             Diagnostic {
@@ -189,7 +189,8 @@ fn diagnose(file: &str, bytes: &[u8], errors: Vec<PolicyError>) -> Vec<Diagnosti
             }
         })
         .collect();
-    out.sort_by_key(|d| (d.line, d.column));
+    // File order; errors without a position after those with one.
+    out.sort_by_key(|d| (d.line.is_none(), d.line, d.column));
     if total > MAX_REPORTED {
         out.push(Diagnostic::file(
             file,
@@ -236,6 +237,130 @@ services:
                 "p.yaml:3:17: defaults.initialDelay: a bare number is not a duration; write 100 with a unit, e.g. 100ms or 2s",
                 "p.yaml:6:17: services.payment-service.maxRetries: must not be negative, found -1",
             ]
+        );
+    }
+
+    /// One case per rule: a small file and the one error it must give.
+    #[test]
+    fn every_rule_gives_its_error() {
+        let cases = [
+            ("defaults: {maxRetries: 101}", "defaults.maxRetries: must be between 0 and 100, found 101"),
+            ("defaults: {maxRetries: 4294967296}", "defaults.maxRetries: 4294967296 is too large"),
+            ("defaults: {maxRetries: 2.5}", "defaults.maxRetries: expected a whole number, found number 2.5"),
+            ("defaults: {maxRetries: !!str 3}", "defaults.maxRetries: expected a whole number, found string \"3\""),
+            ("defaults: {multiplier: .inf}", "defaults.multiplier: must be a finite number, found inf"),
+            ("defaults: {multiplier: '2'}", "defaults.multiplier: expected a number, found string \"2\""),
+            ("defaults: {jitterFactor: -0.1}", "defaults.jitterFactor: must be between 0 and 1, found -0.1"),
+            ("defaults: {maxDelay: 2h}", "defaults.maxDelay: must be between 0s and 1h0m0s, found 2h0m0s"),
+            (
+                "defaults: {initialDelay: 20s}",
+                "defaults.initialDelay: initialDelay (20s) is greater than maxDelay (10s); maxDelay caps every delay",
+            ),
+            ("defaults: {initialDelay: -5ms}", "defaults.initialDelay: duration must not be negative"),
+            ("defaults: {initialDelay: 5sec}", "defaults.initialDelay: unknown unit \"sec\" in duration \"5sec\""),
+            ("defaults: {initialDelay: true}", "defaults.initialDelay: expected a duration such as 250ms"),
+            ("defaults: {jitter: random}", "defaults.jitter: unknown jitter \"random\"; expected one of: none,"),
+            ("defaults: {jitter: 1}", "defaults.jitter: expected one of none, proportional, full, equal, decorrelated"),
+            ("defaults: {delays: 1s}", "defaults.delays: expected a list of durations, found string \"1s\""),
+            ("defaults: {delays: [1s, 20s]}", "defaults.delays: delays[1] (20s) is greater than maxDelay (10s)"),
+            ("defaults: {delays: [1s, fast]}", "defaults.delays[1]: invalid duration \"fast\""),
+            ("defaults: {perTryTimeout: 25h}", "defaults.perTryTimeout: must be between 0s and 24h0m0s"),
+            ("defaults: {maxElapsed: 25h}", "defaults.maxElapsed: must be between 0s and 24h0m0s"),
+            ("defaults: {retryOn: [5xx, 5xx]}", "defaults.retryOn[1]: 5xx is listed twice"),
+            ("defaults: {retryOn: [200]}", "defaults.retryOn[0]: status 200 is not an error status"),
+            ("defaults: {retryOn: [5XX]}", "defaults.retryOn[0]: unknown retry condition \"5XX\"; did you mean \"5xx\"?"),
+            ("defaults: {retryOn: 5xx}", "defaults.retryOn: expected a list of conditions"),
+            ("defaults: {budget: {retryRatio: 2000}}", "defaults.budget.retryRatio: must be between 0 and 1000"),
+            ("defaults: {budget: {ttl: 90s}}", "defaults.budget.ttl: must be between 1s and 1m0s, found 1m30s"),
+            ("defaults: {budget: {minRetriesPerSecond: 2000000}}", "defaults.budget.minRetriesPerSecond: must be"),
+            ("defaults: {budget: {enabled: yes}}", "defaults.budget.enabled: expected true or false, found string \"yes\""),
+            ("defaults: {budget: {retryRatios: 1}}", "defaults.budget.retryRatios: unknown key \"retryRatios\"; did you mean"),
+            ("defaults: {retryThrottling: {maxTokens: 0}}", "defaults.retryThrottling.maxTokens: must be between 1 and 1000"),
+            ("defaults: {retryThrottling: {tokenRatio: 0}}", "defaults.retryThrottling.tokenRatio: must be above 0 and at most 1000"),
+            ("defaults: {circuitBreaker: {slidingWindow: [1]}}", "defaults.circuitBreaker.slidingWindow: expected a number of calls"),
+            ("defaults: {circuitBreaker: {slidingWindow: 0}}", "defaults.circuitBreaker.slidingWindow: must be between 1 and 10000"),
+            ("defaults: {circuitBreaker: {slidingWindow: 2h}}", "defaults.circuitBreaker.slidingWindow: must be between 1s and 1h0m0s"),
+            ("defaults: {circuitBreaker: {failureRateThreshold: 1.5}}", "defaults.circuitBreaker.failureRateThreshold: must be above 0"),
+            ("defaults: {circuitBreaker: {slowCallRateThreshold: 0}}", "defaults.circuitBreaker.slowCallRateThreshold: must be above 0"),
+            ("defaults: {circuitBreaker: {slowCallDuration: 0s}}", "defaults.circuitBreaker.slowCallDuration: must be between 1ms"),
+            ("defaults: {circuitBreaker: {minimumCalls: 0}}", "defaults.circuitBreaker.minimumCalls: must be between 1 and 10000"),
+            ("defaults: {circuitBreaker: {consecutiveFailures: 10001}}", "defaults.circuitBreaker.consecutiveFailures: must be between 0"),
+            ("defaults: {circuitBreaker: {openTimeout: 0s}}", "defaults.circuitBreaker.openTimeout: must be between 1ms and 1h0m0s"),
+            ("defaults: {circuitBreaker: {halfOpenMaxCalls: 0}}", "defaults.circuitBreaker.halfOpenMaxCalls: must be between 1 and 1000"),
+            ("defaults: {circuitBreaker: {successThreshold: 0}}", "defaults.circuitBreaker.successThreshold: must be between 1 and 1000"),
+            ("defaults: {hedging: {maxHedges: 5}}", "defaults.hedging.maxHedges: must be between 1 and 4, found 5"),
+            ("defaults: {hedging: {delay: 2h}}", "defaults.hedging.delay: must be between 0s and 1h0m0s"),
+            ("defaults: {hedging: []}", "defaults.hedging: expected a mapping of keys, found a list"),
+            ("defaults: {MaxRetries: 1}", "defaults.MaxRetries: unknown key \"MaxRetries\"; did you mean \"maxRetries\"?"),
+            ("defaults: {max_delay: 1s}", "defaults.max_delay: unknown key \"max_delay\"; did you mean \"maxDelay\"?"),
+            ("defaults: [a]", "defaults: expected a mapping of keys, found a list"),
+            ("services: {-bad-: {}}", "services.-bad-: service name \"-bad-\" must start and end with a letter or digit"),
+            ("services: {Api: {}}", "services.Api: service name \"Api\" may contain only lowercase letters"),
+            ("services: !custom {}", "services: expected a mapping of keys, found a YAML tag (!custom)"),
+            ("services: {a: 3}", "services.a: expected a mapping of keys, found number 3"),
+            ("gatewayRetries: 'no'", "gatewayRetries: expected true or false, found string \"no\""),
+            ("version: 1", "version: unknown key \"version\"; expected one of: defaults, services, gatewayRetries"),
+            (
+                "defaults: {maxDelay: 1s}\nservices: {a: {initialDelay: 2s}}",
+                "services.a.initialDelay: initialDelay (2s) is greater than maxDelay (1s)",
+            ),
+            ("defaults: {<<: 1}", "expected a mapping or list of mappings for merging"),
+        ];
+        for (text, expected) in cases {
+            let errors = load_bytes("p.yaml", text.as_bytes(), LoadLimits::default())
+                .expect_err(text)
+                .iter()
+                .map(|d| format!("{}: {}", d.path.as_deref().unwrap_or("-"), d.message))
+                .collect::<Vec<_>>();
+            assert_eq!(errors.len(), 1, "{text}: {errors:?}");
+            let shown = errors[0].trim_start_matches("-: ");
+            assert!(
+                shown.starts_with(expected),
+                "{text}\n  got:    {shown}\n  wanted: {expected}"
+            );
+        }
+    }
+
+    #[test]
+    fn merge_keys_share_settings_and_explicit_keys_win() {
+        let text = "\
+defaults:
+  maxRetries: 3
+services:
+  a: &careful
+    maxRetries: 1
+    circuitBreaker: {enabled: true}
+  b:
+    <<: *careful
+    maxRetries: 2
+";
+        let document = load_bytes("p.yaml", text.as_bytes(), LoadLimits::default()).unwrap();
+        let b = document.resolve("b");
+        assert_eq!(b.policy.max_retries, 2);
+        assert!(b.policy.circuit_breaker.enabled);
+        assert_eq!(b.overridden, ["circuitBreaker.enabled", "maxRetries"]);
+    }
+
+    #[test]
+    fn the_full_example_uses_every_key() {
+        use stormguard_core::policy::{Layered, RetryPolicy};
+        let text = include_str!("../../policies/full-example.yaml");
+        let document = load_bytes("full-example.yaml", text.as_bytes(), LoadLimits::default()).unwrap();
+        let mut used = Vec::new();
+        RetryPolicy::set_keys(&document.defaults, "", &mut used);
+        for layer in document.services.values() {
+            RetryPolicy::set_keys(layer, "", &mut used);
+        }
+        let mut all = Vec::new();
+        RetryPolicy::all_keys("", &mut all);
+        let unused: Vec<&String> = all.iter().filter(|key| !used.contains(key)).collect();
+        assert!(
+            unused.is_empty(),
+            "policies/full-example.yaml never sets {unused:?}"
+        );
+        assert!(
+            all.iter().any(|k| k == "circuitBreaker.openTimeout"),
+            "nested keys are listed: {all:?}"
         );
     }
 

@@ -43,13 +43,16 @@ pub const DEFAULT_MAX_FLOW_COLLECTIONS: usize = 10_000;
 /// Parses `text` into a tree, refusing more than `max_flow_collections` brackets.
 pub fn parse(text: &[u8], max_flow_collections: usize) -> Result<Node, SyntaxError> {
     check_flow_collections(text, max_flow_collections)?;
-    let value: Value = serde_yaml::from_slice(text).map_err(|e| SyntaxError {
+    let syntax_error = |e: serde_yaml::Error| SyntaxError {
         position: e.location().map(|l| Position {
             line: l.line(),
             column: l.column(),
         }),
         message: strip_position(&e.to_string()),
-    })?;
+    };
+    let mut value: Value = serde_yaml::from_slice(text).map_err(syntax_error)?;
+    // `<<: *anchor` merge keys, as operators write them to share settings.
+    value.apply_merge().map_err(syntax_error)?;
     Ok(to_node(value))
 }
 

@@ -24,6 +24,9 @@ pub trait Layered: Sized {
 
     /// Decodes one layer from `node`, pushing every error found.
     fn decode(node: &Node, path: &KeyPath, errors: &mut Errors) -> Self::Spec;
+
+    /// Appends every dotted key path this part has, under `prefix`.
+    fn all_keys(prefix: &str, out: &mut Vec<String>);
 }
 
 /// A single value in a policy: decoded from one node, replaced whole by a layer.
@@ -48,6 +51,10 @@ macro_rules! layered_leaves {
                 if spec.is_some() {
                     out.push(prefix.to_owned());
                 }
+            }
+
+            fn all_keys(prefix: &str, out: &mut Vec<String>) {
+                out.push(prefix.to_owned());
             }
 
             fn decode(
@@ -109,7 +116,16 @@ macro_rules! policy_block {
                 )*
             }
 
-            fn decode(
+fn all_keys(prefix: &str, out: &mut Vec<String>) {
+                $(
+                    <$ty as $crate::policy::layer::Layered>::all_keys(
+                        &$crate::policy::layer::join_key(prefix, $key),
+                        out,
+                    );
+                )*
+            }
+
+                        fn decode(
                 node: &$crate::policy::tree::Node,
                 path: &$crate::policy::tree::KeyPath,
                 errors: &mut $crate::policy::tree::Errors,
