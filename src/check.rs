@@ -1,4 +1,8 @@
 //! `stormguard check`: validate a policy file and show what each service gets.
+//!
+//! The steps are load (parse and validate, all errors at once), then render
+//! the resolved policies. Judging a *valid* policy for storm risk is a step
+//! of its own between the two; it reads the same `PolicyDocument`.
 
 use std::fmt::Write;
 use std::path::Path;

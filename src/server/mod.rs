@@ -76,34 +76,25 @@ pub struct Shared {
 /// metrics layer; admin routes check the token inside it, so 401s count too.
 pub fn router(state: AppState) -> Router {
     let metrics = state.metrics.clone();
-    let tracked =
-        |path: &str, route: MethodRouter<AppState>| route.layer(TrackLayer::new(metrics.clone(), path));
     let admin = middleware::from_fn_with_state(state.clone(), admin::require_token);
-    Router::new()
-        .route("/v1/policies", tracked("/v1/policies", get(policies::all)))
-        .route(
-            "/v1/policies/{service}",
-            tracked("/v1/policies/{service}", get(policies::one)),
-        )
-        .route("/healthz", tracked("/healthz", get(healthz)))
-        .route("/readyz", tracked("/readyz", get(readyz)))
-        .route("/metrics", tracked("/metrics", get(metrics_text)))
-        .route(
-            "/admin/status",
-            tracked("/admin/status", get(admin::status).layer(admin.clone())),
-        )
-        .route(
-            "/admin/reload",
-            tracked("/admin/reload", post(admin::reload).layer(admin.clone())),
-        )
-        .route(
-            "/admin/validate",
-            tracked("/admin/validate", post(admin::validate).layer(admin)),
-        )
-        .fallback(not_found.layer(TrackLayer::new(state.metrics.clone(), "unmatched")))
-        .method_not_allowed_fallback(
-            method_not_allowed.layer(TrackLayer::new(state.metrics.clone(), "unmatched")),
-        )
+    let routes: [(&str, MethodRouter<AppState>); 8] = [
+        ("/v1/policies", get(policies::all)),
+        ("/v1/policies/{service}", get(policies::one)),
+        ("/healthz", get(healthz)),
+        ("/readyz", get(readyz)),
+        ("/metrics", get(metrics_text)),
+        ("/admin/status", get(admin::status).layer(admin.clone())),
+        ("/admin/reload", post(admin::reload).layer(admin.clone())),
+        ("/admin/validate", post(admin::validate).layer(admin)),
+    ];
+    let unmatched = TrackLayer::new(metrics.clone(), "unmatched");
+    routes
+        .into_iter()
+        .fold(Router::new(), |router, (path, route)| {
+            router.route(path, route.layer(TrackLayer::new(metrics.clone(), path)))
+        })
+        .fallback(not_found.layer(unmatched.clone()))
+        .method_not_allowed_fallback(method_not_allowed.layer(unmatched))
         .layer(DefaultBodyLimit::max(state.limits.max_body_bytes))
         .with_state(state)
 }
