@@ -22,6 +22,19 @@ async fn max_retries(daemon: &Daemon, service: &str) -> u64 {
     body["policy"]["maxRetries"].as_u64().unwrap()
 }
 
+/// Waits until `service`'s served `maxRetries` is `value`; fails with the daemon's log.
+async fn expect_served(daemon: &Daemon, service: &str, value: u64, within: Duration, what: &str) {
+    let seen = eventually(within, || async {
+        (max_retries(daemon, service).await == value).then_some(())
+    })
+    .await;
+    assert!(
+        seen.is_some(),
+        "{what}: {service} never got maxRetries {value} within {within:?}; log:\n{}",
+        daemon.log()
+    );
+}
+
 async fn metrics(daemon: &Daemon) -> String {
     reqwest::get(daemon.url("/metrics"))
         .await
@@ -186,15 +199,14 @@ async fn kubelet_configmap_update_is_served_within_two_seconds() {
 
     dir.update(&SEED_POLICY.replace("maxRetries: 2", "maxRetries: 4"));
     let start = Instant::now();
-    let seen = eventually(Duration::from_secs(2), || async {
-        (max_retries(&daemon, "payment-service").await == 4).then_some(())
-    })
+    expect_served(
+        &daemon,
+        "payment-service",
+        4,
+        Duration::from_secs(2),
+        "update not served within 2 s",
+    )
     .await;
-    assert!(
-        seen.is_some(),
-        "update not served within 2 s; log:\n{}",
-        daemon.log()
-    );
     assert!(start.elapsed() < Duration::from_secs(2));
 }
 
@@ -427,26 +439,24 @@ async fn editor_rename_and_truncate_then_write_are_both_picked_up() {
     let staged = dir.path().join(".policy.yaml.swp");
     std::fs::write(&staged, "defaults: {maxRetries: 2}\n").unwrap();
     std::fs::rename(&staged, &path).unwrap();
-    let renamed = eventually(Duration::from_secs(2), || async {
-        (max_retries(&daemon, "any").await == 2).then_some(())
-    })
+    expect_served(
+        &daemon,
+        "any",
+        2,
+        Duration::from_secs(2),
+        "rename-over not picked up",
+    )
     .await;
-    assert!(
-        renamed.is_some(),
-        "rename-over not picked up; log:\n{}",
-        daemon.log()
-    );
 
     std::fs::write(&path, "defaults: {maxRetries: 7}\n").unwrap();
-    let rewritten = eventually(Duration::from_secs(2), || async {
-        (max_retries(&daemon, "any").await == 7).then_some(())
-    })
+    expect_served(
+        &daemon,
+        "any",
+        7,
+        Duration::from_secs(2),
+        "truncate-then-write not picked up",
+    )
     .await;
-    assert!(
-        rewritten.is_some(),
-        "truncate-then-write not picked up; log:\n{}",
-        daemon.log()
-    );
 }
 
 #[tokio::test]
@@ -475,10 +485,7 @@ async fn a_slow_in_place_write_is_served_only_once_complete() {
     }
     file.write_all(b"services:\n  a: {maxRetries: 7}\n").unwrap();
     drop(file);
-    let done = eventually(Duration::from_secs(2), || async {
-        (max_retries(&daemon, "a").await == 7).then_some(())
-    });
-    assert!(done.await.is_some(), "log:\n{}", daemon.log());
+    expect_served(&daemon, "a", 7, Duration::from_secs(2), "the completed write").await;
     let text = metrics(&daemon).await;
     assert_eq!(
         sample(&text, "stormguard_policy_reloads_total{result=\"failure\"}"),
@@ -504,19 +511,25 @@ async fn watch_recovers_when_the_directory_is_removed_and_comes_back() {
     );
     std::fs::create_dir(&dir).unwrap();
     std::fs::write(&path, "defaults: {maxRetries: 5}\n").unwrap();
-    let back = eventually(Duration::from_secs(3), || async {
-        (max_retries(&daemon, "any").await == 5).then_some(())
-    })
+    expect_served(
+        &daemon,
+        "any",
+        5,
+        Duration::from_secs(3),
+        "the directory came back",
+    )
     .await;
-    assert!(back.is_some(), "log:\n{}", daemon.log());
 
     // Changes keep arriving after the recovery.
     std::fs::write(&path, "defaults: {maxRetries: 6}\n").unwrap();
-    let again = eventually(Duration::from_secs(3), || async {
-        (max_retries(&daemon, "any").await == 6).then_some(())
-    })
+    expect_served(
+        &daemon,
+        "any",
+        6,
+        Duration::from_secs(3),
+        "a change after the recovery",
+    )
     .await;
-    assert!(again.is_some());
 }
 
 #[tokio::test]
