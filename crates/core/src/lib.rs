@@ -3,4 +3,5 @@
 //! library pulls in nothing heavy.
 #![warn(missing_docs)]
 
+pub mod backoff;
 pub mod policy;

@@ -1,0 +1,332 @@
+//! How long to wait before a retry: pure functions of (backoff settings,
+//! attempt number, previous delay, random source).
+//!
+//! A [`Backoff`] is data and holds no state: the caller owns the attempt
+//! counter (seed 001), so it can reset it, share the settings between tasks,
+//! and reason about its own loop. The retry loop, the simulator and the
+//! linter all compute delays here, so there is one formula for each strategy.
+//!
+//! Every result lies in `[0, max]` for every attempt number up to
+//! `u32::MAX`: growth saturates at the cap, nothing overflows, goes negative
+//! or panics, and zero or nanosecond delays work. Draws are made in whole
+//! nanoseconds, so a 1 ns delay is jittered exactly.
+//!
+//! ```
+//! use std::time::Duration;
+//! use rand::{rngs::SmallRng, SeedableRng};
+//! use stormguard_core::backoff::Backoff;
+//! use stormguard_core::policy::{Jitter, RetryPolicy};
+//!
+//! let backoff = Backoff::from_policy(&RetryPolicy { jitter: Jitter::Full, ..RetryPolicy::default() });
+//! let mut rng = SmallRng::seed_from_u64(7);
+//! let mut previous = Duration::ZERO;
+//! for attempt in 0..3 {
+//!     let delay = backoff.delay(attempt, previous, &mut rng);
+//!     assert!(delay <= backoff.base(attempt));
+//!     previous = delay;
+//! }
+//! ```
+
+use std::time::Duration;
+
+use rand::Rng;
+
+use crate::policy::{Jitter, RetryPolicy};
+
+/// The backoff settings of a policy: a schedule of base delays, a cap, and jitter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Backoff {
+    /// The first base delay, and the floor of decorrelated jitter.
+    pub initial: Duration,
+    /// The cap on every delay.
+    pub max: Duration,
+    /// Growth of the base delay per attempt; 1 keeps it constant.
+    pub multiplier: f64,
+    /// How each base delay is randomised.
+    pub jitter: Jitter,
+    /// Spread of proportional jitter, in [0, 1].
+    pub jitter_factor: f64,
+    /// An explicit schedule replacing the exponential one when non-empty
+    /// (seed 001); attempts past its end reuse its last entry.
+    pub delays: Vec<Duration>,
+}
+
+impl Backoff {
+    /// The backoff settings of `policy`.
+    pub fn from_policy(policy: &RetryPolicy) -> Self {
+        Self {
+            initial: policy.initial_delay,
+            max: policy.max_delay,
+            multiplier: policy.multiplier,
+            jitter: policy.jitter,
+            jitter_factor: policy.jitter_factor,
+            delays: policy.delays.clone(),
+        }
+    }
+
+    /// The base delay before retry `attempt` (0 = the first retry), before
+    /// jitter: the explicit schedule's entry, or `initial × multiplier^attempt`,
+    /// capped at `max`.
+    pub fn base(&self, attempt: u32) -> Duration {
+        let base = match self.delays.as_slice() {
+            [] => exponential(self.initial, self.multiplier, attempt, self.max),
+            delays => delays[(attempt as usize).min(delays.len() - 1)],
+        };
+        base.min(self.max)
+    }
+
+    /// The delay before retry `attempt`, given the delay before the previous
+    /// retry (`Duration::ZERO` before the first), drawing from `rng`.
+    pub fn delay<R: Rng + ?Sized>(&self, attempt: u32, previous: Duration, rng: &mut R) -> Duration {
+        let cap = nanos(self.max);
+        let drawn = match self.jitter {
+            Jitter::None => nanos(self.base(attempt)),
+            Jitter::Full => rng.random_range(0..=nanos(self.base(attempt))),
+            Jitter::Equal => {
+                let base = nanos(self.base(attempt));
+                let half = base / 2;
+                half + rng.random_range(0..=base - half)
+            }
+            Jitter::Proportional => proportional(nanos(self.base(attempt)), self.jitter_factor, rng),
+            Jitter::Decorrelated => decorrelated(nanos(self.initial), nanos(previous), rng),
+        };
+        Duration::from_nanos(drawn.min(cap))
+    }
+}
+
+/// A duration in whole nanoseconds, saturating at `u64::MAX` (584 years).
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// `initial × multiplier^attempt`, or `max` once that reaches it.
+fn exponential(initial: Duration, multiplier: f64, attempt: u32, max: Duration) -> Duration {
+    if initial.is_zero() {
+        return Duration::ZERO;
+    }
+    let grown = initial.as_nanos() as f64 * multiplier.powf(f64::from(attempt));
+    // +inf (huge attempts) and NaN compare as not less: both saturate at the cap.
+    match grown.partial_cmp(&(max.as_nanos() as f64)) {
+        Some(std::cmp::Ordering::Less) => Duration::from_nanos(grown as u64),
+        _ => max,
+    }
+}
+
+/// A uniform draw from `base × [1 - factor, 1 + factor]`: symmetric around `base`.
+fn proportional<R: Rng + ?Sized>(base: u64, factor: f64, rng: &mut R) -> u64 {
+    let factor = factor.clamp(0.0, 1.0);
+    let spread = (base as f64 * factor) as u64;
+    let low = base - spread.min(base);
+    let high = base.saturating_add(spread);
+    rng.random_range(low..=high)
+}
+
+/// AWS's decorrelated jitter: a uniform draw from `[initial, 3 × previous)`,
+/// where a previous delay below `initial` (or none yet) counts as `initial`.
+fn decorrelated<R: Rng + ?Sized>(initial: u64, previous: u64, rng: &mut R) -> u64 {
+    let high = previous.max(initial).saturating_mul(3);
+    if high <= initial {
+        return initial;
+    }
+    rng.random_range(initial..high)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use rand::rngs::SmallRng;
+    use rand::SeedableRng;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn backoff(jitter: Jitter) -> Backoff {
+        Backoff {
+            initial: ms(100),
+            max: ms(10_000),
+            multiplier: 2.0,
+            jitter,
+            jitter_factor: 0.5,
+            delays: Vec::new(),
+        }
+    }
+
+    const ALL: [Jitter; 5] = [
+        Jitter::None,
+        Jitter::Proportional,
+        Jitter::Full,
+        Jitter::Equal,
+        Jitter::Decorrelated,
+    ];
+
+    #[test]
+    fn exponential_doubles_then_saturates_at_the_cap() {
+        let b = backoff(Jitter::None);
+        let bases: Vec<Duration> = (0..9).map(|a| b.base(a)).collect();
+        assert_eq!(
+            bases,
+            [100, 200, 400, 800, 1600, 3200, 6400, 10_000, 10_000].map(ms),
+            "seed 004's schedule: 100 ms × 2^attempt, capped at 10 s"
+        );
+        assert_eq!(b.base(u32::MAX), ms(10_000));
+        assert_eq!(
+            b.delay(u32::MAX, ms(10_000), &mut SmallRng::seed_from_u64(1)),
+            ms(10_000)
+        );
+    }
+
+    #[test]
+    fn explicit_schedule_reuses_its_last_entry() {
+        let b = Backoff {
+            delays: vec![ms(1), ms(5), ms(10)],
+            ..backoff(Jitter::None)
+        };
+        let bases: Vec<Duration> = [0, 1, 2, 3, u32::MAX].iter().map(|a| b.base(*a)).collect();
+        assert_eq!(bases, [1, 5, 10, 10, 10].map(ms));
+    }
+
+    #[test]
+    fn zero_and_nanosecond_delays_work() {
+        let mut rng = SmallRng::seed_from_u64(3);
+        for jitter in ALL {
+            let zero = Backoff {
+                initial: Duration::ZERO,
+                ..backoff(jitter)
+            };
+            assert_eq!(
+                zero.delay(5, Duration::ZERO, &mut rng),
+                Duration::ZERO,
+                "{jitter}"
+            );
+            let tiny = Backoff {
+                initial: Duration::from_nanos(1),
+                max: Duration::from_nanos(3),
+                ..backoff(jitter)
+            };
+            for attempt in [0, 1, 2, 40, u32::MAX] {
+                assert!(tiny.delay(attempt, Duration::from_nanos(2), &mut rng) <= Duration::from_nanos(3));
+            }
+        }
+    }
+
+    #[test]
+    fn decorrelated_starts_from_the_initial_delay() {
+        let b = backoff(Jitter::Decorrelated);
+        let mut rng = SmallRng::seed_from_u64(9);
+        for _ in 0..1000 {
+            let first = b.delay(0, Duration::ZERO, &mut rng);
+            assert!(first >= ms(100) && first < ms(300), "{first:?}");
+        }
+    }
+
+    #[test]
+    fn a_seed_reproduces_a_run() {
+        let b = backoff(Jitter::Full);
+        let run = |seed| {
+            let mut rng = SmallRng::seed_from_u64(seed);
+            (0..20)
+                .map(|a| b.delay(a, Duration::ZERO, &mut rng))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(42), run(42));
+        assert_ne!(run(42), run(43));
+    }
+
+    fn any_jitter() -> impl Strategy<Value = Jitter> {
+        prop::sample::select(ALL.to_vec())
+    }
+
+    proptest! {
+        /// Every strategy stays within [0, max] for any settings and attempt.
+        #[test]
+        fn every_delay_is_within_the_cap(
+            jitter in any_jitter(),
+            initial in 0u64..=u64::MAX / 2,
+            max in 0u64..=u64::MAX,
+            multiplier in 1.0f64..100.0,
+            factor in 0.0f64..=1.0,
+            attempt in any::<u32>(),
+            previous in any::<u64>(),
+            seed in any::<u64>(),
+        ) {
+            let b = Backoff {
+                initial: Duration::from_nanos(initial),
+                max: Duration::from_nanos(max),
+                multiplier,
+                jitter,
+                jitter_factor: factor,
+                delays: Vec::new(),
+            };
+            let delay = b.delay(attempt, Duration::from_nanos(previous), &mut SmallRng::seed_from_u64(seed));
+            prop_assert!(delay <= b.max);
+            prop_assert!(b.base(attempt) <= b.max);
+        }
+
+        /// Each strategy draws from its own interval.
+        #[test]
+        fn each_strategy_draws_from_its_interval(
+            base_ms in 0u64..100_000,
+            factor in 0.0f64..=1.0,
+            previous_ms in 0u64..100_000,
+            seed in any::<u64>(),
+        ) {
+            let rng = &mut SmallRng::seed_from_u64(seed);
+            let b = Backoff {
+                initial: ms(base_ms),
+                max: ms(1_000_000),
+                multiplier: 1.0,
+                jitter: Jitter::None,
+                jitter_factor: factor,
+                delays: Vec::new(),
+            };
+            let base = ms(base_ms);
+            let with = |jitter| Backoff { jitter, ..b.clone() };
+            prop_assert_eq!(with(Jitter::None).delay(0, Duration::ZERO, rng), base);
+            prop_assert!(with(Jitter::Full).delay(0, Duration::ZERO, rng) <= base);
+            let equal = with(Jitter::Equal).delay(0, Duration::ZERO, rng);
+            prop_assert!(equal >= base / 2 && equal <= base);
+            let proportional = with(Jitter::Proportional).delay(0, Duration::ZERO, rng).as_nanos() as f64;
+            let (low, high) = (base.as_nanos() as f64 * (1.0 - factor), base.as_nanos() as f64 * (1.0 + factor));
+            prop_assert!(proportional >= low.floor() && proportional <= high.ceil());
+            let previous = ms(previous_ms);
+            let decorrelated = with(Jitter::Decorrelated).delay(3, previous, rng);
+            let floor = previous.max(base);
+            prop_assert!(decorrelated >= base);
+            prop_assert!(decorrelated < floor * 3 || (floor * 3 <= base && decorrelated == base));
+        }
+
+        /// Proportional jitter is symmetric: as likely above the base as below,
+        /// by as much (the seed's ±10 % that was really [0, 10 %) is not repeated).
+        #[test]
+        fn proportional_jitter_is_symmetric(base_ms in 10u64..10_000, factor in 0.05f64..=1.0, seed in any::<u64>()) {
+            let b = Backoff { initial: ms(base_ms), multiplier: 1.0, max: ms(1_000_000), ..backoff(Jitter::Proportional) };
+            let b = Backoff { jitter_factor: factor, ..b };
+            let rng = &mut SmallRng::seed_from_u64(seed);
+            let n = 4000;
+            let base = ms(base_ms).as_nanos() as f64;
+            let deviations: Vec<f64> = (0..n).map(|_| b.delay(0, Duration::ZERO, rng).as_nanos() as f64 - base).collect();
+            let mean = deviations.iter().sum::<f64>() / n as f64;
+            let above = deviations.iter().filter(|d| **d > 0.0).count() as f64 / n as f64;
+            let spread = base * factor;
+            // Uniform on [-spread, spread]: the mean's standard error is spread / sqrt(3n) ≈ 0.009 spread.
+            prop_assert!(mean.abs() < 0.05 * spread, "mean deviation {mean} of spread {spread}");
+            prop_assert!((above - 0.5).abs() < 0.05, "{above} of draws above the base");
+            let widest = deviations.iter().fold(0.0f64, |w, d| w.max(d.abs()));
+            prop_assert!(widest > 0.9 * spread, "draws reach out to ±factor: {widest} of {spread}");
+        }
+
+        /// Full jitter's mean is half its bound (AWS): on average it waits half as long.
+        #[test]
+        fn full_jitter_mean_is_half_the_bound(base_ms in 1u64..100_000, seed in any::<u64>()) {
+            let b = Backoff { initial: ms(base_ms), multiplier: 1.0, max: ms(1_000_000), ..backoff(Jitter::Full) };
+            let rng = &mut SmallRng::seed_from_u64(seed);
+            let n = 4000;
+            let mean = (0..n).map(|_| b.delay(0, Duration::ZERO, rng).as_nanos() as f64).sum::<f64>() / n as f64;
+            let half = ms(base_ms).as_nanos() as f64 / 2.0;
+            // Standard error of the mean: base / sqrt(12 n) ≈ 0.0046 base, so 3 % is over 6 of them.
+            prop_assert!((mean - half).abs() < 0.03 * half * 2.0, "mean {mean} vs half {half}");
+        }
+    }
+}
