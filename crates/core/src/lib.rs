@@ -4,5 +4,6 @@
 #![warn(missing_docs)]
 
 pub mod backoff;
+pub mod budget;
 pub mod policy;
 pub mod retry;

@@ -1,0 +1,292 @@
+//! Retry budgets: limits on retries as a share of traffic, shared by every
+//! task that calls one service, so that a failing dependency sees a bounded
+//! amount of extra load however many callers retry at once.
+//!
+//! - [`RetryBudget`] is Finagle's budget, as in Linkerd and tower: over a
+//!   sliding window of `ttl`, retries may be at most `retryRatio` of the
+//!   requests plus `minRetriesPerSecond × ttl`.
+//! - [`RetryThrottle`] is gRPC's retry throttling: a token bucket that loses
+//!   a token per failure and regains `tokenRatio` per success; retries are
+//!   allowed only while more than half the tokens remain.
+//!
+//! Both are shared through an `Arc` and use atomics only: no lock on the hot
+//! path. Under contention a check and its increment may interleave, so a
+//! budget can be overdrawn by at most one retry per racing task.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::policy::{BudgetPolicy, RetryThrottlingPolicy};
+
+/// Slots the sliding window is divided into: the window advances in steps of `ttl / 10`.
+const SLOTS: usize = 10;
+
+/// A retry budget (Finagle, Linkerd, tower's `TpsBudget`).
+#[derive(Debug)]
+pub struct RetryBudget {
+    ratio: f64,
+    reserve: f64,
+    slot_len: Duration,
+    start: Instant,
+    slots: [Slot; SLOTS],
+    denied: AtomicU64,
+}
+
+/// Counts for one step of the window; `epoch` says which step they belong to.
+#[derive(Debug, Default)]
+struct Slot {
+    epoch: AtomicU64,
+    requests: AtomicU64,
+    retries: AtomicU64,
+}
+
+/// A budget's state, for metrics.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BudgetSnapshot {
+    /// Requests seen in the window.
+    pub requests: u64,
+    /// Retries spent in the window.
+    pub retries: u64,
+    /// Retries the window allows in all.
+    pub allowed: f64,
+    /// Share of the allowance left, in [0, 1].
+    pub remaining_ratio: f64,
+    /// Retries refused since the budget was created.
+    pub denied: u64,
+}
+
+impl RetryBudget {
+    /// A budget from a policy's `budget` block. Its ranges are checked when
+    /// the policy is validated: `retryRatio` in [0, 1000], `minRetriesPerSecond`
+    /// up to 1,000,000, `ttl` from 1 s to 60 s (tower's bounds).
+    pub fn new(policy: &BudgetPolicy) -> Self {
+        let ttl = policy.ttl.max(Duration::from_millis(SLOTS as u64));
+        Self {
+            ratio: policy.retry_ratio.max(0.0),
+            reserve: f64::from(policy.min_retries_per_second) * ttl.as_secs_f64(),
+            slot_len: ttl / SLOTS as u32,
+            start: Instant::now(),
+            slots: Default::default(),
+            denied: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts a request (first attempts only: retries are counted by [`try_retry`](Self::try_retry)).
+    pub fn deposit(&self) {
+        self.current().requests.fetch_add(1, Relaxed);
+    }
+
+    /// Takes one retry from the budget if it allows one; counts a refusal otherwise.
+    pub fn try_retry(&self) -> bool {
+        let (requests, retries) = self.window();
+        if (retries as f64) < self.allowance(requests) {
+            self.current().retries.fetch_add(1, Relaxed);
+            true
+        } else {
+            self.denied.fetch_add(1, Relaxed);
+            false
+        }
+    }
+
+    /// The budget's state now.
+    pub fn snapshot(&self) -> BudgetSnapshot {
+        let (requests, retries) = self.window();
+        let allowed = self.allowance(requests);
+        let remaining_ratio = if allowed > 0.0 {
+            ((allowed - retries as f64) / allowed).clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        BudgetSnapshot {
+            requests,
+            retries,
+            allowed,
+            remaining_ratio,
+            denied: self.denied.load(Relaxed),
+        }
+    }
+
+    fn allowance(&self, requests: u64) -> f64 {
+        self.reserve + self.ratio * requests as f64
+    }
+
+    fn epoch_now(&self) -> u64 {
+        let elapsed = self.start.elapsed().as_nanos() / self.slot_len.as_nanos().max(1);
+        u64::try_from(elapsed).unwrap_or(u64::MAX)
+    }
+
+    /// The slot of the current step, cleared first if it still holds an old step's counts.
+    fn current(&self) -> &Slot {
+        let epoch = self.epoch_now();
+        let slot = &self.slots[(epoch % SLOTS as u64) as usize];
+        let seen = slot.epoch.load(Relaxed);
+        if seen != epoch && slot.epoch.compare_exchange(seen, epoch, Relaxed, Relaxed).is_ok() {
+            slot.requests.store(0, Relaxed);
+            slot.retries.store(0, Relaxed);
+        }
+        slot
+    }
+
+    /// Requests and retries over the steps still inside the window.
+    fn window(&self) -> (u64, u64) {
+        let now = self.epoch_now();
+        let live = |slot: &&Slot| now.saturating_sub(slot.epoch.load(Relaxed)) < SLOTS as u64;
+        self.slots
+            .iter()
+            .filter(live)
+            .fold((0, 0), |(requests, retries), slot| {
+                (
+                    requests + slot.requests.load(Relaxed),
+                    retries + slot.retries.load(Relaxed),
+                )
+            })
+    }
+}
+
+/// gRPC retry throttling: a token bucket over the successes and failures of calls.
+#[derive(Debug)]
+pub struct RetryThrottle {
+    /// Tokens in thousandths, as gRPC keeps `tokenRatio` to three decimals.
+    milli_tokens: AtomicU64,
+    max: u64,
+    per_success: u64,
+}
+
+impl RetryThrottle {
+    /// A full bucket from a policy's `retryThrottling` block (`maxTokens` 1 to
+    /// 1000, `tokenRatio` above 0 and at most 1000, checked by validation).
+    pub fn new(policy: &RetryThrottlingPolicy) -> Self {
+        let max = u64::from(policy.max_tokens).saturating_mul(1000);
+        Self {
+            milli_tokens: AtomicU64::new(max),
+            max,
+            per_success: (policy.token_ratio.max(0.0) * 1000.0) as u64,
+        }
+    }
+
+    /// A failed call takes a token.
+    pub fn on_failure(&self) {
+        let _ = self
+            .milli_tokens
+            .fetch_update(Relaxed, Relaxed, |t| Some(t.saturating_sub(1000)));
+    }
+
+    /// A successful call returns `tokenRatio` tokens, up to the bucket's size.
+    pub fn on_success(&self) {
+        let _ = self
+            .milli_tokens
+            .fetch_update(Relaxed, Relaxed, |t| Some((t + self.per_success).min(self.max)));
+    }
+
+    /// Whether a retry may be sent: more than half the tokens remain.
+    pub fn allows_retry(&self) -> bool {
+        self.milli_tokens.load(Relaxed) > self.max / 2
+    }
+
+    /// Tokens left, as a share of the bucket.
+    pub fn remaining_ratio(&self) -> f64 {
+        self.milli_tokens.load(Relaxed) as f64 / self.max.max(1) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budget(ratio: f64, min_per_second: u32) -> RetryBudget {
+        RetryBudget::new(&BudgetPolicy {
+            enabled: true,
+            retry_ratio: ratio,
+            min_retries_per_second: min_per_second,
+            ttl: Duration::from_secs(10),
+        })
+    }
+
+    fn spend(budget: &RetryBudget) -> u32 {
+        (0..10_000).take_while(|_| budget.try_retry()).count() as u32
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_are_a_share_of_requests_plus_a_reserve() {
+        let b = budget(0.2, 1);
+        for _ in 0..100 {
+            b.deposit();
+        }
+        assert_eq!(spend(&b), 30, "20 % of 100 requests + 1/s × 10 s");
+        let snapshot = b.snapshot();
+        assert_eq!(
+            (snapshot.requests, snapshot.retries, snapshot.denied),
+            (100, 30, 1)
+        );
+        assert_eq!(snapshot.remaining_ratio, 0.0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_window_slides_past_ttl() {
+        let b = budget(0.5, 0);
+        for _ in 0..10 {
+            b.deposit();
+        }
+        assert_eq!(spend(&b), 5);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert!(!b.try_retry(), "still inside the 10 s window");
+        for _ in 0..4 {
+            b.deposit();
+        }
+        assert_eq!(spend(&b), 2, "(10 + 4) / 2 = 7 allowed, 5 spent");
+        tokio::time::advance(Duration::from_millis(5_001)).await;
+        assert_eq!(b.snapshot().requests, 4, "the first 10 requests left the window");
+        assert_eq!(b.snapshot().retries, 2);
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(b.snapshot().requests, 0, "everything expired");
+        assert_eq!(spend(&b), 0);
+    }
+
+    /// Eight OS threads spend one budget at once: the allowance holds, give
+    /// or take one retry per racing thread.
+    #[test]
+    fn shared_across_threads_never_overdrawn_by_more_than_the_racers() {
+        let b = budget(0.1, 0);
+        for _ in 0..1000 {
+            b.deposit();
+        }
+        let granted: u32 = std::thread::scope(|scope| {
+            let spenders: Vec<_> = (0..8).map(|_| scope.spawn(|| spend(&b))).collect();
+            spenders.into_iter().map(|s| s.join().unwrap()).sum()
+        });
+        assert!(
+            (100..=108).contains(&granted),
+            "{granted} retries granted for an allowance of 100"
+        );
+        assert_eq!(b.snapshot().retries, u64::from(granted));
+    }
+
+    #[test]
+    fn throttle_stops_retries_below_half_and_recovers_on_success() {
+        let t = RetryThrottle::new(&RetryThrottlingPolicy {
+            enabled: true,
+            max_tokens: 10,
+            token_ratio: 0.1,
+        });
+        assert!(t.allows_retry());
+        for _ in 0..5 {
+            t.on_failure();
+        }
+        assert_eq!(t.remaining_ratio(), 0.5);
+        assert!(!t.allows_retry(), "retries stop at half, as in gRPC");
+        for _ in 0..100 {
+            t.on_failure();
+        }
+        assert_eq!(t.remaining_ratio(), 0.0, "never below empty");
+        for _ in 0..51 {
+            t.on_success();
+        }
+        assert!(t.allows_retry(), "51 successes × 0.1 = 5.1 tokens");
+        for _ in 0..1000 {
+            t.on_success();
+        }
+        assert_eq!(t.remaining_ratio(), 1.0, "never above full");
+    }
+}
