@@ -319,23 +319,31 @@ mod tests {
         assert_eq!(f.reloader.reload(Trigger::Admin).await, ReloadOutcome::Unchanged);
     }
 
-    #[tokio::test]
-    async fn an_abandoned_reload_is_tried_again() {
-        let f = fixture("defaults: {maxRetries: 1}\n");
-        f.write("defaults: {maxRetries: 2}\n");
-        // The caller goes away mid-load, e.g. an admin client that disconnects.
-        let mut abandoned = Box::pin(f.reloader.reload(Trigger::Admin));
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        assert!(
-            abandoned.as_mut().poll(&mut cx).is_pending(),
-            "the load runs on the blocking pool"
-        );
-        drop(abandoned);
-        assert!(matches!(
-            f.reloader.reload(Trigger::Watch).await,
-            ReloadOutcome::Applied(_)
-        ));
-        assert_eq!(f.max_retries(), 2);
+    #[test]
+    fn an_abandoned_reload_is_tried_again() {
+        // One blocking thread, held busy, so the load is certainly still
+        // queued when its caller goes away (e.g. an admin client disconnects).
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .max_blocking_threads(1)
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let f = fixture("defaults: {maxRetries: 1}\n");
+            f.write("defaults: {maxRetries: 2}\n");
+            let (release, held) = std::sync::mpsc::channel::<()>();
+            let blocker = tokio::task::spawn_blocking(move || held.recv());
+            let mut abandoned = Box::pin(f.reloader.reload(Trigger::Admin));
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            assert!(abandoned.as_mut().poll(&mut cx).is_pending());
+            drop(abandoned);
+            release.send(()).unwrap();
+            blocker.await.unwrap().unwrap();
+            assert!(matches!(
+                f.reloader.reload(Trigger::Watch).await,
+                ReloadOutcome::Applied(_)
+            ));
+            assert_eq!(f.max_retries(), 2);
+        });
     }
 
     #[tokio::test]
