@@ -4,6 +4,7 @@
 #![warn(missing_docs)]
 
 pub mod backoff;
+pub mod breaker;
 pub mod budget;
 pub mod policy;
 pub mod retry;

@@ -1,0 +1,340 @@
+//! The circuit breaker: stops calls to a dependency that keeps failing, so it
+//! gets room to recover, then lets a few trial calls through to see whether
+//! it has.
+//!
+//! - **Closed** (0): calls pass. The breaker opens after `consecutiveFailures`
+//!   failures in a row (seed 003), or once the window (the last N calls, or
+//!   the calls of the last T) holds `minimumCalls` calls and the share that
+//!   failed reaches `failureRateThreshold`, or the share slower than
+//!   `slowCallDuration` reaches `slowCallRateThreshold` (Resilience4j).
+//! - **Open** (2): calls are refused at once, for `openTimeout`.
+//! - **Half-open** (1): at most `halfOpenMaxCalls` trial calls at a time (the
+//!   seed let any number through). `successThreshold` good trials close the
+//!   breaker; a failed or slow trial opens it again.
+//!
+//! The move from open to half-open happens when a call asks for a permit
+//! after `openTimeout`, so a breaker nobody calls stays open. A call's
+//! outcome counts only in the state it started in: a call sent before the
+//! breaker opened cannot close it.
+
+mod window;
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::policy::CircuitBreakerPolicy;
+pub use window::Tally;
+use window::Window;
+
+/// The breaker's state, numbered as the `circuit_breaker_state` metric is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum CircuitState {
+    /// Calls pass; failures are counted.
+    Closed = 0,
+    /// A few trial calls pass to probe the dependency.
+    HalfOpen = 1,
+    /// Calls are refused until `openTimeout` has passed.
+    Open = 2,
+}
+
+impl CircuitState {
+    /// The state's number for metrics: 0 closed, 1 half-open, 2 open.
+    pub fn as_metric(self) -> u8 {
+        self as u8
+    }
+
+    /// The state's name, as logs and reports spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            CircuitState::Closed => "closed",
+            CircuitState::HalfOpen => "half-open",
+            CircuitState::Open => "open",
+        }
+    }
+}
+
+/// How a call that held a permit ended, for the breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallOutcome {
+    /// The dependency answered well.
+    Success,
+    /// The dependency failed (a connect error, a timeout, a 5xx): counts against it.
+    Failure,
+}
+
+/// A call refused by the breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("circuit breaker is {}; calls are refused for {retry_in:?}", state.name())]
+pub struct CallNotPermitted {
+    /// The state that refused the call: open, or half-open with every trial slot taken.
+    pub state: CircuitState,
+    /// How long until the breaker admits trial calls (zero when half-open).
+    pub retry_in: Duration,
+}
+
+/// A breaker's counts, for metrics and reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BreakerSnapshot {
+    /// The state now.
+    pub state: CircuitState,
+    /// Calls, failures and slow calls in the closed state's window.
+    pub window: Tally,
+    /// Failures in a row while closed.
+    pub consecutive_failures: u32,
+    /// Calls refused since the breaker was created.
+    pub rejected: u64,
+    /// State changes since the breaker was created.
+    pub transitions: u64,
+}
+
+/// A circuit breaker shared by every task that calls one dependency; clones share state.
+#[derive(Debug, Clone)]
+pub struct CircuitBreaker {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    policy: CircuitBreakerPolicy,
+    machine: Mutex<Machine>,
+    state: watch::Sender<CircuitState>,
+    rejected: AtomicU64,
+}
+
+/// The mutable part, behind one short-held lock.
+#[derive(Debug)]
+struct Machine {
+    state: CircuitState,
+    /// Bumped at each state change, so outcomes of calls from an older state are ignored.
+    generation: u64,
+    consecutive_failures: u32,
+    window: Window,
+    opened_at: Instant,
+    trials_in_flight: u32,
+    trial_successes: u32,
+    transitions: u64,
+}
+
+/// Leave to make one call; tell the breaker how it went with [`record`](Self::record).
+/// Dropped unrecorded (the call was cancelled), it counts for nothing and frees its slot.
+#[derive(Debug)]
+#[must_use = "a permit must be recorded, or the call does not count"]
+pub struct Permit {
+    breaker: CircuitBreaker,
+    generation: u64,
+    trial: bool,
+    started: Instant,
+    done: bool,
+}
+
+impl CircuitBreaker {
+    /// A closed breaker from a policy's `circuitBreaker` block, whose ranges
+    /// validation has checked (rates in (0, 1], counts 1 to 10,000, a time
+    /// window of 1 s to 1 h). `consecutiveFailures: 0` turns that trigger off.
+    pub fn new(policy: &CircuitBreakerPolicy) -> Self {
+        Self::new_at(policy, Instant::now())
+    }
+
+    /// [`new`](Self::new) at a given instant (for simulations in virtual time).
+    pub fn new_at(policy: &CircuitBreakerPolicy, now: Instant) -> Self {
+        let machine = Machine {
+            state: CircuitState::Closed,
+            generation: 0,
+            consecutive_failures: 0,
+            window: Window::new(policy.sliding_window, now),
+            opened_at: now,
+            trials_in_flight: 0,
+            trial_successes: 0,
+            transitions: 0,
+        };
+        Self {
+            shared: Arc::new(Shared {
+                policy: policy.clone(),
+                machine: Mutex::new(machine),
+                state: watch::Sender::new(CircuitState::Closed),
+                rejected: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Asks leave to make a call now.
+    pub fn try_acquire(&self) -> Result<Permit, CallNotPermitted> {
+        self.try_acquire_at(Instant::now())
+    }
+
+    /// [`try_acquire`](Self::try_acquire) at a given instant.
+    pub fn try_acquire_at(&self, now: Instant) -> Result<Permit, CallNotPermitted> {
+        let mut m = self.lock();
+        if m.state == CircuitState::Open {
+            let reopens = m.opened_at + self.shared.policy.open_timeout;
+            if now < reopens {
+                drop(m);
+                return Err(self.refuse(CircuitState::Open, reopens - now));
+            }
+            self.transition(&mut m, CircuitState::HalfOpen, now);
+        }
+        let trial = m.state == CircuitState::HalfOpen;
+        if trial {
+            if m.trials_in_flight >= self.shared.policy.half_open_max_calls.max(1) {
+                drop(m);
+                return Err(self.refuse(CircuitState::HalfOpen, Duration::ZERO));
+            }
+            m.trials_in_flight += 1;
+        }
+        Ok(Permit {
+            breaker: self.clone(),
+            generation: m.generation,
+            trial,
+            started: now,
+            done: false,
+        })
+    }
+
+    /// The state now (the move from open to half-open waits for the next call).
+    pub fn state(&self) -> CircuitState {
+        *self.shared.state.borrow()
+    }
+
+    /// A receiver that sees every state change, for metrics and logs.
+    pub fn subscribe(&self) -> watch::Receiver<CircuitState> {
+        self.shared.state.subscribe()
+    }
+
+    /// The breaker's counts now.
+    pub fn snapshot(&self) -> BreakerSnapshot {
+        let m = self.lock();
+        BreakerSnapshot {
+            state: m.state,
+            window: m.window.tally(Instant::now()),
+            consecutive_failures: m.consecutive_failures,
+            rejected: self.shared.rejected.load(Relaxed),
+            transitions: m.transitions,
+        }
+    }
+
+    fn refuse(&self, state: CircuitState, retry_in: Duration) -> CallNotPermitted {
+        self.shared.rejected.fetch_add(1, Relaxed);
+        CallNotPermitted { state, retry_in }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Machine> {
+        // The lock guards plain counters: a panic elsewhere cannot leave them unusable.
+        self.shared.machine.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn record(&self, permit: &Permit, outcome: CallOutcome, now: Instant) {
+        let mut m = self.lock();
+        if m.generation != permit.generation {
+            return;
+        }
+        let failed = outcome == CallOutcome::Failure;
+        let slow = now.saturating_duration_since(permit.started) >= self.shared.policy.slow_call_duration;
+        match m.state {
+            CircuitState::Closed => self.record_closed(&mut m, failed, slow, now),
+            CircuitState::HalfOpen => self.record_trial(&mut m, failed || slow, now),
+            CircuitState::Open => {}
+        }
+    }
+
+    fn record_closed(&self, m: &mut Machine, failed: bool, slow: bool, now: Instant) {
+        let policy = &self.shared.policy;
+        m.consecutive_failures = if failed {
+            m.consecutive_failures.saturating_add(1)
+        } else {
+            0
+        };
+        m.window.record(now, failed, slow);
+        let in_a_row =
+            policy.consecutive_failures > 0 && m.consecutive_failures >= policy.consecutive_failures;
+        if in_a_row || self.rates_exceeded(m, now) {
+            self.transition(m, CircuitState::Open, now);
+        }
+    }
+
+    /// Whether the window holds enough calls and too many failed or were slow.
+    /// A count window smaller than `minimumCalls` is judged once full.
+    fn rates_exceeded(&self, m: &Machine, now: Instant) -> bool {
+        let policy = &self.shared.policy;
+        let tally = m.window.tally(now);
+        let minimum = m
+            .window
+            .capacity()
+            .map_or(policy.minimum_calls, |c| c.min(policy.minimum_calls));
+        if tally.calls == 0 || tally.calls < minimum {
+            return false;
+        }
+        let share = |n: u32| f64::from(n) / f64::from(tally.calls);
+        share(tally.failures) >= policy.failure_rate_threshold
+            || share(tally.slow) >= policy.slow_call_rate_threshold
+    }
+
+    fn record_trial(&self, m: &mut Machine, bad: bool, now: Instant) {
+        m.trials_in_flight = m.trials_in_flight.saturating_sub(1);
+        if bad {
+            self.transition(m, CircuitState::Open, now);
+            return;
+        }
+        m.trial_successes += 1;
+        if m.trial_successes >= self.shared.policy.success_threshold {
+            self.transition(m, CircuitState::Closed, now);
+        }
+    }
+
+    fn release(&self, permit: &Permit) {
+        let mut m = self.lock();
+        if permit.trial && m.generation == permit.generation {
+            m.trials_in_flight = m.trials_in_flight.saturating_sub(1);
+        }
+    }
+
+    fn transition(&self, m: &mut Machine, to: CircuitState, now: Instant) {
+        m.state = to;
+        m.generation += 1;
+        m.transitions += 1;
+        m.trials_in_flight = 0;
+        m.trial_successes = 0;
+        match to {
+            CircuitState::Open => m.opened_at = now,
+            CircuitState::Closed => {
+                m.consecutive_failures = 0;
+                m.window.clear();
+            }
+            CircuitState::HalfOpen => {}
+        }
+        self.shared.state.send_replace(to);
+    }
+}
+
+impl Permit {
+    /// Records how the call went; its duration (since the permit) decides whether it was slow.
+    pub fn record(self, outcome: CallOutcome) {
+        self.record_at(outcome, Instant::now());
+    }
+
+    /// [`record`](Self::record) with the call ending at a given instant.
+    pub fn record_at(mut self, outcome: CallOutcome, now: Instant) {
+        self.done = true;
+        self.breaker.record(&self, outcome, now);
+    }
+
+    /// Whether this is a half-open trial call.
+    pub fn is_trial(&self) -> bool {
+        self.trial
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if !self.done {
+            self.breaker.release(self);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
