@@ -6,5 +6,6 @@
 pub mod backoff;
 pub mod breaker;
 pub mod budget;
+pub mod hedge;
 pub mod policy;
 pub mod retry;

@@ -102,6 +102,10 @@ pub enum GaveUp {
     Deadline,
     /// The caller cancelled.
     Cancelled,
+    /// The retry budget (or retry throttling) refused another attempt.
+    BudgetExhausted,
+    /// The circuit breaker refused the attempt.
+    CircuitOpen,
 }
 
 /// What the last attempt ended with.
@@ -133,6 +137,8 @@ impl<E: fmt::Display> fmt::Display for RetryError<E> {
             GaveUp::Exhausted => "every attempt failed",
             GaveUp::Deadline => "the deadline (maxElapsed) passed",
             GaveUp::Cancelled => "cancelled",
+            GaveUp::BudgetExhausted => "the retry budget is spent",
+            GaveUp::CircuitOpen => "the circuit breaker is open",
         };
         write!(f, "gave up after {} attempt(s): {why}", self.attempts)?;
         match &self.last {
