@@ -9,3 +9,5 @@ pub mod budget;
 pub mod hedge;
 pub mod policy;
 pub mod retry;
+#[cfg(feature = "tower")]
+pub mod shed;
