@@ -76,10 +76,30 @@ impl Hedge {
     /// says so (a retry budget: hedges are extra load, like retries).
     pub async fn run_gated<T, E, Op, Fut>(
         &self,
+        operation: Op,
+        classify: impl Fn(&E) -> Verdict,
+        allow_hedge: impl FnMut() -> bool,
+    ) -> Result<T, RetryError<E>>
+    where
+        Op: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        self.race(operation, classify, allow_hedge)
+            .await
+            .map_err(|lost| RetryError {
+                attempts: lost.sent,
+                gave_up: lost.gave_up,
+                last: Cause::Error(lost.last),
+            })
+    }
+
+    /// The race itself, whose failure always has an error to show.
+    pub(crate) async fn race<T, E, Op, Fut>(
+        &self,
         mut operation: Op,
         classify: impl Fn(&E) -> Verdict,
         mut allow_hedge: impl FnMut() -> bool,
-    ) -> Result<T, RetryError<E>>
+    ) -> Result<T, Lost<E>>
     where
         Op: FnMut(u32) -> Fut,
         Fut: Future<Output = Result<T, E>>,
@@ -87,8 +107,8 @@ impl Hedge {
         let mut running: Vec<Pin<Box<Fut>>> = vec![Box::pin(operation(0))];
         let mut sent = 1;
         let mut refused = false;
+        let mut last = None;
         let mut hedge_now = false;
-        let mut last = Cause::None;
         let mut timer = pin!(sleep(self.delay));
         poll_fn(|cx| loop {
             let mut i = 0;
@@ -98,15 +118,19 @@ impl Hedge {
                     Poll::Ready(Ok(value)) => return Poll::Ready(Ok(value)),
                     Poll::Ready(Err(error)) => {
                         drop(running.swap_remove(i));
-                        let verdict = classify(&error);
-                        last = Cause::Error(error);
-                        if verdict == Verdict::Fail {
-                            return Poll::Ready(Err(stop(sent, GaveUp::NotRetryable, &mut last)));
+                        if classify(&error) == Verdict::Fail {
+                            return Poll::Ready(Err(Lost {
+                                sent,
+                                gave_up: GaveUp::NotRetryable,
+                                last: error,
+                            }));
                         }
+                        last = Some(error);
                         hedge_now = true;
                     }
                 }
             }
+            // A failure sends the next hedge at once; otherwise the timer does.
             let may_send = sent <= self.max_hedges && !refused;
             if may_send && (hedge_now || timer.as_mut().poll(cx).is_ready()) {
                 if allow_hedge() {
@@ -119,12 +143,13 @@ impl Hedge {
                 refused = true;
             }
             if running.is_empty() {
-                let why = if refused {
+                let gave_up = if refused {
                     GaveUp::BudgetExhausted
                 } else {
                     GaveUp::Exhausted
                 };
-                return Poll::Ready(Err(stop(sent, why, &mut last)));
+                let last = last.take().expect("every attempt ended, so one failed");
+                return Poll::Ready(Err(Lost { sent, gave_up, last }));
             }
             return Poll::Pending;
         })
@@ -132,12 +157,11 @@ impl Hedge {
     }
 }
 
-fn stop<E>(attempts: u32, gave_up: GaveUp, last: &mut Cause<E>) -> RetryError<E> {
-    RetryError {
-        attempts,
-        gave_up,
-        last: std::mem::replace(last, Cause::None),
-    }
+/// How a hedged call failed: attempts sent, why no more were, the last error.
+pub(crate) struct Lost<E> {
+    pub(crate) sent: u32,
+    pub(crate) gave_up: GaveUp,
+    pub(crate) last: E,
 }
 
 #[cfg(test)]
@@ -232,6 +256,20 @@ mod tests {
             .await;
         assert_eq!(result, Ok(1));
         assert_eq!(start.elapsed(), ms(20));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failure_while_others_run_sends_the_next_hedge_at_once() {
+        let start = Instant::now();
+        let result = hedge(2)
+            .run(|n| attempt(n, &[1000, 10, 5], &[true, false, true]), retryable)
+            .await;
+        assert_eq!(result, Ok(2));
+        assert_eq!(
+            start.elapsed(),
+            ms(65),
+            "hedge 1 failed at 60 ms; hedge 2 went out then, not at 110 ms"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -193,21 +193,40 @@ impl Retry {
         Fut: Future<Output = Result<T, E>>,
         R: Rng + ?Sized,
     {
+        self.run_gated(operation, classify, rng, cancel, &Ungated).await
+    }
+
+    /// The loop with `gate` consulted around each attempt; see [`Gate`].
+    pub(crate) async fn run_gated<T, E, Op, Fut, R, G>(
+        &self,
+        operation: Op,
+        classify: impl Fn(&E) -> Verdict,
+        rng: &mut R,
+        cancel: impl Future<Output = ()>,
+        gate: &G,
+    ) -> Result<T, RetryError<E>>
+    where
+        Op: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        R: Rng + ?Sized,
+        G: Gate,
+    {
         let mut attempts = 0;
         let mut last = Cause::None;
         tokio::select! {
-            result = self.attempts(operation, classify, rng, &mut attempts, &mut last) => result,
+            result = self.attempts(operation, classify, rng, gate, &mut attempts, &mut last) => result,
             () = cancel => Err(RetryError { attempts, gave_up: GaveUp::Cancelled, last }),
         }
     }
 
     /// The loop itself; `attempts` and `last` are kept outside it so that a
     /// cancellation can report them.
-    async fn attempts<T, E, Op, Fut, R>(
+    async fn attempts<T, E, Op, Fut, R, G>(
         &self,
         mut operation: Op,
         classify: impl Fn(&E) -> Verdict,
         rng: &mut R,
+        gate: &G,
         attempts: &mut u32,
         last: &mut Cause<E>,
     ) -> Result<T, RetryError<E>>
@@ -215,36 +234,51 @@ impl Retry {
         Op: FnMut(u32) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         R: Rng + ?Sized,
+        G: Gate,
     {
         let deadline = self.max_elapsed.map(|d| Instant::now() + d);
         let mut previous = Duration::ZERO;
         loop {
             let attempt = *attempts;
+            let Some(pass) = gate.admit() else {
+                return Err(self.stop(*attempts, GaveUp::CircuitOpen, last));
+            };
             *attempts += 1;
             let try_deadline = earliest(self.per_try_timeout.map(|t| Instant::now() + t), deadline);
             let outcome = match try_deadline {
                 Some(at) => timeout_at(at, operation(attempt)).await.ok(),
                 None => Some(operation(attempt).await),
             };
-            let verdict = match outcome {
-                Some(Ok(value)) => return Ok(value),
+            let (verdict, settled) = match outcome {
+                Some(Ok(value)) => {
+                    gate.settle(pass, Settled::Succeeded);
+                    return Ok(value);
+                }
                 Some(Err(error)) => {
                     let verdict = classify(&error);
                     *last = Cause::Error(error);
-                    verdict
+                    let settled = if verdict == Verdict::Fail {
+                        Settled::Ignored
+                    } else {
+                        Settled::Failed
+                    };
+                    (verdict, settled)
                 }
                 None => {
                     *last = Cause::TimedOut;
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
-                        return Err(self.stop(*attempts, GaveUp::Deadline, last));
-                    }
-                    if self.retry_timeouts {
+                    let verdict = if self.retry_timeouts {
                         Verdict::Retry { after: None }
                     } else {
                         Verdict::Fail
-                    }
+                    };
+                    (verdict, Settled::Failed)
                 }
             };
+            gate.settle(pass, settled);
+            let timed_out = matches!(last, Cause::TimedOut);
+            if timed_out && deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(self.stop(*attempts, GaveUp::Deadline, last));
+            }
             let Verdict::Retry { after } = verdict else {
                 return Err(self.stop(*attempts, GaveUp::NotRetryable, last));
             };
@@ -254,6 +288,9 @@ impl Retry {
             let delay = self.wait(attempt, previous, after, rng);
             if deadline.is_some_and(|d| Instant::now() + delay >= d) {
                 return Err(self.stop(*attempts, GaveUp::Deadline, last));
+            }
+            if !gate.allow_retry() {
+                return Err(self.stop(*attempts, GaveUp::BudgetExhausted, last));
             }
             sleep(delay).await;
             previous = delay;
@@ -279,6 +316,44 @@ impl Retry {
             gave_up,
             last: std::mem::replace(last, Cause::None),
         }
+    }
+}
+
+/// How an attempt ended, for what watches the dependency's health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// It succeeded.
+    Succeeded,
+    /// It failed in a way that says the dependency is unwell (retryable, or timed out).
+    Failed,
+    /// It failed in a way that says nothing of the dependency (a 4xx).
+    Ignored,
+}
+
+/// What the composed call checks around each attempt (see `guard`): leave
+/// to send it (the breaker), its outcome, and leave to retry (the budget).
+pub(crate) trait Gate {
+    /// Held while an attempt runs (a breaker permit); dropping it unsettled cancels the attempt.
+    type Pass;
+    /// Leave to send the next attempt, or `None` if refused.
+    fn admit(&self) -> Option<Self::Pass>;
+    /// How the attempt holding `pass` ended.
+    fn settle(&self, pass: Self::Pass, settled: Settled);
+    /// Leave to retry, asked only when the policy would retry and the wait fits the deadline.
+    fn allow_retry(&self) -> bool;
+}
+
+/// The plain loop's gate: admits everything.
+struct Ungated;
+
+impl Gate for Ungated {
+    type Pass = ();
+    fn admit(&self) -> Option<()> {
+        Some(())
+    }
+    fn settle(&self, (): (), _: Settled) {}
+    fn allow_retry(&self) -> bool {
+        true
     }
 }
 

@@ -1,0 +1,216 @@
+//! One call to a service under everything its policy says, composed here and
+//! nowhere else, in one order (outermost first):
+//!
+//! 1. **Circuit breaker**: every attempt needs a permit. An open breaker ends
+//!    the call at once ([`GaveUp::CircuitOpen`]), sending nothing.
+//! 2. **Retry budget** and **retry throttling**: every retry (and every hedge)
+//!    needs their leave; when they refuse, the call ends
+//!    ([`GaveUp::BudgetExhausted`]) instead of adding load to a struggling
+//!    dependency.
+//! 3. **Retry loop**: backoff with jitter, `Retry-After`, the per-try timeout
+//!    and the `maxElapsed` deadline ([`Retry`]).
+//! 4. **Hedging**, inside each attempt: the per-try timeout covers an
+//!    attempt and its hedges together ([`Hedge`]).
+//!
+//! The breaker and the throttle learn from every attempt: a success, or a
+//! failure that says the dependency is unwell (retryable, or timed out).
+//! A failure that is not retryable (a 4xx) says nothing about its health and
+//! counts for neither. A [`Guard`]'s clones share its budget and breaker, so
+//! make one per service and clone it into every task that calls it.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! use stormguard_core::guard::Guard;
+//! use stormguard_core::policy::RetryPolicy;
+//! use stormguard_core::retry::{Failure, Verdict};
+//!
+//! // The policy the daemon served for this service.
+//! let policy = RetryPolicy { max_retries: 2, ..RetryPolicy::default() };
+//! let guard = Guard::from_policy(&policy);
+//! let reply = guard
+//!     .call(
+//!         |attempt| async move {
+//!             // Send the request here. This server is restarting: the first try gets a 503.
+//!             match attempt.retry {
+//!                 0 => Err(Failure::Status { code: 503, retry_after: None }),
+//!                 _ => Ok("200 OK"),
+//!             }
+//!         },
+//!         |failure| guard.retry_on().verdict(*failure),
+//!     )
+//!     .await;
+//! assert_eq!(reply, Ok("200 OK"));
+//! # }
+//! ```
+
+use std::future::{pending, Future};
+use std::sync::Arc;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::breaker::{CallOutcome, CircuitBreaker, Permit};
+use crate::budget::{RetryBudget, RetryThrottle};
+use crate::hedge::Hedge;
+use crate::policy::{RetryOn, RetryPolicy};
+use crate::retry::{Gate, Retry, RetryError, Settled, Verdict};
+
+/// Which request an operation is asked to send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attempt {
+    /// The retry-loop attempt: 0 first, then 1 for the first retry, and so on.
+    pub retry: u32,
+    /// The hedge within that attempt: 0 for the attempt itself, then 1, 2, ...
+    pub hedge: u32,
+}
+
+/// A service's policy, ready to guard calls to it; see the [module docs](self).
+#[derive(Debug, Clone)]
+pub struct Guard {
+    retry: Retry,
+    retry_on: RetryOn,
+    budget: Option<Arc<RetryBudget>>,
+    throttle: Option<Arc<RetryThrottle>>,
+    breaker: Option<CircuitBreaker>,
+    hedge: Option<Hedge>,
+}
+
+impl Guard {
+    /// Everything `policy` sets up, each block only if it is enabled: the
+    /// one call a client makes with the policy the daemon served.
+    pub fn from_policy(policy: &RetryPolicy) -> Self {
+        Self {
+            retry: Retry::from_policy(policy),
+            retry_on: policy.retry_on.clone(),
+            budget: policy
+                .budget
+                .enabled
+                .then(|| Arc::new(RetryBudget::new(&policy.budget))),
+            throttle: policy
+                .retry_throttling
+                .enabled
+                .then(|| Arc::new(RetryThrottle::new(&policy.retry_throttling))),
+            breaker: policy
+                .circuit_breaker
+                .enabled
+                .then(|| CircuitBreaker::new(&policy.circuit_breaker)),
+            hedge: policy
+                .hedging
+                .enabled
+                .then(|| Hedge::from_policy(&policy.hedging)),
+        }
+    }
+
+    /// The retry settings.
+    pub fn retry(&self) -> &Retry {
+        &self.retry
+    }
+
+    /// The policy's `retryOn` list, whose [`verdict`](RetryOn::verdict) classifies HTTP failures.
+    pub fn retry_on(&self) -> &RetryOn {
+        &self.retry_on
+    }
+
+    /// The retry budget, if the policy enables one.
+    pub fn budget(&self) -> Option<&RetryBudget> {
+        self.budget.as_deref()
+    }
+
+    /// The retry throttle, if the policy enables it.
+    pub fn throttle(&self) -> Option<&RetryThrottle> {
+        self.throttle.as_deref()
+    }
+
+    /// The circuit breaker, if the policy enables one.
+    pub fn breaker(&self) -> Option<&CircuitBreaker> {
+        self.breaker.as_ref()
+    }
+
+    /// The hedging settings, if the policy enables hedging.
+    pub fn hedge(&self) -> Option<&Hedge> {
+        self.hedge.as_ref()
+    }
+
+    /// Runs `operation` under the policy; `classify` judges each error.
+    pub async fn call<T, E, Op, Fut>(
+        &self,
+        operation: Op,
+        classify: impl Fn(&E) -> Verdict,
+    ) -> Result<T, RetryError<E>>
+    where
+        Op: Fn(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let mut rng = SmallRng::from_rng(&mut rand::rng());
+        self.call_until(operation, classify, &mut rng, pending()).await
+    }
+
+    /// [`call`](Self::call) with a given random source, stopping as soon as `cancel` resolves.
+    pub async fn call_until<T, E, Op, Fut, R>(
+        &self,
+        operation: Op,
+        classify: impl Fn(&E) -> Verdict,
+        rng: &mut R,
+        cancel: impl Future<Output = ()>,
+    ) -> Result<T, RetryError<E>>
+    where
+        Op: Fn(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        R: Rng + ?Sized,
+    {
+        if let Some(budget) = &self.budget {
+            budget.deposit();
+        }
+        let (operation, classify) = (&operation, &classify);
+        let attempt = |retry| async move {
+            match &self.hedge {
+                None => operation(Attempt { retry, hedge: 0 }).await,
+                Some(hedge) => hedge
+                    .race(
+                        |hedge| operation(Attempt { retry, hedge }),
+                        classify,
+                        || self.allow_retry(),
+                    )
+                    .await
+                    .map_err(|lost| lost.last),
+            }
+        };
+        self.retry.run_gated(attempt, classify, rng, cancel, self).await
+    }
+}
+
+impl Gate for Guard {
+    type Pass = Option<Permit>;
+
+    fn admit(&self) -> Option<Option<Permit>> {
+        match &self.breaker {
+            None => Some(None),
+            Some(breaker) => breaker.try_acquire().ok().map(Some),
+        }
+    }
+
+    fn settle(&self, permit: Option<Permit>, settled: Settled) {
+        let outcome = match settled {
+            Settled::Succeeded => CallOutcome::Success,
+            Settled::Failed => CallOutcome::Failure,
+            Settled::Ignored => return,
+        };
+        if let Some(throttle) = &self.throttle {
+            match outcome {
+                CallOutcome::Success => throttle.on_success(),
+                CallOutcome::Failure => throttle.on_failure(),
+            }
+        }
+        if let Some(permit) = permit {
+            permit.record(outcome);
+        }
+    }
+
+    fn allow_retry(&self) -> bool {
+        self.throttle.as_ref().is_none_or(|t| t.allows_retry())
+            && self.budget.as_ref().is_none_or(|b| b.try_retry())
+    }
+}
+
+#[cfg(test)]
+mod tests;

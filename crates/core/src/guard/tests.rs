@@ -1,0 +1,210 @@
+use super::*;
+use std::cell::RefCell;
+use std::time::Duration;
+
+use tokio::time::{sleep, Instant};
+
+use crate::breaker::CircuitState;
+use crate::policy::{BudgetPolicy, CircuitBreakerPolicy, HedgingPolicy, Jitter, RetryThrottlingPolicy};
+use crate::retry::{Cause, Failure, GaveUp};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// 3 retries at 100, 200, 400 ms; no budget unless a test adds one.
+fn policy() -> RetryPolicy {
+    RetryPolicy {
+        jitter: Jitter::None,
+        budget: BudgetPolicy {
+            enabled: false,
+            ..BudgetPolicy::default()
+        },
+        ..RetryPolicy::default()
+    }
+}
+
+fn unavailable() -> Failure {
+    Failure::Status {
+        code: 503,
+        retry_after: None,
+    }
+}
+
+/// Calls through `guard` with an operation that always answers `failure`,
+/// returning the error and the attempts the operation saw.
+async fn failing_call(guard: &Guard, failure: Failure) -> (RetryError<Failure>, Vec<Attempt>) {
+    let seen = RefCell::new(Vec::new());
+    let error = guard
+        .call(
+            |attempt| {
+                seen.borrow_mut().push(attempt);
+                async move { Err::<(), _>(failure) }
+            },
+            |f| guard.retry_on().verdict(*f),
+        )
+        .await
+        .unwrap_err();
+    (error, seen.into_inner())
+}
+
+#[test]
+fn each_block_is_set_up_only_when_enabled() {
+    let plain = Guard::from_policy(&policy());
+    assert!(plain.budget().is_none() && plain.throttle().is_none());
+    assert!(plain.breaker().is_none() && plain.hedge().is_none());
+
+    let mut all = policy();
+    all.budget.enabled = true;
+    all.retry_throttling.enabled = true;
+    all.circuit_breaker.enabled = true;
+    all.hedging = HedgingPolicy {
+        enabled: true,
+        delay: ms(20),
+        max_hedges: 2,
+    };
+    let guard = Guard::from_policy(&all);
+    assert!(guard.budget().is_some() && guard.throttle().is_some() && guard.breaker().is_some());
+    assert_eq!(
+        guard.hedge(),
+        Some(&Hedge {
+            delay: ms(20),
+            max_hedges: 2
+        })
+    );
+    assert_eq!(guard.retry().max_retries, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_plain_policy_retries_with_its_backoff() {
+    let guard = Guard::from_policy(&policy());
+    let start = Instant::now();
+    let (error, seen) = failing_call(&guard, unavailable()).await;
+    assert_eq!((error.attempts, error.gave_up), (4, GaveUp::Exhausted));
+    assert_eq!(seen.len(), 4);
+    assert_eq!(start.elapsed(), ms(700), "waits of 100, 200 and 400 ms");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_open_breaker_ends_the_call_before_anything_is_sent() {
+    let mut p = policy();
+    p.circuit_breaker = CircuitBreakerPolicy {
+        enabled: true,
+        consecutive_failures: 2,
+        ..CircuitBreakerPolicy::default()
+    };
+    let guard = Guard::from_policy(&p);
+    let (error, seen) = failing_call(&guard, unavailable()).await;
+    assert_eq!(
+        (error.attempts, error.gave_up),
+        (2, GaveUp::CircuitOpen),
+        "the third attempt was refused"
+    );
+    assert_eq!(seen.len(), 2);
+    assert_eq!(guard.breaker().unwrap().state(), CircuitState::Open);
+
+    let (error, seen) = failing_call(&guard.clone(), unavailable()).await;
+    assert_eq!(
+        (error.attempts, error.gave_up, error.last),
+        (0, GaveUp::CircuitOpen, Cause::None)
+    );
+    assert!(seen.is_empty(), "clones share the breaker");
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_that_are_not_retryable_do_not_open_the_breaker() {
+    let mut p = policy();
+    p.circuit_breaker = CircuitBreakerPolicy {
+        enabled: true,
+        consecutive_failures: 2,
+        ..CircuitBreakerPolicy::default()
+    };
+    let guard = Guard::from_policy(&p);
+    for _ in 0..5 {
+        let (error, _) = failing_call(
+            &guard,
+            Failure::Status {
+                code: 404,
+                retry_after: None,
+            },
+        )
+        .await;
+        assert_eq!(error.gave_up, GaveUp::NotRetryable);
+    }
+    assert_eq!(guard.breaker().unwrap().state(), CircuitState::Closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shared_budget_caps_retries_across_calls() {
+    let mut p = policy();
+    p.budget = BudgetPolicy {
+        enabled: true,
+        retry_ratio: 0.0,
+        min_retries_per_second: 1,
+        ttl: Duration::from_secs(10),
+    };
+    let guard = Guard::from_policy(&p);
+    let mut sent = 0;
+    let mut refused = 0;
+    for _ in 0..5 {
+        let (error, seen) = failing_call(&guard.clone(), unavailable()).await;
+        sent += seen.len();
+        refused += usize::from(error.gave_up == GaveUp::BudgetExhausted);
+    }
+    assert_eq!(
+        sent,
+        5 + 10,
+        "5 first attempts and the 10 retries 1/s × 10 s allows"
+    );
+    assert_eq!(
+        refused, 2,
+        "three calls retry 3 times each, the fourth once, the fifth not at all"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn throttling_stops_retries_below_half_the_tokens() {
+    let mut p = policy();
+    p.retry_throttling = RetryThrottlingPolicy {
+        enabled: true,
+        max_tokens: 4,
+        token_ratio: 0.1,
+    };
+    let guard = Guard::from_policy(&p);
+    let (error, seen) = failing_call(&guard, unavailable()).await;
+    assert_eq!(error.gave_up, GaveUp::BudgetExhausted);
+    assert_eq!(seen.len(), 2, "4 tokens, 2 failures leave 2: not more than half");
+}
+
+#[tokio::test(start_paused = true)]
+async fn hedges_run_inside_each_attempt() {
+    let mut p = policy();
+    p.hedging = HedgingPolicy {
+        enabled: true,
+        delay: ms(50),
+        max_hedges: 1,
+    };
+    let guard = Guard::from_policy(&p);
+    let start = Instant::now();
+    let reply = guard
+        .call(
+            |attempt| async move {
+                match attempt {
+                    Attempt { retry: 0, .. } => Err(unavailable()),
+                    Attempt { hedge: 0, .. } => {
+                        sleep(Duration::from_secs(10)).await;
+                        Ok(attempt)
+                    }
+                    _ => Ok(attempt),
+                }
+            },
+            |f| guard.retry_on().verdict(*f),
+        )
+        .await;
+    assert_eq!(reply, Ok(Attempt { retry: 1, hedge: 1 }));
+    assert_eq!(
+        start.elapsed(),
+        ms(150),
+        "attempt 0 and its hedge failed at once; the retry's hedge answered 50 ms after its 100 ms wait"
+    );
+}
