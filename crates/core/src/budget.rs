@@ -28,7 +28,7 @@ const SLOTS: usize = 10;
 pub struct RetryBudget {
     ratio: f64,
     reserve: f64,
-    slot_len: Duration,
+    slot_nanos: u64,
     start: Instant,
     slots: [Slot; SLOTS],
     denied: AtomicU64,
@@ -66,7 +66,9 @@ impl RetryBudget {
         Self {
             ratio: policy.retry_ratio.max(0.0),
             reserve: f64::from(policy.min_retries_per_second) * ttl.as_secs_f64(),
-            slot_len: ttl / SLOTS as u32,
+            slot_nanos: u64::try_from((ttl / SLOTS as u32).as_nanos())
+                .unwrap_or(u64::MAX)
+                .max(1),
             start: Instant::now(),
             slots: Default::default(),
             denied: AtomicU64::new(0),
@@ -75,14 +77,15 @@ impl RetryBudget {
 
     /// Counts a request (first attempts only: retries are counted by [`try_retry`](Self::try_retry)).
     pub fn deposit(&self) {
-        self.current().requests.fetch_add(1, Relaxed);
+        self.slot(self.epoch_now()).requests.fetch_add(1, Relaxed);
     }
 
     /// Takes one retry from the budget if it allows one; counts a refusal otherwise.
     pub fn try_retry(&self) -> bool {
-        let (requests, retries) = self.window();
+        let epoch = self.epoch_now();
+        let (requests, retries) = self.window(epoch);
         if (retries as f64) < self.allowance(requests) {
-            self.current().retries.fetch_add(1, Relaxed);
+            self.slot(epoch).retries.fetch_add(1, Relaxed);
             true
         } else {
             self.denied.fetch_add(1, Relaxed);
@@ -92,7 +95,7 @@ impl RetryBudget {
 
     /// The budget's state now.
     pub fn snapshot(&self) -> BudgetSnapshot {
-        let (requests, retries) = self.window();
+        let (requests, retries) = self.window(self.epoch_now());
         let allowed = self.allowance(requests);
         let remaining_ratio = if allowed > 0.0 {
             ((allowed - retries as f64) / allowed).clamp(0.0, 1.0)
@@ -112,14 +115,19 @@ impl RetryBudget {
         self.reserve + self.ratio * requests as f64
     }
 
+    /// The window step now. In whole nanoseconds: a u128 division would
+    /// cost more than the rest of a budget check.
     fn epoch_now(&self) -> u64 {
-        let elapsed = self.start.elapsed().as_nanos() / self.slot_len.as_nanos().max(1);
-        u64::try_from(elapsed).unwrap_or(u64::MAX)
+        let elapsed = self.start.elapsed();
+        let nanos = elapsed
+            .as_secs()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(u64::from(elapsed.subsec_nanos()));
+        nanos / self.slot_nanos
     }
 
-    /// The slot of the current step, cleared first if it still holds an old step's counts.
-    fn current(&self) -> &Slot {
-        let epoch = self.epoch_now();
+    /// The slot of step `epoch`, cleared first if it still holds an older step's counts.
+    fn slot(&self, epoch: u64) -> &Slot {
         let slot = &self.slots[(epoch % SLOTS as u64) as usize];
         let seen = slot.epoch.load(Relaxed);
         if seen != epoch && slot.epoch.compare_exchange(seen, epoch, Relaxed, Relaxed).is_ok() {
@@ -129,9 +137,8 @@ impl RetryBudget {
         slot
     }
 
-    /// Requests and retries over the steps still inside the window.
-    fn window(&self) -> (u64, u64) {
-        let now = self.epoch_now();
+    /// Requests and retries over the steps still inside the window at step `now`.
+    fn window(&self, now: u64) -> (u64, u64) {
         let live = |slot: &&Slot| now.saturating_sub(slot.epoch.load(Relaxed)) < SLOTS as u64;
         self.slots
             .iter()
