@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Runs stormguard-core's divan benchmarks several times and prints, for each
 pair that does the same job, the median time of ours, of the reference
-(backon, tower) and their ratio (below 1: ours is faster).
+(backon, tower) and their ratio (below 1: ours is faster). Both sides of a
+pair are measured in the same run; the ratio is taken per run, so a noisy
+neighbour slowing one run down does not skew it.
 
-Usage: bench/core_ratios.py [rounds]   (from the repository root)
+Usage: bench/core_ratios.py [rounds, default 5]   (from the repository root)
 """
 import re
 import statistics
@@ -30,7 +32,7 @@ ROW = re.compile(r"^([│ ]*)[├╰]─ (\S+)\s+(?:(\S+) (\S+)\s+│\s+\S+ \S+\
 def run_once():
     """Median ns of every benchmark in one `cargo bench` run, keyed by path."""
     out = subprocess.run(
-        ["cargo", "bench", "--quiet", "-p", "stormguard-core", "--bench", "core"],
+        ["cargo", "bench", "--quiet", "-p", "stormguard-core", "--bench", "core", "--", "--sample-count", "300"],
         check=True, capture_output=True, text=True,
     ).stdout
     medians, stack = {}, []
@@ -46,16 +48,20 @@ def run_once():
 
 
 def main():
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
     runs = [run_once() for _ in range(rounds)]
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-    print(f"medians over {rounds} runs (ns per item; delays: per delay of a 10-delay schedule)")
+    print(f"{rounds} runs; ns per item (delays: per delay of a 10-delay schedule), median of the runs' medians;")
+    print("ratio = ours / reference within each run: median [lowest, highest]; below 1 means ours is faster")
     for ours, theirs in PAIRS:
         scale = 10 if ours.startswith("delay/") else 1
-        a, b = med[ours] / scale, med[theirs] / scale
-        print(f"{ours:34} {a:8.1f}   {theirs:34} {b:8.1f}   ratio {a / b:.2f}")
+        ratios = sorted(r[ours] / r[theirs] for r in runs)
+        print(
+            f"{ours:30} {med[ours] / scale:7.1f}  {theirs:32} {med[theirs] / scale:7.1f}"
+            f"  ratio {statistics.median(ratios):.2f} [{ratios[0]:.2f}, {ratios[-1]:.2f}]"
+        )
     for name in ALONE:
-        print(f"{name:34} {med[name]:8.1f}")
+        print(f"{name:30} {med[name]:7.1f}")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,19 @@
 //! Both are shared through an `Arc` and use atomics only: no lock on the hot
 //! path. Under contention a check and its increment may interleave, so a
 //! budget can be overdrawn by at most one retry per racing task.
+//!
+//! ```
+//! use stormguard_core::budget::RetryBudget;
+//! use stormguard_core::policy::BudgetPolicy;
+//!
+//! // 20 % of requests, plus 1 retry a second over a 10 s window.
+//! let budget = RetryBudget::new(&BudgetPolicy { min_retries_per_second: 1, ..BudgetPolicy::default() });
+//! for _ in 0..100 {
+//!     budget.deposit(); // every first attempt
+//! }
+//! let retries = (0..1000).take_while(|_| budget.try_retry()).count();
+//! assert_eq!(retries, 30); // 0.2 × 100 + 1/s × 10 s
+//! ```
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;

@@ -16,10 +16,32 @@
 //! after `openTimeout`, so a breaker nobody calls stays open. A call's
 //! outcome counts only in the state it started in: a call sent before the
 //! breaker opened cannot close it.
+//!
+//! ```
+//! use stormguard_core::breaker::{CallOutcome, CircuitBreaker, CircuitState};
+//! use stormguard_core::policy::CircuitBreakerPolicy;
+//!
+//! let breaker = CircuitBreaker::new(&CircuitBreakerPolicy {
+//!     enabled: true,
+//!     consecutive_failures: 2,
+//!     ..CircuitBreakerPolicy::default()
+//! });
+//! for _ in 0..2 {
+//!     let permit = breaker.try_acquire().expect("closed: calls pass");
+//!     // ... the call fails with a 503 ...
+//!     permit.record(CallOutcome::Failure);
+//! }
+//! assert_eq!(breaker.state(), CircuitState::Open);
+//! let refused = breaker.try_acquire().unwrap_err();
+//! assert_eq!(refused.state.as_metric(), 2);
+//! ```
 
 mod window;
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -103,6 +125,9 @@ struct Shared {
     policy: CircuitBreakerPolicy,
     machine: Mutex<Machine>,
     state: watch::Sender<CircuitState>,
+    /// The machine's generation and state (`generation << 2 | state`), so a
+    /// closed breaker grants permits without taking the lock.
+    phase: AtomicU64,
     rejected: AtomicU64,
 }
 
@@ -157,6 +182,7 @@ impl CircuitBreaker {
                 policy: policy.clone(),
                 machine: Mutex::new(machine),
                 state: watch::Sender::new(CircuitState::Closed),
+                phase: AtomicU64::new(phase(0, CircuitState::Closed)),
                 rejected: AtomicU64::new(0),
             }),
         }
@@ -169,6 +195,11 @@ impl CircuitBreaker {
 
     /// [`try_acquire`](Self::try_acquire) at a given instant.
     pub fn try_acquire_at(&self, now: Instant) -> Result<Permit, CallNotPermitted> {
+        let seen = self.shared.phase.load(Acquire);
+        if seen & 3 == CircuitState::Closed as u64 {
+            // If the breaker opens meanwhile, this permit's outcome is ignored, as any call's from before.
+            return Ok(self.permit(seen >> 2, false, now));
+        }
         let mut m = self.lock();
         if m.state == CircuitState::Open {
             let reopens = m.opened_at + self.shared.policy.open_timeout;
@@ -186,13 +217,17 @@ impl CircuitBreaker {
             }
             m.trials_in_flight += 1;
         }
-        Ok(Permit {
+        Ok(self.permit(m.generation, trial, now))
+    }
+
+    fn permit(&self, generation: u64, trial: bool, now: Instant) -> Permit {
+        Permit {
             breaker: self.clone(),
-            generation: m.generation,
+            generation,
             trial,
             started: now,
             done: false,
-        })
+        }
     }
 
     /// The state now (the move from open to half-open waits for the next call).
@@ -306,8 +341,13 @@ impl CircuitBreaker {
             }
             CircuitState::HalfOpen => {}
         }
+        self.shared.phase.store(phase(m.generation, to), Release);
         self.shared.state.send_replace(to);
     }
+}
+
+fn phase(generation: u64, state: CircuitState) -> u64 {
+    generation << 2 | state as u64
 }
 
 impl Permit {
