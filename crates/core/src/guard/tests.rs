@@ -48,6 +48,17 @@ async fn failing_call(guard: &Guard, failure: Failure) -> (RetryError<Failure>, 
     (error, seen.into_inner())
 }
 
+/// A guard whose breaker opens after two failures in a row.
+fn opens_after_two_failures() -> Guard {
+    let mut p = policy();
+    p.circuit_breaker = CircuitBreakerPolicy {
+        enabled: true,
+        consecutive_failures: 2,
+        ..CircuitBreakerPolicy::default()
+    };
+    Guard::from_policy(&p)
+}
+
 #[test]
 fn each_block_is_set_up_only_when_enabled() {
     let plain = Guard::from_policy(&policy());
@@ -87,13 +98,7 @@ async fn a_plain_policy_retries_with_its_backoff() {
 
 #[tokio::test(start_paused = true)]
 async fn an_open_breaker_ends_the_call_before_anything_is_sent() {
-    let mut p = policy();
-    p.circuit_breaker = CircuitBreakerPolicy {
-        enabled: true,
-        consecutive_failures: 2,
-        ..CircuitBreakerPolicy::default()
-    };
-    let guard = Guard::from_policy(&p);
+    let guard = opens_after_two_failures();
     let (error, seen) = failing_call(&guard, unavailable()).await;
     assert_eq!(
         (error.attempts, error.gave_up),
@@ -113,13 +118,7 @@ async fn an_open_breaker_ends_the_call_before_anything_is_sent() {
 
 #[tokio::test(start_paused = true)]
 async fn failures_that_are_not_retryable_do_not_open_the_breaker() {
-    let mut p = policy();
-    p.circuit_breaker = CircuitBreakerPolicy {
-        enabled: true,
-        consecutive_failures: 2,
-        ..CircuitBreakerPolicy::default()
-    };
-    let guard = Guard::from_policy(&p);
+    let guard = opens_after_two_failures();
     for _ in 0..5 {
         let (error, _) = failing_call(
             &guard,
