@@ -309,4 +309,58 @@ mod tests {
         }
         assert_eq!(t.remaining_ratio(), 1.0, "never above full");
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Within one window, a retry is granted exactly while the retries
+            /// so far are fewer than ratio × requests so far + the reserve.
+            #[test]
+            fn retries_never_exceed_the_allowance(
+                ratio in 0.0f64..2.0,
+                per_second in 0u32..5,
+                ops in prop::collection::vec(any::<bool>(), 0..500),
+            ) {
+                let b = budget(ratio, per_second);
+                let reserve = f64::from(per_second) * 10.0;
+                let (mut requests, mut retries) = (0u64, 0u64);
+                for deposit in ops {
+                    if deposit {
+                        b.deposit();
+                        requests += 1;
+                    } else {
+                        let allowed = (retries as f64) < ratio * requests as f64 + reserve;
+                        prop_assert_eq!(b.try_retry(), allowed);
+                        retries += u64::from(allowed);
+                    }
+                }
+                prop_assert_eq!((b.snapshot().requests, b.snapshot().retries), (requests, retries));
+            }
+
+            /// The throttle's tokens stay within [0, maxTokens], and retries are
+            /// allowed exactly while more than half remain.
+            #[test]
+            fn throttle_tokens_stay_in_the_bucket(
+                max_tokens in 1u32..1000,
+                ratio in 0.001f64..10.0,
+                ops in prop::collection::vec(any::<bool>(), 0..500),
+            ) {
+                let t = RetryThrottle::new(&RetryThrottlingPolicy { enabled: true, max_tokens, token_ratio: ratio });
+                let mut milli = u64::from(max_tokens) * 1000;
+                for success in ops {
+                    if success {
+                        t.on_success();
+                        milli = (milli + (ratio * 1000.0) as u64).min(u64::from(max_tokens) * 1000);
+                    } else {
+                        t.on_failure();
+                        milli = milli.saturating_sub(1000);
+                    }
+                    prop_assert!((0.0..=1.0).contains(&t.remaining_ratio()));
+                    prop_assert_eq!(t.allows_retry(), milli > u64::from(max_tokens) * 500);
+                }
+            }
+        }
+    }
 }

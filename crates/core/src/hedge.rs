@@ -319,4 +319,63 @@ mod tests {
             .unwrap_err();
         assert_eq!((error.attempts, error.gave_up), (1, GaveUp::Exhausted));
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Whatever the attempts do, the call ends when the first success
+            /// ends (with it), or when the last of every attempt fails: never later,
+            /// never with a loser, never hanging.
+            #[test]
+            fn the_first_success_wins_and_failure_never_hangs(
+                attempts in prop::collection::vec((0u64..300, any::<bool>()), 1..5),
+                delay in 1u64..200,
+            ) {
+                let max_hedges = attempts.len() as u32 - 1;
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_time()
+                    .start_paused(true)
+                    .build()
+                    .unwrap();
+                let (result, elapsed, sent) = runtime.block_on(async {
+                    let start = Instant::now();
+                    let sent = RefCell::new(Vec::new());
+                    let hedge = Hedge { delay: ms(delay), max_hedges };
+                    let result = hedge
+                        .run(
+                            |n| {
+                                let (took, ok) = attempts[n as usize];
+                                sent.borrow_mut().push((n, start.elapsed() + ms(took)));
+                                async move {
+                                    sleep(ms(took)).await;
+                                    if ok { Ok(n) } else { Err(format!("attempt {n} failed")) }
+                                }
+                            },
+                            retryable,
+                        )
+                        .await;
+                    (result, start.elapsed(), sent.into_inner())
+                });
+                let ok = |n: u32| attempts[n as usize].1;
+                let first_success = sent.iter().filter(|(n, _)| ok(*n)).map(|(_, end)| *end).min();
+                match result {
+                    Ok(winner) => {
+                        let end = sent.iter().find(|(n, _)| *n == winner).expect("the winner was sent").1;
+                        prop_assert!(ok(winner));
+                        prop_assert_eq!(Some(end), first_success, "a later success won");
+                        prop_assert_eq!(elapsed, end);
+                    }
+                    Err(error) => {
+                        prop_assert_eq!(first_success, None, "a success was lost");
+                        prop_assert_eq!(sent.len(), attempts.len(), "every failure sends the next hedge");
+                        prop_assert_eq!(error.attempts as usize, attempts.len());
+                        let last_end = sent.iter().map(|(_, end)| *end).max().unwrap();
+                        prop_assert_eq!(elapsed, last_end, "it returned when the last attempt failed");
+                    }
+                }
+            }
+        }
+    }
 }

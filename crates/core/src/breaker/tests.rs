@@ -323,3 +323,135 @@ fn concurrent_trials_never_exceed_the_limit() {
         peak.load(Relaxed)
     );
 }
+
+mod model {
+    //! The breaker against a plain reference model, over random sequences of
+    //! calls, outcomes, cancellations and clock steps.
+    use super::*;
+    use proptest::prelude::*;
+
+    const IN_A_ROW: u32 = 3;
+    const MAX_TRIALS: u32 = 2;
+    const SUCCESSES: u32 = 2;
+    const OPEN_MS: u64 = 1000;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Acquire,
+        Record(usize, bool),
+        Cancel(usize),
+        Advance(u64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => Just(Op::Acquire),
+            4 => (any::<usize>(), any::<bool>()).prop_map(|(i, ok)| Op::Record(i, ok)),
+            1 => any::<usize>().prop_map(Op::Cancel),
+            2 => (0u64..1500).prop_map(Op::Advance),
+        ]
+    }
+
+    /// What the model expects of the breaker.
+    struct Model {
+        state: CircuitState,
+        episode: u64,
+        in_a_row: u32,
+        opened_at: Instant,
+        trials: u32,
+        successes: u32,
+    }
+
+    impl Model {
+        fn enter(&mut self, state: CircuitState, now: Instant) {
+            self.state = state;
+            self.episode += 1;
+            self.in_a_row = 0;
+            self.trials = 0;
+            self.successes = 0;
+            if state == CircuitState::Open {
+                self.opened_at = now;
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn the_breaker_follows_the_model(ops in prop::collection::vec(op(), 1..300)) {
+            // Rates never trigger here: the window is never full enough.
+            let policy = CircuitBreakerPolicy {
+                consecutive_failures: IN_A_ROW,
+                minimum_calls: 10_000,
+                sliding_window: SlidingWindow::Count { calls: 10_000 },
+                open_timeout: ms(OPEN_MS),
+                half_open_max_calls: MAX_TRIALS,
+                success_threshold: SUCCESSES,
+                ..policy()
+            };
+            let mut now = Instant::now();
+            let breaker = CircuitBreaker::new_at(&policy, now);
+            let mut model = Model { state: CircuitState::Closed, episode: 0, in_a_row: 0, opened_at: now, trials: 0, successes: 0 };
+            let mut held: Vec<(Permit, u64)> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Acquire => {
+                        if model.state == CircuitState::Open && now >= model.opened_at + ms(OPEN_MS) {
+                            model.enter(CircuitState::HalfOpen, now);
+                        }
+                        let result = breaker.try_acquire_at(now);
+                        match model.state {
+                            CircuitState::Open => {
+                                let refused = result.expect_err("open refuses");
+                                prop_assert_eq!(refused.retry_in, model.opened_at + ms(OPEN_MS) - now);
+                            }
+                            CircuitState::HalfOpen if model.trials >= MAX_TRIALS => {
+                                prop_assert!(result.is_err(), "a trial over the limit was admitted");
+                            }
+                            state => {
+                                let permit = result.expect("a permit");
+                                prop_assert_eq!(permit.is_trial(), state == CircuitState::HalfOpen);
+                                model.trials += u32::from(permit.is_trial());
+                                held.push((permit, model.episode));
+                            }
+                        }
+                    }
+                    Op::Record(i, ok) if !held.is_empty() => {
+                        let (permit, episode) = held.swap_remove(i % held.len());
+                        permit.record_at(if ok { CallOutcome::Success } else { CallOutcome::Failure }, now);
+                        if episode == model.episode {
+                            match (model.state, ok) {
+                                (CircuitState::Closed, true) => model.in_a_row = 0,
+                                (CircuitState::Closed, false) => {
+                                    model.in_a_row += 1;
+                                    if model.in_a_row >= IN_A_ROW {
+                                        model.enter(CircuitState::Open, now);
+                                    }
+                                }
+                                (CircuitState::HalfOpen, false) => model.enter(CircuitState::Open, now),
+                                (CircuitState::HalfOpen, true) => {
+                                    model.trials -= 1;
+                                    model.successes += 1;
+                                    if model.successes >= SUCCESSES {
+                                        model.enter(CircuitState::Closed, now);
+                                    }
+                                }
+                                (CircuitState::Open, _) => {}
+                            }
+                        }
+                    }
+                    Op::Cancel(i) if !held.is_empty() => {
+                        let (permit, episode) = held.swap_remove(i % held.len());
+                        if permit.is_trial() && episode == model.episode {
+                            model.trials -= 1;
+                        }
+                        drop(permit);
+                    }
+                    Op::Advance(step) => now += ms(step),
+                    Op::Record(..) | Op::Cancel(_) => {}
+                }
+                prop_assert_eq!(breaker.state(), model.state);
+                prop_assert_eq!(breaker.snapshot().transitions, model.episode);
+            }
+        }
+    }
+}
