@@ -75,6 +75,11 @@ impl RetryBudget {
     /// the policy is validated: `retryRatio` in [0, 1000], `minRetriesPerSecond`
     /// up to 1,000,000, `ttl` from 1 s to 60 s (tower's bounds).
     pub fn new(policy: &BudgetPolicy) -> Self {
+        Self::new_at(policy, Instant::now())
+    }
+
+    /// [`new`](Self::new) at a given instant (for simulations in virtual time).
+    pub fn new_at(policy: &BudgetPolicy, now: Instant) -> Self {
         let ttl = policy.ttl.max(Duration::from_millis(SLOTS as u64));
         Self {
             ratio: policy.retry_ratio.max(0.0),
@@ -82,7 +87,7 @@ impl RetryBudget {
             slot_nanos: u64::try_from((ttl / SLOTS as u32).as_nanos())
                 .unwrap_or(u64::MAX)
                 .max(1),
-            start: Instant::now(),
+            start: now,
             slots: Default::default(),
             denied: AtomicU64::new(0),
         }
@@ -90,12 +95,22 @@ impl RetryBudget {
 
     /// Counts a request (first attempts only: retries are counted by [`try_retry`](Self::try_retry)).
     pub fn deposit(&self) {
-        self.slot(self.epoch_now()).requests.fetch_add(1, Relaxed);
+        self.deposit_at(Instant::now());
+    }
+
+    /// [`deposit`](Self::deposit) at a given instant.
+    pub fn deposit_at(&self, now: Instant) {
+        self.slot(self.epoch_at(now)).requests.fetch_add(1, Relaxed);
     }
 
     /// Takes one retry from the budget if it allows one; counts a refusal otherwise.
     pub fn try_retry(&self) -> bool {
-        let epoch = self.epoch_now();
+        self.try_retry_at(Instant::now())
+    }
+
+    /// [`try_retry`](Self::try_retry) at a given instant.
+    pub fn try_retry_at(&self, now: Instant) -> bool {
+        let epoch = self.epoch_at(now);
         let (requests, retries) = self.window(epoch);
         if (retries as f64) < self.allowance(requests) {
             self.slot(epoch).retries.fetch_add(1, Relaxed);
@@ -108,7 +123,7 @@ impl RetryBudget {
 
     /// The budget's state now.
     pub fn snapshot(&self) -> BudgetSnapshot {
-        let (requests, retries) = self.window(self.epoch_now());
+        let (requests, retries) = self.window(self.epoch_at(Instant::now()));
         let allowed = self.allowance(requests);
         let remaining_ratio = if allowed > 0.0 {
             ((allowed - retries as f64) / allowed).clamp(0.0, 1.0)
@@ -128,10 +143,10 @@ impl RetryBudget {
         self.reserve + self.ratio * requests as f64
     }
 
-    /// The window step now. In whole nanoseconds: a u128 division would
+    /// The window step at `now`. In whole nanoseconds: a u128 division would
     /// cost more than the rest of a budget check.
-    fn epoch_now(&self) -> u64 {
-        let elapsed = self.start.elapsed();
+    fn epoch_at(&self, now: Instant) -> u64 {
+        let elapsed = now.saturating_duration_since(self.start);
         let nanos = elapsed
             .as_secs()
             .saturating_mul(1_000_000_000)

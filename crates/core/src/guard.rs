@@ -48,12 +48,13 @@ use std::sync::Arc;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use tokio::time::Instant;
 
-use crate::breaker::{CallOutcome, CircuitBreaker, Permit};
+use crate::breaker::{CallNotPermitted, CallOutcome, CircuitBreaker, Permit};
 use crate::budget::{RetryBudget, RetryThrottle};
 use crate::hedge::Hedge;
 use crate::policy::{RetryOn, RetryPolicy};
-use crate::retry::{Gate, Retry, RetryError, Settled, Verdict};
+use crate::retry::{AttemptOutcome, Gate, Retry, RetryError, Verdict};
 
 /// Which request an operation is asked to send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,9 +159,7 @@ impl Guard {
         Fut: Future<Output = Result<T, E>>,
         R: Rng + ?Sized,
     {
-        if let Some(budget) = &self.budget {
-            budget.deposit();
-        }
+        self.begin_at(Instant::now());
         let (operation, classify) = (&operation, &classify);
         let attempt = |retry| async move {
             match &self.hedge {
@@ -169,7 +168,7 @@ impl Guard {
                     .race(
                         |hedge| operation(Attempt { retry, hedge }),
                         classify,
-                        || self.allow_retry(),
+                        || self.allow_retry_at(Instant::now()),
                     )
                     .await
                     .map_err(|lost| lost.last),
@@ -179,21 +178,46 @@ impl Guard {
     }
 }
 
-impl Gate for Guard {
-    type Pass = Option<Permit>;
+/// The steps of a call at explicit instants, for callers that run their own
+/// loop in virtual time (the herd simulator): the same decisions
+/// [`call`](Guard::call) makes, in the same order.
+impl Guard {
+    /// [`from_policy`](Self::from_policy) with its budget and breaker clocks starting at `now`.
+    pub fn from_policy_at(policy: &RetryPolicy, now: Instant) -> Self {
+        let mut guard = Self::from_policy(policy);
+        guard.budget = policy
+            .budget
+            .enabled
+            .then(|| Arc::new(RetryBudget::new_at(&policy.budget, now)));
+        guard.breaker = policy
+            .circuit_breaker
+            .enabled
+            .then(|| CircuitBreaker::new_at(&policy.circuit_breaker, now));
+        guard
+    }
 
-    fn admit(&self) -> Option<Option<Permit>> {
-        match &self.breaker {
-            None => Some(None),
-            Some(breaker) => breaker.try_acquire().ok().map(Some),
+    /// A call begins: the budget counts a request.
+    pub fn begin_at(&self, now: Instant) {
+        if let Some(budget) = &self.budget {
+            budget.deposit_at(now);
         }
     }
 
-    fn settle(&self, permit: Option<Permit>, settled: Settled) {
-        let outcome = match settled {
-            Settled::Succeeded => CallOutcome::Success,
-            Settled::Failed => CallOutcome::Failure,
-            Settled::Ignored => return,
+    /// Leave to send an attempt: `Ok` with the breaker's permit (if there is a
+    /// breaker), `Err` if the breaker refuses.
+    pub fn admit_at(&self, now: Instant) -> Result<Option<Permit>, CallNotPermitted> {
+        match &self.breaker {
+            None => Ok(None),
+            Some(breaker) => breaker.try_acquire_at(now).map(Some),
+        }
+    }
+
+    /// How the attempt holding `permit` ended: the breaker and the throttle learn from it.
+    pub fn settle_at(&self, permit: Option<Permit>, outcome: AttemptOutcome, now: Instant) {
+        let outcome = match outcome {
+            AttemptOutcome::Succeeded => CallOutcome::Success,
+            AttemptOutcome::Failed => CallOutcome::Failure,
+            AttemptOutcome::Ignored => return,
         };
         if let Some(throttle) = &self.throttle {
             match outcome {
@@ -202,13 +226,30 @@ impl Gate for Guard {
             }
         }
         if let Some(permit) = permit {
-            permit.record(outcome);
+            permit.record_at(outcome, now);
         }
     }
 
-    fn allow_retry(&self) -> bool {
+    /// Leave from the throttle and the budget to retry (or hedge); a granted retry is spent.
+    pub fn allow_retry_at(&self, now: Instant) -> bool {
         self.throttle.as_ref().is_none_or(|t| t.allows_retry())
-            && self.budget.as_ref().is_none_or(|b| b.try_retry())
+            && self.budget.as_ref().is_none_or(|b| b.try_retry_at(now))
+    }
+}
+
+impl Gate for Guard {
+    type Pass = Option<Permit>;
+
+    fn admit(&self, now: Instant) -> Option<Option<Permit>> {
+        self.admit_at(now).ok()
+    }
+
+    fn settle(&self, permit: Option<Permit>, outcome: AttemptOutcome, now: Instant) {
+        self.settle_at(permit, outcome, now);
+    }
+
+    fn allow_retry(&self, now: Instant) -> bool {
+        self.allow_retry_at(now)
     }
 }
 

@@ -236,11 +236,12 @@ impl Retry {
         R: Rng + ?Sized,
         G: Gate,
     {
-        let deadline = self.max_elapsed.map(|d| Instant::now() + d);
+        let start = Instant::now();
+        let deadline = self.max_elapsed.map(|d| start + d);
         let mut previous = Duration::ZERO;
         loop {
             let attempt = *attempts;
-            let Some(pass) = gate.admit() else {
+            let Some(pass) = gate.admit(Instant::now()) else {
                 return Err(self.stop(*attempts, GaveUp::CircuitOpen, last));
             };
             *attempts += 1;
@@ -251,16 +252,16 @@ impl Retry {
             };
             let (verdict, settled) = match outcome {
                 Some(Ok(value)) => {
-                    gate.settle(pass, Settled::Succeeded);
+                    gate.settle(pass, AttemptOutcome::Succeeded, Instant::now());
                     return Ok(value);
                 }
                 Some(Err(error)) => {
                     let verdict = classify(&error);
                     *last = Cause::Error(error);
                     let settled = if verdict == Verdict::Fail {
-                        Settled::Ignored
+                        AttemptOutcome::Ignored
                     } else {
-                        Settled::Failed
+                        AttemptOutcome::Failed
                     };
                     (verdict, settled)
                 }
@@ -271,30 +272,50 @@ impl Retry {
                     } else {
                         Verdict::Fail
                     };
-                    (verdict, Settled::Failed)
+                    (verdict, AttemptOutcome::Failed)
                 }
             };
-            gate.settle(pass, settled);
+            gate.settle(pass, settled, Instant::now());
             let timed_out = matches!(last, Cause::TimedOut);
             if timed_out && deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(self.stop(*attempts, GaveUp::Deadline, last));
             }
-            let Verdict::Retry { after } = verdict else {
-                return Err(self.stop(*attempts, GaveUp::NotRetryable, last));
+            let delay = match self.next_delay(attempt, previous, verdict, start.elapsed(), rng) {
+                Ok(delay) if gate.allow_retry(Instant::now()) => delay,
+                Ok(_) => return Err(self.stop(*attempts, GaveUp::BudgetExhausted, last)),
+                Err(gave_up) => return Err(self.stop(*attempts, gave_up, last)),
             };
-            if attempt >= self.max_retries {
-                return Err(self.stop(*attempts, GaveUp::Exhausted, last));
-            }
-            let delay = self.wait(attempt, previous, after, rng);
-            if deadline.is_some_and(|d| Instant::now() + delay >= d) {
-                return Err(self.stop(*attempts, GaveUp::Deadline, last));
-            }
-            if !gate.allow_retry() {
-                return Err(self.stop(*attempts, GaveUp::BudgetExhausted, last));
-            }
             sleep(delay).await;
             previous = delay;
         }
+    }
+
+    /// After failed attempt `attempt` (0 first), judged `verdict`, with
+    /// `elapsed` since the first began: the wait before the next attempt, or
+    /// why there is none. The retry loop and the simulator both decide here;
+    /// leave to retry from a budget is asked after, by the caller.
+    pub fn next_delay<R: Rng + ?Sized>(
+        &self,
+        attempt: u32,
+        previous: Duration,
+        verdict: Verdict,
+        elapsed: Duration,
+        rng: &mut R,
+    ) -> Result<Duration, GaveUp> {
+        let Verdict::Retry { after } = verdict else {
+            return Err(GaveUp::NotRetryable);
+        };
+        if attempt >= self.max_retries {
+            return Err(GaveUp::Exhausted);
+        }
+        let delay = self.wait(attempt, previous, after, rng);
+        if self
+            .max_elapsed
+            .is_some_and(|max| elapsed.saturating_add(delay) >= max)
+        {
+            return Err(GaveUp::Deadline);
+        }
+        Ok(delay)
     }
 
     /// The wait before the next attempt: the backoff's delay, lengthened to the
@@ -319,9 +340,10 @@ impl Retry {
     }
 }
 
-/// How an attempt ended, for what watches the dependency's health.
+/// How an attempt ended, for what watches the dependency's health (a
+/// breaker, retry throttling).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Settled {
+pub enum AttemptOutcome {
     /// It succeeded.
     Succeeded,
     /// It failed in a way that says the dependency is unwell (retryable, or timed out).
@@ -336,11 +358,11 @@ pub(crate) trait Gate {
     /// Held while an attempt runs (a breaker permit); dropping it unsettled cancels the attempt.
     type Pass;
     /// Leave to send the next attempt, or `None` if refused.
-    fn admit(&self) -> Option<Self::Pass>;
+    fn admit(&self, now: Instant) -> Option<Self::Pass>;
     /// How the attempt holding `pass` ended.
-    fn settle(&self, pass: Self::Pass, settled: Settled);
+    fn settle(&self, pass: Self::Pass, outcome: AttemptOutcome, now: Instant);
     /// Leave to retry, asked only when the policy would retry and the wait fits the deadline.
-    fn allow_retry(&self) -> bool;
+    fn allow_retry(&self, now: Instant) -> bool;
 }
 
 /// The plain loop's gate: admits everything.
@@ -348,11 +370,11 @@ struct Ungated;
 
 impl Gate for Ungated {
     type Pass = ();
-    fn admit(&self) -> Option<()> {
+    fn admit(&self, _: Instant) -> Option<()> {
         Some(())
     }
-    fn settle(&self, (): (), _: Settled) {}
-    fn allow_retry(&self) -> bool {
+    fn settle(&self, (): (), _: AttemptOutcome, _: Instant) {}
+    fn allow_retry(&self, _: Instant) -> bool {
         true
     }
 }
@@ -535,6 +557,33 @@ mod tests {
         assert_eq!(error.gave_up, GaveUp::Cancelled);
         assert_eq!((error.attempts, error.last), (2, Cause::Error("down")));
         assert_eq!(starts.lock().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn the_next_delay_is_decided_without_a_clock() {
+        let r = Retry {
+            max_elapsed: Some(ms(1000)),
+            ..retry()
+        };
+        let again = Verdict::Retry { after: None };
+        let rng = &mut rng();
+        assert_eq!(r.next_delay(0, Duration::ZERO, again, ms(0), rng), Ok(ms(100)));
+        assert_eq!(r.next_delay(2, ms(200), again, ms(300), rng), Ok(ms(400)));
+        let asked = Verdict::Retry { after: Some(ms(250)) };
+        assert_eq!(r.next_delay(0, Duration::ZERO, asked, ms(0), rng), Ok(ms(250)));
+        assert_eq!(
+            r.next_delay(3, ms(400), again, ms(700), rng),
+            Err(GaveUp::Exhausted)
+        );
+        assert_eq!(
+            r.next_delay(0, Duration::ZERO, Verdict::Fail, ms(0), rng),
+            Err(GaveUp::NotRetryable)
+        );
+        assert_eq!(
+            r.next_delay(2, ms(200), again, ms(600), rng),
+            Err(GaveUp::Deadline),
+            "600 + 400 reaches 1 s"
+        );
     }
 
     #[test]
