@@ -8,5 +8,7 @@ pub mod policy;
 pub mod reload;
 pub mod serve;
 pub mod server;
+pub mod sim;
+pub mod simulate;
 pub mod snapshot;
 pub mod watch;

@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use stormguard::policy::{LoadLimits, DEFAULT_MAX_FLOW_COLLECTIONS, DEFAULT_MAX_POLICY_BYTES};
 use stormguard::serve::ServeConfig;
 use stormguard::server::Limits;
+use stormguard::sim::{Modifiers, Named, Scenario};
 use stormguard::watch::WatchConfig;
 use stormguard_core::policy::parse_duration;
 
@@ -26,6 +27,64 @@ enum Command {
     Serve(ServeArgs),
     /// Validate a policy file and print each service's resolved policy (exit 0 valid, 1 invalid).
     Check(CheckArgs),
+    /// Simulate a thundering herd against a recovering server, in virtual time:
+    /// what a retry strategy or a service's policy does to it (seed 004's scenario by default).
+    Simulate(SimulateArgs),
+}
+
+#[derive(Args)]
+struct SimulateArgs {
+    /// A strategy to run; repeat for several. Default: full-jitter, or with --compare all of them.
+    #[arg(long = "strategy", value_enum)]
+    strategies: Vec<Named>,
+    /// Run several strategies on the same scenario and print one table.
+    #[arg(long)]
+    compare: bool,
+    /// Clients, each wanting one request served.
+    #[arg(long, default_value_t = 1000)]
+    clients: u32,
+    /// Requests the server accepts per calendar second.
+    #[arg(long, default_value_t = 200)]
+    capacity: u32,
+    /// The server rejects everything from t = 0 until then.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    outage: Duration,
+    /// Clients first fail at random times in [0, spread) instead of all at t = 0.
+    #[arg(long, default_value = "0s", value_parser = duration)]
+    spread: Duration,
+    /// Time from a request to its answer.
+    #[arg(long, default_value = "0s", value_parser = duration)]
+    latency: Duration,
+    /// Give up after this many retries (clients that give up are counted). Default: until success.
+    #[arg(long)]
+    max_retries: Option<u32>,
+    /// Add the library's retry budget (default settings) to each strategy.
+    #[arg(long)]
+    budget: bool,
+    /// Add the library's circuit breaker (default settings) to each strategy.
+    #[arg(long)]
+    breaker: bool,
+    /// Processes the clients are dealt into, sharing a budget and breaker each (0: one per client).
+    #[arg(long, default_value_t = 0)]
+    processes: u32,
+    /// Seed of the random source: the same seed gives the same run.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Virtual time after which the run stops; clients still retrying count as unfinished.
+    #[arg(long, default_value = "1h", value_parser = duration)]
+    horizon: Duration,
+    /// A policy file whose --service policy to simulate too.
+    #[arg(long, requires = "service")]
+    policy: Option<PathBuf>,
+    /// The service (in --policy) whose resolved policy to simulate.
+    #[arg(long, requires = "policy")]
+    service: Option<String>,
+    /// Print JSON: one object, or an array with --compare.
+    #[arg(long)]
+    json: bool,
+    /// Draw the per-second histograms to this SVG file, one panel per strategy, same axes.
+    #[arg(long)]
+    svg: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -127,6 +186,43 @@ fn main() -> ExitCode {
             }
         }
         Command::Serve(args) => serve(args),
+        Command::Simulate(args) => simulate(args),
+    }
+}
+
+fn simulate(args: SimulateArgs) -> ExitCode {
+    let request = stormguard::simulate::Request {
+        scenario: Scenario {
+            clients: args.clients,
+            capacity: args.capacity,
+            outage: args.outage,
+            spread: args.spread,
+            latency: args.latency,
+            processes: args.processes,
+            horizon: args.horizon,
+            seed: args.seed,
+            ..Scenario::default()
+        },
+        strategies: args.strategies,
+        policy: args.policy.zip(args.service),
+        modifiers: Modifiers {
+            budget: args.budget,
+            breaker: args.breaker,
+            max_retries: args.max_retries,
+        },
+        compare: args.compare,
+        json: args.json,
+        svg: args.svg,
+    };
+    match stormguard::simulate::simulate(&request) {
+        Ok(output) => {
+            print!("{output}");
+            ExitCode::SUCCESS
+        }
+        Err(message) => {
+            eprintln!("{message}");
+            ExitCode::from(1)
+        }
     }
 }
 

@@ -125,6 +125,8 @@ fn exponential(initial: u64, multiplier: f64, attempt: u32, max: u64) -> u64 {
     // under any cap.
     let growth = if attempt <= 1024 {
         power(multiplier, attempt)
+    } else if multiplier == 1.0 {
+        1.0
     } else {
         multiplier.powf(f64::from(attempt))
     };

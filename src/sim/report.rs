@@ -1,0 +1,119 @@
+//! What a run means: the summary figures of seed 004 and more, as JSON
+//! (the keys of DESIGN.md's contract) and as text.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::engine::Run;
+
+/// The figures of one run, as `--json` prints them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    /// The strategy's label.
+    pub strategy: String,
+    /// Clients in the scenario.
+    pub clients: u32,
+    /// The server's capacity per second.
+    pub capacity: u32,
+    /// The outage, in seconds.
+    pub outage_seconds: f64,
+    /// The seed of the run.
+    pub seed: u64,
+    /// Requests that reached the server.
+    pub total_requests: u64,
+    /// Requests it accepted.
+    pub accepted: u64,
+    /// Requests it rejected: retries that did nothing but add load.
+    pub wasted: u64,
+    /// Of those, rejected because the outage was still on.
+    pub wasted_during_outage: u64,
+    /// Of those, rejected after the outage, for lack of capacity.
+    pub wasted_after_outage: u64,
+    /// Requests beyond capacity, summed over the seconds after the outage.
+    pub over_capacity: u64,
+    /// Largest requests − capacity in one second after the outage.
+    pub peak_overshoot: u64,
+    /// Most requests in one second after the outage.
+    pub peak_requests_per_second_after_outage: u64,
+    /// First second after the outage with requests and no rejection.
+    pub time_to_stable_seconds: Option<u64>,
+    /// Median time from a client's first attempt to its success.
+    pub p50_seconds: Option<f64>,
+    /// 99th percentile of the same (index ⌊0.99 n⌋ of the sorted times, as the seed).
+    pub p99_seconds: Option<f64>,
+    /// Longest of the same.
+    pub max_seconds: Option<f64>,
+    /// When the last client succeeded, from t = 0.
+    pub last_success_seconds: Option<f64>,
+    /// When the last client finished, served or not, from t = 0.
+    pub drain_seconds: f64,
+    /// Clients served.
+    pub succeeded: u32,
+    /// Clients that gave up.
+    pub gave_up: u32,
+    /// Of those: out of retries, refused by the budget, by the breaker, past maxElapsed.
+    pub gave_up_exhausted: u32,
+    /// Refused a retry by the retry budget or throttling.
+    pub gave_up_budget: u32,
+    /// Refused an attempt by the circuit breaker.
+    pub gave_up_circuit_open: u32,
+    /// Past `maxElapsed`.
+    pub gave_up_deadline: u32,
+    /// Clients still retrying at the horizon.
+    pub unfinished: u32,
+    /// Events the simulation processed.
+    pub events: u64,
+    /// Requests per second, index = second.
+    pub requests_per_second: Vec<u64>,
+    /// Accepted requests per second, index = second.
+    pub accepted_per_second: Vec<u64>,
+}
+
+impl Summary {
+    /// The figures of `run`.
+    pub fn of(run: &Run) -> Self {
+        let total_requests: u64 = run.requests.iter().sum();
+        let accepted: u64 = run.accepted.iter().sum();
+        let capacity = u64::from(run.scenario.capacity);
+        let recovered =
+            run.scenario.outage.as_secs() as usize + usize::from(run.scenario.outage.subsec_nanos() > 0);
+        let after = || run.requests.iter().zip(&run.accepted).enumerate().skip(recovered);
+        let over = |(_, (requests, _)): (usize, (&u64, &u64))| requests.saturating_sub(capacity);
+        let times = &run.times_to_success;
+        let at = |q: f64| times.get(((times.len() as f64 * q) as usize).min(times.len().saturating_sub(1)));
+        Self {
+            strategy: run.strategy.clone(),
+            clients: run.scenario.clients,
+            capacity: run.scenario.capacity,
+            outage_seconds: run.scenario.outage.as_secs_f64(),
+            seed: run.scenario.seed,
+            total_requests,
+            accepted,
+            wasted: total_requests - accepted,
+            wasted_during_outage: run.rejected_in_outage,
+            wasted_after_outage: total_requests - accepted - run.rejected_in_outage,
+            over_capacity: after().map(over).sum(),
+            peak_overshoot: after().map(over).max().unwrap_or(0),
+            peak_requests_per_second_after_outage: after().map(|(_, (r, _))| *r).max().unwrap_or(0),
+            time_to_stable_seconds: after()
+                .find(|(_, (requests, accepted))| **requests > 0 && requests == accepted)
+                .map(|(second, _)| second as u64),
+            p50_seconds: at(0.5).map(Duration::as_secs_f64),
+            p99_seconds: at(0.99).map(Duration::as_secs_f64),
+            max_seconds: times.last().map(Duration::as_secs_f64),
+            last_success_seconds: (!times.is_empty()).then_some(run.last_success.as_secs_f64()),
+            drain_seconds: run.drained.as_secs_f64(),
+            succeeded: times.len() as u32,
+            gave_up: run.gave_up.total(),
+            gave_up_exhausted: run.gave_up.exhausted,
+            gave_up_budget: run.gave_up.budget,
+            gave_up_circuit_open: run.gave_up.circuit_open,
+            gave_up_deadline: run.gave_up.deadline,
+            unfinished: run.unfinished,
+            events: run.events,
+            requests_per_second: run.requests.clone(),
+            accepted_per_second: run.accepted.clone(),
+        }
+    }
+}

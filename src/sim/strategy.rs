@@ -1,0 +1,212 @@
+//! The retry strategies the simulator compares, each a [`RetryPolicy`] so
+//! that it runs through the same `stormguard-core` code a client runs.
+
+use std::fmt;
+use std::time::Duration;
+
+use stormguard_core::policy::{BudgetPolicy, CircuitBreakerPolicy, Jitter, RetryPolicy};
+
+/// A named strategy of seed 004 and its kin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Named {
+    /// 1 ms between attempts, no backoff (seed 004's worst case).
+    Constant,
+    /// 100 ms × 2^attempt, capped at 10 s, no jitter.
+    Exponential,
+    /// A uniform draw from [0, exponential] (AWS).
+    FullJitter,
+    /// Half the exponential delay plus a uniform draw from the other half (AWS).
+    EqualJitter,
+    /// A uniform draw from [100 ms, 3 × previous delay], capped at 10 s (AWS).
+    DecorrelatedJitter,
+    /// The exponential delay × (1 ± 10 %), symmetric (seed 000's intent).
+    ProportionalJitter,
+    /// Seed 001's schedule, 0, 10, 10, 100, 100, 500, 500, 3000, 3000, 5000 ms, × (1 ± 50 %).
+    Delays,
+}
+
+impl Named {
+    /// Seed 004's four, in its order.
+    pub const SEED: [Named; 4] = [
+        Named::Constant,
+        Named::Exponential,
+        Named::FullJitter,
+        Named::DecorrelatedJitter,
+    ];
+
+    /// Every named strategy.
+    pub const ALL: [Named; 7] = [
+        Named::Constant,
+        Named::Exponential,
+        Named::FullJitter,
+        Named::EqualJitter,
+        Named::DecorrelatedJitter,
+        Named::ProportionalJitter,
+        Named::Delays,
+    ];
+
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Named::Constant => "constant",
+            Named::Exponential => "exponential",
+            Named::FullJitter => "full-jitter",
+            Named::EqualJitter => "equal-jitter",
+            Named::DecorrelatedJitter => "decorrelated-jitter",
+            Named::ProportionalJitter => "proportional-jitter",
+            Named::Delays => "delays",
+        }
+    }
+
+    /// The strategy as a policy that retries until success (seed 004's clients).
+    pub fn policy(self) -> RetryPolicy {
+        let seed_backoff = |jitter| RetryPolicy {
+            max_retries: u32::MAX,
+            initial_delay: Duration::from_millis(100),
+            max_delay: Duration::from_secs(10),
+            multiplier: 2.0,
+            jitter,
+            budget: BudgetPolicy {
+                enabled: false,
+                ..BudgetPolicy::default()
+            },
+            ..RetryPolicy::default()
+        };
+        match self {
+            Named::Constant => RetryPolicy {
+                initial_delay: Duration::from_millis(1),
+                max_delay: Duration::from_millis(1),
+                multiplier: 1.0,
+                ..seed_backoff(Jitter::None)
+            },
+            Named::Exponential => seed_backoff(Jitter::None),
+            Named::FullJitter => seed_backoff(Jitter::Full),
+            Named::EqualJitter => seed_backoff(Jitter::Equal),
+            Named::DecorrelatedJitter => seed_backoff(Jitter::Decorrelated),
+            Named::ProportionalJitter => RetryPolicy {
+                jitter_factor: 0.1,
+                ..seed_backoff(Jitter::Proportional)
+            },
+            Named::Delays => RetryPolicy {
+                delays: [0, 10, 10, 100, 100, 500, 500, 3000, 3000, 5000]
+                    .map(Duration::from_millis)
+                    .to_vec(),
+                jitter_factor: 0.5,
+                ..seed_backoff(Jitter::Proportional)
+            },
+        }
+    }
+}
+
+/// A strategy to simulate: a label and the policy every client applies.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Strategy {
+    /// What reports call it, e.g. `full-jitter+budget`.
+    pub label: String,
+    /// The policy, as a client would receive it from the daemon.
+    pub policy: RetryPolicy,
+}
+
+/// Changes applied on top of a strategy: the library's budget and breaker, a retry cap.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Modifiers {
+    /// Turn on the retry budget (default settings) if the policy has none.
+    pub budget: bool,
+    /// Turn on the circuit breaker (default settings) if the policy has none.
+    pub breaker: bool,
+    /// Give up after this many retries.
+    pub max_retries: Option<u32>,
+}
+
+impl Strategy {
+    /// A named strategy with `modifiers`.
+    pub fn named(named: Named, modifiers: Modifiers) -> Self {
+        Self::from_policy(named.name(), named.policy(), modifiers)
+    }
+
+    /// Any policy (a service's, resolved from a policy file) with `modifiers`.
+    pub fn from_policy(label: &str, mut policy: RetryPolicy, modifiers: Modifiers) -> Self {
+        let mut label = label.to_string();
+        if modifiers.budget && !policy.budget.enabled {
+            policy.budget = BudgetPolicy {
+                enabled: true,
+                ..BudgetPolicy::default()
+            };
+            label.push_str("+budget");
+        }
+        if modifiers.breaker && !policy.circuit_breaker.enabled {
+            policy.circuit_breaker = CircuitBreakerPolicy {
+                enabled: true,
+                ..CircuitBreakerPolicy::default()
+            };
+            label.push_str("+breaker");
+        }
+        if let Some(max) = modifiers.max_retries {
+            policy.max_retries = max;
+            label.push_str(&format!("+max{max}"));
+        }
+        Self { label, policy }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.label)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::SmallRng;
+    use rand::SeedableRng;
+    use stormguard_core::backoff::Backoff;
+
+    #[test]
+    fn the_seed_strategies_have_the_seed_delays() {
+        let delays = |named: Named| {
+            let rng = &mut SmallRng::seed_from_u64(1);
+            let backoff = Backoff::from_policy(&named.policy());
+            (0..9)
+                .map(|a| backoff.delay(a, Duration::ZERO, rng).as_millis())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(delays(Named::Constant), [1; 9]);
+        assert_eq!(
+            delays(Named::Exponential),
+            [100, 200, 400, 800, 1600, 3200, 6400, 10_000, 10_000]
+        );
+        assert!(delays(Named::FullJitter)
+            .iter()
+            .zip(delays(Named::Exponential))
+            .all(|(j, e)| *j <= e));
+        let seed_001 = delays(Named::Delays);
+        assert_eq!(seed_001[0], 0);
+        assert!(
+            (50..=150).contains(&seed_001[3]),
+            "100 ms ± 50 %: {}",
+            seed_001[3]
+        );
+    }
+
+    #[test]
+    fn modifiers_turn_blocks_on_and_name_them() {
+        let s = Strategy::named(
+            Named::FullJitter,
+            Modifiers {
+                budget: true,
+                breaker: true,
+                max_retries: Some(5),
+            },
+        );
+        assert_eq!(s.label, "full-jitter+budget+breaker+max5");
+        assert!(s.policy.budget.enabled && s.policy.circuit_breaker.enabled);
+        assert_eq!(s.policy.max_retries, 5);
+        assert_eq!(
+            Strategy::named(Named::Constant, Modifiers::default())
+                .policy
+                .max_retries,
+            u32::MAX
+        );
+    }
+}

@@ -1,0 +1,265 @@
+//! Fidelity to seed 004 (shapes, orderings and ranges, not exact counts),
+//! determinism, and the scenario's knobs.
+
+use std::time::Duration;
+
+use super::*;
+
+fn seed_run(named: Named) -> Summary {
+    Summary::of(&run(
+        &Scenario::default(),
+        &Strategy::named(named, Modifiers::default()),
+    ))
+}
+
+fn within(value: u64, expected: f64, tolerance: f64) -> bool {
+    (value as f64 - expected).abs() <= expected * tolerance
+}
+
+#[test]
+fn constant_retries_flood_the_server_with_millions() {
+    // A tenth of seed 004 (100 clients, 20/s), so the test is quick in debug builds.
+    let scenario = Scenario {
+        clients: 100,
+        capacity: 20,
+        ..Scenario::default()
+    };
+    let s = Summary::of(&run(
+        &scenario,
+        &Strategy::named(Named::Constant, Modifiers::default()),
+    ));
+    assert!(s.total_requests > 1_000_000, "{} requests", s.total_requests);
+    assert_eq!(
+        s.wasted_during_outage, 1_000_000,
+        "1000 attempts a second each for 10 s"
+    );
+    assert!(
+        s.wasted_after_outage > 100_000,
+        "the flood goes on after the outage"
+    );
+    assert_eq!(s.succeeded, 100);
+    assert_eq!(
+        s.last_success_seconds.map(f64::floor),
+        Some(14.0),
+        "drained 5 s after, as in the seed"
+    );
+}
+
+#[test]
+fn exponential_without_jitter_comes_in_synchronised_spikes() {
+    let s = seed_run(Named::Exponential);
+    let busy: Vec<usize> = (0..s.requests_per_second.len())
+        .filter(|&second| s.requests_per_second[second] > 0)
+        .collect();
+    assert_eq!(
+        busy,
+        [0, 1, 3, 6, 12, 22, 32, 42, 52],
+        "the seed's spikes, nothing between"
+    );
+    let p99 = s.p99_seconds.unwrap();
+    assert!((52.0..53.0).contains(&p99), "p99 {p99} s, the seed's 52 s");
+    assert!(
+        within(s.wasted, 9000.0, 0.1),
+        "{} wasted, the seed's 9,000",
+        s.wasted
+    );
+}
+
+#[test]
+fn full_jitter_is_smooth_and_wastes_what_the_seed_found() {
+    let s = seed_run(Named::FullJitter);
+    assert!(
+        within(s.wasted, 8468.0, 0.1),
+        "{} wasted, the seed's 8,468",
+        s.wasted
+    );
+    assert_eq!(s.over_capacity, 0);
+    let r = &s.requests_per_second;
+    assert!(
+        r[0] > 4000 && r[0] < 6000,
+        "~5000 at second 0 as in the seed: {}",
+        r[0]
+    );
+    // Smooth: after the first second no second has more than twice the one before.
+    assert!(r.windows(2).skip(1).all(|w| w[1] <= 2 * w[0].max(10)), "{r:?}");
+    assert!(
+        (18..=22).contains(&r.len()),
+        "done around second 19: {} seconds",
+        r.len()
+    );
+}
+
+#[test]
+fn decorrelated_jitter_is_smooth_but_wastes_more_than_full_jitter() {
+    let full = seed_run(Named::FullJitter);
+    let s = seed_run(Named::DecorrelatedJitter);
+    assert!(
+        within(s.wasted, 10_695.0, 0.1),
+        "{} wasted, the seed's 10,695",
+        s.wasted
+    );
+    assert!(
+        within(s.over_capacity, 137.0, 0.15),
+        "{} over capacity, the seed's 137",
+        s.over_capacity
+    );
+    assert!(s.wasted > full.wasted);
+    let r = &s.requests_per_second;
+    assert!(r.windows(2).skip(1).all(|w| w[1] <= 2 * w[0].max(10)), "{r:?}");
+}
+
+#[test]
+fn the_seed_ordering_holds_across_seeds() {
+    for seed in 1..=5 {
+        let scenario = Scenario {
+            seed,
+            ..Scenario::default()
+        };
+        let wasted =
+            |named| Summary::of(&run(&scenario, &Strategy::named(named, Modifiers::default()))).wasted;
+        let (full, decorrelated, exponential) = (
+            wasted(Named::FullJitter),
+            wasted(Named::DecorrelatedJitter),
+            wasted(Named::Exponential),
+        );
+        assert!(
+            full < decorrelated,
+            "seed {seed}: full {full} vs decorrelated {decorrelated}"
+        );
+        assert!(
+            full < exponential,
+            "seed {seed}: full {full} vs exponential {exponential}"
+        );
+    }
+}
+
+#[test]
+fn a_seed_reproduces_a_run_exactly() {
+    let strategy = Strategy::named(Named::DecorrelatedJitter, Modifiers::default());
+    let at = |seed| {
+        run(
+            &Scenario {
+                seed,
+                ..Scenario::default()
+            },
+            &strategy,
+        )
+    };
+    assert_eq!(at(7), at(7));
+    assert_ne!(at(7).requests, at(8).requests);
+}
+
+#[test]
+fn every_named_strategy_serves_every_client() {
+    for named in Named::ALL {
+        if named == Named::Constant {
+            continue; // its flood is tested at a tenth of the scale
+        }
+        let s = seed_run(named);
+        assert_eq!(
+            (s.succeeded, s.gave_up, s.unfinished),
+            (1000, 0, 0),
+            "{}",
+            named.name()
+        );
+        assert_eq!(s.accepted, 1000);
+        assert_eq!(s.total_requests, s.accepted + s.wasted);
+        assert_eq!(s.wasted, s.wasted_during_outage + s.wasted_after_outage);
+    }
+}
+
+#[test]
+fn clients_out_of_retries_give_up_and_are_counted() {
+    let capped = Modifiers {
+        max_retries: Some(5),
+        ..Modifiers::default()
+    };
+    let s = Summary::of(&run(
+        &Scenario::default(),
+        &Strategy::named(Named::Exponential, capped),
+    ));
+    assert_eq!(
+        s.gave_up_exhausted, 1000,
+        "6 attempts end by 3.1 s, inside the outage"
+    );
+    assert_eq!(s.total_requests, 6000);
+    assert_eq!(s.succeeded, 0);
+}
+
+#[test]
+fn a_retry_budget_sheds_retries_and_a_breaker_stops_clients() {
+    let plain = seed_run(Named::FullJitter);
+    let budget = Modifiers {
+        budget: true,
+        ..Modifiers::default()
+    };
+    // Ten processes of 100 clients share a budget each: 20 % of 100 requests + 10/s × 10 s.
+    let scenario = Scenario {
+        processes: 10,
+        ..Scenario::default()
+    };
+    let budgeted = Summary::of(&run(&scenario, &Strategy::named(Named::FullJitter, budget)));
+    assert!(
+        budgeted.wasted < plain.wasted / 2,
+        "{} vs {}",
+        budgeted.wasted,
+        plain.wasted
+    );
+    assert!(budgeted.gave_up_budget > 0);
+    assert_eq!(budgeted.succeeded + budgeted.gave_up, 1000);
+
+    let breaker = Modifiers {
+        breaker: true,
+        ..Modifiers::default()
+    };
+    let broken = Summary::of(&run(
+        &Scenario::default(),
+        &Strategy::named(Named::FullJitter, breaker),
+    ));
+    assert!(
+        broken.gave_up_circuit_open > 0,
+        "5 failures in a row open each client's breaker"
+    );
+    assert!(broken.wasted < plain.wasted);
+}
+
+#[test]
+fn latency_and_spread_shift_the_timeline() {
+    let strategy = Strategy::named(Named::Exponential, Modifiers::default());
+    let slow = Summary::of(&run(
+        &Scenario {
+            latency: Duration::from_millis(100),
+            ..Scenario::default()
+        },
+        &strategy,
+    ));
+    assert_eq!(slow.succeeded, 1000);
+    assert!(slow.p99_seconds.unwrap() > seed_run(Named::Exponential).p99_seconds.unwrap());
+
+    let spread = Summary::of(&run(
+        &Scenario {
+            spread: Duration::from_secs(20),
+            ..Scenario::default()
+        },
+        &strategy,
+    ));
+    let busy = spread.requests_per_second.iter().filter(|r| **r > 0).count();
+    assert!(
+        busy >= 20,
+        "arrivals over 20 s fill the gaps between spikes: {busy} busy seconds"
+    );
+}
+
+#[test]
+fn the_horizon_stops_a_run_and_counts_who_is_left() {
+    let scenario = Scenario {
+        horizon: Duration::from_secs(5),
+        ..Scenario::default()
+    };
+    let s = Summary::of(&run(
+        &scenario,
+        &Strategy::named(Named::FullJitter, Modifiers::default()),
+    ));
+    assert_eq!(s.unfinished, 1000, "the outage lasts past the horizon");
+    assert_eq!(s.succeeded, 0);
+}

@@ -1,0 +1,105 @@
+//! `stormguard simulate`: run strategies (or a service's policy from a
+//! policy file) through the herd simulator and print what happened.
+
+use std::path::{Path, PathBuf};
+
+use crate::policy::LoadLimits;
+use crate::reload::load_file;
+use crate::sim::{self, Modifiers, Named, Scenario, Strategy, Summary};
+
+/// What to simulate and how to show it.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The world the strategies are tried in.
+    pub scenario: Scenario,
+    /// Named strategies; none means full jitter (or, with `compare`, all of them).
+    pub strategies: Vec<Named>,
+    /// A service's policy from a policy file, simulated beside (or instead of) the named ones.
+    pub policy: Option<(PathBuf, String)>,
+    /// The library's modifiers, applied to every strategy.
+    pub modifiers: Modifiers,
+    /// One table for all runs instead of a histogram each.
+    pub compare: bool,
+    /// JSON instead of text.
+    pub json: bool,
+    /// Where to draw the histograms as SVG.
+    pub svg: Option<PathBuf>,
+}
+
+/// Runs `request`; the text to print, or an error naming what is wrong.
+pub fn simulate(request: &Request) -> Result<String, String> {
+    let strategies = strategies(request)?;
+    let summaries: Vec<Summary> = strategies
+        .iter()
+        .map(|strategy| Summary::of(&sim::run(&request.scenario, strategy)))
+        .collect();
+    if let Some(path) = &request.svg {
+        std::fs::write(path, sim::small_multiples(&summaries))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(render(request, &summaries))
+}
+
+fn strategies(request: &Request) -> Result<Vec<Strategy>, String> {
+    let mut named = request.strategies.clone();
+    if named.is_empty() && request.policy.is_none() {
+        named = if request.compare {
+            Named::ALL.to_vec()
+        } else {
+            vec![Named::FullJitter]
+        };
+    }
+    let mut strategies: Vec<Strategy> = named
+        .into_iter()
+        .map(|n| Strategy::named(n, request.modifiers))
+        .collect();
+    if let Some((path, service)) = &request.policy {
+        strategies.push(service_strategy(path, service, request.modifiers)?);
+    }
+    Ok(strategies)
+}
+
+/// The resolved policy of `service` in the file at `path`.
+fn service_strategy(path: &Path, service: &str, modifiers: Modifiers) -> Result<Strategy, String> {
+    let (document, _) = load_file(path, LoadLimits::default()).map_err(|errors| {
+        let lines: Vec<String> = errors.iter().map(|e| format!("error: {e}")).collect();
+        format!(
+            "{}\nthe policy file is invalid; nothing was simulated",
+            lines.join("\n")
+        )
+    })?;
+    stormguard_core::policy::check_service_name(service)
+        .map_err(|e| format!("--service {service:?}: {e}"))?;
+    let resolved = document.resolve(service);
+    let label = match resolved.source {
+        stormguard_core::policy::PolicySource::Override => service.to_string(),
+        stormguard_core::policy::PolicySource::Defaults => format!("{service} (defaults)"),
+    };
+    Ok(Strategy::from_policy(&label, resolved.policy, modifiers))
+}
+
+fn render(request: &Request, summaries: &[Summary]) -> String {
+    if request.json {
+        let json = if request.compare {
+            serde_json::to_string_pretty(summaries)
+        } else {
+            serde_json::to_string_pretty(&summaries[0])
+        };
+        return json.expect("summaries are plain data") + "\n";
+    }
+    let s = &request.scenario;
+    let mut out = format!(
+        "scenario: {} clients, capacity {}/s, outage {:?}, spread {:?}, latency {:?}, seed {}\n\n",
+        s.clients, s.capacity, s.outage, s.spread, s.latency, s.seed
+    );
+    if request.compare {
+        out.push_str(&sim::table(summaries));
+    } else {
+        for summary in summaries {
+            out.push_str(&sim::histogram(summary));
+            out.push('\n');
+            out.push_str(&sim::summary(summary));
+        }
+    }
+    out
+}
