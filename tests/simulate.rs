@@ -1,0 +1,119 @@
+//! `stormguard simulate` end to end: the real binary, its flags and outputs.
+
+use std::process::{Command, Output};
+
+fn simulate(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_stormguard"))
+        .arg("simulate")
+        .args(args)
+        .output()
+        .expect("the stormguard binary runs")
+}
+
+fn stdout(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "simulate failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+#[test]
+fn compare_json_carries_the_contract_keys_for_each_strategy() {
+    let out = stdout(&simulate(&[
+        "--compare",
+        "--strategy",
+        "exponential",
+        "--strategy",
+        "full-jitter",
+        "--json",
+    ]));
+    let runs: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let runs = runs.as_array().expect("an array with --compare");
+    assert_eq!(runs.len(), 2);
+    for key in [
+        "strategy",
+        "clients",
+        "total_requests",
+        "accepted",
+        "wasted",
+        "wasted_during_outage",
+        "over_capacity",
+        "p50_seconds",
+        "p99_seconds",
+        "max_seconds",
+        "last_success_seconds",
+        "gave_up",
+        "requests_per_second",
+        "accepted_per_second",
+    ] {
+        assert!(runs.iter().all(|r| r.get(key).is_some()), "missing {key}");
+    }
+    assert_eq!(runs[0]["strategy"], "exponential");
+    assert_eq!(runs[0]["wasted"], 9000);
+    assert_eq!(runs[1]["clients"], 1000);
+}
+
+#[test]
+fn one_strategy_prints_the_histogram_and_summary_and_a_seed_repeats_it() {
+    let args = ["--strategy", "decorrelated-jitter", "--clients", "300", "--capacity", "60", "--seed", "9"];
+    let first = stdout(&simulate(&args));
+    assert!(first.contains("decorrelated-jitter: requests per second"));
+    assert!(first.contains("    0s "), "a row per second");
+    assert!(first.contains("wasted (rejected)"));
+    assert_eq!(first, stdout(&simulate(&args)), "same seed, same output");
+}
+
+#[test]
+fn svg_draws_a_panel_per_strategy() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("herd.svg");
+    let out = stdout(&simulate(&[
+        "--compare",
+        "--strategy",
+        "exponential",
+        "--strategy",
+        "equal-jitter",
+        "--svg",
+        svg.to_str().unwrap(),
+    ]));
+    assert!(out.contains("strategy") && out.contains("equal-jitter"), "the table");
+    let drawn = std::fs::read_to_string(&svg).unwrap();
+    assert!(drawn.starts_with("<svg"));
+    assert!(drawn.contains(">exponential</text>") && drawn.contains(">equal-jitter</text>"));
+}
+
+#[test]
+fn a_service_policy_from_a_file_is_simulated() {
+    let out = stdout(&simulate(&[
+        "--policy",
+        "policies/retry-policy.yaml",
+        "--service",
+        "payment-service",
+        "--json",
+    ]));
+    let run: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(run["strategy"], "payment-service");
+    // maxRetries 2 within a 10 s outage: every client gives up.
+    assert_eq!(run["gave_up"], 1000);
+    assert_eq!(run["total_requests"], 3000);
+}
+
+#[test]
+fn bad_input_is_named() {
+    let missing = simulate(&["--policy", "no/such/file.yaml", "--service", "x"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no/such/file.yaml"));
+
+    let bad_name = simulate(&["--policy", "policies/retry-policy.yaml", "--service", "Not_A_Label"]);
+    assert_eq!(bad_name.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad_name.stderr).contains("Not_A_Label"));
+
+    let unknown = simulate(&["--strategy", "fibonacci"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("full-jitter"), "lists the valid names");
+
+    let bad_duration = simulate(&["--outage", "10"]);
+    assert_eq!(bad_duration.status.code(), Some(2));
+}
