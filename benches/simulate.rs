@@ -11,7 +11,11 @@ fn main() {
 }
 
 fn events(named: Named) -> u64 {
-    run(&Scenario::default(), &Strategy::named(named, Modifiers::default())).events
+    run(
+        &Scenario::default(),
+        &Strategy::named(named, Modifiers::default()),
+    )
+    .events
 }
 
 /// One strategy in seed 004's scenario; the counter is its events.
@@ -47,5 +51,7 @@ fn full_jitter_with_budget_and_breaker(bencher: Bencher) {
     let strategy = Strategy::named(Named::FullJitter, modifiers);
     let scenario = Scenario::default();
     let events = run(&scenario, &strategy).events;
-    bencher.counter(ItemsCount::new(events)).bench(|| run(&scenario, &strategy).events);
+    bencher
+        .counter(ItemsCount::new(events))
+        .bench(|| run(&scenario, &strategy).events);
 }

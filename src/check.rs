@@ -1,23 +1,81 @@
 //! `stormguard check`: validate a policy file and show what each service gets.
 //!
-//! The steps are load (parse and validate, all errors at once), then render
-//! the resolved policies. Judging a *valid* policy for storm risk is a step
-//! of its own between the two; it reads the same `PolicyDocument`.
+//! The steps are load (parse and validate, all errors at once), the
+//! storm-risk lint of the valid document ([`crate::lint`]), then render the
+//! resolved policies, the warnings and each service's forecast.
 
 use std::fmt::Write;
 use std::path::Path;
 
 use stormguard_core::policy::{GoDuration, PolicyDocument, RetryPolicy};
 
+use crate::lint::{lint, Lint};
 use crate::policy::{ContentHash, Diagnostic, LoadLimits};
 use crate::reload::load_file;
 
-/// Checks `path`; returns the report and whether the file is valid.
-pub fn check(path: &Path, limits: LoadLimits) -> (String, bool) {
+/// What `check` found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Valid, and the lint found nothing.
+    Clean,
+    /// Valid, with storm-risk warnings.
+    Warnings,
+    /// Invalid: the daemon would refuse it.
+    Invalid,
+}
+
+/// Checks `path`; returns the report and the verdict.
+pub fn check(path: &Path, limits: LoadLimits) -> (String, Verdict) {
     match load_file(path, limits) {
-        Ok((document, hash)) => (valid_report(path, &document, &hash), true),
-        Err(errors) => (invalid_report(&errors), false),
+        Ok((document, hash)) => {
+            let lint = lint(&document);
+            let mut report = valid_report(path, &document, &hash);
+            report.push_str(&lint_report(&lint));
+            let verdict = if lint.warnings.is_empty() {
+                Verdict::Clean
+            } else {
+                Verdict::Warnings
+            };
+            (report, verdict)
+        }
+        Err(errors) => (invalid_report(&errors), Verdict::Invalid),
     }
+}
+
+fn lint_report(lint: &Lint) -> String {
+    let mut out = String::new();
+    match lint.warnings.len() {
+        0 => out.push_str("\nstorm-risk lint: no warnings\n"),
+        n => {
+            let _ = writeln!(
+                out,
+                "\nstorm-risk lint: {n} warning{}",
+                if n == 1 { "" } else { "s" }
+            );
+            for w in &lint.warnings {
+                let _ = writeln!(out, "warning[{}] {}: {}", w.rule.code(), w.service, w.message);
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\nforecast: seed 004's herd under each policy (1000 clients at once, 200 requests/s, a 10s outage)"
+    );
+    let mut rows = vec![["SERVICE", "WASTED", "P99", "DRAINED", "SERVED", "GAVE UP"]
+        .map(str::to_owned)
+        .to_vec()];
+    for f in &lint.forecasts {
+        rows.push(vec![
+            f.service.clone(),
+            f.wasted.to_string(),
+            f.p99_seconds.map_or("-".into(), |p| format!("{p:.1}s")),
+            format!("{:.1}s", f.drain_seconds),
+            f.succeeded.to_string(),
+            f.gave_up.to_string(),
+        ]);
+    }
+    out.push_str(&table(&rows));
+    out
 }
 
 fn invalid_report(errors: &[Diagnostic]) -> String {
@@ -123,8 +181,15 @@ mod tests {
 
     #[test]
     fn valid_file_shows_a_row_per_service() {
-        let (report, valid) = check(Path::new("policies/retry-policy.yaml"), LoadLimits::default());
-        assert!(valid, "{report}");
+        let (report, verdict) = check(Path::new("policies/retry-policy.yaml"), LoadLimits::default());
+        assert_eq!(verdict, Verdict::Clean, "{report}");
+        assert!(report.contains("storm-risk lint: no warnings"));
+        assert!(
+            report
+                .lines()
+                .any(|l| l.starts_with("payment-service") && l.contains("3000")),
+            "{report}"
+        );
         let payment = report.lines().find(|l| l.starts_with("payment-service")).unwrap();
         let cells: Vec<&str> = payment.split_whitespace().collect();
         assert_eq!(&cells[..5], ["payment-service", "2", "200ms", "10s", "2"]);
@@ -133,12 +198,25 @@ mod tests {
     }
 
     #[test]
+    fn warnings_are_listed_with_their_rule_and_service() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("risky.yaml");
+        std::fs::write(&path, "defaults: {jitter: none}\n").unwrap();
+        let (report, verdict) = check(&path, LoadLimits::default());
+        assert_eq!(verdict, Verdict::Warnings);
+        assert!(
+            report.contains("storm-risk lint: 1 warning\nwarning[no-jitter] (defaults): "),
+            "{report}"
+        );
+    }
+
+    #[test]
     fn invalid_file_lists_every_error() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("bad.yaml");
         std::fs::write(&path, "defaults:\n  maxRetries: x\n  jitterFactor: 2\n").unwrap();
-        let (report, valid) = check(&path, LoadLimits::default());
-        assert!(!valid);
+        let (report, verdict) = check(&path, LoadLimits::default());
+        assert_eq!(verdict, Verdict::Invalid);
         assert!(
             report.contains(":2:15: defaults.maxRetries: expected a whole number"),
             "{report}"

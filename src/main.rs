@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use stormguard::check::Verdict;
 use stormguard::policy::{LoadLimits, DEFAULT_MAX_FLOW_COLLECTIONS, DEFAULT_MAX_POLICY_BYTES};
 use stormguard::serve::ServeConfig;
 use stormguard::server::Limits;
@@ -25,7 +26,8 @@ struct Cli {
 enum Command {
     /// Serve the policy file over HTTP, reloading it when it changes.
     Serve(ServeArgs),
-    /// Validate a policy file and print each service's resolved policy (exit 0 valid, 1 invalid).
+    /// Validate and lint a policy file: each service's resolved policy, storm-risk
+    /// warnings and a forecast of seed 004's herd under it (exit 0 valid, 1 invalid).
     Check(CheckArgs),
     /// Simulate a thundering herd against a recovering server, in virtual time:
     /// what a retry strategy or a service's policy does to it (seed 004's scenario by default).
@@ -139,6 +141,9 @@ struct CheckArgs {
     /// The policy file to check.
     #[arg(env = "STORMGUARD_POLICY", default_value = "policies/retry-policy.yaml")]
     path: PathBuf,
+    /// Exit 1 on storm-risk warnings too, not only on errors (for CI on a ConfigMap repository).
+    #[arg(long)]
+    deny_warnings: bool,
     #[command(flatten)]
     policy_limits: PolicyLimits,
 }
@@ -176,13 +181,20 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Check(args) => {
-            let (report, valid) = stormguard::check::check(&args.path, args.policy_limits.load_limits());
-            if valid {
-                print!("{report}");
-                ExitCode::SUCCESS
-            } else {
-                eprint!("{report}");
-                ExitCode::from(1)
+            let (report, verdict) = stormguard::check::check(&args.path, args.policy_limits.load_limits());
+            match verdict {
+                Verdict::Clean => {
+                    print!("{report}");
+                    ExitCode::SUCCESS
+                }
+                Verdict::Warnings => {
+                    print!("{report}");
+                    ExitCode::from(u8::from(args.deny_warnings))
+                }
+                Verdict::Invalid => {
+                    eprint!("{report}");
+                    ExitCode::from(1)
+                }
             }
         }
         Command::Serve(args) => serve(args),

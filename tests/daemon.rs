@@ -389,10 +389,33 @@ async fn admin_token_file_and_reload_and_validate() {
         .await
         .unwrap();
     assert_eq!(good.status(), StatusCode::OK);
+    let good: Value = good.json().await.unwrap();
+    assert_eq!(good["services"], serde_json::json!(["a"]));
+    assert_eq!(good["warnings"], serde_json::json!([]));
+    assert_eq!(good["forecasts"][1]["service"], "a", "{good}");
+
+    let risky = validate("defaults: {jitter: none}\ncallGraph: {api: [orders]}\ngatewayRetries: true\n")
+        .await
+        .unwrap();
     assert_eq!(
-        good.json::<Value>().await.unwrap()["services"],
-        serde_json::json!(["a"])
+        risky.status(),
+        StatusCode::OK,
+        "warnings do not make a policy invalid"
     );
+    let risky: Value = risky.json().await.unwrap();
+    let rules: Vec<&str> = risky["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["rule"].as_str().unwrap())
+        .collect();
+    assert_eq!(rules, ["no-jitter", "retry-amplification"], "{risky}");
+    assert!(risky["warnings"][1]["message"]
+        .as_str()
+        .unwrap()
+        .contains("16 attempts"));
+    assert_eq!(risky["forecasts"][0]["service"], "(defaults)");
+    assert!(risky["forecasts"][0]["wasted"].as_u64().unwrap() > 0);
     let bad = validate("defaults:\n  maxDelays: 1s\n  multiplier: 0\n")
         .await
         .unwrap();

@@ -57,7 +57,16 @@ fn compare_json_carries_the_contract_keys_for_each_strategy() {
 
 #[test]
 fn one_strategy_prints_the_histogram_and_summary_and_a_seed_repeats_it() {
-    let args = ["--strategy", "decorrelated-jitter", "--clients", "300", "--capacity", "60", "--seed", "9"];
+    let args = [
+        "--strategy",
+        "decorrelated-jitter",
+        "--clients",
+        "300",
+        "--capacity",
+        "60",
+        "--seed",
+        "9",
+    ];
     let first = stdout(&simulate(&args));
     assert!(first.contains("decorrelated-jitter: requests per second"));
     assert!(first.contains("    0s "), "a row per second");
@@ -78,7 +87,10 @@ fn svg_draws_a_panel_per_strategy() {
         "--svg",
         svg.to_str().unwrap(),
     ]));
-    assert!(out.contains("strategy") && out.contains("equal-jitter"), "the table");
+    assert!(
+        out.contains("strategy") && out.contains("equal-jitter"),
+        "the table"
+    );
     let drawn = std::fs::read_to_string(&svg).unwrap();
     assert!(drawn.starts_with("<svg"));
     assert!(drawn.contains(">exponential</text>") && drawn.contains(">equal-jitter</text>"));
@@ -106,13 +118,21 @@ fn bad_input_is_named() {
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no/such/file.yaml"));
 
-    let bad_name = simulate(&["--policy", "policies/retry-policy.yaml", "--service", "Not_A_Label"]);
+    let bad_name = simulate(&[
+        "--policy",
+        "policies/retry-policy.yaml",
+        "--service",
+        "Not_A_Label",
+    ]);
     assert_eq!(bad_name.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&bad_name.stderr).contains("Not_A_Label"));
 
     let unknown = simulate(&["--strategy", "fibonacci"]);
     assert_eq!(unknown.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&unknown.stderr).contains("full-jitter"), "lists the valid names");
+    assert!(
+        String::from_utf8_lossy(&unknown.stderr).contains("full-jitter"),
+        "lists the valid names"
+    );
 
     let bad_duration = simulate(&["--outage", "10"]);
     assert_eq!(bad_duration.status.code(), Some(2));

@@ -12,6 +12,7 @@ use subtle::ConstantTimeEq;
 use super::body::LimitedBody;
 use super::error::ApiError;
 use super::AppState;
+use crate::lint::lint;
 use crate::policy::{load_bytes, ContentHash};
 use crate::reload::{rfc3339, ReloadOutcome, Trigger};
 
@@ -96,20 +97,29 @@ pub async fn reload(State(state): State<AppState>) -> Result<Json<serde_json::Va
     }
 }
 
-/// `POST /admin/validate`: a dry run of the posted YAML, with the same errors as `check`.
+/// `POST /admin/validate`: a dry run of the posted YAML, with the same errors
+/// as `check`, and for a valid policy the storm-risk lint and forecasts.
 pub async fn validate(
     State(state): State<AppState>,
     LimitedBody(body): LimitedBody,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let limits = state.limits.policy;
-    let checked = tokio::task::spawn_blocking(move || (load_bytes("request body", &body, limits), body))
-        .await
-        .expect("loading a policy does not panic");
+    let checked = tokio::task::spawn_blocking(move || {
+        let loaded = load_bytes("request body", &body, limits).map(|document| {
+            let lint = lint(&document);
+            (document, lint)
+        });
+        (loaded, body)
+    })
+    .await
+    .expect("loading a policy does not panic");
     match checked {
-        (Ok(document), body) => Ok(Json(json!({
+        (Ok((document, lint)), body) => Ok(Json(json!({
             "valid": true,
             "version": ContentHash::of(&body).to_string(),
             "services": document.services.keys().collect::<Vec<_>>(),
+            "warnings": lint.warnings,
+            "forecasts": lint.forecasts,
         }))),
         (Err(errors), _) => Err(
             ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "the policy is invalid")

@@ -1,5 +1,6 @@
-//! A whole policy file: global `defaults`, per-service overrides, and
-//! `gatewayRetries`; decoded, validated and resolved per service.
+//! A whole policy file: global `defaults`, per-service overrides,
+//! `gatewayRetries`, and the `callGraph` of who calls whom; decoded,
+//! validated and resolved per service.
 
 use std::collections::BTreeMap;
 
@@ -11,7 +12,7 @@ use super::tree::{entries, unknown_key, Errors, KeyPath, Node, PolicyError};
 use super::validate;
 
 /// The keys of a policy file's top level.
-pub const DOCUMENT_KEYS: &[&str] = &["defaults", "services", "gatewayRetries"];
+pub const DOCUMENT_KEYS: &[&str] = &["defaults", "services", "gatewayRetries", "callGraph"];
 
 /// A policy file that decoded and validated: every service resolves to a valid policy.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,6 +24,9 @@ pub struct PolicyDocument {
     /// Whether an API gateway in front of the services should retry too
     /// (seed 003: off when the services retry, or attempts multiply).
     pub gateway_retries: bool,
+    /// Who calls whom: each caller's callees, by service name. Optional; the
+    /// storm-risk lint multiplies retries along its chains (seed 003).
+    pub call_graph: BTreeMap<String, Vec<String>>,
 }
 
 /// Where a resolved policy's keys came from.
@@ -136,6 +140,7 @@ fn decode(root: &Node, errors: &mut Errors) -> PolicyDocument {
         defaults: RetryPolicySpec::default(),
         services: BTreeMap::new(),
         gateway_retries: false,
+        call_graph: BTreeMap::new(),
     };
     let root_path = KeyPath::root();
     for (key, value) in entries(root, &root_path, errors) {
@@ -148,6 +153,7 @@ fn decode(root: &Node, errors: &mut Errors) -> PolicyDocument {
                     document.gateway_retries = flag;
                 }
             }
+            "callGraph" => document.call_graph = decode_call_graph(value, &path, errors),
             other => errors.push(unknown_key(&path, other, DOCUMENT_KEYS)),
         }
     }
@@ -164,6 +170,54 @@ fn decode_services(node: &Node, path: &KeyPath, errors: &mut Errors) -> BTreeMap
         services.insert(name.to_owned(), RetryPolicy::decode(value, &at, errors));
     }
     services
+}
+
+/// `callGraph: {caller: [callee, ...]}`, every name a service name.
+fn decode_call_graph(node: &Node, path: &KeyPath, errors: &mut Errors) -> BTreeMap<String, Vec<String>> {
+    let mut graph = BTreeMap::new();
+    for (caller, value) in entries(node, path, errors) {
+        let at = path.key(caller);
+        if let Err(problem) = check_service_name(caller) {
+            errors.push(PolicyError::key(&at, problem));
+        }
+        let callees = match value {
+            Node::Null => Vec::new(),
+            Node::Seq(items) => items
+                .iter()
+                .enumerate()
+                .filter_map(|(i, item)| callee(item, &at.index(i), errors))
+                .collect(),
+            other => {
+                errors.push(PolicyError::value(
+                    &at,
+                    format!(
+                        "expected a list of the services {caller} calls, found {}",
+                        other.kind()
+                    ),
+                ));
+                Vec::new()
+            }
+        };
+        graph.insert(caller.to_owned(), callees);
+    }
+    graph
+}
+
+fn callee(node: &Node, path: &KeyPath, errors: &mut Errors) -> Option<String> {
+    let Node::Str(name) = node else {
+        errors.push(PolicyError::value(
+            path,
+            format!("expected a service name, found {}", node.kind()),
+        ));
+        return None;
+    };
+    match check_service_name(name) {
+        Ok(()) => Some(name.clone()),
+        Err(problem) => {
+            errors.push(PolicyError::value(path, problem));
+            None
+        }
+    }
 }
 
 /// Checks that `name` is a DNS-1123 label, as Kubernetes Service names are:
@@ -237,6 +291,53 @@ mod tests {
             .iter()
             .map(|e| e.to_string())
             .collect()
+    }
+
+    #[test]
+    fn a_call_graph_lists_each_callers_callees() {
+        let node = map(vec![
+            ("defaults", map(vec![])),
+            (
+                "callGraph",
+                map(vec![
+                    ("gateway", Node::Seq(vec![s("orders")])),
+                    ("orders", Node::Seq(vec![s("payment-service"), s("inventory")])),
+                    ("inventory", Node::Null),
+                ]),
+            ),
+        ]);
+        let doc = PolicyDocument::from_node(&node).unwrap();
+        assert_eq!(doc.call_graph["orders"], ["payment-service", "inventory"]);
+        assert!(doc.call_graph["inventory"].is_empty());
+    }
+
+    #[test]
+    fn a_bad_call_graph_names_each_problem() {
+        let node = map(vec![
+            ("defaults", map(vec![])),
+            (
+                "callGraph",
+                map(vec![
+                    ("Gateway", Node::Seq(vec![s("orders")])),
+                    ("orders", s("payment")),
+                    ("payment", Node::Seq(vec![Node::Int(3), s("db_1")])),
+                ]),
+            ),
+        ]);
+        let errors = errors_of(&node);
+        assert_eq!(errors.len(), 4, "{errors:#?}");
+        assert!(errors
+            .iter()
+            .any(|e| e.starts_with("callGraph.Gateway") && e.contains("DNS-1123")));
+        assert!(errors
+            .iter()
+            .any(|e| e.starts_with("callGraph.orders") && e.contains("a list of the services")));
+        assert!(errors
+            .iter()
+            .any(|e| e.starts_with("callGraph.payment[0]") && e.contains("service name")));
+        assert!(errors
+            .iter()
+            .any(|e| e.starts_with("callGraph.payment[1]") && e.contains("db_1")));
     }
 
     #[test]

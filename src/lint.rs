@@ -1,0 +1,342 @@
+//! The storm-risk lint: what in a *valid* policy is likely to cause or feed a
+//! retry storm, why, and what to change; and, per service, what the policy
+//! does to seed 004's recovering server (a simulated forecast).
+//!
+//! A warning about a key is reported in the layer that set it: once under
+//! `(defaults)` for everything services inherit, and under a service only
+//! for what its own override changes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use serde::Serialize;
+use stormguard_core::policy::{GoDuration, Jitter, PolicyDocument, RetryPolicy};
+
+use crate::sim::{self, Modifiers, Scenario, Strategy, Summary};
+
+/// A single wait longer than this looks, from outside, like a hung pod (seed 000's zombie).
+pub const LONG_WAIT: Duration = Duration::from_secs(120);
+/// Constant waits shorter than this flood a recovering server (seed 004's 1 ms constant).
+pub const TINY_WAIT: Duration = Duration::from_millis(100);
+/// Forecasts computed at most, one per distinct policy; beyond, services are listed without.
+pub const MAX_FORECASTS: usize = 50;
+/// How `(defaults)` is named in reports.
+pub const DEFAULTS: &str = "(defaults)";
+
+/// A kind of risk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Rule {
+    /// Delays without randomness: clients that failed together retry together.
+    NoJitter,
+    /// A maximum wait so long the pod looks dead.
+    LongMaxDelay,
+    /// Tiny constant delays: a retry flood.
+    TinyConstantDelay,
+    /// Retries that nothing caps as a share of traffic.
+    NoBudget,
+    /// Retries at several layers of a call chain, multiplying.
+    RetryAmplification,
+    /// A call cycle: retries can feed back on themselves.
+    CallCycle,
+}
+
+impl Rule {
+    /// The rule's name in reports.
+    pub fn code(self) -> &'static str {
+        match self {
+            Rule::NoJitter => "no-jitter",
+            Rule::LongMaxDelay => "long-max-delay",
+            Rule::TinyConstantDelay => "tiny-constant-delay",
+            Rule::NoBudget => "no-budget",
+            Rule::RetryAmplification => "retry-amplification",
+            Rule::CallCycle => "call-cycle",
+        }
+    }
+}
+
+/// One storm risk.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Warning {
+    /// The service (or `(defaults)`) whose policy carries the risk.
+    pub service: String,
+    /// What kind of risk.
+    pub rule: Rule,
+    /// Why it is risky and what to change.
+    pub message: String,
+}
+
+/// What seed 004's scenario (1000 clients, 200/s, a 10 s outage) does under a policy.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Forecast {
+    /// The service (or `(defaults)`).
+    pub service: String,
+    /// Requests the server rejected.
+    pub wasted: u64,
+    /// 99th percentile time to success, if any client succeeded.
+    pub p99_seconds: Option<f64>,
+    /// When the last client finished, served or not.
+    pub drain_seconds: f64,
+    /// Clients served.
+    pub succeeded: u32,
+    /// Clients that gave up.
+    pub gave_up: u32,
+}
+
+/// The lint's findings for a document.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Lint {
+    /// Every warning, by service then rule.
+    pub warnings: Vec<Warning>,
+    /// A forecast per service (and the defaults), while under [`MAX_FORECASTS`] distinct policies.
+    pub forecasts: Vec<Forecast>,
+}
+
+/// Lints `document`.
+pub fn lint(document: &PolicyDocument) -> Lint {
+    let mut warnings = Vec::new();
+    for (rule, message) in policy_risks(&document.defaults_policy()) {
+        warnings.push(Warning {
+            service: DEFAULTS.into(),
+            rule,
+            message: format!("{message} (every service that does not override it inherits this)"),
+        });
+    }
+    for name in document.services.keys() {
+        let resolved = document.resolve(name);
+        let own: BTreeSet<&str> = resolved.overridden.iter().map(String::as_str).collect();
+        for (rule, message) in policy_risks(&resolved.policy) {
+            if keys_of(rule).iter().any(|key| own.contains(key)) {
+                warnings.push(Warning {
+                    service: name.clone(),
+                    rule,
+                    message,
+                });
+            }
+        }
+    }
+    warnings.extend(call_chain_risks(document));
+    warnings.sort_by(|a, b| (&a.service, a.rule).cmp(&(&b.service, b.rule)));
+    Lint {
+        warnings,
+        forecasts: forecasts(document),
+    }
+}
+
+/// The keys whose value decides a rule: a service is warned only if it sets one.
+fn keys_of(rule: Rule) -> &'static [&'static str] {
+    match rule {
+        Rule::NoJitter => &["jitter", "jitterFactor", "delays"],
+        Rule::LongMaxDelay => &["maxDelay", "delays"],
+        Rule::TinyConstantDelay => &["multiplier", "initialDelay", "delays"],
+        Rule::NoBudget => &["budget.enabled", "retryThrottling.enabled"],
+        Rule::RetryAmplification | Rule::CallCycle => &[],
+    }
+}
+
+/// The risks of one policy, each with its explanation.
+fn policy_risks(p: &RetryPolicy) -> Vec<(Rule, String)> {
+    let mut risks = Vec::new();
+    if p.max_retries == 0 {
+        return risks;
+    }
+    let unjittered = p.jitter == Jitter::None || (p.jitter == Jitter::Proportional && p.jitter_factor == 0.0);
+    if unjittered {
+        risks.push((
+            Rule::NoJitter,
+            "delays have no randomness, so clients that failed together retry together, in synchronised \
+             spikes (seed 004's exponential backoff: p99 52 s); set `jitter: full` or `decorrelated`, or a \
+             `jitterFactor` above 0"
+                .to_string(),
+        ));
+    }
+    let longest = longest_wait(p);
+    if longest > LONG_WAIT {
+        risks.push((
+            Rule::LongMaxDelay,
+            format!(
+                "a client may sleep {} between attempts, looking alive while doing nothing (seed 000's \
+                 30-minute zombie pod); keep `maxDelay` at {} or less and let a failed pod be restarted",
+                GoDuration(longest),
+                GoDuration(LONG_WAIT)
+            ),
+        ));
+    }
+    if let Some(wait) = tiny_constant_wait(p) {
+        risks.push((
+            Rule::TinyConstantDelay,
+            format!(
+                "retrying every {} without growing the delay floods a recovering server (seed 004's 1 ms \
+                 constant retry: millions of requests for 1000 clients); use `multiplier: 2` and an \
+                 `initialDelay` of {} or more",
+                GoDuration(wait),
+                GoDuration(TINY_WAIT)
+            ),
+        ));
+    }
+    if !p.budget.enabled && !p.retry_throttling.enabled {
+        risks.push((
+            Rule::NoBudget,
+            format!(
+                "nothing caps retries as a share of traffic: in an outage every call is tried {} times, \
+                 multiplying the load on the failing service; enable `budget` (Finagle's 20 % of requests) \
+                 or `retryThrottling`",
+                u64::from(p.max_retries) + 1
+            ),
+        ));
+    }
+    risks
+}
+
+/// The longest single wait the policy can ask for.
+fn longest_wait(p: &RetryPolicy) -> Duration {
+    let schedule = p.delays.iter().copied().max().unwrap_or(p.max_delay);
+    let stretched = match p.jitter {
+        Jitter::Proportional => schedule.mul_f64(1.0 + p.jitter_factor),
+        _ => schedule,
+    };
+    stretched.min(p.max_delay)
+}
+
+/// The wait, if the policy retries at a constant pace below [`TINY_WAIT`].
+fn tiny_constant_wait(p: &RetryPolicy) -> Option<Duration> {
+    let (constant, wait) = if p.delays.is_empty() {
+        (p.multiplier <= 1.0, p.initial_delay.min(p.max_delay))
+    } else {
+        (true, p.delays.iter().copied().max().unwrap_or_default())
+    };
+    (constant && wait < TINY_WAIT).then_some(wait)
+}
+
+/// Retry amplification along the call graph's chains, and cycles.
+fn call_chain_risks(document: &PolicyDocument) -> Vec<Warning> {
+    let graph = &document.call_graph;
+    if graph.is_empty() {
+        return Vec::new();
+    }
+    let attempts = |service: &str| u64::from(document.resolve(service).policy.max_retries) + 1;
+    let mut callers: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (caller, callees) in graph {
+        callers.entry(caller.as_str()).or_default();
+        for callee in callees {
+            callers.entry(callee.as_str()).or_default().push(caller.as_str());
+        }
+    }
+    let order = topological(&callers);
+    let mut warnings = Vec::new();
+    let cyclic: Vec<&str> = callers.keys().copied().filter(|n| !order.contains(n)).collect();
+    if !cyclic.is_empty() {
+        warnings.push(Warning {
+            service: cyclic[0].to_string(),
+            rule: Rule::CallCycle,
+            message: format!(
+                "these services call each other in a cycle: {}; a retry can come back to the service that \
+                 sent it and multiply without bound, and retry amplification is not computed for them",
+                cyclic.join(", ")
+            ),
+        });
+    }
+    // The worst chain into each service: (attempts at it per user request, retrying hops, the hops).
+    let mut worst: BTreeMap<&str, (u64, u32, Vec<String>)> = BTreeMap::new();
+    for &service in &order {
+        let into = |from: &str, n: u64| format!("{from} → {service} ×{n}");
+        let chain = if callers[service].is_empty() {
+            let n = if document.gateway_retries {
+                attempts(service)
+            } else {
+                1
+            };
+            (n, u32::from(n > 1), vec![into("gateway", n)])
+        } else {
+            let n = attempts(service);
+            callers[service]
+                .iter()
+                .map(|caller| {
+                    let (product, layers, hops) = &worst[caller];
+                    let mut hops = hops.clone();
+                    hops.push(into(caller, n));
+                    (product.saturating_mul(n), layers + u32::from(n > 1), hops)
+                })
+                .max_by_key(|(product, layers, _)| (*product, *layers))
+                .expect("a service with callers")
+        };
+        if chain.1 >= 2 {
+            warnings.push(Warning {
+                service: service.to_string(),
+                rule: Rule::RetryAmplification,
+                message: format!(
+                    "one user request can become {} attempts at {service} because {} layers retry: {} \
+                     (seed 003's 3 × 3 × 3 = 27); retry at one layer only: `maxRetries: 0` for the inner \
+                     calls, and `gatewayRetries: false` when the services retry",
+                    chain.0,
+                    chain.1,
+                    chain.2.join(", ")
+                ),
+            });
+        }
+        worst.insert(service, chain);
+    }
+    warnings
+}
+
+/// The services in an order where every caller comes before its callees;
+/// services in a cycle are left out.
+fn topological<'a>(callers: &BTreeMap<&'a str, Vec<&'a str>>) -> Vec<&'a str> {
+    let mut waiting: BTreeMap<&str, usize> = callers.iter().map(|(s, c)| (*s, c.len())).collect();
+    let mut ready: Vec<&str> = waiting
+        .iter()
+        .filter(|(_, n)| **n == 0)
+        .map(|(s, _)| *s)
+        .collect();
+    let mut order = Vec::new();
+    while let Some(service) = ready.pop() {
+        order.push(service);
+        for (callee, its_callers) in callers {
+            if its_callers.contains(&service) {
+                let left = waiting.get_mut(callee).expect("every service is counted");
+                *left -= its_callers.iter().filter(|c| **c == service).count();
+                if *left == 0 {
+                    ready.push(callee);
+                }
+            }
+        }
+    }
+    order
+}
+
+/// The seed scenario under each service's policy, computed once per distinct policy.
+fn forecasts(document: &PolicyDocument) -> Vec<Forecast> {
+    let scenario = Scenario::default();
+    let mut done: Vec<(RetryPolicy, Summary)> = Vec::new();
+    let services = std::iter::once((DEFAULTS.to_string(), document.defaults_policy())).chain(
+        document
+            .services
+            .keys()
+            .map(|name| (name.clone(), document.resolve(name).policy)),
+    );
+    let mut out = Vec::new();
+    for (service, policy) in services {
+        let summary = match done.iter().find(|(p, _)| *p == policy) {
+            Some((_, summary)) => summary.clone(),
+            None if done.len() < MAX_FORECASTS => {
+                let strategy = Strategy::from_policy(&service, policy.clone(), Modifiers::default());
+                let summary = Summary::of(&sim::run(&scenario, &strategy));
+                done.push((policy, summary.clone()));
+                summary
+            }
+            None => continue,
+        };
+        out.push(Forecast {
+            service,
+            wasted: summary.wasted,
+            p99_seconds: summary.p99_seconds,
+            drain_seconds: summary.drain_seconds,
+            succeeded: summary.succeeded,
+            gave_up: summary.gave_up + summary.unfinished,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;
