@@ -12,7 +12,8 @@ use crate::sim::{self, Modifiers, Named, Scenario, Strategy, Summary};
 pub struct Request {
     /// The world the strategies are tried in.
     pub scenario: Scenario,
-    /// Named strategies; none means full jitter (or, with `compare`, all of them).
+    /// Named strategies; none means all of them with `compare`, else full
+    /// jitter unless a policy is given.
     pub strategies: Vec<Named>,
     /// A service's policy from a policy file, simulated beside (or instead of) the named ones.
     pub policy: Option<(PathBuf, String)>,
@@ -42,12 +43,12 @@ pub fn simulate(request: &Request) -> Result<String, String> {
 
 fn strategies(request: &Request) -> Result<Vec<Strategy>, String> {
     let mut named = request.strategies.clone();
-    if named.is_empty() && request.policy.is_none() {
-        named = if request.compare {
-            Named::ALL.to_vec()
-        } else {
-            vec![Named::FullJitter]
-        };
+    if named.is_empty() {
+        if request.compare {
+            named = Named::ALL.to_vec();
+        } else if request.policy.is_none() {
+            named = vec![Named::FullJitter];
+        }
     }
     let mut strategies: Vec<Strategy> = named
         .into_iter()

@@ -113,6 +113,32 @@ fn a_service_policy_from_a_file_is_simulated() {
 }
 
 #[test]
+fn compare_with_a_policy_sets_it_beside_every_named_strategy() {
+    let out = stdout(&simulate(&[
+        "--compare",
+        "--policy",
+        "policies/retry-policy.yaml",
+        "--service",
+        "inventory-service",
+        "--clients",
+        "100",
+        "--capacity",
+        "20",
+        "--json",
+    ]));
+    let runs: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let names: Vec<&str> = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["strategy"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 8, "{names:?}");
+    assert_eq!(names[0], "constant");
+    assert_eq!(names[7], "inventory-service");
+}
+
+#[test]
 fn bad_input_is_named() {
     let missing = simulate(&["--policy", "no/such/file.yaml", "--service", "x"]);
     assert_eq!(missing.status.code(), Some(1));
