@@ -7,6 +7,7 @@ pub mod lint;
 pub mod metrics;
 pub mod policy;
 pub mod reload;
+pub mod reports;
 pub mod serve;
 pub mod server;
 pub mod sim;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use stormguard::check::Verdict;
 use stormguard::policy::{LoadLimits, DEFAULT_MAX_FLOW_COLLECTIONS, DEFAULT_MAX_POLICY_BYTES};
+use stormguard::reports::ReportLimits;
 use stormguard::serve::ServeConfig;
 use stormguard::server::Limits;
 use stormguard::sim::{Modifiers, Named, Scenario};
@@ -116,6 +117,21 @@ struct ServeArgs {
     /// Largest request body in bytes.
     #[arg(long, default_value_t = 1 << 20)]
     max_body_bytes: usize,
+    /// Reported services not in the policy file that get a label of their own; others count as "other".
+    #[arg(long, default_value_t = 100)]
+    max_unlisted_services: usize,
+    /// Distinct endpoint labels per service; others count as "other".
+    #[arg(long, default_value_t = 100)]
+    max_endpoints_per_service: usize,
+    /// Highest retry attempt number with a label of its own; higher ones count as "other".
+    #[arg(long, default_value_t = 10)]
+    max_attempt_label: u32,
+    /// Reporting instances whose states (circuit, in flight, budget) are kept.
+    #[arg(long, default_value_t = 10_000)]
+    max_instances: usize,
+    /// An instance that has not reported for this long no longer counts in circuit_breaker_state and the other state gauges.
+    #[arg(long, default_value = "60s", value_parser = duration)]
+    instance_ttl: Duration,
     #[command(flatten)]
     policy_limits: PolicyLimits,
     /// Time a client has to send a request's headers.
@@ -262,6 +278,13 @@ fn serve(args: ServeArgs) -> ExitCode {
             policy: args.policy_limits.load_limits(),
             max_wait: args.max_wait,
             max_long_polls: args.max_long_polls,
+            reports: ReportLimits {
+                max_unlisted_services: args.max_unlisted_services,
+                max_endpoints_per_service: args.max_endpoints_per_service,
+                max_attempt_label: args.max_attempt_label,
+                max_instances: args.max_instances,
+                instance_ttl: args.instance_ttl,
+            },
             header_read_timeout: args.header_read_timeout,
             body_read_timeout: args.body_read_timeout,
         },

@@ -12,6 +12,7 @@ use tokio::sync::{watch, Semaphore};
 use crate::metrics::DaemonMetrics;
 use crate::policy::Diagnostic;
 use crate::reload::{load_file, Reloader, Trigger};
+use crate::reports::ClientMetrics;
 use crate::server::{self, AdminToken, Limits, Shared};
 use crate::snapshot::{PolicySnapshot, PolicyStore};
 use crate::watch::{FileWatch, WatchConfig};
@@ -97,10 +98,12 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
     listener.set_nonblocking(true).map_err(bind_error)?;
     let address = listener.local_addr().map_err(bind_error)?;
     let (shutdown_tx, shutdown) = watch::channel(false);
+    let reports = Arc::new(ClientMetrics::new(metrics.registry(), config.limits.reports));
     let state = Arc::new(Shared {
         store,
         reloader: reloader.clone(),
         metrics,
+        reports,
         admin_token,
         limits: config.limits,
         long_polls: Arc::new(Semaphore::new(config.limits.max_long_polls)),

@@ -4,6 +4,7 @@ mod admin;
 mod body;
 mod error;
 mod policies;
+mod reports;
 mod track;
 
 use std::future::Future;
@@ -31,6 +32,7 @@ pub use error::ApiError;
 use crate::metrics::DaemonMetrics;
 use crate::policy::LoadLimits;
 use crate::reload::Reloader;
+use crate::reports::{ClientMetrics, ReportLimits};
 use crate::snapshot::PolicyStore;
 use track::TrackLayer;
 
@@ -45,6 +47,8 @@ pub struct Limits {
     pub max_wait: Duration,
     /// Long-polls waiting at once.
     pub max_long_polls: usize,
+    /// The cardinality guard's caps for client reports, and the instance TTL.
+    pub reports: ReportLimits,
     /// Time a client has to send a request's headers.
     pub header_read_timeout: Duration,
     /// Time a client has to send a request's body, once its headers are in.
@@ -62,6 +66,8 @@ pub struct Shared {
     pub reloader: Arc<Reloader>,
     /// The daemon's metrics.
     pub metrics: Arc<DaemonMetrics>,
+    /// The families fed by client reports.
+    pub reports: Arc<ClientMetrics>,
     /// The admin bearer token; `None` disables the admin API.
     pub admin_token: Option<AdminToken>,
     /// Request bounds.
@@ -77,9 +83,10 @@ pub struct Shared {
 pub fn router(state: AppState) -> Router {
     let metrics = state.metrics.clone();
     let admin = middleware::from_fn_with_state(state.clone(), admin::require_token);
-    let routes: [(&str, MethodRouter<AppState>); 8] = [
+    let routes: [(&str, MethodRouter<AppState>); 9] = [
         ("/v1/policies", get(policies::all)),
         ("/v1/policies/{service}", get(policies::one)),
+        ("/v1/reports", post(reports::receive)),
         ("/healthz", get(healthz)),
         ("/readyz", get(readyz)),
         ("/metrics", get(metrics_text)),
@@ -128,6 +135,7 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Value>
 }
 
 async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
+    state.reports.refresh(tokio::time::Instant::now());
     let content_type = HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
     ([(header::CONTENT_TYPE, content_type)], state.metrics.encode())
 }

@@ -1,0 +1,215 @@
+use super::*;
+use crate::reports::decode;
+
+fn metrics(limits: ReportLimits) -> (Registry, ClientMetrics) {
+    let registry = Registry::new();
+    let metrics = ClientMetrics::new(&registry, limits);
+    (registry, metrics)
+}
+
+fn exposition(registry: &Registry) -> String {
+    use prometheus::Encoder;
+    let mut out = Vec::new();
+    prometheus::TextEncoder::new()
+        .encode(&registry.gather(), &mut out)
+        .unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+/// The value of the series `name{labels}` (labels as exposed), if present.
+fn value(registry: &Registry, series: &str) -> Option<f64> {
+    exposition(registry)
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+fn report(json: &str) -> Report {
+    decode(json.as_bytes()).unwrap()
+}
+
+const CHARGE: &str = r#"{"service": "payment-service", "instance": "pod-a",
+    "endpoints": [{"endpoint": "/charge", "requests": {"success": 120, "error": 3, "server_error": 7},
+                   "retries": {"1": 9, "2": 1}}],
+    "inFlight": 4, "circuitState": "open", "budget": {"retriesDenied": 2, "remainingRatio": 0.4}}"#;
+
+#[test]
+fn a_report_moves_each_family_by_its_values_and_a_second_adds() {
+    let (registry, m) = metrics(ReportLimits::default());
+    let t0 = Instant::now();
+    assert!(m.ingest(&report(CHARGE), |_| true, t0).is_empty());
+    m.refresh(t0);
+    let series = |s: &str| value(&registry, s);
+    let req = r#"http_client_requests_total{endpoint="/charge",service="payment-service",status="#;
+    assert_eq!(series(&format!(r#"{req}"success"}}"#)), Some(120.0));
+    assert_eq!(series(&format!(r#"{req}"server_error"}}"#)), Some(7.0));
+    assert_eq!(
+        series(
+            r#"http_client_retry_attempts_total{attempt="1",endpoint="/charge",service="payment-service"}"#
+        ),
+        Some(9.0)
+    );
+    assert_eq!(
+        series(r#"http_server_requests_total{service="payment-service"}"#),
+        Some(127.0)
+    );
+    assert_eq!(
+        series(r#"circuit_breaker_state{service="payment-service"}"#),
+        Some(2.0)
+    );
+    assert_eq!(
+        series(r#"http_client_concurrent_requests{service="payment-service"}"#),
+        Some(4.0)
+    );
+    assert_eq!(
+        series(r#"stormguard_budget_retries_denied_total{service="payment-service"}"#),
+        Some(2.0)
+    );
+    assert_eq!(
+        series(r#"stormguard_budget_remaining_ratio{service="payment-service"}"#),
+        Some(0.4)
+    );
+
+    m.ingest(&report(CHARGE), |_| true, t0);
+    assert_eq!(
+        series(&format!(r#"{req}"success"}}"#)),
+        Some(240.0),
+        "counters are sums of deltas"
+    );
+    assert_eq!(
+        series(r#"stormguard_reports_total{result="accepted"}"#),
+        Some(2.0)
+    );
+}
+
+#[test]
+fn states_take_the_worst_live_instance_and_expire_after_the_ttl() {
+    let limits = ReportLimits {
+        instance_ttl: Duration::from_secs(10),
+        ..ReportLimits::default()
+    };
+    let (registry, m) = metrics(limits);
+    let t0 = Instant::now();
+    let at = |instance: &str, state: &str, in_flight: u64| {
+        report(&format!(
+            r#"{{"service": "a", "instance": "{instance}", "circuitState": "{state}", "inFlight": {in_flight}}}"#
+        ))
+    };
+    m.ingest(&at("one", "closed", 3), |_| true, t0);
+    m.ingest(&at("two", "half-open", 5), |_| true, t0 + Duration::from_secs(5));
+    m.refresh(t0 + Duration::from_secs(6));
+    assert_eq!(
+        value(&registry, r#"circuit_breaker_state{service="a"}"#),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&registry, r#"http_client_concurrent_requests{service="a"}"#),
+        Some(8.0)
+    );
+    m.refresh(t0 + Duration::from_secs(12));
+    assert_eq!(
+        value(&registry, r#"http_client_concurrent_requests{service="a"}"#),
+        Some(5.0),
+        "one expired"
+    );
+    m.refresh(t0 + Duration::from_secs(20));
+    assert_eq!(
+        value(&registry, r#"circuit_breaker_state{service="a"}"#),
+        None,
+        "all expired: no series"
+    );
+}
+
+#[test]
+fn the_guard_folds_unlisted_services_endpoints_and_attempts_into_other() {
+    let limits = ReportLimits {
+        max_unlisted_services: 1,
+        max_endpoints_per_service: 2,
+        max_attempt_label: 3,
+        max_instances: 2,
+        ..ReportLimits::default()
+    };
+    let (registry, m) = metrics(limits);
+    let now = Instant::now();
+    let listed = |s: &str| s == "listed";
+    let with = |service: &str, instance: &str, endpoint: &str| {
+        report(&format!(
+            r#"{{"service": "{service}", "instance": "{instance}",
+                "endpoints": [{{"endpoint": "{endpoint}", "requests": {{"success": 1}}, "retries": {{"2": 1, "7": 1}}}}]}}"#
+        ))
+    };
+    let first = m.ingest(&with("listed", "i1", "/a"), listed, now);
+    assert_eq!(
+        (first.endpoints, first.attempts),
+        (0, 1),
+        "attempt 7 is over the cap of 3"
+    );
+    assert!(m.ingest(&with("listed", "i1", "/b"), listed, now).endpoints == 0);
+    assert_eq!(
+        m.ingest(&with("listed", "i1", "/c"), listed, now).endpoints,
+        1,
+        "a third endpoint"
+    );
+    assert!(
+        !m.ingest(&with("new-one", "i2", "/a"), listed, now).service,
+        "one unlisted service fits"
+    );
+    let over = m.ingest(&with("new-two", "i3", "/a"), listed, now);
+    assert!(over.service && over.instance_dropped, "{over:?}");
+    assert!(
+        !m.ingest(&with("listed", "i1", "/a"), listed, now)
+            .instance_dropped,
+        "a known instance stays"
+    );
+
+    let text = exposition(&registry);
+    assert!(
+        text.contains(r#"http_client_requests_total{endpoint="other",service="listed",status="success"} 1"#)
+    );
+    assert!(text.contains(r#"http_client_requests_total{endpoint="/a",service="other",status="success"} 1"#));
+    assert!(text
+        .contains(r#"http_client_retry_attempts_total{attempt="other",endpoint="/a",service="listed"} 2"#));
+    assert!(!text.contains("new-two"));
+    assert_eq!(
+        value(
+            &registry,
+            r#"stormguard_report_labels_folded_total{label="service"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &registry,
+            r#"stormguard_report_labels_folded_total{label="endpoint"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &registry,
+            r#"stormguard_report_labels_folded_total{label="instance"}"#
+        ),
+        Some(1.0)
+    );
+}
+
+#[test]
+fn a_flood_of_names_keeps_the_series_bounded() {
+    let (registry, m) = metrics(ReportLimits::default());
+    let now = Instant::now();
+    for i in 0..12_000 {
+        let r = report(&format!(
+            r#"{{"service": "svc-{}", "instance": "pod-{i}", "endpoints": [{{"endpoint": "/e{i}", "requests": {{"error": 1}}}}]}}"#,
+            i % 300
+        ));
+        m.ingest(&r, |_| false, now);
+    }
+    let series = exposition(&registry)
+        .lines()
+        .filter(|l| l.starts_with("http_client_requests_total{"))
+        .count();
+    // 100 unlisted services with up to 100 endpoints each, plus `other`.
+    assert!(series <= 101 * 101, "{series} series");
+    let admitted = m.admitted.lock().unwrap();
+    assert!(admitted.instances.len() <= 10_000);
+    assert!(admitted.endpoints.values().all(|e| e.len() <= 100));
+}

@@ -1,0 +1,11 @@
+//! Client reports: `POST /v1/reports` decoded strictly, then counted into
+//! the Prometheus families the seed's dashboards and alerts read.
+
+mod decode;
+mod ingest;
+
+pub use decode::{
+    decode, BudgetReport, CircuitState, EndpointCounts, Report, ReportError, StatusCounts, MAX_ENDPOINT_LEN,
+    MAX_INSTANCE_LEN,
+};
+pub use ingest::{ClientMetrics, Folded, ReportLimits, OTHER};
