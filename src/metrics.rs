@@ -134,11 +134,6 @@ impl DaemonMetrics {
         self.http_duration.with_label_values(&[route])
     }
 
-    /// The registry, for families kept elsewhere (client reports).
-    pub fn registry(&self) -> &Registry {
-        &self.registry
-    }
-
     /// The text exposition of every family.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(8 * 1024);

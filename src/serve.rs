@@ -98,7 +98,7 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
     listener.set_nonblocking(true).map_err(bind_error)?;
     let address = listener.local_addr().map_err(bind_error)?;
     let (shutdown_tx, shutdown) = watch::channel(false);
-    let reports = Arc::new(ClientMetrics::new(metrics.registry(), config.limits.reports));
+    let reports = Arc::new(ClientMetrics::new(config.limits.reports));
     let state = Arc::new(Shared {
         store,
         reloader: reloader.clone(),

@@ -67,7 +67,8 @@ async fn a_report_moves_the_counters_by_exactly_its_values_and_a_second_adds() {
     let daemon = Daemon::start(&path, &[]);
     let (status, body) = post(&daemon, charge("pod-a", "closed").to_string()).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    assert_eq!(body["folded"]["service"], false);
+    assert_eq!(body["accepted"], 1);
+    assert_eq!(body["folded"][0]["service"], false);
 
     let text = metrics(&daemon).await;
     let value = |series: &str| sample(&text, series);
@@ -120,6 +121,35 @@ async fn a_report_moves_the_counters_by_exactly_its_values_and_a_second_adds() {
         ),
         Some(8.0),
         "two instances"
+    );
+}
+
+#[tokio::test]
+async fn a_batch_counts_every_report_or_none() {
+    let (_dir, path) = policy_file();
+    let daemon = Daemon::start(&path, &[]);
+    let batch = json!([charge("pod-a", "closed"), charge("pod-b", "half-open")]);
+    let (status, body) = post(&daemon, batch.to_string()).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["accepted"], 2);
+    let requests =
+        r#"http_client_requests_total{endpoint="/charge",service="payment-service",status="success"}"#;
+    assert_eq!(sample(&metrics(&daemon).await, requests), Some(240.0));
+
+    let mut bad = charge("pod-c", "open");
+    bad["inFlight"] = json!(-1);
+    let (status, body) = post(&daemon, json!([charge("pod-d", "open"), bad]).to_string()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body["path"], "[1].inFlight");
+    let text = metrics(&daemon).await;
+    assert_eq!(
+        sample(&text, requests),
+        Some(240.0),
+        "the good report in a bad batch was not counted"
+    );
+    assert_eq!(
+        sample(&text, r#"circuit_breaker_state{service="payment-service"}"#),
+        Some(1.0)
     );
 }
 
@@ -226,7 +256,7 @@ async fn a_flood_of_endpoint_names_keeps_series_and_memory_bounded() {
         let (status, body) = post(&daemon, report.to_string()).await;
         assert_eq!(status, StatusCode::ACCEPTED, "{body}");
         assert!(
-            body["folded"]["endpoints"].as_u64().unwrap() >= 9_950,
+            body["folded"][0]["endpoints"].as_u64().unwrap() >= 9_950,
             "{}",
             body["folded"]
         );

@@ -2,6 +2,7 @@
 //! fields, negative or fractional counts, unknown statuses and circuit states
 //! are errors that name the field, and a bad report changes nothing.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
@@ -12,20 +13,23 @@ pub const MAX_INSTANCE_LEN: usize = 253;
 /// Longest endpoint name.
 pub const MAX_ENDPOINT_LEN: usize = 256;
 
-/// Counts since the sender's last report, and its current states.
+/// Counts since the sender's last report, and its current states. Strings
+/// borrow from the body where they can: a report is decoded per request.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Report {
+pub struct Report<'a> {
     /// The dependency called.
-    pub service: String,
+    #[serde(borrow)]
+    pub service: Cow<'a, str>,
     /// The reporting process.
-    pub instance: String,
+    #[serde(borrow)]
+    pub instance: Cow<'a, str>,
     /// The calling service, if the sender says.
-    #[serde(default)]
-    pub caller: Option<String>,
+    #[serde(default, borrow)]
+    pub caller: Option<Cow<'a, str>>,
     /// Counts per endpoint of the dependency.
-    #[serde(default)]
-    pub endpoints: Vec<EndpointCounts>,
+    #[serde(default, borrow)]
+    pub endpoints: Vec<EndpointCounts<'a>>,
     /// Calls in flight now.
     #[serde(default)]
     pub in_flight: Option<u64>,
@@ -40,15 +44,16 @@ pub struct Report {
 /// One endpoint's counts.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct EndpointCounts {
+pub struct EndpointCounts<'a> {
     /// The endpoint, e.g. `/charge`.
-    pub endpoint: String,
+    #[serde(borrow)]
+    pub endpoint: Cow<'a, str>,
     /// Attempts by outcome.
     #[serde(default)]
     pub requests: StatusCounts,
     /// Retries by attempt number (1 = the first retry), as decimal strings.
-    #[serde(default)]
-    pub retries: BTreeMap<String, u64>,
+    #[serde(default, borrow)]
+    pub retries: BTreeMap<Cow<'a, str>, u64>,
 }
 
 /// Attempts by outcome, as seed 003 labels them.
@@ -118,26 +123,76 @@ impl ReportError {
             message: message.into(),
         }
     }
+
+    /// The error as seen from an enclosing `prefix` (`[3]` for a batch's fourth report).
+    fn within(mut self, prefix: &str) -> Self {
+        if !prefix.is_empty() {
+            self.path = format!("{prefix}.{}", self.path);
+        }
+        self
+    }
 }
 
-/// Decodes and checks a report body.
-pub fn decode(body: &[u8]) -> Result<Report, ReportError> {
+/// Most reports one request may carry.
+pub const MAX_BATCH: usize = 1000;
+
+/// Decodes and checks one report.
+pub fn decode(body: &[u8]) -> Result<Report<'_>, ReportError> {
+    // The plain decoder is the fast path; a failure is decoded again with
+    // path tracking, only to say where it is.
+    let report = match serde_json::from_slice::<Report>(body) {
+        Ok(report) => report,
+        Err(_) => return Err(locate::<Report>(body)),
+    };
+    check(&report).map_err(|e| e.within(""))?;
+    Ok(report)
+}
+
+/// Decodes and checks a body holding one report or a JSON array of them
+/// (a process's reports for each service it calls, sent together). Any bad
+/// report refuses the whole batch.
+pub fn decode_batch(body: &[u8]) -> Result<Vec<Report<'_>>, ReportError> {
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'[') {
+        return decode(body).map(|report| vec![report]);
+    }
+    let reports = match serde_json::from_slice::<Vec<Report>>(body) {
+        Ok(reports) => reports,
+        Err(_) => return Err(locate::<Vec<Report>>(body)),
+    };
+    if reports.len() > MAX_BATCH {
+        return Err(ReportError::at(
+            ".",
+            format!("{} reports in one request; at most {MAX_BATCH}", reports.len()),
+        ));
+    }
+    for (i, report) in reports.iter().enumerate() {
+        check(report).map_err(|e| e.within(&format!("[{i}]")))?;
+    }
+    Ok(reports)
+}
+
+/// The error of a body the plain decoder refused, with the path to it.
+fn locate<'a, T: Deserialize<'a>>(body: &'a [u8]) -> ReportError {
     let mut json = serde_json::Deserializer::from_slice(body);
-    let report: Report = serde_path_to_error::deserialize(&mut json).map_err(|e| {
+    let report = serde_path_to_error::deserialize::<_, T>(&mut json).map_err(|e| {
         // serde_path_to_error writes `?` where the error is not inside a field.
         let path = match e.path().to_string().as_str() {
             "?" | "" => ".".to_string(),
             path => path.to_string(),
         };
         ReportError::at(path, e.into_inner().to_string())
-    })?;
-    json.end().map_err(|e| ReportError::at(".", e.to_string()))?;
-    check(&report)?;
-    Ok(report)
+    });
+    match report {
+        Err(error) => error,
+        Ok(_) => match json.end() {
+            Err(e) => ReportError::at(".", e.to_string()),
+            Ok(()) => ReportError::at(".", "the report does not decode"),
+        },
+    }
 }
 
 /// The rules JSON types alone cannot say.
-fn check(report: &Report) -> Result<(), ReportError> {
+fn check(report: &Report<'_>) -> Result<(), ReportError> {
     check_service_name(&report.service).map_err(|e| ReportError::at("service", e))?;
     if let Some(caller) = &report.caller {
         check_service_name(caller).map_err(|e| ReportError::at("caller", e))?;
@@ -157,7 +212,7 @@ fn check(report: &Report) -> Result<(), ReportError> {
             ));
         }
         for attempt in endpoint.retries.keys() {
-            if !matches!(attempt.parse::<u32>(), Ok(n) if n >= 1 && attempt == &n.to_string()) {
+            if !matches!(attempt.parse::<u32>(), Ok(n) if n >= 1 && **attempt == n.to_string()) {
                 return Err(ReportError::at(
                     at("retries"),
                     format!("{attempt:?} is not an attempt number: use \"1\" for the first retry, \"2\" for the second, ..."),
@@ -202,6 +257,25 @@ mod tests {
         assert_eq!(report.endpoints[0].retries["1"], 9);
         assert_eq!(report.circuit_state, Some(CircuitState::Open));
         assert_eq!(report.budget.unwrap().remaining_ratio, Some(0.4));
+    }
+
+    #[test]
+    fn a_batch_is_an_array_of_reports_refused_whole_if_one_is_bad() {
+        let two = format!("[{GOOD}, {{\"service\": \"b\", \"instance\": \"i\"}}]");
+        let reports = decode_batch(two.as_bytes()).unwrap();
+        assert_eq!(reports.len(), 2);
+        assert_eq!(reports[1].service, "b");
+        let bad = format!("[{GOOD}, {{\"service\": \"b\", \"instance\": \"i\", \"inFlight\": -1}}]");
+        let error = decode_batch(bad.as_bytes()).unwrap_err();
+        assert_eq!(error.path, "[1].inFlight");
+        let bad_name = format!("[{GOOD}, {{\"service\": \"B\", \"instance\": \"i\"}}]");
+        assert_eq!(decode_batch(bad_name.as_bytes()).unwrap_err().path, "[1].service");
+        let many = format!("[{}]", vec![GOOD; MAX_BATCH + 1].join(","));
+        assert!(decode_batch(many.as_bytes())
+            .unwrap_err()
+            .message
+            .contains("at most 1000"));
+        assert_eq!(decode_batch(b"[]").unwrap().len(), 0);
     }
 
     #[test]
@@ -289,6 +363,11 @@ mod tests {
                 "trailing characters",
             ),
         ];
+        for (body, path, words) in cases.iter().filter(|(body, _, _)| !body.starts_with('[')) {
+            let error = decode_batch(body.as_bytes()).expect_err(body);
+            assert_eq!(error.path, *path, "as a batch body: {body}: {error}");
+            assert!(error.message.contains(words), "{body}: {error}");
+        }
         for (body, path, words) in cases {
             let error = decode(body.as_bytes()).expect_err(body);
             assert_eq!(error.path, *path, "{body}: {error}");

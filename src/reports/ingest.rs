@@ -1,19 +1,24 @@
-//! Reports into Prometheus families: the seed's client families with its
-//! names and labels, and `stormguard_` families for budgets and for the
-//! reports themselves.
+//! Reports into the client families: the seed's names and labels, and
+//! `stormguard_` families for budgets and for the reports themselves.
 //!
 //! Label values come from clients, so a cardinality guard bounds them:
 //! services outside the policy file, endpoints per service and attempt
 //! numbers each have a cap, and values past it are folded into `other`.
 //! What was folded is counted and told to the sender. States (circuit, in
 //! flight, budget left) are kept per instance and expire when an instance
-//! stops reporting; the gauges are computed from the live ones at scrape.
+//! stops reporting; their gauges are computed from the live ones at scrape.
+//!
+//! The families are kept in one table of their own rather than in the
+//! `prometheus` crate's vectors: a report updates twenty-odd series under
+//! one short lock with label values interned to numbers, and a scrape of
+//! 50,000 series renders straight to text (see `bench/reports.sh`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::BTreeMap;
+use std::fmt::Write;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use prometheus::{GaugeVec, IntCounterVec, IntGaugeVec, Opts, Registry};
+use foldhash::HashMap;
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -70,6 +75,13 @@ impl Folded {
     }
 }
 
+/// Outcome labels of `http_client_requests_total`, in report order.
+const STATUSES: [&str; 3] = ["success", "error", "server_error"];
+/// The attempt number `other` is stored as.
+const OTHER_ATTEMPT: u32 = u32::MAX;
+/// Kinds of folding, as `stormguard_report_labels_folded_total{label}` names them.
+const FOLD_LABELS: [&str; 4] = ["service", "endpoint", "attempt", "instance"];
+
 /// One instance's latest states.
 #[derive(Debug, Clone, Copy)]
 struct InstanceState {
@@ -79,319 +91,230 @@ struct InstanceState {
     seen: Instant,
 }
 
-/// Which label values have been admitted.
+/// A service's label and what hangs off it.
+#[derive(Debug, Clone, Default)]
+struct ServiceSeries {
+    name: String,
+    endpoints: Vec<String>,
+    endpoint_ids: HashMap<String, u32>,
+    server_requests: u64,
+    denied: u64,
+    /// Reporting instances' latest states, by instance name.
+    instances: HashMap<String, InstanceState>,
+}
+
+/// Every series the reports feed, behind one lock.
 #[derive(Debug, Default)]
-struct Admitted {
-    unlisted_services: HashSet<String>,
-    endpoints: HashMap<String, HashSet<String>>,
-    instances: HashMap<(String, String), InstanceState>,
-    /// Services with a series in each state gauge: circuit, in flight, budget left.
-    gauged: [HashSet<String>; 3],
+struct Table {
+    services: Vec<ServiceSeries>,
+    service_ids: HashMap<String, u32>,
+    unlisted: usize,
+    /// (service, endpoint, status) → attempts.
+    requests: BTreeMap<(u32, u32, u8), u64>,
+    /// (service, endpoint, attempt number) → retries.
+    retries: BTreeMap<(u32, u32, u32), u64>,
+    /// Instances kept, over every service.
+    instances: usize,
+    accepted: u64,
+    rejected: u64,
+    folded: [u64; 4],
 }
 
 /// The families fed by reports, and the guard in front of them.
 pub struct ClientMetrics {
     limits: ReportLimits,
-    admitted: Mutex<Admitted>,
-    requests: IntCounterVec,
-    retries: IntCounterVec,
-    server_requests: IntCounterVec,
-    concurrent: IntGaugeVec,
-    circuit: IntGaugeVec,
-    denied: IntCounterVec,
-    remaining: GaugeVec,
-    reports: IntCounterVec,
-    folded: IntCounterVec,
-}
-
-fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    let family = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
-    registry
-        .register(Box::new(family.clone()))
-        .expect("registered once");
-    family
-}
-
-fn gauge(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
-    let family = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
-    registry
-        .register(Box::new(family.clone()))
-        .expect("registered once");
-    family
+    table: Mutex<Table>,
 }
 
 impl ClientMetrics {
-    /// The families, registered in `registry`.
-    pub fn new(registry: &Registry, limits: ReportLimits) -> Self {
-        let remaining = GaugeVec::new(
-            Opts::new(
-                "stormguard_budget_remaining_ratio",
-                "Lowest share of its retry budget left among the instances calling the service.",
-            ),
-            &["service"],
-        )
-        .expect("valid metric");
-        registry
-            .register(Box::new(remaining.clone()))
-            .expect("registered once");
+    /// Empty families under `limits`.
+    pub fn new(limits: ReportLimits) -> Self {
         Self {
             limits,
-            admitted: Mutex::default(),
-            requests: counter(
-                registry,
-                "http_client_requests_total",
-                "Attempts sent by clients (first tries and retries), by outcome: success, error (no answer), server_error (5xx).",
-                &["service", "endpoint", "status"],
-            ),
-            retries: counter(
-                registry,
-                "http_client_retry_attempts_total",
-                "Retries sent by clients, by attempt number (1 = the first retry).",
-                &["service", "endpoint", "attempt"],
-            ),
-            server_requests: counter(
-                registry,
-                "http_server_requests_total",
-                "Attempts that reached the service: clients' successes and 5xx answers.",
-                &["service"],
-            ),
-            concurrent: gauge(
-                registry,
-                "http_client_concurrent_requests",
-                "Calls in flight to the service, summed over the instances reporting within the TTL.",
-                &["service"],
-            ),
-            circuit: gauge(
-                registry,
-                "circuit_breaker_state",
-                "Worst circuit breaker state among the instances reporting within the TTL: 0 closed, 1 half-open, 2 open.",
-                &["service"],
-            ),
-            denied: counter(
-                registry,
-                "stormguard_budget_retries_denied_total",
-                "Retries the clients' retry budgets refused.",
-                &["service"],
-            ),
-            remaining,
-            reports: counter(
-                registry,
-                "stormguard_reports_total",
-                "Client reports received, by result: accepted, or rejected as malformed.",
-                &["result"],
-            ),
-            folded: counter(
-                registry,
-                "stormguard_report_labels_folded_total",
-                "Label values the cardinality guard folded into `other` (service, endpoint, attempt) or instance states it dropped (instance).",
-                &["label"],
-            ),
+            table: Mutex::default(),
         }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
+        // Plain counters: a panic elsewhere cannot leave them unusable.
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Counts a report refused as malformed.
     pub fn rejected(&self) {
-        self.reports.with_label_values(&["rejected"]).inc();
+        self.lock().rejected += 1;
     }
 
     /// Adds a valid report; `listed` says whether a service is in the policy file.
-    pub fn ingest(&self, report: &Report, listed: impl Fn(&str) -> bool, now: Instant) -> Folded {
+    pub fn ingest(&self, report: &Report<'_>, listed: impl Fn(&str) -> bool, now: Instant) -> Folded {
         let mut folded = Folded::default();
-        let labels = self.admit(report, &listed, now, &mut folded);
-        let service = labels.service.as_str();
-        let mut reached = 0;
-        for (endpoint, (counts, retries)) in labels.endpoints.iter().zip(&labels.retries) {
-            for (status, n) in [
-                ("success", counts.success),
-                ("error", counts.error),
-                ("server_error", counts.server_error),
-            ] {
+        let mut table = self.lock();
+        let table = &mut *table;
+        let service = table.service_id(&report.service, &listed, &self.limits, &mut folded);
+        let mut reached = 0u64;
+        for e in &report.endpoints {
+            let endpoint = table.endpoint_id(service, &e.endpoint, self.limits.max_endpoints_per_service);
+            folded.endpoints += usize::from(
+                table.services[service as usize].endpoints[endpoint as usize] == OTHER && e.endpoint != OTHER,
+            );
+            let counts = [e.requests.success, e.requests.error, e.requests.server_error];
+            for (status, n) in counts.into_iter().enumerate() {
                 if n > 0 {
-                    self.requests
-                        .with_label_values(&[service, endpoint, status])
-                        .inc_by(n);
+                    let count = table
+                        .requests
+                        .entry((service, endpoint, status as u8))
+                        .or_default();
+                    *count = count.saturating_add(n);
                 }
             }
-            reached += counts.success + counts.server_error;
-            for (attempt, n) in retries {
-                self.retries
-                    .with_label_values(&[service, endpoint, attempt])
-                    .inc_by(*n);
+            reached = reached
+                .saturating_add(e.requests.success)
+                .saturating_add(e.requests.server_error);
+            for (attempt, n) in &e.retries {
+                let number = attempt.parse::<u32>().unwrap_or(OTHER_ATTEMPT);
+                let number = if number <= self.limits.max_attempt_label {
+                    number
+                } else {
+                    folded.attempts += 1;
+                    OTHER_ATTEMPT
+                };
+                let count = table.retries.entry((service, endpoint, number)).or_default();
+                *count = count.saturating_add(*n);
             }
         }
-        if reached > 0 {
-            self.server_requests.with_label_values(&[service]).inc_by(reached);
-        }
-        if let Some(denied) = report.budget.map(|b| b.retries_denied).filter(|n| *n > 0) {
-            self.denied.with_label_values(&[service]).inc_by(denied);
-        }
-        self.reports.with_label_values(&["accepted"]).inc();
-        for (label, n) in [
-            ("service", usize::from(folded.service)),
-            ("endpoint", folded.endpoints),
-            ("attempt", folded.attempts),
-            ("instance", usize::from(folded.instance_dropped)),
-        ] {
-            if n > 0 {
-                self.folded.with_label_values(&[label]).inc_by(n as u64);
-            }
-        }
-        folded
-    }
-
-    /// The labels a report may use, and its instance's states kept.
-    fn admit(
-        &self,
-        report: &Report,
-        listed: &dyn Fn(&str) -> bool,
-        now: Instant,
-        folded: &mut Folded,
-    ) -> Labels {
-        let mut admitted = self.admitted.lock().expect("guard lock");
-        let admitted = &mut *admitted;
-        let service = if listed(&report.service)
-            || admitted.unlisted_services.contains(&report.service)
-            || admit(
-                &mut admitted.unlisted_services,
-                &report.service,
-                self.limits.max_unlisted_services,
-            ) {
-            report.service.clone()
-        } else {
-            folded.service = true;
-            OTHER.to_string()
-        };
-        let known = admitted.endpoints.entry(service.clone()).or_default();
-        let mut endpoints = Vec::with_capacity(report.endpoints.len());
-        let mut retries = Vec::with_capacity(report.endpoints.len());
-        for e in &report.endpoints {
-            if known.contains(&e.endpoint) || admit(known, &e.endpoint, self.limits.max_endpoints_per_service)
-            {
-                endpoints.push(e.endpoint.clone());
-            } else {
-                folded.endpoints += 1;
-                endpoints.push(OTHER.to_string());
-            }
-            let attempts = e
-                .retries
-                .iter()
-                .map(|(attempt, n)| {
-                    let number: u32 = attempt.parse().unwrap_or(u32::MAX);
-                    if number <= self.limits.max_attempt_label {
-                        (attempt.clone(), *n)
-                    } else {
-                        folded.attempts += 1;
-                        (OTHER.to_string(), *n)
-                    }
-                })
-                .collect();
-            retries.push((e.requests, attempts));
-        }
+        let series = &mut table.services[service as usize];
+        series.server_requests = series.server_requests.saturating_add(reached);
+        let denied = report.budget.map_or(0, |b| b.retries_denied);
+        series.denied = series.denied.saturating_add(denied);
         let state = InstanceState {
             circuit: report.circuit_state.map(|s| s.as_metric()),
             in_flight: report.in_flight,
             remaining_ratio: report.budget.and_then(|b| b.remaining_ratio),
             seen: now,
         };
-        let key = (service.clone(), report.instance.clone());
-        if admitted.instances.len() >= self.limits.max_instances && !admitted.instances.contains_key(&key) {
-            let ttl = self.limits.instance_ttl;
-            admitted
+        folded.instance_dropped = !table.keep(service, &report.instance, state, &self.limits, now);
+        table.accepted += 1;
+        for (i, n) in [
+            usize::from(folded.service),
+            folded.endpoints,
+            folded.attempts,
+            usize::from(folded.instance_dropped),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            table.folded[i] += n as u64;
+        }
+        folded
+    }
+
+    /// The text exposition of every client family, with the state gauges
+    /// computed from the instances still live at `now`.
+    pub fn encode(&self, now: Instant) -> String {
+        let mut table = self.lock();
+        table.expire(self.limits.instance_ttl, now);
+        render(&table)
+    }
+}
+
+impl Table {
+    /// The id of `name`'s service label: its own, or `other` past the cap of unlisted services.
+    fn service_id(
+        &mut self,
+        name: &str,
+        listed: &dyn Fn(&str) -> bool,
+        limits: &ReportLimits,
+        folded: &mut Folded,
+    ) -> u32 {
+        if let Some(id) = self.service_ids.get(name) {
+            let id = *id;
+            folded.service = self.services[id as usize].name == OTHER && name != OTHER;
+            return id;
+        }
+        let is_listed = listed(name);
+        if !is_listed && self.unlisted >= limits.max_unlisted_services {
+            folded.service = true;
+            return self.intern_service(OTHER);
+        }
+        self.unlisted += usize::from(!is_listed);
+        self.intern_service(name)
+    }
+
+    fn intern_service(&mut self, name: &str) -> u32 {
+        if let Some(id) = self.service_ids.get(name) {
+            return *id;
+        }
+        let id = self.services.len() as u32;
+        self.services.push(ServiceSeries {
+            name: name.to_string(),
+            ..ServiceSeries::default()
+        });
+        self.service_ids.insert(name.to_string(), id);
+        id
+    }
+
+    /// The id of `endpoint`'s label within `service`: its own, or `other` past the cap.
+    fn endpoint_id(&mut self, service: u32, endpoint: &str, cap: usize) -> u32 {
+        let series = &mut self.services[service as usize];
+        if let Some(id) = series.endpoint_ids.get(endpoint) {
+            return *id;
+        }
+        let name = if series.endpoints.len() < cap {
+            endpoint
+        } else {
+            OTHER
+        };
+        if let Some(id) = series.endpoint_ids.get(name) {
+            return *id;
+        }
+        let id = series.endpoints.len() as u32;
+        series.endpoints.push(name.to_string());
+        series.endpoint_ids.insert(name.to_string(), id);
+        id
+    }
+
+    /// Keeps an instance's states; false if there is no room for a new instance.
+    fn keep(
+        &mut self,
+        service: u32,
+        instance: &str,
+        state: InstanceState,
+        limits: &ReportLimits,
+        now: Instant,
+    ) -> bool {
+        let instances = &mut self.services[service as usize].instances;
+        if let Some(known) = instances.get_mut(instance) {
+            *known = state;
+            return true;
+        }
+        if self.instances >= limits.max_instances {
+            self.expire(limits.instance_ttl, now);
+        }
+        if self.instances >= limits.max_instances {
+            return false;
+        }
+        self.services[service as usize]
+            .instances
+            .insert(instance.to_string(), state);
+        self.instances += 1;
+        true
+    }
+
+    /// Forgets instances that have not reported within `ttl` of `now`.
+    fn expire(&mut self, ttl: Duration, now: Instant) {
+        let mut kept = 0;
+        for series in &mut self.services {
+            series
                 .instances
                 .retain(|_, s| now.saturating_duration_since(s.seen) < ttl);
+            kept += series.instances.len();
         }
-        if admitted.instances.len() < self.limits.max_instances || admitted.instances.contains_key(&key) {
-            admitted.instances.insert(key, state);
-        } else {
-            folded.instance_dropped = true;
-        }
-        Labels {
-            service,
-            endpoints,
-            retries,
-        }
+        self.instances = kept;
     }
-
-    /// Recomputes the state gauges from the instances still live at `now`;
-    /// a service none of whose instances is live loses its series.
-    pub fn refresh(&self, now: Instant) {
-        let mut admitted = self.admitted.lock().expect("guard lock");
-        let admitted = &mut *admitted;
-        let ttl = self.limits.instance_ttl;
-        admitted
-            .instances
-            .retain(|_, s| now.saturating_duration_since(s.seen) < ttl);
-        let mut services: HashMap<String, Aggregate> = HashMap::new();
-        for ((service, _), state) in &admitted.instances {
-            services.entry(service.clone()).or_default().add(state);
-        }
-        let [circuit, concurrent, remaining] = &mut admitted.gauged;
-        set_or_remove(
-            circuit,
-            &services,
-            |a| a.circuit,
-            |s, v| self.circuit.with_label_values(&[s]).set(v),
-            |s| {
-                let _ = self.circuit.remove_label_values(&[s]);
-            },
-        );
-        set_or_remove(
-            concurrent,
-            &services,
-            |a| a.in_flight.map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
-            |s, v| self.concurrent.with_label_values(&[s]).set(v),
-            |s| {
-                let _ = self.concurrent.remove_label_values(&[s]);
-            },
-        );
-        set_or_remove(
-            remaining,
-            &services,
-            |a| a.remaining,
-            |s, v| self.remaining.with_label_values(&[s]).set(v),
-            |s| {
-                let _ = self.remaining.remove_label_values(&[s]);
-            },
-        );
-    }
-}
-
-/// Sets a gauge for each service with a value, and removes the series of
-/// services in `gauged` that no longer have one; `gauged` becomes the former.
-fn set_or_remove<T>(
-    gauged: &mut HashSet<String>,
-    services: &HashMap<String, Aggregate>,
-    value: impl Fn(&Aggregate) -> Option<T>,
-    set: impl Fn(&str, T),
-    remove: impl Fn(&str),
-) {
-    let mut now_gauged = HashSet::new();
-    for (service, aggregate) in services {
-        if let Some(v) = value(aggregate) {
-            set(service, v);
-            now_gauged.insert(service.clone());
-        }
-    }
-    for gone in gauged.difference(&now_gauged) {
-        remove(gone);
-    }
-    *gauged = now_gauged;
-}
-
-/// Adds `value` to `set` if it has room.
-fn admit(set: &mut HashSet<String>, value: &str, cap: usize) -> bool {
-    set.len() < cap && set.insert(value.to_string())
-}
-
-/// A report's label values after the guard.
-struct Labels {
-    service: String,
-    endpoints: Vec<String>,
-    retries: Vec<(super::decode::StatusCounts, Vec<(String, u64)>)>,
 }
 
 /// The live instances' states of one service.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, Copy)]
 struct Aggregate {
     circuit: Option<i64>,
     in_flight: Option<u64>,
@@ -409,6 +332,147 @@ impl Aggregate {
         if let Some(r) = state.remaining_ratio {
             self.remaining = Some(self.remaining.map_or(r, |l| l.min(r)));
         }
+    }
+}
+
+fn render(t: &Table) -> String {
+    let mut out = String::with_capacity(128 * (t.requests.len() + t.retries.len()) + 4096);
+    let service = |id: u32| t.services[id as usize].name.as_str();
+    let endpoint = |s: u32, e: u32| t.services[s as usize].endpoints[e as usize].as_str();
+
+    header(&mut out, "http_client_requests_total", "counter", "Attempts sent by clients (first tries and retries), by outcome: success, error (no answer), server_error (5xx).");
+    for (&(s, e, status), n) in &t.requests {
+        let _ = writeln!(
+            out,
+            "http_client_requests_total{{endpoint=\"{}\",service=\"{}\",status=\"{}\"}} {n}",
+            Escaped(endpoint(s, e)),
+            service(s),
+            STATUSES[status as usize]
+        );
+    }
+    header(
+        &mut out,
+        "http_client_retry_attempts_total",
+        "counter",
+        "Retries sent by clients, by attempt number (1 = the first retry).",
+    );
+    for (&(s, e, attempt), n) in &t.retries {
+        let _ = write!(out, "http_client_retry_attempts_total{{attempt=\"");
+        if attempt == OTHER_ATTEMPT {
+            out.push_str(OTHER);
+        } else {
+            let _ = write!(out, "{attempt}");
+        }
+        let _ = writeln!(
+            out,
+            "\",endpoint=\"{}\",service=\"{}\"}} {n}",
+            Escaped(endpoint(s, e)),
+            service(s)
+        );
+    }
+    let per_service = |out: &mut String,
+                       name: &str,
+                       kind: &str,
+                       help: &str,
+                       value: &dyn Fn(&ServiceSeries) -> Option<String>| {
+        header(out, name, kind, help);
+        for series in &t.services {
+            if let Some(v) = value(series) {
+                let _ = writeln!(out, "{name}{{service=\"{}\"}} {v}", series.name);
+            }
+        }
+    };
+    per_service(
+        &mut out,
+        "http_server_requests_total",
+        "counter",
+        "Attempts that reached the service: clients' successes and 5xx answers.",
+        &|s| (s.server_requests > 0).then(|| s.server_requests.to_string()),
+    );
+    per_service(
+        &mut out,
+        "stormguard_budget_retries_denied_total",
+        "counter",
+        "Retries the clients' retry budgets refused.",
+        &|s| (s.denied > 0).then(|| s.denied.to_string()),
+    );
+    let state = |s: &ServiceSeries| {
+        s.instances.values().fold(Aggregate::default(), |mut a, state| {
+            a.add(state);
+            a
+        })
+    };
+    per_service(&mut out, "circuit_breaker_state", "gauge", "Worst circuit breaker state among the instances reporting within the TTL: 0 closed, 1 half-open, 2 open.", &|s| {
+        state(s).circuit.map(|c| c.to_string())
+    });
+    per_service(
+        &mut out,
+        "http_client_concurrent_requests",
+        "gauge",
+        "Calls in flight to the service, summed over the instances reporting within the TTL.",
+        &|s| state(s).in_flight.map(|n| n.to_string()),
+    );
+    per_service(
+        &mut out,
+        "stormguard_budget_remaining_ratio",
+        "gauge",
+        "Lowest share of its retry budget left among the instances calling the service.",
+        &|s| state(s).remaining.map(|r| r.to_string()),
+    );
+    header(
+        &mut out,
+        "stormguard_reports_total",
+        "counter",
+        "Client reports received, by result: accepted, or rejected as malformed.",
+    );
+    let _ = writeln!(
+        out,
+        "stormguard_reports_total{{result=\"accepted\"}} {}",
+        t.accepted
+    );
+    let _ = writeln!(
+        out,
+        "stormguard_reports_total{{result=\"rejected\"}} {}",
+        t.rejected
+    );
+    header(&mut out, "stormguard_report_labels_folded_total", "counter", "Label values the cardinality guard folded into `other` (service, endpoint, attempt), or instance states it dropped (instance).");
+    for (label, n) in FOLD_LABELS.iter().zip(t.folded) {
+        let _ = writeln!(
+            out,
+            "stormguard_report_labels_folded_total{{label=\"{label}\"}} {n}"
+        );
+    }
+    header(
+        &mut out,
+        "stormguard_report_instances",
+        "gauge",
+        "Instances whose states are kept (reported within the TTL).",
+    );
+    let _ = writeln!(out, "stormguard_report_instances {}", t.instances);
+    out
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// A label value escaped for the text exposition: `\`, `"` and newlines.
+struct Escaped<'a>(&'a str);
+
+impl std::fmt::Display for Escaped<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if !self.0.contains(['\\', '"', '\n']) {
+            return f.write_str(self.0);
+        }
+        for c in self.0.chars() {
+            match c {
+                '\\' => f.write_str("\\\\")?,
+                '"' => f.write_str("\\\"")?,
+                '\n' => f.write_str("\\n")?,
+                c => f.write_char(c)?,
+            }
+        }
+        Ok(())
     }
 }
 

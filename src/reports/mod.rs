@@ -5,7 +5,7 @@ mod decode;
 mod ingest;
 
 pub use decode::{
-    decode, BudgetReport, CircuitState, EndpointCounts, Report, ReportError, StatusCounts, MAX_ENDPOINT_LEN,
-    MAX_INSTANCE_LEN,
+    decode, decode_batch, BudgetReport, CircuitState, EndpointCounts, Report, ReportError, StatusCounts,
+    MAX_BATCH, MAX_ENDPOINT_LEN, MAX_INSTANCE_LEN,
 };
 pub use ingest::{ClientMetrics, Folded, ReportLimits, OTHER};

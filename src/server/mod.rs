@@ -135,9 +135,10 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Value>
 }
 
 async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
-    state.reports.refresh(tokio::time::Instant::now());
+    let mut body = state.metrics.encode();
+    body.extend_from_slice(state.reports.encode(tokio::time::Instant::now()).as_bytes());
     let content_type = HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
-    ([(header::CONTENT_TYPE, content_type)], state.metrics.encode())
+    ([(header::CONTENT_TYPE, content_type)], body)
 }
 
 /// Serves `app` on `listener` until `shutdown` resolves, then lets requests

@@ -1,30 +1,15 @@
 use super::*;
 use crate::reports::decode;
 
-fn metrics(limits: ReportLimits) -> (Registry, ClientMetrics) {
-    let registry = Registry::new();
-    let metrics = ClientMetrics::new(&registry, limits);
-    (registry, metrics)
-}
-
-fn exposition(registry: &Registry) -> String {
-    use prometheus::Encoder;
-    let mut out = Vec::new();
-    prometheus::TextEncoder::new()
-        .encode(&registry.gather(), &mut out)
-        .unwrap();
-    String::from_utf8(out).unwrap()
-}
-
 /// The value of the series `name{labels}` (labels as exposed), if present.
-fn value(registry: &Registry, series: &str) -> Option<f64> {
-    exposition(registry)
-        .lines()
+fn value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
         .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
-fn report(json: &str) -> Report {
-    decode(json.as_bytes()).unwrap()
+/// A decoded report; its text is leaked, as a decoded report borrows from it.
+fn report(json: &str) -> Report<'static> {
+    decode(Box::leak(json.to_string().into_boxed_str()).as_bytes()).unwrap()
 }
 
 const CHARGE: &str = r#"{"service": "payment-service", "instance": "pod-a",
@@ -34,11 +19,11 @@ const CHARGE: &str = r#"{"service": "payment-service", "instance": "pod-a",
 
 #[test]
 fn a_report_moves_each_family_by_its_values_and_a_second_adds() {
-    let (registry, m) = metrics(ReportLimits::default());
+    let m = ClientMetrics::new(ReportLimits::default());
     let t0 = Instant::now();
     assert!(m.ingest(&report(CHARGE), |_| true, t0).is_empty());
-    m.refresh(t0);
-    let series = |s: &str| value(&registry, s);
+    let text = m.encode(t0);
+    let series = |s: &str| value(&text, s);
     let req = r#"http_client_requests_total{endpoint="/charge",service="payment-service",status="#;
     assert_eq!(series(&format!(r#"{req}"success"}}"#)), Some(120.0));
     assert_eq!(series(&format!(r#"{req}"server_error"}}"#)), Some(7.0));
@@ -70,15 +55,36 @@ fn a_report_moves_each_family_by_its_values_and_a_second_adds() {
     );
 
     m.ingest(&report(CHARGE), |_| true, t0);
+    let text = m.encode(t0);
     assert_eq!(
-        series(&format!(r#"{req}"success"}}"#)),
+        value(&text, &format!(r#"{req}"success"}}"#)),
         Some(240.0),
         "counters are sums of deltas"
     );
     assert_eq!(
-        series(r#"stormguard_reports_total{result="accepted"}"#),
+        value(&text, r#"stormguard_reports_total{result="accepted"}"#),
         Some(2.0)
     );
+}
+
+#[test]
+fn every_family_has_help_and_type_and_labels_are_escaped() {
+    let m = ClientMetrics::new(ReportLimits::default());
+    let odd = r#"{"service": "a", "instance": "i", "endpoints": [{"endpoint": "/q\"x\\y\nz", "requests": {"success": 1}}]}"#;
+    m.ingest(&report(odd), |_| true, Instant::now());
+    let text = m.encode(Instant::now());
+    assert!(
+        text.contains(r#"http_client_requests_total{endpoint="/q\"x\\y\nz",service="a",status="success"} 1"#),
+        "{text}"
+    );
+    for family in [
+        "http_client_requests_total",
+        "circuit_breaker_state",
+        "stormguard_reports_total",
+    ] {
+        assert!(text.contains(&format!("# TYPE {family} ")), "{family}");
+        assert!(text.contains(&format!("# HELP {family} ")), "{family}");
+    }
 }
 
 #[test]
@@ -87,7 +93,7 @@ fn states_take_the_worst_live_instance_and_expire_after_the_ttl() {
         instance_ttl: Duration::from_secs(10),
         ..ReportLimits::default()
     };
-    let (registry, m) = metrics(limits);
+    let m = ClientMetrics::new(limits);
     let t0 = Instant::now();
     let at = |instance: &str, state: &str, in_flight: u64| {
         report(&format!(
@@ -96,24 +102,21 @@ fn states_take_the_worst_live_instance_and_expire_after_the_ttl() {
     };
     m.ingest(&at("one", "closed", 3), |_| true, t0);
     m.ingest(&at("two", "half-open", 5), |_| true, t0 + Duration::from_secs(5));
-    m.refresh(t0 + Duration::from_secs(6));
+    let text = m.encode(t0 + Duration::from_secs(6));
+    assert_eq!(value(&text, r#"circuit_breaker_state{service="a"}"#), Some(1.0));
     assert_eq!(
-        value(&registry, r#"circuit_breaker_state{service="a"}"#),
-        Some(1.0)
-    );
-    assert_eq!(
-        value(&registry, r#"http_client_concurrent_requests{service="a"}"#),
+        value(&text, r#"http_client_concurrent_requests{service="a"}"#),
         Some(8.0)
     );
-    m.refresh(t0 + Duration::from_secs(12));
+    let text = m.encode(t0 + Duration::from_secs(12));
     assert_eq!(
-        value(&registry, r#"http_client_concurrent_requests{service="a"}"#),
+        value(&text, r#"http_client_concurrent_requests{service="a"}"#),
         Some(5.0),
         "one expired"
     );
-    m.refresh(t0 + Duration::from_secs(20));
+    let text = m.encode(t0 + Duration::from_secs(20));
     assert_eq!(
-        value(&registry, r#"circuit_breaker_state{service="a"}"#),
+        value(&text, r#"circuit_breaker_state{service="a"}"#),
         None,
         "all expired: no series"
     );
@@ -128,7 +131,7 @@ fn the_guard_folds_unlisted_services_endpoints_and_attempts_into_other() {
         max_instances: 2,
         ..ReportLimits::default()
     };
-    let (registry, m) = metrics(limits);
+    let m = ClientMetrics::new(limits);
     let now = Instant::now();
     let listed = |s: &str| s == "listed";
     let with = |service: &str, instance: &str, endpoint: &str| {
@@ -143,7 +146,7 @@ fn the_guard_folds_unlisted_services_endpoints_and_attempts_into_other() {
         (0, 1),
         "attempt 7 is over the cap of 3"
     );
-    assert!(m.ingest(&with("listed", "i1", "/b"), listed, now).endpoints == 0);
+    assert_eq!(m.ingest(&with("listed", "i1", "/b"), listed, now).endpoints, 0);
     assert_eq!(
         m.ingest(&with("listed", "i1", "/c"), listed, now).endpoints,
         1,
@@ -161,31 +164,29 @@ fn the_guard_folds_unlisted_services_endpoints_and_attempts_into_other() {
         "a known instance stays"
     );
 
-    let text = exposition(&registry);
+    let text = m.encode(now);
     assert!(
-        text.contains(r#"http_client_requests_total{endpoint="other",service="listed",status="success"} 1"#)
+        text.contains(r#"http_client_requests_total{endpoint="other",service="listed",status="success"} 1"#),
+        "{text}"
     );
     assert!(text.contains(r#"http_client_requests_total{endpoint="/a",service="other",status="success"} 1"#));
     assert!(text
         .contains(r#"http_client_retry_attempts_total{attempt="other",endpoint="/a",service="listed"} 2"#));
     assert!(!text.contains("new-two"));
     assert_eq!(
-        value(
-            &registry,
-            r#"stormguard_report_labels_folded_total{label="service"}"#
-        ),
+        value(&text, r#"stormguard_report_labels_folded_total{label="service"}"#),
         Some(1.0)
     );
     assert_eq!(
         value(
-            &registry,
+            &text,
             r#"stormguard_report_labels_folded_total{label="endpoint"}"#
         ),
         Some(1.0)
     );
     assert_eq!(
         value(
-            &registry,
+            &text,
             r#"stormguard_report_labels_folded_total{label="instance"}"#
         ),
         Some(1.0)
@@ -194,7 +195,7 @@ fn the_guard_folds_unlisted_services_endpoints_and_attempts_into_other() {
 
 #[test]
 fn a_flood_of_names_keeps_the_series_bounded() {
-    let (registry, m) = metrics(ReportLimits::default());
+    let m = ClientMetrics::new(ReportLimits::default());
     let now = Instant::now();
     for i in 0..12_000 {
         let r = report(&format!(
@@ -203,13 +204,22 @@ fn a_flood_of_names_keeps_the_series_bounded() {
         ));
         m.ingest(&r, |_| false, now);
     }
-    let series = exposition(&registry)
+    let text = m.encode(now);
+    let series = text
         .lines()
         .filter(|l| l.starts_with("http_client_requests_total{"))
         .count();
-    // 100 unlisted services with up to 100 endpoints each, plus `other`.
+    // 100 unlisted services with up to 100 endpoints each, plus `other` with its own.
     assert!(series <= 101 * 101, "{series} series");
-    let admitted = m.admitted.lock().unwrap();
-    assert!(admitted.instances.len() <= 10_000);
-    assert!(admitted.endpoints.values().all(|e| e.len() <= 100));
+    let table = m.lock();
+    assert!(table.instances <= 10_000);
+    assert_eq!(
+        table.instances,
+        table.services.iter().map(|s| s.instances.len()).sum::<usize>()
+    );
+    assert!(
+        table.services.iter().all(|s| s.endpoints.len() <= 101),
+        "100 and other"
+    );
+    assert_eq!(table.services.len(), 101);
 }
