@@ -68,6 +68,7 @@ pub struct Attempt {
 /// A service's policy, ready to guard calls to it; see the [module docs](self).
 #[derive(Debug, Clone)]
 pub struct Guard {
+    policy: Arc<RetryPolicy>,
     retry: Retry,
     retry_on: RetryOn,
     budget: Option<Arc<RetryBudget>>,
@@ -81,6 +82,7 @@ impl Guard {
     /// one call a client makes with the policy the daemon served.
     pub fn from_policy(policy: &RetryPolicy) -> Self {
         Self {
+            policy: Arc::new(policy.clone()),
             retry: Retry::from_policy(policy),
             retry_on: policy.retry_on.clone(),
             budget: policy
@@ -100,6 +102,30 @@ impl Guard {
                 .enabled
                 .then(|| Hedge::from_policy(&policy.hedging)),
         }
+    }
+
+    /// A guard for a new version of the policy that keeps this one's budget,
+    /// throttle and breaker (and their state) where their blocks did not
+    /// change, so a policy update does not reset an open breaker or a spent
+    /// budget. Calls in flight keep the guard they started with.
+    pub fn updated(&self, policy: &RetryPolicy) -> Self {
+        let mut next = Self::from_policy(policy);
+        let old = &self.policy;
+        if old.budget == policy.budget {
+            next.budget = self.budget.clone();
+        }
+        if old.retry_throttling == policy.retry_throttling {
+            next.throttle = self.throttle.clone();
+        }
+        if old.circuit_breaker == policy.circuit_breaker {
+            next.breaker = self.breaker.clone();
+        }
+        next
+    }
+
+    /// The policy this guard applies.
+    pub fn policy(&self) -> &RetryPolicy {
+        &self.policy
     }
 
     /// The retry settings.

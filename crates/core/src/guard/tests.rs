@@ -87,6 +87,37 @@ fn each_block_is_set_up_only_when_enabled() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_update_keeps_the_state_of_blocks_it_did_not_change() {
+    let guard = opens_after_two_failures();
+    failing_call(&guard, unavailable()).await;
+    assert_eq!(guard.breaker().unwrap().state(), CircuitState::Open);
+
+    let mut fewer_retries = guard.policy().clone();
+    fewer_retries.max_retries = 1;
+    let next = guard.updated(&fewer_retries);
+    assert_eq!(next.retry().max_retries, 1);
+    assert_eq!(
+        next.breaker().unwrap().state(),
+        CircuitState::Open,
+        "same breaker block: same breaker"
+    );
+
+    let mut new_breaker = fewer_retries.clone();
+    new_breaker.circuit_breaker.consecutive_failures = 9;
+    let reset = next.updated(&new_breaker);
+    assert_eq!(
+        reset.breaker().unwrap().state(),
+        CircuitState::Closed,
+        "a changed block starts afresh"
+    );
+    assert_eq!(
+        guard.breaker().unwrap().state(),
+        CircuitState::Open,
+        "the old guard is untouched"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_plain_policy_retries_with_its_backoff() {
     let guard = Guard::from_policy(&policy());
     let start = Instant::now();
