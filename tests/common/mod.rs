@@ -28,8 +28,12 @@ impl Daemon {
 
     pub fn start_with_env(policy: &Path, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
         let mut command = Command::new(env!("CARGO_BIN_EXE_stormguard"));
+        command.arg("serve");
+        if !extra.contains(&"--listen") {
+            command.args(["--listen", "127.0.0.1:0"]);
+        }
         command
-            .args(["serve", "--listen", "127.0.0.1:0", "--policy"])
+            .arg("--policy")
             .arg(policy)
             .args(extra)
             .env_remove("STORMGUARD_ADMIN_TOKEN")

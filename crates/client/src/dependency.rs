@@ -1,0 +1,87 @@
+//! One dependency: its policy and its reports, around each call.
+
+use std::future::Future;
+
+use stormguard_core::guard::Attempt;
+use stormguard_core::retry::{Failure, RetryError, Verdict};
+
+use crate::policy::PolicyClient;
+use crate::report::{Outcome, Reporter};
+
+/// Calls to one dependency, under its current policy, with every attempt reported.
+#[derive(Clone)]
+pub struct Dependency {
+    policy: PolicyClient,
+    reporter: Reporter,
+}
+
+impl Dependency {
+    /// Calls to `policy`'s service, reported through `reporter`.
+    pub fn new(policy: PolicyClient, reporter: Reporter) -> Self {
+        Self { policy, reporter }
+    }
+
+    /// The policy client.
+    pub fn policy(&self) -> &PolicyClient {
+        &self.policy
+    }
+
+    /// Runs an HTTP call to `endpoint`: `operation` sends one attempt and
+    /// answers `Ok` or a [`Failure`]; the policy's `retryOn` decides which
+    /// failures are retried.
+    pub async fn call<T, Op, Fut>(&self, endpoint: &str, operation: Op) -> Result<T, RetryError<Failure>>
+    where
+        Op: Fn(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, Failure>>,
+    {
+        let guard = self.policy.guard();
+        let retry_on = guard.retry_on().clone();
+        self.call_with(endpoint, operation, move |failure| {
+            (retry_on.verdict(*failure), outcome_of(failure))
+        })
+        .await
+    }
+
+    /// Runs a call to `endpoint` with any error type: `classify` says whether
+    /// an error is retried and how it counts in reports.
+    pub async fn call_with<T, E, Op, Fut>(
+        &self,
+        endpoint: &str,
+        operation: Op,
+        classify: impl Fn(&E) -> (Verdict, Outcome),
+    ) -> Result<T, RetryError<E>>
+    where
+        Op: Fn(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let guard = self.policy.guard();
+        let service = self.policy.service();
+        self.reporter.track(service, &guard);
+        let _in_flight = self.reporter.in_flight(service);
+        let reporter = &self.reporter;
+        let classify = &classify;
+        let reported = |attempt: Attempt| {
+            let sent = operation(attempt);
+            async move {
+                let result = sent.await;
+                let outcome = match &result {
+                    Ok(_) => Outcome::Success,
+                    Err(error) => classify(error).1,
+                };
+                reporter.record(service, endpoint, attempt.retry, outcome);
+                result
+            }
+        };
+        guard.call(reported, |error| classify(error).0).await
+    }
+}
+
+/// How an HTTP failure counts in reports: 5xx answers are server errors,
+/// other answers successes, no answer an error.
+fn outcome_of(failure: &Failure) -> Outcome {
+    match failure {
+        Failure::Status { code, .. } if (500..600).contains(code) => Outcome::ServerError,
+        Failure::Status { .. } => Outcome::Success,
+        Failure::Connect | Failure::Timeout | Failure::Reset => Outcome::Error,
+    }
+}

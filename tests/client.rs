@@ -1,0 +1,230 @@
+//! The client library against the real daemon: fetch, watch, fall back, report.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{sample, ConfigMapDir, Daemon, SEED_POLICY};
+use stormguard_client::stormguard_core::retry::{Failure, GaveUp};
+use stormguard_client::{
+    ClientConfig, Dependency, Outcome, PolicyClient, PolicySource, Reporter, ReporterConfig,
+};
+
+fn config(daemon: &str, service: &str) -> ClientConfig {
+    ClientConfig {
+        startup_wait: Duration::from_secs(5),
+        watch_wait: Duration::from_secs(2),
+        ..ClientConfig::new(daemon, service)
+    }
+}
+
+fn unreachable() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    format!("http://{}", listener.local_addr().unwrap())
+}
+
+async fn metrics(daemon: &Daemon) -> String {
+    reqwest::get(daemon.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_client_fetches_its_policy_and_a_change_reaches_it_live() {
+    let mut configmap = ConfigMapDir::new(SEED_POLICY);
+    let daemon = Daemon::start(&configmap.policy(), &["--debounce", "20ms"]);
+    let client = PolicyClient::start(config(&daemon.base, "payment-service")).await;
+    assert_eq!(client.source(), PolicySource::Daemon);
+    assert_eq!(client.policy().policy.max_retries, 2);
+    assert_eq!(client.guard().retry().max_retries, 2);
+
+    let mut versions = client.subscribe();
+    configmap.update(&SEED_POLICY.replace("maxRetries: 2", "maxRetries: 7"));
+    tokio::time::timeout(Duration::from_secs(10), versions.changed())
+        .await
+        .expect("the watch delivers the new version")
+        .unwrap();
+    assert_eq!(client.policy().policy.max_retries, 7);
+    assert_eq!(
+        client.guard().retry().max_retries,
+        7,
+        "new calls use the new policy"
+    );
+}
+
+#[tokio::test]
+async fn without_the_daemon_a_client_starts_from_its_cache_else_the_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("payment-service.json");
+    {
+        let policy = dir.path().join("policy.yaml");
+        std::fs::write(&policy, SEED_POLICY).unwrap();
+        let daemon = Daemon::start(&policy, &[]);
+        let client = PolicyClient::start(ClientConfig {
+            cache: Some(cache.clone()),
+            ..config(&daemon.base, "payment-service")
+        })
+        .await;
+        assert_eq!(client.source(), PolicySource::Daemon);
+    }
+    let down = unreachable();
+    let quick = |cache: Option<std::path::PathBuf>| ClientConfig {
+        cache,
+        startup_wait: Duration::from_millis(300),
+        ..config(&down, "payment-service")
+    };
+    let started = std::time::Instant::now();
+    let cached = PolicyClient::start(quick(Some(cache.clone()))).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the start-up wait is bounded"
+    );
+    assert_eq!(cached.source(), PolicySource::Cache);
+    assert_eq!(cached.policy().policy.max_retries, 2, "the last good policy");
+
+    let bare = PolicyClient::start(quick(None)).await;
+    assert_eq!(bare.source(), PolicySource::Defaults);
+    assert_eq!(bare.policy().policy.max_retries, 3);
+
+    std::fs::write(&cache, "{ not json").unwrap();
+    assert_eq!(
+        PolicyClient::start(quick(Some(cache))).await.source(),
+        PolicySource::Defaults,
+        "a bad cache is ignored"
+    );
+}
+
+#[tokio::test]
+async fn calls_are_retried_under_the_policy_and_reported_to_the_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        SEED_POLICY.replace("initialDelay: 200ms", "initialDelay: 5ms"),
+    )
+    .unwrap();
+    let daemon = Daemon::start(&policy, &[]);
+    let client = PolicyClient::start(config(&daemon.base, "payment-service")).await;
+    let reporter = Reporter::start(ReporterConfig {
+        interval: Duration::from_secs(3600),
+        ..ReporterConfig::new(&daemon.base, "pod-1")
+    });
+    let payments = Dependency::new(client, reporter.clone());
+
+    // A dependency that answers 503 to first tries and 200 to retries.
+    let answer = payments
+        .call("/charge", |attempt| async move {
+            match attempt.retry {
+                0 => Err(Failure::Status {
+                    code: 503,
+                    retry_after: None,
+                }),
+                _ => Ok("charged"),
+            }
+        })
+        .await;
+    assert_eq!(answer, Ok("charged"));
+    // One that never answers: 1 + maxRetries (2) attempts, then the call fails.
+    let error = payments
+        .call("/refund", |_| async { Err::<(), _>(Failure::Connect) })
+        .await
+        .unwrap_err();
+    assert_eq!((error.attempts, error.gave_up), (3, GaveUp::Exhausted));
+    // A 404 is an answer: not retried.
+    let not_found = payments
+        .call("/charge", |_| async {
+            Err::<(), _>(Failure::Status {
+                code: 404,
+                retry_after: None,
+            })
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(not_found.gave_up, GaveUp::NotRetryable);
+
+    reporter.flush().await.unwrap();
+    let text = metrics(&daemon).await;
+    let requests = |endpoint: &str, status: &str| {
+        sample(
+            &text,
+            &format!(
+                r#"http_client_requests_total{{endpoint="{endpoint}",service="payment-service",status="{status}"}}"#
+            ),
+        )
+    };
+    assert_eq!(requests("/charge", "server_error"), Some(1.0));
+    assert_eq!(
+        requests("/charge", "success"),
+        Some(2.0),
+        "the retry's 200 and the 404"
+    );
+    assert_eq!(requests("/refund", "error"), Some(3.0));
+    let retries = |endpoint: &str, attempt: u32| {
+        sample(
+            &text,
+            &format!(
+                r#"http_client_retry_attempts_total{{attempt="{attempt}",endpoint="{endpoint}",service="payment-service"}}"#
+            ),
+        )
+    };
+    assert_eq!(retries("/charge", 1), Some(1.0));
+    assert_eq!(
+        (retries("/refund", 1), retries("/refund", 2)),
+        (Some(1.0), Some(1.0))
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"http_client_concurrent_requests{service="payment-service"}"#
+        ),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"stormguard_budget_remaining_ratio{service="payment-service"}"#
+        )
+        .map(|r| r > 0.0),
+        Some(true)
+    );
+}
+
+#[tokio::test]
+async fn counts_survive_an_unreachable_daemon_and_are_sent_later() {
+    let address = unreachable();
+    let reporter = Reporter::start(ReporterConfig {
+        interval: Duration::from_secs(3600),
+        ..ReporterConfig::new(&address, "pod-1")
+    });
+    reporter.record("payment-service", "/charge", 0, Outcome::ServerError);
+    reporter.record("payment-service", "/charge", 1, Outcome::Success);
+    assert!(reporter.flush().await.is_err(), "nobody listens yet");
+    reporter.record("payment-service", "/charge", 0, Outcome::Success);
+
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, SEED_POLICY).unwrap();
+    let listen = address.trim_start_matches("http://").to_string();
+    let daemon = Daemon::start(&policy, &["--listen", &listen]);
+    reporter.flush().await.unwrap();
+    let text = metrics(&daemon).await;
+    let requests = r#"http_client_requests_total{endpoint="/charge",service="payment-service",status="#;
+    assert_eq!(
+        sample(&text, &format!(r#"{requests}"success"}}"#)),
+        Some(2.0),
+        "the kept count and the new one"
+    );
+    assert_eq!(
+        sample(&text, &format!(r#"{requests}"server_error"}}"#)),
+        Some(1.0)
+    );
+    reporter.flush().await.unwrap();
+    assert_eq!(
+        sample(&metrics(&daemon).await, &format!(r#"{requests}"success"}}"#)),
+        Some(2.0),
+        "sent once"
+    );
+}
