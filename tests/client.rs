@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{sample, ConfigMapDir, Daemon, SEED_POLICY};
+use common::{metrics, sample, ConfigMapDir, Daemon, SEED_POLICY};
 use stormguard_client::stormguard_core::retry::{Failure, GaveUp};
 use stormguard_client::{
     ClientConfig, Dependency, Outcome, PolicyClient, PolicySource, Reporter, ReporterConfig,
@@ -21,15 +21,6 @@ fn config(daemon: &str, service: &str) -> ClientConfig {
 fn unreachable() -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     format!("http://{}", listener.local_addr().unwrap())
-}
-
-async fn metrics(daemon: &Daemon) -> String {
-    reqwest::get(daemon.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
 }
 
 #[tokio::test]

@@ -4,7 +4,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{eventually, sample, ConfigMapDir, Daemon, SEED_POLICY, TOKEN};
+use common::{eventually, metrics, sample, ConfigMapDir, Daemon, SEED_POLICY, TOKEN};
 use reqwest::StatusCode;
 use serde_json::Value;
 
@@ -33,15 +33,6 @@ async fn expect_served(daemon: &Daemon, service: &str, value: u64, within: Durat
         "{what}: {service} never got maxRetries {value} within {within:?}; log:\n{}",
         daemon.log()
     );
-}
-
-async fn metrics(daemon: &Daemon) -> String {
-    reqwest::get(daemon.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
 }
 
 fn admin(daemon: &Daemon, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {

@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{eventually, sample, Daemon, SEED_POLICY};
+use common::{eventually, metrics, sample, Daemon, SEED_POLICY};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -25,15 +25,6 @@ async fn post(daemon: &Daemon, body: impl Into<reqwest::Body>) -> (StatusCode, V
         .unwrap();
     let status = response.status();
     (status, response.json().await.unwrap())
-}
-
-async fn metrics(daemon: &Daemon) -> String {
-    reqwest::get(daemon.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
 }
 
 /// The exposition without the daemon's own HTTP and report-count families,

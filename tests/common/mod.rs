@@ -180,6 +180,16 @@ where
     None
 }
 
+/// The daemon's `/metrics` text.
+pub async fn metrics(daemon: &Daemon) -> String {
+    reqwest::get(daemon.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 /// The value of an unlabelled sample in a text exposition.
 pub fn sample(exposition: &str, name: &str) -> Option<f64> {
     exposition
