@@ -42,18 +42,82 @@ pub const DEFAULT_MAX_FLOW_COLLECTIONS: usize = 10_000;
 
 /// Parses `text` into a tree, refusing more than `max_flow_collections` brackets.
 pub fn parse(text: &[u8], max_flow_collections: usize) -> Result<Node, SyntaxError> {
+    check_encoding(text)?;
     check_flow_collections(text, max_flow_collections)?;
-    let syntax_error = |e: serde_yaml::Error| SyntaxError {
-        position: e.location().map(|l| Position {
+    let syntax_error = |e: serde_yaml::Error| {
+        let position = e.location().map(|l| Position {
             line: l.line(),
             column: l.column(),
-        }),
-        message: strip_position(&e.to_string()),
+        });
+        SyntaxError {
+            message: explain(&strip_position(&e.to_string()), position, text),
+            position,
+        }
     };
     let mut value: Value = serde_yaml::from_slice(text).map_err(syntax_error)?;
     // `<<: *anchor` merge keys, as operators write them to share settings.
     value.apply_merge().map_err(syntax_error)?;
     Ok(to_node(value))
+}
+
+/// A policy file is UTF-8 (a UTF-8 byte-order mark is fine): say so plainly
+/// rather than let the parser report a stray byte.
+fn check_encoding(text: &[u8]) -> Result<(), SyntaxError> {
+    let wide = [
+        (&[0x00, 0x00, 0xFE, 0xFF][..], "UTF-32"),
+        (&[0xFF, 0xFE, 0x00, 0x00][..], "UTF-32"),
+        (&[0xFE, 0xFF][..], "UTF-16"),
+        (&[0xFF, 0xFE][..], "UTF-16"),
+    ];
+    if let Some((_, encoding)) = wide.iter().find(|(bom, _)| text.starts_with(bom)) {
+        return Err(SyntaxError {
+            position: Some(Position { line: 1, column: 1 }),
+            message: format!("the file is {encoding}; save it as UTF-8"),
+        });
+    }
+    let Err(error) = std::str::from_utf8(text) else {
+        return Ok(());
+    };
+    let at = error.valid_up_to();
+    let line_start = text[..at].iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    let valid = std::str::from_utf8(&text[line_start..at]).unwrap_or_default();
+    Err(SyntaxError {
+        position: Some(Position {
+            line: text[..at].iter().filter(|b| **b == b'\n').count() + 1,
+            column: valid.chars().count() + 1,
+        }),
+        message: format!(
+            "byte 0x{:02X} is not valid UTF-8; save the file as UTF-8",
+            text[at]
+        ),
+    })
+}
+
+/// libyaml's and serde_yaml's wording, said in the operator's terms where it is obscure.
+fn explain(message: &str, position: Option<Position>, text: &[u8]) -> String {
+    if message.contains("repetition limit exceeded") {
+        return "aliases (*name) expand to too many values: an alias bomb is refused; write the values out"
+            .into();
+    }
+    // serde_yaml's values stop at 64 bits; it names the number and the key path before it.
+    if let Some((path, rest)) = message.split_once("invalid type: integer `") {
+        let number = rest.split('`').next().unwrap_or(rest);
+        return format!("{path}number {number} is too large for any setting");
+    }
+    if message.contains("cannot start any token") && position.is_some_and(|p| char_at(text, p) == Some('\t'))
+    {
+        return format!("{message}: a tab; YAML indents with spaces only");
+    }
+    message.to_owned()
+}
+
+/// The character at a 1-based line and column.
+fn char_at(text: &[u8], position: Position) -> Option<char> {
+    let text = std::str::from_utf8(text).ok()?;
+    text.lines()
+        .nth(position.line.checked_sub(1)?)?
+        .chars()
+        .nth(position.column.checked_sub(1)?)
 }
 
 fn check_flow_collections(text: &[u8], max: usize) -> Result<(), SyntaxError> {
@@ -322,6 +386,40 @@ services:
         let error = parse(b"defaults:\n  maxRetries: [1,\n", 10).unwrap_err();
         assert!(error.position.is_some());
         assert!(!error.message.contains(" at line "));
+    }
+
+    #[test]
+    fn encodings_other_than_utf8_are_named_with_their_position() {
+        let latin1 = parse(b"defaults:\n  # caf\xe9\n", 10).unwrap_err();
+        assert_eq!(latin1.position, Some(Position { line: 2, column: 8 }));
+        assert!(
+            latin1.message.contains("0xE9 is not valid UTF-8"),
+            "{}",
+            latin1.message
+        );
+        let utf16 = parse(&[0xFF, 0xFE, b'a', 0], 10).unwrap_err();
+        assert!(utf16.message.contains("UTF-16"));
+        assert!(
+            parse(b"\xef\xbb\xbfdefaults: {}\n", 10).is_ok(),
+            "a UTF-8 BOM is fine"
+        );
+    }
+
+    #[test]
+    fn obscure_parser_messages_are_explained() {
+        let tab = parse(b"defaults:\n\tmaxRetries: 2\n", 10).unwrap_err();
+        assert!(
+            tab.message.ends_with("a tab; YAML indents with spaces only"),
+            "{}",
+            tab.message
+        );
+        let huge = parse(b"defaults:\n  maxRetries: 99999999999999999999999\n", 10).unwrap_err();
+        assert!(
+            huge.message
+                .ends_with("number 99999999999999999999999 is too large for any setting"),
+            "{}",
+            huge.message
+        );
     }
 
     #[test]
