@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use stormguard::check::Verdict;
 use stormguard::policy::{LoadLimits, DEFAULT_MAX_FLOW_COLLECTIONS, DEFAULT_MAX_POLICY_BYTES};
 use stormguard::reports::ReportLimits;
-use stormguard::serve::ServeConfig;
+use stormguard::serve::{AdminSecret, ServeConfig};
 use stormguard::server::Limits;
 use stormguard::sim::{Modifiers, Named, Scenario};
 use stormguard::watch::WatchConfig;
@@ -262,13 +262,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let admin_token = match admin_token(args.admin_token_file.as_deref()) {
-        Ok(token) => token,
-        Err(message) => {
-            eprintln!("error: {message}");
-            return ExitCode::from(1);
-        }
-    };
+    let admin_token = admin_token(args.admin_token_file.as_deref());
     let config = ServeConfig {
         policy: args.policy,
         listen: args.listen,
@@ -307,12 +301,11 @@ fn serve(args: ServeArgs) -> ExitCode {
     }
 }
 
-/// The admin token from its file, else from STORMGUARD_ADMIN_TOKEN.
-fn admin_token(file: Option<&std::path::Path>) -> Result<Option<String>, String> {
-    if let Some(file) = file {
-        return std::fs::read_to_string(file)
-            .map(Some)
-            .map_err(|e| format!("cannot read the admin token file {}: {e}", file.display()));
+/// The admin token's file, else STORMGUARD_ADMIN_TOKEN.
+fn admin_token(file: Option<&std::path::Path>) -> AdminSecret {
+    match (file, std::env::var("STORMGUARD_ADMIN_TOKEN")) {
+        (Some(file), _) => AdminSecret::File(file.to_path_buf()),
+        (None, Ok(token)) => AdminSecret::Token(token),
+        (None, Err(_)) => AdminSecret::None,
     }
-    Ok(std::env::var("STORMGUARD_ADMIN_TOKEN").ok())
 }

@@ -13,9 +13,20 @@ use crate::metrics::DaemonMetrics;
 use crate::policy::Diagnostic;
 use crate::reload::{load_file, Reloader, Trigger};
 use crate::reports::ClientMetrics;
-use crate::server::{self, AdminToken, Limits, Shared};
+use crate::server::{self, AdminAuth, AdminToken, Limits, Shared, TokenFile};
 use crate::snapshot::{PolicySnapshot, PolicyStore};
 use crate::watch::{FileWatch, WatchConfig};
+
+/// Where the admin token comes from.
+#[derive(Debug, Clone)]
+pub enum AdminSecret {
+    /// None: the admin API answers 403.
+    None,
+    /// The token itself.
+    Token(String),
+    /// A file holding it, read again when it changes.
+    File(PathBuf),
+}
 
 /// Everything `serve` needs, from flags and environment.
 #[derive(Debug, Clone)]
@@ -25,7 +36,7 @@ pub struct ServeConfig {
     /// Address to listen on.
     pub listen: String,
     /// The admin token, if any.
-    pub admin_token: Option<String>,
+    pub admin_token: AdminSecret,
     /// Request bounds.
     pub limits: Limits,
     /// Reload pacing.
@@ -51,6 +62,9 @@ pub enum ServeError {
     /// The admin token is empty.
     #[error("the admin token is empty; put a non-empty secret in STORMGUARD_ADMIN_TOKEN or the token file")]
     EmptyToken,
+    /// The admin token file cannot be read, or is empty.
+    #[error("{0}")]
+    TokenFile(String),
     /// The runtime, a signal handler or a serving thread could not be started.
     #[error("cannot start {0}: {1}")]
     Start(&'static str, std::io::Error),
@@ -75,9 +89,14 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
         .block_on(async { Signals::install() })
         .map_err(|e| ServeError::Start("signal handlers", e))?;
     raise_open_file_limit();
-    let admin_token = match &config.admin_token {
-        Some(secret) => Some(AdminToken::new(secret).ok_or(ServeError::EmptyToken)?),
-        None => None,
+    let admin = match &config.admin_token {
+        AdminSecret::None => AdminAuth::Disabled,
+        AdminSecret::Token(secret) => {
+            AdminAuth::Fixed(AdminToken::new(secret).ok_or(ServeError::EmptyToken)?)
+        }
+        AdminSecret::File(path) => {
+            AdminAuth::File(TokenFile::open(path.clone()).map_err(ServeError::TokenFile)?)
+        }
     };
     let file_watch = FileWatch::arm(&config.policy);
     let (document, hash) = load_file(&config.policy, config.limits.policy).map_err(ServeError::Policy)?;
@@ -104,7 +123,7 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
         reloader: reloader.clone(),
         metrics,
         reports,
-        admin_token,
+        admin,
         limits: config.limits,
         long_polls: Arc::new(Semaphore::new(config.limits.max_long_polls)),
         shutdown: shutdown.clone(),

@@ -34,15 +34,79 @@ impl AdminToken {
     }
 }
 
+/// Where the admin token comes from.
+pub enum AdminAuth {
+    /// No token: the admin API answers 403.
+    Disabled,
+    /// A token given once (`STORMGUARD_ADMIN_TOKEN`).
+    Fixed(AdminToken),
+    /// A token file, read again whenever it changes, so that a rotated
+    /// Kubernetes Secret takes effect without a restart.
+    File(TokenFile),
+}
+
+/// A token file and the token last read from it.
+pub struct TokenFile {
+    path: std::path::PathBuf,
+    cached: std::sync::Mutex<Option<(FileStamp, AdminToken)>>,
+}
+
+/// What tells a changed file: its inode, size and modification time.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct FileStamp(u64, u64, Option<std::time::SystemTime>);
+
+impl TokenFile {
+    /// The file at `path`; it must hold a token now.
+    pub fn open(path: std::path::PathBuf) -> Result<Self, String> {
+        let file = Self {
+            path,
+            cached: std::sync::Mutex::new(None),
+        };
+        file.current()?;
+        Ok(file)
+    }
+
+    /// The token the file holds now (read again only if the file changed).
+    fn current(&self) -> Result<AdminToken, String> {
+        use std::os::unix::fs::MetadataExt;
+        let unreadable =
+            |e: std::io::Error| format!("cannot read the admin token file {}: {e}", self.path.display());
+        let meta = std::fs::metadata(&self.path).map_err(unreadable)?;
+        let stamp = FileStamp(meta.ino(), meta.len(), meta.modified().ok());
+        let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((seen, token)) = cached.as_ref() {
+            if *seen == stamp {
+                return Ok(token.clone());
+            }
+        }
+        let secret = std::fs::read_to_string(&self.path).map_err(unreadable)?;
+        let token = AdminToken::new(&secret)
+            .ok_or_else(|| format!("the admin token file {} is empty", self.path.display()))?;
+        *cached = Some((stamp, token.clone()));
+        Ok(token)
+    }
+}
+
 /// Lets a request through only with the configured bearer token.
+/// The token is read only from the `Authorization` header (never from the
+/// URL, which proxies and access logs keep) and is never logged.
 pub async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let Some(token) = &state.admin_token else {
-        return ApiError::new(
-            StatusCode::FORBIDDEN,
-            "the admin API is disabled: set STORMGUARD_ADMIN_TOKEN or --admin-token-file to enable it",
-        )
-        .into_response();
-    };
+    let token =
+        match &state.admin {
+            AdminAuth::Disabled => return ApiError::new(
+                StatusCode::FORBIDDEN,
+                "the admin API is disabled: set STORMGUARD_ADMIN_TOKEN or --admin-token-file to enable it",
+            )
+            .into_response(),
+            AdminAuth::Fixed(token) => token.clone(),
+            AdminAuth::File(file) => match file.current() {
+                Ok(token) => token,
+                Err(problem) => {
+                    tracing::error!("{problem}; the admin API refuses every request until it is fixed");
+                    return ApiError::new(StatusCode::SERVICE_UNAVAILABLE, problem).into_response();
+                }
+            },
+        };
     let presented = request
         .headers()
         .get(header::AUTHORIZATION)

@@ -26,7 +26,7 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
-pub use admin::AdminToken;
+pub use admin::{AdminAuth, AdminToken, TokenFile};
 pub use error::ApiError;
 
 use crate::metrics::DaemonMetrics;
@@ -68,8 +68,8 @@ pub struct Shared {
     pub metrics: Arc<DaemonMetrics>,
     /// The families fed by client reports.
     pub reports: Arc<ClientMetrics>,
-    /// The admin bearer token; `None` disables the admin API.
-    pub admin_token: Option<AdminToken>,
+    /// The admin bearer token, or none (the admin API answers 403).
+    pub admin: AdminAuth,
     /// Request bounds.
     pub limits: Limits,
     /// Slots for waiting long-polls.

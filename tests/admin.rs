@@ -1,0 +1,130 @@
+//! Admin API security on the real binary: the token only in the
+//! Authorization header, never logged, and a token file rotated without a
+//! restart.
+
+mod common;
+
+use common::{Daemon, SEED_POLICY};
+use reqwest::StatusCode;
+
+async fn status(daemon: &Daemon, token: Option<&str>, query: &str) -> StatusCode {
+    let mut request = reqwest::Client::new().get(daemon.url(&format!("/admin/status{query}")));
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    request.send().await.unwrap().status()
+}
+
+/// Replaces the file's content the way a Secret update lands: a new file renamed over the old.
+fn rotate(path: &std::path::Path, token: &str) {
+    let staged = path.with_extension("new");
+    std::fs::write(&staged, format!("{token}\n")).unwrap();
+    std::fs::rename(staged, path).unwrap();
+}
+
+#[tokio::test]
+async fn a_rotated_token_file_takes_effect_without_a_restart_and_tokens_are_never_logged() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, SEED_POLICY).unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "first-secret-4711\n").unwrap();
+    let daemon = Daemon::start_with_env(
+        &policy,
+        &["--admin-token-file", token_file.to_str().unwrap()],
+        &[],
+    );
+
+    assert_eq!(
+        status(&daemon, Some("first-secret-4711"), "").await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(&daemon, Some("wrong-guess-0815"), "").await,
+        StatusCode::UNAUTHORIZED
+    );
+    for query in [
+        "?token=first-secret-4711",
+        "?access_token=first-secret-4711",
+        "?authorization=Bearer%20first-secret-4711",
+    ] {
+        assert_eq!(
+            status(&daemon, None, query).await,
+            StatusCode::UNAUTHORIZED,
+            "{query}: only the header counts"
+        );
+    }
+
+    rotate(&token_file, "second-secret-1234");
+    assert_eq!(
+        status(&daemon, Some("first-secret-4711"), "").await,
+        StatusCode::UNAUTHORIZED,
+        "the old token is gone"
+    );
+    assert_eq!(
+        status(&daemon, Some("second-secret-1234"), "").await,
+        StatusCode::OK,
+        "the new one works at once"
+    );
+
+    std::fs::remove_file(&token_file).unwrap();
+    let missing = reqwest::Client::new()
+        .get(daemon.url("/admin/status"))
+        .bearer_auth("second-secret-1234")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        missing.status(),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "no file: closed, not open"
+    );
+    assert!(missing
+        .text()
+        .await
+        .unwrap()
+        .contains("cannot read the admin token file"));
+    rotate(&token_file, "third-secret-5678");
+    assert_eq!(
+        status(&daemon, Some("third-secret-5678"), "").await,
+        StatusCode::OK
+    );
+
+    let log = daemon.log();
+    for secret in [
+        "first-secret-4711",
+        "second-secret-1234",
+        "third-secret-5678",
+        "wrong-guess-0815",
+    ] {
+        assert!(!log.contains(secret), "the log shows {secret}:\n{log}");
+    }
+}
+
+#[test]
+fn an_empty_or_missing_token_file_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, SEED_POLICY).unwrap();
+    let empty = dir.path().join("empty");
+    std::fs::write(&empty, "\n").unwrap();
+    for (file, words) in [
+        (empty.as_path(), "is empty"),
+        (dir.path().join("absent").as_path(), "cannot read"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_stormguard"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--policy"])
+            .arg(&policy)
+            .arg("--admin-token-file")
+            .arg(file)
+            .env_remove("STORMGUARD_ADMIN_TOKEN")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(words),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
