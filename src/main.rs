@@ -137,6 +137,9 @@ struct ServeArgs {
     /// Time a client has to send a request's headers.
     #[arg(long, default_value = "10s", value_parser = duration)]
     header_read_timeout: Duration,
+    /// Largest request line plus headers, in bytes (8192 at least); larger requests get 431.
+    #[arg(long, default_value_t = 64 * 1024, value_parser = header_bytes)]
+    max_header_bytes: usize,
     /// Time a client has to send a request's body, once its headers are in.
     #[arg(long, default_value = "10s", value_parser = duration)]
     body_read_timeout: Duration,
@@ -188,6 +191,17 @@ impl PolicyLimits {
 /// does that markedly faster than glibc's malloc (see bench/serve.sh).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn header_bytes(text: &str) -> Result<usize, String> {
+    let bytes: usize = text.parse().map_err(|e| format!("{e}"))?;
+    if bytes < stormguard::server::MIN_HEADER_BYTES {
+        return Err(format!(
+            "must be at least {} bytes",
+            stormguard::server::MIN_HEADER_BYTES
+        ));
+    }
+    Ok(bytes)
+}
 
 fn duration(text: &str) -> Result<Duration, String> {
     parse_duration(text).map_err(|e| e.to_string())
@@ -280,6 +294,7 @@ fn serve(args: ServeArgs) -> ExitCode {
                 instance_ttl: args.instance_ttl,
             },
             header_read_timeout: args.header_read_timeout,
+            max_header_bytes: args.max_header_bytes,
             body_read_timeout: args.body_read_timeout,
         },
         watch: WatchConfig {

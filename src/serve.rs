@@ -191,14 +191,7 @@ fn serve_worker(
             shutting_down(&mut shutdown).await;
             tokio::time::sleep(delay).await;
         };
-        server::serve(
-            listener,
-            app,
-            config.limits.header_read_timeout,
-            config.shutdown_grace,
-            stop,
-        )
-        .await;
+        server::serve(listener, app, &config.limits, config.shutdown_grace, stop).await;
     });
 }
 

@@ -702,6 +702,35 @@ async fn slow_clients_are_cut_off_and_the_daemon_keeps_serving() {
 }
 
 #[tokio::test]
+async fn oversized_headers_get_431_and_the_daemon_keeps_serving() {
+    let dir = ConfigMapDir::new(SEED_POLICY);
+    let daemon = Daemon::start(&dir.policy(), &["--max-header-bytes", "16384"]);
+    let client = reqwest::Client::new();
+    let big = "x".repeat(20_000);
+    let refused = client
+        .get(daemon.url("/v1/policies/payment-service"))
+        .header("x-padding", &big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+    let fits = client
+        .get(daemon.url("/v1/policies/payment-service"))
+        .header("x-padding", "x".repeat(8_000))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(fits.status(), StatusCode::OK);
+
+    let too_small = std::process::Command::new(env!("CARGO_BIN_EXE_stormguard"))
+        .args(["serve", "--max-header-bytes", "100"])
+        .output()
+        .unwrap();
+    assert_eq!(too_small.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&too_small.stderr).contains("at least 8192"));
+}
+
+#[tokio::test]
 async fn shutdown_delay_keeps_serving_with_readiness_down() {
     let dir = ConfigMapDir::new(SEED_POLICY);
     let mut daemon = Daemon::start(&dir.policy(), &["--shutdown-delay", "1s"]);

@@ -51,6 +51,8 @@ pub struct Limits {
     pub reports: ReportLimits,
     /// Time a client has to send a request's headers.
     pub header_read_timeout: Duration,
+    /// Largest request head (request line and headers) in bytes; past it, 431.
+    pub max_header_bytes: usize,
     /// Time a client has to send a request's body, once its headers are in.
     pub body_read_timeout: Duration,
 }
@@ -77,6 +79,9 @@ pub struct Shared {
     /// Turns true when the daemon starts shutting down.
     pub shutdown: watch::Receiver<bool>,
 }
+
+/// The smallest `--max-header-bytes`: hyper's buffer cannot be smaller.
+pub const MIN_HEADER_BYTES: usize = 8192;
 
 /// Every route, composed in one place. Each route is wrapped in its own
 /// metrics layer; admin routes check the token inside it, so 401s count too.
@@ -150,7 +155,7 @@ async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
 pub async fn serve(
     listener: TcpListener,
     app: Router,
-    header_read_timeout: Duration,
+    limits: &Limits,
     grace: Duration,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -158,8 +163,13 @@ pub async fn serve(
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(header_read_timeout);
-    builder.http2().timer(TokioTimer::new());
+        .header_read_timeout(limits.header_read_timeout)
+        // hyper answers 431 when a request head outgrows its buffer.
+        .max_buf_size(limits.max_header_bytes.max(MIN_HEADER_BYTES));
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     let mut last_accept_warning: Option<std::time::Instant> = None;
