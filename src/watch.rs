@@ -32,6 +32,16 @@ pub struct WatchConfig {
 /// it is read anyway (a writer that keeps it open, a symlink just created).
 const WRITE_SETTLE: Duration = Duration::from_secs(1);
 
+/// Whether `path` was modified less than [`WRITE_SETTLE`] ago; an unreadable
+/// path is not (the reload reports why it cannot be read).
+fn recently_written(path: &Path) -> bool {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|at| at.elapsed().ok())
+        .is_some_and(|age| age < WRITE_SETTLE)
+}
+
 /// What a file event asks of the watcher.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Relevance {
@@ -54,6 +64,7 @@ struct Signals {
 /// A watch on a policy file's directory, armed before the file is first
 /// loaded so that no change after the load can go unseen.
 pub struct FileWatch {
+    path: PathBuf,
     dir: PathBuf,
     watcher: Option<RecommendedWatcher>,
     armed: bool,
@@ -74,6 +85,7 @@ impl FileWatch {
             }
         };
         let mut this = Self {
+            path: path.to_path_buf(),
             dir,
             watcher,
             armed: true,
@@ -115,7 +127,12 @@ impl FileWatch {
                 }
                 _ = recheck.tick() => {
                     self.rearm();
-                    reloader.reload(Trigger::Recheck).await;
+                    // A file being written in place is not read half-way:
+                    // not while the watch waits for its writer to close it,
+                    // nor (without events) while it changed under a settle ago.
+                    if settle.is_none() && !recently_written(&self.path) {
+                        reloader.reload(Trigger::Recheck).await;
+                    }
                 }
                 () = crate::serve::shutting_down(&mut shutdown) => return,
             }
