@@ -3,6 +3,8 @@
 //! policy over HTTP. The binary's command line is in `main.rs`.
 
 pub mod check;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod lint;
 pub mod metrics;
 pub mod policy;

@@ -1,0 +1,4 @@
+#![no_main]
+//! Fuzz target: `stormguard::fuzzing::duration` (the body is shared with the corpus replay test).
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| stormguard::fuzzing::duration(data));
