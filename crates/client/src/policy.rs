@@ -44,11 +44,16 @@ pub struct ClientConfig {
     pub retry_initial: Duration,
     /// See [`retry_initial`](Self::retry_initial).
     pub retry_max: Duration,
+    /// Longest first wait before watching again after a watch fails. A
+    /// fleet loses the daemon all at once, so its first retries are spread
+    /// over this much (full jitter) rather than arriving together.
+    pub reconnect_initial: Duration,
 }
 
 impl ClientConfig {
     /// A configuration with the defaults: a 5 s start-up wait, 60 s watches,
-    /// fetch retries from 100 ms to 30 s with full jitter, no cache file.
+    /// start-up fetch retries from 100 ms, watch retries from 2 s, both up to
+    /// 30 s with full jitter, no cache file.
     pub fn new(daemon: impl Into<String>, service: impl Into<String>) -> Self {
         Self {
             daemon: daemon.into().trim_end_matches('/').to_string(),
@@ -58,6 +63,7 @@ impl ClientConfig {
             watch_wait: Duration::from_secs(60),
             retry_initial: Duration::from_millis(100),
             retry_max: Duration::from_secs(30),
+            reconnect_initial: Duration::from_secs(2),
         }
     }
 
@@ -65,10 +71,10 @@ impl ClientConfig {
         format!("{}/v1/policies/{}", self.daemon, self.service)
     }
 
-    /// The client's own fetch backoff: capped exponential with full jitter.
-    fn backoff(&self) -> Backoff {
+    /// The client's own fetch backoff from `initial`: capped exponential with full jitter.
+    fn backoff(&self, initial: Duration) -> Backoff {
         Backoff::from_policy(&RetryPolicy {
-            initial_delay: self.retry_initial,
+            initial_delay: initial.min(self.retry_max),
             max_delay: self.retry_max,
             multiplier: 2.0,
             jitter: Jitter::Full,
@@ -183,7 +189,7 @@ impl PolicyClient {
 /// The policy to start with: the daemon's, else the cache's, else the defaults.
 async fn initial(config: &ClientConfig, http: &reqwest::Client) -> Current {
     let deadline = Instant::now() + config.startup_wait;
-    let backoff = config.backoff();
+    let backoff = config.backoff(config.retry_initial);
     let mut rng = SmallRng::from_rng(&mut rand::rng());
     let (mut attempt, mut previous) = (0, Duration::ZERO);
     loop {
@@ -287,7 +293,9 @@ async fn watch_loop(shared: std::sync::Weak<Shared>) {
             Ok(Fetched::Unchanged) => (failures, previous) = (0, Duration::ZERO),
             Err(error) => {
                 tracing::warn!(service = %config.service, %error, "stormguard policy watch failed; keeping the current policy");
-                let delay = config.backoff().delay(failures, previous, &mut rng);
+                let delay = config
+                    .backoff(config.reconnect_initial)
+                    .delay(failures, previous, &mut rng);
                 (failures, previous) = (failures.saturating_add(1), delay);
                 tokio::time::sleep(delay).await;
             }
