@@ -102,6 +102,10 @@ struct ServeArgs {
     /// in STORMGUARD_ADMIN_TOKEN; with neither, the admin API answers 403.
     #[arg(long, env = "STORMGUARD_ADMIN_TOKEN_FILE")]
     admin_token_file: Option<PathBuf>,
+    /// Serve the admin API on this address only (e.g. 127.0.0.1:8081), not on
+    /// --listen, so that a NetworkPolicy can fence it off.
+    #[arg(long, env = "STORMGUARD_ADMIN_LISTEN")]
+    admin_listen: Option<String>,
     /// Quiet time after a file event before reloading.
     #[arg(long, default_value = "50ms", value_parser = duration)]
     debounce: Duration,
@@ -281,6 +285,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         policy: args.policy,
         listen: args.listen,
         admin_token,
+        admin_listen: args.admin_listen,
         limits: Limits {
             max_body_bytes: args.max_body_bytes,
             policy: args.policy_limits.load_limits(),

@@ -13,7 +13,7 @@ use crate::metrics::DaemonMetrics;
 use crate::policy::Diagnostic;
 use crate::reload::{load_file, Reloader, Trigger};
 use crate::reports::ClientMetrics;
-use crate::server::{self, AdminAuth, AdminToken, Limits, Shared, TokenFile};
+use crate::server::{self, AdminAuth, AdminToken, Limits, Routes, Shared, TokenFile};
 use crate::snapshot::{PolicySnapshot, PolicyStore};
 use crate::watch::{FileWatch, WatchConfig};
 
@@ -37,6 +37,8 @@ pub struct ServeConfig {
     pub listen: String,
     /// The admin token, if any.
     pub admin_token: AdminSecret,
+    /// A listener of its own for the admin API (then not served on `listen`).
+    pub admin_listen: Option<String>,
     /// Request bounds.
     pub limits: Limits,
     /// Reload pacing.
@@ -128,7 +130,23 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
         long_polls: Arc::new(Semaphore::new(config.limits.max_long_polls)),
         shutdown: shutdown.clone(),
     });
-    let app = server::router(state);
+    let (app, admin_app) = match &config.admin_listen {
+        None => (server::router(state, Routes::All), None),
+        Some(_) => (
+            server::router(state.clone(), Routes::Public),
+            Some(server::router(state, Routes::Admin)),
+        ),
+    };
+    let admin_listener = match &config.admin_listen {
+        None => None,
+        Some(address) => {
+            let bind_error = |e| ServeError::Bind(address.clone(), e);
+            let listener = std::net::TcpListener::bind(address).map_err(bind_error)?;
+            listener.set_nonblocking(true).map_err(bind_error)?;
+            Some(listener)
+        }
+    };
+    let admin_address = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
     let (exited_tx, mut exited) = tokio::sync::mpsc::unbounded_channel();
     let workers = (0..config.workers.max(1))
         .map(|i| {
@@ -145,14 +163,30 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
         })
         .collect::<Result<Vec<_>, _>>()?;
     drop(listener);
+    let mut workers = workers;
+    if let (Some(listener), Some(app)) = (admin_listener, admin_app) {
+        let (shutdown, config) = (shutdown.clone(), config.clone());
+        let notice = ExitNotice(workers.len(), exited_tx.clone());
+        let thread = std::thread::Builder::new()
+            .name("stormguard-admin".into())
+            .spawn(move || {
+                let _notice = notice;
+                serve_worker(listener, app, shutdown, &config);
+            })
+            .map_err(|e| ServeError::Start("the admin listener's thread", e))?;
+        workers.push(thread);
+    }
 
     let ended = control.block_on(async {
         tokio::spawn(file_watch.run(reloader.clone(), config.watch, shutdown.clone()));
         tokio::spawn(reload_on_sighup(reloader, signals.hangup));
+        if let Some(admin) = admin_address {
+            tracing::info!("admin API on http://{admin}, and only there");
+        }
         tracing::info!(
             policy = %config.policy.display(),
             version = %hash,
-            workers = workers.len(),
+            workers = config.workers.max(1),
             "serving on http://{address}"
         );
         let ended = tokio::select! {

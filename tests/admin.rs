@@ -128,3 +128,56 @@ fn an_empty_or_missing_token_file_stops_the_start() {
         );
     }
 }
+
+#[tokio::test]
+async fn admin_listen_moves_the_admin_api_to_a_listener_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, SEED_POLICY).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let admin_address = format!("127.0.0.1:{port}");
+    let daemon = Daemon::start(&policy, &["--admin-listen", &admin_address]);
+    let client = reqwest::Client::new();
+    let get = |url: String| client.get(url).bearer_auth(common::TOKEN).send();
+
+    assert_eq!(
+        get(daemon.url("/admin/status")).await.unwrap().status(),
+        StatusCode::NOT_FOUND,
+        "not on --listen"
+    );
+    assert_eq!(
+        get(daemon.url("/v1/policies/payment-service"))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    let admin = |path: &str| format!("http://{admin_address}{path}");
+    assert_eq!(
+        get(admin("/admin/status")).await.unwrap().status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        get(admin("/healthz")).await.unwrap().status(),
+        StatusCode::OK,
+        "probes may use it too"
+    );
+    assert_eq!(
+        get(admin("/v1/policies")).await.unwrap().status(),
+        StatusCode::NOT_FOUND,
+        "only the admin API there"
+    );
+    let unauthorized = client.get(admin("/admin/status")).send().await.unwrap();
+    assert_eq!(
+        unauthorized.status(),
+        StatusCode::UNAUTHORIZED,
+        "its own listener still needs the token"
+    );
+    assert!(daemon
+        .log()
+        .contains(&format!("admin API on http://{admin_address}")));
+}

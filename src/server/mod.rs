@@ -83,22 +83,44 @@ pub struct Shared {
 /// The smallest `--max-header-bytes`: hyper's buffer cannot be smaller.
 pub const MIN_HEADER_BYTES: usize = 8192;
 
+/// Which routes a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Routes {
+    /// Everything, on one listener.
+    All,
+    /// Everything but the admin API (which has a listener of its own).
+    Public,
+    /// The admin API and `/healthz`, for `--admin-listen`.
+    Admin,
+}
+
 /// Every route, composed in one place. Each route is wrapped in its own
 /// metrics layer; admin routes check the token inside it, so 401s count too.
-pub fn router(state: AppState) -> Router {
+pub fn router(state: AppState, which: Routes) -> Router {
     let metrics = state.metrics.clone();
     let admin = middleware::from_fn_with_state(state.clone(), admin::require_token);
-    let routes: [(&str, MethodRouter<AppState>); 9] = [
+    let public: [(&str, MethodRouter<AppState>); 6] = [
         ("/v1/policies", get(policies::all)),
         ("/v1/policies/{service}", get(policies::one)),
         ("/v1/reports", post(reports::receive)),
         ("/healthz", get(healthz)),
         ("/readyz", get(readyz)),
         ("/metrics", get(metrics_text)),
+    ];
+    let admin: [(&str, MethodRouter<AppState>); 3] = [
         ("/admin/status", get(admin::status).layer(admin.clone())),
         ("/admin/reload", post(admin::reload).layer(admin.clone())),
         ("/admin/validate", post(admin::validate).layer(admin)),
     ];
+    let routes: Vec<(&str, MethodRouter<AppState>)> = match which {
+        Routes::All => public.into_iter().chain(admin).collect(),
+        Routes::Public => public.into_iter().collect(),
+        Routes::Admin => public
+            .into_iter()
+            .filter(|(path, _)| *path == "/healthz")
+            .chain(admin)
+            .collect(),
+    };
     let unmatched = TrackLayer::new(metrics.clone(), "unmatched");
     routes
         .into_iter()
