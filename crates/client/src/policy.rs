@@ -252,7 +252,9 @@ async fn fetch(
     if let Some(wait) = wait {
         request = request
             .query(&[("wait", format!("{}ms", wait.as_millis()))])
-            .timeout(wait + Duration::from_secs(10));
+            // The daemon answers at `wait` at the latest; past a margin, the
+            // connection is stalled and the watch starts over.
+            .timeout(wait + (wait / 2 + Duration::from_secs(1)).min(Duration::from_secs(10)));
     } else {
         request = request.timeout(Duration::from_secs(10));
     }

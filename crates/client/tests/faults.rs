@@ -1,0 +1,109 @@
+//! The client against a daemon that misbehaves: answering 500, garbage,
+//! slowly, or not at all. The client keeps its last good policy, never waits
+//! past its bounded start-up wait, and picks up a good answer again.
+
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use stormguard_client::stormguard_core::policy::{PolicySource as Resolution, ResolvedPolicy, RetryPolicy};
+use stormguard_client::{ClientConfig, PolicyClient, PolicySource};
+
+const GOOD: u8 = 0;
+const ERROR: u8 = 1;
+const GARBAGE: u8 = 2;
+const STALL: u8 = 3;
+
+/// A stand-in daemon whose behaviour the test switches; `retries` is the policy it serves.
+async fn fake_daemon(mode: Arc<AtomicU8>, retries: Arc<AtomicU32>) -> String {
+    let app = axum::Router::new().route(
+        "/v1/policies/{service}",
+        get(move || {
+            let (mode, retries) = (mode.clone(), retries.clone());
+            async move {
+                match mode.load(Relaxed) {
+                    GOOD => {
+                        let n = retries.load(Relaxed);
+                        let body = serde_json::to_string(&ResolvedPolicy {
+                            source: Resolution::Override,
+                            overridden: vec!["maxRetries".into()],
+                            policy: RetryPolicy {
+                                max_retries: n,
+                                ..RetryPolicy::default()
+                            },
+                        })
+                        .unwrap();
+                        ([(header::ETAG, format!("\"v{n}\""))], body).into_response()
+                    }
+                    ERROR => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+                    GARBAGE => ([(header::ETAG, "\"x\"")], "{\"policy\": 42").into_response(),
+                    _ => {
+                        std::future::pending::<()>().await;
+                        unreachable!()
+                    }
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{address}")
+}
+
+fn config(daemon: &str) -> ClientConfig {
+    ClientConfig {
+        startup_wait: Duration::from_millis(600),
+        watch_wait: Duration::from_millis(300),
+        reconnect_initial: Duration::from_millis(50),
+        retry_max: Duration::from_millis(200),
+        ..ClientConfig::new(daemon, "payment-service")
+    }
+}
+
+#[tokio::test]
+async fn a_daemon_answering_garbage_500_or_nothing_at_start_costs_only_the_bounded_wait() {
+    for mode in [GARBAGE, ERROR, STALL] {
+        let daemon = fake_daemon(Arc::new(AtomicU8::new(mode)), Arc::new(AtomicU32::new(7))).await;
+        let started = Instant::now();
+        let client = PolicyClient::start(config(&daemon)).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "mode {mode}: {:?}",
+            started.elapsed()
+        );
+        assert_eq!(client.source(), PolicySource::Defaults, "mode {mode}");
+    }
+}
+
+#[tokio::test]
+async fn a_misbehaving_daemon_never_replaces_the_last_good_policy() {
+    let (mode, retries) = (Arc::new(AtomicU8::new(GOOD)), Arc::new(AtomicU32::new(7)));
+    let daemon = fake_daemon(mode.clone(), retries.clone()).await;
+    let client = PolicyClient::start(config(&daemon)).await;
+    assert_eq!(
+        (client.source(), client.policy().policy.max_retries),
+        (PolicySource::Daemon, 7)
+    );
+    for bad in [ERROR, GARBAGE, STALL] {
+        mode.store(bad, Relaxed);
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        assert_eq!(
+            client.policy().policy.max_retries,
+            7,
+            "mode {bad}: the last good policy stays"
+        );
+        assert_eq!(client.guard().retry().max_retries, 7);
+    }
+    let mut versions = client.subscribe();
+    retries.store(8, Relaxed);
+    mode.store(GOOD, Relaxed);
+    tokio::time::timeout(Duration::from_secs(5), versions.changed())
+        .await
+        .expect("the client recovers when the daemon answers well again")
+        .unwrap();
+    assert_eq!(client.policy().policy.max_retries, 8);
+}
