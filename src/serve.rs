@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use stormguard_core::policy::GoDuration;
+use stormguard_core::shed::{LoadShedLayer, ShedConfigError};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, Signal, SignalKind};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 
 use crate::metrics::DaemonMetrics;
 use crate::policy::Diagnostic;
@@ -64,6 +65,9 @@ pub enum ServeError {
     /// The admin token is empty.
     #[error("the admin token is empty; put a non-empty secret in STORMGUARD_ADMIN_TOKEN or the token file")]
     EmptyToken,
+    /// `--max-long-polls` is unusable.
+    #[error("--max-long-polls: {0}")]
+    LongPolls(ShedConfigError),
     /// The admin token file cannot be read, or is empty.
     #[error("{0}")]
     TokenFile(String),
@@ -120,6 +124,11 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
     let address = listener.local_addr().map_err(bind_error)?;
     let (shutdown_tx, shutdown) = watch::channel(false);
     let reports = Arc::new(ClientMetrics::new(config.limits.reports));
+    let long_polls = LoadShedLayer::new(
+        config.limits.max_long_polls,
+        Duration::from_secs(1)..=Duration::from_secs(5),
+    )
+    .map_err(ServeError::LongPolls)?;
     let state = Arc::new(Shared {
         store,
         reloader: reloader.clone(),
@@ -127,7 +136,7 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
         reports,
         admin,
         limits: config.limits,
-        long_polls: Arc::new(Semaphore::new(config.limits.max_long_polls)),
+        long_polls,
         shutdown: shutdown.clone(),
     });
     let (app, admin_app) = match &config.admin_listen {

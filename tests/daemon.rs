@@ -752,3 +752,64 @@ async fn shutdown_delay_keeps_serving_with_readiness_down() {
     );
     assert_eq!(daemon.wait_exit(Duration::from_secs(5)), Some(0));
 }
+
+#[tokio::test]
+async fn long_polls_past_the_cap_are_shed_with_a_jittered_retry_after() {
+    let dir = ConfigMapDir::new(SEED_POLICY);
+    let daemon = Daemon::start(&dir.policy(), &["--max-long-polls", "2"]);
+    let client = reqwest::Client::new();
+    let url = daemon.url("/v1/policies/payment-service");
+    let etag = client.get(&url).send().await.unwrap().headers()["etag"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let poll = |wait: &'static str| {
+        let (client, url, etag) = (client.clone(), url.clone(), etag.clone());
+        async move {
+            client
+                .get(format!("{url}?wait={wait}"))
+                .header("if-none-match", etag)
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let parked: Vec<_> = (0..2).map(|_| tokio::spawn(poll("2s"))).collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut waits = std::collections::BTreeSet::new();
+    for _ in 0..30 {
+        let shed = poll("2s").await;
+        assert_eq!(shed.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let seconds: u64 = shed.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+        assert!((1..=5).contains(&seconds));
+        waits.insert(seconds);
+        assert!(shed.text().await.unwrap().contains("--max-long-polls"));
+    }
+    assert!(
+        waits.len() > 1,
+        "shed pollers are told different waits: {waits:?}"
+    );
+    for parked in parked {
+        assert_eq!(parked.await.unwrap().status(), StatusCode::NOT_MODIFIED);
+    }
+    assert_eq!(
+        poll("100ms").await.status(),
+        StatusCode::NOT_MODIFIED,
+        "places are free again"
+    );
+
+    let zero = std::process::Command::new(env!("CARGO_BIN_EXE_stormguard"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--max-long-polls",
+            "0",
+            "--policy",
+        ])
+        .arg(dir.policy())
+        .output()
+        .unwrap();
+    assert_eq!(zero.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&zero.stderr).contains("--max-long-polls"));
+}

@@ -23,8 +23,9 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use serde_json::json;
+use stormguard_core::shed::LoadShedLayer;
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 
 pub use admin::{AdminAuth, AdminToken, TokenFile};
 pub use error::ApiError;
@@ -74,8 +75,9 @@ pub struct Shared {
     pub admin: AdminAuth,
     /// Request bounds.
     pub limits: Limits,
-    /// Slots for waiting long-polls.
-    pub long_polls: Arc<Semaphore>,
+    /// Places for waiting long-polls: the project's own load shedder, so a
+    /// refusal carries a jittered `Retry-After` and refusals are counted.
+    pub long_polls: LoadShedLayer,
     /// Turns true when the daemon starts shutting down.
     pub shutdown: watch::Receiver<bool>,
 }

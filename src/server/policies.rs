@@ -70,12 +70,12 @@ async fn respond(
             "If-None-Match: * matches every version, so a long-poll on it could never end; send the ETag you have",
         ));
     }
-    let _slot = state.long_polls.clone().try_acquire_owned().map_err(|_| {
+    let _slot = state.long_polls.admit().ok_or_else(|| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "too many long-polls are waiting; raise the limit with --max-long-polls",
         )
-        .retry_after(1 + rand::random::<u64>() % 5)
+        .retry_after(state.long_polls.retry_after_seconds())
     })?;
     // Subscribe, then look again: a swap just before subscribing is not missed.
     let mut changes = state.store.subscribe();

@@ -117,9 +117,10 @@ pub struct LoadShed<S> {
     shed: LoadShedLayer,
 }
 
-/// A request's place among those in flight, given back when its response is done or dropped.
+/// A request's place among those in flight, given back when dropped (its
+/// response is done, or the request was abandoned).
 #[derive(Debug)]
-struct InFlight(Arc<ShedStats>);
+pub struct InFlight(Arc<ShedStats>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
@@ -128,7 +129,9 @@ impl Drop for InFlight {
 }
 
 impl LoadShedLayer {
-    fn admit(&self) -> Option<InFlight> {
+    /// A place in flight, or `None` (counted as shed) when all are taken. For
+    /// handlers that decide themselves which requests count (long-polls).
+    pub fn admit(&self) -> Option<InFlight> {
         let admitted = self
             .stats
             .in_flight
@@ -142,8 +145,13 @@ impl LoadShedLayer {
         }
     }
 
+    /// A `Retry-After` in whole seconds, drawn from the layer's range, for a refusal.
+    pub fn retry_after_seconds(&self) -> u64 {
+        rand::rng().random_range(self.retry_after.clone())
+    }
+
     fn refusal<B: Default>(&self) -> Response<B> {
-        let seconds = rand::rng().random_range(self.retry_after.clone());
+        let seconds = self.retry_after_seconds();
         let mut response = Response::new(B::default());
         *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
         response
