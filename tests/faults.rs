@@ -245,3 +245,33 @@ async fn the_watcher_survives_every_fault_and_never_serves_a_torn_file() {
         &wrong[..wrong.len().min(3)]
     );
 }
+
+#[tokio::test]
+async fn a_file_the_daemon_may_not_read_keeps_the_last_good_policy() {
+    use std::os::unix::fs::PermissionsExt;
+    if std::process::Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "setpriv (util-linux) is missing under CI"
+        );
+        eprintln!("SKIPPED: setpriv is not installed; CI runs this test");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.path().join("policy.yaml");
+    std::fs::write(&path, version(1)).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let daemon = Daemon::start_unprivileged(&path, &["--debounce", "20ms", "--recheck-interval", "300ms"]);
+    expect_served(&daemon, 1, "start as nobody").await;
+
+    std::fs::write(&path, version(2)).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    expect_kept(&daemon, 1, "permission denied", "Permission denied").await;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    expect_served(&daemon, 2, "readable again").await;
+}

@@ -27,7 +27,20 @@ impl Daemon {
     }
 
     pub fn start_with_env(policy: &Path, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_stormguard"));
+        Self::spawn(Command::new(env!("CARGO_BIN_EXE_stormguard")), policy, extra, env)
+    }
+
+    /// Starts the daemon as the unprivileged user `nobody` (through setpriv),
+    /// for tests of what root would simply be allowed to read.
+    pub fn start_unprivileged(policy: &Path, extra: &[&str]) -> Daemon {
+        let mut command = Command::new("setpriv");
+        command
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(env!("CARGO_BIN_EXE_stormguard"));
+        Self::spawn(command, policy, extra, &[("STORMGUARD_ADMIN_TOKEN", TOKEN)])
+    }
+
+    fn spawn(mut command: Command, policy: &Path, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
         command.arg("serve");
         if !extra.contains(&"--listen") {
             command.args(["--listen", "127.0.0.1:0"]);
