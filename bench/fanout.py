@@ -11,24 +11,14 @@ import asyncio
 import http.client
 import os
 import resource
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
+from harness import rss_mib, start_daemon
+
 POLLERS = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-BINARY = os.path.join(ROOT, "target", "release", "stormguard")
-
-
-def rss_mib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def policy(retries):
@@ -59,14 +49,8 @@ async def main():
     path = os.path.join(directory, "policy.yaml")
     with open(path, "w") as f:
         f.write(policy(1))
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    daemon = subprocess.Popen([BINARY, "serve", "--listen", f"127.0.0.1:{port}", "--policy", path,
-                               "--max-long-polls", str(POLLERS * 2)], stderr=subprocess.DEVNULL)
+    daemon, port = start_daemon(path, "--max-long-polls", str(POLLERS * 2))
     try:
-        await asyncio.sleep(0.5)
         conn = http.client.HTTPConnection("127.0.0.1", port)
         conn.request("GET", "/v1/policies/payment-service")
         response = conn.getresponse()

@@ -11,60 +11,28 @@ Needs wrk and a release build (cargo build --release).
 import hashlib
 import http.client
 import json
-import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 
+from harness import kubelet_layout, kubelet_swap, start_daemon
+
 SECONDS = float(sys.argv[1]) if len(sys.argv) > 1 else 30
 RATE = float(sys.argv[2]) if len(sys.argv) > 2 else 100
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-BINARY = os.path.join(ROOT, "target", "release", "stormguard")
 
 
 def version(n):
     return f"defaults:\n  maxRetries: {n % 100}\n  initialDelay: {100 + n % 7}ms\nservices:\n  payment-service: {{}}\n"
 
 
-def swap(root, generation, text):
-    """The kubelet's update: a new timestamped directory, ..data swapped to it."""
-    name = f"..gen_{generation:07d}"
-    os.mkdir(os.path.join(root, name))
-    with open(os.path.join(root, name, "retry-policy.yaml"), "w") as f:
-        f.write(text)
-    os.symlink(name, os.path.join(root, "..data_tmp"))
-    old = os.readlink(os.path.join(root, "..data"))
-    os.rename(os.path.join(root, "..data_tmp"), os.path.join(root, "..data"))
-    for entry in os.listdir(os.path.join(root, old)):
-        os.unlink(os.path.join(root, old, entry))
-    os.rmdir(os.path.join(root, old))
-
-
 def main():
     root = tempfile.mkdtemp()
-    os.mkdir(os.path.join(root, "..gen_0000000"))
-    with open(os.path.join(root, "..gen_0000000", "retry-policy.yaml"), "w") as f:
-        f.write(version(0))
-    os.symlink("..gen_0000000", os.path.join(root, "..data"))
-    os.symlink("..data/retry-policy.yaml", os.path.join(root, "retry-policy.yaml"))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    daemon = subprocess.Popen([BINARY, "serve", "--listen", f"127.0.0.1:{port}",
-                               "--policy", os.path.join(root, "retry-policy.yaml"), "--debounce", "5ms"],
-                              stderr=subprocess.DEVNULL)
+    policy = kubelet_layout(root, "retry-policy.yaml", version(0))
+    daemon, port = start_daemon(policy, "--debounce", "5ms")
     try:
-        for _ in range(100):
-            try:
-                http.client.HTTPConnection("127.0.0.1", port, timeout=1).request("GET", "/healthz")
-                break
-            except OSError:
-                time.sleep(0.05)
         written = {version(0)}
         lock = threading.Lock()
         stop = threading.Event()
@@ -78,7 +46,7 @@ def main():
                 text = version(generation)
                 with lock:
                     written.add(json.dumps(generation % 100))
-                swap(root, generation, text)
+                kubelet_swap(root, "retry-policy.yaml", generation, text)
                 time.sleep(max(0.0, start + generation / RATE - time.monotonic()))
             counts["swaps"] = generation
 

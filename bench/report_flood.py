@@ -10,16 +10,15 @@ Needs wrk and a release build (cargo build --release).
 import http.client
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 
+from harness import ROOT, rss_mib, start_daemon
+
 SECONDS = int(sys.argv[1]) if len(sys.argv) > 1 else 60
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-BINARY = os.path.join(ROOT, "target", "release", "stormguard")
 
 LUA = r"""
 local n = 0
@@ -34,28 +33,13 @@ setup = function(thread) thread:set("id", 0) end
 """
 
 
-def rss_mib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def main():
     work = tempfile.mkdtemp()
     script = os.path.join(work, "flood.lua")
     with open(script, "w") as f:
         f.write(LUA.replace("wrk.thread_id", "0"))
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    daemon = subprocess.Popen([BINARY, "serve", "--listen", f"127.0.0.1:{port}",
-                               "--policy", os.path.join(ROOT, "policies", "retry-policy.yaml")],
-                              stderr=subprocess.DEVNULL)
+    daemon, port = start_daemon(os.path.join(ROOT, "policies", "retry-policy.yaml"))
     try:
-        time.sleep(0.5)
         curve = [(0, rss_mib(daemon.pid))]
         stop = threading.Event()
 

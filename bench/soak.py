@@ -9,16 +9,15 @@ Needs wrk and a release build (cargo build --release).
 """
 import http.client
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 
+from harness import kubelet_layout, kubelet_swap, rss_mib, start_daemon
+
 SECONDS = int(sys.argv[1]) if len(sys.argv) > 1 else 600
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-BINARY = os.path.join(ROOT, "target", "release", "stormguard")
 REPORTS = r"""
 local n = 0
 request = function()
@@ -29,49 +28,24 @@ end
 """
 
 
-def rss_mib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def policy(n):
     return f"defaults:\n  maxRetries: {n % 5}\nservices:\n  payment-service:\n    maxRetries: {n % 3}\n"
 
 
 def main():
     root = tempfile.mkdtemp()
-    os.mkdir(os.path.join(root, "..gen_0"))
-    with open(os.path.join(root, "..gen_0", "p.yaml"), "w") as f:
-        f.write(policy(0))
-    os.symlink("..gen_0", os.path.join(root, "..data"))
-    os.symlink("..data/p.yaml", os.path.join(root, "p.yaml"))
+    policy_path = kubelet_layout(root, "p.yaml", policy(0))
     script = os.path.join(root, "reports.lua")
     with open(script, "w") as f:
         f.write(REPORTS)
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    daemon = subprocess.Popen([BINARY, "serve", "--listen", f"127.0.0.1:{port}", "--policy", os.path.join(root, "p.yaml")],
-                              stderr=subprocess.DEVNULL)
+    daemon, port = start_daemon(policy_path)
     stop = threading.Event()
     try:
-        time.sleep(0.5)
-
         def reloader():
             n = 0
             while not stop.wait(2):
                 n += 1
-                os.mkdir(os.path.join(root, f"..gen_{n}"))
-                with open(os.path.join(root, f"..gen_{n}", "p.yaml"), "w") as f:
-                    f.write(policy(n))
-                os.symlink(f"..gen_{n}", os.path.join(root, "..data_tmp"))
-                os.rename(os.path.join(root, "..data_tmp"), os.path.join(root, "..data"))
-                os.unlink(os.path.join(root, f"..gen_{n - 1}", "p.yaml"))
-                os.rmdir(os.path.join(root, f"..gen_{n - 1}"))
+                kubelet_swap(root, "p.yaml", n, policy(n))
 
         def poller():
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
@@ -104,8 +78,12 @@ def main():
             t.join()
         settled = [m for t, m in curve if t >= 60]
         if settled:
-            low, high = min(settled), max(settled)
-            print(f"after warm-up: RSS {low:.1f} to {high:.1f} MiB ({(high - low) / low * 100:.1f} % spread)")
+            median = sorted(settled)[len(settled) // 2]
+            worst = max(abs(m - median) for m in settled) / median * 100
+            half = len(settled) // 2
+            first, second = sum(settled[:half]) / max(half, 1), sum(settled[half:]) / max(len(settled) - half, 1)
+            print(f"after warm-up: RSS {min(settled):.1f} to {max(settled):.1f} MiB, within ±{worst:.1f} % of its "
+                  f"median {median:.1f} MiB; mean {first:.1f} MiB in the first half, {second:.1f} MiB in the second")
         for name, out in zip(["policy reads", "reports"], outputs):
             rate = [line for line in out.splitlines() if "Requests/sec" in line or "Non-2xx" in line]
             print(f"{name}: " + "; ".join(line.strip() for line in rate))
