@@ -4,7 +4,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{eventually, metrics, sample, ConfigMapDir, Daemon, SEED_POLICY, TOKEN};
+use common::{admin_status, eventually, metrics, sample, ConfigMapDir, Daemon, SEED_POLICY, TOKEN};
 use reqwest::StatusCode;
 use serde_json::Value;
 
@@ -228,13 +228,7 @@ async fn broken_edit_keeps_the_last_good_policy_and_says_why() {
         reqwest::get(daemon.url("/readyz")).await.unwrap().status(),
         StatusCode::OK
     );
-    let status: Value = admin(&daemon, reqwest::Method::GET, "/admin/status")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let status = admin_status(&daemon).await;
     let last = &status["lastReload"];
     assert_eq!(last["result"], "failure");
     assert_eq!(last["trigger"], "watch");

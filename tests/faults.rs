@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{eventually, metrics, sample, Daemon, TOKEN};
+use common::{admin_status, eventually, metrics, sample, Daemon};
 use serde_json::Value;
 
 fn version(n: u64) -> String {
@@ -61,15 +61,7 @@ async fn expect_kept(daemon: &Daemon, good: u64, step: &str, words: &str) {
         good,
         "{step}: the last good policy is served"
     );
-    let status: Value = reqwest::Client::new()
-        .get(daemon.url("/admin/status"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let status = admin_status(daemon).await;
     let errors = status["lastReload"]["errors"].to_string();
     assert!(errors.contains(words), "{step}: /admin/status errors {errors}");
 }

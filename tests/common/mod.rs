@@ -193,6 +193,19 @@ where
     None
 }
 
+/// The daemon's `GET /admin/status`, with the test token.
+pub async fn admin_status(daemon: &Daemon) -> serde_json::Value {
+    reqwest::Client::new()
+        .get(daemon.url("/admin/status"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 /// The daemon's `/metrics` text.
 pub async fn metrics(daemon: &Daemon) -> String {
     reqwest::get(daemon.url("/metrics"))
