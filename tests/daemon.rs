@@ -4,7 +4,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{admin_status, eventually, metrics, sample, ConfigMapDir, Daemon, SEED_POLICY, TOKEN};
+use common::{admin_status, etag_of, eventually, metrics, sample, ConfigMapDir, Daemon, SEED_POLICY, TOKEN};
 use reqwest::StatusCode;
 use serde_json::Value;
 
@@ -256,10 +256,7 @@ async fn long_poll_wakes_the_moment_the_policy_changes() {
     let mut dir = ConfigMapDir::new(SEED_POLICY);
     let daemon = Daemon::start(&dir.policy(), WATCH_ONLY);
     let url = daemon.url("/v1/policies/payment-service");
-    let etag = reqwest::get(&url).await.unwrap().headers()["etag"]
-        .to_str()
-        .unwrap()
-        .to_owned();
+    let etag = etag_of(&url).await;
 
     let poll = tokio::spawn({
         let (url, etag) = (url.clone(), etag.clone());
@@ -579,10 +576,7 @@ async fn sigterm_ends_long_polls_and_exits_cleanly() {
     let dir = ConfigMapDir::new(SEED_POLICY);
     let mut daemon = Daemon::start(&dir.policy(), &[]);
     let url = daemon.url("/v1/policies/payment-service");
-    let etag = reqwest::get(&url).await.unwrap().headers()["etag"]
-        .to_str()
-        .unwrap()
-        .to_owned();
+    let etag = etag_of(&url).await;
     let poll = tokio::spawn(async move {
         reqwest::Client::new()
             .get(format!("{url}?wait=60s"))
@@ -753,10 +747,7 @@ async fn long_polls_past_the_cap_are_shed_with_a_jittered_retry_after() {
     let daemon = Daemon::start(&dir.policy(), &["--max-long-polls", "2"]);
     let client = reqwest::Client::new();
     let url = daemon.url("/v1/policies/payment-service");
-    let etag = client.get(&url).send().await.unwrap().headers()["etag"]
-        .to_str()
-        .unwrap()
-        .to_owned();
+    let etag = etag_of(&url).await;
     let poll = |wait: &'static str| {
         let (client, url, etag) = (client.clone(), url.clone(), etag.clone());
         async move {

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{metrics, sample, Daemon, SEED_POLICY};
+use common::{etag_of, metrics, sample, Daemon, SEED_POLICY};
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -20,10 +20,7 @@ async fn sigterm_loses_no_report_and_answers_every_long_poll() {
     let mut daemon = Daemon::start(&policy, &["--shutdown-delay", "3s", "--shutdown-grace", "2s"]);
     let client = reqwest::Client::new();
     let url = daemon.url("/v1/policies/payment-service");
-    let etag = client.get(&url).send().await.unwrap().headers()["etag"]
-        .to_str()
-        .unwrap()
-        .to_owned();
+    let etag = etag_of(&url).await;
 
     let polls: Vec<_> = (0..20)
         .map(|_| {

@@ -193,6 +193,14 @@ where
     None
 }
 
+/// The ETag `url` answers with now.
+pub async fn etag_of(url: &str) -> String {
+    reqwest::get(url).await.unwrap().headers()["etag"]
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
 /// The daemon's `GET /admin/status`, with the test token.
 pub async fn admin_status(daemon: &Daemon) -> serde_json::Value {
     reqwest::Client::new()
