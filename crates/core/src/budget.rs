@@ -47,12 +47,48 @@ pub struct RetryBudget {
     denied: AtomicU64,
 }
 
-/// Counts for one step of the window; `epoch` says which step they belong to.
+/// Counts for one step of the window.
 #[derive(Debug, Default)]
 struct Slot {
-    epoch: AtomicU64,
-    requests: AtomicU64,
-    retries: AtomicU64,
+    requests: StepCount,
+    retries: StepCount,
+}
+
+/// A count and the window step it belongs to, in one atomic word: the low
+/// 32 bits of the step above, the count (saturating at `u32::MAX`) below.
+/// One word, so that moving to a new step and counting in it is one
+/// compare-and-swap: a reset and a concurrent increment cannot interleave.
+/// Steps are compared modulo 2^32, so a slot left untouched for exactly a
+/// multiple of 2^32 steps (13 years of 100 ms steps) would read as current.
+#[derive(Debug, Default)]
+struct StepCount(AtomicU64);
+
+impl StepCount {
+    /// Counts one at step `epoch`. A late count (for a step older than the
+    /// one held) goes to the step held rather than wiping it.
+    fn add(&self, epoch: u64) {
+        let step = epoch as u32;
+        let _ = self.0.fetch_update(Relaxed, Relaxed, |word| {
+            let (held, count) = ((word >> 32) as u32, word as u32);
+            let newer = (step.wrapping_sub(held) as i32) > 0;
+            Some(if newer {
+                (u64::from(step) << 32) | 1
+            } else {
+                (word & !u64::from(u32::MAX)) | u64::from(count.saturating_add(1))
+            })
+        });
+    }
+
+    /// The count, if its step is among the `SLOTS` steps up to `now`.
+    fn live(&self, now: u64) -> u64 {
+        let word = self.0.load(Relaxed);
+        let age = (now as u32).wrapping_sub((word >> 32) as u32);
+        if (age as usize) < SLOTS {
+            word & u64::from(u32::MAX)
+        } else {
+            0
+        }
+    }
 }
 
 /// A budget's state, for metrics.
@@ -100,7 +136,8 @@ impl RetryBudget {
 
     /// [`deposit`](Self::deposit) at a given instant.
     pub fn deposit_at(&self, now: Instant) {
-        self.slot(self.epoch_at(now)).requests.fetch_add(1, Relaxed);
+        let epoch = self.epoch_at(now);
+        self.slot(epoch).requests.add(epoch);
     }
 
     /// Takes one retry from the budget if it allows one; counts a refusal otherwise.
@@ -113,7 +150,7 @@ impl RetryBudget {
         let epoch = self.epoch_at(now);
         let (requests, retries) = self.window(epoch);
         if (retries as f64) < self.allowance(requests) {
-            self.slot(epoch).retries.fetch_add(1, Relaxed);
+            self.slot(epoch).retries.add(epoch);
             true
         } else {
             self.denied.fetch_add(1, Relaxed);
@@ -154,29 +191,18 @@ impl RetryBudget {
         nanos / self.slot_nanos
     }
 
-    /// The slot of step `epoch`, cleared first if it still holds an older step's counts.
     fn slot(&self, epoch: u64) -> &Slot {
-        let slot = &self.slots[(epoch % SLOTS as u64) as usize];
-        let seen = slot.epoch.load(Relaxed);
-        if seen != epoch && slot.epoch.compare_exchange(seen, epoch, Relaxed, Relaxed).is_ok() {
-            slot.requests.store(0, Relaxed);
-            slot.retries.store(0, Relaxed);
-        }
-        slot
+        &self.slots[(epoch % SLOTS as u64) as usize]
     }
 
     /// Requests and retries over the steps still inside the window at step `now`.
     fn window(&self, now: u64) -> (u64, u64) {
-        let live = |slot: &&Slot| now.saturating_sub(slot.epoch.load(Relaxed)) < SLOTS as u64;
-        self.slots
-            .iter()
-            .filter(live)
-            .fold((0, 0), |(requests, retries), slot| {
-                (
-                    requests + slot.requests.load(Relaxed),
-                    retries + slot.retries.load(Relaxed),
-                )
-            })
+        self.slots.iter().fold((0, 0), |(requests, retries), slot| {
+            (
+                requests + slot.requests.live(now),
+                retries + slot.retries.live(now),
+            )
+        })
     }
 }
 
@@ -296,6 +322,37 @@ mod tests {
             "{granted} retries granted for an allowance of 100"
         );
         assert_eq!(b.snapshot().retries, u64::from(granted));
+    }
+
+    /// Threads cross into new window steps together, round after round:
+    /// every deposit of a step is in its slot, none wiped by the rollover.
+    #[test]
+    fn a_slot_rollover_loses_no_concurrent_deposit() {
+        const THREADS: u64 = 4;
+        const PER_THREAD: u64 = 16;
+        const ROUNDS: u64 = 3000;
+        let start = Instant::now();
+        let b = RetryBudget::new_at(&BudgetPolicy::default(), start);
+        let step = Duration::from_nanos(b.slot_nanos);
+        let barrier = std::sync::Barrier::new(THREADS as usize);
+        std::thread::scope(|scope| {
+            for _ in 0..THREADS {
+                scope.spawn(|| {
+                    for round in 0..ROUNDS {
+                        let now = start + step * round as u32;
+                        barrier.wait();
+                        for _ in 0..PER_THREAD {
+                            b.deposit_at(now);
+                        }
+                        barrier.wait();
+                        let in_window = (round + 1).min(SLOTS as u64);
+                        let (requests, _) = b.window(b.epoch_at(now));
+                        assert_eq!(requests, THREADS * PER_THREAD * in_window, "round {round}");
+                        barrier.wait();
+                    }
+                });
+            }
+        });
     }
 
     #[test]
