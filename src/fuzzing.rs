@@ -8,7 +8,7 @@ use stormguard_core::policy::{parse_duration, GoDuration};
 use stormguard_core::retry::parse_retry_after;
 
 use crate::policy::{load_bytes, LoadLimits};
-use crate::reports::decode_batch;
+use crate::reports::decode_body;
 
 /// Bytes → a policy or its errors; every error names a file, and a loaded
 /// policy resolves for any service.
@@ -48,10 +48,14 @@ pub fn retry_after(data: &[u8]) {
     let _ = parse_retry_after(text, now);
 }
 
-/// Bytes → a report batch or an error naming a path.
+/// Bytes → reports to count and reports refused, or an error naming a path.
 pub fn report(data: &[u8]) {
-    match decode_batch(data) {
-        Ok(reports) => assert!(reports.len() <= crate::reports::MAX_BATCH),
+    match decode_body(data) {
+        Ok(decoded) => {
+            let items = decoded.reports.len() + decoded.rejected.len();
+            assert!(items <= stormguard_core::wire::MAX_BATCH);
+            assert!(decoded.rejected.iter().all(|r| !r.path.is_empty()));
+        }
         Err(error) => assert!(!error.path.is_empty()),
     }
 }

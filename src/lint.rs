@@ -319,7 +319,11 @@ fn forecasts(document: &PolicyDocument) -> Vec<Forecast> {
         let summary = match done.iter().find(|(p, _)| *p == policy) {
             Some((_, summary)) => summary.clone(),
             None if done.len() < MAX_FORECASTS => {
-                let strategy = Strategy::from_policy(&service, policy.clone(), Modifiers::default());
+                // A validated document's policies are valid: nothing to forecast otherwise.
+                let Ok(strategy) = Strategy::from_policy(&service, policy.clone(), Modifiers::default())
+                else {
+                    continue;
+                };
                 let summary = Summary::of(&sim::run(&scenario, &strategy));
                 done.push((policy, summary.clone()));
                 summary

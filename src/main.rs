@@ -136,6 +136,10 @@ struct ServeArgs {
     /// An instance that has not reported for this long no longer counts in circuit_breaker_state and the other state gauges.
     #[arg(long, default_value = "60s", value_parser = duration)]
     instance_ttl: Duration,
+    /// How long a report batch's number is remembered, so that a batch sent
+    /// again (its answer was lost) is counted once.
+    #[arg(long, default_value = "10m", value_parser = duration)]
+    batch_window: Duration,
     #[command(flatten)]
     policy_limits: PolicyLimits,
     /// Time a client has to send a request's headers.
@@ -297,6 +301,7 @@ fn serve(args: ServeArgs) -> ExitCode {
                 max_attempt_label: args.max_attempt_label,
                 max_instances: args.max_instances,
                 instance_ttl: args.instance_ttl,
+                batch_window: args.batch_window,
             },
             header_read_timeout: args.header_read_timeout,
             max_header_bytes: args.max_header_bytes,

@@ -76,7 +76,7 @@ fn service_strategy(path: &Path, service: &str, modifiers: Modifiers) -> Result<
         stormguard_core::policy::PolicySource::Override => service.to_string(),
         stormguard_core::policy::PolicySource::Defaults => format!("{service} (defaults)"),
     };
-    Ok(Strategy::from_policy(&label, resolved.policy, modifiers))
+    Strategy::from_policy(&label, resolved.policy, modifiers).map_err(|e| format!("--service {service}: {e}"))
 }
 
 fn render(request: &Request, summaries: &[Summary]) -> String {

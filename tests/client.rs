@@ -4,6 +4,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::proxy::{Proxy, Trick};
 use common::{metrics, sample, ConfigMapDir, Daemon, SEED_POLICY};
 use stormguard_client::stormguard_core::retry::{Failure, GaveUp};
 use stormguard_client::{
@@ -27,7 +28,9 @@ fn unreachable() -> String {
 async fn a_client_fetches_its_policy_and_a_change_reaches_it_live() {
     let mut configmap = ConfigMapDir::new(SEED_POLICY);
     let daemon = Daemon::start(&configmap.policy(), &["--debounce", "20ms"]);
-    let client = PolicyClient::start(config(&daemon.base, "payment-service")).await;
+    let client = PolicyClient::start(config(&daemon.base, "payment-service"))
+        .await
+        .expect("a valid client configuration");
     assert_eq!(client.source(), PolicySource::Daemon);
     assert_eq!(client.policy().policy.max_retries, 2);
     assert_eq!(client.guard().retry().max_retries, 2);
@@ -58,7 +61,8 @@ async fn without_the_daemon_a_client_starts_from_its_cache_else_the_defaults() {
             cache: Some(cache.clone()),
             ..config(&daemon.base, "payment-service")
         })
-        .await;
+        .await
+        .expect("a valid client configuration");
         assert_eq!(client.source(), PolicySource::Daemon);
     }
     let down = unreachable();
@@ -68,7 +72,7 @@ async fn without_the_daemon_a_client_starts_from_its_cache_else_the_defaults() {
         ..config(&down, "payment-service")
     };
     let started = std::time::Instant::now();
-    let cached = PolicyClient::start(quick(Some(cache.clone()))).await;
+    let cached = PolicyClient::start(quick(Some(cache.clone()))).await.unwrap();
     assert!(
         started.elapsed() < Duration::from_secs(2),
         "the start-up wait is bounded"
@@ -76,13 +80,15 @@ async fn without_the_daemon_a_client_starts_from_its_cache_else_the_defaults() {
     assert_eq!(cached.source(), PolicySource::Cache);
     assert_eq!(cached.policy().policy.max_retries, 2, "the last good policy");
 
-    let bare = PolicyClient::start(quick(None)).await;
+    let bare = PolicyClient::start(quick(None))
+        .await
+        .expect("a valid client configuration");
     assert_eq!(bare.source(), PolicySource::Defaults);
     assert_eq!(bare.policy().policy.max_retries, 3);
 
     std::fs::write(&cache, "{ not json").unwrap();
     assert_eq!(
-        PolicyClient::start(quick(Some(cache))).await.source(),
+        PolicyClient::start(quick(Some(cache))).await.unwrap().source(),
         PolicySource::Defaults,
         "a bad cache is ignored"
     );
@@ -98,11 +104,14 @@ async fn calls_are_retried_under_the_policy_and_reported_to_the_daemon() {
     )
     .unwrap();
     let daemon = Daemon::start(&policy, &[]);
-    let client = PolicyClient::start(config(&daemon.base, "payment-service")).await;
+    let client = PolicyClient::start(config(&daemon.base, "payment-service"))
+        .await
+        .expect("a valid client configuration");
     let reporter = Reporter::start(ReporterConfig {
         interval: Duration::from_secs(3600),
         ..ReporterConfig::new(&daemon.base, "pod-1")
-    });
+    })
+    .expect("a valid reporter configuration");
     let payments = Dependency::new(client, reporter.clone());
 
     // A dependency that answers 503 to first tries and 200 to retries.
@@ -189,7 +198,8 @@ async fn counts_survive_an_unreachable_daemon_and_are_sent_later() {
     let reporter = Reporter::start(ReporterConfig {
         interval: Duration::from_secs(3600),
         ..ReporterConfig::new(&address, "pod-1")
-    });
+    })
+    .expect("a valid reporter configuration");
     reporter.record("payment-service", "/charge", 0, Outcome::ServerError);
     reporter.record("payment-service", "/charge", 1, Outcome::Success);
     assert!(reporter.flush().await.is_err(), "nobody listens yet");
@@ -217,5 +227,150 @@ async fn counts_survive_an_unreachable_daemon_and_are_sent_later() {
         sample(&metrics(&daemon).await, &format!(r#"{requests}"success"}}"#)),
         Some(2.0),
         "sent once"
+    );
+}
+
+/// The success count of `endpoint` on payment-service in `daemon`'s metrics.
+async fn successes(daemon: &Daemon, endpoint: &str) -> Option<f64> {
+    let text = metrics(daemon).await;
+    sample(
+        &text,
+        &format!(
+            r#"http_client_requests_total{{endpoint="{endpoint}",service="payment-service",status="success"}}"#
+        ),
+    )
+}
+
+fn seed_daemon(extra: &[&str]) -> (tempfile::TempDir, Daemon) {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, SEED_POLICY).unwrap();
+    let daemon = Daemon::start(&policy, extra);
+    (dir, daemon)
+}
+
+fn quick_reporter(daemon: &str) -> Reporter {
+    Reporter::start(ReporterConfig {
+        interval: Duration::from_secs(3600),
+        timeout: Duration::from_millis(500),
+        ..ReporterConfig::new(daemon, "pod-1")
+    })
+    .expect("a valid reporter configuration")
+}
+
+#[tokio::test]
+async fn a_batch_whose_answer_is_lost_is_sent_again_and_counted_once() {
+    let (_dir, daemon) = seed_daemon(&[]);
+    let proxy = Proxy::start(&daemon.base, Trick::LoseAnswer { nth: 1 }).await;
+    let reporter = quick_reporter(&proxy.base);
+    for _ in 0..5 {
+        reporter.record("payment-service", "/charge", 0, Outcome::Success);
+    }
+    assert!(reporter.flush().await.is_err(), "the answer was lost");
+    assert_eq!(
+        successes(&daemon, "/charge").await,
+        Some(5.0),
+        "the daemon counted it"
+    );
+    reporter.record("payment-service", "/charge", 0, Outcome::Success);
+    reporter.flush().await.unwrap();
+    assert_eq!(proxy.reports(), 3, "the lost batch again, then the new counts");
+    assert_eq!(successes(&daemon, "/charge").await, Some(6.0), "every count once");
+    let text = metrics(&daemon).await;
+    assert_eq!(
+        sample(&text, r#"stormguard_reports_total{result="duplicate"}"#),
+        Some(1.0)
+    );
+    assert_eq!(reporter.stats().batches_sent, 2);
+}
+
+#[tokio::test]
+async fn a_batch_the_daemon_refuses_is_dropped_not_resent_and_later_counts_go_through() {
+    let (_dir, daemon) = seed_daemon(&["--max-body-bytes", "400"]);
+    let reporter = quick_reporter(&daemon.base);
+    for i in 0..20 {
+        reporter.record("payment-service", &format!("/endpoint-{i}"), 0, Outcome::Success);
+    }
+    let refused = reporter.flush().await.unwrap_err();
+    assert!(refused.to_string().contains("413"), "{refused}");
+    assert_eq!(reporter.stats().batches_dropped, 1);
+    reporter.record("payment-service", "/charge", 0, Outcome::Success);
+    reporter
+        .flush()
+        .await
+        .expect("the refused batch is not in the way");
+    assert_eq!(successes(&daemon, "/charge").await, Some(1.0));
+    assert_eq!(
+        successes(&daemon, "/endpoint-0").await,
+        None,
+        "dropped, not resent"
+    );
+}
+
+#[tokio::test]
+async fn shutdown_sends_the_counts_of_a_send_cut_short() {
+    let (_dir, daemon) = seed_daemon(&[]);
+    let proxy = Proxy::start(
+        &daemon.base,
+        Trick::Hold {
+            nth: 1,
+            hold: Duration::from_millis(300),
+        },
+    )
+    .await;
+    let reporter = Reporter::start(ReporterConfig {
+        interval: Duration::from_millis(50),
+        ..ReporterConfig::new(&proxy.base, "pod-1")
+    })
+    .unwrap();
+    for _ in 0..4 {
+        reporter.record("payment-service", "/charge", 0, Outcome::Success);
+    }
+    common::eventually(Duration::from_secs(5), || async {
+        (proxy.reports() == 1).then_some(())
+    })
+    .await
+    .expect("the periodic send is under way");
+    reporter.clone().shutdown().await;
+    let counted = common::eventually(Duration::from_secs(5), || async {
+        (successes(&daemon, "/charge").await == Some(4.0)).then_some(())
+    })
+    .await;
+    assert!(counted.is_some(), "the counts of the aborted send arrived");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(successes(&daemon, "/charge").await, Some(4.0), "and only once");
+}
+
+#[tokio::test]
+async fn an_attempt_cut_by_its_per_try_timeout_is_reported_as_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    let slow = SEED_POLICY.replace(
+        "    initialDelay: 200ms",
+        "    initialDelay: 5ms\n    perTryTimeout: 50ms",
+    );
+    std::fs::write(&policy, slow).unwrap();
+    let daemon = Daemon::start(&policy, &[]);
+    let client = PolicyClient::start(config(&daemon.base, "payment-service"))
+        .await
+        .unwrap();
+    assert_eq!(
+        client.policy().policy.per_try_timeout,
+        Some(Duration::from_millis(50))
+    );
+    let reporter = quick_reporter(&daemon.base);
+    let payments = Dependency::new(client, reporter.clone());
+    let error = payments
+        .call("/slow", |_| std::future::pending::<Result<(), Failure>>())
+        .await
+        .unwrap_err();
+    assert_eq!(error.attempts, 3);
+    reporter.flush().await.unwrap();
+    let text = metrics(&daemon).await;
+    let errors = r#"http_client_requests_total{endpoint="/slow",service="payment-service",status="error"}"#;
+    assert_eq!(
+        sample(&text, errors),
+        Some(3.0),
+        "every timed-out attempt is an error"
     );
 }

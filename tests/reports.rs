@@ -116,7 +116,7 @@ async fn a_report_moves_the_counters_by_exactly_its_values_and_a_second_adds() {
 }
 
 #[tokio::test]
-async fn a_batch_counts_every_report_or_none() {
+async fn in_a_batch_each_bad_report_is_refused_alone_and_named() {
     let (_dir, path) = policy_file();
     let daemon = Daemon::start(&path, &[]);
     let batch = json!([charge("pod-a", "closed"), charge("pod-b", "half-open")]);
@@ -127,20 +127,79 @@ async fn a_batch_counts_every_report_or_none() {
         r#"http_client_requests_total{endpoint="/charge",service="payment-service",status="success"}"#;
     assert_eq!(sample(&metrics(&daemon).await, requests), Some(240.0));
 
-    let mut bad = charge("pod-c", "open");
-    bad["inFlight"] = json!(-1);
-    let (status, body) = post(&daemon, json!([charge("pod-d", "open"), bad]).to_string()).await;
-    assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert_eq!(body["path"], "[1].inFlight");
-    let text = metrics(&daemon).await;
+    // One process's batch: a dependency with a bad name, one with a bad count, one good.
+    let mut bad_count = charge("pod-c", "open");
+    bad_count["inFlight"] = json!(-1);
+    let mut bad_name = charge("pod-c", "open");
+    bad_name["service"] = json!("Payment_Service");
+    let (status, body) = post(
+        &daemon,
+        json!([bad_name, charge("pod-c", "open"), bad_count]).to_string(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["accepted"], 1);
+    let refused: Vec<_> = body["rejected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["index"].as_u64().unwrap(),
+                r["path"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
     assert_eq!(
-        sample(&text, requests),
-        Some(240.0),
-        "the good report in a bad batch was not counted"
+        refused,
+        [(0, "[0].service".to_string()), (2, "[2].inFlight".to_string())]
     );
+    let text = metrics(&daemon).await;
+    assert_eq!(sample(&text, requests), Some(360.0), "the good report counted");
     assert_eq!(
         sample(&text, r#"circuit_breaker_state{service="payment-service"}"#),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(&text, r#"stormguard_reports_total{result="rejected"}"#),
+        Some(2.0)
+    );
+
+    let (status, body) = post(&daemon, json!([bad_count]).to_string()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "nothing to count: {body}");
+    assert_eq!(body["path"], "[0].inFlight");
+}
+
+#[tokio::test]
+async fn a_numbered_batch_sent_again_is_counted_once() {
+    let (_dir, path) = policy_file();
+    let daemon = Daemon::start(&path, &[]);
+    let batch = json!({"instance": "pod-a", "sequence": 7, "reports": [charge("pod-a", "closed")]});
+    let (status, first) = post(&daemon, batch.to_string()).await;
+    assert_eq!(
+        (status, first["accepted"].as_u64(), first["duplicate"].as_bool()),
+        (StatusCode::ACCEPTED, Some(1), Some(false))
+    );
+    let (status, again) = post(&daemon, batch.to_string()).await;
+    assert_eq!(
+        (status, again["accepted"].as_u64(), again["duplicate"].as_bool()),
+        (StatusCode::ACCEPTED, Some(0), Some(true))
+    );
+    let text = metrics(&daemon).await;
+    let requests =
+        r#"http_client_requests_total{endpoint="/charge",service="payment-service",status="success"}"#;
+    assert_eq!(sample(&text, requests), Some(120.0));
+    assert_eq!(
+        sample(&text, r#"stormguard_reports_total{result="duplicate"}"#),
         Some(1.0)
+    );
+
+    let other = json!({"instance": "pod-a", "sequence": 7, "reports": [charge("pod-b", "closed")]});
+    let (status, body) = post(&daemon, other.to_string()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        body["path"], "reports[0].instance",
+        "a batch speaks for its sender only"
     );
 }
 

@@ -1,140 +1,29 @@
-//! A client's report (DESIGN.md's contract), decoded strictly: unknown
-//! fields, negative or fractional counts, unknown statuses and circuit states
-//! are errors that name the field, and a bad report changes nothing.
+//! A client's report body, decoded strictly: unknown fields, negative or
+//! fractional counts, unknown statuses and circuit states are errors that
+//! name the field. A body holds one report, an array of them, or a
+//! [`ReportBatch`] (an array with the sender's batch number). In an array or
+//! a batch each report stands alone: a bad one is refused with its reason
+//! and the others count.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 
 use serde::Deserialize;
-use stormguard_core::policy::check_service_name;
+use serde_json::value::RawValue;
+use stormguard_core::wire::{FieldError, Rejected, Report, ReportBatch, MAX_BATCH};
 
-/// Longest instance name (a Kubernetes pod name is at most 253 characters).
-pub const MAX_INSTANCE_LEN: usize = 253;
-/// Longest endpoint name.
-pub const MAX_ENDPOINT_LEN: usize = 256;
+/// Why a body was refused whole.
+pub type ReportError = FieldError;
 
-/// Counts since the sender's last report, and its current states. Strings
-/// borrow from the body where they can: a report is decoded per request.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Report<'a> {
-    /// The dependency called.
-    #[serde(borrow)]
-    pub service: Cow<'a, str>,
-    /// The reporting process.
-    #[serde(borrow)]
-    pub instance: Cow<'a, str>,
-    /// The calling service, if the sender says.
-    #[serde(default, borrow)]
-    pub caller: Option<Cow<'a, str>>,
-    /// Counts per endpoint of the dependency.
-    #[serde(default, borrow)]
-    pub endpoints: Vec<EndpointCounts<'a>>,
-    /// Calls in flight now.
-    #[serde(default)]
-    pub in_flight: Option<u64>,
-    /// The sender's breaker state for the dependency now.
-    #[serde(default)]
-    pub circuit_state: Option<CircuitState>,
-    /// The sender's retry budget for the dependency.
-    #[serde(default)]
-    pub budget: Option<BudgetReport>,
+/// What a body held that can be counted.
+#[derive(Debug, Default)]
+pub struct Decoded<'a> {
+    /// The sender and its batch number, when the body was a batch.
+    pub batch: Option<(Cow<'a, str>, u64)>,
+    /// The reports to count.
+    pub reports: Vec<Report<'a>>,
+    /// The reports refused, with their reasons.
+    pub rejected: Vec<Rejected>,
 }
-
-/// One endpoint's counts.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EndpointCounts<'a> {
-    /// The endpoint, e.g. `/charge`.
-    #[serde(borrow)]
-    pub endpoint: Cow<'a, str>,
-    /// Attempts by outcome.
-    #[serde(default)]
-    pub requests: StatusCounts,
-    /// Retries by attempt number (1 = the first retry), as decimal strings.
-    #[serde(default, borrow)]
-    pub retries: BTreeMap<Cow<'a, str>, u64>,
-}
-
-/// Attempts by outcome, as seed 003 labels them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StatusCounts {
-    /// Answered well.
-    #[serde(default)]
-    pub success: u64,
-    /// No answer (connect error, timeout, reset).
-    #[serde(default)]
-    pub error: u64,
-    /// Answered 5xx.
-    #[serde(default)]
-    pub server_error: u64,
-}
-
-/// A breaker state as a report spells it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum CircuitState {
-    /// Calls pass.
-    Closed,
-    /// Trial calls pass.
-    HalfOpen,
-    /// Calls are refused.
-    Open,
-}
-
-impl CircuitState {
-    /// The `circuit_breaker_state` value: 0 closed, 1 half-open, 2 open.
-    pub fn as_metric(self) -> i64 {
-        match self {
-            CircuitState::Closed => 0,
-            CircuitState::HalfOpen => 1,
-            CircuitState::Open => 2,
-        }
-    }
-}
-
-/// The sender's retry budget.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct BudgetReport {
-    /// Retries the budget refused since the last report.
-    #[serde(default)]
-    pub retries_denied: u64,
-    /// Share of the budget left now, in [0, 1].
-    #[serde(default)]
-    pub remaining_ratio: Option<f64>,
-}
-
-/// Why a report was refused: what is wrong and where.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{path}: {message}")]
-pub struct ReportError {
-    /// The field, e.g. `endpoints[0].requests.success` (`.` for the whole body).
-    pub path: String,
-    /// What is wrong with it.
-    pub message: String,
-}
-
-impl ReportError {
-    fn at(path: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            path: path.into(),
-            message: message.into(),
-        }
-    }
-
-    /// The error as seen from an enclosing `prefix` (`[3]` for a batch's fourth report).
-    fn within(mut self, prefix: &str) -> Self {
-        if !prefix.is_empty() {
-            self.path = format!("{prefix}.{}", self.path);
-        }
-        self
-    }
-}
-
-/// Most reports one request may carry.
-pub const MAX_BATCH: usize = 1000;
 
 /// Decodes and checks one report.
 pub fn decode(body: &[u8]) -> Result<Report<'_>, ReportError> {
@@ -144,31 +33,85 @@ pub fn decode(body: &[u8]) -> Result<Report<'_>, ReportError> {
         Ok(report) => report,
         Err(_) => return Err(locate::<Report>(body)),
     };
-    check(&report).map_err(|e| e.within(""))?;
+    report.check()?;
     Ok(report)
 }
 
-/// Decodes and checks a body holding one report or a JSON array of them
-/// (a process's reports for each service it calls, sent together). Any bad
-/// report refuses the whole batch.
-pub fn decode_batch(body: &[u8]) -> Result<Vec<Report<'_>>, ReportError> {
-    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'[') {
-        return decode(body).map(|report| vec![report]);
-    }
-    let reports = match serde_json::from_slice::<Vec<Report>>(body) {
-        Ok(reports) => reports,
-        Err(_) => return Err(locate::<Vec<Report>>(body)),
+/// Decodes a body: one report (refused whole if bad), or an array or a
+/// batch of them (each refused alone; the body is refused whole only when it
+/// cannot be read, holds too many reports, or every report in it is bad).
+pub fn decode_body(body: &[u8]) -> Result<Decoded<'_>, ReportError> {
+    let (batch, items) = match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'[') => match serde_json::from_slice::<Vec<&RawValue>>(body) {
+            Ok(items) => (None, items),
+            Err(_) => return Err(locate::<Vec<&RawValue>>(body)),
+        },
+        _ => match serde_json::from_slice::<ReportBatch<&RawValue>>(body) {
+            Ok(batch) => (Some((batch.instance, batch.sequence)), batch.reports),
+            Err(_) if !is_batch(body) => {
+                return decode(body).map(|report| Decoded {
+                    reports: vec![report],
+                    ..Decoded::default()
+                })
+            }
+            Err(_) => return Err(locate::<ReportBatch<&RawValue>>(body)),
+        },
     };
-    if reports.len() > MAX_BATCH {
-        return Err(ReportError::at(
+    if items.len() > MAX_BATCH {
+        return Err(FieldError::at(
             ".",
-            format!("{} reports in one request; at most {MAX_BATCH}", reports.len()),
+            format!("{} reports in one request; at most {MAX_BATCH}", items.len()),
         ));
     }
-    for (i, report) in reports.iter().enumerate() {
-        check(report).map_err(|e| e.within(&format!("[{i}]")))?;
+    let prefix = if batch.is_some() { "reports" } else { "" };
+    let mut decoded = Decoded {
+        batch,
+        ..Decoded::default()
+    };
+    for (index, item) in items.into_iter().enumerate() {
+        let at = format!("{prefix}[{index}]");
+        match decode(item.get().as_bytes()).and_then(|r| same_sender(r, decoded.batch.as_ref())) {
+            Ok(report) => decoded.reports.push(report),
+            Err(error) => {
+                let error = error.within(&at);
+                decoded.rejected.push(Rejected {
+                    index,
+                    path: error.path,
+                    error: error.message,
+                });
+            }
+        }
     }
-    Ok(reports)
+    if decoded.reports.is_empty() {
+        if let Some(first) = decoded.rejected.first() {
+            return Err(FieldError::at(first.path.clone(), first.error.clone()));
+        }
+    }
+    Ok(decoded)
+}
+
+/// A batch's reports speak for the batch's sender only.
+fn same_sender<'a>(
+    report: Report<'a>,
+    batch: Option<&(Cow<'_, str>, u64)>,
+) -> Result<Report<'a>, ReportError> {
+    match batch {
+        Some((instance, _)) if report.instance != *instance => Err(FieldError::at(
+            "instance",
+            format!("{:?} is not the batch's instance {instance:?}", report.instance),
+        )),
+        _ => Ok(report),
+    }
+}
+
+/// Whether a body that is not a valid batch was meant as one: an object
+/// with a `reports` key. Only read on the error path.
+fn is_batch(body: &[u8]) -> bool {
+    #[derive(Deserialize)]
+    struct Shape {
+        reports: Option<serde::de::IgnoredAny>,
+    }
+    serde_json::from_slice::<Shape>(body).is_ok_and(|shape| shape.reports.is_some())
 }
 
 /// The error of a body the plain decoder refused, with the path to it.
@@ -180,60 +123,21 @@ fn locate<'a, T: Deserialize<'a>>(body: &'a [u8]) -> ReportError {
             "?" | "" => ".".to_string(),
             path => path.to_string(),
         };
-        ReportError::at(path, e.into_inner().to_string())
+        FieldError::at(path, e.into_inner().to_string())
     });
     match report {
         Err(error) => error,
         Ok(_) => match json.end() {
-            Err(e) => ReportError::at(".", e.to_string()),
-            Ok(()) => ReportError::at(".", "the report does not decode"),
+            Err(e) => FieldError::at(".", e.to_string()),
+            Ok(()) => FieldError::at(".", "the report does not decode"),
         },
     }
-}
-
-/// The rules JSON types alone cannot say.
-fn check(report: &Report<'_>) -> Result<(), ReportError> {
-    check_service_name(&report.service).map_err(|e| ReportError::at("service", e))?;
-    if let Some(caller) = &report.caller {
-        check_service_name(caller).map_err(|e| ReportError::at("caller", e))?;
-    }
-    if report.instance.is_empty() || report.instance.len() > MAX_INSTANCE_LEN {
-        return Err(ReportError::at(
-            "instance",
-            format!("must be 1 to {MAX_INSTANCE_LEN} characters (the pod name)"),
-        ));
-    }
-    for (i, endpoint) in report.endpoints.iter().enumerate() {
-        let at = |field: &str| format!("endpoints[{i}].{field}");
-        if endpoint.endpoint.is_empty() || endpoint.endpoint.len() > MAX_ENDPOINT_LEN {
-            return Err(ReportError::at(
-                at("endpoint"),
-                format!("must be 1 to {MAX_ENDPOINT_LEN} characters"),
-            ));
-        }
-        for attempt in endpoint.retries.keys() {
-            if !matches!(attempt.parse::<u32>(), Ok(n) if n >= 1 && **attempt == n.to_string()) {
-                return Err(ReportError::at(
-                    at("retries"),
-                    format!("{attempt:?} is not an attempt number: use \"1\" for the first retry, \"2\" for the second, ..."),
-                ));
-            }
-        }
-    }
-    if let Some(ratio) = report.budget.and_then(|b| b.remaining_ratio) {
-        if !(0.0..=1.0).contains(&ratio) {
-            return Err(ReportError::at(
-                "budget.remainingRatio",
-                format!("{ratio} is not a share in [0, 1]"),
-            ));
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use stormguard_core::breaker::CircuitState;
 
     const GOOD: &str = r#"{
         "service": "payment-service",
@@ -260,22 +164,50 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_is_an_array_of_reports_refused_whole_if_one_is_bad() {
+    fn in_an_array_a_bad_report_is_refused_alone() {
         let two = format!("[{GOOD}, {{\"service\": \"b\", \"instance\": \"i\"}}]");
-        let reports = decode_batch(two.as_bytes()).unwrap();
-        assert_eq!(reports.len(), 2);
-        assert_eq!(reports[1].service, "b");
-        let bad = format!("[{GOOD}, {{\"service\": \"b\", \"instance\": \"i\", \"inFlight\": -1}}]");
-        let error = decode_batch(bad.as_bytes()).unwrap_err();
-        assert_eq!(error.path, "[1].inFlight");
-        let bad_name = format!("[{GOOD}, {{\"service\": \"B\", \"instance\": \"i\"}}]");
-        assert_eq!(decode_batch(bad_name.as_bytes()).unwrap_err().path, "[1].service");
+        let decoded = decode_body(two.as_bytes()).unwrap();
+        assert_eq!(decoded.reports.len(), 2);
+        assert_eq!(decoded.reports[1].service, "b");
+        assert!(decoded.batch.is_none() && decoded.rejected.is_empty());
+
+        let bad = format!("[{GOOD}, {{\"service\": \"b\", \"instance\": \"i\", \"inFlight\": -1}}, {{\"service\": \"B\", \"instance\": \"i\"}}]");
+        let decoded = decode_body(bad.as_bytes()).unwrap();
+        assert_eq!(decoded.reports.len(), 1, "the good report counts");
+        let refused: Vec<_> = decoded
+            .rejected
+            .iter()
+            .map(|r| (r.index, r.path.as_str()))
+            .collect();
+        assert_eq!(refused, [(1, "[1].inFlight"), (2, "[2].service")]);
+        assert!(decoded.rejected[1].error.contains("DNS-1123"));
+
+        let all_bad = r#"[{"service": "B", "instance": "i"}]"#;
+        assert_eq!(decode_body(all_bad.as_bytes()).unwrap_err().path, "[0].service");
         let many = format!("[{}]", vec![GOOD; MAX_BATCH + 1].join(","));
-        assert!(decode_batch(many.as_bytes())
+        assert!(decode_body(many.as_bytes())
             .unwrap_err()
             .message
             .contains("at most 1000"));
-        assert_eq!(decode_batch(b"[]").unwrap().len(), 0);
+        assert_eq!(decode_body(b"[]").unwrap().reports.len(), 0);
+    }
+
+    #[test]
+    fn a_batch_carries_its_sender_and_number_and_speaks_for_its_sender_only() {
+        let body = format!(
+            r#"{{"instance": "checkout-7f9c4-abcde", "sequence": 41, "reports": [{GOOD}, {{"service": "b", "instance": "someone-else"}}]}}"#
+        );
+        let decoded = decode_body(body.as_bytes()).unwrap();
+        assert_eq!(decoded.batch, Some(("checkout-7f9c4-abcde".into(), 41)));
+        assert_eq!(decoded.reports.len(), 1);
+        assert_eq!(decoded.rejected[0].path, "reports[1].instance");
+        let negative = r#"{"instance": "i", "sequence": -1, "reports": []}"#;
+        assert_eq!(decode_body(negative.as_bytes()).unwrap_err().path, "sequence");
+        let unknown = r#"{"instance": "i", "sequence": 1, "reports": [], "x": 1}"#;
+        assert!(decode_body(unknown.as_bytes())
+            .unwrap_err()
+            .message
+            .contains("unknown field `x`"));
     }
 
     #[test]
@@ -364,7 +296,7 @@ mod tests {
             ),
         ];
         for (body, path, words) in cases.iter().filter(|(body, _, _)| !body.starts_with('[')) {
-            let error = decode_batch(body.as_bytes()).expect_err(body);
+            let error = decode_body(body.as_bytes()).expect_err(body);
             assert_eq!(error.path, *path, "as a batch body: {body}: {error}");
             assert!(error.message.contains(words), "{body}: {error}");
         }

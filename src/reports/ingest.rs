@@ -19,10 +19,11 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use foldhash::HashMap;
-use serde::Serialize;
 use tokio::time::Instant;
 
-use super::decode::Report;
+use stormguard_core::wire::{Folded, Report};
+
+use super::batches::{Batch, BatchLog};
 
 /// The label value overflow is folded into.
 pub const OTHER: &str = "other";
@@ -40,6 +41,8 @@ pub struct ReportLimits {
     pub max_instances: usize,
     /// An instance that has not reported for this long is forgotten.
     pub instance_ttl: Duration,
+    /// How long a batch number is remembered, so that the batch sent again is not counted twice.
+    pub batch_window: Duration,
 }
 
 impl Default for ReportLimits {
@@ -50,28 +53,8 @@ impl Default for ReportLimits {
             max_attempt_label: 10,
             max_instances: 10_000,
             instance_ttl: Duration::from_secs(60),
+            batch_window: Duration::from_secs(600),
         }
-    }
-}
-
-/// What a report lost to the guard, as the sender is told.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Folded {
-    /// The service was counted as `other`.
-    pub service: bool,
-    /// Endpoints counted as `other`.
-    pub endpoints: usize,
-    /// Attempt numbers counted as `other`.
-    pub attempts: usize,
-    /// The instance's states were not kept: too many instances.
-    pub instance_dropped: bool,
-}
-
-impl Folded {
-    /// Whether the report lost nothing.
-    pub fn is_empty(&self) -> bool {
-        *self == Self::default()
     }
 }
 
@@ -117,6 +100,7 @@ struct Table {
     instances: usize,
     accepted: u64,
     rejected: u64,
+    duplicate: u64,
     folded: [u64; 4],
 }
 
@@ -124,12 +108,14 @@ struct Table {
 pub struct ClientMetrics {
     limits: ReportLimits,
     table: Mutex<Table>,
+    batches: BatchLog,
 }
 
 impl ClientMetrics {
     /// Empty families under `limits`.
     pub fn new(limits: ReportLimits) -> Self {
         Self {
+            batches: BatchLog::new(limits.batch_window, limits.max_instances),
             limits,
             table: Mutex::default(),
         }
@@ -140,9 +126,19 @@ impl ClientMetrics {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Counts a report refused as malformed.
-    pub fn rejected(&self) {
-        self.lock().rejected += 1;
+    /// Counts `n` reports refused as malformed.
+    pub fn rejected(&self, n: usize) {
+        self.lock().rejected += n as u64;
+    }
+
+    /// Records a batch of `reports` reports; see [`Batch`]. A repeat is
+    /// counted as `n` duplicate reports and nothing else.
+    pub fn batch(&self, instance: &str, sequence: u64, reports: usize, now: Instant) -> Batch {
+        let batch = self.batches.record(instance, sequence, now);
+        if batch == Batch::Repeat {
+            self.lock().duplicate += reports as u64;
+        }
+        batch
     }
 
     /// Adds a valid report; `listed` says whether a service is in the policy file.
@@ -187,7 +183,7 @@ impl ClientMetrics {
         let denied = report.budget.map_or(0, |b| b.retries_denied);
         series.denied = series.denied.saturating_add(denied);
         let state = InstanceState {
-            circuit: report.circuit_state.map(|s| s.as_metric()),
+            circuit: report.circuit_state.map(|s| i64::from(s.as_metric())),
             in_flight: report.in_flight,
             remaining_ratio: report.budget.and_then(|b| b.remaining_ratio),
             seen: now,
@@ -423,7 +419,7 @@ fn render(t: &Table) -> String {
         &mut out,
         "stormguard_reports_total",
         "counter",
-        "Client reports received, by result: accepted, or rejected as malformed.",
+        "Client reports received, by result: accepted, rejected as malformed, or duplicate (a batch sent again, counted once).",
     );
     let _ = writeln!(
         out,
@@ -434,6 +430,11 @@ fn render(t: &Table) -> String {
         out,
         "stormguard_reports_total{{result=\"rejected\"}} {}",
         t.rejected
+    );
+    let _ = writeln!(
+        out,
+        "stormguard_reports_total{{result=\"duplicate\"}} {}",
+        t.duplicate
     );
     header(&mut out, "stormguard_report_labels_folded_total", "counter", "Label values the cardinality guard folded into `other` (service, endpoint, attempt), or instance states it dropped (instance).");
     for (label, n) in FOLD_LABELS.iter().zip(t.folded) {

@@ -1,11 +1,10 @@
 //! Client reports: `POST /v1/reports` decoded strictly, then counted into
 //! the Prometheus families the seed's dashboards and alerts read.
 
+mod batches;
 mod decode;
 mod ingest;
 
-pub use decode::{
-    decode, decode_batch, BudgetReport, CircuitState, EndpointCounts, Report, ReportError, StatusCounts,
-    MAX_BATCH, MAX_ENDPOINT_LEN, MAX_INSTANCE_LEN,
-};
-pub use ingest::{ClientMetrics, Folded, ReportLimits, OTHER};
+pub use batches::{Batch, BatchLog};
+pub use decode::{decode, decode_body, Decoded, ReportError};
+pub use ingest::{ClientMetrics, ReportLimits, OTHER};

@@ -1,46 +1,56 @@
-//! `POST /v1/reports`: a client's counters and states since its last report,
-//! one report or a JSON array of them (one per service the process calls).
+//! `POST /v1/reports`: a client's counters and states since its last report:
+//! one report, an array of them, or a numbered batch (counted once however
+//! often it is sent).
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use serde::Serialize;
+use stormguard_core::wire::ReportAnswer;
 use tokio::time::Instant;
 
 use super::body::LimitedBody;
 use super::error::ApiError;
 use super::AppState;
-use crate::reports::{decode_batch, Folded};
+use crate::reports::{decode_body, Batch};
 
-/// The answer to good reports: how many, and what the guard folded in each.
-#[derive(Serialize)]
-pub struct Accepted {
-    accepted: usize,
-    folded: Vec<Folded>,
-}
-
-/// 202 with what the cardinality guard folded, or 400 naming the bad field;
-/// a bad report changes nothing, and refuses the whole batch it came in.
+/// 202 with what was counted, what was refused and what the cardinality
+/// guard folded; 400 naming the bad field when nothing in the body can be
+/// counted. A refused report changes nothing.
 pub async fn receive(
     State(state): State<AppState>,
     LimitedBody(body): LimitedBody,
-) -> Result<(StatusCode, Json<Accepted>), ApiError> {
-    let reports = decode_batch(&body).map_err(|error| {
-        state.reports.rejected();
+) -> Result<(StatusCode, Json<ReportAnswer>), ApiError> {
+    let decoded = decode_body(&body).map_err(|error| {
+        state.reports.rejected(1);
         ApiError::new(StatusCode::BAD_REQUEST, format!("malformed report: {error}")).with("path", error.path)
     })?;
+    let now = Instant::now();
+    if let Some((instance, sequence)) = &decoded.batch {
+        if state
+            .reports
+            .batch(instance, *sequence, decoded.reports.len(), now)
+            == Batch::Repeat
+        {
+            let answer = ReportAnswer {
+                duplicate: true,
+                ..ReportAnswer::default()
+            };
+            return Ok((StatusCode::ACCEPTED, Json(answer)));
+        }
+    }
+    state.reports.rejected(decoded.rejected.len());
     let snapshot = state.store.current();
     let listed = |service: &str| snapshot.document.services.contains_key(service);
-    let now = Instant::now();
-    let folded: Vec<Folded> = reports
+    let folded = decoded
+        .reports
         .iter()
         .map(|report| state.reports.ingest(report, listed, now))
         .collect();
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(Accepted {
-            accepted: reports.len(),
-            folded,
-        }),
-    ))
+    let answer = ReportAnswer {
+        accepted: decoded.reports.len(),
+        duplicate: false,
+        rejected: decoded.rejected,
+        folded,
+    };
+    Ok((StatusCode::ACCEPTED, Json(answer)))
 }

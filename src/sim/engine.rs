@@ -215,7 +215,9 @@ impl<'a> Simulation<'a> {
             scenario,
             origin,
             guards: (0..processes)
-                .map(|_| Guard::from_policy_at(&strategy.policy, origin))
+                .map(|_| {
+                    Guard::from_policy_at(&strategy.policy, origin).with_max_retries(strategy.max_retries)
+                })
                 .collect(),
             clients,
             server: Server {

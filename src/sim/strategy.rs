@@ -4,7 +4,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use stormguard_core::policy::{BudgetPolicy, CircuitBreakerPolicy, Jitter, RetryPolicy};
+use stormguard_core::policy::{
+    BudgetPolicy, CircuitBreakerPolicy, InvalidPolicy, Jitter, RetryPolicy, ValidPolicy, MAX_RETRIES,
+};
 
 /// A named strategy of seed 004 and its kin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -104,7 +106,10 @@ pub struct Strategy {
     /// What reports call it, e.g. `full-jitter+budget`.
     pub label: String,
     /// The policy, as a client would receive it from the daemon.
-    pub policy: RetryPolicy,
+    pub policy: ValidPolicy,
+    /// Retries before a client gives up: the policy's, or more than a policy
+    /// file may set (the herd's clients retry until they succeed).
+    pub max_retries: u32,
 }
 
 /// Changes applied on top of a strategy: the library's budget and breaker, a retry cap.
@@ -122,10 +127,17 @@ impl Strategy {
     /// A named strategy with `modifiers`.
     pub fn named(named: Named, modifiers: Modifiers) -> Self {
         Self::from_policy(named.name(), named.policy(), modifiers)
+            .expect("the named strategies, with the library's default budget and breaker, are valid")
     }
 
-    /// Any policy (a service's, resolved from a policy file) with `modifiers`.
-    pub fn from_policy(label: &str, mut policy: RetryPolicy, modifiers: Modifiers) -> Self {
+    /// Any policy (a service's, resolved from a policy file) with
+    /// `modifiers`; the policy is checked as a client checks it, except that
+    /// it may retry more often than a file allows.
+    pub fn from_policy(
+        label: &str,
+        mut policy: RetryPolicy,
+        modifiers: Modifiers,
+    ) -> Result<Self, InvalidPolicy> {
         let mut label = label.to_string();
         if modifiers.budget && !policy.budget.enabled {
             policy.budget = BudgetPolicy {
@@ -145,7 +157,13 @@ impl Strategy {
             policy.max_retries = max;
             label.push_str(&format!("+max{max}"));
         }
-        Self { label, policy }
+        let max_retries = policy.max_retries;
+        policy.max_retries = max_retries.min(MAX_RETRIES);
+        Ok(Self {
+            label,
+            policy: policy.try_into()?,
+            max_retries,
+        })
     }
 }
 
@@ -201,12 +219,10 @@ mod tests {
         );
         assert_eq!(s.label, "full-jitter+budget+breaker+max5");
         assert!(s.policy.budget.enabled && s.policy.circuit_breaker.enabled);
-        assert_eq!(s.policy.max_retries, 5);
-        assert_eq!(
-            Strategy::named(Named::Constant, Modifiers::default())
-                .policy
-                .max_retries,
-            u32::MAX
-        );
+        assert_eq!(s.max_retries, 5);
+        for named in Named::ALL {
+            let until_success = Strategy::named(named, Modifiers::default());
+            assert_eq!(until_success.max_retries, u32::MAX, "{}", named.name());
+        }
     }
 }

@@ -30,7 +30,9 @@ async fn main() {
     let service = args.next().unwrap_or_else(|| "payment-service".into());
     let dependency = start_flaky_dependency().await;
 
-    let policy = PolicyClient::start(ClientConfig::new(&daemon, &service)).await;
+    let policy = PolicyClient::start(ClientConfig::new(&daemon, &service))
+        .await
+        .expect("a valid client configuration");
     println!(
         "policy for {service} from {:?}: {:?}",
         policy.source(),
@@ -39,7 +41,8 @@ async fn main() {
     let reporter = Reporter::start(ReporterConfig {
         interval: Duration::from_secs(2),
         ..ReporterConfig::new(&daemon, "flaky-example")
-    });
+    })
+    .expect("a valid reporter configuration");
     let calls = Dependency::new(policy.clone(), reporter.clone());
     let http = reqwest::Client::new();
 

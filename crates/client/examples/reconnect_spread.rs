@@ -42,7 +42,11 @@ async fn main() {
     let base = format!("http://127.0.0.1:{port}");
     let mut fleet = Vec::with_capacity(clients);
     for _ in 0..clients {
-        fleet.push(PolicyClient::start(ClientConfig::new(&base, "payment-service")).await);
+        fleet.push(
+            PolicyClient::start(ClientConfig::new(&base, "payment-service"))
+                .await
+                .expect("a valid client configuration"),
+        );
     }
     assert!(
         fleet.iter().all(|c| c.source() == PolicySource::Daemon),

@@ -1,6 +1,7 @@
 //! One dependency: its policy and its reports, around each call.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use stormguard_core::guard::Attempt;
 use stormguard_core::retry::{Failure, RetryError, Verdict};
@@ -58,21 +59,64 @@ impl Dependency {
         let service = self.policy.service();
         self.reporter.track(service, &guard);
         let _in_flight = self.reporter.in_flight(service);
-        let reporter = &self.reporter;
         let classify = &classify;
+        let won = &AtomicU32::new(NO_WINNER);
         let reported = |attempt: Attempt| {
+            let mut unfinished = Unfinished {
+                reporter: &self.reporter,
+                service,
+                endpoint,
+                attempt,
+                won,
+                done: false,
+            };
             let sent = operation(attempt);
             async move {
                 let result = sent.await;
                 let outcome = match &result {
-                    Ok(_) => Outcome::Success,
+                    Ok(_) => {
+                        won.store(attempt.retry, Relaxed);
+                        Outcome::Success
+                    }
                     Err(error) => classify(error).1,
                 };
-                reporter.record(service, endpoint, attempt.retry, outcome);
+                unfinished.finish(outcome);
                 result
             }
         };
         guard.call(reported, |error| classify(error).0).await
+    }
+}
+
+/// No attempt of the call has succeeded yet.
+const NO_WINNER: u32 = u32::MAX;
+
+/// An attempt sent and not yet answered. Dropped unanswered (its per-try
+/// timeout fired, or the call was cancelled) it counts as an `error`: no
+/// answer came. A hedge dropped because another attempt of the same retry
+/// succeeded is not counted: it was cancelled, not failed.
+struct Unfinished<'a> {
+    reporter: &'a Reporter,
+    service: &'a str,
+    endpoint: &'a str,
+    attempt: Attempt,
+    won: &'a AtomicU32,
+    done: bool,
+}
+
+impl Unfinished<'_> {
+    fn finish(&mut self, outcome: Outcome) {
+        self.done = true;
+        self.reporter
+            .record(self.service, self.endpoint, self.attempt.retry, outcome);
+    }
+}
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        if !self.done && self.won.load(Relaxed) != self.attempt.retry {
+            self.finish(Outcome::Error);
+        }
     }
 }
 

@@ -30,8 +30,9 @@
 //!     cache: Some("/var/cache/stormguard/payment-service.json".into()),
 //!     ..ClientConfig::new(daemon, "payment-service")
 //! })
-//! .await;
-//! let reporter = Reporter::start(ReporterConfig::new(daemon, instance));
+//! .await
+//! .expect("a valid service name and daemon URL");
+//! let reporter = Reporter::start(ReporterConfig::new(daemon, instance)).expect("a valid instance name");
 //! let payments = Dependency::new(policy, reporter.clone());
 //!
 //! // Each call: one attempt per invocation of the closure; the policy decides
@@ -55,11 +56,13 @@
 //! # }
 //! ```
 
+mod config;
 mod dependency;
 mod policy;
 mod report;
 
+pub use config::ConfigError;
 pub use dependency::Dependency;
-pub use policy::{ClientConfig, PolicyClient, PolicySource};
-pub use report::{Outcome, Reporter, ReporterConfig};
+pub use policy::{ClientConfig, PolicyClient, PolicySource, MAX_WAIT_HEADER};
+pub use report::{Outcome, Reporter, ReporterConfig, ReporterStats, SendError};
 pub use stormguard_core;

@@ -7,14 +7,23 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
-use reqwest::header::{ETAG, IF_NONE_MATCH};
+use reqwest::header::{HeaderMap, ETAG, IF_NONE_MATCH, RETRY_AFTER};
 use reqwest::StatusCode;
 use serde::{Deserialize, Serialize};
 use stormguard_core::backoff::Backoff;
 use stormguard_core::guard::Guard;
-use stormguard_core::policy::{Jitter, PolicySource as Resolution, ResolvedPolicy, RetryPolicy};
+use stormguard_core::policy::{
+    InvalidPolicy, Jitter, PolicySource as Resolution, ResolvedPolicy, RetryPolicy, ValidPolicy,
+};
+use stormguard_core::retry::parse_retry_after;
 use tokio::sync::watch;
 use tokio::time::Instant;
+
+use crate::config::{check_daemon, check_positive, check_service, ConfigError};
+
+/// The response header by which the daemon says it shortened a long-poll's
+/// `?wait=` to its maximum, in milliseconds; the client then asks for no more.
+pub const MAX_WAIT_HEADER: &str = "stormguard-max-wait-ms";
 
 /// Where the client found the policy it applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,12 +57,16 @@ pub struct ClientConfig {
     /// fleet loses the daemon all at once, so its first retries are spread
     /// over this much (full jitter) rather than arriving together.
     pub reconnect_initial: Duration,
+    /// The shortest time between the starts of two watch requests, whatever
+    /// the daemon answers: a daemon answering at once (draining, misbehaving)
+    /// never makes the client spin.
+    pub min_poll_interval: Duration,
 }
 
 impl ClientConfig {
-    /// A configuration with the defaults: a 5 s start-up wait, 60 s watches,
-    /// start-up fetch retries from 100 ms, watch retries from 2 s, both up to
-    /// 30 s with full jitter, no cache file.
+    /// A configuration with the defaults: a 5 s start-up wait, 60 s watches
+    /// at most once a second, start-up fetch retries from 100 ms, watch
+    /// retries from 2 s, both up to 30 s with full jitter, no cache file.
     pub fn new(daemon: impl Into<String>, service: impl Into<String>) -> Self {
         Self {
             daemon: daemon.into().trim_end_matches('/').to_string(),
@@ -64,7 +77,17 @@ impl ClientConfig {
             retry_initial: Duration::from_millis(100),
             retry_max: Duration::from_secs(30),
             reconnect_initial: Duration::from_secs(2),
+            min_poll_interval: Duration::from_secs(1),
         }
+    }
+
+    /// Whether the settings can work; [`PolicyClient::start`] checks them.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        check_daemon(&self.daemon)?;
+        check_service("service", &self.service)?;
+        check_positive("watch_wait", self.watch_wait)?;
+        check_positive("retry_max", self.retry_max)?;
+        check_positive("min_poll_interval", self.min_poll_interval)
     }
 
     fn url(&self) -> String {
@@ -128,19 +151,42 @@ enum FetchError {
     Http(#[from] reqwest::Error),
     #[error("the daemon answered {0}")]
     Status(StatusCode),
+    #[error("the daemon is busy or draining (503); asked to come back in {0:?}")]
+    Unavailable(Option<Duration>),
+    #[error("the daemon served a policy that is not valid, ignored: {error}")]
+    Invalid {
+        error: InvalidPolicy,
+        /// The version refused, so the watch waits for the next one.
+        etag: Option<String>,
+    },
 }
 
 /// What a fetch found.
 enum Fetched {
-    New(Box<ResolvedPolicy>, Option<String>),
+    New(Box<Version>),
     Unchanged,
+}
+
+/// A policy version: the daemon's answer, validated.
+struct Version {
+    resolved: ResolvedPolicy,
+    policy: ValidPolicy,
+    etag: Option<String>,
+}
+
+/// A fetch's outcome, and the longest wait the daemon allows if it said so.
+struct Answer {
+    fetched: Result<Fetched, FetchError>,
+    max_wait: Option<Duration>,
 }
 
 impl PolicyClient {
     /// Fetches the policy (within `startup_wait`, falling back to the cache,
-    /// then to the defaults) and starts watching for new versions. Never fails:
-    /// a service must start even when the daemon is down.
-    pub async fn start(config: ClientConfig) -> Self {
+    /// then to the defaults) and starts watching for new versions. Fails only
+    /// on settings that cannot work: a service must start even when the
+    /// daemon is down, or serves something it cannot use.
+    pub async fn start(config: ClientConfig) -> Result<Self, ConfigError> {
+        config.check()?;
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(2))
             .build()
@@ -156,7 +202,7 @@ impl PolicyClient {
         });
         let task = tokio::spawn(watch_loop(Arc::downgrade(&shared)));
         *shared.watcher.lock().expect("watcher lock") = Some(task);
-        Self { shared }
+        Ok(Self { shared })
     }
 
     /// The guard to run calls through: the current policy's retry loop,
@@ -194,18 +240,26 @@ async fn initial(config: &ClientConfig, http: &reqwest::Client) -> Current {
     let (mut attempt, mut previous) = (0, Duration::ZERO);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
+        let mut come_back = None;
         match tokio::time::timeout(left, fetch(config, http, None, None)).await {
-            Ok(Ok(Fetched::New(resolved, etag))) => {
-                save_cache(config, &resolved, etag.as_deref()).await;
-                return current(*resolved, etag, PolicySource::Daemon);
-            }
-            Ok(Ok(Fetched::Unchanged)) => {}
-            Ok(Err(error)) => {
-                tracing::warn!(service = %config.service, %error, "cannot fetch the stormguard policy yet")
-            }
+            Ok(answer) => match answer.fetched {
+                Ok(Fetched::New(version)) => {
+                    save_cache(config, &version.resolved, version.etag.as_deref()).await;
+                    return current(*version, PolicySource::Daemon);
+                }
+                Ok(Fetched::Unchanged) => {}
+                Err(error) => {
+                    if let FetchError::Unavailable(retry_after) = error {
+                        come_back = retry_after;
+                    }
+                    tracing::warn!(service = %config.service, %error, "cannot fetch the stormguard policy yet")
+                }
+            },
             Err(_) => break,
         }
-        let delay = backoff.delay(attempt, previous, &mut rng);
+        let delay = backoff
+            .delay(attempt, previous, &mut rng)
+            .max(come_back.unwrap_or_default());
         (attempt, previous) = (attempt.saturating_add(1), delay);
         if Instant::now() + delay >= deadline {
             break;
@@ -215,26 +269,42 @@ async fn initial(config: &ClientConfig, http: &reqwest::Client) -> Current {
     match load_cache(config).await {
         Some(cached) => {
             tracing::warn!(service = %config.service, "the stormguard daemon is unreachable; using the cached policy");
-            current(cached.policy, cached.etag, PolicySource::Cache)
+            current(cached, PolicySource::Cache)
         }
         None => {
             tracing::warn!(service = %config.service, "the stormguard daemon is unreachable and nothing is cached; using the built-in defaults");
-            let defaults = ResolvedPolicy {
-                source: Resolution::Defaults,
-                overridden: Vec::new(),
-                policy: RetryPolicy::default(),
+            let defaults = Version {
+                resolved: ResolvedPolicy {
+                    source: Resolution::Defaults,
+                    overridden: Vec::new(),
+                    policy: RetryPolicy::default(),
+                },
+                policy: ValidPolicy::default(),
+                etag: None,
             };
-            current(defaults, None, PolicySource::Defaults)
+            current(defaults, PolicySource::Defaults)
         }
     }
 }
 
-fn current(resolved: ResolvedPolicy, etag: Option<String>, source: PolicySource) -> Current {
+fn current(version: Version, source: PolicySource) -> Current {
     Current {
-        guard: Guard::from_policy(&resolved.policy),
-        resolved,
-        etag,
+        guard: Guard::from_policy(&version.policy),
+        resolved: version.resolved,
+        etag: version.etag,
         source,
+    }
+}
+
+/// A resolved policy as read from the daemon or the cache, checked before use.
+fn validated(resolved: ResolvedPolicy, etag: Option<String>) -> Result<Version, FetchError> {
+    match ValidPolicy::try_from(resolved.policy.clone()) {
+        Ok(policy) => Ok(Version {
+            resolved,
+            policy,
+            etag,
+        }),
+        Err(error) => Err(FetchError::Invalid { error, etag }),
     }
 }
 
@@ -244,7 +314,7 @@ async fn fetch(
     http: &reqwest::Client,
     etag: Option<&str>,
     wait: Option<Duration>,
-) -> Result<Fetched, FetchError> {
+) -> Answer {
     let mut request = http.get(config.url());
     if let Some(etag) = etag {
         request = request.header(IF_NONE_MATCH, etag);
@@ -258,7 +328,22 @@ async fn fetch(
     } else {
         request = request.timeout(Duration::from_secs(10));
     }
-    let response = request.send().await?;
+    let response = match request.send().await {
+        Ok(response) => response,
+        Err(error) => {
+            return Answer {
+                fetched: Err(error.into()),
+                max_wait: None,
+            }
+        }
+    };
+    let max_wait = max_wait(response.headers());
+    let fetched = read(response).await;
+    Answer { fetched, max_wait }
+}
+
+/// What a response says.
+async fn read(response: reqwest::Response) -> Result<Fetched, FetchError> {
     match response.status() {
         StatusCode::OK => {
             let etag = response
@@ -266,54 +351,91 @@ async fn fetch(
                 .get(ETAG)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string);
-            Ok(Fetched::New(Box::new(response.json().await?), etag))
+            let resolved: ResolvedPolicy = response.json().await?;
+            Ok(Fetched::New(Box::new(validated(resolved, etag)?)))
         }
         StatusCode::NOT_MODIFIED => Ok(Fetched::Unchanged),
+        StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS => {
+            let retry_after = response
+                .headers()
+                .get(RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()));
+            Err(FetchError::Unavailable(retry_after))
+        }
         status => Err(FetchError::Status(status)),
     }
 }
 
+/// The daemon's longest wait, when it said it shortened ours.
+fn max_wait(headers: &HeaderMap) -> Option<Duration> {
+    let millis: u64 = headers.get(MAX_WAIT_HEADER)?.to_str().ok()?.parse().ok()?;
+    Some(Duration::from_millis(millis))
+}
+
 /// Long-polls for new versions until the client is dropped (which aborts
-/// this task; it holds no strong reference while it waits).
+/// this task; it holds no strong reference while it waits). Polls start at
+/// most once per `min_poll_interval`; after a failure the next one waits for
+/// the backoff, and at least as long as a `Retry-After` asks.
 async fn watch_loop(shared: std::sync::Weak<Shared>) {
     let mut rng = SmallRng::from_rng(&mut rand::rng());
     let (mut failures, mut previous) = (0u32, Duration::ZERO);
+    let Some(mut known) = shared.upgrade().map(|s| s.current.load().etag.clone()) else {
+        return;
+    };
+    let Some(mut wait) = shared.upgrade().map(|s| s.config.watch_wait) else {
+        return;
+    };
     loop {
-        let Some((config, http, etag)) = shared
-            .upgrade()
-            .map(|s| (s.config.clone(), s.http.clone(), s.current.load().etag.clone()))
-        else {
+        let Some((config, http)) = shared.upgrade().map(|s| (s.config.clone(), s.http.clone())) else {
             return;
         };
-        let fetched = fetch(&config, &http, etag.as_deref(), Some(config.watch_wait)).await;
-        match fetched {
-            Ok(Fetched::New(resolved, etag)) => {
+        let started = Instant::now();
+        let answer = fetch(&config, &http, known.as_deref(), Some(wait)).await;
+        if let Some(max) = answer.max_wait.filter(|max| *max < wait && !max.is_zero()) {
+            tracing::info!(service = %config.service, ?max, "the stormguard daemon allows shorter watches; using its maximum");
+            wait = max;
+        }
+        let mut pause = Duration::ZERO;
+        match answer.fetched {
+            Ok(Fetched::New(version)) => {
                 (failures, previous) = (0, Duration::ZERO);
+                known.clone_from(&version.etag);
                 let Some(s) = shared.upgrade() else { return };
-                apply(&s, *resolved, etag).await;
+                apply(&s, *version).await;
             }
             Ok(Fetched::Unchanged) => (failures, previous) = (0, Duration::ZERO),
+            Err(FetchError::Invalid { error, etag }) => {
+                tracing::error!(service = %config.service, %error, "stormguard served a policy this client cannot use; keeping the current policy");
+                known = etag;
+            }
             Err(error) => {
                 tracing::warn!(service = %config.service, %error, "stormguard policy watch failed; keeping the current policy");
+                let come_back = match error {
+                    FetchError::Unavailable(retry_after) => retry_after.unwrap_or_default(),
+                    _ => Duration::ZERO,
+                };
                 let delay = config
                     .backoff(config.reconnect_initial)
                     .delay(failures, previous, &mut rng);
                 (failures, previous) = (failures.saturating_add(1), delay);
-                tokio::time::sleep(delay).await;
+                pause = delay.max(come_back);
             }
         }
+        let floor = (started + config.min_poll_interval).saturating_duration_since(Instant::now());
+        tokio::time::sleep(pause.max(floor)).await;
     }
 }
 
 /// Applies a new version: a new guard that keeps the state of unchanged blocks.
-async fn apply(shared: &Shared, resolved: ResolvedPolicy, etag: Option<String>) {
-    let guard = shared.current.load().guard.updated(&resolved.policy);
-    save_cache(&shared.config, &resolved, etag.as_deref()).await;
-    tracing::info!(service = %shared.config.service, etag = ?etag, "stormguard policy updated");
+async fn apply(shared: &Shared, version: Version) {
+    let guard = shared.current.load().guard.updated(&version.policy);
+    save_cache(&shared.config, &version.resolved, version.etag.as_deref()).await;
+    tracing::info!(service = %shared.config.service, etag = ?version.etag, "stormguard policy updated");
     shared.current.store(Arc::new(Current {
-        resolved,
+        resolved: version.resolved,
         guard,
-        etag,
+        etag: version.etag,
         source: PolicySource::Daemon,
     }));
     shared.versions.send_modify(|v| *v += 1);
@@ -336,16 +458,18 @@ async fn save_cache(config: &ClientConfig, policy: &ResolvedPolicy, etag: Option
     }
 }
 
-async fn load_cache(config: &ClientConfig) -> Option<Cached> {
+/// The cached version, if there is one and it is readable and valid.
+async fn load_cache(config: &ClientConfig) -> Option<Version> {
     let path = config.cache.clone()?;
     let bytes = tokio::task::spawn_blocking(move || std::fs::read(path))
         .await
         .ok()?
         .ok()?;
-    match serde_json::from_slice::<Cached>(&bytes) {
-        Ok(cached) => Some(cached),
+    let cached = serde_json::from_slice::<Cached>(&bytes).map_err(|e| e.to_string());
+    match cached.and_then(|c| validated(c.policy, c.etag).map_err(|e| e.to_string())) {
+        Ok(version) => Some(version),
         Err(error) => {
-            tracing::warn!(service = %config.service, %error, "the stormguard policy cache is unreadable; ignoring it");
+            tracing::warn!(service = %config.service, %error, "the stormguard policy cache is unusable; ignoring it");
             None
         }
     }

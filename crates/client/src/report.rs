@@ -1,15 +1,27 @@
 //! Aggregating what calls did and sending it to the daemon.
+//!
+//! Counts are taken into a numbered batch, and that batch is sent until the
+//! daemon answers it: sent again, unchanged and under the same number, after
+//! a failure or a lost answer, so the daemon counts it once. New counts
+//! aggregate meanwhile and go in the next batch. A batch the daemon refuses
+//! (4xx) is dropped, logged and counted, never resent.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::{json, Value};
-use stormguard_core::breaker::CircuitState;
+use bytes::Bytes;
 use stormguard_core::guard::Guard;
+use stormguard_core::policy::check_service_name;
+use stormguard_core::wire::{
+    check_endpoint, BudgetReport, EndpointCounts, Report, ReportAnswer, ReportBatch, StatusCounts,
+};
 
-/// How an attempt ended, as reports count it (seed 003's statuses).
+use crate::config::{check_daemon, check_instance_name, check_positive, check_service, ConfigError};
+
+/// How an attempt ended, as reports count it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     /// An answer that is not a 5xx.
@@ -31,6 +43,8 @@ pub struct ReporterConfig {
     pub caller: Option<String>,
     /// Time between reports.
     pub interval: Duration,
+    /// How long one send may take before it is given up (and sent again later).
+    pub timeout: Duration,
     /// Endpoints kept per dependency between sends; more are counted as `other`.
     pub max_endpoints: usize,
     /// Dependencies kept between sends; more are not counted (and logged).
@@ -38,53 +52,77 @@ pub struct ReporterConfig {
 }
 
 impl ReporterConfig {
-    /// Reports every 10 s as `instance` (for a pod: `$HOSTNAME`), keeping at
-    /// most 100 endpoints per dependency and 100 dependencies between sends.
+    /// Reports every 10 s as `instance` (for a pod: `$HOSTNAME`), giving a
+    /// send 10 s, keeping at most 100 endpoints per dependency and 100
+    /// dependencies between sends.
     pub fn new(daemon: impl Into<String>, instance: impl Into<String>) -> Self {
         Self {
             daemon: daemon.into().trim_end_matches('/').to_string(),
             instance: instance.into(),
             caller: None,
             interval: Duration::from_secs(10),
+            timeout: Duration::from_secs(10),
             max_endpoints: 100,
             max_services: 100,
         }
     }
+
+    /// Whether the settings can work; [`Reporter::start`] checks them.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        check_daemon(&self.daemon)?;
+        check_instance_name(&self.instance)?;
+        if let Some(caller) = &self.caller {
+            check_service("caller", caller)?;
+        }
+        check_positive("interval", self.interval)?;
+        check_positive("timeout", self.timeout)
+    }
 }
 
-/// Counts for one endpoint since the last successful send.
+/// What the reporter has sent, for a service's own metrics or logs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReporterStats {
+    /// Batches the daemon counted (or had counted already).
+    pub batches_sent: u64,
+    /// Batches the daemon refused whole (4xx): dropped, not resent.
+    pub batches_dropped: u64,
+    /// Reports within counted batches that the daemon refused.
+    pub reports_rejected: u64,
+    /// Sends that failed and will be tried again (daemon unreachable, 5xx, timeout).
+    pub send_failures: u64,
+}
+
+/// Counts for one endpoint since they were last taken.
 #[derive(Debug, Default, Clone)]
-struct EndpointCounts {
+struct Tally {
     outcomes: [u64; 3],
     retries: BTreeMap<u32, u64>,
-}
-
-impl EndpointCounts {
-    fn merge(&mut self, other: &EndpointCounts) {
-        for (mine, theirs) in self.outcomes.iter_mut().zip(other.outcomes) {
-            *mine = mine.saturating_add(theirs);
-        }
-        for (attempt, n) in &other.retries {
-            let count = self.retries.entry(*attempt).or_default();
-            *count = count.saturating_add(*n);
-        }
-    }
 }
 
 /// One dependency: its counts, its guard (for breaker and budget state), calls in flight.
 #[derive(Default)]
 struct ServiceCounts {
-    endpoints: HashMap<String, EndpointCounts>,
+    endpoints: HashMap<String, Tally>,
     guard: Option<Guard>,
     in_flight: Arc<AtomicI64>,
-    /// The budget's denial count at the last send, to report the difference.
-    denied_sent: u64,
+    /// The budget's denial count when last taken, to report the difference.
+    denied_taken: u64,
+}
+
+/// A batch taken and not yet answered: its number and its body.
+struct Pending {
+    sequence: u64,
+    body: Bytes,
 }
 
 struct Inner {
     config: ReporterConfig,
     http: reqwest::Client,
     services: Mutex<HashMap<String, ServiceCounts>>,
+    /// The batch being sent; holding the lock is what makes sends one at a time.
+    outbox: tokio::sync::Mutex<Option<Pending>>,
+    next_sequence: AtomicU64,
+    stats: Mutex<ReporterStats>,
 }
 
 /// Aggregates attempts and sends them to the daemon; clones share it.
@@ -103,23 +141,47 @@ impl Drop for InFlight {
     }
 }
 
+/// Why a send did not get its batch counted.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// The daemon could not be reached, answered 5xx, or took too long: the
+    /// batch is kept and sent again.
+    #[error("the stormguard daemon did not take the report: {0}")]
+    Unavailable(String),
+    /// The daemon refused the batch (4xx): it was dropped.
+    #[error("the stormguard daemon refused the report ({status}): {body}")]
+    Refused {
+        /// The status.
+        status: u16,
+        /// The daemon's explanation.
+        body: String,
+    },
+}
+
 impl Reporter {
-    /// Starts sending every `config.interval`.
-    pub fn start(config: ReporterConfig) -> Self {
+    /// Starts sending every `config.interval`; fails only on settings that
+    /// cannot work (a name the daemon would refuse, a zero interval).
+    pub fn start(config: ReporterConfig) -> Result<Self, ConfigError> {
+        config.check()?;
         let inner = Arc::new(Inner {
             http: reqwest::Client::builder()
-                .connect_timeout(Duration::from_secs(2))
-                .timeout(Duration::from_secs(10))
+                .connect_timeout(Duration::from_secs(2).min(config.timeout))
+                .timeout(config.timeout)
                 .build()
                 .expect("a plain HTTP client builds"),
             config,
             services: Mutex::default(),
+            outbox: tokio::sync::Mutex::new(None),
+            // A random start: a restarted process under the same name does
+            // not repeat the numbers of its previous run.
+            next_sequence: AtomicU64::new(rand::random::<u64>() >> 1),
+            stats: Mutex::default(),
         });
         let task = tokio::spawn(send_loop(Arc::downgrade(&inner)));
-        Self {
+        Ok(Self {
             inner,
             task: Arc::new(Mutex::new(Some(task))),
-        }
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, ServiceCounts>> {
@@ -133,22 +195,25 @@ impl Reporter {
         }
     }
 
-    /// Counts one attempt at `service`'s `endpoint`; `retry` is 0 for a first try.
+    /// Counts one attempt at `service`'s `endpoint`; `retry` is 0 for a first
+    /// try. An endpoint name the daemon would refuse is counted as `other`.
     pub fn record(&self, service: &str, endpoint: &str, retry: u32, outcome: Outcome) {
         let mut services = self.lock();
         let max_endpoints = self.inner.config.max_endpoints;
         let Some(counts) = self.entry(&mut services, service) else {
             return;
         };
-        let key = if counts.endpoints.contains_key(endpoint) || counts.endpoints.len() < max_endpoints {
+        let fits = counts.endpoints.contains_key(endpoint) || counts.endpoints.len() < max_endpoints;
+        let key = if fits && check_endpoint(endpoint).is_ok() {
             endpoint
         } else {
             "other"
         };
-        let endpoint = counts.endpoints.entry(key.to_string()).or_default();
-        endpoint.outcomes[outcome as usize] = endpoint.outcomes[outcome as usize].saturating_add(1);
+        let tally = counts.endpoints.entry(key.to_string()).or_default();
+        tally.outcomes[outcome as usize] = tally.outcomes[outcome as usize].saturating_add(1);
         if retry > 0 {
-            *endpoint.retries.entry(retry).or_default() += 1;
+            let count = tally.retries.entry(retry).or_default();
+            *count = count.saturating_add(1);
         }
     }
 
@@ -159,33 +224,51 @@ impl Reporter {
         Some(InFlight(counter))
     }
 
+    /// What has been sent so far.
+    pub fn stats(&self) -> ReporterStats {
+        *self.inner.stats.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn entry<'a>(
         &self,
         services: &'a mut HashMap<String, ServiceCounts>,
         service: &str,
     ) -> Option<&'a mut ServiceCounts> {
-        if !services.contains_key(service) && services.len() >= self.inner.config.max_services {
-            tracing::warn!(
-                service,
-                "stormguard reporter: too many dependencies; not counting this one"
-            );
-            return None;
+        if !services.contains_key(service) {
+            if let Err(problem) = check_service_name(service) {
+                tracing::warn!(
+                    service,
+                    "stormguard reporter: not counting calls to {service:?}: {problem}"
+                );
+                return None;
+            }
+            if services.len() >= self.inner.config.max_services {
+                tracing::warn!(
+                    service,
+                    "stormguard reporter: too many dependencies; not counting this one"
+                );
+                return None;
+            }
         }
         Some(services.entry(service.to_string()).or_default())
     }
 
-    /// Sends what is aggregated now, and stops; what cannot be sent is lost.
+    /// Stops the periodic sends, then sends what is pending and what is
+    /// aggregated now. A send that was under way is not lost: its batch
+    /// is still pending and goes first.
     pub async fn shutdown(self) {
-        if let Some(task) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        let task = self.task.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(task) = task {
             task.abort();
+            let _ = task.await;
         }
         if let Err(error) = send(&self.inner).await {
             tracing::warn!(%error, "stormguard reporter: the last report could not be sent");
         }
     }
 
-    /// Sends what is aggregated now, and waits for the answer.
-    pub async fn flush(&self) -> Result<(), reqwest::Error> {
+    /// Sends what is pending and what is aggregated now, and waits for the answers.
+    pub async fn flush(&self) -> Result<(), SendError> {
         send(&self.inner).await
     }
 }
@@ -198,92 +281,138 @@ async fn send_loop(inner: std::sync::Weak<Inner>) {
         tokio::time::sleep(interval).await;
         let Some(inner) = inner.upgrade() else { return };
         if let Err(error) = send(&inner).await {
-            tracing::warn!(%error, "stormguard reporter: the daemon is unreachable; counts are kept for the next report");
+            tracing::warn!(%error, "stormguard reporter: counts are kept for the next report");
         }
     }
 }
 
-/// Takes the counts, sends them as one batch, and puts them back if that fails.
-async fn send(inner: &Inner) -> Result<(), reqwest::Error> {
-    let (batch, taken) = take(inner);
-    if batch.is_empty() {
-        return Ok(());
-    }
-    let result = inner
-        .http
-        .post(format!("{}/v1/reports", inner.config.daemon))
-        .json(&batch)
-        .send()
-        .await
-        .and_then(|r| r.error_for_status());
-    if let Err(error) = result {
-        put_back(inner, taken);
-        return Err(error);
+/// Sends the pending batch, if any, then a batch of the counts aggregated
+/// now. Stops at the first batch that could not be delivered (kept pending).
+async fn send(inner: &Inner) -> Result<(), SendError> {
+    let mut outbox = inner.outbox.lock().await;
+    for _ in 0..2 {
+        if outbox.is_none() {
+            // Taken and stored before any await: whatever happens to this
+            // future from here on, the counts are in the outbox.
+            *outbox = take(inner);
+        }
+        let Some(pending) = outbox.as_ref() else {
+            return Ok(());
+        };
+        let delivered = deliver(inner, pending).await;
+        match delivered {
+            Err(SendError::Unavailable(_)) => {
+                inner.stats().send_failures += 1;
+                return delivered;
+            }
+            Err(_) => {
+                *outbox = None;
+                inner.stats().batches_dropped += 1;
+                return delivered;
+            }
+            Ok(()) => *outbox = None,
+        }
     }
     Ok(())
 }
 
-/// The counts taken for one send, by dependency, to restore if it fails.
-type Taken = Vec<(String, HashMap<String, EndpointCounts>, u64)>;
-
-fn take(inner: &Inner) -> (Vec<Value>, Taken) {
-    let mut services = inner.services.lock().unwrap_or_else(|e| e.into_inner());
-    let mut batch = Vec::new();
-    let mut taken = Vec::new();
-    for (name, counts) in services.iter_mut() {
-        let endpoints = std::mem::take(&mut counts.endpoints);
-        let mut report = json!({
-            "service": name,
-            "instance": inner.config.instance,
-            "inFlight": counts.in_flight.load(Relaxed).max(0),
-            "endpoints": endpoints.iter().map(|(endpoint, c)| json!({
-                "endpoint": endpoint,
-                "requests": {"success": c.outcomes[0], "error": c.outcomes[1], "server_error": c.outcomes[2]},
-                "retries": c.retries.iter().map(|(a, n)| (a.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
-            })).collect::<Vec<_>>(),
-        });
-        if let Some(caller) = &inner.config.caller {
-            report["caller"] = json!(caller);
-        }
-        let mut denied_delta = 0;
-        if let Some(guard) = &counts.guard {
-            if let Some(breaker) = guard.breaker() {
-                report["circuitState"] = json!(match breaker.state() {
-                    CircuitState::Closed => "closed",
-                    CircuitState::HalfOpen => "half-open",
-                    CircuitState::Open => "open",
-                });
-            }
-            if let Some(budget) = guard.budget() {
-                let snapshot = budget.snapshot();
-                denied_delta = snapshot.denied.saturating_sub(counts.denied_sent);
-                counts.denied_sent = snapshot.denied;
-                report["budget"] =
-                    json!({"retriesDenied": denied_delta, "remainingRatio": snapshot.remaining_ratio});
-            }
-        }
-        batch.push(report);
-        taken.push((name.clone(), endpoints, denied_delta));
+impl Inner {
+    fn stats(&self) -> std::sync::MutexGuard<'_, ReporterStats> {
+        self.stats.lock().unwrap_or_else(|e| e.into_inner())
     }
-    (batch, taken)
 }
 
-fn put_back(inner: &Inner, taken: Taken) {
+/// One POST of `pending`: `Ok` once the daemon counted it (now or before).
+async fn deliver(inner: &Inner, pending: &Pending) -> Result<(), SendError> {
+    let response = inner
+        .http
+        .post(format!("{}/v1/reports", inner.config.daemon))
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(pending.body.clone())
+        .send()
+        .await
+        .map_err(|e| SendError::Unavailable(e.to_string()))?;
+    let status = response.status();
+    if status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS {
+        return Err(SendError::Unavailable(format!("the daemon answered {status}")));
+    }
+    if !status.is_success() {
+        let body = response.text().await.unwrap_or_default();
+        tracing::error!(status = status.as_u16(), %body, sequence = pending.sequence, "stormguard reporter: the daemon refused a report batch; it is dropped");
+        return Err(SendError::Refused {
+            status: status.as_u16(),
+            body,
+        });
+    }
+    let answer: ReportAnswer = response.json().await.unwrap_or_default();
+    for rejected in &answer.rejected {
+        tracing::error!(path = %rejected.path, error = %rejected.error, "stormguard reporter: the daemon refused a report");
+    }
+    let mut stats = inner.stats();
+    stats.batches_sent += 1;
+    stats.reports_rejected += answer.rejected.len() as u64;
+    Ok(())
+}
+
+/// Takes the counts aggregated now into a numbered batch; `None` if there is nothing to report.
+fn take(inner: &Inner) -> Option<Pending> {
     let mut services = inner.services.lock().unwrap_or_else(|e| e.into_inner());
-    for (name, endpoints, denied) in taken {
-        let Some(counts) = services.get_mut(&name) else {
-            continue;
+    if services.is_empty() {
+        return None;
+    }
+    let caller = inner.config.caller.as_deref().map(Cow::Borrowed);
+    let mut reports = Vec::with_capacity(services.len());
+    for (name, counts) in services.iter_mut() {
+        let endpoints = std::mem::take(&mut counts.endpoints);
+        let mut report = Report {
+            service: Cow::Borrowed(name),
+            instance: Cow::Borrowed(&inner.config.instance),
+            caller: caller.clone(),
+            endpoints: endpoints.into_iter().map(endpoint_counts).collect(),
+            in_flight: Some(counts.in_flight.load(Relaxed).max(0) as u64),
+            circuit_state: None,
+            budget: None,
         };
-        counts.denied_sent = counts.denied_sent.saturating_sub(denied);
-        for (endpoint, c) in endpoints {
-            let max = inner.config.max_endpoints;
-            let key = if counts.endpoints.contains_key(&endpoint) || counts.endpoints.len() < max {
-                endpoint
-            } else {
-                "other".to_string()
-            };
-            counts.endpoints.entry(key).or_default().merge(&c);
+        if let Some(guard) = &counts.guard {
+            report.circuit_state = guard.breaker().map(|b| b.state());
+            if let Some(budget) = guard.budget() {
+                let snapshot = budget.snapshot();
+                let denied = snapshot.denied.saturating_sub(counts.denied_taken);
+                counts.denied_taken = snapshot.denied;
+                report.budget = Some(BudgetReport {
+                    retries_denied: denied,
+                    remaining_ratio: Some(snapshot.remaining_ratio),
+                });
+            }
         }
+        reports.push(report);
+    }
+    let sequence = inner.next_sequence.fetch_add(1, Relaxed);
+    let batch = ReportBatch {
+        instance: Cow::Borrowed(inner.config.instance.as_str()),
+        sequence,
+        reports,
+    };
+    let body = serde_json::to_vec(&batch).expect("reports are plain data");
+    Some(Pending {
+        sequence,
+        body: Bytes::from(body),
+    })
+}
+
+fn endpoint_counts((endpoint, tally): (String, Tally)) -> EndpointCounts<'static> {
+    EndpointCounts {
+        endpoint: Cow::Owned(endpoint),
+        requests: StatusCounts {
+            success: tally.outcomes[Outcome::Success as usize],
+            error: tally.outcomes[Outcome::Error as usize],
+            server_error: tally.outcomes[Outcome::ServerError as usize],
+        },
+        retries: tally
+            .retries
+            .into_iter()
+            .map(|(attempt, n)| (Cow::Owned(attempt.to_string()), n))
+            .collect(),
     }
 }
 
@@ -298,43 +427,113 @@ mod tests {
             max_services,
             ..ReporterConfig::new("http://127.0.0.1:9", "pod")
         })
+        .unwrap()
+    }
+
+    /// The batch `take` builds, as the daemon would read it.
+    fn taken(r: &Reporter) -> serde_json::Value {
+        let pending = take(&r.inner).expect("something to report");
+        serde_json::from_slice(&pending.body).unwrap()
     }
 
     #[tokio::test]
     async fn endpoints_past_the_cap_count_as_other_and_services_past_theirs_are_not_kept() {
         let r = reporter(2, 1);
-        for endpoint in ["/a", "/b", "/c", "/d"] {
+        for endpoint in ["/a", "/b", "/c", "/d", ""] {
             r.record("svc", endpoint, 0, Outcome::Success);
         }
         r.record("svc", "/a", 2, Outcome::Error);
         r.record("another", "/a", 0, Outcome::Success);
-        let (batch, _) = take(&r.inner);
-        assert_eq!(batch.len(), 1, "the second dependency is over the cap");
-        let endpoints = batch[0]["endpoints"].as_array().unwrap();
+        let batch = taken(&r);
+        let reports = batch["reports"].as_array().unwrap();
+        assert_eq!(reports.len(), 1, "the second dependency is over the cap");
+        let endpoints = reports[0]["endpoints"].as_array().unwrap();
         let other = endpoints.iter().find(|e| e["endpoint"] == "other").unwrap();
-        assert_eq!(other["requests"]["success"], 2);
+        assert_eq!(
+            other["requests"]["success"], 3,
+            "two past the cap and one empty name"
+        );
         let a = endpoints.iter().find(|e| e["endpoint"] == "/a").unwrap();
         assert_eq!(a["requests"]["error"], 1);
         assert_eq!(a["retries"]["2"], 1);
     }
 
     #[tokio::test]
-    async fn counts_taken_for_a_failed_send_are_put_back_and_merged() {
+    async fn a_name_the_daemon_would_refuse_is_refused_where_it_enters() {
+        let bad = |config: ReporterConfig| Reporter::start(config).err().expect("refused");
+        let config = || ReporterConfig::new("http://127.0.0.1:9", "pod");
+        assert!(matches!(
+            bad(ReporterConfig {
+                instance: String::new(),
+                ..config()
+            }),
+            ConfigError::Name {
+                field: "instance",
+                ..
+            }
+        ));
+        assert!(matches!(
+            bad(ReporterConfig {
+                instance: "x".repeat(300),
+                ..config()
+            }),
+            ConfigError::Name {
+                field: "instance",
+                ..
+            }
+        ));
+        assert!(matches!(
+            bad(ReporterConfig {
+                caller: Some("Checkout".into()),
+                ..config()
+            }),
+            ConfigError::Name { field: "caller", .. }
+        ));
+        assert!(matches!(
+            bad(ReporterConfig {
+                daemon: "stormguard:8080".into(),
+                ..config()
+            }),
+            ConfigError::Daemon(_)
+        ));
+        assert_eq!(
+            bad(ReporterConfig {
+                interval: Duration::ZERO,
+                ..config()
+            }),
+            ConfigError::Zero("interval")
+        );
+
+        let r = reporter(10, 10);
+        r.record("Payment_Service", "/a", 0, Outcome::Success);
+        r.record("payment-service", "/a", 0, Outcome::Success);
+        let batch = taken(&r);
+        let services: Vec<_> = batch["reports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["service"].clone())
+            .collect();
+        assert_eq!(
+            services,
+            ["payment-service"],
+            "a bad dependency name does not poison the batch"
+        );
+    }
+
+    #[tokio::test]
+    async fn each_batch_has_the_next_number_and_taken_means_gone() {
         let r = reporter(10, 10);
         r.record("svc", "/a", 1, Outcome::ServerError);
-        let (_, taken) = take(&r.inner);
-        r.record("svc", "/a", 1, Outcome::ServerError);
-        put_back(&r.inner, taken);
-        let (batch, _) = take(&r.inner);
-        let a = &batch[0]["endpoints"][0];
-        assert_eq!(a["requests"]["server_error"], 2);
-        assert_eq!(a["retries"]["1"], 2);
-        let (empty, _) = take(&r.inner);
+        let first = taken(&r);
+        let second = taken(&r);
         assert_eq!(
-            empty[0]["endpoints"].as_array().unwrap().len(),
-            0,
-            "taken means gone"
+            second["sequence"].as_u64(),
+            Some(first["sequence"].as_u64().unwrap() + 1)
         );
+        assert_eq!(first["instance"], "pod");
+        assert_eq!(first["reports"][0]["endpoints"][0]["requests"]["server_error"], 1);
+        assert_eq!(second["reports"][0]["endpoints"].as_array().unwrap().len(), 0);
     }
 
     #[tokio::test]
@@ -343,7 +542,6 @@ mod tests {
         let first = r.in_flight("svc").unwrap();
         let _second = r.in_flight("svc").unwrap();
         drop(first);
-        let (batch, _) = take(&r.inner);
-        assert_eq!(batch[0]["inFlight"], 1);
+        assert_eq!(taken(&r)["reports"][0]["inFlight"], 1);
     }
 }

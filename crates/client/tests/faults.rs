@@ -16,14 +16,22 @@ const GOOD: u8 = 0;
 const ERROR: u8 = 1;
 const GARBAGE: u8 = 2;
 const STALL: u8 = 3;
+/// A policy that decodes but is out of range: a per-try timeout of 1e22 ms.
+const INVALID: u8 = 4;
+/// 503 with `Retry-After: 1` and `Connection: close`, as a draining daemon answers.
+const DRAINING: u8 = 5;
 
 /// A stand-in daemon whose behaviour the test switches; `retries` is the policy it serves.
-async fn fake_daemon(mode: Arc<AtomicU8>, retries: Arc<AtomicU32>) -> String {
+/// Also returns the count of requests it has received.
+async fn fake_daemon(mode: Arc<AtomicU8>, retries: Arc<AtomicU32>) -> (String, Arc<AtomicU32>) {
+    let hits = Arc::new(AtomicU32::new(0));
+    let counter = hits.clone();
     let app = axum::Router::new().route(
         "/v1/policies/{service}",
         get(move || {
-            let (mode, retries) = (mode.clone(), retries.clone());
+            let (mode, retries, hits) = (mode.clone(), retries.clone(), counter.clone());
             async move {
+                hits.fetch_add(1, Relaxed);
                 match mode.load(Relaxed) {
                     GOOD => {
                         let n = retries.load(Relaxed);
@@ -40,6 +48,22 @@ async fn fake_daemon(mode: Arc<AtomicU8>, retries: Arc<AtomicU32>) -> String {
                     }
                     ERROR => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
                     GARBAGE => ([(header::ETAG, "\"x\"")], "{\"policy\": 42").into_response(),
+                    INVALID => {
+                        let mut body = serde_json::to_value(ResolvedPolicy {
+                            source: Resolution::Override,
+                            overridden: Vec::new(),
+                            policy: RetryPolicy::default(),
+                        })
+                        .unwrap();
+                        body["policy"]["perTryTimeoutMs"] = serde_json::json!(1e22);
+                        ([(header::ETAG, "\"bad\"")], body.to_string()).into_response()
+                    }
+                    DRAINING => (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        [(header::RETRY_AFTER, "1"), (header::CONNECTION, "close")],
+                        "{\"error\": \"shutting down\"}",
+                    )
+                        .into_response(),
                     _ => {
                         std::future::pending::<()>().await;
                         unreachable!()
@@ -51,7 +75,7 @@ async fn fake_daemon(mode: Arc<AtomicU8>, retries: Arc<AtomicU32>) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    format!("http://{address}")
+    (format!("http://{address}"), hits)
 }
 
 fn config(daemon: &str) -> ClientConfig {
@@ -66,10 +90,12 @@ fn config(daemon: &str) -> ClientConfig {
 
 #[tokio::test]
 async fn a_daemon_answering_garbage_500_or_nothing_at_start_costs_only_the_bounded_wait() {
-    for mode in [GARBAGE, ERROR, STALL] {
-        let daemon = fake_daemon(Arc::new(AtomicU8::new(mode)), Arc::new(AtomicU32::new(7))).await;
+    for mode in [GARBAGE, ERROR, STALL, INVALID] {
+        let (daemon, _) = fake_daemon(Arc::new(AtomicU8::new(mode)), Arc::new(AtomicU32::new(7))).await;
         let started = Instant::now();
-        let client = PolicyClient::start(config(&daemon)).await;
+        let client = PolicyClient::start(config(&daemon))
+            .await
+            .expect("a valid client configuration");
         assert!(
             started.elapsed() < Duration::from_secs(2),
             "mode {mode}: {:?}",
@@ -82,13 +108,15 @@ async fn a_daemon_answering_garbage_500_or_nothing_at_start_costs_only_the_bound
 #[tokio::test]
 async fn a_misbehaving_daemon_never_replaces_the_last_good_policy() {
     let (mode, retries) = (Arc::new(AtomicU8::new(GOOD)), Arc::new(AtomicU32::new(7)));
-    let daemon = fake_daemon(mode.clone(), retries.clone()).await;
-    let client = PolicyClient::start(config(&daemon)).await;
+    let (daemon, _) = fake_daemon(mode.clone(), retries.clone()).await;
+    let client = PolicyClient::start(config(&daemon))
+        .await
+        .expect("a valid client configuration");
     assert_eq!(
         (client.source(), client.policy().policy.max_retries),
         (PolicySource::Daemon, 7)
     );
-    for bad in [ERROR, GARBAGE, STALL] {
+    for bad in [ERROR, GARBAGE, STALL, INVALID] {
         mode.store(bad, Relaxed);
         tokio::time::sleep(Duration::from_millis(800)).await;
         assert_eq!(
@@ -106,4 +134,31 @@ async fn a_misbehaving_daemon_never_replaces_the_last_good_policy() {
         .expect("the client recovers when the daemon answers well again")
         .unwrap();
     assert_eq!(client.policy().policy.max_retries, 8);
+}
+
+/// A daemon that answers at once, whatever it answers, never makes the
+/// client poll faster than its floor; a 503's `Retry-After` is honoured.
+#[tokio::test]
+async fn a_daemon_answering_at_once_never_makes_the_watch_spin() {
+    let mode = Arc::new(AtomicU8::new(GOOD));
+    let (daemon, hits) = fake_daemon(mode.clone(), Arc::new(AtomicU32::new(7))).await;
+    let client = PolicyClient::start(ClientConfig {
+        min_poll_interval: Duration::from_millis(200),
+        ..config(&daemon)
+    })
+    .await
+    .unwrap();
+    for (answer, most) in [(GOOD, 12), (INVALID, 12), (DRAINING, 3)] {
+        mode.store(answer, Relaxed);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let before = hits.load(Relaxed);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let polls = hits.load(Relaxed) - before;
+        assert!(polls <= most, "mode {answer}: {polls} polls in 2 s");
+    }
+    assert_eq!(
+        client.policy().policy.max_retries,
+        7,
+        "the invalid policy was never applied"
+    );
 }

@@ -21,11 +21,12 @@
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! use stormguard_core::guard::Guard;
-//! use stormguard_core::policy::RetryPolicy;
+//! use stormguard_core::policy::{RetryPolicy, ValidPolicy};
 //! use stormguard_core::retry::{Failure, Verdict};
 //!
 //! // The policy the daemon served for this service.
-//! let policy = RetryPolicy { max_retries: 2, ..RetryPolicy::default() };
+//! // The policy the daemon served, checked before anything acts on it.
+//! let policy = ValidPolicy::try_from(RetryPolicy { max_retries: 2, ..RetryPolicy::default() }).unwrap();
 //! let guard = Guard::from_policy(&policy);
 //! let reply = guard
 //!     .call(
@@ -53,7 +54,7 @@ use tokio::time::Instant;
 use crate::breaker::{CallNotPermitted, CallOutcome, CircuitBreaker, Permit};
 use crate::budget::{RetryBudget, RetryThrottle};
 use crate::hedge::Hedge;
-use crate::policy::{RetryOn, RetryPolicy};
+use crate::policy::{RetryOn, ValidPolicy};
 use crate::retry::{AttemptOutcome, Gate, Retry, RetryError, Verdict};
 
 /// Which request an operation is asked to send.
@@ -68,7 +69,7 @@ pub struct Attempt {
 /// A service's policy, ready to guard calls to it; see the [module docs](self).
 #[derive(Debug, Clone)]
 pub struct Guard {
-    policy: Arc<RetryPolicy>,
+    policy: Arc<ValidPolicy>,
     retry: Retry,
     retry_on: RetryOn,
     budget: Option<Arc<RetryBudget>>,
@@ -79,8 +80,9 @@ pub struct Guard {
 
 impl Guard {
     /// Everything `policy` sets up, each block only if it is enabled: the
-    /// one call a client makes with the policy the daemon served.
-    pub fn from_policy(policy: &RetryPolicy) -> Self {
+    /// one call a client makes with the policy the daemon served, once it
+    /// has been validated.
+    pub fn from_policy(policy: &ValidPolicy) -> Self {
         Self {
             policy: Arc::new(policy.clone()),
             retry: Retry::from_policy(policy),
@@ -108,7 +110,7 @@ impl Guard {
     /// throttle and breaker (and their state) where their blocks did not
     /// change, so a policy update does not reset an open breaker or a spent
     /// budget. Calls in flight keep the guard they started with.
-    pub fn updated(&self, policy: &RetryPolicy) -> Self {
+    pub fn updated(&self, policy: &ValidPolicy) -> Self {
         let mut next = Self::from_policy(policy);
         let old = &self.policy;
         if old.budget == policy.budget {
@@ -124,7 +126,7 @@ impl Guard {
     }
 
     /// The policy this guard applies.
-    pub fn policy(&self) -> &RetryPolicy {
+    pub fn policy(&self) -> &ValidPolicy {
         &self.policy
     }
 
@@ -209,7 +211,7 @@ impl Guard {
 /// [`call`](Guard::call) makes, in the same order.
 impl Guard {
     /// [`from_policy`](Self::from_policy) with its budget and breaker clocks starting at `now`.
-    pub fn from_policy_at(policy: &RetryPolicy, now: Instant) -> Self {
+    pub fn from_policy_at(policy: &ValidPolicy, now: Instant) -> Self {
         let mut guard = Self::from_policy(policy);
         guard.budget = policy
             .budget
@@ -220,6 +222,15 @@ impl Guard {
             .enabled
             .then(|| CircuitBreaker::new_at(&policy.circuit_breaker, now));
         guard
+    }
+
+    /// This guard with `max_retries` in place of the policy's, even past the
+    /// range a policy file may set: for what-if simulations of clients that
+    /// retry until they succeed. Retries stay bounded by the budget, the
+    /// breaker and the deadline the policy sets.
+    pub fn with_max_retries(mut self, max_retries: u32) -> Self {
+        self.retry.max_retries = max_retries;
+        self
     }
 
     /// A call begins: the budget counts a request.

@@ -12,3 +12,4 @@ pub mod policy;
 pub mod retry;
 #[cfg(feature = "tower")]
 pub mod shed;
+pub mod wire;

@@ -15,7 +15,7 @@ use rand::Rng;
 use tokio::time::{sleep, timeout_at, Instant};
 
 use crate::backoff::Backoff;
-use crate::policy::{RetryCondition, RetryOn, RetryPolicy};
+use crate::policy::{RetryCondition, RetryOn, ValidPolicy};
 
 /// What to do after a failed attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,8 +152,9 @@ impl<E: fmt::Display> fmt::Display for RetryError<E> {
 impl<E: fmt::Debug + fmt::Display> std::error::Error for RetryError<E> {}
 
 impl Retry {
-    /// The retry settings of `policy`.
-    pub fn from_policy(policy: &RetryPolicy) -> Self {
+    /// The retry settings of `policy` (validated: a timeout past the clock's
+    /// range cannot reach the loop).
+    pub fn from_policy(policy: &ValidPolicy) -> Self {
         Self {
             backoff: Backoff::from_policy(policy),
             max_retries: policy.max_retries,
@@ -389,7 +390,7 @@ fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::Jitter;
+    use crate::policy::{Jitter, RetryPolicy};
     use rand::rngs::SmallRng;
     use rand::SeedableRng;
     use std::future::Ready;
@@ -401,10 +402,14 @@ mod tests {
 
     /// 100 ms × 2^attempt, no jitter, 3 retries: attempts at 0, 100, 300, 700 ms.
     fn retry() -> Retry {
-        Retry::from_policy(&RetryPolicy {
-            jitter: Jitter::None,
-            ..RetryPolicy::default()
-        })
+        Retry::from_policy(
+            &RetryPolicy {
+                jitter: Jitter::None,
+                ..RetryPolicy::default()
+            }
+            .try_into()
+            .unwrap(),
+        )
     }
 
     fn rng() -> SmallRng {

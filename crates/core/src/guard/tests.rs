@@ -5,7 +5,9 @@ use std::time::Duration;
 use tokio::time::{sleep, Instant};
 
 use crate::breaker::CircuitState;
-use crate::policy::{BudgetPolicy, CircuitBreakerPolicy, HedgingPolicy, Jitter, RetryThrottlingPolicy};
+use crate::policy::{
+    BudgetPolicy, CircuitBreakerPolicy, HedgingPolicy, Jitter, RetryPolicy, RetryThrottlingPolicy,
+};
 use crate::retry::{Cause, Failure, GaveUp};
 
 fn ms(n: u64) -> Duration {
@@ -22,6 +24,10 @@ fn policy() -> RetryPolicy {
         },
         ..RetryPolicy::default()
     }
+}
+
+fn valid(policy: RetryPolicy) -> ValidPolicy {
+    policy.try_into().expect("a valid policy")
 }
 
 fn unavailable() -> Failure {
@@ -56,12 +62,12 @@ fn opens_after_two_failures() -> Guard {
         consecutive_failures: 2,
         ..CircuitBreakerPolicy::default()
     };
-    Guard::from_policy(&p)
+    Guard::from_policy(&valid(p))
 }
 
 #[test]
 fn each_block_is_set_up_only_when_enabled() {
-    let plain = Guard::from_policy(&policy());
+    let plain = Guard::from_policy(&valid(policy()));
     assert!(plain.budget().is_none() && plain.throttle().is_none());
     assert!(plain.breaker().is_none() && plain.hedge().is_none());
 
@@ -74,7 +80,7 @@ fn each_block_is_set_up_only_when_enabled() {
         delay: ms(20),
         max_hedges: 2,
     };
-    let guard = Guard::from_policy(&all);
+    let guard = Guard::from_policy(&valid(all));
     assert!(guard.budget().is_some() && guard.throttle().is_some() && guard.breaker().is_some());
     assert_eq!(
         guard.hedge(),
@@ -92,9 +98,9 @@ async fn an_update_keeps_the_state_of_blocks_it_did_not_change() {
     failing_call(&guard, unavailable()).await;
     assert_eq!(guard.breaker().unwrap().state(), CircuitState::Open);
 
-    let mut fewer_retries = guard.policy().clone();
+    let mut fewer_retries = RetryPolicy::from(guard.policy().clone());
     fewer_retries.max_retries = 1;
-    let next = guard.updated(&fewer_retries);
+    let next = guard.updated(&valid(fewer_retries.clone()));
     assert_eq!(next.retry().max_retries, 1);
     assert_eq!(
         next.breaker().unwrap().state(),
@@ -104,7 +110,7 @@ async fn an_update_keeps_the_state_of_blocks_it_did_not_change() {
 
     let mut new_breaker = fewer_retries.clone();
     new_breaker.circuit_breaker.consecutive_failures = 9;
-    let reset = next.updated(&new_breaker);
+    let reset = next.updated(&valid(new_breaker));
     assert_eq!(
         reset.breaker().unwrap().state(),
         CircuitState::Closed,
@@ -119,7 +125,7 @@ async fn an_update_keeps_the_state_of_blocks_it_did_not_change() {
 
 #[tokio::test(start_paused = true)]
 async fn a_plain_policy_retries_with_its_backoff() {
-    let guard = Guard::from_policy(&policy());
+    let guard = Guard::from_policy(&valid(policy()));
     let start = Instant::now();
     let (error, seen) = failing_call(&guard, unavailable()).await;
     assert_eq!((error.attempts, error.gave_up), (4, GaveUp::Exhausted));
@@ -173,7 +179,7 @@ async fn a_shared_budget_caps_retries_across_calls() {
         min_retries_per_second: 1,
         ttl: Duration::from_secs(10),
     };
-    let guard = Guard::from_policy(&p);
+    let guard = Guard::from_policy(&valid(p));
     let mut sent = 0;
     let mut refused = 0;
     for _ in 0..5 {
@@ -200,7 +206,7 @@ async fn throttling_stops_retries_below_half_the_tokens() {
         max_tokens: 4,
         token_ratio: 0.1,
     };
-    let guard = Guard::from_policy(&p);
+    let guard = Guard::from_policy(&valid(p));
     let (error, seen) = failing_call(&guard, unavailable()).await;
     assert_eq!(error.gave_up, GaveUp::BudgetExhausted);
     assert_eq!(seen.len(), 2, "4 tokens, 2 failures leave 2: not more than half");
@@ -214,7 +220,7 @@ async fn hedges_run_inside_each_attempt() {
         delay: ms(50),
         max_hedges: 1,
     };
-    let guard = Guard::from_policy(&p);
+    let guard = Guard::from_policy(&valid(p));
     let start = Instant::now();
     let reply = guard
         .call(

@@ -9,6 +9,7 @@ mod duration;
 mod layer;
 mod model;
 mod tree;
+mod valid;
 mod validate;
 
 pub use document::{check_service_name, PolicyDocument, PolicySource, ResolvedPolicy, DOCUMENT_KEYS};
@@ -20,4 +21,5 @@ pub use model::{
     RetryThrottlingPolicySpec, SlidingWindow,
 };
 pub use tree::{did_you_mean, Errors, KeyPath, Node, PolicyError, Segment, Target};
+pub use valid::{InvalidPolicy, ValidPolicy};
 pub use validate::{Violation, MAX_DELAY, MAX_DELAYS, MAX_RETRIES, MAX_TIMEOUT};

@@ -55,7 +55,7 @@ impl Checks {
         hi: T,
         show: impl Fn(T) -> S,
     ) {
-        if value < lo || value > hi {
+        if !(lo..=hi).contains(&value) {
             self.push(
                 &[key],
                 format!(
@@ -77,7 +77,7 @@ impl Checks {
         hi: f64,
         show: impl Fn(f64) -> S,
     ) {
-        if value <= lo || value > hi {
+        if !(value > lo && value <= hi) {
             self.push(
                 &[key],
                 format!(

@@ -1,0 +1,62 @@
+//! Checking what a service configures the client with, where it enters:
+//! a name the daemon would refuse is an error at construction, not a report
+//! refused batch after batch.
+
+use std::time::Duration;
+
+use stormguard_core::policy::check_service_name;
+use stormguard_core::wire::check_instance;
+
+/// A setting of [`ClientConfig`](crate::ClientConfig) or
+/// [`ReporterConfig`](crate::ReporterConfig) that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// `daemon` is not an `http://` or `https://` URL.
+    #[error("daemon {0:?}: not an http:// or https:// URL")]
+    Daemon(String),
+    /// A service name (`service`, `caller`) is not a DNS-1123 label.
+    #[error("{field} {name:?}: {problem}")]
+    Name {
+        /// Which setting.
+        field: &'static str,
+        /// Its value.
+        name: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// A duration that must be more than zero is zero.
+    #[error("{0} must be more than zero")]
+    Zero(&'static str),
+}
+
+pub(crate) fn check_daemon(daemon: &str) -> Result<(), ConfigError> {
+    let scheme_ok = daemon.starts_with("http://") || daemon.starts_with("https://");
+    let host = daemon.split_once("://").map_or("", |(_, rest)| rest);
+    if !scheme_ok || host.is_empty() {
+        return Err(ConfigError::Daemon(daemon.to_string()));
+    }
+    Ok(())
+}
+
+pub(crate) fn check_service(field: &'static str, name: &str) -> Result<(), ConfigError> {
+    check_service_name(name).map_err(|problem| ConfigError::Name {
+        field,
+        name: name.to_string(),
+        problem,
+    })
+}
+
+pub(crate) fn check_instance_name(name: &str) -> Result<(), ConfigError> {
+    check_instance(name).map_err(|problem| ConfigError::Name {
+        field: "instance",
+        name: name.to_string(),
+        problem,
+    })
+}
+
+pub(crate) fn check_positive(field: &'static str, value: Duration) -> Result<(), ConfigError> {
+    if value.is_zero() {
+        return Err(ConfigError::Zero(field));
+    }
+    Ok(())
+}
