@@ -12,6 +12,7 @@ pub mod reload;
 pub mod reports;
 pub mod serve;
 pub mod server;
+pub mod shutdown;
 pub mod sim;
 pub mod simulate;
 pub mod snapshot;

@@ -231,7 +231,7 @@ fn serve_worker(
         let listener = TcpListener::from_std(listener).expect("the listener registers with the runtime");
         let delay = config.shutdown_delay;
         let stop = async move {
-            shutting_down(&mut shutdown).await;
+            crate::shutdown::shutting_down(&mut shutdown).await;
             tokio::time::sleep(delay).await;
         };
         server::serve(listener, app, &config.limits, config.shutdown_grace, stop).await;
@@ -283,10 +283,4 @@ async fn termination(mut terminate: Signal) {
         _ = terminate.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
     }
-}
-
-/// Resolves once `shutdown` turns true (or its sender is gone).
-pub async fn shutting_down(shutdown: &mut watch::Receiver<bool>) {
-    // The guard `wait_for` returns is dropped here, so callers stay `Send`.
-    let _ = shutdown.wait_for(|down| *down).await;
 }

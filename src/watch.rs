@@ -134,7 +134,7 @@ impl FileWatch {
                         reloader.reload(Trigger::Recheck).await;
                     }
                 }
-                () = crate::serve::shutting_down(&mut shutdown) => return,
+                () = crate::shutdown::shutting_down(&mut shutdown) => return,
             }
         }
     }

@@ -374,3 +374,40 @@ async fn an_attempt_cut_by_its_per_try_timeout_is_reported_as_an_error() {
         "every timed-out attempt is an error"
     );
 }
+
+#[tokio::test]
+async fn a_watch_longer_than_the_daemon_allows_is_shortened_and_still_delivers() {
+    let mut configmap = ConfigMapDir::new(SEED_POLICY);
+    let daemon = Daemon::start(&configmap.policy(), &["--debounce", "20ms", "--max-wait", "1s"]);
+    let url = daemon.url("/v1/policies/payment-service");
+    let etag = common::etag_of(&url).await;
+    let started = std::time::Instant::now();
+    let shortened = reqwest::Client::new()
+        .get(format!("{url}?wait=60s"))
+        .header("if-none-match", &etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(shortened.status(), reqwest::StatusCode::NOT_MODIFIED);
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(shortened.headers()["stormguard-max-wait-ms"], "1000");
+
+    let client = PolicyClient::start(ClientConfig {
+        watch_wait: Duration::from_secs(60),
+        ..config(&daemon.base, "payment-service")
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut versions = client.subscribe();
+    configmap.update(&SEED_POLICY.replace("maxRetries: 2", "maxRetries: 5"));
+    tokio::time::timeout(Duration::from_secs(10), versions.changed())
+        .await
+        .expect("the watch still delivers")
+        .unwrap();
+    assert_eq!(client.policy().policy.max_retries, 5);
+}

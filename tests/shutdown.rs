@@ -1,6 +1,7 @@
 //! SIGTERM with reports in flight and long-polls open: every report answered
-//! 202 is counted, every long-poll gets an answer rather than a reset, and
-//! the process exits within its delay and grace.
+//! 202 is counted, every long-poll gets an answer (503, come back later)
+//! rather than a reset, watching clients do not spin, and the process exits
+//! within its delay and grace.
 
 mod common;
 
@@ -8,9 +9,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::proxy::{Proxy, Trick};
 use common::{etag_of, metrics, sample, Daemon, SEED_POLICY};
 use reqwest::StatusCode;
 use serde_json::json;
+use stormguard_client::{ClientConfig, PolicyClient, PolicySource};
 
 #[tokio::test]
 async fn sigterm_loses_no_report_and_answers_every_long_poll() {
@@ -67,7 +70,11 @@ async fn sigterm_loses_no_report_and_answers_every_long_poll() {
             .await
             .expect("the long-poll is answered")
             .unwrap();
-        assert_eq!(status.expect("an answer, not a reset"), StatusCode::NOT_MODIFIED);
+        assert_eq!(
+            status.expect("an answer, not a reset"),
+            StatusCode::SERVICE_UNAVAILABLE,
+            "go elsewhere, and not at once"
+        );
     }
     // Reports keep being taken during the shutdown delay; stop them well inside it.
     tokio::time::sleep(Duration::from_millis(600)).await;
@@ -96,4 +103,35 @@ async fn sigterm_loses_no_report_and_answers_every_long_poll() {
         signalled.elapsed() < Duration::from_millis(3000 + 2000 + 1000),
         "exited within delay and grace"
     );
+}
+
+/// A rolling update of the daemon: real watching clients through SIGTERM
+/// and the shutdown delay poll at most twice each, not in a loop.
+#[tokio::test]
+async fn watching_clients_do_not_spin_on_a_draining_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, SEED_POLICY).unwrap();
+    let mut daemon = Daemon::start(&policy, &["--shutdown-delay", "3s"]);
+    let proxy = Proxy::start(&daemon.base, Trick::None).await;
+    let mut clients = Vec::new();
+    for _ in 0..10 {
+        let config = ClientConfig {
+            watch_wait: Duration::from_secs(60),
+            ..ClientConfig::new(&proxy.base, "payment-service")
+        };
+        clients.push(PolicyClient::start(config).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let signalled = tokio::time::Instant::now();
+    daemon.signal("TERM");
+    tokio::time::sleep(Duration::from_millis(2800)).await;
+    let polls = proxy.requests_since("/v1/policies/payment-service", signalled);
+    assert!(
+        polls <= 2 * clients.len(),
+        "{polls} polls from {} clients during the drain",
+        clients.len()
+    );
+    assert_eq!(daemon.wait_exit(Duration::from_secs(15)), Some(0));
+    assert!(clients.iter().all(|c| c.source() == PolicySource::Daemon));
 }

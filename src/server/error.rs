@@ -11,6 +11,7 @@ pub struct ApiError {
     status: StatusCode,
     body: Map<String, Value>,
     retry_after: Option<u64>,
+    close: bool,
 }
 
 impl ApiError {
@@ -22,6 +23,7 @@ impl ApiError {
             status,
             body,
             retry_after: None,
+            close: false,
         }
     }
 
@@ -36,6 +38,13 @@ impl ApiError {
         self.retry_after = Some(seconds);
         self
     }
+
+    /// Closes the connection after the answer (`Connection: close`), so the
+    /// caller's next request finds another replica.
+    pub fn closing(mut self) -> Self {
+        self.close = true;
+        self
+    }
 }
 
 impl IntoResponse for ApiError {
@@ -45,6 +54,11 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        if self.close {
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         response
     }

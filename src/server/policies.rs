@@ -10,7 +10,8 @@ use axum::http::request::Parts;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use stormguard_core::policy::{check_service_name, parse_duration, GoDuration};
+use stormguard_core::policy::{check_service_name, parse_duration};
+use stormguard_core::wire::MAX_WAIT_HEADER;
 
 use super::error::ApiError;
 use super::AppState;
@@ -57,6 +58,24 @@ async fn respond(
     pick: impl Fn(&PolicySnapshot) -> Served,
 ) -> Result<Response, ApiError> {
     let wait = parse_wait(query.wait.as_deref(), state.limits.max_wait)?;
+    let clamped = wait.is_some_and(|w| w.clamped);
+    let mut response = answer(state, wait.map(|w| w.wait), known, pick).await?;
+    if clamped {
+        let max = state.limits.max_wait.as_millis().to_string();
+        response
+            .headers_mut()
+            .insert(MAX_WAIT_HEADER, HeaderValue::from_str(&max).expect("digits"));
+    }
+    Ok(response)
+}
+
+/// The answer: at once, or once the answer changes or `wait` ends.
+async fn answer(
+    state: &AppState,
+    wait: Option<Duration>,
+    known: Option<HeaderValue>,
+    pick: impl Fn(&PolicySnapshot) -> Served,
+) -> Result<Response, ApiError> {
     let served = pick(&state.store.current());
     let Some(known) = known.filter(|k| etag_matches(k, &served.etag)) else {
         return Ok(fresh(served));
@@ -69,6 +88,9 @@ async fn respond(
             StatusCode::BAD_REQUEST,
             "If-None-Match: * matches every version, so a long-poll on it could never end; send the ETag you have",
         ));
+    }
+    if *state.shutdown.borrow() {
+        return Err(draining(state));
     }
     let _slot = state.long_polls.admit().ok_or_else(|| {
         ApiError::new(
@@ -95,10 +117,22 @@ async fn respond(
                 }
             }
             _ = &mut deadline => break,
-            () = crate::serve::shutting_down(&mut shutdown) => break,
+            () = crate::shutdown::shutting_down(&mut shutdown) => return Err(draining(state)),
         }
     }
     Ok(not_modified(pick(&state.store.current())))
+}
+
+/// A long-poll's answer while the daemon drains: come back later, elsewhere.
+/// A 304 here would send the client straight back to a daemon that answers
+/// at once, over and over until it stops.
+fn draining(state: &AppState) -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "this daemon is shutting down; watch again after Retry-After (another replica will answer)",
+    )
+    .retry_after(state.long_polls.retry_after_seconds())
+    .closing()
 }
 
 /// The `If-None-Match` header alone: extracting every header would copy them all.
@@ -112,17 +146,23 @@ impl<S: Sync> FromRequestParts<S> for IfNoneMatch {
     }
 }
 
-fn parse_wait(wait: Option<&str>, max: Duration) -> Result<Option<Duration>, ApiError> {
+/// A long-poll's wait, and whether it was shortened to the maximum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Wait {
+    wait: Duration,
+    clamped: bool,
+}
+
+/// `?wait=`: a Go duration; one longer than `max` is shortened to `max`
+/// (and the answer says so), so a client configured for longer still works.
+fn parse_wait(wait: Option<&str>, max: Duration) -> Result<Option<Wait>, ApiError> {
     let Some(text) = wait else { return Ok(None) };
-    let bad = |message: String| ApiError::new(StatusCode::BAD_REQUEST, message);
-    let wait = parse_duration(text).map_err(|e| bad(format!("wait: {e}")))?;
-    if wait > max {
-        return Err(bad(format!(
-            "wait={text} is longer than the limit of {}; raise it with --max-wait",
-            GoDuration(max)
-        )));
-    }
-    Ok(Some(wait))
+    let wait =
+        parse_duration(text).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("wait: {e}")))?;
+    Ok(Some(Wait {
+        wait: wait.min(max),
+        clamped: wait > max,
+    }))
 }
 
 /// Whether an `If-None-Match` value names `etag` (weak comparison, lists, `*`).
@@ -166,15 +206,32 @@ mod tests {
     }
 
     #[test]
-    fn wait_is_a_bounded_go_duration() {
+    fn wait_is_a_go_duration_shortened_to_the_maximum() {
         let max = Duration::from_secs(300);
         assert_eq!(parse_wait(None, max).unwrap(), None);
+        let wait = |text| parse_wait(Some(text), max).unwrap().unwrap();
         assert_eq!(
-            parse_wait(Some("30s"), max).unwrap(),
-            Some(Duration::from_secs(30))
+            wait("30s"),
+            Wait {
+                wait: Duration::from_secs(30),
+                clamped: false
+            }
         );
-        let too_long = parse_wait(Some("10m"), max).unwrap_err().into_response();
-        assert_eq!(too_long.status(), StatusCode::BAD_REQUEST);
-        assert!(parse_wait(Some("30"), max).is_err());
+        assert_eq!(
+            wait("10m"),
+            Wait {
+                wait: max,
+                clamped: true
+            }
+        );
+        assert_eq!(
+            wait("5m"),
+            Wait {
+                wait: max,
+                clamped: false
+            }
+        );
+        let bad = parse_wait(Some("30"), max).unwrap_err().into_response();
+        assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
     }
 }

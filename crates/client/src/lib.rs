@@ -63,6 +63,6 @@ mod report;
 
 pub use config::ConfigError;
 pub use dependency::Dependency;
-pub use policy::{ClientConfig, PolicyClient, PolicySource, MAX_WAIT_HEADER};
+pub use policy::{ClientConfig, PolicyClient, PolicySource};
 pub use report::{Outcome, Reporter, ReporterConfig, ReporterStats, SendError};
 pub use stormguard_core;

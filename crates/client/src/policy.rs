@@ -16,14 +16,11 @@ use stormguard_core::policy::{
     InvalidPolicy, Jitter, PolicySource as Resolution, ResolvedPolicy, RetryPolicy, ValidPolicy,
 };
 use stormguard_core::retry::parse_retry_after;
+use stormguard_core::wire::MAX_WAIT_HEADER;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::config::{check_daemon, check_positive, check_service, ConfigError};
-
-/// The response header by which the daemon says it shortened a long-poll's
-/// `?wait=` to its maximum, in milliseconds; the client then asks for no more.
-pub const MAX_WAIT_HEADER: &str = "stormguard-max-wait-ms";
 
 /// Where the client found the policy it applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

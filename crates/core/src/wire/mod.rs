@@ -19,6 +19,10 @@
 
 mod report;
 
+/// The response header by which the daemon says it shortened a long-poll's
+/// `?wait=` to its maximum, in milliseconds; a client then asks for no more.
+pub const MAX_WAIT_HEADER: &str = "stormguard-max-wait-ms";
+
 pub use report::{
     check_endpoint, check_instance, BudgetReport, EndpointCounts, FieldError, Folded, Rejected, Report,
     ReportAnswer, ReportBatch, StatusCounts, MAX_BATCH, MAX_ENDPOINT_LEN, MAX_INSTANCE_LEN,
