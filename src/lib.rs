@@ -3,6 +3,7 @@
 //! policy over HTTP. The binary's command line is in `main.rs`.
 
 pub mod check;
+pub mod flags;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod lint;

@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use stormguard::check::Verdict;
+use stormguard::flags::{count_in, duration_in, millis, secs};
 use stormguard::policy::{LoadLimits, DEFAULT_MAX_FLOW_COLLECTIONS, DEFAULT_MAX_POLICY_BYTES};
 use stormguard::reports::ReportLimits;
 use stormguard::serve::{AdminSecret, ServeConfig};
 use stormguard::server::Limits;
 use stormguard::sim::{Modifiers, Named, Scenario};
 use stormguard::watch::WatchConfig;
-use stormguard_core::policy::parse_duration;
 
 /// stormguard: stops retry storms. Serves validated, hot-reloaded retry
 /// policies to the services of a fleet.
@@ -44,19 +44,19 @@ struct SimulateArgs {
     #[arg(long)]
     compare: bool,
     /// Clients, each wanting one request served.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = count_in(1u32, 10_000_000))]
     clients: u32,
     /// Requests the server accepts per calendar second.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, value_parser = count_in(0u32, 1_000_000_000))]
     capacity: u32,
     /// The server rejects everything from t = 0 until then.
-    #[arg(long, default_value = "10s", value_parser = duration)]
+    #[arg(long, default_value = "10s", value_parser = duration_in(secs(0), secs(86_400)))]
     outage: Duration,
     /// Clients first fail at random times in [0, spread) instead of all at t = 0.
-    #[arg(long, default_value = "0s", value_parser = duration)]
+    #[arg(long, default_value = "0s", value_parser = duration_in(secs(0), secs(86_400)))]
     spread: Duration,
     /// Time from a request to its answer.
-    #[arg(long, default_value = "0s", value_parser = duration)]
+    #[arg(long, default_value = "0s", value_parser = duration_in(secs(0), secs(3600)))]
     latency: Duration,
     /// Give up after this many retries (clients that give up are counted). Default: until success.
     #[arg(long)]
@@ -68,13 +68,13 @@ struct SimulateArgs {
     #[arg(long)]
     breaker: bool,
     /// Processes the clients are dealt into, sharing a budget and breaker each (0: one per client).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = count_in(0u32, 10_000_000))]
     processes: u32,
     /// Seed of the random source: the same seed gives the same run.
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Virtual time after which the run stops; clients still retrying count as unfinished.
-    #[arg(long, default_value = "1h", value_parser = duration)]
+    #[arg(long, default_value = "1h", value_parser = duration_in(secs(1), secs(86_400)))]
     horizon: Duration,
     /// A policy file whose --service policy to simulate too.
     #[arg(long, requires = "service")]
@@ -107,59 +107,59 @@ struct ServeArgs {
     #[arg(long, env = "STORMGUARD_ADMIN_LISTEN")]
     admin_listen: Option<String>,
     /// Quiet time after a file event before reloading.
-    #[arg(long, default_value = "50ms", value_parser = duration)]
+    #[arg(long, default_value = "50ms", value_parser = duration_in(secs(0), secs(10)))]
     debounce: Duration,
     /// Interval of the periodic re-check, for file systems whose events do not arrive.
-    #[arg(long, default_value = "10s", value_parser = duration)]
+    #[arg(long, default_value = "10s", value_parser = duration_in(millis(100), secs(3600)))]
     recheck_interval: Duration,
     /// Longest `?wait=` a long-poll may ask for.
-    #[arg(long, default_value = "5m", value_parser = duration)]
+    #[arg(long, default_value = "5m", value_parser = duration_in(secs(1), secs(3600)))]
     max_wait: Duration,
     /// Long-polls that may wait at once; more get 503 with Retry-After.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, value_parser = count_in(1usize, 1_000_000))]
     max_long_polls: usize,
     /// Largest request body in bytes.
-    #[arg(long, default_value_t = 1 << 20)]
+    #[arg(long, default_value_t = 1 << 20, value_parser = count_in(1024usize, 1 << 30))]
     max_body_bytes: usize,
     /// Reported services not in the policy file that get a label of their own; others count as "other".
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = count_in(0usize, 100_000))]
     max_unlisted_services: usize,
     /// Distinct endpoint labels per service; others count as "other".
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = count_in(1usize, 100_000))]
     max_endpoints_per_service: usize,
     /// Highest retry attempt number with a label of its own; higher ones count as "other".
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = count_in(1u32, 1000))]
     max_attempt_label: u32,
     /// Reporting instances whose states (circuit, in flight, budget) are kept.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, value_parser = count_in(1usize, 10_000_000))]
     max_instances: usize,
     /// An instance that has not reported for this long no longer counts in circuit_breaker_state and the other state gauges.
-    #[arg(long, default_value = "60s", value_parser = duration)]
+    #[arg(long, default_value = "60s", value_parser = duration_in(secs(1), secs(86_400)))]
     instance_ttl: Duration,
     /// How long a report batch's number is remembered, so that a batch sent
     /// again (its answer was lost) is counted once.
-    #[arg(long, default_value = "10m", value_parser = duration)]
+    #[arg(long, default_value = "10m", value_parser = duration_in(secs(1), secs(86_400)))]
     batch_window: Duration,
     #[command(flatten)]
     policy_limits: PolicyLimits,
     /// Time a client has to send a request's headers.
-    #[arg(long, default_value = "10s", value_parser = duration)]
+    #[arg(long, default_value = "10s", value_parser = duration_in(millis(100), secs(3600)))]
     header_read_timeout: Duration,
     /// Largest request line plus headers, in bytes (8192 at least); larger requests get 431.
-    #[arg(long, default_value_t = 64 * 1024, value_parser = header_bytes)]
+    #[arg(long, default_value_t = 64 * 1024, value_parser = count_in(stormguard::server::MIN_HEADER_BYTES, 16 << 20))]
     max_header_bytes: usize,
     /// Time a client has to send a request's body, once its headers are in.
-    #[arg(long, default_value = "10s", value_parser = duration)]
+    #[arg(long, default_value = "10s", value_parser = duration_in(millis(100), secs(3600)))]
     body_read_timeout: Duration,
     /// After SIGTERM, keep serving this long with /readyz failing, so that
     /// Kubernetes takes the pod out of its Service before the listener closes.
-    #[arg(long, default_value = "0s", value_parser = duration)]
+    #[arg(long, default_value = "0s", value_parser = duration_in(secs(0), secs(600)))]
     shutdown_delay: Duration,
     /// How long requests in flight may take to finish after SIGTERM.
-    #[arg(long, default_value = "10s", value_parser = duration)]
+    #[arg(long, default_value = "10s", value_parser = duration_in(secs(0), secs(600)))]
     shutdown_grace: Duration,
     /// Serving threads (default: one per CPU). Each runs its own event loop.
-    #[arg(long, env = "STORMGUARD_WORKERS")]
+    #[arg(long, env = "STORMGUARD_WORKERS", value_parser = count_in(1usize, 1024))]
     workers: Option<usize>,
 }
 
@@ -179,10 +179,10 @@ struct CheckArgs {
 #[derive(Args)]
 struct PolicyLimits {
     /// Largest policy file in bytes.
-    #[arg(long, default_value_t = DEFAULT_MAX_POLICY_BYTES)]
+    #[arg(long, default_value_t = DEFAULT_MAX_POLICY_BYTES, value_parser = count_in(64usize, 64 << 20))]
     max_policy_bytes: usize,
     /// Most flow collections ([ or {) in a policy file; deep nesting makes YAML parsing slow.
-    #[arg(long, default_value_t = DEFAULT_MAX_FLOW_COLLECTIONS)]
+    #[arg(long, default_value_t = DEFAULT_MAX_FLOW_COLLECTIONS, value_parser = count_in(1usize, 1_000_000))]
     max_flow_collections: usize,
 }
 
@@ -199,21 +199,6 @@ impl PolicyLimits {
 /// does that markedly faster than glibc's malloc (see bench/serve.sh).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-fn header_bytes(text: &str) -> Result<usize, String> {
-    let bytes: usize = text.parse().map_err(|e| format!("{e}"))?;
-    if bytes < stormguard::server::MIN_HEADER_BYTES {
-        return Err(format!(
-            "must be at least {} bytes",
-            stormguard::server::MIN_HEADER_BYTES
-        ));
-    }
-    Ok(bytes)
-}
-
-fn duration(text: &str) -> Result<Duration, String> {
-    parse_duration(text).map_err(|e| e.to_string())
-}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

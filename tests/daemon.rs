@@ -797,3 +797,56 @@ async fn long_polls_past_the_cap_are_shed_with_a_jittered_retry_after() {
     assert_eq!(zero.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&zero.stderr).contains("--max-long-polls"));
 }
+
+/// Every duration and count flag is checked at start-up: a zero or a huge
+/// value is refused with the flag's name and range, never accepted to panic
+/// or run without its watcher later.
+#[test]
+fn flags_out_of_range_are_refused_with_their_name_and_range() {
+    let cases: &[&[&str]] = &[
+        &["--recheck-interval", "0s"],
+        &["--debounce", "1h"],
+        &["--max-wait", "100000h"],
+        &["--max-long-polls", "0"],
+        &["--max-body-bytes", "0"],
+        &["--max-instances", "0"],
+        &["--instance-ttl", "0s"],
+        &["--batch-window", "0s"],
+        &["--header-read-timeout", "0s"],
+        &["--body-read-timeout", "9999h"],
+        &["--shutdown-delay", "1000h"],
+        &["--workers", "0"],
+        &["--max-policy-bytes", "0"],
+        &["--max-header-bytes", "100"],
+        &["--max-attempt-label", "99999999999"],
+    ];
+    for args in cases {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_stormguard"))
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(*args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = std::time::Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if started.elapsed() > Duration::from_secs(5) {
+                child.kill().unwrap();
+                panic!("{args:?}: the daemon started anyway");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+        assert_eq!(status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(args[0]), "{args:?} names the flag: {stderr}");
+        assert!(
+            stderr.contains("must be between") || stderr.contains("number too large"),
+            "{args:?} gives the range: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}

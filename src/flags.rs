@@ -1,0 +1,70 @@
+//! Bounds on command-line values: a flag outside its range is refused at
+//! start-up with its name and range (clap adds the name), never accepted to
+//! panic or exhaust memory later (a zero re-check interval, a wait of years).
+
+use std::fmt::Display;
+use std::time::Duration;
+
+use stormguard_core::policy::{parse_duration, GoDuration};
+
+/// A parser for a Go-style duration in `[min, max]`.
+pub fn duration_in(
+    min: Duration,
+    max: Duration,
+) -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync {
+    move |text| {
+        let value = parse_duration(text).map_err(|e| e.to_string())?;
+        if !(min..=max).contains(&value) {
+            return Err(format!(
+                "must be between {} and {}",
+                GoDuration(min),
+                GoDuration(max)
+            ));
+        }
+        Ok(value)
+    }
+}
+
+/// A parser for a whole number in `[min, max]`.
+pub fn count_in<T>(min: T, max: T) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync
+where
+    T: std::str::FromStr + PartialOrd + Display + Copy + Send + Sync,
+    T::Err: Display,
+{
+    move |text| {
+        let value: T = text.trim().parse().map_err(|e: T::Err| e.to_string())?;
+        if !(min..=max).contains(&value) {
+            return Err(format!("must be between {min} and {max}"));
+        }
+        Ok(value)
+    }
+}
+
+/// Shorthand for whole seconds.
+pub const fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// Shorthand for milliseconds.
+pub const fn millis(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_outside_the_range_name_the_range() {
+        let recheck = duration_in(millis(100), secs(3600));
+        assert_eq!(recheck("10s"), Ok(secs(10)));
+        assert_eq!(recheck("0s").unwrap_err(), "must be between 100ms and 1h0m0s");
+        assert!(recheck("1000000h").is_err());
+        assert!(recheck("10").unwrap_err().contains("unit"));
+        let workers = count_in(1usize, 1024);
+        assert_eq!(workers("4"), Ok(4));
+        assert_eq!(workers("0").unwrap_err(), "must be between 1 and 1024");
+        assert!(workers("-1").is_err());
+        assert!(workers("99999999999999999999999").is_err());
+    }
+}
