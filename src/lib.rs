@@ -17,4 +17,5 @@ pub mod shutdown;
 pub mod sim;
 pub mod simulate;
 pub mod snapshot;
+pub mod supervise;
 pub mod watch;

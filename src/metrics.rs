@@ -24,6 +24,7 @@ pub struct DaemonMetrics {
     policy_info: GaugeVec,
     http_requests: IntCounterVec,
     http_duration: HistogramVec,
+    watcher_restarts: IntCounter,
 }
 
 impl DaemonMetrics {
@@ -81,6 +82,11 @@ impl DaemonMetrics {
             &["route"],
         )
         .expect("valid metric");
+        let watcher_restarts = IntCounter::new(
+            "stormguard_reload_task_restarts_total",
+            "Times the policy file watcher stopped unexpectedly and was restarted; hot reload is off until it is.",
+        )
+        .expect("valid metric");
         for collector in [
             Box::new(reloads.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(last_reload_success.clone()),
@@ -89,6 +95,7 @@ impl DaemonMetrics {
             Box::new(policy_info.clone()),
             Box::new(http_requests.clone()),
             Box::new(http_duration.clone()),
+            Box::new(watcher_restarts.clone()),
         ] {
             registry
                 .register(collector)
@@ -106,7 +113,13 @@ impl DaemonMetrics {
             policy_info,
             http_requests,
             http_duration,
+            watcher_restarts,
         }
+    }
+
+    /// Counts a restart of the policy file watcher.
+    pub fn watcher_restarted(&self) {
+        self.watcher_restarts.inc();
     }
 
     /// Records that `hash` is now served.

@@ -139,9 +139,17 @@ impl Reloader {
     pub async fn reload(&self, trigger: Trigger) -> ReloadOutcome {
         let mut attempt = self.attempt.lock().await;
         let (path, limits) = (self.path.clone(), self.limits);
+        let file = self.path.display().to_string();
+        // A panic while loading is a bug, but it must cost one failed reload,
+        // not the watcher: the last good policy keeps serving.
         let loaded = tokio::task::spawn_blocking(move || prepare(&path, limits))
             .await
-            .expect("loading a policy does not panic");
+            .unwrap_or_else(|e| {
+                Prepared::Unreadable(Diagnostic::file(
+                    &file,
+                    format!("internal error while loading the policy file ({e}); please report it"),
+                ))
+            });
         let (read, result) = match loaded {
             Prepared::Unreadable(diagnostic) => (
                 Read::Unreadable(diagnostic.message.clone()),

@@ -16,6 +16,7 @@ use crate::reload::{load_file, Reloader, Trigger};
 use crate::reports::ClientMetrics;
 use crate::server::{self, AdminAuth, AdminToken, Limits, Routes, Shared, TokenFile};
 use crate::snapshot::{PolicySnapshot, PolicyStore};
+use crate::supervise::{supervise, WatcherHealth};
 use crate::watch::{FileWatch, WatchConfig};
 
 /// Where the admin token comes from.
@@ -129,6 +130,8 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
         Duration::from_secs(1)..=Duration::from_secs(5),
     )
     .map_err(ServeError::LongPolls)?;
+    let watcher_health = Arc::new(WatcherHealth::default());
+    let state_metrics = metrics.clone();
     let state = Arc::new(Shared {
         store,
         reloader: reloader.clone(),
@@ -138,6 +141,7 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
         limits: config.limits,
         long_polls,
         shutdown: shutdown.clone(),
+        watcher: watcher_health.clone(),
     });
     let (app, admin_app) = match &config.admin_listen {
         None => (server::router(state, Routes::All), None),
@@ -187,7 +191,12 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
     }
 
     let ended = control.block_on(async {
-        tokio::spawn(file_watch.run(reloader.clone(), config.watch, shutdown.clone()));
+        tokio::spawn(supervise(
+            watcher(file_watch, reloader.clone(), &config, shutdown.clone()),
+            state_metrics,
+            watcher_health,
+            shutdown.clone(),
+        ));
         tokio::spawn(reload_on_sighup(reloader, signals.hangup));
         if let Some(admin) = admin_address {
             tracing::info!("admin API on http://{admin}, and only there");
@@ -213,6 +222,28 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
         let _ = worker.join();
     }
     ended
+}
+
+/// What the supervisor starts: the watch armed before the first load, then
+/// after a failure a new one, preceded by a reload for what changed meanwhile.
+fn watcher(
+    armed: FileWatch,
+    reloader: Arc<Reloader>,
+    config: &ServeConfig,
+    shutdown: watch::Receiver<bool>,
+) -> impl FnMut(bool) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+    let mut armed = Some(armed);
+    let (path, pacing) = (config.policy.clone(), config.watch);
+    move |restarted| {
+        let watch = armed.take().unwrap_or_else(|| FileWatch::arm(&path));
+        let (reloader, shutdown) = (reloader.clone(), shutdown.clone());
+        Box::pin(async move {
+            if restarted {
+                reloader.reload(Trigger::Recheck).await;
+            }
+            watch.run(reloader, pacing, shutdown).await;
+        })
+    }
 }
 
 /// One serving thread: its own runtime, accepting from the shared socket

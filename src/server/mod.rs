@@ -35,6 +35,7 @@ use crate::policy::LoadLimits;
 use crate::reload::Reloader;
 use crate::reports::{ClientMetrics, ReportLimits};
 use crate::snapshot::PolicyStore;
+use crate::supervise::WatcherHealth;
 use track::TrackLayer;
 
 /// Bounds on what a client can make the server do.
@@ -80,6 +81,8 @@ pub struct Shared {
     pub long_polls: LoadShedLayer,
     /// Turns true when the daemon starts shutting down.
     pub shutdown: watch::Receiver<bool>,
+    /// Whether the policy file watcher runs.
+    pub watcher: Arc<WatcherHealth>,
 }
 
 /// The smallest `--max-header-bytes`: hyper's buffer cannot be smaller.
@@ -154,10 +157,17 @@ async fn healthz() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))
 }
 
-/// Readiness: a valid policy is served and the daemon is not shutting down.
+/// Readiness: a valid policy is served, it follows its file (the watcher
+/// runs), and the daemon is not shutting down.
 async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
     if *state.shutdown.borrow() {
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down"));
+    }
+    if !state.watcher.is_up() {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the policy file watcher stopped and is being restarted; policy changes are not picked up meanwhile",
+        ));
     }
     let version = state.store.current().hash.to_string();
     Ok(Json(json!({"status": "ready", "version": version})))
