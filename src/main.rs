@@ -140,6 +140,10 @@ struct ServeArgs {
     /// again (its answer was lost) is counted once.
     #[arg(long, default_value = "10m", value_parser = duration_in(secs(1), secs(86_400)))]
     batch_window: Duration,
+    /// A reported service not in the policy file that has not reported for
+    /// this long loses its series, freeing its place under --max-unlisted-services.
+    #[arg(long, default_value = "1h", value_parser = duration_in(secs(60), secs(7 * 86_400)))]
+    label_ttl: Duration,
     #[command(flatten)]
     policy_limits: PolicyLimits,
     /// Time a client has to send a request's headers.
@@ -287,6 +291,7 @@ fn serve(args: ServeArgs) -> ExitCode {
                 max_instances: args.max_instances,
                 instance_ttl: args.instance_ttl,
                 batch_window: args.batch_window,
+                label_ttl: args.label_ttl,
             },
             header_read_timeout: args.header_read_timeout,
             max_header_bytes: args.max_header_bytes,

@@ -286,9 +286,9 @@ async fn a_batch_whose_answer_is_lost_is_sent_again_and_counted_once() {
 
 #[tokio::test]
 async fn a_batch_the_daemon_refuses_is_dropped_not_resent_and_later_counts_go_through() {
-    let (_dir, daemon) = seed_daemon(&["--max-body-bytes", "400"]);
+    let (_dir, daemon) = seed_daemon(&["--max-body-bytes", "1024"]);
     let reporter = quick_reporter(&daemon.base);
-    for i in 0..20 {
+    for i in 0..40 {
         reporter.record("payment-service", &format!("/endpoint-{i}"), 0, Outcome::Success);
     }
     let refused = reporter.flush().await.unwrap_err();

@@ -43,6 +43,9 @@ pub struct ReportLimits {
     pub instance_ttl: Duration,
     /// How long a batch number is remembered, so that the batch sent again is not counted twice.
     pub batch_window: Duration,
+    /// A service not in the policy file that has not reported for this long
+    /// loses its series and frees its place under `max_unlisted_services`.
+    pub label_ttl: Duration,
 }
 
 impl Default for ReportLimits {
@@ -54,6 +57,7 @@ impl Default for ReportLimits {
             max_instances: 10_000,
             instance_ttl: Duration::from_secs(60),
             batch_window: Duration::from_secs(600),
+            label_ttl: Duration::from_secs(3600),
         }
     }
 }
@@ -74,10 +78,15 @@ struct InstanceState {
     seen: Instant,
 }
 
-/// A service's label and what hangs off it.
+/// A service's label and what hangs off it. An expired one keeps its place
+/// in the table with an empty name until a new service takes it.
 #[derive(Debug, Clone, Default)]
 struct ServiceSeries {
     name: String,
+    /// Counted under `max_unlisted_services`: not in the policy file when first seen.
+    unlisted: bool,
+    /// When it last reported.
+    seen: Option<Instant>,
     endpoints: Vec<String>,
     endpoint_ids: HashMap<String, u32>,
     server_requests: u64,
@@ -98,6 +107,8 @@ struct Table {
     retries: BTreeMap<(u32, u32, u32), u64>,
     /// Instances kept, over every service.
     instances: usize,
+    /// Places of expired services, for new ones.
+    free: Vec<u32>,
     accepted: u64,
     rejected: u64,
     duplicate: u64,
@@ -146,7 +157,8 @@ impl ClientMetrics {
         let mut folded = Folded::default();
         let mut table = self.lock();
         let table = &mut *table;
-        let service = table.service_id(&report.service, &listed, &self.limits, &mut folded);
+        let service = table.service_id(&report.service, &listed, &self.limits, &mut folded, now);
+        table.services[service as usize].seen = Some(now);
         let mut reached = 0u64;
         for e in &report.endpoints {
             let endpoint = table.endpoint_id(service, &e.endpoint, self.limits.max_endpoints_per_service);
@@ -209,6 +221,7 @@ impl ClientMetrics {
     pub fn encode(&self, now: Instant) -> String {
         let mut table = self.lock();
         table.expire(self.limits.instance_ttl, now);
+        table.expire_unlisted(self.limits.label_ttl, now);
         render(&table)
     }
 }
@@ -221,6 +234,7 @@ impl Table {
         listed: &dyn Fn(&str) -> bool,
         limits: &ReportLimits,
         folded: &mut Folded,
+        now: Instant,
     ) -> u32 {
         if let Some(id) = self.service_ids.get(name) {
             let id = *id;
@@ -229,24 +243,62 @@ impl Table {
         }
         let is_listed = listed(name);
         if !is_listed && self.unlisted >= limits.max_unlisted_services {
+            self.expire_unlisted(limits.label_ttl, now);
+        }
+        if !is_listed && self.unlisted >= limits.max_unlisted_services {
             folded.service = true;
-            return self.intern_service(OTHER);
+            return self.intern_service(OTHER, false);
         }
         self.unlisted += usize::from(!is_listed);
-        self.intern_service(name)
+        self.intern_service(name, !is_listed)
     }
 
-    fn intern_service(&mut self, name: &str) -> u32 {
+    fn intern_service(&mut self, name: &str, unlisted: bool) -> u32 {
         if let Some(id) = self.service_ids.get(name) {
             return *id;
         }
-        let id = self.services.len() as u32;
-        self.services.push(ServiceSeries {
+        let series = ServiceSeries {
             name: name.to_string(),
+            unlisted,
             ..ServiceSeries::default()
-        });
+        };
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.services[id as usize] = series;
+                id
+            }
+            None => {
+                self.services.push(series);
+                self.services.len() as u32 - 1
+            }
+        };
         self.service_ids.insert(name.to_string(), id);
         id
+    }
+
+    /// Forgets services outside the policy file that have not reported
+    /// within `ttl` of `now`: their series go, and their places are free.
+    fn expire_unlisted(&mut self, ttl: Duration, now: Instant) {
+        let expired: Vec<u32> = (0..self.services.len() as u32)
+            .filter(|id| {
+                let s = &self.services[*id as usize];
+                s.unlisted
+                    && s.seen
+                        .is_some_and(|seen| now.saturating_duration_since(seen) >= ttl)
+            })
+            .collect();
+        if expired.is_empty() {
+            return;
+        }
+        for id in &expired {
+            let series = std::mem::take(&mut self.services[*id as usize]);
+            self.service_ids.remove(&series.name);
+            self.instances -= series.instances.len();
+            self.unlisted -= 1;
+        }
+        self.requests.retain(|key, _| !expired.contains(&key.0));
+        self.retries.retain(|key, _| !expired.contains(&key.0));
+        self.free.extend(expired);
     }
 
     /// The id of `endpoint`'s label within `service`: its own, or `other` past the cap.
@@ -372,7 +424,7 @@ fn render(t: &Table) -> String {
                        help: &str,
                        value: &dyn Fn(&ServiceSeries) -> Option<String>| {
         header(out, name, kind, help);
-        for series in &t.services {
+        for series in t.services.iter().filter(|s| !s.name.is_empty()) {
             if let Some(v) = value(series) {
                 let _ = writeln!(out, "{name}{{service=\"{}\"}} {v}", series.name);
             }

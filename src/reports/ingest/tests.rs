@@ -223,3 +223,49 @@ fn a_flood_of_names_keeps_the_series_bounded() {
     );
     assert_eq!(table.services.len(), 101);
 }
+
+#[test]
+fn unlisted_services_that_stop_reporting_expire_and_free_their_place() {
+    let limits = ReportLimits {
+        max_unlisted_services: 2,
+        label_ttl: Duration::from_secs(60),
+        ..ReportLimits::default()
+    };
+    let m = ClientMetrics::new(limits);
+    let t0 = Instant::now();
+    let listed = |s: &str| s == "listed";
+    let calls = |service: &str| {
+        report(&format!(
+            r#"{{"service": "{service}", "instance": "pod", "endpoints": [{{"endpoint": "/x", "requests": {{"success": 1}}}}]}}"#
+        ))
+    };
+    let requests = |service: &str| {
+        format!(r#"http_client_requests_total{{endpoint="/x",service="{service}",status="success"}}"#)
+    };
+    for service in ["one-off-a", "one-off-b", "listed"] {
+        assert!(!m.ingest(&calls(service), listed, t0).service);
+    }
+    assert!(
+        m.ingest(&calls("late"), listed, t0).service,
+        "over the cap: other"
+    );
+    m.ingest(&calls("one-off-b"), listed, t0 + Duration::from_secs(30));
+
+    let later = t0 + Duration::from_secs(61);
+    assert!(
+        !m.ingest(&calls("newcomer"), listed, later).service,
+        "one-off-a expired and freed its place"
+    );
+    let text = m.encode(later);
+    assert_eq!(value(&text, &requests("one-off-a")), None, "its series are gone");
+    assert_eq!(value(&text, &requests("one-off-b")), Some(2.0), "still reporting");
+    assert_eq!(value(&text, &requests("newcomer")), Some(1.0));
+    assert_eq!(
+        value(&text, &requests("listed")),
+        Some(1.0),
+        "listed services never expire"
+    );
+    let text = m.encode(t0 + Duration::from_secs(3600));
+    assert_eq!(value(&text, &requests("listed")), Some(1.0));
+    assert_eq!(value(&text, &requests("newcomer")), None);
+}
