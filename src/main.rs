@@ -118,6 +118,9 @@ struct ServeArgs {
     /// Long-polls that may wait at once; more get 503 with Retry-After.
     #[arg(long, default_value_t = 10_000, value_parser = count_in(1usize, 1_000_000))]
     max_long_polls: usize,
+    /// /admin/validate runs at once (each simulates every distinct policy); more get 503 with Retry-After.
+    #[arg(long, default_value_t = 2, value_parser = count_in(1usize, 64))]
+    max_validations: usize,
     /// Largest request body in bytes.
     #[arg(long, default_value_t = 1 << 20, value_parser = count_in(1024usize, 1 << 30))]
     max_body_bytes: usize,
@@ -284,6 +287,7 @@ fn serve(args: ServeArgs) -> ExitCode {
             policy: args.policy_limits.load_limits(),
             max_wait: args.max_wait,
             max_long_polls: args.max_long_polls,
+            max_validations: args.max_validations,
             reports: ReportLimits {
                 max_unlisted_services: args.max_unlisted_services,
                 max_endpoints_per_service: args.max_endpoints_per_service,

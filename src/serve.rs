@@ -69,6 +69,9 @@ pub enum ServeError {
     /// `--max-long-polls` is unusable.
     #[error("--max-long-polls: {0}")]
     LongPolls(ShedConfigError),
+    /// `--max-validations` is unusable.
+    #[error("--max-validations: {0}")]
+    Validations(ShedConfigError),
     /// The admin token file cannot be read, or is empty.
     #[error("{0}")]
     TokenFile(String),
@@ -130,6 +133,11 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
         Duration::from_secs(1)..=Duration::from_secs(5),
     )
     .map_err(ServeError::LongPolls)?;
+    let validations = LoadShedLayer::new(
+        config.limits.max_validations,
+        Duration::from_secs(1)..=Duration::from_secs(5),
+    )
+    .map_err(ServeError::Validations)?;
     let watcher_health = Arc::new(WatcherHealth::default());
     let state_metrics = metrics.clone();
     let state = Arc::new(Shared {
@@ -140,6 +148,7 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
         admin,
         limits: config.limits,
         long_polls,
+        validations,
         shutdown: shutdown.clone(),
         watcher: watcher_health.clone(),
     });

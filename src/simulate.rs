@@ -81,10 +81,10 @@ fn service_strategy(path: &Path, service: &str, modifiers: Modifiers) -> Result<
 
 fn render(request: &Request, summaries: &[Summary]) -> String {
     if request.json {
-        let json = if request.compare {
-            serde_json::to_string_pretty(summaries)
-        } else {
-            serde_json::to_string_pretty(&summaries[0])
+        // One object for one run; an array for several, or with --compare.
+        let json = match summaries {
+            [one] if !request.compare => serde_json::to_string_pretty(one),
+            all => serde_json::to_string_pretty(all),
         };
         return json.expect("summaries are plain data") + "\n";
     }

@@ -181,3 +181,58 @@ async fn admin_listen_moves_the_admin_api_to_a_listener_of_its_own() {
         .log()
         .contains(&format!("admin API on http://{admin_address}")));
 }
+
+/// Validations run the simulator for every distinct policy: past
+/// `--max-validations` at once, the rest are told to come back later.
+#[tokio::test]
+async fn validations_past_the_cap_are_shed_with_a_retry_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, SEED_POLICY).unwrap();
+    let daemon = Daemon::start(&policy, &["--max-validations", "1"]);
+    // 50 services with distinct policies: 50 forecasts per validation.
+    let mut body = String::from("defaults:\n  maxRetries: 3\nservices:\n");
+    for i in 0..50 {
+        body.push_str(&format!(
+            "  s{i}:\n    maxRetries: {}\n    initialDelay: {}ms\n",
+            i % 10,
+            10 + i
+        ));
+    }
+    let client = reqwest::Client::new();
+    let sends: Vec<_> = (0..6)
+        .map(|_| {
+            client
+                .post(daemon.url("/admin/validate"))
+                .bearer_auth(common::TOKEN)
+                .body(body.clone())
+                .send()
+        })
+        .collect();
+    let answers = futures_join(sends).await;
+    let ok = answers.iter().filter(|(s, _)| *s == StatusCode::OK).count();
+    let shed: Vec<_> = answers
+        .iter()
+        .filter(|(s, _)| *s == StatusCode::SERVICE_UNAVAILABLE)
+        .collect();
+    assert!(ok >= 1, "{answers:?}");
+    assert!(!shed.is_empty(), "six at once against a cap of one: {answers:?}");
+    assert!(shed.iter().all(|(_, retry_after)| retry_after.is_some()));
+}
+
+/// Sends all at once, and collects each status and Retry-After.
+async fn futures_join(
+    sends: Vec<impl std::future::Future<Output = reqwest::Result<reqwest::Response>> + Send + 'static>,
+) -> Vec<(StatusCode, Option<String>)> {
+    let tasks: Vec<_> = sends.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for task in tasks {
+        let response = task.await.unwrap().unwrap();
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().to_string());
+        out.push((response.status(), retry_after));
+    }
+    out
+}

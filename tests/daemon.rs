@@ -850,3 +850,35 @@ fn flags_out_of_range_are_refused_with_their_name_and_range() {
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
 }
+
+/// A client that writes its whole body before reading (as Python's urllib
+/// does) gets the 413, not a broken pipe: the daemon reads and drops the
+/// rest of an oversized body before answering and closing.
+#[test]
+fn an_oversized_body_is_answered_413_after_the_client_has_sent_it() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, SEED_POLICY).unwrap();
+    let daemon = Daemon::start(&policy, &[]);
+    let address = daemon.base.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let body = vec![b' '; 8 << 20];
+    let head = format!(
+        "POST /v1/reports HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream
+        .write_all(&body)
+        .expect("the whole body is taken, not cut off with a reset");
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("connection: close"),
+        "{answer}"
+    );
+    assert!(answer.contains("--max-body-bytes"), "{answer}");
+}

@@ -163,3 +163,43 @@ fn bad_input_is_named() {
     let bad_duration = simulate(&["--outage", "10"]);
     assert_eq!(bad_duration.status.code(), Some(2));
 }
+
+#[test]
+fn json_with_several_strategies_and_no_compare_prints_every_run() {
+    let out = stdout(&simulate(&[
+        "--strategy",
+        "exponential",
+        "--strategy",
+        "full-jitter",
+        "--clients",
+        "50",
+        "--capacity",
+        "20",
+        "--json",
+    ]));
+    let runs: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let names: Vec<&str> = runs
+        .as_array()
+        .expect("an array: one object per run")
+        .iter()
+        .map(|r| r["strategy"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["exponential", "full-jitter"]);
+}
+
+#[test]
+fn out_of_range_scenarios_are_refused_with_the_flag_and_range() {
+    for (flag, value) in [
+        ("--horizon", "100000h"),
+        ("--spread", "100000h"),
+        ("--clients", "0"),
+    ] {
+        let output = simulate(&[flag, value]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{flag} {value}: {stderr}");
+        assert!(
+            stderr.contains(flag) && stderr.contains("must be between"),
+            "{stderr}"
+        );
+    }
+}

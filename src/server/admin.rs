@@ -167,6 +167,15 @@ pub async fn validate(
     State(state): State<AppState>,
     LimitedBody(body): LimitedBody,
 ) -> Result<Json<serde_json::Value>, ApiError> {
+    // Each validation runs the simulator for its forecasts: a few at once,
+    // so that validations cannot take the daemon's CPU from serving.
+    let _slot = state.validations.admit().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many validations are running; try again after Retry-After, or raise --max-validations",
+        )
+        .retry_after(state.validations.retry_after_seconds())
+    })?;
     let limits = state.limits.policy;
     let checked = tokio::task::spawn_blocking(move || {
         let loaded = load_bytes("request body", &body, limits).map(|document| {
@@ -176,7 +185,12 @@ pub async fn validate(
         (loaded, body)
     })
     .await
-    .expect("loading a policy does not panic");
+    .map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("internal error while validating ({e}); please report it"),
+        )
+    })?;
     match checked {
         (Ok((document, lint)), body) => Ok(Json(json!({
             "valid": true,

@@ -49,6 +49,8 @@ pub struct Limits {
     pub max_wait: Duration,
     /// Long-polls waiting at once.
     pub max_long_polls: usize,
+    /// `/admin/validate` runs at once.
+    pub max_validations: usize,
     /// The cardinality guard's caps for client reports, and the instance TTL.
     pub reports: ReportLimits,
     /// Time a client has to send a request's headers.
@@ -79,6 +81,8 @@ pub struct Shared {
     /// Places for waiting long-polls: the project's own load shedder, so a
     /// refusal carries a jittered `Retry-After` and refusals are counted.
     pub long_polls: LoadShedLayer,
+    /// Places for `/admin/validate` runs, which are CPU-heavy (forecasts).
+    pub validations: LoadShedLayer,
     /// Turns true when the daemon starts shutting down.
     pub shutdown: watch::Receiver<bool>,
     /// Whether the policy file watcher runs.

@@ -3,7 +3,7 @@
 //!
 //! Every decision a client makes (send, back off, give up, ask the budget or
 //! the breaker) is a `stormguard-core` call at a virtual instant, the same
-//! calls `Guard::call` makes in a real client. Events are kept in a binary
+//! calls `Guard::call` makes in a real client. Events are kept in a radix
 //! heap holding one pending event per client, so memory is O(clients)
 //! whatever the number of events.
 
@@ -248,9 +248,9 @@ impl<'a> Simulation<'a> {
     fn run(mut self) -> Run {
         let horizon = nanos(self.world.scenario.horizon);
         let max_events = self.world.scenario.max_events;
-        // Each client has one pending event; handling it yields the client's
-        // next one, which replaces it at the top of the heap: one sift, not a
-        // pop and a push.
+        // Each client has one pending event: handling it pops it and pushes
+        // the client's next one, so the heap never holds more than one per
+        // client. (A radix heap pops and pushes in amortised constant time.)
         while let Some((Reverse(t), client)) = self.queue.pop() {
             if t > horizon || self.world.outcome.events >= max_events {
                 self.queue.push(Reverse(t), client);

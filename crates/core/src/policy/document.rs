@@ -172,7 +172,11 @@ fn decode_services(node: &Node, path: &KeyPath, errors: &mut Errors) -> BTreeMap
     services
 }
 
-/// `callGraph: {caller: [callee, ...]}`, every name a service name.
+/// The most calls (caller → callee pairs) a `callGraph` may list.
+pub const MAX_CALLS: usize = 10_000;
+
+/// `callGraph: {caller: [callee, ...]}`, every name a service name, at most
+/// [`MAX_CALLS`] calls.
 fn decode_call_graph(node: &Node, path: &KeyPath, errors: &mut Errors) -> BTreeMap<String, Vec<String>> {
     let mut graph = BTreeMap::new();
     for (caller, value) in entries(node, path, errors) {
@@ -199,6 +203,13 @@ fn decode_call_graph(node: &Node, path: &KeyPath, errors: &mut Errors) -> BTreeM
             }
         };
         graph.insert(caller.to_owned(), callees);
+    }
+    let calls: usize = graph.values().map(Vec::len).sum();
+    if calls > MAX_CALLS {
+        errors.push(PolicyError::value(
+            path,
+            format!("lists {calls} calls; at most {MAX_CALLS} are allowed (list the calls whose retries multiply)"),
+        ));
     }
     graph
 }
@@ -291,6 +302,22 @@ mod tests {
             .iter()
             .map(|e| e.to_string())
             .collect()
+    }
+
+    #[test]
+    fn a_call_graph_is_bounded() {
+        let callees = (0..=MAX_CALLS).map(|i| s(&format!("s{i}"))).collect();
+        let root = map(vec![
+            ("defaults", map(vec![])),
+            ("callGraph", map(vec![("gateway", Node::Seq(callees))])),
+        ]);
+        let errors = errors_of(&root);
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains("lists 10001 calls; at most 10000")),
+            "{errors:?}"
+        );
     }
 
     #[test]

@@ -12,7 +12,9 @@ mod tree;
 mod valid;
 mod validate;
 
-pub use document::{check_service_name, PolicyDocument, PolicySource, ResolvedPolicy, DOCUMENT_KEYS};
+pub use document::{
+    check_service_name, PolicyDocument, PolicySource, ResolvedPolicy, DOCUMENT_KEYS, MAX_CALLS,
+};
 pub use duration::{millis, parse_duration, DurationError, GoDuration};
 pub use layer::{Layered, Leaf};
 pub use model::{
