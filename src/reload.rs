@@ -140,9 +140,15 @@ impl Reloader {
         let mut attempt = self.attempt.lock().await;
         let (path, limits) = (self.path.clone(), self.limits);
         let file = self.path.display().to_string();
+        // Bytes already served (or, for automatic triggers, already refused)
+        // are recognised by their hash, before any parsing or building.
+        let known = match attempt.read {
+            Read::Bytes(hash) if attempt.ok || trigger.is_automatic() => Some(hash),
+            _ => None,
+        };
         // A panic while loading is a bug, but it must cost one failed reload,
         // not the watcher: the last good policy keeps serving.
-        let loaded = tokio::task::spawn_blocking(move || prepare(&path, limits))
+        let loaded = tokio::task::spawn_blocking(move || prepare(&path, limits, known))
             .await
             .unwrap_or_else(|e| {
                 Prepared::Unreadable(Diagnostic::file(
@@ -151,6 +157,7 @@ impl Reloader {
                 ))
             });
         let (read, result) = match loaded {
+            Prepared::Known => return ReloadOutcome::Unchanged,
             Prepared::Unreadable(diagnostic) => (
                 Read::Unreadable(diagnostic.message.clone()),
                 Err(vec![diagnostic]),
@@ -208,16 +215,21 @@ impl Reloader {
 
 /// A reload's blocking part: read, parse, validate, and prepare every body.
 enum Prepared {
+    /// The bytes hash to the known version: nothing was parsed.
+    Known,
     Unreadable(Diagnostic),
     Loaded(ContentHash, Result<Box<PolicySnapshot>, Vec<Diagnostic>>),
 }
 
-fn prepare(path: &Path, limits: LoadLimits) -> Prepared {
+fn prepare(path: &Path, limits: LoadLimits, known: Option<ContentHash>) -> Prepared {
     let bytes = match read_capped(path, limits.max_bytes) {
         Ok(bytes) => bytes,
         Err(diagnostic) => return Prepared::Unreadable(diagnostic),
     };
     let hash = ContentHash::of(&bytes);
+    if known == Some(hash) {
+        return Prepared::Known;
+    }
     let snapshot = load_bytes(&path.display().to_string(), &bytes, limits)
         .map(|document| Box::new(PolicySnapshot::new(document, hash, path.to_path_buf())));
     Prepared::Loaded(hash, snapshot)
