@@ -10,6 +10,15 @@ fn simulate(args: &[&str]) -> Output {
         .expect("the stormguard binary runs")
 }
 
+/// The `strategy` of each run in a JSON array of runs.
+fn strategy_names(runs: &serde_json::Value) -> Vec<String> {
+    runs.as_array()
+        .expect("an array: one object per run")
+        .iter()
+        .map(|r| r["strategy"].as_str().unwrap().to_string())
+        .collect()
+}
+
 fn stdout(output: &Output) -> String {
     assert!(
         output.status.success(),
@@ -126,13 +135,7 @@ fn compare_with_a_policy_sets_it_beside_every_named_strategy() {
         "20",
         "--json",
     ]));
-    let runs: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let names: Vec<&str> = runs
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["strategy"].as_str().unwrap())
-        .collect();
+    let names = strategy_names(&serde_json::from_str(&out).unwrap());
     assert_eq!(names.len(), 8, "{names:?}");
     assert_eq!(names[0], "constant");
     assert_eq!(names[7], "inventory-service");
@@ -177,13 +180,7 @@ fn json_with_several_strategies_and_no_compare_prints_every_run() {
         "20",
         "--json",
     ]));
-    let runs: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let names: Vec<&str> = runs
-        .as_array()
-        .expect("an array: one object per run")
-        .iter()
-        .map(|r| r["strategy"].as_str().unwrap())
-        .collect();
+    let names = strategy_names(&serde_json::from_str(&out).unwrap());
     assert_eq!(names, ["exponential", "full-jitter"]);
 }
 

@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::body::LimitedBody;
-use super::error::ApiError;
+use super::error::{admit, ApiError};
 use super::AppState;
 use crate::lint::lint;
 use crate::policy::{load_bytes, ContentHash};
@@ -169,13 +169,10 @@ pub async fn validate(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     // Each validation runs the simulator for its forecasts: a few at once,
     // so that validations cannot take the daemon's CPU from serving.
-    let _slot = state.validations.admit().ok_or_else(|| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "too many validations are running; try again after Retry-After, or raise --max-validations",
-        )
-        .retry_after(state.validations.retry_after_seconds())
-    })?;
+    let _slot = admit(
+        &state.validations,
+        "too many validations are running; try again after Retry-After, or raise --max-validations",
+    )?;
     let limits = state.limits.policy;
     let checked = tokio::task::spawn_blocking(move || {
         let loaded = load_bytes("request body", &body, limits).map(|document| {

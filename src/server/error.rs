@@ -4,6 +4,7 @@ use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
+use stormguard_core::shed::{InFlight, LoadShedLayer};
 
 /// An error answer: a status and a JSON object with at least `error`.
 #[derive(Debug)]
@@ -45,6 +46,13 @@ impl ApiError {
         self.close = true;
         self
     }
+}
+
+/// A place from `shed`, or 503 with its jittered `Retry-After` and `message`.
+pub fn admit(shed: &LoadShedLayer, message: &str) -> Result<InFlight, ApiError> {
+    shed.admit().ok_or_else(|| {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, message).retry_after(shed.retry_after_seconds())
+    })
 }
 
 impl IntoResponse for ApiError {

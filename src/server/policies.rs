@@ -13,7 +13,7 @@ use serde::Deserialize;
 use stormguard_core::policy::{check_service_name, parse_duration};
 use stormguard_core::wire::MAX_WAIT_HEADER;
 
-use super::error::ApiError;
+use super::error::{admit, ApiError};
 use super::AppState;
 use crate::snapshot::{PolicySnapshot, Served};
 
@@ -92,13 +92,10 @@ async fn answer(
     if *state.shutdown.borrow() {
         return Err(draining(state));
     }
-    let _slot = state.long_polls.admit().ok_or_else(|| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "too many long-polls are waiting; raise the limit with --max-long-polls",
-        )
-        .retry_after(state.long_polls.retry_after_seconds())
-    })?;
+    let _slot = admit(
+        &state.long_polls,
+        "too many long-polls are waiting; raise the limit with --max-long-polls",
+    )?;
     // Subscribe, then look again: a swap just before subscribing is not missed.
     let mut changes = state.store.subscribe();
     let now = pick(&state.store.current());
