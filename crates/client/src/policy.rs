@@ -377,10 +377,10 @@ fn max_wait(headers: &HeaderMap) -> Option<Duration> {
 async fn watch_loop(shared: std::sync::Weak<Shared>) {
     let mut rng = SmallRng::from_rng(&mut rand::rng());
     let (mut failures, mut previous) = (0u32, Duration::ZERO);
-    let Some(mut known) = shared.upgrade().map(|s| s.current.load().etag.clone()) else {
-        return;
-    };
-    let Some(mut wait) = shared.upgrade().map(|s| s.config.watch_wait) else {
+    let Some((mut known, mut wait)) = shared
+        .upgrade()
+        .map(|s| (s.current.load().etag.clone(), s.config.watch_wait))
+    else {
         return;
     };
     loop {
