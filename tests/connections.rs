@@ -1,12 +1,15 @@
-//! Connection limits on the real binary: thousands of idle or half-sent
-//! connections never stop a health check from being answered.
+//! Connections on the real binary: thousands of idle or half-sent
+//! connections never stop a health check from being answered; one
+//! keep-alive connection carries simple and other requests in any order,
+//! pipelined too; a long-poll whose client hangs up gives its place back.
 
 mod common;
 
 use std::time::Duration;
 
 use common::{Daemon, SEED_POLICY};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 #[tokio::test]
 async fn two_thousand_idle_and_half_sent_connections_leave_health_checks_answered() {
@@ -50,4 +53,104 @@ async fn two_thousand_idle_and_half_sent_connections_leave_health_checks_answere
         assert_eq!(policy.status(), 200);
     }
     assert_eq!(held.len(), 2_000);
+}
+
+/// Reads answers from `stream` until `count` whole ones (head and
+/// `content-length` body) have arrived; their status lines.
+async fn answers(stream: &mut TcpStream, count: usize) -> Vec<String> {
+    let mut bytes = Vec::new();
+    let mut statuses = Vec::new();
+    let mut start = 0;
+    while statuses.len() < count {
+        let mut chunk = [0u8; 4096];
+        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut chunk))
+            .await
+            .expect("an answer within 5 s")
+            .unwrap();
+        assert!(n > 0, "closed after {statuses:?}");
+        bytes.extend_from_slice(&chunk[..n]);
+        while let Some(end) = find(&bytes[start..], b"\r\n\r\n").map(|at| start + at + 4) {
+            let head = String::from_utf8_lossy(&bytes[start..end]).to_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|line| line.strip_prefix("content-length: "))
+                .map_or(0, |n| n.trim().parse().unwrap());
+            if bytes.len() < end + length {
+                break;
+            }
+            statuses.push(head.lines().next().unwrap().to_string());
+            start = end + length;
+        }
+    }
+    statuses
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+#[tokio::test]
+async fn one_connection_carries_gets_posts_and_pipelined_requests_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, SEED_POLICY).unwrap();
+    let daemon = Daemon::start(&policy, &[]);
+    let mut stream = TcpStream::connect(daemon.base.trim_start_matches("http://"))
+        .await
+        .unwrap();
+
+    let get = "GET /v1/policies/payment-service HTTP/1.1\r\nHost: x\r\n\r\n";
+    stream.write_all(format!("{get}{get}").as_bytes()).await.unwrap();
+    assert_eq!(answers(&mut stream, 2).await, ["http/1.1 200 ok"; 2]);
+
+    let report = r#"{"instance":"pod-1","sequence":1,"reports":[]}"#;
+    let post = format!(
+        "POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{report}",
+        report.len()
+    );
+    let missing = "GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n";
+    stream
+        .write_all(format!("{post}{get}{missing}").as_bytes())
+        .await
+        .unwrap();
+    let statuses = answers(&mut stream, 3).await;
+    assert!(statuses[0].starts_with("http/1.1 2"), "{statuses:?}");
+    assert_eq!(statuses[1..], ["http/1.1 200 ok", "http/1.1 404 not found"]);
+}
+
+/// Whether a long-poll sent on a new connection parks (no answer in 500 ms)
+/// rather than being answered at once.
+async fn parks(address: &str, poll: &str) -> Option<TcpStream> {
+    let mut stream = TcpStream::connect(address).await.unwrap();
+    stream.write_all(poll.as_bytes()).await.unwrap();
+    let mut byte = [0u8; 1];
+    let answered = tokio::time::timeout(Duration::from_millis(500), stream.read(&mut byte)).await;
+    answered.is_err().then_some(stream)
+}
+
+#[tokio::test]
+async fn a_long_poll_whose_client_hangs_up_gives_its_place_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, SEED_POLICY).unwrap();
+    let daemon = Daemon::start(&policy, &["--max-long-polls", "1"]);
+    let etag = common::etag_of(&daemon.url("/v1/policies/payment-service")).await;
+    let poll = format!(
+        "GET /v1/policies/payment-service?wait=60s HTTP/1.1\r\nHost: x\r\nIf-None-Match: {etag}\r\n\r\n"
+    );
+    let address = daemon.base.trim_start_matches("http://").to_string();
+    let mut parked = parks(&address, &poll).await.expect("the first long-poll parks");
+    for hang_up in 0..5 {
+        // The one place is taken: another poll is turned away at once.
+        let mut refused = TcpStream::connect(&address).await.unwrap();
+        refused.write_all(poll.as_bytes()).await.unwrap();
+        assert!(
+            answers(&mut refused, 1).await[0].contains(" 503 "),
+            "hang-up {hang_up}"
+        );
+        drop(parked);
+        parked = common::eventually(Duration::from_secs(5), || parks(&address, &poll))
+            .await
+            .unwrap_or_else(|| panic!("the place of hung-up poll {hang_up} never came back"));
+    }
 }

@@ -3,6 +3,7 @@
 mod admin;
 mod body;
 mod error;
+mod front;
 mod policies;
 mod reports;
 mod track;
@@ -18,10 +19,9 @@ use axum::middleware;
 use axum::response::IntoResponse;
 use axum::routing::{get, post, MethodRouter};
 use axum::{Json, Router};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use serde_json::json;
 use stormguard_core::shed::LoadShedLayer;
 use tokio::net::TcpListener;
@@ -187,9 +187,10 @@ async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
 /// Serves `app` on `listener` until `shutdown` resolves, then lets requests
 /// in flight finish for up to `grace`.
 ///
-/// Built on hyper-util rather than `axum::serve` for its header-read timer:
-/// without one, a client that never finishes its headers holds a connection
-/// forever (slowloris).
+/// Each connection starts in the [`front`](front) (simple requests, long-polls
+/// among them, in a few KiB) and moves to hyper-util at its first other
+/// request. Both time the reading of a head: without that, a client that
+/// never finishes its headers holds a connection forever (slowloris).
 pub async fn serve(
     listener: TcpListener,
     app: Router,
@@ -208,7 +209,14 @@ pub async fn serve(
         .http2()
         .timer(TokioTimer::new())
         .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+    let front = Arc::new(front::Front::new(
+        app,
+        builder,
+        limits.header_read_timeout,
+        limits.max_header_bytes.max(MIN_HEADER_BYTES),
+    ));
     let graceful = GracefulShutdown::new();
+    let (closing_tx, closing) = watch::channel(false);
     tokio::pin!(shutdown);
     let mut last_accept_warning: Option<std::time::Instant> = None;
     loop {
@@ -229,14 +237,15 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(app.clone());
-        let connection = builder.serve_connection(TokioIo::new(stream), service);
-        let connection = graceful.watch(connection.into_owned());
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
+        tokio::spawn(front::connection(
+            front.clone(),
+            stream,
+            graceful.watcher(),
+            closing.clone(),
+        ));
     }
     drop(listener);
+    closing_tx.send_replace(true);
     if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
         tracing::warn!("connections still open after the shutdown grace period; closing them");
     }
