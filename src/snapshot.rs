@@ -16,6 +16,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use stormguard_core::policy::{PolicyDocument, ResolvedPolicy, RetryPolicy};
+use stormguard_core::wire::SelectedPolicy;
 use tokio::sync::watch;
 
 use crate::policy::ContentHash;
@@ -32,13 +33,17 @@ pub struct Served {
 impl Served {
     fn json(value: &impl Serialize) -> Self {
         let body = serde_json::to_vec(value).expect("policy JSON has string keys and finite numbers");
-        let digest = Sha256::digest(&body);
-        let hex = crate::policy::hex(&digest[..16]);
         Self {
-            etag: HeaderValue::from_str(&format!("\"{hex}\"")).expect("hex is a valid header"),
+            etag: quoted_etag(&Sha256::digest(&body)),
             body: Bytes::from(body),
         }
     }
+}
+
+/// A strong ETag from the first 128 bits of a SHA-256 digest.
+fn quoted_etag(digest: &[u8]) -> HeaderValue {
+    let hex = crate::policy::hex(&digest[..16]);
+    HeaderValue::from_str(&format!("\"{hex}\"")).expect("hex is a valid header")
 }
 
 /// A validated policy file and everything served from it.
@@ -54,8 +59,30 @@ pub struct PolicySnapshot {
     pub document: PolicyDocument,
     /// `GET /v1/policies`.
     pub all: Served,
-    services: HashMap<String, Served>,
-    unknown_service: Served,
+    services: HashMap<String, ServiceAnswers>,
+    unknown_service: ServiceAnswers,
+}
+
+/// One service's answers: alone, and as its entry in a selection of several.
+#[derive(Debug)]
+struct ServiceAnswers {
+    alone: Served,
+    entry: Bytes,
+}
+
+impl ServiceAnswers {
+    fn new(resolved: &ResolvedPolicy) -> Self {
+        let alone = Served::json(resolved);
+        let entry = SelectedPolicy {
+            etag: alone.etag.to_str().expect("the ETag is hex").to_owned(),
+            resolved: resolved.clone(),
+        };
+        let entry = serde_json::to_vec(&entry).expect("policy JSON has string keys and finite numbers");
+        Self {
+            alone,
+            entry: Bytes::from(entry),
+        }
+    }
 }
 
 /// The body of `GET /v1/policies`.
@@ -85,10 +112,10 @@ impl PolicySnapshot {
         });
         let services = resolved
             .iter()
-            .map(|(name, policy)| (name.clone(), Served::json(policy)))
+            .map(|(name, policy)| (name.clone(), ServiceAnswers::new(policy)))
             .collect();
         // Any name not in the file resolves to the defaults: one body serves them all.
-        let unknown_service = Served::json(&document.resolve(""));
+        let unknown_service = ServiceAnswers::new(&document.resolve(""));
         Self {
             hash,
             loaded_at: SystemTime::now(),
@@ -102,7 +129,38 @@ impl PolicySnapshot {
 
     /// The prepared response for `service`; the defaults for a service not in the file.
     pub fn service(&self, service: &str) -> &Served {
+        &self.answers(service).alone
+    }
+
+    fn answers(&self, service: &str) -> &ServiceAnswers {
         self.services.get(service).unwrap_or(&self.unknown_service)
+    }
+
+    /// The answer to `GET /v1/policies?services=…` for `names` (sorted, no
+    /// repeats): each one's entry, and an ETag derived from their ETags, so
+    /// it changes exactly when one of theirs does.
+    pub fn selection(&self, names: &[String]) -> Served {
+        let mut body = Vec::with_capacity(16 + names.len() * 512);
+        let mut digest = Sha256::new();
+        body.extend_from_slice(b"{\"services\":{");
+        for (i, name) in names.iter().enumerate() {
+            let answers = self.answers(name);
+            if i > 0 {
+                body.push(b',');
+            }
+            serde_json::to_writer(&mut body, name).expect("a string serializes");
+            body.push(b':');
+            body.extend_from_slice(&answers.entry);
+            digest.update(name.as_bytes());
+            digest.update(b"\0");
+            digest.update(answers.alone.etag.as_bytes());
+            digest.update(b"\0");
+        }
+        body.extend_from_slice(b"}}");
+        Served {
+            etag: quoted_etag(&digest.finalize()),
+            body: Bytes::from(body),
+        }
     }
 }
 
@@ -175,6 +233,26 @@ mod tests {
         let known: serde_json::Value = serde_json::from_slice(&snap.service("a").body).unwrap();
         assert_eq!(known["source"], "override");
         assert_eq!(known["overridden"], serde_json::json!(["maxRetries"]));
+    }
+
+    #[test]
+    fn a_selection_holds_each_service_as_served_alone_and_changes_with_any_of_them() {
+        let text = "services: {a: {maxRetries: 1}, b: {maxRetries: 2}, c: {maxRetries: 3}}\n";
+        let names = ["a".to_string(), "zzz".to_string()];
+        let selection = snapshot(text).selection(&names);
+        let body: stormguard_core::wire::SelectedPolicies = serde_json::from_slice(&selection.body).unwrap();
+        let snap = snapshot(text);
+        for name in &names {
+            let entry = &body.services[name];
+            assert_eq!(entry.etag, snap.service(name).etag.to_str().unwrap());
+            let alone: ResolvedPolicy = serde_json::from_slice(&snap.service(name).body).unwrap();
+            assert_eq!(entry.resolved, alone);
+        }
+        let unrelated = snapshot("services: {a: {maxRetries: 1}, b: {maxRetries: 2}, c: {maxRetries: 4}}\n");
+        assert_eq!(unrelated.selection(&names).etag, selection.etag);
+        let related = snapshot("services: {a: {maxRetries: 5}, b: {maxRetries: 2}, c: {maxRetries: 3}}\n");
+        assert_ne!(related.selection(&names).etag, selection.etag);
+        assert_ne!(snap.selection(&names[..1]).etag, selection.etag);
     }
 
     #[tokio::test]

@@ -8,7 +8,8 @@ use common::proxy::{Proxy, Trick};
 use common::{metrics, sample, ConfigMapDir, Daemon, SEED_POLICY};
 use stormguard_client::stormguard_core::retry::{Failure, GaveUp};
 use stormguard_client::{
-    ClientConfig, Dependency, Outcome, PolicyClient, PolicySource, Reporter, ReporterConfig,
+    ClientConfig, ConfigError, Dependency, Outcome, PolicyClient, PolicySource, PolicyWatch, Reporter,
+    ReporterConfig,
 };
 
 fn config(daemon: &str, service: &str) -> ClientConfig {
@@ -47,6 +48,65 @@ async fn a_client_fetches_its_policy_and_a_change_reaches_it_live() {
         7,
         "new calls use the new policy"
     );
+}
+
+#[tokio::test]
+async fn one_watch_serves_several_dependencies_and_wakes_only_the_changed_one() {
+    let mut configmap = ConfigMapDir::new(SEED_POLICY);
+    let daemon = Daemon::start(&configmap.policy(), &["--debounce", "20ms"]);
+    let proxy = Proxy::start(&daemon.base, Trick::None).await;
+    let services = ["payment-service", "inventory-service", "search"];
+    let watch = PolicyWatch::start(ClientConfig {
+        watch_wait: Duration::from_secs(2),
+        ..ClientConfig::for_services(&proxy.base, services)
+    })
+    .await
+    .expect("a valid client configuration");
+    let client = |name| watch.client(name).expect("a watched service");
+    let retries = |name| client(name).policy().policy.max_retries;
+    assert_eq!(
+        [
+            retries("payment-service"),
+            retries("inventory-service"),
+            retries("search")
+        ],
+        [2, 5, 3]
+    );
+    assert!(services
+        .iter()
+        .all(|s| client(s).source() == PolicySource::Daemon));
+    assert!(watch.client("ledger").is_none(), "not watched");
+
+    let (payments, mut inventory) = (
+        client("payment-service").subscribe(),
+        client("inventory-service").subscribe(),
+    );
+    let since = tokio::time::Instant::now();
+    configmap.update(&SEED_POLICY.replace("maxRetries: 5", "maxRetries: 6"));
+    tokio::time::timeout(Duration::from_secs(10), inventory.changed())
+        .await
+        .expect("the watch delivers the new version")
+        .unwrap();
+    assert_eq!(retries("inventory-service"), 6);
+    assert!(
+        !payments.has_changed().unwrap(),
+        "an unchanged dependency was not updated"
+    );
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    // One watch: the wake-up, then a poll per 2 s wait. Three watches would be three times that.
+    let polls = proxy.requests_since("/v1/policies", since);
+    assert!((2..=4).contains(&polls), "{polls} polls in about 4.5 s");
+
+    let several = ClientConfig::for_services(&daemon.base, services);
+    assert!(matches!(
+        PolicyClient::start(several).await,
+        Err(ConfigError::Services(_))
+    ));
+    let none = ClientConfig::for_services(&daemon.base, Vec::<String>::new());
+    assert!(matches!(
+        PolicyWatch::start(none).await,
+        Err(ConfigError::Services(_))
+    ));
 }
 
 #[tokio::test]

@@ -296,6 +296,86 @@ async fn long_poll_wakes_the_moment_the_policy_changes() {
 }
 
 #[tokio::test]
+async fn one_long_poll_watches_several_services_and_wakes_only_for_them() {
+    let mut dir = ConfigMapDir::new(SEED_POLICY);
+    let daemon = Daemon::start(&dir.policy(), WATCH_ONLY);
+    let url = daemon.url("/v1/policies?services=payment-service,search,payment-service");
+    let first = reqwest::get(&url).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    let etag = first.headers()["etag"].to_str().unwrap().to_string();
+    let body: Value = first.json().await.unwrap();
+    let names: Vec<&String> = body["services"].as_object().unwrap().keys().collect();
+    assert_eq!(names, ["payment-service", "search"], "sorted, each once");
+    for name in ["payment-service", "search"] {
+        let alone = reqwest::get(daemon.url(&format!("/v1/policies/{name}")))
+            .await
+            .unwrap();
+        let alone_etag = alone.headers()["etag"].to_str().unwrap().to_string();
+        let mut entry = body["services"][name].clone();
+        assert_eq!(entry["etag"], alone_etag.as_str(), "{name}'s own ETag");
+        entry.as_object_mut().unwrap().remove("etag");
+        assert_eq!(
+            entry,
+            alone.json::<Value>().await.unwrap(),
+            "{name} as served alone"
+        );
+    }
+    let same_set = daemon.url("/v1/policies?services=search,payment-service");
+    assert_eq!(
+        etag_of(&same_set).await,
+        etag,
+        "the ETag depends on the set, not its order"
+    );
+
+    let poll = tokio::spawn({
+        let (url, etag) = (url.clone(), etag.clone());
+        async move {
+            let response = reqwest::Client::new()
+                .get(format!("{url}&wait=30s"))
+                .header("if-none-match", etag)
+                .send()
+                .await
+                .unwrap();
+            (Instant::now(), response)
+        }
+    });
+    dir.update(&SEED_POLICY.replace("maxRetries: 5", "maxRetries: 6"));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(max_retries(&daemon, "inventory-service").await, 6);
+    assert!(
+        !poll.is_finished(),
+        "a change to a service not watched woke the long-poll"
+    );
+
+    let changed_at = Instant::now();
+    dir.update(&SEED_POLICY.replace("maxRetries: 2", "maxRetries: 1"));
+    let (answered_at, response) = tokio::time::timeout(Duration::from_secs(5), poll)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(answered_at - changed_at < Duration::from_secs(2));
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["services"]["payment-service"]["policy"]["maxRetries"], 1);
+
+    for (query, names) in [
+        ("services=a,Bad_Name", "services: service name \"Bad_Name\""),
+        ("services=", "services: "),
+        ("services=a&extra=1", "extra"),
+    ] {
+        let refused = reqwest::get(daemon.url(&format!("/v1/policies?{query}")))
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), StatusCode::BAD_REQUEST, "{query}");
+        let error = refused.json::<Value>().await.unwrap()["error"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(error.contains(names), "{query}: {error}");
+    }
+}
+
+#[tokio::test]
 async fn admin_api_needs_the_token() {
     let dir = ConfigMapDir::new(SEED_POLICY);
     let daemon = Daemon::start(&dir.policy(), &[]);

@@ -1,4 +1,4 @@
-//! `GET /v1/policies` and `GET /v1/policies/{service}`: conditional GETs on
+//! `GET /v1/policies` (all, or `?services=a,b`) and `GET /v1/policies/{service}`: conditional GETs on
 //! content-derived ETags, and long-polls that return the moment the answer changes.
 
 use std::time::Duration;
@@ -11,7 +11,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use stormguard_core::policy::{check_service_name, parse_duration};
-use stormguard_core::wire::MAX_WAIT_HEADER;
+use stormguard_core::wire::{parse_selection, MAX_WAIT_HEADER};
 
 use super::error::{admit, ApiError};
 use super::AppState;
@@ -25,14 +25,31 @@ pub struct PolicyQuery {
     wait: Option<String>,
 }
 
-/// Every service's resolved policy, the defaults and the version.
+/// The query of `GET /v1/policies`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AllQuery {
+    /// As in [`PolicyQuery`].
+    wait: Option<String>,
+    /// Only these services, comma-separated: one watch for several dependencies.
+    services: Option<String>,
+}
+
+/// Every service's resolved policy, the defaults and the version; or, with
+/// `?services=a,b`, those services' policies alone.
 pub async fn all(
     State(state): State<AppState>,
-    query: Result<Query<PolicyQuery>, axum::extract::rejection::QueryRejection>,
+    query: Result<Query<AllQuery>, axum::extract::rejection::QueryRejection>,
     IfNoneMatch(known): IfNoneMatch,
 ) -> Result<Response, ApiError> {
-    let Query(query) = query?;
-    respond(&state, &query, known, |snapshot| snapshot.all.clone()).await
+    let Query(AllQuery { wait, services }) = query?;
+    let query = PolicyQuery { wait };
+    let Some(services) = services else {
+        return respond(&state, &query, known, |snapshot| snapshot.all.clone()).await;
+    };
+    let names =
+        parse_selection(&services).map_err(|problem| ApiError::new(StatusCode::BAD_REQUEST, problem))?;
+    respond(&state, &query, known, |snapshot| snapshot.selection(&names)).await
 }
 
 /// One service's resolved policy; the defaults, marked as such, for a service not in the file.

@@ -24,6 +24,10 @@ pub enum ConfigError {
         /// What is wrong with it.
         problem: String,
     },
+    /// The list of services to watch is empty, too long, or (for
+    /// `PolicyClient::start`) names more than one.
+    #[error("services: {0}")]
+    Services(String),
     /// A duration that must be more than zero is zero.
     #[error("{0} must be more than zero")]
     Zero(&'static str),

@@ -1,11 +1,12 @@
 //! stormguard's client library: what a service adds to call its dependencies
 //! the way the fleet's policy says.
 //!
-//! - [`PolicyClient`] fetches a dependency's resolved policy from the daemon
-//!   at start-up within a bounded wait, falls back to the last good policy
-//!   cached on disk, else to the built-in defaults (and says which), then
-//!   watches for new versions through the daemon's long-poll and applies
-//!   each one live. Its own fetches back off with full jitter, so a fleet
+//! - [`PolicyWatch`] fetches the resolved policies of a process's
+//!   dependencies from the daemon at start-up within a bounded wait, falls
+//!   back to the last good policies cached on disk, else to the built-in
+//!   defaults (and says which), then watches for new versions through one
+//!   long-poll for all of them and applies each one live; each dependency's
+//!   [`PolicyClient`] gives its current policy. Its own fetches back off with full jitter, so a fleet
 //!   restarting at once does not stampede the daemon.
 //! - [`Reporter`] aggregates what calls did (attempts by outcome, retries by
 //!   attempt number, budget denials, breaker state, calls in flight) and
@@ -20,20 +21,20 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use stormguard_client::stormguard_core::retry::Failure;
-//! use stormguard_client::{ClientConfig, Dependency, PolicyClient, Reporter, ReporterConfig};
+//! use stormguard_client::{ClientConfig, Dependency, PolicyWatch, Reporter, ReporterConfig};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! let daemon = "http://stormguard.infra:8080";
 //! let instance = std::env::var("HOSTNAME").unwrap_or_else(|_| "local".into());
 //! // At start-up: the policy for calls to payment-service, kept current.
-//! let policy = PolicyClient::start(ClientConfig {
-//!     cache: Some("/var/cache/stormguard/payment-service.json".into()),
-//!     ..ClientConfig::new(daemon, "payment-service")
+//! let policies = PolicyWatch::start(ClientConfig {
+//!     cache: Some("/var/cache/stormguard/policies.json".into()),
+//!     ..ClientConfig::for_services(daemon, ["payment-service", "ledger"])
 //! })
 //! .await
-//! .expect("a valid service name and daemon URL");
+//! .expect("valid service names and daemon URL");
 //! let reporter = Reporter::start(ReporterConfig::new(daemon, instance)).expect("a valid instance name");
-//! let payments = Dependency::new(policy, reporter.clone());
+//! let payments = Dependency::new(policies.client("payment-service").expect("watched"), reporter.clone());
 //!
 //! // Each call: one attempt per invocation of the closure; the policy decides
 //! // the retries, their backoff, the budget and the breaker.
@@ -63,6 +64,6 @@ mod report;
 
 pub use config::ConfigError;
 pub use dependency::Dependency;
-pub use policy::{ClientConfig, PolicyClient, PolicySource};
+pub use policy::{ClientConfig, PolicyClient, PolicySource, PolicyWatch};
 pub use report::{Outcome, Reporter, ReporterConfig, ReporterStats, SendError};
 pub use stormguard_core;

@@ -10,6 +10,7 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use stormguard_client::stormguard_core::policy::{PolicySource as Resolution, ResolvedPolicy, RetryPolicy};
+use stormguard_client::stormguard_core::wire::{SelectedPolicies, SelectedPolicy};
 use stormguard_client::{ClientConfig, PolicyClient, PolicySource};
 
 const GOOD: u8 = 0;
@@ -27,7 +28,7 @@ async fn fake_daemon(mode: Arc<AtomicU8>, retries: Arc<AtomicU32>) -> (String, A
     let hits = Arc::new(AtomicU32::new(0));
     let counter = hits.clone();
     let app = axum::Router::new().route(
-        "/v1/policies/{service}",
+        "/v1/policies",
         get(move || {
             let (mode, retries, hits) = (mode.clone(), retries.clone(), counter.clone());
             async move {
@@ -35,27 +36,28 @@ async fn fake_daemon(mode: Arc<AtomicU8>, retries: Arc<AtomicU32>) -> (String, A
                 match mode.load(Relaxed) {
                     GOOD => {
                         let n = retries.load(Relaxed);
-                        let body = serde_json::to_string(&ResolvedPolicy {
+                        let resolved = ResolvedPolicy {
                             source: Resolution::Override,
                             overridden: vec!["maxRetries".into()],
                             policy: RetryPolicy {
                                 max_retries: n,
                                 ..RetryPolicy::default()
                             },
-                        })
-                        .unwrap();
-                        ([(header::ETAG, format!("\"v{n}\""))], body).into_response()
+                        };
+                        let body = serde_json::to_string(&selection(resolved, &format!("\"v{n}\""))).unwrap();
+                        ([(header::ETAG, format!("\"all-v{n}\""))], body).into_response()
                     }
                     ERROR => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-                    GARBAGE => ([(header::ETAG, "\"x\"")], "{\"policy\": 42").into_response(),
+                    GARBAGE => ([(header::ETAG, "\"x\"")], "{\"services\": 42").into_response(),
                     INVALID => {
-                        let mut body = serde_json::to_value(ResolvedPolicy {
+                        let resolved = ResolvedPolicy {
                             source: Resolution::Override,
                             overridden: Vec::new(),
                             policy: RetryPolicy::default(),
-                        })
-                        .unwrap();
-                        body["policy"]["perTryTimeoutMs"] = serde_json::json!(1e22);
+                        };
+                        let mut body = serde_json::to_value(selection(resolved, "\"bad\"")).unwrap();
+                        body["services"]["payment-service"]["policy"]["perTryTimeoutMs"] =
+                            serde_json::json!(1e22);
                         ([(header::ETAG, "\"bad\"")], body.to_string()).into_response()
                     }
                     DRAINING => (
@@ -76,6 +78,17 @@ async fn fake_daemon(mode: Arc<AtomicU8>, retries: Arc<AtomicU32>) -> (String, A
     let address = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     (format!("http://{address}"), hits)
+}
+
+/// The daemon's answer to a watch of payment-service alone.
+fn selection(resolved: ResolvedPolicy, etag: &str) -> SelectedPolicies {
+    let entry = SelectedPolicy {
+        etag: etag.to_string(),
+        resolved,
+    };
+    SelectedPolicies {
+        services: [("payment-service".to_string(), entry)].into(),
+    }
 }
 
 fn config(daemon: &str) -> ClientConfig {

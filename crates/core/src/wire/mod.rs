@@ -8,6 +8,7 @@
 //!   that makes a resend harmless.
 //! - [`ReportAnswer`] is the daemon's `202`: what it counted, what it
 //!   refused ([`Rejected`]) and what its cardinality guard folded ([`Folded`]).
+//! - [`SelectedPolicies`] answers a watch of several services at once.
 //! - The policy a client reads is [`ResolvedPolicy`](crate::policy::ResolvedPolicy);
 //!   a client turns its `policy` into a [`ValidPolicy`](crate::policy::ValidPolicy)
 //!   before anything acts on it.
@@ -17,12 +18,14 @@
 //! on the names it is configured with, so a bad name is refused where it
 //! enters rather than by the daemon, batch after batch.
 
+mod policies;
 mod report;
 
 /// The response header by which the daemon says it shortened a long-poll's
 /// `?wait=` to its maximum, in milliseconds; a client then asks for no more.
 pub const MAX_WAIT_HEADER: &str = "stormguard-max-wait-ms";
 
+pub use policies::{parse_selection, SelectedPolicies, SelectedPolicy, MAX_SELECTED, SERVICES_PARAM};
 pub use report::{
     check_endpoint, check_instance, BudgetReport, EndpointCounts, FieldError, Folded, Rejected, Report,
     ReportAnswer, ReportBatch, StatusCounts, MAX_BATCH, MAX_ENDPOINT_LEN, MAX_INSTANCE_LEN,
