@@ -1,5 +1,6 @@
-//! The HTTP/1 front of every connection: simple requests (a `GET` with no
-//! body) are answered here; at the first other request, hyper takes the
+//! The HTTP/1 front of every connection: simple requests (HTTP/1.1, a body
+//! of stated length if any) are answered here; at the first other request
+//! (chunked, upgrades, HTTP/1.0 or 2, past a limit), hyper takes the
 //! connection over with the bytes read so far.
 //!
 //! Why: a watching client parks a long-poll on the daemon for minutes, and a
@@ -44,23 +45,21 @@ pub struct Front {
     hyper: auto::Builder<TokioExecutor>,
     header_read_timeout: Duration,
     max_header_bytes: usize,
+    body_read_timeout: Duration,
+    max_body_bytes: u64,
 }
 
 impl Front {
-    /// A front for `app`, handing other requests to `hyper`; a head must
-    /// arrive within `header_read_timeout` and fit in `max_header_bytes`
-    /// (past it, hyper answers 431).
-    pub fn new(
-        app: Router,
-        hyper: auto::Builder<TokioExecutor>,
-        header_read_timeout: Duration,
-        max_header_bytes: usize,
-    ) -> Self {
+    /// A front for `app`, handing other requests to `hyper`, with the
+    /// server's `limits` on heads and bodies.
+    pub fn new(app: Router, hyper: auto::Builder<TokioExecutor>, limits: &super::Limits) -> Self {
         Self {
             app,
             hyper,
-            header_read_timeout,
-            max_header_bytes,
+            header_read_timeout: limits.header_read_timeout,
+            max_header_bytes: limits.max_header_bytes.max(super::MIN_HEADER_BYTES),
+            body_read_timeout: limits.body_read_timeout,
+            max_body_bytes: u64::try_from(limits.max_body_bytes).unwrap_or(u64::MAX),
         }
     }
 }
@@ -87,7 +86,7 @@ pub async fn connection(
     // Bytes read and not yet served: empty, with nothing allocated, between requests.
     let mut unread = Vec::new();
     loop {
-        match read_head(&front, &mut stream, &mut unread, &mut closing).await {
+        match read_request(&front, &mut stream, &mut unread, &mut closing).await {
             Next::Serve { request, close } => {
                 let Some(response) = call(&front, request, &mut stream, &mut unread).await else {
                     return;
@@ -104,36 +103,83 @@ pub async fn connection(
     }
 }
 
-/// Reads until `unread` starts with a whole head; gives up at the header
-/// read timeout, at the end of the stream, or when closing while idle.
-async fn read_head(
+/// A head read, its body still coming.
+struct Pending {
+    request: Box<Request<Body>>,
+    close: bool,
+    head: usize,
+    whole: usize,
+}
+
+/// Reads until `unread` starts with a whole request. Gives up at the end of
+/// the stream, at the header read timeout, or when closing while idle; a
+/// body late past the body read timeout goes to hyper, whose own timer then
+/// answers 408.
+async fn read_request(
     front: &Front,
     stream: &mut TcpStream,
     unread: &mut Vec<u8>,
     closing: &mut watch::Receiver<bool>,
 ) -> Next {
-    let deadline = Instant::now() + front.header_read_timeout;
+    let mut deadline = Instant::now() + front.header_read_timeout;
+    let mut pending: Option<Pending> = None;
     loop {
-        match head::parse(unread) {
-            // hyper answers a head past the limit with 431.
-            Parsed::Simple { len, .. } if len > front.max_header_bytes => return Next::HandOff,
-            Parsed::Simple { request, close, len } => {
-                consume(unread, len);
-                return Next::Serve { request, close };
+        if pending.is_none() {
+            match read_head(front, unread) {
+                Ok(Some(head)) => {
+                    deadline = Instant::now() + front.body_read_timeout;
+                    unread.reserve(head.whole.saturating_sub(unread.len()));
+                    pending = Some(head);
+                }
+                Ok(None) => {}
+                Err(next) => return next,
             }
-            Parsed::Other => return Next::HandOff,
-            Parsed::Partial if unread.len() > front.max_header_bytes => return Next::HandOff,
-            Parsed::Partial => {}
+        }
+        if let Some(head) = pending.take_if(|head| unread.len() >= head.whole) {
+            let mut request = head.request;
+            *request.body_mut() = Body::from(Bytes::copy_from_slice(&unread[head.head..head.whole]));
+            consume(unread, head.whole);
+            return Next::Serve {
+                request,
+                close: head.close,
+            };
         }
         let idle = unread.is_empty();
         tokio::select! {
             ready = stream.readable() => if ready.is_err() { return Next::Close },
-            () = tokio::time::sleep_until(deadline) => return Next::Close,
+            () = tokio::time::sleep_until(deadline) => {
+                return if pending.is_some() { Next::HandOff } else { Next::Close };
+            }
             () = crate::shutdown::shutting_down(closing), if idle => return Next::Close,
         }
         if !read_some(stream, unread) {
             return Next::Close;
         }
+    }
+}
+
+/// The head at the start of `unread`, once whole; `Err` when hyper is to
+/// answer (past a limit, or not a simple request).
+fn read_head(front: &Front, unread: &[u8]) -> Result<Option<Pending>, Next> {
+    match head::parse(unread) {
+        // hyper answers a head past the limit with 431, a body past it with 413.
+        Parsed::Simple { len, body, .. } if len > front.max_header_bytes || body > front.max_body_bytes => {
+            Err(Next::HandOff)
+        }
+        Parsed::Simple {
+            request,
+            close,
+            len,
+            body,
+        } => Ok(Some(Pending {
+            request,
+            close,
+            head: len,
+            whole: len + usize::try_from(body).expect("bounded by max_body_bytes"),
+        })),
+        Parsed::Other => Err(Next::HandOff),
+        Parsed::Partial if unread.len() > front.max_header_bytes => Err(Next::HandOff),
+        Parsed::Partial => Ok(None),
     }
 }
 

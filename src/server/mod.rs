@@ -187,8 +187,8 @@ async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
 /// Serves `app` on `listener` until `shutdown` resolves, then lets requests
 /// in flight finish for up to `grace`.
 ///
-/// Each connection starts in the [`front`](front) (simple requests, long-polls
-/// among them, in a few KiB) and moves to hyper-util at its first other
+/// Each connection starts in the [`front`](front) (simple requests, reports
+/// and long-polls among them, in a few KiB) and moves to hyper-util at its first other
 /// request. Both time the reading of a head: without that, a client that
 /// never finishes its headers holds a connection forever (slowloris).
 pub async fn serve(
@@ -209,12 +209,7 @@ pub async fn serve(
         .http2()
         .timer(TokioTimer::new())
         .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
-    let front = Arc::new(front::Front::new(
-        app,
-        builder,
-        limits.header_read_timeout,
-        limits.max_header_bytes.max(MIN_HEADER_BYTES),
-    ));
+    let front = Arc::new(front::Front::new(app, builder, limits));
     let graceful = GracefulShutdown::new();
     let (closing_tx, closing) = watch::channel(false);
     tokio::pin!(shutdown);

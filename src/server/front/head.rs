@@ -7,21 +7,24 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri, Versi
 /// More headers than this and hyper gets the request (it allows 100).
 const MAX_HEADERS: usize = 64;
 
-/// Request headers that mean a body, an upgrade or an interim answer: hyper
-/// handles those requests.
-const NOT_SIMPLE: [&str; 4] = ["content-length", "transfer-encoding", "upgrade", "expect"];
+/// Request headers that mean a chunked body, an upgrade or an interim
+/// answer: hyper handles those requests.
+const NOT_SIMPLE: [&str; 3] = ["transfer-encoding", "upgrade", "expect"];
 
 /// What the bytes read so far hold.
 #[derive(Debug)]
 pub enum Parsed {
     /// Not a whole head yet.
     Partial,
-    /// A simple request (a `GET` over HTTP/1.1 with no body), `len` bytes
-    /// long, which the front answers; `close` when the client asked to close after it.
+    /// A simple request, which the front answers: HTTP/1.1, not `HEAD` or
+    /// `CONNECT`, its body (if any) of a stated `Content-Length`. Its head is
+    /// `len` bytes long and its body `body` bytes; `close` when the client
+    /// asked to close after it.
     Simple {
         request: Box<Request<Body>>,
         close: bool,
         len: usize,
+        body: u64,
     },
     /// Anything else, malformed requests included: hyper reads it again and answers.
     Other,
@@ -34,10 +37,11 @@ pub fn parse(bytes: &[u8]) -> Parsed {
     match head.parse(bytes) {
         Ok(httparse::Status::Partial) => Parsed::Partial,
         Ok(httparse::Status::Complete(len)) => match simple(&head) {
-            Some((request, close)) => Parsed::Simple {
+            Some((request, close, body)) => Parsed::Simple {
                 request: Box::new(request),
                 close,
                 len,
+                body,
             },
             None => Parsed::Other,
         },
@@ -45,9 +49,11 @@ pub fn parse(bytes: &[u8]) -> Parsed {
     }
 }
 
-/// The request, if it is simple, and whether it asks to close afterwards.
-fn simple(head: &httparse::Request<'_, '_>) -> Option<(Request<Body>, bool)> {
-    if head.method != Some("GET") || head.version != Some(1) {
+/// The request (its body still to come), if it is simple; whether it asks
+/// to close afterwards; its body's length.
+fn simple(head: &httparse::Request<'_, '_>) -> Option<(Request<Body>, bool, u64)> {
+    let method = Method::from_bytes(head.method?.as_bytes()).ok()?;
+    if method == Method::HEAD || method == Method::CONNECT || head.version != Some(1) {
         return None;
     }
     let uri: Uri = head.path.filter(|path| path.starts_with('/'))?.parse().ok()?;
@@ -67,12 +73,30 @@ fn simple(head: &httparse::Request<'_, '_>) -> Option<(Request<Body>, bool)> {
         }
         headers.append(name, value);
     }
+    let body = content_length(&headers)?;
     let mut request = Request::new(Body::empty());
-    *request.method_mut() = Method::GET;
+    *request.method_mut() = method;
     *request.uri_mut() = uri;
     *request.version_mut() = Version::HTTP_11;
     *request.headers_mut() = headers;
-    Some((request, close))
+    Some((request, close, body))
+}
+
+/// The body's length: 0 without `Content-Length`; `None` (hyper answers)
+/// when it is repeated or not a number.
+fn content_length(headers: &HeaderMap) -> Option<u64> {
+    let mut values = headers.get_all(axum::http::header::CONTENT_LENGTH).iter();
+    let Some(value) = values.next() else {
+        return Some(0);
+    };
+    if values.next().is_some() {
+        return None;
+    }
+    let digits = value.to_str().ok()?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
 }
 
 /// Whether a `Connection` header says `close`; `None` when it asks for an upgrade.
@@ -91,9 +115,14 @@ fn asks_to_close(value: &HeaderValue) -> Option<bool> {
 mod tests {
     use super::*;
 
-    fn simple_request(text: &str) -> (Request<Body>, bool, usize) {
+    fn simple_request(text: &str) -> (Request<Body>, bool, usize, u64) {
         match parse(text.as_bytes()) {
-            Parsed::Simple { request, close, len } => (*request, close, len),
+            Parsed::Simple {
+                request,
+                close,
+                len,
+                body,
+            } => (*request, close, len, body),
             other => panic!("{text:?} parsed as {other:?}"),
         }
     }
@@ -101,17 +130,26 @@ mod tests {
     #[test]
     fn a_get_over_http_1_1_is_simple() {
         let text = "GET /v1/policies/a?wait=60s HTTP/1.1\r\nHost: x\r\nIf-None-Match: \"e\"\r\n\r\nGET /next";
-        let (request, close, len) = simple_request(text);
+        let (request, close, len, body) = simple_request(text);
         assert_eq!(request.uri().path(), "/v1/policies/a");
         assert_eq!(request.uri().query(), Some("wait=60s"));
         assert_eq!(request.headers()["if-none-match"], "\"e\"");
         assert!(!close);
+        assert_eq!(body, 0);
         assert_eq!(&text[len..], "GET /next");
     }
 
     #[test]
+    fn a_body_of_stated_length_is_simple() {
+        let text = "POST /v1/reports HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}";
+        let (request, _, len, body) = simple_request(text);
+        assert_eq!(request.method(), Method::POST);
+        assert_eq!((len, body), (text.len() - 2, 2));
+    }
+
+    #[test]
     fn connection_close_is_noticed() {
-        let (_, close, _) = simple_request("GET / HTTP/1.1\r\nConnection: keep-alive, Close\r\n\r\n");
+        let (_, close, _, _) = simple_request("GET / HTTP/1.1\r\nConnection: keep-alive, Close\r\n\r\n");
         assert!(close);
     }
 
@@ -127,10 +165,11 @@ mod tests {
     #[test]
     fn everything_else_goes_to_hyper() {
         for text in [
-            "POST /v1/reports HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}",
             "HEAD /v1/policies HTTP/1.1\r\n\r\n",
+            "CONNECT x:443 HTTP/1.1\r\n\r\n",
             "GET /v1/policies HTTP/1.0\r\n\r\n",
-            "GET /v1/policies HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+            "POST /v1/reports HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+            "POST /v1/reports HTTP/1.1\r\nContent-Length: +2\r\n\r\n{}",
             "GET /v1/policies HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
             "GET /ws HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
             "GET /v1/policies HTTP/1.1\r\nExpect: 100-continue\r\n\r\n",
