@@ -1,14 +1,25 @@
 #!/usr/bin/env python3
-"""Long-poll fan-out: N clients long-poll one service's policy; the policy
-changes; how long until the last poller is woken, and what the daemon's
-memory does with N pollers parked and after they hang up.
+"""Long-poll fan-out: N watchers park a long-poll on one service's policy;
+the daemon's memory with them parked; then the policy changes, and how long
+until the last one is woken.
 
-Usage: bench/fanout.py [pollers=10000]
-Needs a release build (cargo build --release). Times are measured by an
-asyncio client on the same machine, so they include its own scheduling.
+Two kinds of watcher side by side, in the same run:
+- lean: connections that carry GETs and Content-Length bodies, as every
+  common HTTP client's do;
+- general: connections that first sent a chunked report, which moves them
+  to the general HTTP stack (the reference: every connection cost this
+  before the front existed).
+
+Usage: bench/fanout.py [N ...]   (default: 10000 50000)
+Needs a release build (cargo build --release). Each N needs N open files in
+the daemon and spreads the watchers over client processes and loopback
+source addresses; an N past this machine's open-file limit is reported as
+not run, with the limit. Times are measured by asyncio clients on the same
+machine, so they include their own scheduling.
 """
 import asyncio
 import http.client
+import multiprocessing
 import os
 import resource
 import statistics
@@ -18,84 +29,140 @@ import time
 
 from harness import rss_mib, start_daemon
 
-POLLERS = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
+PER_PROCESS = 5_000
+SERVICE = "payment-service"
 
 
 def policy(retries):
-    return f"defaults:\n  maxRetries: 3\nservices:\n  payment-service:\n    maxRetries: {retries}\n"
+    return f"defaults:\n  maxRetries: 3\nservices:\n  {SERVICE}:\n    maxRetries: {retries}\n"
 
 
-async def poll(port, etag, woken, parked):
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET /v1/policies/payment-service?wait=120s HTTP/1.1\r\nHost: x\r\nIf-None-Match: {etag}\r\n\r\n".encode())
-    await writer.drain()
-    parked.append(1)
+def chunked_report():
+    """The same empty batch from every watcher: the daemon keeps one instance, not one per watcher."""
+    body = '{"instance":"bench","sequence":1,"reports":[]}'
+    return (f"POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Transfer-Encoding: chunked\r\n\r\n{len(body):x}\r\n{body}\r\n0\r\n\r\n").encode()
+
+
+async def read_answer(reader):
+    """One answer's status line; its head and body are consumed."""
     status = await reader.readline()
+    length = 0
+    while (line := await reader.readline()) not in (b"\r\n", b""):
+        name, _, value = line.decode().partition(":")
+        if name.lower() == "content-length":
+            length = int(value)
+    await reader.readexactly(length)
+    return status
+
+
+async def watcher(port, source, etag, general, parked, woken, connecting):
+    try:
+        async with connecting:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+            if general:
+                writer.write(chunked_report())
+                await writer.drain()
+                await read_answer(reader)
+            writer.write(f"GET /v1/policies/{SERVICE}?wait=300s HTTP/1.1\r\nHost: x\r\n"
+                         f"If-None-Match: {etag}\r\n\r\n".encode())
+            await writer.drain()
+    except OSError as error:
+        parked.put(1)
+        woken.append((time.monotonic(), f"not parked: {error}".encode()))
+        return
+    parked.put(1)
+    try:
+        status = await read_answer(reader)
+    except (OSError, asyncio.IncompleteReadError) as error:
+        status = f"lost: {error}".encode()
     woken.append((time.monotonic(), status))
     writer.close()
 
 
-async def hold(port, etag, writers):
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET /v1/policies/payment-service?wait=120s HTTP/1.1\r\nHost: x\r\nIf-None-Match: {etag}\r\n\r\n".encode())
-    await writer.drain()
-    writers.append(writer)
+def client_process(port, source, etag, general, count, parked, results):
+    resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
+
+    async def run():
+        woken = []
+        # Connect a few hundred at a time: the listen backlog is finite.
+        connecting = asyncio.Semaphore(200)
+        await asyncio.gather(*[watcher(port, source, etag, general, parked, woken, connecting) for _ in range(count)])
+        results.put(woken)
+
+    asyncio.run(run())
 
 
-async def main():
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+def etag_of(port):
+    conn = http.client.HTTPConnection("127.0.0.1", port)
+    conn.request("GET", f"/v1/policies/{SERVICE}")
+    response = conn.getresponse()
+    response.read()
+    return response.getheader("ETag")
+
+
+def measure(watchers, general):
     directory = tempfile.mkdtemp()
     path = os.path.join(directory, "policy.yaml")
     with open(path, "w") as f:
         f.write(policy(1))
-    daemon, port = start_daemon(path, "--max-long-polls", str(POLLERS * 2))
+    daemon, port = start_daemon(path, "--max-long-polls", str(watchers + 1000))
     try:
-        conn = http.client.HTTPConnection("127.0.0.1", port)
-        conn.request("GET", "/v1/policies/payment-service")
-        response = conn.getresponse()
-        etag = response.getheader("ETag")
-        response.read()
+        etag = etag_of(port)
+        time.sleep(0.5)
         baseline = rss_mib(daemon.pid)
-
-        woken, parked = [], []
-        tasks = [asyncio.create_task(poll(port, etag, woken, parked)) for _ in range(POLLERS)]
-        while len(parked) < POLLERS:
-            await asyncio.sleep(0.1)
-        await asyncio.sleep(2)
-        with_pollers = rss_mib(daemon.pid)
+        parked, results = multiprocessing.Queue(), multiprocessing.Queue()
+        processes = []
+        for k, first in enumerate(range(0, watchers, PER_PROCESS)):
+            count = min(PER_PROCESS, watchers - first)
+            args = (port, f"127.0.0.{k + 2}", etag, general, count, parked, results)
+            processes.append(multiprocessing.Process(target=client_process, args=args))
+            processes[-1].start()
+        for _ in range(watchers):
+            parked.get(timeout=120)
+        time.sleep(3)
+        held = rss_mib(daemon.pid)
         staged = path + ".new"
         with open(staged, "w") as f:
             f.write(policy(2))
         changed = time.monotonic()
         os.rename(staged, path)
-        await asyncio.gather(*tasks)
+        woken = [w for _ in processes for w in results.get(timeout=120)]
+        for process in processes:
+            process.join()
         delays = sorted((t - changed) * 1000 for t, _ in woken)
-        ok = sum(1 for _, status in woken if b" 200 " in status)
-        print(f"{POLLERS} pollers parked: daemon RSS {baseline:.1f} MiB -> {with_pollers:.1f} MiB "
-              f"({(with_pollers - baseline) * 1024 / POLLERS:.1f} KiB per poller)")
-        print(f"change -> woken (200 with the new policy: {ok}/{POLLERS}): "
-              f"p50 {statistics.median(delays):.0f} ms, p99 {delays[int(0.99 * len(delays))]:.0f} ms, "
-              f"last {delays[-1]:.0f} ms (debounce 50 ms included)")
-
-        # Hang-ups: park and drop all pollers three times; memory held by
-        # the allocator for reuse is fine, growth from cycle to cycle is a leak.
-        for cycle in range(1, 4):
-            writers = []
-            conn = http.client.HTTPConnection("127.0.0.1", port)
-            conn.request("GET", "/v1/policies/payment-service")
-            response = conn.getresponse()
-            etag = response.getheader("ETag")
-            response.read()
-            await asyncio.gather(*[hold(port, etag, writers) for _ in range(POLLERS)])
-            await asyncio.sleep(2)
-            held = rss_mib(daemon.pid)
-            for writer in writers:
-                writer.close()
-            await asyncio.sleep(3)
-            print(f"cycle {cycle}: {POLLERS} pollers parked, RSS {held:.1f} MiB; all hung up, RSS {rss_mib(daemon.pid):.1f} MiB")
+        fresh = sum(1 for _, status in woken if b" 200 " in status)
+        for _, status in woken:
+            if b" 200 " not in status:
+                print(f"  a watcher was not woken with the new policy: {status.decode(errors='replace').strip()}")
+                break
+        return {
+            "baseline": baseline, "held": held,
+            "per_watcher_kib": (held - baseline) * 1024 / watchers,
+            "fresh": fresh, "p50": statistics.median(delays),
+            "p99": delays[int(0.99 * (len(delays) - 1))], "last": delays[-1],
+        }
     finally:
         daemon.kill()
 
 
-asyncio.run(main())
+def main():
+    sizes = [int(n) for n in sys.argv[1:]] or [10_000, 50_000]
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    print(f"{'watchers':>9} {'connections':<8} {'RSS before':>10} {'parked':>9} {'per watcher':>12} "
+          f"{'woken 200':>9} {'wake p50':>9} {'p99':>8} {'last':>8}")
+    for watchers in sizes:
+        if watchers + 100 > limit:
+            print(f"{watchers:>9} not run: the daemon needs {watchers + 100} open files; this machine's hard limit is {limit}")
+            continue
+        lean = measure(watchers, general=False)
+        general = measure(watchers, general=True)
+        for kind, r in (("lean", lean), ("general", general)):
+            print(f"{watchers:>9} {kind:<8} {r['baseline']:>8.1f} MiB {r['held']:>5.1f} MiB {r['per_watcher_kib']:>8.1f} KiB "
+                  f"{r['fresh']:>9} {r['p50']:>6.0f} ms {r['p99']:>5.0f} ms {r['last']:>5.0f} ms")
+        print(f"{watchers:>9} ratio    lean / general memory per watcher: "
+              f"{lean['per_watcher_kib'] / general['per_watcher_kib']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
