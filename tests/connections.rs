@@ -85,6 +85,15 @@ async fn answers(stream: &mut TcpStream, count: usize) -> Vec<String> {
     statuses
 }
 
+const OK: &str = "http/1.1 200 ok";
+const ACCEPTED: &str = "http/1.1 202 accepted";
+
+/// Writes `requests` at once (pipelined); their answers' status lines.
+async fn exchange(stream: &mut TcpStream, requests: &[&str]) -> Vec<String> {
+    stream.write_all(requests.concat().as_bytes()).await.unwrap();
+    answers(stream, requests.len()).await
+}
+
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
@@ -100,8 +109,7 @@ async fn one_connection_carries_gets_posts_chunked_bodies_and_pipelined_requests
         .unwrap();
 
     let get = "GET /v1/policies/payment-service HTTP/1.1\r\nHost: x\r\n\r\n";
-    stream.write_all(format!("{get}{get}").as_bytes()).await.unwrap();
-    assert_eq!(answers(&mut stream, 2).await, ["http/1.1 200 ok"; 2]);
+    assert_eq!(exchange(&mut stream, &[get, get]).await, ["http/1.1 200 ok"; 2]);
 
     let report = r#"{"instance":"pod-1","sequence":1,"reports":[]}"#;
     let post = format!(
@@ -109,19 +117,8 @@ async fn one_connection_carries_gets_posts_chunked_bodies_and_pipelined_requests
         report.len()
     );
     let missing = "GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n";
-    stream
-        .write_all(format!("{post}{get}{missing}").as_bytes())
-        .await
-        .unwrap();
-    let statuses = answers(&mut stream, 3).await;
-    assert_eq!(
-        statuses,
-        [
-            "http/1.1 202 accepted",
-            "http/1.1 200 ok",
-            "http/1.1 404 not found"
-        ]
-    );
+    let statuses = exchange(&mut stream, &[&post, get, missing]).await;
+    assert_eq!(statuses, [ACCEPTED, OK, "http/1.1 404 not found"]);
 
     // A chunked body: the rest of the connection is hyper's, and still answers in order.
     let report = r#"{"instance":"pod-1","sequence":2,"reports":[]}"#;
@@ -129,19 +126,8 @@ async fn one_connection_carries_gets_posts_chunked_bodies_and_pipelined_requests
         "POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{report}\r\n0\r\n\r\n",
         report.len()
     );
-    stream
-        .write_all(format!("{chunked}{get}{post}").as_bytes())
-        .await
-        .unwrap();
-    let statuses = answers(&mut stream, 3).await;
-    assert_eq!(
-        statuses,
-        [
-            "http/1.1 202 accepted",
-            "http/1.1 200 ok",
-            "http/1.1 202 accepted"
-        ]
-    );
+    let statuses = exchange(&mut stream, &[&chunked, get, &post]).await;
+    assert_eq!(statuses, [ACCEPTED, OK, ACCEPTED]);
 }
 
 /// Whether a long-poll sent on a new connection parks (no answer in 500 ms)
