@@ -127,8 +127,10 @@ async fn read_request(
         if pending.is_none() {
             match read_head(front, unread) {
                 Ok(Some(head)) => {
+                    // The buffer grows as the body arrives, not to its stated
+                    // length: a client that states a large body and sends
+                    // nothing holds no more than it sent.
                     deadline = Instant::now() + front.body_read_timeout;
-                    unread.reserve(head.whole.saturating_sub(unread.len()));
                     pending = Some(head);
                 }
                 Ok(None) => {}
