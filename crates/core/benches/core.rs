@@ -187,6 +187,24 @@ mod breaker {
     }
 }
 
+/// One call past a send gate that is off (the dependency is healthy): the
+/// turn and the outcome. The time is taken once, as a caller that already
+/// read the clock for its deadline would.
+mod gate {
+    use super::*;
+    use stormguard_core::gate::{GateSettings, SendGate, Signal};
+
+    #[divan::bench(threads = [1, 2])]
+    fn off_turn_and_record(bencher: Bencher) {
+        let now = tokio::time::Instant::now();
+        let gate = SendGate::new_at(GateSettings::default(), now).unwrap();
+        bencher.bench(|| {
+            black_box(gate.turn_at(black_box(now), None));
+            gate.record_at(Signal::Accepted, black_box(now));
+        });
+    }
+}
+
 /// One clock read, for scale: a budget check or a breaker call reads the clock twice.
 mod clock {
     #[divan::bench]
