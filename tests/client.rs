@@ -155,6 +155,47 @@ async fn without_the_daemon_a_client_starts_from_its_cache_else_the_defaults() {
 }
 
 #[tokio::test]
+async fn a_client_started_from_its_cache_says_daemon_once_the_daemon_confirms_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cache, policy) = (dir.path().join("cache.json"), dir.path().join("policy.yaml"));
+    std::fs::write(&policy, SEED_POLICY).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let daemon = Daemon::start(&policy, &["--listen", &listen]);
+    let fill = PolicyClient::start(ClientConfig {
+        cache: Some(cache.clone()),
+        ..config(&daemon.base, "payment-service")
+    });
+    drop(fill.await.unwrap());
+    drop(daemon);
+
+    let client = PolicyClient::start(ClientConfig {
+        cache: Some(cache),
+        startup_wait: Duration::from_millis(300),
+        reconnect_initial: Duration::from_millis(100),
+        retry_max: Duration::from_millis(500),
+        ..config(&format!("http://{listen}"), "payment-service")
+    })
+    .await
+    .unwrap();
+    assert_eq!(client.source(), PolicySource::Cache);
+    let _daemon = Daemon::start(&policy, &["--listen", &listen]);
+    let confirmed = common::eventually(Duration::from_secs(10), || async {
+        (client.source() == PolicySource::Daemon).then_some(())
+    })
+    .await;
+    assert!(
+        confirmed.is_some(),
+        "the daemon served the cached version, and the client still says {:?}",
+        client.source()
+    );
+}
+
+#[tokio::test]
 async fn calls_are_retried_under_the_policy_and_reported_to_the_daemon() {
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy.yaml");

@@ -466,7 +466,10 @@ async fn apply(shared: &Shared, services: Vec<(String, Result<Version, Unusable>
             }
         };
         let current = state.current.load();
-        if current.etag.is_some() && current.etag == version.etag {
+        // The same version from the daemon: nothing to apply, unless it only
+        // confirms what the cache gave.
+        let same = current.etag.is_some() && current.etag == version.etag;
+        if same && current.source == PolicySource::Daemon {
             continue;
         }
         let guard = current.guard.updated(&version.policy);
