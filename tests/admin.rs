@@ -134,12 +134,7 @@ async fn admin_listen_moves_the_admin_api_to_a_listener_of_its_own() {
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy.yaml");
     std::fs::write(&policy, SEED_POLICY).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let admin_address = format!("127.0.0.1:{port}");
+    let admin_address = common::free_loopback_address();
     let daemon = Daemon::start(&policy, &["--admin-listen", &admin_address]);
     let client = reqwest::Client::new();
     let get = |url: String| client.get(url).bearer_auth(common::TOKEN).send();

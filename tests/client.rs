@@ -21,8 +21,7 @@ fn config(daemon: &str, service: &str) -> ClientConfig {
 }
 
 fn unreachable() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    format!("http://{}", listener.local_addr().unwrap())
+    format!("http://{}", common::free_loopback_address())
 }
 
 #[tokio::test]
@@ -159,12 +158,7 @@ async fn a_client_started_from_its_cache_says_daemon_once_the_daemon_confirms_it
     let dir = tempfile::tempdir().unwrap();
     let (cache, policy) = (dir.path().join("cache.json"), dir.path().join("policy.yaml"));
     std::fs::write(&policy, SEED_POLICY).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let listen = format!("127.0.0.1:{port}");
+    let listen = common::free_loopback_address();
     let daemon = Daemon::start(&policy, &["--listen", &listen]);
     let fill = PolicyClient::start(ClientConfig {
         cache: Some(cache.clone()),

@@ -133,12 +133,7 @@ async fn retries_seen(processes: &[Process]) -> Vec<u32> {
 #[tokio::test]
 async fn clients_count_exactly_once_and_follow_the_policy_across_two_restarts() {
     let mut configmap = ConfigMapDir::new(SEED_POLICY);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let listen = format!("127.0.0.1:{port}");
+    let listen = common::free_loopback_address();
     let flags = [
         "--listen",
         listen.as_str(),

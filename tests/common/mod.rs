@@ -195,6 +195,14 @@ where
     None
 }
 
+/// A loopback address (`127.0.0.1:port`) whose port was free a moment ago:
+/// for a daemon that must come back on the same address, or a client
+/// pointed at one that is not there.
+pub fn free_loopback_address() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().to_string()
+}
+
 /// The ETag `url` answers with now.
 pub async fn etag_of(url: &str) -> String {
     reqwest::get(url).await.unwrap().headers()["etag"]
