@@ -24,6 +24,8 @@ PAIRS = [
     ("budget/retry_throttle/t=1", "budget/tower_tps_budget/t=1"),
     ("budget/retry_throttle/t=2", "budget/tower_tps_budget/t=2"),
 ]
+# (with, without): what the first adds to the second, in ns.
+DIFFS = [("call/gate_off", "call/without_gate")]
 ALONE = ["breaker/permit_and_record/t=1", "breaker/permit_and_record/t=2", "clock/tokio_now"]
 UNITS = {"ps": 1e-3, "ns": 1.0, "µs": 1e3, "us": 1e3, "ms": 1e6, "s": 1e9}
 ROW = re.compile(r"^([│ ]*)[├╰]─ (\S+)\s+(?:(\S+) (\S+)\s+│\s+\S+ \S+\s+│\s+(\S+) (\S+))?")
@@ -32,7 +34,7 @@ ROW = re.compile(r"^([│ ]*)[├╰]─ (\S+)\s+(?:(\S+) (\S+)\s+│\s+\S+ \S+\
 def run_once():
     """Median ns of every benchmark in one `cargo bench` run, keyed by path."""
     out = subprocess.run(
-        ["cargo", "bench", "--quiet", "-p", "stormguard-core", "--bench", "core", "--", "--sample-count", "300"],
+        ["cargo", "bench", "--quiet", "-p", "stormguard-core", "--bench", "core", "--", "--sample-count", "300", "--sample-size", "2000"],
         check=True, capture_output=True, text=True,
     ).stdout
     medians, stack = {}, []
@@ -59,6 +61,12 @@ def main():
         print(
             f"{ours:30} {med[ours] / scale:7.1f}  {theirs:32} {med[theirs] / scale:7.1f}"
             f"  ratio {statistics.median(ratios):.2f} [{ratios[0]:.2f}, {ratios[-1]:.2f}]"
+        )
+    for with_it, without in DIFFS:
+        added = sorted(r[with_it] - r[without] for r in runs)
+        print(
+            f"{with_it:30} {med[with_it]:7.1f}  {without:32} {med[without]:7.1f}"
+            f"  adds {statistics.median(added):.1f} ns [{added[0]:.1f}, {added[-1]:.1f}]"
         )
     for name in ALONE:
         print(f"{name:30} {med[name]:7.1f}")

@@ -46,6 +46,7 @@ fn full_jitter_with_budget_and_breaker(bencher: Bencher) {
     let modifiers = Modifiers {
         budget: true,
         breaker: true,
+        gate: false,
         max_retries: None,
     };
     let strategy = Strategy::named(Named::FullJitter, modifiers);

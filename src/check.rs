@@ -88,7 +88,7 @@ fn invalid_report(errors: &[Diagnostic]) -> String {
     out
 }
 
-const HEADER: [&str; 10] = [
+const HEADER: [&str; 11] = [
     "SERVICE",
     "RETRIES",
     "INITIAL",
@@ -98,6 +98,7 @@ const HEADER: [&str; 10] = [
     "BUDGET",
     "BREAKER",
     "HEDGING",
+    "GATE",
     "OVERRIDES",
 ];
 
@@ -153,6 +154,7 @@ fn row(name: &str, p: &RetryPolicy, overrides: String) -> Vec<String> {
             p.hedging.enabled,
             format!("{}×{}", p.hedging.max_hedges, GoDuration(p.hedging.delay)),
         ),
+        on_off(p.gate.enabled, "on".into()),
         overrides,
     ]
 }

@@ -67,6 +67,10 @@ struct SimulateArgs {
     /// Add the library's circuit breaker (default settings) to each strategy.
     #[arg(long)]
     breaker: bool,
+    /// Add the library's send gate (default settings) to each strategy: one
+    /// per process, pacing every attempt while the server is unwell.
+    #[arg(long)]
+    gate: bool,
     /// Processes the clients are dealt into, sharing a budget and breaker each (0: one per client).
     #[arg(long, default_value_t = 0, value_parser = count_in(0u32, 10_000_000))]
     processes: u32,
@@ -250,6 +254,7 @@ fn simulate(args: SimulateArgs) -> ExitCode {
         modifiers: Modifiers {
             budget: args.budget,
             breaker: args.breaker,
+            gate: args.gate,
             max_retries: args.max_retries,
         },
         compare: args.compare,

@@ -1,20 +1,25 @@
 //! The discrete-event simulation: clients retrying against a server with a
 //! per-second capacity and an outage, in virtual time.
 //!
-//! Every decision a client makes (send, back off, give up, ask the budget or
-//! the breaker) is a `stormguard-core` call at a virtual instant, the same
-//! calls `Guard::call` makes in a real client. Events are kept in a radix
-//! heap holding one pending event per client, so memory is O(clients)
+//! Each client drives a `stormguard_core::call::Call`, the state machine a
+//! real client's retry loop drives: every decision (send, wait for a turn,
+//! back off, give up, ask the budget or the breaker) is the same
+//! `stormguard-core` call at a virtual instant, in the same order. Events
+//! are kept in a radix heap with one pending event per client (none while
+//! it waits in a gate's line behind others; a client woken sooner leaves
+//! its old event behind, skipped when popped), so memory is O(clients)
 //! whatever the number of events.
 
 use std::cmp::Reverse;
 use std::time::Duration;
 
+use std::collections::HashMap;
+
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use stormguard_core::breaker::Permit;
+use stormguard_core::call::{Answer, Answered, Call, Send, Step as CallStep};
 use stormguard_core::guard::Guard;
-use stormguard_core::retry::{AttemptOutcome, GaveUp, Verdict};
+use stormguard_core::retry::{GaveUp, Verdict};
 use tokio::time::Instant;
 
 use super::strategy::Strategy;
@@ -100,12 +105,14 @@ pub struct GaveUpCounts {
     pub circuit_open: u32,
     /// `maxElapsed` passed.
     pub deadline: u32,
+    /// The send gate had no turn before `maxElapsed`.
+    pub no_turn: u32,
 }
 
 impl GaveUpCounts {
     /// All of them.
     pub fn total(&self) -> u32 {
-        self.exhausted + self.budget + self.circuit_open + self.deadline
+        self.exhausted + self.budget + self.circuit_open + self.deadline + self.no_turn
     }
 
     fn count(&mut self, why: GaveUp) {
@@ -113,6 +120,7 @@ impl GaveUpCounts {
             GaveUp::BudgetExhausted => self.budget += 1,
             GaveUp::CircuitOpen => self.circuit_open += 1,
             GaveUp::Deadline => self.deadline += 1,
+            GaveUp::NoTurn => self.no_turn += 1,
             GaveUp::Exhausted | GaveUp::NotRetryable | GaveUp::Cancelled => self.exhausted += 1,
         }
     }
@@ -122,13 +130,16 @@ impl GaveUpCounts {
 struct Client {
     /// When it made its first attempt, in virtual nanoseconds.
     start: u64,
-    /// The attempt about to be sent (0 first).
-    attempt: u32,
-    /// The previous backoff delay.
-    previous: Duration,
-    /// While an attempt is in flight: the breaker's permit and whether the server accepted it.
-    in_flight: Option<(Option<Permit>, bool)>,
+    /// Its call, from its first event on.
+    call: Option<Call>,
+    /// While an attempt is in flight: the attempt and whether the server accepted it.
+    in_flight: Option<(Send, bool)>,
+    /// The ticket it holds in its process's gate line, if it waits in one.
+    ticket: Option<u64>,
     process: usize,
+    /// When its pending event is; the queue may also hold older ones for
+    /// it, left when it was woken sooner, which are skipped.
+    due: Option<u64>,
 }
 
 /// The server of seed 004: a count per calendar second since t = 0.
@@ -161,30 +172,32 @@ impl Server {
 
 /// Runs `strategy` in `scenario`.
 pub fn run(scenario: &Scenario, strategy: &Strategy) -> Run {
-    Simulation::new(scenario, strategy).run()
+    World::new(scenario, strategy).run()
 }
 
-/// The pending events, one per client: (virtual nanoseconds, client).
+/// The pending events: (virtual nanoseconds, client).
 type Queue = radix_heap::RadixHeapMap<Reverse<u64>, u32>;
 
-struct Simulation<'a> {
-    queue: Queue,
-    world: World<'a>,
-}
-
-/// Everything but the queue, so a handler can run while the queue's top is held.
+/// The clients, their processes and the server, with the pending events.
 struct World<'a> {
     scenario: &'a Scenario,
-    /// Virtual t = 0 as an instant, for the budget and breaker clocks.
+    /// Virtual t = 0 as an instant, for the budget, breaker and gate clocks.
     origin: Instant,
-    guards: Vec<Guard>,
+    processes: Vec<Process>,
     clients: Vec<Client>,
+    queue: Queue,
     server: Server,
     rng: SmallRng,
     outcome: Run,
 }
 
-impl<'a> Simulation<'a> {
+/// A process: the guard its clients share, and who holds which ticket in its gate's line.
+struct Process {
+    guard: Guard,
+    line: HashMap<u64, u32>,
+}
+
+impl<'a> World<'a> {
     fn new(scenario: &'a Scenario, strategy: &Strategy) -> Self {
         let origin = Instant::now();
         let processes = match scenario.processes {
@@ -195,31 +208,38 @@ impl<'a> Simulation<'a> {
         let mut rng = SmallRng::seed_from_u64(scenario.seed);
         let spread = nanos(scenario.spread);
         let clients: Vec<Client> = (0..scenario.clients as usize)
-            .map(|i| Client {
-                start: if spread > 0 {
+            .map(|i| {
+                let start = if spread > 0 {
                     rng.random_range(0..spread)
                 } else {
                     0
-                },
-                attempt: 0,
-                previous: Duration::ZERO,
-                in_flight: None,
-                process: i % processes,
+                };
+                Client {
+                    start,
+                    call: None,
+                    in_flight: None,
+                    ticket: None,
+                    process: i % processes,
+                    due: Some(start),
+                }
             })
             .collect();
         let mut queue = Queue::new();
         for (i, c) in clients.iter().enumerate() {
             queue.push(Reverse(c.start), i as u32);
         }
-        let world = World {
+        Self {
             scenario,
             origin,
-            guards: (0..processes)
-                .map(|_| {
-                    Guard::from_policy_at(&strategy.policy, origin).with_max_retries(strategy.max_retries)
+            processes: (0..processes)
+                .map(|_| Process {
+                    guard: Guard::from_policy_at(&strategy.policy, origin)
+                        .with_max_retries(strategy.max_retries),
+                    line: HashMap::new(),
                 })
                 .collect(),
             clients,
+            queue,
             server: Server {
                 capacity: u64::from(scenario.capacity),
                 outage: nanos(scenario.outage),
@@ -241,100 +261,143 @@ impl<'a> Simulation<'a> {
                 unfinished: 0,
                 events: 0,
             },
-        };
-        Self { queue, world }
+        }
     }
 
     fn run(mut self) -> Run {
-        let horizon = nanos(self.world.scenario.horizon);
-        let max_events = self.world.scenario.max_events;
-        // Each client has one pending event: handling it pops it and pushes
-        // the client's next one, so the heap never holds more than one per
-        // client. (A radix heap pops and pushes in amortised constant time.)
+        let horizon = nanos(self.scenario.horizon);
+        let max_events = self.scenario.max_events;
+        // A client has one pending event, or none while it waits in a gate's
+        // line behind others; the first in line is woken by its gate. (A
+        // radix heap pops and pushes in amortised constant time.)
         while let Some((Reverse(t), client)) = self.queue.pop() {
-            if t > horizon || self.world.outcome.events >= max_events {
-                self.queue.push(Reverse(t), client);
+            if t > horizon || self.outcome.events >= max_events {
                 break;
             }
-            if let Some(next) = self.world.handle(t, client) {
-                self.queue.push(Reverse(next), client);
-            }
+            self.handle(t, client);
         }
-        self.world.finish(self.queue.len())
+        let unfinished = self
+            .clients
+            .iter()
+            .filter(|c| c.due.is_some() || c.ticket.is_some())
+            .count();
+        self.finish(unfinished)
     }
-}
 
-impl World<'_> {
     fn at(&self, t: u64) -> Instant {
         self.origin + Duration::from_nanos(t)
     }
 
-    /// The client's event at `t`; returns when its next event is, if any.
-    fn handle(&mut self, t: u64, client: u32) -> Option<u64> {
-        self.outcome.events += 1;
-        if self.clients[client as usize].in_flight.is_some() {
-            self.answer(t, client)
-        } else {
-            self.send(t, client)
+    /// The client's event at `t`, unless a sooner wake-up replaced it.
+    fn handle(&mut self, t: u64, id: u32) {
+        let client = &mut self.clients[id as usize];
+        if client.due != Some(t) {
+            return;
         }
+        client.due = None;
+        self.outcome.events += 1;
+        if let Some((send, accepted)) = client.in_flight.take() {
+            self.answer(t, id, send, accepted);
+        } else {
+            self.step(t, id);
+        }
+        self.wake_first_in_line(t, self.clients[id as usize].process);
     }
 
-    /// The client sends its next attempt, if its breaker lets it.
-    fn send(&mut self, t: u64, id: u32) -> Option<u64> {
+    fn schedule(&mut self, at: u64, id: u32) {
+        self.clients[id as usize].due = Some(at);
+        self.queue.push(Reverse(at), id);
+    }
+
+    /// The client's call decides at `t`: send, wait, or stop.
+    fn step(&mut self, t: u64, id: u32) {
         let now = self.at(t);
-        let client = &self.clients[id as usize];
-        let guard = &self.guards[client.process];
-        if client.attempt == 0 {
-            guard.begin_at(now);
+        let client = &mut self.clients[id as usize];
+        let process = &mut self.processes[client.process];
+        let call = client
+            .call
+            .get_or_insert_with(|| Call::begin_at(&process.guard, now, None));
+        let step = call.next_at(&process.guard, now, None);
+        let ticket = call.ticket();
+        if client.ticket != ticket {
+            if let Some(old) = client.ticket.take() {
+                process.line.remove(&old);
+            }
+            if let Some(new) = ticket {
+                process.line.insert(new, id);
+            }
+            client.ticket = ticket;
         }
-        let Ok(permit) = guard.admit_at(now) else {
-            self.give_up(t, GaveUp::CircuitOpen);
-            return None;
-        };
-        let accepted = self.server.handle(t);
-        self.clients[id as usize].in_flight = Some((permit, accepted));
-        match nanos(self.scenario.latency) {
-            0 => self.answer(t, id),
-            latency => Some(t.saturating_add(latency)),
+        match step {
+            CallStep::Send(send) => {
+                let accepted = self.server.handle(t);
+                match nanos(self.scenario.latency) {
+                    0 => self.answer(t, id, send, accepted),
+                    latency => {
+                        self.clients[id as usize].in_flight = Some((send, accepted));
+                        self.schedule(t.saturating_add(latency), id);
+                    }
+                }
+            }
+            CallStep::Wait(Some(until)) => self.schedule(nanos_since(self.origin, until).max(t), id),
+            CallStep::Wait(None) => {}
+            CallStep::Stop(why) => self.give_up(t, id, why),
         }
     }
 
     /// The answer to the client's attempt arrives: done, or back off and retry.
-    fn answer(&mut self, t: u64, id: u32) -> Option<u64> {
+    fn answer(&mut self, t: u64, id: u32, send: Send, accepted: bool) {
         let now = self.at(t);
         let client = &mut self.clients[id as usize];
-        let (permit, accepted) = client.in_flight.take().expect("an attempt in flight");
-        let guard = &self.guards[client.process];
-        if accepted {
-            guard.settle_at(permit, AttemptOutcome::Succeeded, now);
-            self.outcome
-                .times_to_success
-                .push(Duration::from_nanos(t - client.start));
-            self.outcome.last_success = Duration::from_nanos(t);
-            self.outcome.drained = self.outcome.drained.max(Duration::from_nanos(t));
-            return None;
-        }
-        guard.settle_at(permit, AttemptOutcome::Failed, now);
-        let elapsed = Duration::from_nanos(t - client.start);
-        let retry = Verdict::Retry { after: None };
-        let next = guard
-            .retry()
-            .next_delay(client.attempt, client.previous, retry, elapsed, &mut self.rng);
-        match next {
-            Ok(delay) if guard.allow_retry_at(now) => {
-                client.attempt += 1;
-                client.previous = delay;
-                Some(t.saturating_add(nanos(delay)))
+        let answer = if accepted {
+            Answer::Succeeded
+        } else {
+            Answer::Failed(Verdict::Retry { after: None })
+        };
+        let guard = &self.processes[client.process].guard;
+        let call = client.call.as_mut().expect("a call in progress");
+        match call.answered_at(guard, send, answer, now, &mut self.rng) {
+            Answered::Succeeded => {
+                self.outcome
+                    .times_to_success
+                    .push(Duration::from_nanos(t - client.start));
+                self.outcome.last_success = Duration::from_nanos(t);
+                self.outcome.drained = self.outcome.drained.max(Duration::from_nanos(t));
+                client.call = None;
             }
-            Ok(_) => self.give_up(t, GaveUp::BudgetExhausted),
-            Err(why) => self.give_up(t, why),
+            Answered::Retry(delay) => self.schedule(t.saturating_add(nanos(delay)), id),
+            Answered::Stop(why) => self.give_up(t, id, why),
         }
     }
 
-    fn give_up(&mut self, t: u64, why: GaveUp) -> Option<u64> {
+    /// Schedules the first in the process's gate line for when its turn is due.
+    fn wake_first_in_line(&mut self, t: u64, process: usize) {
+        let Some(gate) = self.processes[process].guard.gate() else {
+            return;
+        };
+        let Some((ticket, due)) = gate.first_in_line() else {
+            return;
+        };
+        let Some(&id) = self.processes[process].line.get(&ticket) else {
+            return;
+        };
+        let at = nanos_since(self.origin, due).max(t);
+        if self.clients[id as usize]
+            .due
+            .is_none_or(|scheduled| at < scheduled)
+        {
+            self.schedule(at, id);
+        }
+    }
+
+    fn give_up(&mut self, t: u64, id: u32, why: GaveUp) {
+        let client = &mut self.clients[id as usize];
+        client.call = None;
+        if let Some(ticket) = client.ticket.take() {
+            self.processes[client.process].line.remove(&ticket);
+        }
         self.outcome.gave_up.count(why);
         self.outcome.drained = self.outcome.drained.max(Duration::from_nanos(t));
-        None
     }
 
     fn finish(mut self, unfinished: usize) -> Run {
@@ -345,6 +408,10 @@ impl World<'_> {
         self.outcome.rejected_in_outage = self.server.rejected_in_outage;
         self.outcome
     }
+}
+
+fn nanos_since(origin: Instant, at: Instant) -> u64 {
+    nanos(at.saturating_duration_since(origin))
 }
 
 fn nanos(d: Duration) -> u64 {

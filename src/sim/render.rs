@@ -95,13 +95,14 @@ pub fn summary(s: &Summary) -> String {
         (
             "clients",
             format!(
-                "{} served, {} gave up (retries {}, budget {}, breaker {}, deadline {}), {} unfinished",
+                "{} served, {} gave up (retries {}, budget {}, breaker {}, deadline {}, no turn {}), {} unfinished",
                 s.succeeded,
                 s.gave_up,
                 s.gave_up_exhausted,
                 s.gave_up_budget,
                 s.gave_up_circuit_open,
                 s.gave_up_deadline,
+                s.gave_up_no_turn,
                 s.unfinished
             ),
         ),

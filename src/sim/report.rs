@@ -60,6 +60,8 @@ pub struct Summary {
     pub gave_up_circuit_open: u32,
     /// Past `maxElapsed`.
     pub gave_up_deadline: u32,
+    /// Clients whose send gate had no turn for them before `maxElapsed`.
+    pub gave_up_no_turn: u32,
     /// Clients still retrying at the horizon.
     pub unfinished: u32,
     /// Events the simulation processed.
@@ -110,6 +112,7 @@ impl Summary {
             gave_up_budget: run.gave_up.budget,
             gave_up_circuit_open: run.gave_up.circuit_open,
             gave_up_deadline: run.gave_up.deadline,
+            gave_up_no_turn: run.gave_up.no_turn,
             unfinished: run.unfinished,
             events: run.events,
             requests_per_second: run.requests.clone(),

@@ -5,7 +5,8 @@ use std::fmt;
 use std::time::Duration;
 
 use stormguard_core::policy::{
-    BudgetPolicy, CircuitBreakerPolicy, InvalidPolicy, Jitter, RetryPolicy, ValidPolicy, MAX_RETRIES,
+    BudgetPolicy, CircuitBreakerPolicy, GatePolicy, InvalidPolicy, Jitter, RetryPolicy, ValidPolicy,
+    MAX_RETRIES,
 };
 
 /// A named strategy of seed 004 and its kin.
@@ -119,6 +120,8 @@ pub struct Modifiers {
     pub budget: bool,
     /// Turn on the circuit breaker (default settings) if the policy has none.
     pub breaker: bool,
+    /// Turn on the send gate (default settings) if the policy has none.
+    pub gate: bool,
     /// Give up after this many retries.
     pub max_retries: Option<u32>,
 }
@@ -152,6 +155,13 @@ impl Strategy {
                 ..CircuitBreakerPolicy::default()
             };
             label.push_str("+breaker");
+        }
+        if modifiers.gate && !policy.gate.enabled {
+            policy.gate = GatePolicy {
+                enabled: true,
+                ..GatePolicy::default()
+            };
+            label.push_str("+gate");
         }
         if let Some(max) = modifiers.max_retries {
             policy.max_retries = max;
@@ -214,10 +224,12 @@ mod tests {
             Modifiers {
                 budget: true,
                 breaker: true,
+                gate: true,
                 max_retries: Some(5),
             },
         );
-        assert_eq!(s.label, "full-jitter+budget+breaker+max5");
+        assert_eq!(s.label, "full-jitter+budget+breaker+gate+max5");
+        assert!(s.policy.gate.enabled);
         assert!(s.policy.budget.enabled && s.policy.circuit_breaker.enabled);
         assert_eq!(s.max_retries, 5);
         for named in Named::ALL {

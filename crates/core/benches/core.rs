@@ -187,21 +187,52 @@ mod breaker {
     }
 }
 
-/// One call past a send gate that is off (the dependency is healthy): the
-/// turn and the outcome. The time is taken once, as a caller that already
-/// read the clock for its deadline would.
-mod gate {
+/// One successful call's decisions, from its start to its answer, through
+/// a guard with no other block: without a send gate, and with one that is
+/// off (the dependency is healthy). The difference is what the gate costs
+/// a healthy service. The time is taken once, as a caller that already read
+/// the clock would.
+mod call {
     use super::*;
-    use stormguard_core::gate::{GateSettings, SendGate, Signal};
+    use stormguard_core::call::{Answer, Answered, Call, Step};
+    use stormguard_core::guard::Guard;
+    use stormguard_core::policy::{GatePolicy, ValidPolicy};
 
-    #[divan::bench(threads = [1, 2])]
-    fn off_turn_and_record(bencher: Bencher) {
+    fn healthy_call(bencher: Bencher, gate: bool) {
+        let policy = ValidPolicy::try_from(RetryPolicy {
+            budget: BudgetPolicy {
+                enabled: false,
+                ..BudgetPolicy::default()
+            },
+            gate: GatePolicy {
+                enabled: gate,
+                ..GatePolicy::default()
+            },
+            ..RetryPolicy::default()
+        })
+        .unwrap();
         let now = tokio::time::Instant::now();
-        let gate = SendGate::new_at(GateSettings::default(), now).unwrap();
-        bencher.bench(|| {
-            black_box(gate.turn_at(black_box(now), None));
-            gate.record_at(Signal::Accepted, black_box(now));
+        let guard = Guard::from_policy_at(&policy, now);
+        let mut rng = SmallRng::seed_from_u64(1);
+        bencher.bench_local(|| {
+            let now = black_box(now);
+            let mut call = Call::begin_at(&guard, now, None);
+            let Step::Send(send) = call.next_at(&guard, now, None) else {
+                unreachable!("a healthy call sends at once");
+            };
+            let answered = call.answered_at(&guard, send, Answer::Succeeded, now, &mut rng);
+            assert_eq!(answered, Answered::Succeeded);
         });
+    }
+
+    #[divan::bench]
+    fn without_gate(bencher: Bencher) {
+        healthy_call(bencher, false);
+    }
+
+    #[divan::bench]
+    fn gate_off(bencher: Bencher) {
+        healthy_call(bencher, true);
     }
 }
 

@@ -3,20 +3,29 @@
 //!
 //! 1. **Circuit breaker**: every attempt needs a permit. An open breaker ends
 //!    the call at once ([`GaveUp::CircuitOpen`]), sending nothing.
-//! 2. **Retry budget** and **retry throttling**: every retry (and every hedge)
+//! 2. **Send gate**: while the dependency is unwell, an attempt with a permit
+//!    waits in line for its turn ([`SendGate`]), up to the call's deadline
+//!    ([`GaveUp::NoTurn`]). It stands after the breaker so that a call the
+//!    breaker would refuse does not wait for nothing, and so that an attempt
+//!    that waited its turn is sent, not turned away.
+//! 3. **Retry budget** and **retry throttling**: every retry (and every hedge)
 //!    needs their leave; when they refuse, the call ends
 //!    ([`GaveUp::BudgetExhausted`]) instead of adding load to a struggling
-//!    dependency.
-//! 3. **Retry loop**: backoff with jitter, `Retry-After`, the per-try timeout
-//!    and the `maxElapsed` deadline ([`Retry`]).
-//! 4. **Hedging**, inside each attempt: the per-try timeout covers an
+//!    dependency. While the send gate is on, retries wait for turns instead:
+//!    the gate bounds the load they add, to what the dependency accepts, and
+//!    a budget's fixed share would only turn away calls it would pace. No
+//!    hedges are sent while the gate is on.
+//! 4. **Retry loop**: backoff with jitter, `Retry-After`, the per-try timeout
+//!    and the `maxElapsed` deadline ([`Retry`]), in the order of [`Call`](crate::call::Call).
+//! 5. **Hedging**, inside each attempt: the per-try timeout covers an
 //!    attempt and its hedges together ([`Hedge`]).
 //!
-//! The breaker and the throttle learn from every attempt: a success, or a
-//! failure that says the dependency is unwell (retryable, or timed out).
-//! A failure that is not retryable (a 4xx) says nothing about its health and
-//! counts for neither. A [`Guard`]'s clones share its budget and breaker, so
-//! make one per service and clone it into every task that calls it.
+//! The breaker, the throttle and the gate learn from every attempt: a
+//! success, or a failure that says the dependency is unwell (retryable, or
+//! timed out). A failure that is not retryable (a 4xx) says nothing about
+//! its health and counts for none of them. A [`Guard`]'s clones share its
+//! budget, breaker and gate, so make one per service and clone it into every
+//! task that calls it.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -53,9 +62,11 @@ use tokio::time::Instant;
 
 use crate::breaker::{CallNotPermitted, CallOutcome, CircuitBreaker, Permit};
 use crate::budget::{RetryBudget, RetryThrottle};
+use crate::call::Controls;
+use crate::gate::SendGate;
 use crate::hedge::Hedge;
 use crate::policy::{RetryOn, ValidPolicy};
-use crate::retry::{AttemptOutcome, Gate, Retry, RetryError, Verdict};
+use crate::retry::{AttemptOutcome, GaveUp, Retry, RetryError, Verdict};
 
 /// Which request an operation is asked to send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +86,7 @@ pub struct Guard {
     budget: Option<Arc<RetryBudget>>,
     throttle: Option<Arc<RetryThrottle>>,
     breaker: Option<CircuitBreaker>,
+    gate: Option<Arc<SendGate>>,
     hedge: Option<Hedge>,
 }
 
@@ -83,6 +95,10 @@ impl Guard {
     /// one call a client makes with the policy the daemon served, once it
     /// has been validated.
     pub fn from_policy(policy: &ValidPolicy) -> Self {
+        Self::from_policy_at(policy, Instant::now())
+    }
+
+    fn build_at(policy: &ValidPolicy, now: Instant) -> Self {
         Self {
             policy: Arc::new(policy.clone()),
             retry: Retry::from_policy(policy),
@@ -90,7 +106,7 @@ impl Guard {
             budget: policy
                 .budget
                 .enabled
-                .then(|| Arc::new(RetryBudget::new(&policy.budget))),
+                .then(|| Arc::new(RetryBudget::new_at(&policy.budget, now))),
             throttle: policy
                 .retry_throttling
                 .enabled
@@ -98,7 +114,11 @@ impl Guard {
             breaker: policy
                 .circuit_breaker
                 .enabled
-                .then(|| CircuitBreaker::new(&policy.circuit_breaker)),
+                .then(|| CircuitBreaker::new_at(&policy.circuit_breaker, now)),
+            gate: policy
+                .gate
+                .enabled
+                .then(|| Arc::new(SendGate::new_at(policy, now))),
             hedge: policy
                 .hedging
                 .enabled
@@ -121,6 +141,9 @@ impl Guard {
         }
         if old.circuit_breaker == policy.circuit_breaker {
             next.breaker = self.breaker.clone();
+        }
+        if old.gate == policy.gate {
+            next.gate = self.gate.clone();
         }
         next
     }
@@ -155,6 +178,11 @@ impl Guard {
         self.breaker.as_ref()
     }
 
+    /// The send gate, if the policy enables it.
+    pub fn gate(&self) -> Option<&SendGate> {
+        self.gate.as_deref()
+    }
+
     /// The hedging settings, if the policy enables hedging.
     pub fn hedge(&self) -> Option<&Hedge> {
         self.hedge.as_ref()
@@ -187,7 +215,25 @@ impl Guard {
         Fut: Future<Output = Result<T, E>>,
         R: Rng + ?Sized,
     {
-        self.begin_at(Instant::now());
+        self.call_by(operation, classify, rng, cancel, None).await
+    }
+
+    /// [`call_until`](Self::call_until), ending by `deadline` if the
+    /// policy's `maxElapsed` does not end it sooner: a wait for backoff or
+    /// for a turn past it ends the call at once.
+    pub async fn call_by<T, E, Op, Fut, R>(
+        &self,
+        operation: Op,
+        classify: impl Fn(&E) -> Verdict,
+        rng: &mut R,
+        cancel: impl Future<Output = ()>,
+        deadline: Option<Instant>,
+    ) -> Result<T, RetryError<E>>
+    where
+        Op: Fn(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        R: Rng + ?Sized,
+    {
         let (operation, classify) = (&operation, &classify);
         let attempt = |retry| async move {
             match &self.hedge {
@@ -196,32 +242,23 @@ impl Guard {
                     .race(
                         |hedge| operation(Attempt { retry, hedge }),
                         classify,
-                        || self.allow_retry_at(Instant::now()),
+                        || self.allow_hedge_at(Instant::now()),
                     )
                     .await
                     .map_err(|lost| lost.last),
             }
         };
-        self.retry.run_gated(attempt, classify, rng, cancel, self).await
+        Retry::drive(attempt, classify, rng, cancel, self, deadline).await
     }
 }
 
 /// The steps of a call at explicit instants, for callers that run their own
-/// loop in virtual time (the herd simulator): the same decisions
-/// [`call`](Guard::call) makes, in the same order.
+/// loop in virtual time (the herd simulator) through a [`Call`](crate::call::Call): the same
+/// decisions [`call`](Guard::call) makes, in the same order.
 impl Guard {
-    /// [`from_policy`](Self::from_policy) with its budget and breaker clocks starting at `now`.
+    /// [`from_policy`](Self::from_policy) with its budget, breaker and gate clocks starting at `now`.
     pub fn from_policy_at(policy: &ValidPolicy, now: Instant) -> Self {
-        let mut guard = Self::from_policy(policy);
-        guard.budget = policy
-            .budget
-            .enabled
-            .then(|| Arc::new(RetryBudget::new_at(&policy.budget, now)));
-        guard.breaker = policy
-            .circuit_breaker
-            .enabled
-            .then(|| CircuitBreaker::new_at(&policy.circuit_breaker, now));
-        guard
+        Self::build_at(policy, now)
     }
 
     /// This guard with `max_retries` in place of the policy's, even past the
@@ -267,26 +304,41 @@ impl Guard {
         }
     }
 
-    /// Leave from the throttle and the budget to retry (or hedge); a granted retry is spent.
+    /// Leave from the throttle and the budget to retry; a granted retry is spent.
     pub fn allow_retry_at(&self, now: Instant) -> bool {
         self.throttle.as_ref().is_none_or(|t| t.allows_retry())
             && self.budget.as_ref().is_none_or(|b| b.try_retry_at(now))
     }
+
+    /// Leave to send a hedge: none while the gate paces, else as a retry.
+    pub fn allow_hedge_at(&self, now: Instant) -> bool {
+        !self.gate.as_ref().is_some_and(|gate| gate.is_on()) && self.allow_retry_at(now)
+    }
 }
 
-impl Gate for Guard {
-    type Pass = Option<Permit>;
-
-    fn admit(&self, now: Instant) -> Option<Option<Permit>> {
-        self.admit_at(now).ok()
+impl Controls for Guard {
+    fn retry(&self) -> &Retry {
+        &self.retry
     }
 
-    fn settle(&self, permit: Option<Permit>, outcome: AttemptOutcome, now: Instant) {
-        self.settle_at(permit, outcome, now);
+    fn begin_at(&self, now: Instant) {
+        Guard::begin_at(self, now);
     }
 
-    fn allow_retry(&self, now: Instant) -> bool {
-        self.allow_retry_at(now)
+    fn admit_at(&self, now: Instant) -> Result<Option<Permit>, GaveUp> {
+        Guard::admit_at(self, now).map_err(|_| GaveUp::CircuitOpen)
+    }
+
+    fn gate(&self) -> Option<&Arc<SendGate>> {
+        self.gate.as_ref()
+    }
+
+    fn settle_at(&self, permit: Option<Permit>, outcome: AttemptOutcome, now: Instant) {
+        Guard::settle_at(self, permit, outcome, now);
+    }
+
+    fn allow_retry_at(&self, now: Instant) -> bool {
+        Guard::allow_retry_at(self, now)
     }
 }
 

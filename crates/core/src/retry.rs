@@ -11,10 +11,15 @@ use std::fmt;
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 
+use std::future::poll_fn;
+use std::pin::{pin, Pin};
+use std::task::Poll;
+
 use rand::Rng;
-use tokio::time::{sleep, timeout_at, Instant};
+use tokio::time::{sleep_until, timeout_at, Instant, Sleep};
 
 use crate::backoff::Backoff;
+use crate::call::{Answer, Answered, Call, Controls, Step, Unguarded};
 use crate::policy::{RetryCondition, RetryOn, ValidPolicy};
 
 /// What to do after a failed attempt.
@@ -106,6 +111,8 @@ pub enum GaveUp {
     BudgetExhausted,
     /// The circuit breaker refused the attempt.
     CircuitOpen,
+    /// The send gate had no turn for the attempt before the deadline.
+    NoTurn,
 }
 
 /// What the last attempt ended with.
@@ -139,6 +146,7 @@ impl<E: fmt::Display> fmt::Display for RetryError<E> {
             GaveUp::Cancelled => "cancelled",
             GaveUp::BudgetExhausted => "the retry budget is spent",
             GaveUp::CircuitOpen => "the circuit breaker is open",
+            GaveUp::NoTurn => "the send gate had no turn for it before the deadline",
         };
         write!(f, "gave up after {} attempt(s): {why}", self.attempts)?;
         match &self.last {
@@ -194,100 +202,82 @@ impl Retry {
         Fut: Future<Output = Result<T, E>>,
         R: Rng + ?Sized,
     {
-        self.run_gated(operation, classify, rng, cancel, &Ungated).await
+        Self::drive(operation, classify, rng, cancel, &Unguarded(self), None).await
     }
 
-    /// The loop with `gate` consulted around each attempt; see [`Gate`].
-    pub(crate) async fn run_gated<T, E, Op, Fut, R, G>(
-        &self,
+    /// The loop under `controls` (a guard's breaker, gate and budget),
+    /// ending by `deadline` if given; see [`Call`].
+    pub(crate) async fn drive<T, E, Op, Fut, R, C>(
         operation: Op,
         classify: impl Fn(&E) -> Verdict,
         rng: &mut R,
         cancel: impl Future<Output = ()>,
-        gate: &G,
+        controls: &C,
+        deadline: Option<Instant>,
     ) -> Result<T, RetryError<E>>
     where
         Op: FnMut(u32) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         R: Rng + ?Sized,
-        G: Gate,
+        C: Controls,
     {
-        let mut attempts = 0;
+        let mut call = Call::begin_at(controls, Instant::now(), deadline);
         let mut last = Cause::None;
-        tokio::select! {
-            result = self.attempts(operation, classify, rng, gate, &mut attempts, &mut last) => result,
-            () = cancel => Err(RetryError { attempts, gave_up: GaveUp::Cancelled, last }),
-        }
+        let result = tokio::select! {
+            result = Self::attempts(operation, classify, rng, controls, &mut call, &mut last) => result,
+            () = cancel => Err(GaveUp::Cancelled),
+        };
+        result.map_err(|gave_up| RetryError {
+            attempts: call.attempts(),
+            gave_up,
+            last,
+        })
     }
 
-    /// The loop itself; `attempts` and `last` are kept outside it so that a
+    /// The loop itself; `call` and `last` are kept outside it so that a
     /// cancellation can report them.
-    async fn attempts<T, E, Op, Fut, R, G>(
-        &self,
+    async fn attempts<T, E, Op, Fut, R, C>(
         mut operation: Op,
         classify: impl Fn(&E) -> Verdict,
         rng: &mut R,
-        gate: &G,
-        attempts: &mut u32,
+        controls: &C,
+        call: &mut Call,
         last: &mut Cause<E>,
-    ) -> Result<T, RetryError<E>>
+    ) -> Result<T, GaveUp>
     where
         Op: FnMut(u32) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         R: Rng + ?Sized,
-        G: Gate,
+        C: Controls,
     {
-        let start = Instant::now();
-        let deadline = self.max_elapsed.map(|d| start + d);
-        let mut previous = Duration::ZERO;
+        let mut timer = pin!(sleep_until(Instant::now()));
         loop {
-            let attempt = *attempts;
-            let Some(pass) = gate.admit(Instant::now()) else {
-                return Err(self.stop(*attempts, GaveUp::CircuitOpen, last));
+            let send = match next_step(call, controls, timer.as_mut()).await {
+                Step::Send(send) => send,
+                Step::Stop(why) => return Err(why),
+                Step::Wait(_) => unreachable!("next_step waits out every wait"),
             };
-            *attempts += 1;
-            let try_deadline = earliest(self.per_try_timeout.map(|t| Instant::now() + t), deadline);
-            let outcome = match try_deadline {
-                Some(at) => timeout_at(at, operation(attempt)).await.ok(),
-                None => Some(operation(attempt).await),
+            let outcome = match send.until {
+                Some(at) => timeout_at(at, operation(send.attempt)).await.ok(),
+                None => Some(operation(send.attempt).await),
             };
-            let (verdict, settled) = match outcome {
-                Some(Ok(value)) => {
-                    gate.settle(pass, AttemptOutcome::Succeeded, Instant::now());
-                    return Ok(value);
-                }
+            let (answer, value) = match outcome {
+                Some(Ok(value)) => (Answer::Succeeded, Some(value)),
                 Some(Err(error)) => {
                     let verdict = classify(&error);
                     *last = Cause::Error(error);
-                    let settled = if verdict == Verdict::Fail {
-                        AttemptOutcome::Ignored
-                    } else {
-                        AttemptOutcome::Failed
-                    };
-                    (verdict, settled)
+                    (Answer::Failed(verdict), None)
                 }
                 None => {
                     *last = Cause::TimedOut;
-                    let verdict = if self.retry_timeouts {
-                        Verdict::Retry { after: None }
-                    } else {
-                        Verdict::Fail
-                    };
-                    (verdict, AttemptOutcome::Failed)
+                    (Answer::TimedOut, None)
                 }
             };
-            gate.settle(pass, settled, Instant::now());
-            let timed_out = matches!(last, Cause::TimedOut);
-            if timed_out && deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(self.stop(*attempts, GaveUp::Deadline, last));
+            match call.answered_at(controls, send, answer, Instant::now(), rng) {
+                Answered::Succeeded => return Ok(value.expect("a success has a value")),
+                Answered::Stop(why) => return Err(why),
+                Answered::Retry(_) => {}
             }
-            let delay = match self.next_delay(attempt, previous, verdict, start.elapsed(), rng) {
-                Ok(delay) if gate.allow_retry(Instant::now()) => delay,
-                Ok(_) => return Err(self.stop(*attempts, GaveUp::BudgetExhausted, last)),
-                Err(gave_up) => return Err(self.stop(*attempts, gave_up, last)),
-            };
-            sleep(delay).await;
-            previous = delay;
         }
     }
 
@@ -331,14 +321,6 @@ impl Retry {
         let delay = self.backoff.delay(attempt, previous, rng);
         delay.max(retry_after.unwrap_or_default()).min(self.backoff.max)
     }
-
-    fn stop<E>(&self, attempts: u32, gave_up: GaveUp, last: &mut Cause<E>) -> RetryError<E> {
-        RetryError {
-            attempts,
-            gave_up,
-            last: std::mem::replace(last, Cause::None),
-        }
-    }
 }
 
 /// How an attempt ended, for what watches the dependency's health (a
@@ -353,38 +335,22 @@ pub enum AttemptOutcome {
     Ignored,
 }
 
-/// What the composed call checks around each attempt (see `guard`): leave
-/// to send it (the breaker), its outcome, and leave to retry (the budget).
-pub(crate) trait Gate {
-    /// Held while an attempt runs (a breaker permit); dropping it unsettled cancels the attempt.
-    type Pass;
-    /// Leave to send the next attempt, or `None` if refused.
-    fn admit(&self, now: Instant) -> Option<Self::Pass>;
-    /// How the attempt holding `pass` ended.
-    fn settle(&self, pass: Self::Pass, outcome: AttemptOutcome, now: Instant);
-    /// Leave to retry, asked only when the policy would retry and the wait fits the deadline.
-    fn allow_retry(&self, now: Instant) -> bool;
-}
-
-/// The plain loop's gate: admits everything.
-struct Ungated;
-
-impl Gate for Ungated {
-    type Pass = ();
-    fn admit(&self, _: Instant) -> Option<()> {
-        Some(())
-    }
-    fn settle(&self, (): (), _: AttemptOutcome, _: Instant) {}
-    fn allow_retry(&self, _: Instant) -> bool {
-        true
-    }
-}
-
-fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+/// Runs `call` until it has an attempt to send or stops, waiting out
+/// backoffs on `timer` and turns in a gate's line on the task's waker.
+async fn next_step<C: Controls>(call: &mut Call, controls: &C, mut timer: Pin<&mut Sleep>) -> Step {
+    poll_fn(|cx| loop {
+        match call.next_at(controls, Instant::now(), Some(cx.waker())) {
+            Step::Wait(None) => return Poll::Pending,
+            Step::Wait(Some(until)) => {
+                timer.as_mut().reset(until);
+                if timer.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+            }
+            step => return Poll::Ready(step),
+        }
+    })
+    .await
 }
 
 #[cfg(test)]
@@ -395,6 +361,7 @@ mod tests {
     use rand::SeedableRng;
     use std::future::Ready;
     use std::sync::{Arc, Mutex};
+    use tokio::time::sleep;
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)

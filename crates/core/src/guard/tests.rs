@@ -6,7 +6,7 @@ use tokio::time::{sleep, Instant};
 
 use crate::breaker::CircuitState;
 use crate::policy::{
-    BudgetPolicy, CircuitBreakerPolicy, HedgingPolicy, Jitter, RetryPolicy, RetryThrottlingPolicy,
+    BudgetPolicy, CircuitBreakerPolicy, GatePolicy, HedgingPolicy, Jitter, RetryPolicy, RetryThrottlingPolicy,
 };
 use crate::retry::{Cause, Failure, GaveUp};
 
@@ -243,4 +243,132 @@ async fn hedges_run_inside_each_attempt() {
         ms(150),
         "attempt 0 and its hedge failed at once; the retry's hedge answered 50 ms after its 100 ms wait"
     );
+}
+
+/// The send gate on, with no budget unless a test adds one.
+fn gated() -> RetryPolicy {
+    RetryPolicy {
+        max_retries: 100,
+        max_delay: Duration::from_secs(1),
+        gate: GatePolicy {
+            enabled: true,
+            ..GatePolicy::default()
+        },
+        ..policy()
+    }
+}
+
+/// `callers` calls at once through `guard` to a service that refuses every
+/// request until `down` has passed; returns when each request was sent,
+/// and each call's result.
+async fn herd(guard: &Guard, callers: usize, down: Duration) -> (Vec<Duration>, Vec<Result<(), GaveUp>>) {
+    let start = Instant::now();
+    let sent = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..callers {
+        let (guard, sent) = (guard.clone(), sent.clone());
+        calls.spawn(async move {
+            let result = guard
+                .call(
+                    |_| {
+                        let at = start.elapsed();
+                        sent.lock().unwrap().push(at);
+                        async move {
+                            if at < down {
+                                Err(unavailable())
+                            } else {
+                                Ok(())
+                            }
+                        }
+                    },
+                    |f| guard.retry_on().verdict(*f),
+                )
+                .await;
+            result.map_err(|e| e.gave_up)
+        });
+    }
+    let results = calls.join_all().await;
+    let sent = std::mem::take(&mut *sent.lock().unwrap());
+    (sent, results)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gate_paces_a_herd_through_an_outage_and_serves_every_call() {
+    let down = Duration::from_secs(5);
+    let (sent, results) = herd(&Guard::from_policy(&valid(gated())), 20, down).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let during = sent.iter().filter(|t| **t > Duration::ZERO && **t < down).count();
+    assert_eq!(during, 2, "probes at 2 s and 4 s only: {sent:?}");
+
+    let (unpaced, results) = herd(
+        &Guard::from_policy(&valid(RetryPolicy {
+            gate: GatePolicy::default(),
+            ..gated()
+        })),
+        20,
+        down,
+    )
+    .await;
+    assert!(results.iter().all(Result::is_ok));
+    let during = unpaced
+        .iter()
+        .filter(|t| **t > Duration::ZERO && **t < down)
+        .count();
+    assert!(
+        during > 20 * 5,
+        "without it every caller retries through the outage: {during}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_that_gets_no_turn_before_its_deadline_ends_and_leaves_the_line() {
+    let p = RetryPolicy {
+        max_elapsed: Some(Duration::from_secs(3)),
+        ..gated()
+    };
+    let guard = Guard::from_policy(&valid(p));
+    let start = Instant::now();
+    let (_, results) = herd(&guard, 5, Duration::from_secs(3600)).await;
+    assert!(results.iter().all(|r| *r == Err(GaveUp::NoTurn)), "{results:?}");
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_secs(3),
+        "each waited in line until its deadline"
+    );
+    assert_eq!(guard.gate().unwrap().waiting(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_dropped_while_in_line_leaves_it() {
+    let guard = Guard::from_policy(&valid(gated()));
+    let call = guard.call(
+        |_| async { Err::<(), _>(unavailable()) },
+        |f| guard.retry_on().verdict(*f),
+    );
+    let dropped = tokio::time::timeout(Duration::from_millis(500), call).await;
+    assert!(dropped.is_err());
+    assert_eq!(guard.gate().unwrap().waiting(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn while_the_gate_paces_retries_wait_for_turns_instead_of_asking_the_budget() {
+    let no_retries = BudgetPolicy {
+        enabled: true,
+        retry_ratio: 0.0,
+        min_retries_per_second: 0,
+        ttl: Duration::from_secs(10),
+    };
+    let budgeted = RetryPolicy {
+        budget: no_retries.clone(),
+        ..policy()
+    };
+    let (_, results) = herd(&Guard::from_policy(&valid(budgeted)), 3, Duration::from_secs(5)).await;
+    assert!(results.iter().all(|r| *r == Err(GaveUp::BudgetExhausted)));
+
+    let paced = RetryPolicy {
+        budget: no_retries,
+        ..gated()
+    };
+    let (_, results) = herd(&Guard::from_policy(&valid(paced)), 3, Duration::from_secs(5)).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
 }

@@ -18,9 +18,9 @@ pub use document::{
 pub use duration::{millis, parse_duration, DurationError, GoDuration};
 pub use layer::{Layered, Leaf};
 pub use model::{
-    BudgetPolicy, BudgetPolicySpec, CircuitBreakerPolicy, CircuitBreakerPolicySpec, HedgingPolicy,
-    HedgingPolicySpec, Jitter, RetryCondition, RetryOn, RetryPolicy, RetryPolicySpec, RetryThrottlingPolicy,
-    RetryThrottlingPolicySpec, SlidingWindow,
+    BudgetPolicy, BudgetPolicySpec, CircuitBreakerPolicy, CircuitBreakerPolicySpec, GatePolicy,
+    GatePolicySpec, HedgingPolicy, HedgingPolicySpec, Jitter, RetryCondition, RetryOn, RetryPolicy,
+    RetryPolicySpec, RetryThrottlingPolicy, RetryThrottlingPolicySpec, SlidingWindow,
 };
 pub use tree::{did_you_mean, Errors, KeyPath, Node, PolicyError, Segment, Target};
 pub use valid::{InvalidPolicy, ValidPolicy};

@@ -51,6 +51,10 @@ policy_block! {
         circuit_breaker: CircuitBreakerPolicy = "circuitBreaker",
         /// Hedged requests: extra attempts sent before the first one fails.
         hedging: HedgingPolicy = "hedging",
+        /// The send gate: paces every attempt while the service is unwell.
+        /// Missing from the JSON of a daemon that predates it: off.
+        #[serde(default)]
+        gate: GatePolicy = "gate",
     }
 }
 
@@ -126,6 +130,36 @@ policy_block! {
     }
 }
 
+policy_block! {
+    /// The send gate: while the service is unwell, every attempt (first tries
+    /// and retries) waits for a turn, and turns come at a rate learned from
+    /// how the service answers, so that callers return to a recovering
+    /// service as fast as it can take them and no faster. Off while the
+    /// service is healthy. CUBIC's `beta` and `scale` and the lowest rate
+    /// are those of the AWS SDKs' adaptive retry mode.
+    pub struct GatePolicy, layer GatePolicySpec {
+        /// Whether the gate applies.
+        enabled: bool = "enabled",
+        /// The lowest rate, attempts per second: the probe rate during a
+        /// full outage. Above 0, at most 1000.
+        min_rate: f64 = "minRate",
+        /// The highest rate the gate paces at, attempts per second: from
+        /// minRate to 10,000,000.
+        max_rate: f64 = "maxRate",
+        /// The share of the rate kept after an overload, above 0 and below 1.
+        beta: f64 = "beta",
+        /// How fast the rate regrows after an overload (CUBIC's C), above 0, at most 1000.
+        scale: f64 = "scale",
+        /// Slow start: attempts per second each accepted attempt adds to the
+        /// rate, above 0, at most 1000; at 8 the rate doubles about every 90 ms.
+        ramp: f64 = "ramp",
+        /// The gate turns off after this long without an overload and
+        /// without a caller having to wait (1ms to 1h).
+        #[serde(rename = "quietMs", with = "millis")]
+        quiet: Duration = "quiet",
+    }
+}
+
 impl Default for RetryPolicy {
     /// The built-in policy, used for any key neither `defaults` nor an override sets.
     fn default() -> Self {
@@ -144,6 +178,7 @@ impl Default for RetryPolicy {
             retry_throttling: RetryThrottlingPolicy::default(),
             circuit_breaker: CircuitBreakerPolicy::default(),
             hedging: HedgingPolicy::default(),
+            gate: GatePolicy::default(),
         }
     }
 }
@@ -185,6 +220,23 @@ impl Default for CircuitBreakerPolicy {
             open_timeout: Duration::from_secs(30),
             half_open_max_calls: 10,
             success_threshold: 3,
+        }
+    }
+}
+
+impl Default for GatePolicy {
+    /// Off; when turned on, the AWS SDKs' constants (β = 0.7, C = 0.4, at
+    /// least 0.5 attempts per second), a slow start that doubles the rate
+    /// about every 90 ms, and off again after 5 s of quiet.
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            min_rate: 0.5,
+            max_rate: 100_000.0,
+            beta: 0.7,
+            scale: 0.4,
+            ramp: 8.0,
+            quiet: Duration::from_secs(5),
         }
     }
 }

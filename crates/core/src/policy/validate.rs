@@ -8,7 +8,7 @@ use std::fmt::Display;
 use std::time::Duration;
 
 use super::layer::show;
-use super::model::{RetryPolicy, SlidingWindow};
+use super::model::{GatePolicy, RetryPolicy, SlidingWindow};
 
 /// The most retries a policy may ask for: beyond this, retries are a storm.
 pub const MAX_RETRIES: u32 = 100;
@@ -228,6 +228,23 @@ fn check_blocks(p: &RetryPolicy, out: &mut Checks) {
     let h = &p.hedging;
     out.range("hedging.delay", h.delay, Duration::ZERO, MAX_DELAY, show);
     out.range("hedging.maxHedges", h.max_hedges, 1, 4, plain);
+
+    check_gate(&p.gate, out);
+}
+
+fn check_gate(g: &GatePolicy, out: &mut Checks) {
+    out.above("gate.minRate", g.min_rate, 0.0, 1000.0, plain);
+    let min = if g.min_rate.is_finite() { g.min_rate } else { 0.0 };
+    out.range("gate.maxRate", g.max_rate, min, 10_000_000.0, plain);
+    if !(g.beta > 0.0 && g.beta < 1.0) {
+        out.push(
+            &["gate.beta"],
+            format!("must be above 0 and below 1, found {}", g.beta),
+        );
+    }
+    out.above("gate.scale", g.scale, 0.0, 1000.0, plain);
+    out.above("gate.ramp", g.ramp, 0.0, 1000.0, plain);
+    out.range("gate.quiet", g.quiet, Duration::from_millis(1), MAX_DELAY, show);
 }
 
 #[cfg(test)]
@@ -256,6 +273,8 @@ mod tests {
         p.circuit_breaker.failure_rate_threshold = 0.0;
         p.circuit_breaker.half_open_max_calls = 0;
         p.hedging.max_hedges = 5;
+        p.gate.beta = 1.0;
+        p.gate.max_rate = 0.1;
         assert_eq!(
             keys_of(&p),
             vec![
@@ -267,10 +286,13 @@ mod tests {
                 vec!["circuitBreaker.failureRateThreshold"],
                 vec!["circuitBreaker.halfOpenMaxCalls"],
                 vec!["hedging.maxHedges"],
+                vec!["gate.maxRate"],
+                vec!["gate.beta"],
             ]
         );
         assert_eq!(check(&p)[0].message, "must be between 0 and 100, found 101");
         assert_eq!(check(&p)[3].message, "must be between 1s and 1m0s, found 500ms");
+        assert_eq!(check(&p)[9].message, "must be above 0 and below 1, found 1");
     }
 
     #[test]

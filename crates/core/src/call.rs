@@ -1,0 +1,309 @@
+//! One call's sequence of decisions, as a state machine that takes the time
+//! as an argument: ask for leave to send (the breaker, then the send gate),
+//! send, learn from the answer, decide whether and when to retry (backoff,
+//! deadline, budget), wait, and again.
+//!
+//! The async retry loop ([`Guard::call`](crate::guard::Guard::call)) and
+//! the herd simulator both drive a [`Call`], so they cannot differ in the
+//! order of decisions any more than in each decision. The driver owns the
+//! clock and the sending; the machine owns everything else:
+//!
+//! ```text
+//! next_at ──▶ Send ──(send it)──▶ answered_at ──▶ Succeeded | Stop
+//!    ▲  │                                │
+//!    │  └─▶ Wait(until) ──(wait)──┐      └─▶ Retry(delay) ──(wait)─┐
+//!    └────────────────────────────┴──────────────────────────────┘
+//! ```
+//!
+//! A call waiting in a send gate's line leaves it when dropped.
+
+use std::sync::Arc;
+use std::task::Waker;
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::time::Instant;
+
+use crate::breaker::Permit;
+use crate::gate::{Claim, SendGate, Signal, Ticket, Turn};
+use crate::retry::{AttemptOutcome, GaveUp, Retry, Verdict};
+
+/// What a call checks around each attempt: the breaker, the send gate, the
+/// budget, and what learns from outcomes. [`Guard`](crate::guard::Guard)
+/// is the full set; [`Unguarded`] checks nothing.
+pub trait Controls {
+    /// The retry settings: backoff, attempts, timeouts.
+    fn retry(&self) -> &Retry;
+    /// A call begins: the budget counts a request.
+    fn begin_at(&self, now: Instant);
+    /// The breaker's leave to send an attempt: `Err` if it refuses.
+    fn admit_at(&self, now: Instant) -> Result<Option<Permit>, GaveUp>;
+    /// The send gate, if the policy has one.
+    fn gate(&self) -> Option<&Arc<SendGate>>;
+    /// The attempt holding `permit` ended with `outcome`: the breaker and throttle learn.
+    fn settle_at(&self, permit: Option<Permit>, outcome: AttemptOutcome, now: Instant);
+    /// The budget's and the throttle's leave to retry; a granted retry is spent.
+    fn allow_retry_at(&self, now: Instant) -> bool;
+}
+
+/// Controls that check nothing: the plain retry loop's.
+#[derive(Debug, Clone, Copy)]
+pub struct Unguarded<'a>(pub &'a Retry);
+
+impl Controls for Unguarded<'_> {
+    fn retry(&self) -> &Retry {
+        self.0
+    }
+    fn begin_at(&self, _: Instant) {}
+    fn admit_at(&self, _: Instant) -> Result<Option<Permit>, GaveUp> {
+        Ok(None)
+    }
+    fn gate(&self) -> Option<&Arc<SendGate>> {
+        None
+    }
+    fn settle_at(&self, _: Option<Permit>, _: AttemptOutcome, _: Instant) {}
+    fn allow_retry_at(&self, _: Instant) -> bool {
+        true
+    }
+}
+
+/// One call in progress; see the [module docs](self).
+#[derive(Debug)]
+pub struct Call {
+    start: Instant,
+    deadline: Option<Instant>,
+    /// Attempts sent so far.
+    sent: u32,
+    /// The last backoff delay.
+    previous: Duration,
+    stage: Stage,
+}
+
+#[derive(Debug)]
+enum Stage {
+    /// Next: ask for leave to send.
+    Ready,
+    /// Backing off until then.
+    Backoff(Instant),
+    /// In the gate's line, holding the breaker's permit (boxed: the
+    /// simulator keeps a call per client, most of them not in line).
+    Queued(Box<Queued>),
+}
+
+#[derive(Debug)]
+struct Queued {
+    gate: Arc<SendGate>,
+    ticket: Ticket,
+    permit: Option<Permit>,
+}
+
+/// What the driver does next.
+#[derive(Debug)]
+pub enum Step {
+    /// Send this attempt.
+    Send(Send),
+    /// Wait until this instant, or until woken if `None`, then call
+    /// [`next_at`](Call::next_at) again (sooner is harmless).
+    Wait(Option<Instant>),
+    /// The call ends without success.
+    Stop(GaveUp),
+}
+
+/// An attempt to send, to hand back to [`answered_at`](Call::answered_at).
+#[derive(Debug)]
+pub struct Send {
+    /// The attempt number: 0 first, then 1 for the first retry, and so on.
+    pub attempt: u32,
+    /// When the attempt times out (its per-try timeout, or the call's deadline).
+    pub until: Option<Instant>,
+    permit: Option<Permit>,
+    sent: Instant,
+}
+
+/// How an attempt ended, as the driver saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// It succeeded.
+    Succeeded,
+    /// It failed, judged so.
+    Failed(Verdict),
+    /// No answer before [`Send::until`].
+    TimedOut,
+}
+
+/// What follows an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answered {
+    /// The call succeeded.
+    Succeeded,
+    /// Back off this long, then call [`next_at`](Call::next_at).
+    Retry(Duration),
+    /// The call ends without success.
+    Stop(GaveUp),
+}
+
+impl Call {
+    /// A call beginning at `now`, to end by the policy's `maxElapsed` or by
+    /// `deadline` (the caller's), whichever is sooner.
+    pub fn begin_at(controls: &impl Controls, now: Instant, deadline: Option<Instant>) -> Self {
+        controls.begin_at(now);
+        let max_elapsed = controls.retry().max_elapsed.map(|d| now + d);
+        Self {
+            start: now,
+            deadline: earliest(max_elapsed, deadline),
+            sent: 0,
+            previous: Duration::ZERO,
+            stage: Stage::Ready,
+        }
+    }
+
+    /// Attempts sent so far.
+    pub fn attempts(&self) -> u32 {
+        self.sent
+    }
+
+    /// The number of the ticket this call holds in its gate's line, if it waits in one.
+    pub fn ticket(&self) -> Option<u64> {
+        match &self.stage {
+            Stage::Queued(queued) => Some(queued.ticket.number()),
+            _ => None,
+        }
+    }
+
+    /// What to do at `now`: send, wait, or stop. `waker` is woken when a
+    /// wait in the gate's line may end sooner.
+    pub fn next_at(&mut self, controls: &impl Controls, now: Instant, waker: Option<&Waker>) -> Step {
+        match std::mem::replace(&mut self.stage, Stage::Ready) {
+            Stage::Backoff(until) if now < until => {
+                self.stage = Stage::Backoff(until);
+                Step::Wait(Some(until))
+            }
+            Stage::Backoff(_) | Stage::Ready => self.ask(controls, now, waker),
+            Stage::Queued(queued) => {
+                let Queued { gate, ticket, permit } = *queued;
+                self.claim(controls, gate, ticket, permit, now, waker)
+            }
+        }
+    }
+
+    /// Leave from the breaker, then a turn from the gate. The breaker asks
+    /// first so that a call it would refuse does not wait in line for
+    /// nothing, and so that a paced attempt, once its turn comes, is sent.
+    fn ask(&mut self, controls: &impl Controls, now: Instant, waker: Option<&Waker>) -> Step {
+        let permit = match controls.admit_at(now) {
+            Ok(permit) => permit,
+            Err(why) => return Step::Stop(why),
+        };
+        match controls.gate().map(|gate| (gate, gate.turn_at(now))) {
+            None | Some((_, Turn::Now)) => self.send(controls, permit, now),
+            Some((gate, Turn::Queued(ticket))) => {
+                self.claim(controls, gate.clone(), ticket, permit, now, waker)
+            }
+        }
+    }
+
+    fn claim(
+        &mut self,
+        controls: &impl Controls,
+        gate: Arc<SendGate>,
+        ticket: Ticket,
+        permit: Option<Permit>,
+        now: Instant,
+        waker: Option<&Waker>,
+    ) -> Step {
+        if self.deadline.is_some_and(|deadline| now >= deadline) {
+            gate.leave(ticket);
+            return Step::Stop(GaveUp::NoTurn);
+        }
+        let wait = match gate.claim_at(&ticket, now, waker) {
+            Claim::Go => return self.send(controls, permit, now),
+            Claim::At(due) => earliest(Some(due), self.deadline),
+            Claim::Behind => self.deadline,
+        };
+        self.stage = Stage::Queued(Box::new(Queued { gate, ticket, permit }));
+        Step::Wait(wait)
+    }
+
+    fn send(&mut self, controls: &impl Controls, permit: Option<Permit>, now: Instant) -> Step {
+        let attempt = self.sent;
+        self.sent += 1;
+        let per_try = controls.retry().per_try_timeout.map(|t| now + t);
+        Step::Send(Send {
+            attempt,
+            until: earliest(per_try, self.deadline),
+            permit,
+            sent: now,
+        })
+    }
+
+    /// The attempt `send` ended with `answer` at `now`: learn from it and
+    /// decide what follows.
+    pub fn answered_at<R: Rng + ?Sized>(
+        &mut self,
+        controls: &impl Controls,
+        send: Send,
+        answer: Answer,
+        now: Instant,
+        rng: &mut R,
+    ) -> Answered {
+        let retry = controls.retry();
+        let (outcome, verdict) = match answer {
+            Answer::Succeeded => (AttemptOutcome::Succeeded, None),
+            Answer::Failed(Verdict::Fail) => (AttemptOutcome::Ignored, Some(Verdict::Fail)),
+            Answer::Failed(verdict) => (AttemptOutcome::Failed, Some(verdict)),
+            Answer::TimedOut if retry.retry_timeouts => {
+                (AttemptOutcome::Failed, Some(Verdict::Retry { after: None }))
+            }
+            Answer::TimedOut => (AttemptOutcome::Failed, Some(Verdict::Fail)),
+        };
+        controls.settle_at(send.permit, outcome, now);
+        let gate = controls.gate();
+        if let Some(gate) = gate {
+            let signal = match outcome {
+                AttemptOutcome::Failed => Signal::Overloaded,
+                AttemptOutcome::Succeeded | AttemptOutcome::Ignored => Signal::Accepted,
+            };
+            gate.record_at(signal, send.sent, now);
+        }
+        let Some(verdict) = verdict else {
+            return Answered::Succeeded;
+        };
+        let past_deadline = self.deadline.is_some_and(|deadline| now >= deadline);
+        if answer == Answer::TimedOut && past_deadline {
+            return Answered::Stop(GaveUp::Deadline);
+        }
+        let elapsed = now.saturating_duration_since(self.start);
+        let delay = match retry.next_delay(send.attempt, self.previous, verdict, elapsed, rng) {
+            Ok(delay) => delay,
+            Err(why) => return Answered::Stop(why),
+        };
+        if self.deadline.is_some_and(|deadline| now + delay >= deadline) {
+            return Answered::Stop(GaveUp::Deadline);
+        }
+        // While the gate paces, it bounds what retries add to the load, and
+        // more tightly than a budget's fixed share: a retry waits for its
+        // turn instead of asking the budget.
+        let paced = gate.is_some_and(|gate| gate.is_on());
+        if !paced && !controls.allow_retry_at(now) {
+            return Answered::Stop(GaveUp::BudgetExhausted);
+        }
+        self.previous = delay;
+        self.stage = Stage::Backoff(now + delay);
+        Answered::Retry(delay)
+    }
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        if let Stage::Queued(queued) = std::mem::replace(&mut self.stage, Stage::Ready) {
+            queued.gate.leave(queued.ticket);
+        }
+    }
+}
+
+pub(crate) fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}

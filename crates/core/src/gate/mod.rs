@@ -1,0 +1,286 @@
+//! The send gate: an adaptive limiter, per process and dependency, that
+//! every attempt (first tries and retries) passes while the dependency is
+//! unwell, so that a herd returns to a recovering dependency at the rate it
+//! can take rather than all at once.
+//!
+//! - **Off while healthy.** Asking for a turn is one atomic load; outcomes
+//!   that say nothing is wrong are ignored. The first outcome that says the
+//!   dependency is overloaded or down turns the gate on.
+//! - **On: paced turns, first come first served.** Turns are `1 / rate`
+//!   apart (pacing, as BBR paces its delivery rate, rather than a token
+//!   bucket's bursts). An attempt that cannot go at once takes a
+//!   [`Ticket`] and waits in line; only the first in line waits for a time,
+//!   the others wait to be woken, so a thousand waiters cost nothing while
+//!   they wait and the line moves as soon as the rate grows. The caller
+//!   bounds the wait by its deadline and [`leave`](SendGate::leave)s the
+//!   line when it passes.
+//! - **The rate is learned from outcomes.** Until something is accepted,
+//!   the gate probes at `minRate`. Accepted attempts then grow the rate
+//!   quickly (slow start: each adds `ramp` turns per second). An overload
+//!   after that cuts it by `beta` and regrows it along CUBIC's curve
+//!   towards, then past, the rate at which it failed. As in TCP, an overload
+//!   cuts the rate once: attempts sent before the cut were sent at the old
+//!   rate, and their failures do not cut it again. A cut never goes below
+//!   what the dependency accepted over the last second (BBR's delivery
+//!   rate): a server that takes 200 a second and refuses the rest of a
+//!   second's burst has shown it can take 200, not that it can take none.
+//! - **Off again** once nothing has been refused and nobody has had to wait
+//!   for `quiet`.
+//!
+//! CUBIC's constants (`C = 0.4`, `β = 0.7`) and the lowest rate (0.5 per
+//! second) are those of the AWS SDKs' adaptive retry mode (botocore
+//! `retries/adaptive.py`, aws-sdk-go-v2 `adaptive_ratelimit.go`). Unlike
+//! it, the gate paces a line instead of letting a bucket burst, and starts
+//! from the lowest rate rather than a rate measured while healthy, so that
+//! it costs nothing until the first failure.
+//!
+//! Decisions take the time as an argument (`_at`), so a simulator drives
+//! the very code a client runs.
+
+mod rate;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::task::Waker;
+
+use tokio::time::Instant;
+
+use crate::policy::{GatePolicy, ValidPolicy};
+use rate::Rate;
+
+/// What an attempt learns when it asks for a turn.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Turn {
+    /// Send now.
+    Now,
+    /// Wait in line: [`claim_at`](SendGate::claim_at) with this ticket
+    /// until it says go, or [`leave`](SendGate::leave).
+    Queued(Ticket),
+}
+
+/// A place in a gate's line. Used up by a granted claim or by leaving.
+#[derive(Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ticket(u64);
+
+impl Ticket {
+    /// A number unique within its gate, in the order tickets were taken.
+    pub fn number(&self) -> u64 {
+        self.0
+    }
+}
+
+/// What the holder of a ticket is told when it claims its turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// Send now; the ticket is used up.
+    Go,
+    /// First in line: claim again at this instant (sooner, if woken: the
+    /// rate may grow meanwhile).
+    At(Instant),
+    /// Others are ahead: claim again when woken.
+    Behind,
+}
+
+/// What an attempt's outcome says about the dependency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// Answered well (or failed in a way that says nothing about load).
+    Accepted,
+    /// Overloaded or down: 429, 503, a timeout, a refused connection, or any
+    /// failure the policy retries.
+    Overloaded,
+}
+
+/// The gate of one dependency in one process. Shared by every call to it.
+#[derive(Debug)]
+pub struct SendGate {
+    policy: GatePolicy,
+    on: AtomicBool,
+    state: Mutex<State>,
+}
+
+/// The gate's state while on.
+#[derive(Debug)]
+struct State {
+    rate: Rate,
+    /// When the last turn was given: the next is due `1 / rate` after it.
+    last_turn: Instant,
+    /// The last overload, or when someone last had to wait: the gate turns
+    /// off `quiet` after the later of the two.
+    last_trouble: Instant,
+    /// The line, first ticket first, with the waker of each waiter that has one.
+    line: BTreeMap<u64, Option<Waker>>,
+    next_ticket: u64,
+}
+
+impl SendGate {
+    /// The gate `policy` sets up, off. The policy is validated, so every
+    /// rate is positive and finite.
+    pub fn new_at(policy: &ValidPolicy, now: Instant) -> Self {
+        let policy = policy.gate.clone();
+        Self {
+            state: Mutex::new(State {
+                rate: Rate::probing(&policy, now),
+                last_turn: now,
+                last_trouble: now,
+                line: BTreeMap::new(),
+                next_ticket: 0,
+            }),
+            on: AtomicBool::new(false),
+            policy,
+        }
+    }
+
+    /// Whether the gate paces attempts now.
+    #[inline]
+    pub fn is_on(&self) -> bool {
+        self.on.load(Ordering::Relaxed)
+    }
+
+    /// The rate the gate paces at, in attempts per second; `None` while off.
+    pub fn rate(&self) -> Option<f64> {
+        self.is_on().then(|| self.lock().rate.now)
+    }
+
+    /// Attempts waiting in line.
+    pub fn waiting(&self) -> usize {
+        self.lock().line.len()
+    }
+
+    /// The first in line and when its turn is due, if anyone waits: a
+    /// simulator schedules that ticket's claim then.
+    pub fn first_in_line(&self) -> Option<(u64, Instant)> {
+        let state = self.lock();
+        let (&number, _) = state.line.first_key_value()?;
+        Some((number, state.due()))
+    }
+
+    /// A turn for an attempt asking at `now`.
+    #[inline]
+    pub fn turn_at(&self, now: Instant) -> Turn {
+        if !self.is_on() {
+            return Turn::Now;
+        }
+        self.paced_turn(now)
+    }
+
+    fn paced_turn(&self, now: Instant) -> Turn {
+        let mut state = self.lock();
+        if state.line.is_empty() {
+            if now.saturating_duration_since(state.last_trouble) >= self.policy.quiet {
+                self.on.store(false, Ordering::Relaxed);
+                return Turn::Now;
+            }
+            if state.due() <= now {
+                state.give_turn(now);
+                return Turn::Now;
+            }
+        }
+        state.last_trouble = now;
+        let number = state.next_ticket;
+        state.next_ticket += 1;
+        state.line.insert(number, None);
+        Turn::Queued(Ticket(number))
+    }
+
+    /// The holder of `ticket` asks for its turn at `now`; `waker`, if given,
+    /// is woken when the answer may have changed (the line moved, or the
+    /// rate grew).
+    pub fn claim_at(&self, ticket: &Ticket, now: Instant, waker: Option<&Waker>) -> Claim {
+        let mut state = self.lock();
+        let first = state.line.first_key_value().map(|(&n, _)| n);
+        if first == Some(ticket.0) && state.due() <= now {
+            state.line.remove(&ticket.0);
+            state.give_turn(now);
+            state.last_trouble = now;
+            state.wake_first();
+            return Claim::Go;
+        }
+        if let Some(slot) = state.line.get_mut(&ticket.0) {
+            *slot = waker.cloned();
+        }
+        match first {
+            Some(n) if n == ticket.0 => Claim::At(state.due()),
+            _ => Claim::Behind,
+        }
+    }
+
+    /// The holder of `ticket` gives up its place (its deadline passed, or
+    /// it was cancelled).
+    pub fn leave(&self, ticket: Ticket) {
+        let mut state = self.lock();
+        let was_first = state.line.first_key_value().map(|(&n, _)| n) == Some(ticket.0);
+        state.line.remove(&ticket.0);
+        if was_first {
+            state.wake_first();
+        }
+    }
+
+    /// Learns from the outcome, at `now`, of an attempt sent at `sent`.
+    #[inline]
+    pub fn record_at(&self, signal: Signal, sent: Instant, now: Instant) {
+        if signal == Signal::Accepted && !self.is_on() {
+            return;
+        }
+        self.learn(signal, sent, now);
+    }
+
+    fn learn(&self, signal: Signal, sent: Instant, now: Instant) {
+        let mut state = self.lock();
+        let policy = &self.policy;
+        match signal {
+            Signal::Overloaded if !self.is_on() => {
+                state.rate = Rate::probing(policy, now);
+                state.last_turn = now;
+                state.last_trouble = now;
+                self.on.store(true, Ordering::Relaxed);
+            }
+            Signal::Overloaded => {
+                state.last_trouble = now;
+                state.rate.overloaded(policy, sent, now);
+            }
+            Signal::Accepted => {
+                state.rate.accepted(policy, now);
+                let quiet = now.saturating_duration_since(state.last_trouble) >= policy.quiet;
+                if quiet && state.line.is_empty() {
+                    self.on.store(false, Ordering::Relaxed);
+                }
+                // The first in line may be due sooner now.
+                state.wake_first();
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl State {
+    /// When the next turn is due.
+    fn due(&self) -> Instant {
+        self.last_turn + self.rate.interval()
+    }
+
+    /// Gives the turn due now. A turn claimed late keeps the schedule, so
+    /// timer lag does not slow the pace; one claimed after a lull does not
+    /// earn a burst of the turns nobody took.
+    fn give_turn(&mut self, now: Instant) {
+        let due = self.due();
+        self.last_turn = if now > due + self.rate.interval() {
+            now
+        } else {
+            due.min(now)
+        };
+    }
+
+    fn wake_first(&mut self) {
+        if let Some(waker) = self.line.values_mut().next().and_then(Option::take) {
+            waker.wake();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

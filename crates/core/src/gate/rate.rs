@@ -1,0 +1,129 @@
+//! How the gate's rate is learned from outcomes: probing at the lowest rate
+//! until something is accepted, a slow start, then CUBIC after overloads,
+//! never cut below the rate the dependency has just been seen to accept.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::policy::GatePolicy;
+
+/// The rate a gate paces at, and what it has learned.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Rate {
+    /// Turns per second now.
+    pub(super) now: f64,
+    phase: Phase,
+    /// When the rate was last cut: an overload of an attempt sent before
+    /// then was answered under the old rate, and does not cut it again.
+    last_cut: Instant,
+    delivered: Delivered,
+}
+
+/// How many attempts were accepted over the last second (BBR's delivery
+/// rate), counted in tenths of a second.
+#[derive(Debug, Clone, Copy)]
+struct Delivered {
+    /// Accepted per tenth, the current tenth at `current % TENTHS`.
+    tenths: [u32; TENTHS],
+    /// The current tenth, counted from the gate's creation.
+    current: u64,
+    origin: Instant,
+}
+
+const TENTHS: usize = 10;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Phase {
+    /// Nothing accepted since the gate turned on: overloads keep the rate low.
+    Probing,
+    /// Accepted attempts grow the rate by `ramp` each.
+    SlowStart,
+    /// After an overload at rate `max` at `since`: the rate follows
+    /// `scale × (t − k)³ + max`.
+    Cubic { max: f64, since: Instant, k: f64 },
+}
+
+impl Delivered {
+    fn new(now: Instant) -> Self {
+        Self {
+            tenths: [0; TENTHS],
+            current: 0,
+            origin: now,
+        }
+    }
+
+    /// Moves to the tenth holding `now`, emptying those that have passed.
+    fn roll(&mut self, now: Instant) {
+        let tenth = (now.saturating_duration_since(self.origin).as_millis() / 100) as u64;
+        let passed = tenth.saturating_sub(self.current).min(TENTHS as u64);
+        for i in 1..=passed {
+            self.tenths[((self.current + i) % TENTHS as u64) as usize] = 0;
+        }
+        self.current = self.current.max(tenth);
+    }
+
+    fn count(&mut self, now: Instant) {
+        self.roll(now);
+        let slot = &mut self.tenths[(self.current % TENTHS as u64) as usize];
+        *slot = slot.saturating_add(1);
+    }
+
+    /// Accepted over the last second, per second.
+    fn per_second(&self) -> f64 {
+        self.tenths.iter().map(|&n| f64::from(n)).sum()
+    }
+}
+
+impl Rate {
+    /// The rate of a gate that has just turned on at `now`.
+    pub(super) fn probing(policy: &GatePolicy, now: Instant) -> Self {
+        Self {
+            now: policy.min_rate,
+            phase: Phase::Probing,
+            last_cut: now,
+            delivered: Delivered::new(now),
+        }
+    }
+
+    /// The time between two turns.
+    pub(super) fn interval(&self) -> Duration {
+        Duration::from_secs_f64(1.0 / self.now)
+    }
+
+    /// An attempt sent at `sent` was refused or timed out at `now`.
+    pub(super) fn overloaded(&mut self, policy: &GatePolicy, sent: Instant, now: Instant) {
+        self.delivered.roll(now);
+        if sent < self.last_cut {
+            return;
+        }
+        self.last_cut = now;
+        if self.phase != Phase::Probing {
+            // CUBIC: back to `max` after k seconds, k = ∛(max (1 − β) / C).
+            let max = self.now;
+            let k = (max * (1.0 - policy.beta) / policy.scale).cbrt();
+            self.phase = Phase::Cubic { max, since: now, k };
+        }
+        // Refusals that follow the last accepted attempt of a burst would
+        // otherwise cut again and again; what was just accepted can be sent.
+        let floor = self.delivered.per_second().min(self.now).max(policy.min_rate);
+        self.now = (self.now * policy.beta).max(floor);
+    }
+
+    /// An attempt was accepted at `now`.
+    pub(super) fn accepted(&mut self, policy: &GatePolicy, now: Instant) {
+        self.delivered.count(now);
+        let grown = match self.phase {
+            Phase::Probing => {
+                self.phase = Phase::SlowStart;
+                self.now + policy.ramp
+            }
+            Phase::SlowStart => self.now + policy.ramp,
+            Phase::Cubic { max, since, k } => {
+                let t = now.saturating_duration_since(since).as_secs_f64();
+                self.now.max(policy.scale * (t - k).powi(3) + max)
+            }
+        };
+        self.now = grown.clamp(policy.min_rate, policy.max_rate);
+    }
+}

@@ -1,0 +1,289 @@
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+use std::task::Wake;
+use std::time::Duration;
+
+use super::*;
+use crate::policy::RetryPolicy;
+
+fn policy(gate: GatePolicy) -> ValidPolicy {
+    ValidPolicy::try_from(RetryPolicy {
+        gate,
+        ..RetryPolicy::default()
+    })
+    .unwrap()
+}
+
+/// A gate whose slow start adds one turn per second per accepted attempt,
+/// for round figures.
+fn gate(now: Instant) -> SendGate {
+    SendGate::new_at(
+        &policy(GatePolicy {
+            ramp: 1.0,
+            ..GatePolicy::default()
+        }),
+        now,
+    )
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(s)
+}
+
+/// Turns on `gate` at `t0` with a refused attempt.
+fn overload(gate: &SendGate, t0: Instant) {
+    gate.record_at(Signal::Overloaded, t0, t0);
+}
+
+fn queued(turn: Turn) -> Ticket {
+    match turn {
+        Turn::Queued(ticket) => ticket,
+        Turn::Now => panic!("expected to wait in line"),
+    }
+}
+
+#[derive(Default)]
+struct Count(AtomicUsize);
+
+impl Wake for Count {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn off_it_gives_every_turn_at_once_and_ignores_good_answers() {
+    let t0 = Instant::now();
+    let gate = gate(t0);
+    for _ in 0..1000 {
+        assert_eq!(gate.turn_at(t0), Turn::Now);
+        gate.record_at(Signal::Accepted, t0, t0);
+    }
+    assert!(!gate.is_on());
+    assert_eq!(gate.rate(), None);
+}
+
+#[test]
+fn the_first_overload_turns_it_on_and_the_line_moves_at_the_probe_rate() {
+    let t0 = Instant::now();
+    let gate = gate(t0);
+    overload(&gate, t0);
+    assert_eq!(gate.rate(), Some(0.5));
+    let first = queued(gate.turn_at(t0));
+    let second = queued(gate.turn_at(t0));
+    assert_eq!(gate.claim_at(&first, t0, None), Claim::At(t0 + secs(2.0)));
+    assert_eq!(gate.claim_at(&second, t0, None), Claim::Behind);
+    assert_eq!(gate.first_in_line(), Some((first.number(), t0 + secs(2.0))));
+    assert_eq!(
+        gate.claim_at(&second, t0 + secs(2.0), None),
+        Claim::Behind,
+        "first come, first served"
+    );
+    assert_eq!(gate.claim_at(&first, t0 + secs(2.0), None), Claim::Go);
+    assert_eq!(
+        gate.claim_at(&second, t0 + secs(2.0), None),
+        Claim::At(t0 + secs(4.0))
+    );
+    assert_eq!(gate.claim_at(&second, t0 + secs(4.0), None), Claim::Go);
+    assert_eq!(gate.waiting(), 0);
+    assert_eq!(gate.turn_at(t0 + secs(6.0)), Turn::Now, "due, nobody in line");
+    assert!(matches!(gate.turn_at(t0 + secs(6.0)), Turn::Queued(_)));
+}
+
+#[test]
+fn the_first_in_line_is_woken_when_the_rate_grows_and_the_next_when_it_goes_or_leaves() {
+    let t0 = Instant::now();
+    let gate = gate(t0);
+    overload(&gate, t0);
+    let (first_waker, second_waker) = (Arc::new(Count::default()), Arc::new(Count::default()));
+    let first = queued(gate.turn_at(t0));
+    let second = queued(gate.turn_at(t0));
+    let third = queued(gate.turn_at(t0));
+    assert_eq!(
+        gate.claim_at(&first, t0, Some(&Waker::from(first_waker.clone()))),
+        Claim::At(t0 + secs(2.0))
+    );
+    assert_eq!(
+        gate.claim_at(&second, t0, Some(&Waker::from(second_waker.clone()))),
+        Claim::Behind
+    );
+    gate.record_at(Signal::Accepted, t0, t0 + secs(0.5));
+    assert_eq!(first_waker.0.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        gate.claim_at(&first, t0 + secs(0.5), None),
+        Claim::At(t0 + secs(1.0 / 1.5)),
+        "1.5 turns a second now"
+    );
+    gate.leave(first);
+    assert_eq!(
+        second_waker.0.load(Ordering::Relaxed),
+        1,
+        "the new first in line is woken"
+    );
+    assert_eq!(gate.claim_at(&second, t0 + secs(1.0), None), Claim::Go);
+    assert_eq!(gate.first_in_line().map(|(n, _)| n), Some(third.number()));
+}
+
+#[test]
+fn an_overload_cuts_the_rate_once_not_once_per_attempt_sent_before_the_cut() {
+    let t0 = Instant::now();
+    let gate = gate(t0);
+    overload(&gate, t0);
+    for _ in 0..100 {
+        gate.record_at(Signal::Accepted, t0, t0 + secs(1.0));
+    }
+    // Two seconds on, the accepted attempts are out of the last second.
+    let sent = t0 + secs(3.0);
+    gate.record_at(Signal::Overloaded, sent, t0 + secs(3.1));
+    let cut = gate.rate().unwrap();
+    assert!((cut - 100.5 * 0.7).abs() < 1e-9, "{cut}");
+    gate.record_at(Signal::Overloaded, sent, t0 + secs(3.2));
+    assert_eq!(gate.rate(), Some(cut), "sent before the cut");
+    gate.record_at(Signal::Overloaded, t0 + secs(3.15), t0 + secs(3.2));
+    assert!(gate.rate().unwrap() < cut, "sent after it");
+}
+
+#[test]
+fn a_cut_never_goes_below_what_was_accepted_over_the_last_second() {
+    let t0 = Instant::now();
+    let gate = gate(t0);
+    overload(&gate, t0);
+    for i in 0..100 {
+        gate.record_at(Signal::Accepted, t0, t0 + secs(0.5 + f64::from(i) * 0.005));
+    }
+    assert_eq!(gate.rate(), Some(100.5));
+    for i in 0..10 {
+        let t = t0 + secs(1.0 + f64::from(i) * 0.01);
+        gate.record_at(Signal::Overloaded, t, t);
+    }
+    assert_eq!(
+        gate.rate(),
+        Some(100.0),
+        "100 accepted since 0.5 s: refusals in a row stop there"
+    );
+    let later = t0 + secs(1.6);
+    gate.record_at(Signal::Overloaded, later, later);
+    assert!(
+        (gate.rate().unwrap() - 70.0).abs() < 1e-9,
+        "those before 0.6 s no longer count"
+    );
+}
+
+#[test]
+fn during_an_outage_it_stays_at_the_probe_rate() {
+    let t0 = Instant::now();
+    let gate = gate(t0);
+    for i in 0..20 {
+        let t = t0 + secs(f64::from(i));
+        gate.record_at(Signal::Overloaded, t, t);
+    }
+    assert_eq!(gate.rate(), Some(0.5));
+}
+
+#[test]
+fn good_answers_ramp_it_up_and_cubic_regrows_it_past_the_rate_it_failed_at() {
+    let t0 = Instant::now();
+    let gate = SendGate::new_at(
+        &policy(GatePolicy {
+            quiet: Duration::from_secs(60),
+            ramp: 1.0,
+            ..GatePolicy::default()
+        }),
+        t0,
+    );
+    overload(&gate, t0);
+    for _ in 0..100 {
+        gate.record_at(Signal::Accepted, t0, t0 + secs(1.0));
+    }
+    assert_eq!(
+        gate.rate(),
+        Some(100.5),
+        "slow start: one turn per second per good answer"
+    );
+    let failed_at = t0 + secs(3.0);
+    gate.record_at(Signal::Overloaded, failed_at, failed_at);
+    let cut = gate.rate().unwrap();
+    // Back to the rate it failed at after k = ∛(100.5 × 0.3 / 0.4) ≈ 4.22 s.
+    let k = (100.5_f64 * 0.3 / 0.4).cbrt();
+    gate.record_at(Signal::Accepted, failed_at, failed_at + secs(k / 2.0));
+    let half_way = gate.rate().unwrap();
+    assert!(cut < half_way && half_way < 100.5, "{half_way}");
+    gate.record_at(Signal::Accepted, failed_at, failed_at + secs(k));
+    assert!((gate.rate().unwrap() - 100.5).abs() < 1e-6);
+    gate.record_at(Signal::Accepted, failed_at, failed_at + secs(k + 2.0));
+    assert!(gate.rate().unwrap() > 100.5, "CUBIC probes past the old maximum");
+}
+
+#[test]
+fn it_turns_off_after_a_quiet_time_without_refusals_or_waiting() {
+    let t0 = Instant::now();
+    let gate = gate(t0);
+    overload(&gate, t0);
+    gate.record_at(Signal::Accepted, t0, t0 + secs(4.9));
+    assert!(gate.is_on());
+    // Waiting counts as trouble: a gate that still paces is still needed.
+    assert_eq!(gate.turn_at(t0 + secs(4.9)), Turn::Now);
+    let ticket = queued(gate.turn_at(t0 + secs(4.9)));
+    gate.record_at(Signal::Accepted, t0, t0 + secs(9.8));
+    assert!(gate.is_on(), "4.9 s since someone waited");
+    gate.record_at(Signal::Accepted, t0, t0 + secs(10.0));
+    assert!(gate.is_on(), "quiet, but someone still waits");
+    gate.leave(ticket);
+    gate.record_at(Signal::Accepted, t0, t0 + secs(10.0));
+    assert!(!gate.is_on());
+    assert_eq!(gate.turn_at(t0 + secs(10.0)), Turn::Now);
+}
+
+#[test]
+fn an_idle_gate_turns_off_when_next_asked_after_the_quiet_time() {
+    let t0 = Instant::now();
+    let gate = gate(t0);
+    overload(&gate, t0);
+    assert_eq!(gate.turn_at(t0 + secs(60.0)), Turn::Now);
+    assert!(!gate.is_on());
+}
+
+#[test]
+fn a_late_claim_keeps_the_pace_but_a_lull_earns_no_burst() {
+    let t0 = Instant::now();
+    let gate = gate(t0);
+    overload(&gate, t0);
+    let late = t0 + secs(2.5);
+    assert_eq!(gate.turn_at(late), Turn::Now);
+    let next = queued(gate.turn_at(late));
+    assert_eq!(
+        gate.claim_at(&next, late, None),
+        Claim::At(t0 + secs(4.0)),
+        "2 s after the turn due at 2 s"
+    );
+    assert_eq!(gate.claim_at(&next, t0 + secs(4.0), None), Claim::Go);
+    let after_lull = t0 + secs(4.9 + 4.0);
+    gate.record_at(Signal::Overloaded, after_lull, after_lull);
+    assert_eq!(gate.turn_at(after_lull), Turn::Now);
+    assert!(
+        matches!(gate.turn_at(after_lull), Turn::Queued(_)),
+        "one turn, not the two nobody took"
+    );
+}
+
+#[test]
+fn the_rate_never_passes_its_bounds() {
+    let t0 = Instant::now();
+    let gate = SendGate::new_at(
+        &policy(GatePolicy {
+            max_rate: 50.0,
+            ..GatePolicy::default()
+        }),
+        t0,
+    );
+    overload(&gate, t0);
+    for _ in 0..1000 {
+        gate.record_at(Signal::Accepted, t0, t0);
+    }
+    assert_eq!(gate.rate(), Some(50.0));
+    for i in 0..1000 {
+        let t = t0 + secs(2.0 + f64::from(i) * 0.001);
+        gate.record_at(Signal::Overloaded, t, t);
+    }
+    assert_eq!(gate.rate(), Some(0.5));
+}
