@@ -233,7 +233,7 @@ impl<'a> World<'a> {
             origin,
             processes: (0..processes)
                 .map(|_| Process {
-                    guard: Guard::from_policy_at(&strategy.policy, origin)
+                    guard: Guard::seeded_at(&strategy.policy, origin, rng.random())
                         .with_max_retries(strategy.max_retries),
                     line: HashMap::new(),
                 })

@@ -98,7 +98,7 @@ impl Guard {
         Self::from_policy_at(policy, Instant::now())
     }
 
-    fn build_at(policy: &ValidPolicy, now: Instant) -> Self {
+    fn build_at(policy: &ValidPolicy, now: Instant, seed: Option<u64>) -> Self {
         Self {
             policy: Arc::new(policy.clone()),
             retry: Retry::from_policy(policy),
@@ -115,10 +115,12 @@ impl Guard {
                 .circuit_breaker
                 .enabled
                 .then(|| CircuitBreaker::new_at(&policy.circuit_breaker, now)),
-            gate: policy
-                .gate
-                .enabled
-                .then(|| Arc::new(SendGate::new_at(policy, now))),
+            gate: policy.gate.enabled.then(|| {
+                Arc::new(match seed {
+                    Some(seed) => SendGate::seeded_at(policy, now, seed),
+                    None => SendGate::new_at(policy, now),
+                })
+            }),
             hedge: policy
                 .hedging
                 .enabled
@@ -258,7 +260,13 @@ impl Guard {
 impl Guard {
     /// [`from_policy`](Self::from_policy) with its budget, breaker and gate clocks starting at `now`.
     pub fn from_policy_at(policy: &ValidPolicy, now: Instant) -> Self {
-        Self::build_at(policy, now)
+        Self::build_at(policy, now, None)
+    }
+
+    /// [`from_policy_at`](Self::from_policy_at) with the gate's random
+    /// source seeded, for a simulation that must run the same way twice.
+    pub fn seeded_at(policy: &ValidPolicy, now: Instant, seed: u64) -> Self {
+        Self::build_at(policy, now, Some(seed))
     }
 
     /// This guard with `max_retries` in place of the policy's, even past the

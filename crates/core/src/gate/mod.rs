@@ -37,6 +37,7 @@
 //! Decisions take the time as an argument (`_at`), so a simulator drives
 //! the very code a client runs.
 
+mod pace;
 mod rate;
 
 use std::collections::BTreeMap;
@@ -44,9 +45,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::task::Waker;
 
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
 use crate::policy::{GatePolicy, ValidPolicy};
+pub use pace::Lease;
+use pace::Pacer;
 use rate::Rate;
 
 /// What an attempt learns when it asks for a turn.
@@ -100,32 +105,59 @@ pub struct SendGate {
     state: Mutex<State>,
 }
 
+/// What a gate saw since it was last asked (see [`SendGate::tally`]): what
+/// a process tells the fleet's coordinator.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Turns given (attempts sent) while on.
+    pub sent: u64,
+    /// Attempts accepted while on.
+    pub accepted: u64,
+    /// Attempts refused or timed out while on.
+    pub overloaded: u64,
+    /// Attempts waiting in line now: the demand not yet served.
+    pub waiting: u64,
+}
+
 /// The gate's state while on.
 #[derive(Debug)]
 struct State {
+    /// The rate learned from this process's own outcomes.
     rate: Rate,
-    /// When the last turn was given: the next is due `1 / rate` after it.
-    last_turn: Instant,
+    /// Turns as credit, at the lease's rate if the fleet granted one, else at `rate`.
+    pacer: Pacer,
     /// The last overload, or when someone last had to wait: the gate turns
     /// off `quiet` after the later of the two.
     last_trouble: Instant,
     /// The line, first ticket first, with the waker of each waiter that has one.
     line: BTreeMap<u64, Option<Waker>>,
     next_ticket: u64,
+    tally: Tally,
+    /// Draws each turn-on's first credit, so that processes that failed
+    /// together do not probe together.
+    rng: SmallRng,
 }
 
 impl SendGate {
     /// The gate `policy` sets up, off. The policy is validated, so every
     /// rate is positive and finite.
     pub fn new_at(policy: &ValidPolicy, now: Instant) -> Self {
+        Self::seeded_at(policy, now, rand::rng().random())
+    }
+
+    /// [`new_at`](Self::new_at) with the random source seeded, for a
+    /// simulation that must run the same way twice.
+    pub fn seeded_at(policy: &ValidPolicy, now: Instant, seed: u64) -> Self {
         let policy = policy.gate.clone();
         Self {
             state: Mutex::new(State {
                 rate: Rate::probing(&policy, now),
-                last_turn: now,
+                pacer: Pacer::new(0.0, now),
                 last_trouble: now,
                 line: BTreeMap::new(),
                 next_ticket: 0,
+                tally: Tally::default(),
+                rng: SmallRng::seed_from_u64(seed),
             }),
             on: AtomicBool::new(false),
             policy,
@@ -138,9 +170,46 @@ impl SendGate {
         self.on.load(Ordering::Relaxed)
     }
 
-    /// The rate the gate paces at, in attempts per second; `None` while off.
+    /// The rate the gate paces at, in attempts per second (the fleet's
+    /// grant while one lasts, else its own); `None` while off.
     pub fn rate(&self) -> Option<f64> {
+        self.is_on().then(|| {
+            let state = self.lock();
+            state.pacer.pace(state.rate.now)
+        })
+    }
+
+    /// The rate learned from this process's own outcomes; `None` while off.
+    pub fn own_rate(&self) -> Option<f64> {
         self.is_on().then(|| self.lock().rate.now)
+    }
+
+    /// Paces at `rate` until `until` instead of the gate's own rate: the
+    /// fleet's grant. Ignored while the gate is off, or if `rate` is not a
+    /// positive number; at most the policy's `maxRate`.
+    pub fn lease_at(&self, rate: f64, until: Instant, now: Instant) {
+        let usable = self.is_on() && rate > 0.0 && rate.is_finite() && until > now;
+        if !usable {
+            return;
+        }
+        let mut state = self.lock();
+        let own = state.rate.now;
+        state.pacer.accrue(own, now);
+        state.pacer.lease = Some(Lease {
+            rate: rate.min(self.policy.max_rate),
+            until,
+        });
+        state.wake_first();
+    }
+
+    /// What the gate saw since the last tally, and who waits now.
+    pub fn tally(&self) -> Tally {
+        let mut state = self.lock();
+        let waiting = state.line.len() as u64;
+        Tally {
+            waiting,
+            ..std::mem::take(&mut state.tally)
+        }
     }
 
     /// Attempts waiting in line.
@@ -153,7 +222,7 @@ impl SendGate {
     pub fn first_in_line(&self) -> Option<(u64, Instant)> {
         let state = self.lock();
         let (&number, _) = state.line.first_key_value()?;
-        Some((number, state.due()))
+        Some((number, state.pacer.due(state.rate.now)))
     }
 
     /// A turn for an attempt asking at `now`.
@@ -172,8 +241,7 @@ impl SendGate {
                 self.on.store(false, Ordering::Relaxed);
                 return Turn::Now;
             }
-            if state.due() <= now {
-                state.give_turn(now);
+            if state.give_turn(now) {
                 return Turn::Now;
             }
         }
@@ -190,9 +258,8 @@ impl SendGate {
     pub fn claim_at(&self, ticket: &Ticket, now: Instant, waker: Option<&Waker>) -> Claim {
         let mut state = self.lock();
         let first = state.line.first_key_value().map(|(&n, _)| n);
-        if first == Some(ticket.0) && state.due() <= now {
+        if first == Some(ticket.0) && state.give_turn(now) {
             state.line.remove(&ticket.0);
-            state.give_turn(now);
             state.last_trouble = now;
             state.wake_first();
             return Claim::Go;
@@ -201,7 +268,7 @@ impl SendGate {
             *slot = waker.cloned();
         }
         match first {
-            Some(n) if n == ticket.0 => Claim::At(state.due()),
+            Some(n) if n == ticket.0 => Claim::At(state.pacer.due(state.rate.now)),
             _ => Claim::Behind,
         }
     }
@@ -232,15 +299,23 @@ impl SendGate {
         match signal {
             Signal::Overloaded if !self.is_on() => {
                 state.rate = Rate::probing(policy, now);
-                state.last_turn = now;
+                let first_credit = state.rng.random::<f64>();
+                state.pacer = Pacer::new(first_credit, now);
                 state.last_trouble = now;
+                state.tally = Tally::default();
                 self.on.store(true, Ordering::Relaxed);
             }
             Signal::Overloaded => {
+                state.tally.overloaded += 1;
                 state.last_trouble = now;
+                let own = state.rate.now;
+                state.pacer.accrue(own, now);
                 state.rate.overloaded(policy, sent, now);
             }
             Signal::Accepted => {
+                state.tally.accepted += 1;
+                let own = state.rate.now;
+                state.pacer.accrue(own, now);
                 state.rate.accepted(policy, now);
                 let quiet = now.saturating_duration_since(state.last_trouble) >= policy.quiet;
                 if quiet && state.line.is_empty() {
@@ -258,21 +333,13 @@ impl SendGate {
 }
 
 impl State {
-    /// When the next turn is due.
-    fn due(&self) -> Instant {
-        self.last_turn + self.rate.interval()
-    }
-
-    /// Gives the turn due now. A turn claimed late keeps the schedule, so
-    /// timer lag does not slow the pace; one claimed after a lull does not
-    /// earn a burst of the turns nobody took.
-    fn give_turn(&mut self, now: Instant) {
-        let due = self.due();
-        self.last_turn = if now > due + self.rate.interval() {
-            now
-        } else {
-            due.min(now)
-        };
+    /// Gives a turn if one has accrued by `now`.
+    fn give_turn(&mut self, now: Instant) -> bool {
+        let own = self.rate.now;
+        self.pacer.accrue(own, now);
+        let given = self.pacer.take();
+        self.tally.sent += u64::from(given);
+        given
     }
 
     fn wake_first(&mut self) {

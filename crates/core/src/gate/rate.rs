@@ -2,8 +2,6 @@
 //! until something is accepted, a slow start, then CUBIC after overloads,
 //! never cut below the rate the dependency has just been seen to accept.
 
-use std::time::Duration;
-
 use tokio::time::Instant;
 
 use crate::policy::GatePolicy;
@@ -84,11 +82,6 @@ impl Rate {
             last_cut: now,
             delivered: Delivered::new(now),
         }
-    }
-
-    /// The time between two turns.
-    pub(super) fn interval(&self) -> Duration {
-        Duration::from_secs_f64(1.0 / self.now)
     }
 
     /// An attempt sent at `sent` was refused or timed out at `now`.

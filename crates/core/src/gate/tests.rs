@@ -30,9 +30,12 @@ fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s)
 }
 
-/// Turns on `gate` at `t0` with a refused attempt.
+/// Turns on `gate` at `t0` with a refused attempt, with no credit: the
+/// first turn comes a whole interval later (in use, the first credit is
+/// drawn at random, so that processes that failed together do not probe together).
 fn overload(gate: &SendGate, t0: Instant) {
     gate.record_at(Signal::Overloaded, t0, t0);
+    gate.lock().pacer = Pacer::new(0.0, t0);
 }
 
 fn queued(turn: Turn) -> Ticket {
@@ -111,8 +114,8 @@ fn the_first_in_line_is_woken_when_the_rate_grows_and_the_next_when_it_goes_or_l
     assert_eq!(first_waker.0.load(Ordering::Relaxed), 1);
     assert_eq!(
         gate.claim_at(&first, t0 + secs(0.5), None),
-        Claim::At(t0 + secs(1.0 / 1.5)),
-        "1.5 turns a second now"
+        Claim::At(t0 + secs(0.5 + 0.75 / 1.5)),
+        "a quarter turn accrued by 0.5 s; the rest at 1.5 turns a second"
     );
     gate.leave(first);
     assert_eq!(
@@ -248,21 +251,111 @@ fn a_late_claim_keeps_the_pace_but_a_lull_earns_no_burst() {
     let t0 = Instant::now();
     let gate = gate(t0);
     overload(&gate, t0);
-    let late = t0 + secs(2.5);
-    assert_eq!(gate.turn_at(late), Turn::Now);
-    let next = queued(gate.turn_at(late));
+    gate.lease_at(1000.0, t0 + secs(60.0), t0);
+    let ms = |n: f64| t0 + secs(n / 1000.0);
+    let first = queued(gate.turn_at(t0));
+    assert_eq!(gate.claim_at(&first, t0, None), Claim::At(ms(1.0)));
     assert_eq!(
-        gate.claim_at(&next, late, None),
-        Claim::At(t0 + secs(4.0)),
-        "2 s after the turn due at 2 s"
+        gate.claim_at(&first, ms(1.5), None),
+        Claim::Go,
+        "half a millisecond late"
     );
-    assert_eq!(gate.claim_at(&next, t0 + secs(4.0), None), Claim::Go);
-    let after_lull = t0 + secs(4.9 + 4.0);
-    gate.record_at(Signal::Overloaded, after_lull, after_lull);
+    let next = queued(gate.turn_at(ms(1.5)));
+    assert_eq!(
+        gate.claim_at(&next, ms(1.5), None),
+        Claim::At(ms(2.0)),
+        "on the old schedule"
+    );
+    assert_eq!(gate.claim_at(&next, ms(2.0), None), Claim::Go);
+    let after_lull = ms(500.0);
+    assert_eq!(gate.turn_at(after_lull), Turn::Now);
+    assert_eq!(gate.turn_at(after_lull), Turn::Now);
     assert_eq!(gate.turn_at(after_lull), Turn::Now);
     assert!(
         matches!(gate.turn_at(after_lull), Turn::Queued(_)),
-        "one turn, not the two nobody took"
+        "what accrues in 2 ms (two turns) beyond one, not the 498 nobody took"
+    );
+}
+
+#[test]
+fn a_faster_pace_speeds_up_the_rest_of_the_wait_without_a_burst() {
+    let t0 = Instant::now();
+    let gate = gate(t0);
+    overload(&gate, t0);
+    let first = queued(gate.turn_at(t0));
+    assert_eq!(gate.claim_at(&first, t0, None), Claim::At(t0 + secs(2.0)));
+    gate.lease_at(10.0, t0 + secs(60.0), t0 + secs(1.0));
+    assert_eq!(
+        gate.claim_at(&first, t0 + secs(1.0), None),
+        Claim::At(t0 + secs(1.05)),
+        "half a turn accrued at 0.5/s; the other half at 10/s"
+    );
+}
+
+#[test]
+fn a_lease_paces_until_it_ends_then_the_gates_own_rate_does() {
+    let t0 = Instant::now();
+    let gate = gate(t0);
+    overload(&gate, t0);
+    gate.lease_at(4.0, t0 + secs(1.0), t0);
+    assert_eq!(gate.rate(), Some(4.0));
+    assert_eq!(gate.own_rate(), Some(0.5));
+    let first = queued(gate.turn_at(t0));
+    assert_eq!(gate.claim_at(&first, t0, None), Claim::At(t0 + secs(0.25)));
+    assert_eq!(gate.claim_at(&first, t0 + secs(0.25), None), Claim::Go);
+    assert_eq!(gate.turn_at(t0 + secs(0.9)), Turn::Now, "a turn accrued since");
+    let second = queued(gate.turn_at(t0 + secs(0.9)));
+    assert_eq!(
+        gate.claim_at(&second, t0 + secs(0.9), None),
+        Claim::At(t0 + secs(1.0)),
+        "due at the lease's end, when the pace changes"
+    );
+    // 0.4 turns accrued by 1 s at 4/s (and 0.008 left over, what accrues in
+    // 2 ms); the rest comes at the gate's own 0.5/s.
+    let Claim::At(due) = gate.claim_at(&second, t0 + secs(1.0), None) else {
+        panic!("expected a wait");
+    };
+    let expected = t0 + secs(1.0 + (1.0 - 0.408) / 0.5);
+    assert!(
+        due.max(expected) - due.min(expected) < Duration::from_micros(1),
+        "{:?}",
+        due - t0
+    );
+    assert_eq!(gate.rate(), Some(0.5));
+    for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        gate.lease_at(bad, t0 + secs(9.0), t0 + secs(1.0));
+        assert_eq!(gate.rate(), Some(0.5), "{bad}");
+    }
+}
+
+#[test]
+fn the_tally_counts_what_was_sent_and_answered_since_the_last_one() {
+    let t0 = Instant::now();
+    let gate = gate(t0);
+    gate.record_at(Signal::Accepted, t0, t0);
+    assert_eq!(gate.tally(), Tally::default(), "nothing counts while off");
+    overload(&gate, t0);
+    let first = queued(gate.turn_at(t0));
+    let _second = queued(gate.turn_at(t0));
+    assert_eq!(gate.claim_at(&first, t0 + secs(2.0), None), Claim::Go);
+    gate.record_at(Signal::Accepted, t0 + secs(2.0), t0 + secs(2.1));
+    gate.record_at(Signal::Overloaded, t0 + secs(2.0), t0 + secs(2.1));
+    let tally = gate.tally();
+    assert_eq!(
+        tally,
+        Tally {
+            sent: 1,
+            accepted: 1,
+            overloaded: 1,
+            waiting: 1
+        }
+    );
+    assert_eq!(
+        gate.tally(),
+        Tally {
+            waiting: 1,
+            ..Tally::default()
+        }
     );
 }
 
