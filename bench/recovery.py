@@ -46,8 +46,13 @@ def main():
         ("default herd, full jitter", [], None, None),
         ("default herd, 1 process, gate", ["--gate", "--processes", "1"], 1100, 14.5),
         ("default herd, 50 processes, gates", ["--gate", "--processes", "50"], None, None),
+        ("default herd, 50 processes, fleet", ["--fleet", "--processes", "50"], 1200, 15.5),
         ("default herd, 200 processes, gates", ["--gate", "--processes", "200"], None, None),
+        ("default herd, 200 processes, fleet", ["--fleet", "--processes", "200"], 1200, 15.5),
+        ("200 processes, fleet, 2 replicas", ["--fleet", "--processes", "200", "--replicas", "2"], None, None),
+        ("200 processes, fleet, 3 replicas", ["--fleet", "--processes", "200", "--replicas", "3"], None, None),
     ]
+    print(f"means over seeds {SEEDS.start}-{SEEDS.stop - 1}, latency {opts.latency}; fleet rows: 100 ms feedback delay")
     print(f"{'scenario':40} {'wasted':>8} {'p99 s':>7} {'gave up':>8}  target")
     failed = False
     for label, flags, max_wasted, max_p99 in rows:

@@ -47,6 +47,7 @@ fn full_jitter_with_budget_and_breaker(bencher: Bencher) {
         budget: true,
         breaker: true,
         gate: false,
+        fleet: false,
         max_retries: None,
     };
     let strategy = Strategy::named(Named::FullJitter, modifiers);

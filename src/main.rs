@@ -71,6 +71,16 @@ struct SimulateArgs {
     /// per process, pacing every attempt while the server is unwell.
     #[arg(long)]
     gate: bool,
+    /// Add the send gate and pace every process's gate through the daemon,
+    /// which learns one rate for the whole fleet and divides it by demand.
+    #[arg(long)]
+    fleet: bool,
+    /// Daemon replicas coordinating --fleet; each paces the processes that reach it.
+    #[arg(long, default_value_t = 1, value_parser = count_in(1u32, 1000))]
+    replicas: u32,
+    /// With --fleet: the time from a process's report to its grant taking effect.
+    #[arg(long, default_value = "100ms", value_parser = duration_in(secs(0), secs(60)))]
+    feedback_delay: Duration,
     /// Processes the clients are dealt into, sharing a budget and breaker each (0: one per client).
     #[arg(long, default_value_t = 0, value_parser = count_in(0u32, 10_000_000))]
     processes: u32,
@@ -245,6 +255,8 @@ fn simulate(args: SimulateArgs) -> ExitCode {
             spread: args.spread,
             latency: args.latency,
             processes: args.processes,
+            replicas: args.replicas,
+            feedback_delay: args.feedback_delay,
             horizon: args.horizon,
             seed: args.seed,
             ..Scenario::default()
@@ -255,6 +267,7 @@ fn simulate(args: SimulateArgs) -> ExitCode {
             budget: args.budget,
             breaker: args.breaker,
             gate: args.gate,
+            fleet: args.fleet,
             max_retries: args.max_retries,
         },
         compare: args.compare,

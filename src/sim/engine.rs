@@ -18,6 +18,8 @@ use std::collections::HashMap;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use stormguard_core::call::{Answer, Answered, Call, Send, Step as CallStep};
+use stormguard_core::fleet::{self, FleetController, Grant};
+use stormguard_core::gate::Tally;
 use stormguard_core::guard::Guard;
 use stormguard_core::retry::{GaveUp, Verdict};
 use tokio::time::Instant;
@@ -40,8 +42,15 @@ pub struct Scenario {
     /// Time from sending a request to its answer.
     pub latency: Duration,
     /// Processes the clients are dealt into, round-robin; a process's clients
-    /// share its retry budget and circuit breaker. Zero: one per client.
+    /// share its retry budget, circuit breaker and send gate. Zero: one per client.
     pub processes: u32,
+    /// Daemon replicas coordinating a fleet-paced strategy; processes are
+    /// dealt to them round-robin, and each replica paces the processes that
+    /// reach it.
+    pub replicas: u32,
+    /// The time from a process sending its report to the daemon to its
+    /// grant taking effect: half there, half back.
+    pub feedback_delay: Duration,
     /// Virtual time after which the run stops; clients still retrying are unfinished.
     pub horizon: Duration,
     /// Events after which the run stops (a guard against policies that never advance time).
@@ -60,6 +69,8 @@ impl Default for Scenario {
             spread: Duration::ZERO,
             latency: Duration::ZERO,
             processes: 0,
+            replicas: 1,
+            feedback_delay: Duration::from_millis(100),
             horizon: Duration::from_secs(3600),
             max_events: 200_000_000,
             seed: 1,
@@ -185,6 +196,8 @@ struct World<'a> {
     origin: Instant,
     processes: Vec<Process>,
     clients: Vec<Client>,
+    /// The daemon replicas' fleet controllers, when the strategy is fleet-paced.
+    replicas: Vec<FleetController<u32>>,
     queue: Queue,
     server: Server,
     rng: SmallRng,
@@ -195,6 +208,25 @@ struct World<'a> {
 struct Process {
     guard: Guard,
     line: HashMap<u64, u32>,
+    /// With fleet pacing: where its exchange with the daemon stands.
+    asking: Asking,
+    /// When its pending exchange event is (as a client's `due`).
+    due: Option<u64>,
+    /// When it last sent a report.
+    asked: u64,
+}
+
+/// A process's exchange with its daemon replica: one at a time, as a
+/// client awaiting an HTTP answer.
+enum Asking {
+    /// Its gate is off: nothing to ask.
+    Idle,
+    /// Asks at its next event.
+    Due,
+    /// Its report reaches the daemon at its next event.
+    Travelling(Tally),
+    /// Its grant arrives at its next event.
+    Returning(Grant),
 }
 
 impl<'a> World<'a> {
@@ -236,8 +268,17 @@ impl<'a> World<'a> {
                     guard: Guard::seeded_at(&strategy.policy, origin, rng.random())
                         .with_max_retries(strategy.max_retries),
                     line: HashMap::new(),
+                    asking: Asking::Idle,
+                    due: None,
+                    asked: 0,
                 })
                 .collect(),
+            replicas: match strategy.fleet {
+                true => (0..scenario.replicas.max(1))
+                    .map(|_| FleetController::new_at(&strategy.policy, origin))
+                    .collect(),
+                false => Vec::new(),
+            },
             clients,
             queue,
             server: Server {
@@ -288,8 +329,12 @@ impl<'a> World<'a> {
         self.origin + Duration::from_nanos(t)
     }
 
-    /// The client's event at `t`, unless a sooner wake-up replaced it.
+    /// The event at `t` of a client, or of a process's exchange with the
+    /// daemon (ids past the clients'), unless a sooner one replaced it.
     fn handle(&mut self, t: u64, id: u32) {
+        if let Some(process) = (id as usize).checked_sub(self.clients.len()) {
+            return self.exchange(t, process);
+        }
         let client = &mut self.clients[id as usize];
         if client.due != Some(t) {
             return;
@@ -301,7 +346,61 @@ impl<'a> World<'a> {
         } else {
             self.step(t, id);
         }
-        self.wake_first_in_line(t, self.clients[id as usize].process);
+        let process = self.clients[id as usize].process;
+        self.wake_first_in_line(t, process);
+        self.start_asking(t, process);
+    }
+
+    /// With fleet pacing, a process whose gate has turned on starts asking its replica.
+    fn start_asking(&mut self, t: u64, p: usize) {
+        let process = &mut self.processes[p];
+        let on = process.guard.gate().is_some_and(|gate| gate.is_on());
+        if self.replicas.is_empty() || !on || !matches!(process.asking, Asking::Idle) {
+            return;
+        }
+        process.asking = Asking::Due;
+        self.schedule_exchange(t, p);
+    }
+
+    fn schedule_exchange(&mut self, at: u64, p: usize) {
+        self.processes[p].due = Some(at);
+        self.queue.push(Reverse(at), (self.clients.len() + p) as u32);
+    }
+
+    /// The next step of process `p`'s exchange with its replica: it asks
+    /// (if its gate is still on), its report arrives, or its grant does.
+    fn exchange(&mut self, t: u64, p: usize) {
+        if self.processes[p].due != Some(t) {
+            return;
+        }
+        self.processes[p].due = None;
+        self.outcome.events += 1;
+        let half = nanos(self.scenario.feedback_delay) / 2;
+        let now = self.at(t);
+        let replica = p % self.replicas.len();
+        let process = &mut self.processes[p];
+        let gate = process.guard.gate().expect("fleet pacing needs a gate");
+        match std::mem::replace(&mut process.asking, Asking::Idle) {
+            Asking::Idle => {}
+            Asking::Due if !gate.is_on_at(now) => {}
+            Asking::Due => {
+                process.asked = t;
+                process.asking = Asking::Travelling(gate.tally());
+                self.schedule_exchange(t + half, p);
+            }
+            Asking::Travelling(tally) => {
+                let grant = self.replicas[replica].ask_at(p as u32, tally, now);
+                process.asking = Asking::Returning(grant);
+                self.schedule_exchange(t + half, p);
+            }
+            Asking::Returning(grant) => {
+                gate.lease_at(grant.rate, now + grant.lease, now);
+                process.asking = Asking::Due;
+                let next = (process.asked + nanos(fleet::ASK_EVERY)).max(t);
+                self.schedule_exchange(next, p);
+                self.wake_first_in_line(t, p);
+            }
+        }
     }
 
     fn schedule(&mut self, at: u64, id: u32) {

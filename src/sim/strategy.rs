@@ -111,6 +111,8 @@ pub struct Strategy {
     /// Retries before a client gives up: the policy's, or more than a policy
     /// file may set (the herd's clients retry until they succeed).
     pub max_retries: u32,
+    /// Whether the processes' gates are paced by the daemon's fleet controller.
+    pub fleet: bool,
 }
 
 /// Changes applied on top of a strategy: the library's budget and breaker, a retry cap.
@@ -122,6 +124,9 @@ pub struct Modifiers {
     pub breaker: bool,
     /// Turn on the send gate (default settings) if the policy has none.
     pub gate: bool,
+    /// Turn on the send gate as `gate` does, and coordinate the gates of
+    /// every process through the (simulated) daemon.
+    pub fleet: bool,
     /// Give up after this many retries.
     pub max_retries: Option<u32>,
 }
@@ -156,12 +161,17 @@ impl Strategy {
             };
             label.push_str("+breaker");
         }
-        if modifiers.gate && !policy.gate.enabled {
+        if (modifiers.gate || modifiers.fleet) && !policy.gate.enabled {
             policy.gate = GatePolicy {
                 enabled: true,
                 ..GatePolicy::default()
             };
-            label.push_str("+gate");
+            if !modifiers.fleet {
+                label.push_str("+gate");
+            }
+        }
+        if modifiers.fleet {
+            label.push_str("+fleet");
         }
         if let Some(max) = modifiers.max_retries {
             policy.max_retries = max;
@@ -173,6 +183,7 @@ impl Strategy {
             label,
             policy: policy.try_into()?,
             max_retries,
+            fleet: modifiers.fleet,
         })
     }
 }
@@ -225,11 +236,21 @@ mod tests {
                 budget: true,
                 breaker: true,
                 gate: true,
+                fleet: false,
                 max_retries: Some(5),
             },
         );
         assert_eq!(s.label, "full-jitter+budget+breaker+gate+max5");
-        assert!(s.policy.gate.enabled);
+        assert!(s.policy.gate.enabled && !s.fleet);
+        let fleet = Strategy::named(
+            Named::FullJitter,
+            Modifiers {
+                fleet: true,
+                ..Modifiers::default()
+            },
+        );
+        assert_eq!(fleet.label, "full-jitter+fleet");
+        assert!(fleet.policy.gate.enabled && fleet.fleet);
         assert!(s.policy.budget.enabled && s.policy.circuit_breaker.enabled);
         assert_eq!(s.max_retries, 5);
         for named in Named::ALL {

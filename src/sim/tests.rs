@@ -263,3 +263,75 @@ fn the_horizon_stops_a_run_and_counts_who_is_left() {
     assert_eq!(s.unfinished, 1000, "the outage lasts past the horizon");
     assert_eq!(s.succeeded, 0);
 }
+
+/// The default herd in `processes` processes, with the send gate (and with
+/// `fleet`, its pacing through a simulated daemon).
+fn paced(processes: u32, fleet: bool, seed: u64) -> Summary {
+    let modifiers = Modifiers {
+        gate: true,
+        fleet,
+        ..Modifiers::default()
+    };
+    let scenario = Scenario {
+        processes,
+        seed,
+        ..Scenario::default()
+    };
+    Summary::of(&run(&scenario, &Strategy::named(Named::FullJitter, modifiers)))
+}
+
+#[test]
+fn a_send_gate_paces_the_herd_to_what_the_server_takes() {
+    let plain = seed_run(Named::FullJitter);
+    let gated = paced(1, false, 1);
+    assert_eq!(gated.succeeded, 1000);
+    assert!(
+        gated.wasted < 200,
+        "probes and an overshoot only: {}",
+        gated.wasted
+    );
+    assert!(
+        gated.wasted * 40 < plain.wasted,
+        "{} vs {}",
+        gated.wasted,
+        plain.wasted
+    );
+    let over = gated
+        .requests_per_second
+        .iter()
+        .zip(&gated.accepted_per_second)
+        .skip(10)
+        .filter(|(sent, accepted)| *sent > *accepted)
+        .count();
+    assert!(
+        over <= 2,
+        "at most the seconds where the rate found the capacity: {over}"
+    );
+}
+
+#[test]
+fn a_fleet_paced_through_the_daemon_wastes_less_than_gates_alone() {
+    for seed in 1..=3 {
+        let gates = paced(200, false, seed);
+        let fleet = paced(200, true, seed);
+        assert_eq!((gates.succeeded, fleet.succeeded), (1000, 1000));
+        assert!(
+            fleet.wasted * 2 < gates.wasted,
+            "seed {seed}: fleet {} vs gates {}",
+            fleet.wasted,
+            gates.wasted
+        );
+        let outage_waste = |s: &Summary| s.requests_per_second[..10].iter().sum::<u64>();
+        assert!(
+            outage_waste(&fleet) < 200 + 20,
+            "seed {seed}: first tries, then a probe every 2 s for the whole fleet: {}",
+            outage_waste(&fleet)
+        );
+    }
+}
+
+#[test]
+fn paced_runs_are_deterministic_for_a_seed() {
+    assert_eq!(paced(50, true, 7), paced(50, true, 7));
+    assert_ne!(paced(50, true, 7).wasted, 0);
+}

@@ -7,6 +7,7 @@ pub mod backoff;
 pub mod breaker;
 pub mod budget;
 pub mod call;
+pub mod fleet;
 pub mod gate;
 pub mod guard;
 pub mod hedge;

@@ -38,7 +38,7 @@
 //! the very code a client runs.
 
 mod pace;
-mod rate;
+pub(crate) mod rate;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -168,6 +168,21 @@ impl SendGate {
     #[inline]
     pub fn is_on(&self) -> bool {
         self.on.load(Ordering::Relaxed)
+    }
+
+    /// Whether the gate paces attempts at `now`: it turns off here if it has
+    /// been quiet long enough and nobody waits, as it would at the next turn.
+    pub fn is_on_at(&self, now: Instant) -> bool {
+        if !self.is_on() {
+            return false;
+        }
+        let state = self.lock();
+        let quiet = now.saturating_duration_since(state.last_trouble) >= self.policy.quiet;
+        if quiet && state.line.is_empty() {
+            self.on.store(false, Ordering::Relaxed);
+            return false;
+        }
+        true
     }
 
     /// The rate the gate paces at, in attempts per second (the fleet's

@@ -8,9 +8,9 @@ use crate::policy::GatePolicy;
 
 /// The rate a gate paces at, and what it has learned.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Rate {
+pub(crate) struct Rate {
     /// Turns per second now.
-    pub(super) now: f64,
+    pub(crate) now: f64,
     phase: Phase,
     /// When the rate was last cut: an overload of an attempt sent before
     /// then was answered under the old rate, and does not cut it again.
@@ -61,10 +61,10 @@ impl Delivered {
         self.current = self.current.max(tenth);
     }
 
-    fn count(&mut self, now: Instant) {
+    fn count(&mut self, accepted: u32, now: Instant) {
         self.roll(now);
         let slot = &mut self.tenths[(self.current % TENTHS as u64) as usize];
-        *slot = slot.saturating_add(1);
+        *slot = slot.saturating_add(accepted);
     }
 
     /// Accepted over the last second, per second.
@@ -75,7 +75,7 @@ impl Delivered {
 
 impl Rate {
     /// The rate of a gate that has just turned on at `now`.
-    pub(super) fn probing(policy: &GatePolicy, now: Instant) -> Self {
+    pub(crate) fn probing(policy: &GatePolicy, now: Instant) -> Self {
         Self {
             now: policy.min_rate,
             phase: Phase::Probing,
@@ -84,8 +84,18 @@ impl Rate {
         }
     }
 
+    /// Whether nothing has been accepted since the gate turned on.
+    pub(crate) fn is_probing(&self) -> bool {
+        self.phase == Phase::Probing
+    }
+
+    /// Whether the rate grows in slow start (by `ramp` per accepted attempt).
+    pub(crate) fn is_slow_start(&self) -> bool {
+        self.phase == Phase::SlowStart
+    }
+
     /// An attempt sent at `sent` was refused or timed out at `now`.
-    pub(super) fn overloaded(&mut self, policy: &GatePolicy, sent: Instant, now: Instant) {
+    pub(crate) fn overloaded(&mut self, policy: &GatePolicy, sent: Instant, now: Instant) {
         self.delivered.roll(now);
         if sent < self.last_cut {
             return;
@@ -104,14 +114,23 @@ impl Rate {
     }
 
     /// An attempt was accepted at `now`.
-    pub(super) fn accepted(&mut self, policy: &GatePolicy, now: Instant) {
-        self.delivered.count(now);
+    pub(crate) fn accepted(&mut self, policy: &GatePolicy, now: Instant) {
+        self.accepted_many(policy, 1, now);
+    }
+
+    /// `count` attempts were accepted by `now` (a fleet's report).
+    pub(crate) fn accepted_many(&mut self, policy: &GatePolicy, count: u32, now: Instant) {
+        if count == 0 {
+            return;
+        }
+        self.delivered.count(count, now);
+        let ramp = policy.ramp * f64::from(count);
         let grown = match self.phase {
             Phase::Probing => {
                 self.phase = Phase::SlowStart;
-                self.now + policy.ramp
+                self.now + ramp
             }
-            Phase::SlowStart => self.now + policy.ramp,
+            Phase::SlowStart => self.now + ramp,
             Phase::Cubic { max, since, k } => {
                 let t = now.saturating_duration_since(since).as_secs_f64();
                 self.now.max(policy.scale * (t - k).powi(3) + max)

@@ -1,0 +1,211 @@
+use super::*;
+use crate::policy::RetryPolicy;
+use proptest::prelude::*;
+
+fn controller(now: Instant) -> FleetController<u32> {
+    let policy = ValidPolicy::try_from(RetryPolicy {
+        gate: GatePolicy {
+            enabled: true,
+            ..GatePolicy::default()
+        },
+        ..RetryPolicy::default()
+    })
+    .unwrap();
+    FleetController::new_at(&policy, now)
+}
+
+fn tally(sent: u64, accepted: u64, overloaded: u64, waiting: u64) -> Tally {
+    Tally {
+        sent,
+        accepted,
+        overloaded,
+        waiting,
+    }
+}
+
+/// One round: every process in `who` asks at `now` with what `report` says; the grants.
+fn round(
+    fleet: &mut FleetController<u32>,
+    who: std::ops::Range<u32>,
+    now: Instant,
+    report: impl Fn(u32) -> Tally,
+) -> Vec<f64> {
+    who.map(|p| fleet.ask_at(p, report(p), now).rate).collect()
+}
+
+#[test]
+fn while_nothing_is_accepted_the_whole_fleet_probes_at_the_lowest_rate() {
+    let t0 = Instant::now();
+    let mut fleet = controller(t0);
+    let mut grants = Vec::new();
+    for i in 0..50 {
+        let now = t0 + ASK_EVERY * i;
+        grants = round(&mut fleet, 0..200, now, |p| tally(0, 0, u64::from(p % 7 == 0), 5));
+    }
+    assert_eq!(fleet.rate(), 0.5);
+    assert_eq!(fleet.members(), 200);
+    let total: f64 = grants.iter().sum();
+    assert!((0.5..=0.5 * (1.0 + FLOOR) + 1e-9).contains(&total), "{total}");
+}
+
+#[test]
+fn accepted_attempts_from_every_process_grow_one_rate() {
+    let t0 = Instant::now();
+    let mut fleet = controller(t0);
+    round(&mut fleet, 0..100, t0, |_| tally(0, 0, 1, 10));
+    round(&mut fleet, 0..100, t0 + ASK_EVERY, |p| {
+        tally(1, u64::from(p < 10), 0, 10)
+    });
+    assert_eq!(
+        fleet.rate(),
+        0.5 + 8.0 * 10.0,
+        "slow start: ramp per accepted attempt, fleet-wide"
+    );
+}
+
+#[test]
+fn processes_that_want_less_than_a_part_get_it_and_the_rest_share_equally() {
+    let t0 = Instant::now();
+    let mut fleet = controller(t0);
+    round(&mut fleet, 0..3, t0, |_| tally(0, 0, 1, 0));
+    let policy = fleet.policy.clone();
+    fleet.rate.accepted_many(&policy, 1, t0);
+    fleet.rate.now = 90.0;
+    let mut grants = Vec::new();
+    for i in 1..=20 {
+        // Process 0 needs 5 a second; 1 and 2 send all they are granted and have long lines.
+        let previous = grants.clone();
+        grants = round(&mut fleet, 0..3, t0 + ASK_EVERY * i, |p| match p {
+            0 => tally(0, 0, 0, 5),
+            p => {
+                let sent = previous.get(p as usize).map_or(0.0, |g: &f64| g * 0.1).floor() as u64;
+                tally(sent, 0, 0, 1000)
+            }
+        });
+    }
+    assert!((grants[0] - 5.0).abs() < 1e-9, "{grants:?}");
+    assert!(
+        (grants[1] - 42.5).abs() < 1e-9 && (grants[2] - 42.5).abs() < 1e-9,
+        "{grants:?}"
+    );
+}
+
+#[test]
+fn a_lying_process_gets_no_more_than_an_honest_one_that_wants_more_than_its_part() {
+    let t0 = Instant::now();
+    let mut fleet = controller(t0);
+    let mut granted = [0.5_f64; 10];
+    let mut now = t0;
+    for _ in 0..100 {
+        now += ASK_EVERY;
+        let before = fleet.rate();
+        for p in 0..10u32 {
+            let report = if p == 9 {
+                // Claims a huge line, a huge send rate and everything accepted.
+                tally(u64::MAX, u64::MAX, 0, u64::MAX)
+            } else {
+                // Sends what it was granted, all accepted, and has a long line.
+                let sent = (granted[p as usize] * 0.1).floor() as u64;
+                tally(sent, sent, 0, 10_000)
+            };
+            granted[p as usize] = fleet.ask_at(p, report, now).rate;
+        }
+        let grown = fleet.rate() - before;
+        assert!(
+            grown <= 8.0 * 2.0 * before * 0.1 * 10.0 + 8.0 * 10.0 + 1e-6,
+            "{grown} from {before}"
+        );
+    }
+    let honest = granted[..9].iter().copied().fold(f64::INFINITY, f64::min);
+    assert!(
+        granted[9] <= honest * 1.000_001,
+        "liar {} vs honest {honest}",
+        granted[9]
+    );
+}
+
+#[test]
+fn processes_that_stop_asking_are_forgotten() {
+    let t0 = Instant::now();
+    let mut fleet = controller(t0);
+    round(&mut fleet, 0..10, t0, |_| tally(0, 0, 1, 1));
+    assert_eq!(fleet.members(), 10);
+    fleet.ask_at(0, tally(0, 0, 0, 1), t0 + FORGET_AFTER + DIVIDE_EVERY);
+    assert_eq!(fleet.members(), 1);
+}
+
+proptest! {
+    /// One round's grants add up to no more than the fleet's rate (plus the
+    /// floors), whatever the processes report; each grant is a part of the
+    /// rate at the time it is given, so the bound is the highest rate of the round.
+    #[test]
+    fn a_rounds_grants_add_up_to_the_fleets_rate(
+        reports in proptest::collection::vec((0u64..1000, 0u64..1000, 0u64..3, 0u64..10_000), 1..40),
+        rounds in 1usize..20,
+    ) {
+        let t0 = Instant::now();
+        let mut fleet = controller(t0);
+        let n = reports.len() as u32;
+        for r in 0..rounds {
+            let now = t0 + ASK_EVERY * (r as u32 + 1);
+            let mut highest = fleet.rate();
+            let mut grants = Vec::new();
+            for p in 0..n {
+                let (sent, accepted, overloaded, waiting) = reports[p as usize];
+                grants.push(fleet.ask_at(p, tally(sent, accepted.min(sent), overloaded, waiting), now).rate);
+                highest = highest.max(fleet.rate());
+            }
+            let rate = highest;
+            let total: f64 = grants.iter().sum();
+            prop_assert!(grants.iter().all(|g| g.is_finite() && *g > 0.0));
+            prop_assert!(total <= rate * (1.0 + 2.0 * FLOOR) + 1e-6, "{total} of {rate}");
+        }
+    }
+}
+
+#[test]
+fn while_probing_one_process_probes_for_the_fleet() {
+    let t0 = Instant::now();
+    let mut fleet = controller(t0);
+    let grants = round(&mut fleet, 0..50, t0, |_| tally(0, 0, 1, 3));
+    assert_eq!(grants[0], 0.5, "the first to ask probes");
+    assert!(
+        grants[1..].iter().all(|g| *g <= 0.5 * FLOOR / 2.0),
+        "the floor of an equal part: {grants:?}"
+    );
+    // The prober stops asking: another takes over once it is forgotten.
+    let later = t0 + FORGET_AFTER + DIVIDE_EVERY;
+    let grants = round(&mut fleet, 1..50, later, |_| tally(0, 0, 1, 3));
+    assert_eq!(grants.iter().filter(|g| **g == 0.5).count(), 1, "{grants:?}");
+}
+
+#[test]
+fn slow_start_at_most_doubles_per_round_once_past_the_first_window() {
+    let t0 = Instant::now();
+    let mut fleet = controller(t0);
+    fleet.ask_at(0, tally(0, 0, 1, 100), t0);
+    // Far more accepted than a round's growth allows.
+    let mut now = t0;
+    let mut rates = Vec::new();
+    for _ in 0..8 {
+        now += ROUND;
+        let granted = fleet.members[&0].granted;
+        let sent = (2.0 * granted * ROUND.as_secs_f64()).ceil() as u64;
+        fleet.ask_at(0, tally(sent, sent, 0, 100), now);
+        rates.push(fleet.rate());
+    }
+    // Each report claims twice its grant accepted: 8 per accepted attempt
+    // would more than double the rate every round.
+    assert_eq!(
+        rates[2],
+        rates[1] + FIRST_WINDOW * 8.0,
+        "the first window: {rates:?}"
+    );
+    assert_eq!(rates[7], 2.0 * rates[6], "doubling: {rates:?}");
+    for pair in rates.windows(2) {
+        assert!(
+            pair[1] <= (2.0 * pair[0]).max(pair[0] + FIRST_WINDOW * 8.0) + 1e-9,
+            "{rates:?}"
+        );
+    }
+}
