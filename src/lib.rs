@@ -4,6 +4,7 @@
 
 pub mod check;
 pub mod flags;
+pub mod fleet;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod lint;

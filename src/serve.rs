@@ -145,6 +145,7 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
         reloader: reloader.clone(),
         metrics,
         reports,
+        fleet: Arc::new(crate::fleet::Fleet::new()),
         admin,
         limits: config.limits,
         long_polls,

@@ -4,6 +4,7 @@ mod admin;
 mod body;
 mod error;
 mod front;
+mod pace;
 mod policies;
 mod reports;
 mod track;
@@ -30,6 +31,7 @@ use tokio::sync::watch;
 pub use admin::{AdminAuth, AdminToken, TokenFile};
 pub use error::ApiError;
 
+use crate::fleet::Fleet;
 use crate::metrics::DaemonMetrics;
 use crate::policy::LoadLimits;
 use crate::reload::Reloader;
@@ -74,6 +76,8 @@ pub struct Shared {
     pub metrics: Arc<DaemonMetrics>,
     /// The families fed by client reports.
     pub reports: Arc<ClientMetrics>,
+    /// The paced dependencies.
+    pub fleet: Arc<Fleet>,
     /// The admin bearer token, or none (the admin API answers 403).
     pub admin: AdminAuth,
     /// Request bounds.
@@ -108,10 +112,11 @@ pub enum Routes {
 pub fn router(state: AppState, which: Routes) -> Router {
     let metrics = state.metrics.clone();
     let admin = middleware::from_fn_with_state(state.clone(), admin::require_token);
-    let public: [(&str, MethodRouter<AppState>); 6] = [
+    let public: [(&str, MethodRouter<AppState>); 7] = [
         ("/v1/policies", get(policies::all)),
         ("/v1/policies/{service}", get(policies::one)),
         ("/v1/reports", post(reports::receive)),
+        ("/v1/pace", post(pace::ask)),
         ("/healthz", get(healthz)),
         ("/readyz", get(readyz)),
         ("/metrics", get(metrics_text)),
@@ -179,7 +184,9 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Value>
 
 async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
     let mut body = state.metrics.encode();
-    body.extend_from_slice(state.reports.encode(tokio::time::Instant::now()).as_bytes());
+    let now = tokio::time::Instant::now();
+    body.extend_from_slice(state.reports.encode(now).as_bytes());
+    body.extend_from_slice(&state.fleet.encode(now));
     let content_type = HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
     ([(header::CONTENT_TYPE, content_type)], body)
 }

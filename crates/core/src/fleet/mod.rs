@@ -140,6 +140,11 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
         self.members.len()
     }
 
+    /// Whether `who` is among the processes counted.
+    pub fn knows(&self, who: &K) -> bool {
+        self.members.contains_key(who)
+    }
+
     /// When a process last asked: a controller nobody asks is no longer needed.
     pub fn last_ask(&self) -> Instant {
         self.last_ask

@@ -9,6 +9,8 @@
 //! - [`ReportAnswer`] is the daemon's `202`: what it counted, what it
 //!   refused ([`Rejected`]) and what its cardinality guard folded ([`Folded`]).
 //! - [`SelectedPolicies`] answers a watch of several services at once.
+//! - [`PaceAsk`] is a process's ask for its share of a dependency's rate
+//!   while its send gate is on; [`PaceGrant`] is the daemon's answer.
 //! - The policy a client reads is [`ResolvedPolicy`](crate::policy::ResolvedPolicy);
 //!   a client turns its `policy` into a [`ValidPolicy`](crate::policy::ValidPolicy)
 //!   before anything acts on it.
@@ -18,6 +20,7 @@
 //! on the names it is configured with, so a bad name is refused where it
 //! enters rather than by the daemon, batch after batch.
 
+mod pace;
 mod policies;
 mod report;
 
@@ -25,6 +28,7 @@ mod report;
 /// `?wait=` to its maximum, in milliseconds; a client then asks for no more.
 pub const MAX_WAIT_HEADER: &str = "stormguard-max-wait-ms";
 
+pub use pace::{PaceAsk, PaceGrant};
 pub use policies::{parse_selection, SelectedPolicies, SelectedPolicy, MAX_SELECTED, SERVICES_PARAM};
 pub use report::{
     check_endpoint, check_instance, BudgetReport, EndpointCounts, FieldError, Folded, Rejected, Report,

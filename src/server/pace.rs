@@ -1,0 +1,43 @@
+//! `POST /v1/pace`: a process whose send gate is on asks for its share of
+//! a dependency's rate (see `crate::fleet`).
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use stormguard_core::policy::ValidPolicy;
+use stormguard_core::wire::{PaceAsk, PaceGrant};
+use tokio::time::Instant;
+
+use super::body::LimitedBody;
+use super::error::ApiError;
+use super::AppState;
+use crate::fleet::Refused;
+
+/// 200 with the grant; 400 naming the bad field; 409 if the dependency's
+/// policy has no gate; 503 with `Retry-After` past the caps. The process
+/// paces by its own gate meanwhile, so a refusal costs it nothing.
+pub async fn ask(
+    State(state): State<AppState>,
+    LimitedBody(body): LimitedBody,
+) -> Result<Json<PaceGrant>, ApiError> {
+    let ask: PaceAsk = serde_json::from_slice(&body)
+        .map_err(|error| ApiError::new(StatusCode::BAD_REQUEST, format!("malformed ask: {error}")))?;
+    ask.check().map_err(|error| {
+        ApiError::new(StatusCode::BAD_REQUEST, format!("malformed ask: {error}")).with("path", &error.path)
+    })?;
+    let snapshot = state.store.current();
+    let resolved = snapshot.document.resolve(&ask.service);
+    let policy = ValidPolicy::try_from(resolved.policy).map_err(|error| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the served policy of {}: {error}", ask.service),
+        )
+    })?;
+    match state.fleet.ask(&ask, &policy, Instant::now()) {
+        Ok(grant) => Ok(Json(grant)),
+        Err(refused @ Refused::GateOff(_)) => Err(ApiError::new(StatusCode::CONFLICT, refused.to_string())),
+        Err(refused @ Refused::Full(_)) => {
+            Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, refused.to_string()).retry_after(1))
+        }
+    }
+}

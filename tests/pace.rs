@@ -1,0 +1,137 @@
+//! `POST /v1/pace` end to end: the real daemon paces a fleet's return to a
+//! dependency whose policy has a send gate.
+
+mod common;
+
+use common::{metrics, sample, Daemon};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+const POLICY: &str = "\
+defaults:
+  maxRetries: 3
+services:
+  inventory:
+    gate:
+      enabled: true
+  payments: {}
+";
+
+fn policy_file() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.yaml");
+    std::fs::write(&path, POLICY).unwrap();
+    (dir, path)
+}
+
+async fn ask(daemon: &Daemon, body: Value) -> (StatusCode, Value) {
+    let response = reqwest::Client::new()
+        .post(daemon.url("/v1/pace"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    (status, response.json().await.unwrap())
+}
+
+fn tally(service: &str, instance: &str, sent: u64, accepted: u64, overloaded: u64, waiting: u64) -> Value {
+    json!({"service": service, "instance": instance, "sent": sent, "accepted": accepted,
+           "overloaded": overloaded, "waiting": waiting})
+}
+
+#[tokio::test]
+async fn a_process_whose_gate_is_on_gets_a_share_and_a_lease() {
+    let (_dir, path) = policy_file();
+    let daemon = Daemon::start(&path, &[]);
+    let (status, grant) = ask(&daemon, tally("inventory", "pod-a", 0, 0, 1, 12)).await;
+    assert_eq!(status, StatusCode::OK, "{grant}");
+    assert_eq!(
+        grant["rate"], 0.5,
+        "the whole fleet probes at the lowest rate: {grant}"
+    );
+    assert_eq!(grant["leaseMs"], 1000);
+    assert_eq!(grant["askEveryMs"], 100);
+
+    let exposition = metrics(&daemon).await;
+    assert_eq!(
+        sample(&exposition, "stormguard_fleet_rate{service=\"inventory\"}"),
+        Some(0.5)
+    );
+    assert_eq!(
+        sample(&exposition, "stormguard_fleet_processes{service=\"inventory\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &exposition,
+            "stormguard_fleet_attempts_total{outcome=\"overloaded\",service=\"inventory\"}"
+        ),
+        Some(1.0)
+    );
+}
+
+#[tokio::test]
+async fn bad_asks_are_refused_with_what_is_wrong() {
+    let (_dir, path) = policy_file();
+    let daemon = Daemon::start(&path, &[]);
+    let (status, body) = ask(&daemon, tally("payments", "pod-a", 0, 0, 1, 1)).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(
+        body["error"].as_str().unwrap().contains("gate.enabled: false"),
+        "{body}"
+    );
+
+    let (status, body) = ask(&daemon, tally("inventory", "", 0, 0, 1, 1)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body["path"], "instance", "{body}");
+
+    let (status, body) = ask(
+        &daemon,
+        json!({"service": "inventory", "instance": "p", "sent": -1}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        body["error"].as_str().unwrap().contains("malformed ask"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn a_lying_process_gets_no_more_than_the_honest_ones() {
+    let (_dir, path) = policy_file();
+    let daemon = Daemon::start(&path, &[]);
+    let honest = ["pod-a", "pod-b", "pod-c", "pod-d"];
+    let mut grants = std::collections::HashMap::new();
+    for _ in 0..30 {
+        for pod in honest {
+            // Sends what it was granted over the last 100 ms, all accepted, and has a long line.
+            let granted: f64 = grants.get(pod).copied().unwrap_or(0.5);
+            let sent = (granted * 0.1).ceil() as u64;
+            let (status, grant) = ask(&daemon, tally("inventory", pod, sent, sent, 0, 5000)).await;
+            assert_eq!(status, StatusCode::OK, "{grant}");
+            grants.insert(pod, grant["rate"].as_f64().unwrap());
+        }
+        let lie = tally("inventory", "pod-liar", u64::MAX, u64::MAX, 0, u64::MAX);
+        let (status, grant) = ask(&daemon, lie).await;
+        assert_eq!(status, StatusCode::OK, "{grant}");
+        grants.insert("pod-liar", grant["rate"].as_f64().unwrap());
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let least_honest = honest.iter().map(|p| grants[p]).fold(f64::INFINITY, f64::min);
+    assert!(
+        grants["pod-liar"] <= least_honest * 1.000_001,
+        "liar {} vs honest {least_honest}: {grants:?}",
+        grants["pod-liar"]
+    );
+    let fleet = sample(
+        &metrics(&daemon).await,
+        "stormguard_fleet_rate{service=\"inventory\"}",
+    )
+    .unwrap();
+    assert!(
+        fleet > 0.5,
+        "the honest processes' accepted attempts grew the rate: {fleet}"
+    );
+}
