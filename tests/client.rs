@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::proxy::{Proxy, Trick};
-use common::{metrics, sample, ConfigMapDir, Daemon, SEED_POLICY};
+use common::{eventually, metrics, sample, ConfigMapDir, Daemon, SEED_POLICY};
 use stormguard_client::stormguard_core::retry::{Failure, GaveUp};
 use stormguard_client::{
     ClientConfig, ConfigError, Dependency, Outcome, PolicyClient, PolicySource, PolicyWatch, Reporter,
@@ -505,4 +505,73 @@ async fn a_watch_longer_than_the_daemon_allows_is_shortened_and_still_delivers()
         .expect("the watch still delivers")
         .unwrap();
     assert_eq!(client.policy().policy.max_retries, 5);
+}
+
+/// A dependency whose policy has a send gate, refusing every call: the
+/// client's gate turns on, the reporter asks the daemon for the pace, and
+/// the gate paces at the daemon's grant. Without the daemon, the gate
+/// paces alone at its own rate.
+#[tokio::test]
+async fn a_refusing_dependency_is_paced_through_the_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "services:\n  inventory:\n    maxRetries: 100\n    initialDelay: 5ms\n    maxElapsed: 30s\n    gate:\n      enabled: true\n      minRate: 4\n",
+    )
+    .unwrap();
+    let daemon = Daemon::start(&policy, &[]);
+    let client = PolicyClient::start(config(&daemon.base, "inventory"))
+        .await
+        .expect("a valid client configuration");
+    let reporter = quick_reporter(&daemon.base);
+    let inventory = Dependency::new(client.clone(), reporter.clone());
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..20 {
+        let (inventory, sent) = (inventory.clone(), sent.clone());
+        calls.spawn(async move {
+            inventory
+                .call("/stock", |_| {
+                    sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    async {
+                        Err::<(), _>(Failure::Status {
+                            code: 503,
+                            retry_after: None,
+                        })
+                    }
+                })
+                .await
+        });
+    }
+    let paced = eventually(Duration::from_secs(10), || async {
+        let exposition = metrics(&daemon).await;
+        sample(&exposition, "stormguard_fleet_processes{service=\"inventory\"}").filter(|n| *n == 1.0)
+    })
+    .await;
+    assert!(
+        paced.is_some(),
+        "the daemon paces the process: {}",
+        metrics(&daemon).await
+    );
+    let granted = eventually(Duration::from_secs(5), || async {
+        let stats = reporter.stats();
+        (stats.pace_asks > 2 && stats.pace_failures == 0).then_some(stats.pace_asks)
+    })
+    .await;
+    assert!(granted.is_some(), "{:?}", reporter.stats());
+    let rate = client.guard().gate().and_then(|gate| gate.rate());
+    assert_eq!(
+        rate,
+        Some(4.0),
+        "the daemon's grant: the whole fleet probes at minRate"
+    );
+    let before = sent.load(std::sync::atomic::Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let probes = sent.load(std::sync::atomic::Ordering::Relaxed) - before;
+    assert!(
+        probes <= 6,
+        "about 4 probes a second, not 20 callers retrying every 5 ms: {probes}"
+    );
+    calls.abort_all();
 }

@@ -5,6 +5,11 @@
 //! a failure or a lost answer, so the daemon counts it once. New counts
 //! aggregate meanwhile and go in the next batch. A batch the daemon refuses
 //! (4xx) is dropped, logged and counted, never resent.
+//!
+//! While a dependency's send gate is on, the reporter also asks the daemon
+//! for this process's share of the rate the fleet may send it ([`pace`]).
+
+mod pace;
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
@@ -90,6 +95,10 @@ pub struct ReporterStats {
     pub reports_rejected: u64,
     /// Sends that failed and will be tried again (daemon unreachable, 5xx, timeout).
     pub send_failures: u64,
+    /// Asks for a paced dependency's share (made while its send gate is on).
+    pub pace_asks: u64,
+    /// Of those, the ones that got no grant (the gate paced alone meanwhile).
+    pub pace_failures: u64,
 }
 
 /// Counts for one endpoint since they were last taken.
@@ -178,6 +187,7 @@ impl Reporter {
             stats: Mutex::default(),
         });
         let task = tokio::spawn(send_loop(Arc::downgrade(&inner)));
+        tokio::spawn(pace::pace_loop(Arc::downgrade(&inner)));
         Ok(Self {
             inner,
             task: Arc::new(Mutex::new(Some(task))),

@@ -1,0 +1,96 @@
+//! Fleet pacing, the client's side: while a dependency's send gate is on,
+//! ask the daemon about every 100 ms for this process's share of the rate
+//! the whole fleet may send it, and pace at that share for the lease. A
+//! daemon that cannot be reached, or refuses, changes nothing: the gate
+//! paces by its own rate once the last lease ends.
+
+use std::sync::Weak;
+use std::time::Duration;
+
+use stormguard_core::fleet::ASK_EVERY;
+use stormguard_core::guard::Guard;
+use stormguard_core::wire::{PaceAsk, PaceGrant};
+use tokio::time::Instant;
+
+use super::Inner;
+
+/// The longest an ask may take: a grant later than this is stale.
+const ASK_TIMEOUT: Duration = Duration::from_millis(500);
+/// The bounds on the ask interval a daemon may set.
+const FASTEST: Duration = Duration::from_millis(20);
+const SLOWEST: Duration = Duration::from_secs(1);
+
+/// Asks for every tracked dependency whose gate is on, every `askEveryMs`.
+pub(super) async fn pace_loop(inner: Weak<Inner>) {
+    let mut every = ASK_EVERY;
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(inner) = inner.upgrade() else { return };
+        for (service, guard) in paced(&inner) {
+            if let Some(grant) = ask(&inner, &service, &guard).await {
+                every = Duration::from_millis(grant.ask_every_ms).clamp(FASTEST, SLOWEST);
+            }
+        }
+    }
+}
+
+/// The tracked dependencies whose gate is on now.
+fn paced(inner: &Inner) -> Vec<(String, Guard)> {
+    let now = Instant::now();
+    let services = inner.services.lock().unwrap_or_else(|e| e.into_inner());
+    services
+        .iter()
+        .filter_map(|(service, counts)| {
+            let guard = counts.guard.as_ref()?;
+            guard
+                .gate()
+                .is_some_and(|gate| gate.is_on_at(now))
+                .then(|| (service.clone(), guard.clone()))
+        })
+        .collect()
+}
+
+/// One ask for `service`; leases its grant to the gate.
+async fn ask(inner: &Inner, service: &str, guard: &Guard) -> Option<PaceGrant> {
+    let gate = guard.gate()?;
+    let tally = gate.tally();
+    let body = PaceAsk {
+        service: service.into(),
+        instance: inner.config.instance.as_str().into(),
+        sent: tally.sent,
+        accepted: tally.accepted,
+        overloaded: tally.overloaded,
+        waiting: tally.waiting,
+    };
+    let asked = inner
+        .http
+        .post(format!("{}/v1/pace", inner.config.daemon))
+        .json(&body)
+        .timeout(ASK_TIMEOUT)
+        .send()
+        .await;
+    let grant = match asked {
+        Ok(response) if response.status().is_success() => response.json::<PaceGrant>().await.ok(),
+        Ok(response) => {
+            tracing::debug!(
+                status = response.status().as_u16(),
+                service,
+                "stormguard: the daemon gave no pace; the gate paces alone"
+            );
+            None
+        }
+        Err(error) => {
+            tracing::debug!(%error, service, "stormguard: the daemon could not be asked for a pace; the gate paces alone");
+            None
+        }
+    };
+    inner.stats().pace_asks += 1;
+    let Some(grant) = grant else {
+        inner.stats().pace_failures += 1;
+        return None;
+    };
+    let now = Instant::now();
+    let lease = Duration::from_millis(grant.lease_ms).min(Duration::from_secs(60));
+    gate.lease_at(grant.rate, now + lease, now);
+    Some(grant)
+}
