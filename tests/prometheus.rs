@@ -142,18 +142,55 @@ fn report(instance: &str, requests: u64, retries: u64, state: &str) -> Value {
 
 /// Sends `body` every 250 ms for `duration`, or until `stop` is set.
 async fn traffic(daemon: &Daemon, duration: Duration, body: Value, stop: &AtomicBool) {
+    post_until(
+        daemon,
+        "/v1/reports",
+        202,
+        Duration::from_millis(250),
+        duration,
+        body,
+        stop,
+    )
+    .await;
+}
+
+/// A paced process's asks: a tenth of a second's tally, every 100 ms.
+async fn pacing(daemon: &Daemon, duration: Duration, stop: &AtomicBool) {
+    let ask = json!({"service": "payment-service", "instance": "pod-a",
+                     "sent": 10, "accepted": 6, "overloaded": 4, "waiting": 30});
+    post_until(
+        daemon,
+        "/v1/pace",
+        200,
+        Duration::from_millis(100),
+        duration,
+        ask,
+        stop,
+    )
+    .await;
+}
+
+async fn post_until(
+    daemon: &Daemon,
+    path: &str,
+    expected: u16,
+    every: Duration,
+    duration: Duration,
+    body: Value,
+    stop: &AtomicBool,
+) {
     let client = reqwest::Client::new();
     let until = tokio::time::Instant::now() + duration;
     while tokio::time::Instant::now() < until && !stop.load(Relaxed) {
         let status = client
-            .post(daemon.url("/v1/reports"))
+            .post(daemon.url(path))
             .json(&body)
             .send()
             .await
             .unwrap()
             .status();
-        assert_eq!(status, 202);
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert_eq!(status, expected, "{path}");
+        tokio::time::sleep(every).await;
     }
 }
 
@@ -165,7 +202,8 @@ fn dashboard_queries() -> Vec<(String, String)> {
     ] {
         let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         for panel in dashboard["panels"].as_array().unwrap() {
-            for target in panel["targets"].as_array().unwrap() {
+            // Rows group panels and query nothing.
+            for target in panel["targets"].as_array().into_iter().flatten() {
                 let expr = target["expr"]
                     .as_str()
                     .unwrap()
@@ -182,7 +220,13 @@ fn dashboard_queries() -> Vec<(String, String)> {
 async fn calm_fires_nothing_a_storm_fires_the_seed_alerts_and_every_panel_has_data() {
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy.yaml");
-    std::fs::write(&policy, SEED_POLICY).unwrap();
+    // The seed's policy, with payment-service's callers pacing through the daemon.
+    let paced = SEED_POLICY.replace(
+        "  payment-service:\n    maxRetries: 2\n",
+        "  payment-service:\n    maxRetries: 2\n    gate:\n      enabled: true\n",
+    );
+    assert_ne!(paced, SEED_POLICY);
+    std::fs::write(&policy, paced).unwrap();
     let daemon = Daemon::start(&policy, &[]);
     let target = daemon.base.trim_start_matches("http://").to_string();
     let Some(prometheus) = start_prometheus(&target) else {
@@ -214,9 +258,11 @@ async fn calm_fires_nothing_a_storm_fires_the_seed_alerts_and_every_panel_has_da
         "calm traffic fires nothing"
     );
 
-    // A storm: retries outnumber first tries, one instance's breaker is open.
+    // A storm: retries outnumber first tries, one instance's breaker is
+    // open, and pod-a's gate is on: it asks the daemon for its pace.
     let storm = async {
         tokio::join!(
+            pacing(&daemon, Duration::from_secs(45), &stop),
             traffic(
                 &daemon,
                 Duration::from_secs(45),
