@@ -61,9 +61,11 @@ fn lint_report(lint: &Lint) -> String {
         out,
         "\nforecast: seed 004's herd under each policy (1000 clients at once, 200 requests/s, a 10s outage)"
     );
-    let mut rows = vec![["SERVICE", "WASTED", "P99", "DRAINED", "SERVED", "GAVE UP"]
-        .map(str::to_owned)
-        .to_vec()];
+    let mut rows = vec![[
+        "SERVICE", "WASTED", "P99", "DRAINED", "SERVED", "GAVE UP", "SENT BY",
+    ]
+    .map(str::to_owned)
+    .to_vec()];
     for f in &lint.forecasts {
         rows.push(vec![
             f.service.clone(),
@@ -72,6 +74,9 @@ fn lint_report(lint: &Lint) -> String {
             format!("{:.1}s", f.drain_seconds),
             f.succeeded.to_string(),
             f.gave_up.to_string(),
+            f.paced_processes.map_or("a process per client".into(), |n| {
+                format!("{n} processes, paced through the daemon")
+            }),
         ]);
     }
     out.push_str(&table(&rows));

@@ -68,3 +68,42 @@ mod tests {
         assert!(workers("99999999999999999999999").is_err());
     }
 }
+
+/// Parses `START:LASTING` (two durations, e.g. `30s:5s`): a window of time.
+pub fn window(text: &str) -> Result<(Duration, Duration), String> {
+    let (start, lasting) = text
+        .split_once(':')
+        .ok_or_else(|| format!("expected START:LASTING, e.g. 30s:5s, found {text:?}"))?;
+    let day = duration_in(Duration::ZERO, secs(86_400));
+    let start = day(start).map_err(|e| format!("START: {e}"))?;
+    let lasting = day(lasting).map_err(|e| format!("LASTING: {e}"))?;
+    if lasting.is_zero() {
+        return Err("LASTING: must be more than 0s".into());
+    }
+    Ok((start, lasting))
+}
+
+/// Parses `START:LASTING:CAPACITY` (e.g. `20s:20s:50`): a brownout.
+pub fn brownout(text: &str) -> Result<(Duration, Duration, u32), String> {
+    let (window_text, capacity) = text
+        .rsplit_once(':')
+        .ok_or_else(|| format!("expected START:LASTING:CAPACITY, e.g. 20s:20s:50, found {text:?}"))?;
+    let (start, lasting) = window(window_text)?;
+    let capacity = count_in(0u32, 1_000_000_000)(capacity).map_err(|e| format!("CAPACITY: {e}"))?;
+    Ok((start, lasting, capacity))
+}
+
+#[cfg(test)]
+mod window_tests {
+    use super::*;
+
+    #[test]
+    fn windows_and_brownouts_name_the_part_that_is_wrong() {
+        assert_eq!(window("30s:5s"), Ok((secs(30), secs(5))));
+        assert_eq!(brownout("20s:20s:50"), Ok((secs(20), secs(20), 50)));
+        assert!(window("30s").unwrap_err().contains("START:LASTING"));
+        assert!(window("30s:0s").unwrap_err().starts_with("LASTING"));
+        assert!(window("soon:5s").unwrap_err().starts_with("START"));
+        assert!(brownout("20s:20s:lots").unwrap_err().starts_with("CAPACITY"));
+    }
+}

@@ -81,7 +81,15 @@ pub struct Forecast {
     pub succeeded: u32,
     /// Clients that gave up.
     pub gave_up: u32,
+    /// Processes the clients were dealt into when the policy's send gate is
+    /// on: they pace through the daemon. `None`: one process per client.
+    pub paced_processes: Option<u32>,
 }
+
+/// With a send gate, a forecast deals the clients into this many processes
+/// paced through the daemon: a gate is per process, and the daemon paces a
+/// fleet, so a process per client would forecast neither.
+pub const PACED_PROCESSES: u32 = 50;
 
 /// The lint's findings for a document.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -371,13 +379,26 @@ fn forecasts(document: &PolicyDocument) -> Vec<Forecast> {
     );
     let mut out = Vec::new();
     for (service, policy) in services {
+        let paced_processes = policy.gate.enabled.then_some(PACED_PROCESSES);
         let summary = match done.iter().find(|(p, _)| *p == policy) {
             Some((_, summary)) => summary.clone(),
             None if done.len() < MAX_FORECASTS => {
+                let paced = policy.gate.enabled;
+                let modifiers = Modifiers {
+                    fleet: paced,
+                    ..Modifiers::default()
+                };
                 // A validated document's policies are valid: nothing to forecast otherwise.
-                let Ok(strategy) = Strategy::from_policy(&service, policy.clone(), Modifiers::default())
-                else {
+                let Ok(strategy) = Strategy::from_policy(&service, policy.clone(), modifiers) else {
                     continue;
+                };
+                let scenario = Scenario {
+                    processes: if paced {
+                        PACED_PROCESSES
+                    } else {
+                        scenario.processes
+                    },
+                    ..scenario.clone()
                 };
                 let summary = Summary::of(&sim::run(&scenario, &strategy));
                 done.push((policy, summary.clone()));
@@ -392,6 +413,7 @@ fn forecasts(document: &PolicyDocument) -> Vec<Forecast> {
             drain_seconds: summary.drain_seconds,
             succeeded: summary.succeeded,
             gave_up: summary.gave_up + summary.unfinished,
+            paced_processes,
         });
     }
     out

@@ -52,6 +52,13 @@ struct SimulateArgs {
     /// The server rejects everything from t = 0 until then.
     #[arg(long, default_value = "10s", value_parser = duration_in(secs(0), secs(86_400)))]
     outage: Duration,
+    /// A second outage, START:LASTING (e.g. 30s:5s): the server rejects everything again.
+    #[arg(long, value_parser = stormguard::flags::window)]
+    second_outage: Option<(Duration, Duration)>,
+    /// A brownout, START:LASTING:CAPACITY (e.g. 20s:20s:50): the server takes
+    /// only CAPACITY requests a second meanwhile.
+    #[arg(long, value_parser = stormguard::flags::brownout)]
+    brownout: Option<(Duration, Duration, u32)>,
     /// Clients first fail at random times in [0, spread) instead of all at t = 0.
     #[arg(long, default_value = "0s", value_parser = duration_in(secs(0), secs(86_400)))]
     spread: Duration,
@@ -252,6 +259,14 @@ fn simulate(args: SimulateArgs) -> ExitCode {
             clients: args.clients,
             capacity: args.capacity,
             outage: args.outage,
+            second_outage: args.second_outage,
+            brownout: args
+                .brownout
+                .map(|(at, lasting, capacity)| stormguard::sim::Brownout {
+                    at,
+                    lasting,
+                    capacity,
+                }),
             spread: args.spread,
             latency: args.latency,
             processes: args.processes,

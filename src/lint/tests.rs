@@ -153,3 +153,28 @@ fn each_service_gets_a_forecast_of_the_seed_scenario() {
         "5 retries up to 30 s wait longer"
     );
 }
+
+#[test]
+fn a_service_with_a_send_gate_is_forecast_paced_through_the_daemon() {
+    let yaml = "defaults:\n  maxRetries: 5\n  maxElapsed: 60s\nservices:\n  plain: {}\n  paced:\n    gate:\n      enabled: true\n";
+    let lint = lint_yaml(yaml);
+    let forecast = |name: &str| lint.forecasts.iter().find(|f| f.service == name).unwrap();
+    let (plain, paced) = (forecast("plain"), forecast("paced"));
+    assert_eq!(plain.paced_processes, None);
+    assert_eq!(paced.paced_processes, Some(PACED_PROCESSES));
+    assert_eq!(
+        (plain.succeeded, plain.gave_up),
+        (0, 1000),
+        "5 retries are spent in the outage"
+    );
+    assert!(
+        paced.succeeded >= 990,
+        "paced calls wait for turns within their 60 s: {paced:?}"
+    );
+    assert!(
+        paced.wasted * 5 < plain.wasted,
+        "{} vs {}",
+        paced.wasted,
+        plain.wasted
+    );
+}

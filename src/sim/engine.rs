@@ -37,6 +37,10 @@ pub struct Scenario {
     pub capacity: u32,
     /// The server rejects everything from t = 0 until this.
     pub outage: Duration,
+    /// A second outage: the server rejects everything from `.0` for `.1`.
+    pub second_outage: Option<(Duration, Duration)>,
+    /// A brownout: the server takes only `capacity` requests a second from `at` for `lasting`.
+    pub brownout: Option<Brownout>,
     /// Clients make their first attempt at a uniformly drawn time in [0, spread).
     pub spread: Duration,
     /// Time from sending a request to its answer.
@@ -66,6 +70,8 @@ impl Default for Scenario {
             clients: 1000,
             capacity: 200,
             outage: Duration::from_secs(10),
+            second_outage: None,
+            brownout: None,
             spread: Duration::ZERO,
             latency: Duration::ZERO,
             processes: 0,
@@ -76,6 +82,17 @@ impl Default for Scenario {
             seed: 1,
         }
     }
+}
+
+/// A time when the server takes less than its capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Brownout {
+    /// When it starts.
+    pub at: Duration,
+    /// How long it lasts.
+    pub lasting: Duration,
+    /// Requests the server accepts per calendar second meanwhile.
+    pub capacity: u32,
 }
 
 /// What happened in one run.
@@ -89,7 +106,7 @@ pub struct Run {
     pub requests: Vec<u64>,
     /// Requests the server accepted, per second.
     pub accepted: Vec<u64>,
-    /// Requests rejected because the outage was still on.
+    /// Requests rejected because an outage was on.
     pub rejected_in_outage: u64,
     /// Each served client's time from its first attempt to its success, sorted.
     pub times_to_success: Vec<Duration>,
@@ -153,10 +170,14 @@ struct Client {
     due: Option<u64>,
 }
 
-/// The server of seed 004: a count per calendar second since t = 0.
+/// The server of seed 004: a count per calendar second since t = 0, with
+/// its outages and brownout.
 struct Server {
     capacity: u64,
-    outage: u64,
+    /// When it rejects everything: [start, end) in nanoseconds.
+    outages: Vec<(u64, u64)>,
+    /// When it takes less: [start, end) and the capacity then.
+    brownout: Option<(u64, u64, u64)>,
     requests: Vec<u64>,
     accepted: Vec<u64>,
     rejected_in_outage: u64,
@@ -171,11 +192,19 @@ impl Server {
             self.accepted.resize(second + 1, 0);
         }
         self.requests[second] += 1;
-        if t < self.outage {
+        if self
+            .outages
+            .iter()
+            .any(|(start, end)| (*start..*end).contains(&t))
+        {
             self.rejected_in_outage += 1;
             return false;
         }
-        let accept = self.accepted[second] < self.capacity;
+        let capacity = match self.brownout {
+            Some((start, end, capacity)) if (start..end).contains(&t) => capacity,
+            _ => self.capacity,
+        };
+        let accept = self.accepted[second] < capacity;
         self.accepted[second] += u64::from(accept);
         accept
     }
@@ -283,7 +312,20 @@ impl<'a> World<'a> {
             queue,
             server: Server {
                 capacity: u64::from(scenario.capacity),
-                outage: nanos(scenario.outage),
+                outages: std::iter::once((0, nanos(scenario.outage)))
+                    .chain(
+                        scenario
+                            .second_outage
+                            .map(|(at, lasting)| (nanos(at), nanos(at.saturating_add(lasting)))),
+                    )
+                    .collect(),
+                brownout: scenario.brownout.map(|b| {
+                    (
+                        nanos(b.at),
+                        nanos(b.at.saturating_add(b.lasting)),
+                        u64::from(b.capacity),
+                    )
+                }),
                 requests: Vec::new(),
                 accepted: Vec::new(),
                 rejected_in_outage: 0,

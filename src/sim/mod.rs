@@ -8,7 +8,7 @@ mod report;
 mod strategy;
 mod svg;
 
-pub use engine::{run, GaveUpCounts, Run, Scenario};
+pub use engine::{run, Brownout, GaveUpCounts, Run, Scenario};
 pub use render::{histogram, summary, table};
 pub use report::Summary;
 pub use strategy::{Modifiers, Named, Strategy};

@@ -44,13 +44,13 @@ const DIVIDE_EVERY: Duration = Duration::from_millis(25);
 /// Calls waiting in a process count as wanting to be sent within this long.
 const BACKLOG_HORIZON: f64 = 1.0;
 /// In slow start, the fleet's rate at most doubles per round (as a TCP
-/// window doubles per round trip), or grows by [`FIRST_WINDOW`] turns of
-/// `ramp` if that is more: outcomes come back a round late (an ask every
+/// window doubles per round trip), or grows by [`FIRST_WINDOW`] turns per
+/// round if that is more: outcomes come back a round late (an ask every
 /// 100 ms, and the way there and back), and growing faster than they come
 /// back overshoots the dependency.
 const ROUND: Duration = Duration::from_millis(250);
-/// Growth allowed per round however low the rate, in accepted attempts'
-/// worth of `ramp` (TCP's initial window is ten segments).
+/// Turns a round the rate may grow by however low it is (TCP's initial
+/// window is ten segments): 40 a second with 250 ms rounds.
 const FIRST_WINDOW: f64 = 10.0;
 /// No process's grant falls below this share of an equal part, so one that
 /// wanted nothing at its last ask (or is new) is not stuck at nothing until
@@ -206,7 +206,7 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
         self.rate.accepted_many(&self.policy, accepted, now);
         if accepted > 0 && slow_start && self.rate.is_slow_start() {
             let base = self.round.1.max(self.policy.min_rate);
-            let cap = (2.0 * base).max(base + FIRST_WINDOW * self.policy.ramp);
+            let cap = (2.0 * base).max(base + FIRST_WINDOW / ROUND.as_secs_f64());
             self.rate.now = self.rate.now.min(cap);
         }
     }
