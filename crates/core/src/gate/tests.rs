@@ -380,3 +380,82 @@ fn the_rate_never_passes_its_bounds() {
     }
     assert_eq!(gate.rate(), Some(0.5));
 }
+
+mod against_an_ideal_pacer {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The ideal pacer: turns are the integral of the rate. Over a run where
+    /// someone always waits, the gate gives as many turns as the integral,
+    /// give or take one; and over any stretch, never more than the integral
+    /// plus one turn and what accrues in the timer-lag allowance.
+    fn integral(rates: &[(f64, f64)], from: f64, to: f64) -> f64 {
+        let mut start = 0.0;
+        let mut total = 0.0;
+        for &(rate, lasting) in rates {
+            let end = start + lasting;
+            let overlap = (end.min(to) - start.max(from)).max(0.0);
+            total += rate * overlap;
+            start = end;
+        }
+        total
+    }
+
+    proptest! {
+        #[test]
+        fn a_busy_gate_gives_the_turns_its_rates_add_up_to(
+            rates in proptest::collection::vec((0.5..400.0f64, 0.05..2.0f64), 1..8),
+        ) {
+            let t0 = Instant::now();
+            let gate = gate(t0);
+            overload(&gate, t0);
+            let at = |s: f64| t0 + secs(s);
+            // Each rate is a lease for its stretch of time; a line of waiters
+            // is always there, claiming exactly when told.
+            let mut start = 0.0;
+            let mut turns = Vec::new();
+            for &(rate, lasting) in &rates {
+                let end = start + lasting;
+                gate.lease_at(rate, at(end), at(start));
+                let mut now = start;
+                'stretch: loop {
+                    let ticket = match gate.turn_at(at(now)) {
+                        Turn::Now => {
+                            turns.push(now);
+                            continue;
+                        }
+                        Turn::Queued(ticket) => ticket,
+                    };
+                    loop {
+                        match gate.claim_at(&ticket, at(now), None) {
+                            Claim::Go => {
+                                turns.push(now);
+                                break;
+                            }
+                            Claim::At(due) if (due - t0).as_secs_f64() < end => {
+                                now = (due - t0).as_secs_f64();
+                            }
+                            Claim::At(_) | Claim::Behind => {
+                                gate.leave(ticket);
+                                break 'stretch;
+                            }
+                        }
+                    }
+                }
+                start = end;
+            }
+            let ideal = integral(&rates, 0.0, start);
+            let given = turns.len() as f64;
+            prop_assert!((given - ideal).abs() <= 1.0 + 1e-6, "{given} turns, ideal {ideal}: {rates:?}");
+            // Stretches of 1, 2, 4, ... turns from every turn.
+            for (i, &from) in turns.iter().enumerate() {
+                let mut span = 1;
+                while let Some(&to) = turns.get(i + span) {
+                    let bound = integral(&rates, from, to) + 1.0 + 400.0 * 0.002 + 1e-6;
+                    prop_assert!(span as f64 <= bound, "{span} turns in [{from}, {to}]");
+                    span *= 2;
+                }
+            }
+        }
+    }
+}
