@@ -85,9 +85,11 @@ pub fn window(text: &str) -> Result<(Duration, Duration), String> {
 
 /// Parses `START:LASTING:CAPACITY` (e.g. `20s:20s:50`): a brownout.
 pub fn brownout(text: &str) -> Result<(Duration, Duration, u32), String> {
-    let (window_text, capacity) = text
-        .rsplit_once(':')
-        .ok_or_else(|| format!("expected START:LASTING:CAPACITY, e.g. 20s:20s:50, found {text:?}"))?;
+    let shape = || format!("expected START:LASTING:CAPACITY, e.g. 20s:20s:50, found {text:?}");
+    if text.matches(':').count() != 2 {
+        return Err(shape());
+    }
+    let (window_text, capacity) = text.rsplit_once(':').ok_or_else(shape)?;
     let (start, lasting) = window(window_text)?;
     let capacity = count_in(0u32, 1_000_000_000)(capacity).map_err(|e| format!("CAPACITY: {e}"))?;
     Ok((start, lasting, capacity))
@@ -105,5 +107,6 @@ mod window_tests {
         assert!(window("30s:0s").unwrap_err().starts_with("LASTING"));
         assert!(window("soon:5s").unwrap_err().starts_with("START"));
         assert!(brownout("20s:20s:lots").unwrap_err().starts_with("CAPACITY"));
+        assert!(brownout("20s:5s").unwrap_err().contains("START:LASTING:CAPACITY"));
     }
 }

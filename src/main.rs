@@ -75,11 +75,13 @@ struct SimulateArgs {
     #[arg(long)]
     breaker: bool,
     /// Add the library's send gate (default settings) to each strategy: one
-    /// per process, pacing every attempt while the server is unwell.
+    /// per process, pacing every attempt while the server is unwell. With
+    /// --compare, each strategy runs without and with it, side by side.
     #[arg(long)]
     gate: bool,
     /// Add the send gate and pace every process's gate through the daemon,
     /// which learns one rate for the whole fleet and divides it by demand.
+    /// With --compare, each strategy runs without and with it, side by side.
     #[arg(long)]
     fleet: bool,
     /// Daemon replicas coordinating --fleet; each paces the processes that reach it.

@@ -50,14 +50,37 @@ fn strategies(request: &Request) -> Result<Vec<Strategy>, String> {
             named = vec![Named::FullJitter];
         }
     }
-    let mut strategies: Vec<Strategy> = named
-        .into_iter()
-        .map(|n| Strategy::named(n, request.modifiers))
-        .collect();
-    if let Some((path, service)) = &request.policy {
-        strategies.push(service_strategy(path, service, request.modifiers)?);
+    let mut strategies = Vec::new();
+    for modifiers in variants(request) {
+        strategies.extend(named.iter().map(|n| Strategy::named(*n, modifiers)));
+        if let Some((path, service)) = &request.policy {
+            strategies.push(service_strategy(path, service, modifiers)?);
+        }
     }
     Ok(strategies)
+}
+
+/// The modifiers to run each strategy with: as given; or, when comparing
+/// with `--gate` or `--fleet`, each strategy without them and with each,
+/// side by side.
+fn variants(request: &Request) -> Vec<Modifiers> {
+    let given = request.modifiers;
+    if !request.compare || !(given.gate || given.fleet) {
+        return vec![given];
+    }
+    let plain = Modifiers {
+        gate: false,
+        fleet: false,
+        ..given
+    };
+    let mut out = vec![plain];
+    if given.gate {
+        out.push(Modifiers { gate: true, ..plain });
+    }
+    if given.fleet {
+        out.push(Modifiers { fleet: true, ..plain });
+    }
+    out
 }
 
 /// The resolved policy of `service` in the file at `path`.

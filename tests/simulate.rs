@@ -200,3 +200,53 @@ fn out_of_range_scenarios_are_refused_with_the_flag_and_range() {
         );
     }
 }
+
+#[test]
+fn compare_puts_gates_and_fleet_pacing_beside_each_strategy_with_the_same_keys() {
+    let out = stdout(&simulate(&[
+        "--compare",
+        "--strategy",
+        "full-jitter",
+        "--gate",
+        "--fleet",
+        "--processes",
+        "50",
+        "--json",
+    ]));
+    let runs: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        strategy_names(&runs),
+        ["full-jitter", "full-jitter+gate", "full-jitter+fleet"]
+    );
+    let runs = runs.as_array().unwrap();
+    for key in ["wasted", "p99_seconds", "gave_up", "gave_up_no_turn"] {
+        assert!(runs.iter().all(|r| r.get(key).is_some()), "missing {key}");
+    }
+    let wasted: Vec<u64> = runs.iter().map(|r| r["wasted"].as_u64().unwrap()).collect();
+    assert!(wasted[1] * 5 < wasted[0] && wasted[2] < wasted[1], "{wasted:?}");
+}
+
+#[test]
+fn a_second_outage_and_a_brownout_are_set_and_checked() {
+    let out = stdout(&simulate(&[
+        "--clients",
+        "3000",
+        "--spread",
+        "30s",
+        "--outage",
+        "0s",
+        "--second-outage",
+        "10s:5s",
+        "--brownout",
+        "20s:5s:20",
+        "--json",
+    ]));
+    let run: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let accepted = |second: usize| run["accepted_per_second"][second].as_u64().unwrap();
+    assert!((10..15).all(|s| accepted(s) == 0), "{run}");
+    assert!((20..25).all(|s| accepted(s) <= 20), "{run}");
+    assert!(accepted(5) > 20 && accepted(26) > 20, "{run}");
+    let refused = simulate(&["--brownout", "20s:5s"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("START:LASTING:CAPACITY"));
+}
