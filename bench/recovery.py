@@ -111,6 +111,23 @@ def main():
             failed |= not ok
             verdict = "met" if ok else "NOT MET"
         print(f"{label:40} refused {refused:7,.0f} = {share:6.1%} of {excess_demand:,}  {verdict}")
+
+    print()
+    print("collapse (Brooker's model: 40/s, 80/s from 20 s to 25 s, 3 s timeouts, 3 tries at once, 20 processes);")
+    print("mean goodput from 35 s to 75 s (offered: 40/s), and the first second from 25 s on with goodput >= 36 for 5 s in a row")
+    for label, flags in [
+        ("3 tries", []),
+        ("no retries", ["--max-retries", "0"]),
+        ("3 tries, gates", ["--gate"]),
+        ("3 tries, fleet", ["--fleet"]),
+    ]:
+        results = runs(opts.binary, ["--scenario", "collapse", "--processes", "20", *flags])
+        goodput = statistics.mean(sum((r["goodput_per_second"] + [0] * 80)[35:75]) / 40 for r in results)
+        def back(r):
+            g = r["goodput_per_second"] + [0] * 90
+            return next((s for s in range(25, 80) if all(x >= 36 for x in g[s:s + 5])), None)
+        backs = [back(r) for r in results]
+        print(f"{label:40} goodput {goodput:5.1f}/s  back at {backs}")
     return 1 if failed else 0
 
 

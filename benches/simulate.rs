@@ -48,6 +48,7 @@ fn full_jitter_with_budget_and_breaker(bencher: Bencher) {
         breaker: true,
         gate: false,
         fleet: false,
+        per_try_timeout: None,
         max_retries: None,
     };
     let strategy = Strategy::named(Named::FullJitter, modifiers);

@@ -35,8 +35,24 @@ enum Command {
     Simulate(SimulateArgs),
 }
 
+/// The worlds `simulate` can put strategies in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum World {
+    /// A herd failing at once against a recovering server (the flags below set it).
+    Herd,
+    /// A metastable failure, after Marc Brooker's simple_collapse_sim: calls
+    /// arrive at 40/s, 80/s from 20 s to 25 s, until 80 s; the server takes
+    /// 1 s + 10 ms per request in progress, and finishes work its callers
+    /// gave up on; callers time out after 3 s and try 3 times, at once.
+    /// Replaces --clients, --capacity, --outage and --spread.
+    Collapse,
+}
+
 #[derive(Args)]
 struct SimulateArgs {
+    /// The world to simulate.
+    #[arg(long, value_enum, default_value = "herd")]
+    scenario: World,
     /// A strategy to run; repeat for several. Default: full-jitter, or with --compare all of them.
     #[arg(long = "strategy", value_enum)]
     strategies: Vec<Named>,
@@ -65,9 +81,14 @@ struct SimulateArgs {
     /// Time from a request to its answer.
     #[arg(long, default_value = "0s", value_parser = duration_in(secs(0), secs(3600)))]
     latency: Duration,
-    /// Give up after this many retries (clients that give up are counted). Default: until success.
+    /// Give up after this many retries (clients that give up are counted).
+    /// Default: until success; 2 in the collapse scenario.
     #[arg(long)]
     max_retries: Option<u32>,
+    /// Time each attempt out after this long. Default: the strategy's
+    /// (none for the named ones); 3s in the collapse scenario.
+    #[arg(long, value_parser = duration_in(Duration::from_millis(1), secs(86_400)))]
+    per_try_timeout: Option<Duration>,
     /// Add the library's retry budget (default settings) to each strategy.
     #[arg(long)]
     budget: bool,
@@ -255,13 +276,25 @@ fn main() -> ExitCode {
     }
 }
 
-fn simulate(args: SimulateArgs) -> ExitCode {
+fn simulate(mut args: SimulateArgs) -> ExitCode {
+    let collapse = (args.scenario == World::Collapse).then(stormguard::sim::Collapse::brooker);
+    if let Some(model) = collapse {
+        // Brooker's clients: three tries, 3 s each, no wait between.
+        args.max_retries.get_or_insert(2);
+        args.per_try_timeout.get_or_insert(Duration::from_secs(3));
+        if args.strategies.is_empty() && args.policy.is_none() {
+            args.strategies.push(Named::Immediate);
+        }
+        args.horizon = args.horizon.min(model.until);
+        args.outage = Duration::ZERO;
+    }
     let request = stormguard::simulate::Request {
         scenario: Scenario {
             clients: args.clients,
             capacity: args.capacity,
             outage: args.outage,
             second_outage: args.second_outage,
+            collapse,
             brownout: args
                 .brownout
                 .map(|(at, lasting, capacity)| stormguard::sim::Brownout {
@@ -286,6 +319,7 @@ fn simulate(args: SimulateArgs) -> ExitCode {
             gate: args.gate,
             fleet: args.fleet,
             max_retries: args.max_retries,
+            per_try_timeout: args.per_try_timeout,
         },
         compare: args.compare,
         json: args.json,

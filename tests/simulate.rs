@@ -250,3 +250,24 @@ fn a_second_outage_and_a_brownout_are_set_and_checked() {
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("START:LASTING:CAPACITY"));
 }
+
+#[test]
+fn the_collapse_scenario_reports_goodput_per_second() {
+    let out = stdout(&simulate(&["--scenario", "collapse", "--seed", "2", "--json"]));
+    let run: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(run["strategy"], "immediate+max2");
+    let goodput: Vec<u64> = run["goodput_per_second"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert!(
+        goodput[5..15].iter().all(|g| (25..=60).contains(g)),
+        "{goodput:?}"
+    );
+    assert!(
+        goodput.iter().skip(40).all(|g| *g == 0),
+        "collapsed long after the spike: {goodput:?}"
+    );
+}

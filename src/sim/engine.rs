@@ -24,6 +24,7 @@ use stormguard_core::guard::Guard;
 use stormguard_core::retry::{GaveUp, Verdict};
 use tokio::time::Instant;
 
+use super::collapse::{Busy, Collapse, Next};
 use super::strategy::Strategy;
 
 const NANOS_PER_SECOND: u64 = 1_000_000_000;
@@ -41,6 +42,9 @@ pub struct Scenario {
     pub second_outage: Option<(Duration, Duration)>,
     /// A brownout: the server takes only `capacity` requests a second from `at` for `lasting`.
     pub brownout: Option<Brownout>,
+    /// Instead of the clients, outage and capacity above: Brooker's
+    /// metastable failure (see [`Collapse`]).
+    pub collapse: Option<Collapse>,
     /// Clients make their first attempt at a uniformly drawn time in [0, spread).
     pub spread: Duration,
     /// Time from sending a request to its answer.
@@ -72,6 +76,7 @@ impl Default for Scenario {
             outage: Duration::from_secs(10),
             second_outage: None,
             brownout: None,
+            collapse: None,
             spread: Duration::ZERO,
             latency: Duration::ZERO,
             processes: 0,
@@ -108,6 +113,8 @@ pub struct Run {
     pub accepted: Vec<u64>,
     /// Requests rejected because an outage was on.
     pub rejected_in_outage: u64,
+    /// Clients served, per second of their success: the goodput.
+    pub served: Vec<u64>,
     /// Each served client's time from its first attempt to its success, sorted.
     pub times_to_success: Vec<Duration>,
     /// When the last client succeeded, from t = 0.
@@ -160,14 +167,24 @@ struct Client {
     start: u64,
     /// Its call, from its first event on.
     call: Option<Call>,
-    /// While an attempt is in flight: the attempt and whether the server accepted it.
-    in_flight: Option<(Send, bool)>,
+    /// While an attempt is in flight: the attempt and what became of it.
+    in_flight: Option<(Send, InFlight)>,
     /// The ticket it holds in its process's gate line, if it waits in one.
     ticket: Option<u64>,
     process: usize,
     /// When its pending event is; the queue may also hold older ones for
     /// it, left when it was woken sooner, which are skipped.
     due: Option<u64>,
+}
+
+/// What became of an attempt in flight.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum InFlight {
+    /// The server said at once: its answer arrives at the client's next event.
+    Decided(bool),
+    /// Request `.0` is on its way (the collapse scenario): the client's next
+    /// event is its timeout, unless the answer comes first.
+    Awaiting(u32),
 }
 
 /// The server of seed 004: a count per calendar second since t = 0, with
@@ -184,13 +201,31 @@ struct Server {
 }
 
 impl Server {
-    /// Counts a request at `t` and says whether it is accepted.
-    fn handle(&mut self, t: u64) -> bool {
+    /// The calendar second of `t`, with room for its counts.
+    fn second(&mut self, t: u64) -> usize {
         let second = (t / NANOS_PER_SECOND) as usize;
         if second >= self.requests.len() {
             self.requests.resize(second + 1, 0);
             self.accepted.resize(second + 1, 0);
         }
+        second
+    }
+
+    /// Counts a request sent at `t` whose fate is decided later.
+    fn sent(&mut self, t: u64) {
+        let second = self.second(t);
+        self.requests[second] += 1;
+    }
+
+    /// Counts an answer that reached its caller in time, at `t`.
+    fn served(&mut self, t: u64) {
+        let second = self.second(t);
+        self.accepted[second] += 1;
+    }
+
+    /// Counts a request at `t` and says whether it is accepted.
+    fn handle(&mut self, t: u64) -> bool {
+        let second = self.second(t);
         self.requests[second] += 1;
         if self
             .outages
@@ -227,6 +262,8 @@ struct World<'a> {
     clients: Vec<Client>,
     /// The daemon replicas' fleet controllers, when the strategy is fleet-paced.
     replicas: Vec<FleetController<u32>>,
+    /// The collapse scenario's server and requests.
+    busy: Option<Busy>,
     queue: Queue,
     server: Server,
     rng: SmallRng,
@@ -261,28 +298,35 @@ enum Asking {
 impl<'a> World<'a> {
     fn new(scenario: &'a Scenario, strategy: &Strategy) -> Self {
         let origin = Instant::now();
-        let processes = match scenario.processes {
-            0 => scenario.clients,
-            n => n.min(scenario.clients),
-        }
-        .max(1) as usize;
         let mut rng = SmallRng::seed_from_u64(scenario.seed);
         let spread = nanos(scenario.spread);
-        let clients: Vec<Client> = (0..scenario.clients as usize)
-            .map(|i| {
-                let start = if spread > 0 {
-                    rng.random_range(0..spread)
-                } else {
-                    0
-                };
-                Client {
-                    start,
-                    call: None,
-                    in_flight: None,
-                    ticket: None,
-                    process: i % processes,
-                    due: Some(start),
-                }
+        let starts: Vec<u64> = match &scenario.collapse {
+            Some(model) => model.arrivals(&mut rng),
+            None => (0..scenario.clients)
+                .map(|_| {
+                    if spread > 0 {
+                        rng.random_range(0..spread)
+                    } else {
+                        0
+                    }
+                })
+                .collect(),
+        };
+        let processes = match scenario.processes {
+            0 => starts.len(),
+            n => (n as usize).min(starts.len()),
+        }
+        .max(1);
+        let clients: Vec<Client> = starts
+            .iter()
+            .enumerate()
+            .map(|(i, &start)| Client {
+                start,
+                call: None,
+                in_flight: None,
+                ticket: None,
+                process: i % processes,
+                due: Some(start),
             })
             .collect();
         let mut queue = Queue::new();
@@ -309,6 +353,7 @@ impl<'a> World<'a> {
                 false => Vec::new(),
             },
             clients,
+            busy: scenario.collapse.map(Busy::new),
             queue,
             server: Server {
                 capacity: u64::from(scenario.capacity),
@@ -333,10 +378,14 @@ impl<'a> World<'a> {
             rng,
             outcome: Run {
                 strategy: strategy.label.clone(),
-                scenario: scenario.clone(),
+                scenario: Scenario {
+                    clients: starts.len() as u32,
+                    ..scenario.clone()
+                },
                 requests: Vec::new(),
                 accepted: Vec::new(),
                 rejected_in_outage: 0,
+                served: Vec::new(),
                 times_to_success: Vec::new(),
                 last_success: Duration::ZERO,
                 drained: Duration::ZERO,
@@ -362,7 +411,7 @@ impl<'a> World<'a> {
         let unfinished = self
             .clients
             .iter()
-            .filter(|c| c.due.is_some() || c.ticket.is_some())
+            .filter(|c| c.due.is_some() || c.ticket.is_some() || c.in_flight.is_some())
             .count();
         self.finish(unfinished)
     }
@@ -374,8 +423,11 @@ impl<'a> World<'a> {
     /// The event at `t` of a client, or of a process's exchange with the
     /// daemon (ids past the clients'), unless a sooner one replaced it.
     fn handle(&mut self, t: u64, id: u32) {
-        if let Some(process) = (id as usize).checked_sub(self.clients.len()) {
-            return self.exchange(t, process);
+        if let Some(past_clients) = (id as usize).checked_sub(self.clients.len()) {
+            return match past_clients.checked_sub(self.processes.len()) {
+                None => self.exchange(t, past_clients),
+                Some(request) => self.request(t, request as u32),
+            };
         }
         let client = &mut self.clients[id as usize];
         if client.due != Some(t) {
@@ -383,8 +435,13 @@ impl<'a> World<'a> {
         }
         client.due = None;
         self.outcome.events += 1;
-        if let Some((send, accepted)) = client.in_flight.take() {
-            self.answer(t, id, send, accepted);
+        if let Some((send, in_flight)) = client.in_flight.take() {
+            let answer = match in_flight {
+                InFlight::Decided(true) => Answer::Succeeded,
+                InFlight::Decided(false) => Answer::Failed(Verdict::Retry { after: None }),
+                InFlight::Awaiting(_) => Answer::TimedOut,
+            };
+            self.answer(t, id, send, answer);
         } else {
             self.step(t, id);
         }
@@ -470,12 +527,20 @@ impl<'a> World<'a> {
             client.ticket = ticket;
         }
         match step {
+            CallStep::Send(send) if self.busy.is_some() => self.send_request(t, id, send),
             CallStep::Send(send) => {
                 let accepted = self.server.handle(t);
                 match nanos(self.scenario.latency) {
-                    0 => self.answer(t, id, send, accepted),
+                    0 => {
+                        let answer = if accepted {
+                            Answer::Succeeded
+                        } else {
+                            Answer::Failed(Verdict::Retry { after: None })
+                        };
+                        self.answer(t, id, send, answer);
+                    }
                     latency => {
-                        self.clients[id as usize].in_flight = Some((send, accepted));
+                        self.clients[id as usize].in_flight = Some((send, InFlight::Decided(accepted)));
                         self.schedule(t.saturating_add(latency), id);
                     }
                 }
@@ -486,19 +551,58 @@ impl<'a> World<'a> {
         }
     }
 
+    /// The collapse scenario: the attempt travels to the server as a
+    /// request; the client waits for its answer or its timeout.
+    fn send_request(&mut self, t: u64, id: u32, send: Send) {
+        self.server.sent(t);
+        let busy = self.busy.as_mut().expect("the collapse scenario");
+        let (request, arrives) = busy.send(id, t, &mut self.rng);
+        self.queue.push(Reverse(arrives), self.request_id(request));
+        if let Some(until) = send.until {
+            self.schedule(nanos_since(self.origin, until).max(t), id);
+        }
+        self.clients[id as usize].in_flight = Some((send, InFlight::Awaiting(request)));
+    }
+
+    fn request_id(&self, request: u32) -> u32 {
+        (self.clients.len() + self.processes.len()) as u32 + request
+    }
+
+    /// A request's event: it reaches the server, is served, or its answer
+    /// reaches its client, who takes it if it still waits for it.
+    fn request(&mut self, t: u64, request: u32) {
+        let busy = self.busy.as_mut().expect("the collapse scenario");
+        let client = match busy.step(request, t, &mut self.rng) {
+            Next::At(at) => return self.queue.push(Reverse(at), self.request_id(request)),
+            Next::Answer { client } => client,
+        };
+        let waiting = &mut self.clients[client as usize];
+        if waiting.in_flight.as_ref().map(|(_, f)| *f) != Some(InFlight::Awaiting(request)) {
+            return;
+        }
+        let (send, _) = waiting.in_flight.take().expect("checked");
+        waiting.due = None;
+        self.outcome.events += 1;
+        self.server.served(t);
+        self.answer(t, client, send, Answer::Succeeded);
+        let process = self.clients[client as usize].process;
+        self.wake_first_in_line(t, process);
+        self.start_asking(t, process);
+    }
+
     /// The answer to the client's attempt arrives: done, or back off and retry.
-    fn answer(&mut self, t: u64, id: u32, send: Send, accepted: bool) {
+    fn answer(&mut self, t: u64, id: u32, send: Send, answer: Answer) {
         let now = self.at(t);
         let client = &mut self.clients[id as usize];
-        let answer = if accepted {
-            Answer::Succeeded
-        } else {
-            Answer::Failed(Verdict::Retry { after: None })
-        };
         let guard = &self.processes[client.process].guard;
         let call = client.call.as_mut().expect("a call in progress");
         match call.answered_at(guard, send, answer, now, &mut self.rng) {
             Answered::Succeeded => {
+                let second = (t / NANOS_PER_SECOND) as usize;
+                if second >= self.outcome.served.len() {
+                    self.outcome.served.resize(second + 1, 0);
+                }
+                self.outcome.served[second] += 1;
                 self.outcome
                     .times_to_success
                     .push(Duration::from_nanos(t - client.start));
@@ -555,6 +659,6 @@ fn nanos_since(origin: Instant, at: Instant) -> u64 {
     nanos(at.saturating_duration_since(origin))
 }
 
-fn nanos(d: Duration) -> u64 {
+pub(super) fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }

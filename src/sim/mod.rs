@@ -2,12 +2,14 @@
 //! an outage, in virtual time, deterministic for a seed (seed 004, without
 //! its 15-60 s of real time a run).
 
+mod collapse;
 mod engine;
 mod render;
 mod report;
 mod strategy;
 mod svg;
 
+pub use collapse::Collapse;
 pub use engine::{run, Brownout, GaveUpCounts, Run, Scenario};
 pub use render::{histogram, summary, table};
 pub use report::Summary;

@@ -70,6 +70,8 @@ pub struct Summary {
     pub requests_per_second: Vec<u64>,
     /// Accepted requests per second, index = second.
     pub accepted_per_second: Vec<u64>,
+    /// Clients served per second (by when their call succeeded): the goodput.
+    pub goodput_per_second: Vec<u64>,
 }
 
 impl Summary {
@@ -117,6 +119,7 @@ impl Summary {
             events: run.events,
             requests_per_second: run.requests.clone(),
             accepted_per_second: run.accepted.clone(),
+            goodput_per_second: run.served.clone(),
         }
     }
 }

@@ -26,6 +26,8 @@ pub enum Named {
     ProportionalJitter,
     /// Seed 001's schedule, 0, 10, 10, 100, 100, 500, 500, 3000, 3000, 5000 ms, × (1 ± 50 %).
     Delays,
+    /// Retry at once, no backoff (the clients of Brooker's collapse model).
+    Immediate,
 }
 
 impl Named {
@@ -37,7 +39,7 @@ impl Named {
         Named::DecorrelatedJitter,
     ];
 
-    /// Every named strategy.
+    /// Every named strategy of the herd.
     pub const ALL: [Named; 7] = [
         Named::Constant,
         Named::Exponential,
@@ -58,6 +60,7 @@ impl Named {
             Named::DecorrelatedJitter => "decorrelated-jitter",
             Named::ProportionalJitter => "proportional-jitter",
             Named::Delays => "delays",
+            Named::Immediate => "immediate",
         }
     }
 
@@ -89,6 +92,12 @@ impl Named {
             Named::ProportionalJitter => RetryPolicy {
                 jitter_factor: 0.1,
                 ..seed_backoff(Jitter::Proportional)
+            },
+            Named::Immediate => RetryPolicy {
+                initial_delay: Duration::ZERO,
+                max_delay: Duration::ZERO,
+                multiplier: 1.0,
+                ..seed_backoff(Jitter::None)
             },
             Named::Delays => RetryPolicy {
                 delays: [0, 10, 10, 100, 100, 500, 500, 3000, 3000, 5000]
@@ -129,6 +138,8 @@ pub struct Modifiers {
     pub fleet: bool,
     /// Give up after this many retries.
     pub max_retries: Option<u32>,
+    /// Time each attempt out after this long.
+    pub per_try_timeout: Option<Duration>,
 }
 
 impl Strategy {
@@ -172,6 +183,9 @@ impl Strategy {
         }
         if modifiers.fleet {
             label.push_str("+fleet");
+        }
+        if let Some(timeout) = modifiers.per_try_timeout {
+            policy.per_try_timeout = Some(timeout);
         }
         if let Some(max) = modifiers.max_retries {
             policy.max_retries = max;
@@ -238,6 +252,7 @@ mod tests {
                 gate: true,
                 fleet: false,
                 max_retries: Some(5),
+                per_try_timeout: None,
             },
         );
         assert_eq!(s.label, "full-jitter+budget+breaker+gate+max5");

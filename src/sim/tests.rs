@@ -335,3 +335,61 @@ fn paced_runs_are_deterministic_for_a_seed() {
     assert_eq!(paced(50, true, 7), paced(50, true, 7));
     assert_ne!(paced(50, true, 7).wasted, 0);
 }
+
+/// Brooker's collapse with `strategy`'s retries and `modifiers`, seed 2
+/// (one that collapses with retries), the mean goodput from 35 s to 75 s.
+fn collapse_goodput(modifiers: Modifiers, max_elapsed: Option<Duration>) -> (f64, Summary) {
+    let scenario = Scenario {
+        collapse: Some(crate::sim::Collapse::brooker()),
+        processes: 20,
+        horizon: Duration::from_secs(80),
+        seed: 2,
+        ..Scenario::default()
+    };
+    let mut policy = Named::Immediate.policy();
+    policy.max_elapsed = max_elapsed;
+    let modifiers = Modifiers {
+        max_retries: modifiers.max_retries.or(Some(2)),
+        per_try_timeout: Some(Duration::from_secs(3)),
+        ..modifiers
+    };
+    let strategy = Strategy::from_policy("immediate", policy, modifiers).unwrap();
+    let summary = Summary::of(&run(&scenario, &strategy));
+    let goodput = &summary.goodput_per_second;
+    let after: u64 = (35..75).map(|s| goodput.get(s).copied().unwrap_or(0)).sum();
+    (after as f64 / 40.0, summary)
+}
+
+#[test]
+fn brookers_collapse_stays_collapsed_with_retries_and_recovers_without() {
+    let (with_retries, collapsed) = collapse_goodput(Modifiers::default(), None);
+    assert!(with_retries < 1.0, "goodput after the spike: {with_retries}");
+    assert!(
+        collapsed.clients > 3300,
+        "Poisson arrivals at 40/s for 80 s: {}",
+        collapsed.clients
+    );
+    let no_retries = Modifiers {
+        max_retries: Some(0),
+        ..Modifiers::default()
+    };
+    let (without, _) = collapse_goodput(no_retries, None);
+    assert!(without > 35.0, "back to the offered 40/s: {without}");
+}
+
+#[test]
+fn gates_pull_callers_with_deadlines_out_of_the_collapse() {
+    let gate = Modifiers {
+        gate: true,
+        ..Modifiers::default()
+    };
+    let deadline = Some(Duration::from_secs(9));
+    let (gated, summary) = collapse_goodput(gate, deadline);
+    let (plain, _) = collapse_goodput(Modifiers::default(), deadline);
+    assert!(plain < 1.0, "{plain}");
+    assert!(gated > 30.0, "goodput after the spike: {gated}");
+    assert!(
+        summary.gave_up_no_turn > 0,
+        "calls waiting past their deadline end with no turn"
+    );
+}

@@ -259,9 +259,10 @@ impl Call {
         controls.settle_at(send.permit, outcome, now);
         let gate = controls.gate();
         if let Some(gate) = gate {
-            let signal = match outcome {
-                AttemptOutcome::Failed => Signal::Overloaded,
-                AttemptOutcome::Succeeded | AttemptOutcome::Ignored => Signal::Accepted,
+            let signal = match (outcome, answer) {
+                (AttemptOutcome::Failed, Answer::TimedOut) => Signal::TimedOut,
+                (AttemptOutcome::Failed, _) => Signal::Overloaded,
+                (AttemptOutcome::Succeeded | AttemptOutcome::Ignored, _) => Signal::Accepted,
             };
             gate.record_at(signal, send.sent, now);
         }

@@ -178,7 +178,7 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
 
         self.grow(accepted as u32, now);
         if overloaded > 0.0 {
-            self.rate.overloaded(&self.policy, window_start, now);
+            self.rate.overloaded(&self.policy, window_start, now, false);
         }
         self.division.stale = true;
         self.divide(now);

@@ -20,7 +20,10 @@
 //!   after that cuts it by `beta` and regrows it along CUBIC's curve
 //!   towards, then past, the rate at which it failed. As in TCP, an overload
 //!   cuts the rate once: attempts sent before the cut were sent at the old
-//!   rate, and their failures do not cut it again. A cut never goes below
+//!   rate, and their failures do not cut it again. A timeout cuts to a share
+//!   of what the dependency accepted over the last second instead: it may
+//!   still be working on what timed out, and a rate it cannot keep up with
+//!   is how a spike becomes a lasting collapse. A refusal's cut never goes below
 //!   what the dependency accepted over the last second (BBR's delivery
 //!   rate): a server that takes 200 a second and refuses the rest of a
 //!   second's burst has shown it can take 200, not that it can take none.
@@ -92,9 +95,13 @@ pub enum Claim {
 pub enum Signal {
     /// Answered well (or failed in a way that says nothing about load).
     Accepted,
-    /// Overloaded or down: 429, 503, a timeout, a refused connection, or any
-    /// failure the policy retries.
+    /// Overloaded or down: 429, 503, a refused connection, or any failure
+    /// the policy retries.
     Overloaded,
+    /// No answer in time. Unlike a refusal, the dependency may still be
+    /// working on it: the rate is cut to what it has lately been seen to
+    /// accept, not by a share of what was sent.
+    TimedOut,
 }
 
 /// The gate of one dependency in one process. Shared by every call to it.
@@ -312,7 +319,7 @@ impl SendGate {
         let mut state = self.lock();
         let policy = &self.policy;
         match signal {
-            Signal::Overloaded if !self.is_on() => {
+            Signal::Overloaded | Signal::TimedOut if !self.is_on() => {
                 state.rate = Rate::probing(policy, now);
                 let first_credit = state.rng.random::<f64>();
                 state.pacer = Pacer::new(first_credit, now);
@@ -320,12 +327,14 @@ impl SendGate {
                 state.tally = Tally::default();
                 self.on.store(true, Ordering::Relaxed);
             }
-            Signal::Overloaded => {
+            Signal::Overloaded | Signal::TimedOut => {
                 state.tally.overloaded += 1;
                 state.last_trouble = now;
                 let own = state.rate.now;
                 state.pacer.accrue(own, now);
-                state.rate.overloaded(policy, sent, now);
+                state
+                    .rate
+                    .overloaded(policy, sent, now, signal == Signal::TimedOut);
             }
             Signal::Accepted => {
                 state.tally.accepted += 1;

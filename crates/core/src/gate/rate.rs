@@ -94,8 +94,9 @@ impl Rate {
         self.phase == Phase::SlowStart
     }
 
-    /// An attempt sent at `sent` was refused or timed out at `now`.
-    pub(crate) fn overloaded(&mut self, policy: &GatePolicy, sent: Instant, now: Instant) {
+    /// An attempt sent at `sent` was refused (or, if `timed_out`, got no
+    /// answer in time) at `now`.
+    pub(crate) fn overloaded(&mut self, policy: &GatePolicy, sent: Instant, now: Instant, timed_out: bool) {
         self.delivered.roll(now);
         if sent < self.last_cut {
             return;
@@ -107,10 +108,16 @@ impl Rate {
             let k = (max * (1.0 - policy.beta) / policy.scale).cbrt();
             self.phase = Phase::Cubic { max, since: now, k };
         }
-        // Refusals that follow the last accepted attempt of a burst would
-        // otherwise cut again and again; what was just accepted can be sent.
-        let floor = self.delivered.per_second().min(self.now).max(policy.min_rate);
-        self.now = (self.now * policy.beta).max(floor);
+        let delivered = self.delivered.per_second().min(self.now);
+        self.now = if timed_out {
+            // The dependency may still be busy with what timed out: send no
+            // more than a share of what it has lately managed to answer.
+            (delivered * policy.beta).max(policy.min_rate)
+        } else {
+            // Refusals that follow the last accepted attempt of a burst would
+            // otherwise cut again and again; what was just accepted can be sent.
+            (self.now * policy.beta).max(delivered).max(policy.min_rate)
+        };
     }
 
     /// An attempt was accepted at `now`.

@@ -459,3 +459,32 @@ mod against_an_ideal_pacer {
         }
     }
 }
+
+#[test]
+fn a_timeout_cuts_to_a_share_of_what_was_lately_accepted() {
+    let t0 = Instant::now();
+    let gate = gate(t0);
+    overload(&gate, t0);
+    for i in 0..100 {
+        gate.record_at(Signal::Accepted, t0, t0 + secs(0.5 + f64::from(i) * 0.001));
+    }
+    assert_eq!(gate.rate(), Some(100.5));
+    // All 100 were accepted within the last second at 1.2 s.
+    let at = t0 + secs(1.2);
+    gate.record_at(Signal::TimedOut, at, at);
+    assert!(
+        (gate.rate().unwrap() - 70.0).abs() < 1e-9,
+        "0.7 × 100 accepted: {:?}",
+        gate.rate()
+    );
+    let later = t0 + secs(3.0);
+    gate.record_at(Signal::TimedOut, later, later);
+    assert_eq!(
+        gate.rate(),
+        Some(0.5),
+        "nothing accepted lately: down to the probe rate"
+    );
+    let refused = t0 + secs(4.0);
+    gate.record_at(Signal::Overloaded, refused, refused);
+    assert_eq!(gate.rate(), Some(0.5));
+}
