@@ -91,6 +91,7 @@ impl Fleet {
             sent: ask.sent,
             accepted: ask.accepted,
             overloaded: ask.overloaded,
+            timed_out: ask.timed_out,
             waiting: ask.waiting,
         };
         let grant = entry.controller.ask_at(instance, tally, now);
@@ -178,7 +179,7 @@ impl Families {
         let attempts = IntCounterVec::new(
             Opts::new(
                 "stormguard_fleet_attempts_total",
-                "Attempts the paced processes report, by outcome: sent, accepted, overloaded (refused or timed out).",
+                "Attempts the paced processes report, by outcome: sent, accepted, overloaded (refused or timed out), timed_out (of those).",
             ),
             &["service", "outcome"],
         )
@@ -216,6 +217,7 @@ impl Families {
             ("sent", ask.sent),
             ("accepted", ask.accepted),
             ("overloaded", ask.overloaded),
+            ("timed_out", ask.timed_out),
         ] {
             self.attempts
                 .with_label_values(&[service, outcome])
@@ -227,7 +229,7 @@ impl Families {
         for family in [&self.rate, &self.processes, &self.paced_seconds] {
             let _ = family.remove_label_values(&[service]);
         }
-        for outcome in ["sent", "accepted", "overloaded"] {
+        for outcome in ["sent", "accepted", "overloaded", "timed_out"] {
             let _ = self.attempts.remove_label_values(&[service, outcome]);
         }
     }
@@ -251,6 +253,7 @@ mod tests {
             sent: 0,
             accepted: 0,
             overloaded: 1,
+            timed_out: 0,
             waiting: 3,
         }
     }

@@ -60,6 +60,7 @@ async fn ask(inner: &Inner, service: &str, guard: &Guard) -> Option<PaceGrant> {
         sent: tally.sent,
         accepted: tally.accepted,
         overloaded: tally.overloaded,
+        timed_out: tally.timed_out,
         waiting: tally.waiting,
     };
     let asked = inner

@@ -178,7 +178,8 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
 
         self.grow(accepted as u32, now);
         if overloaded > 0.0 {
-            self.rate.overloaded(&self.policy, window_start, now, false);
+            let timed_out = tally.timed_out > 0;
+            self.rate.overloaded(&self.policy, window_start, now, timed_out);
         }
         self.division.stale = true;
         self.divide(now);

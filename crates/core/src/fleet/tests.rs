@@ -19,6 +19,7 @@ fn tally(sent: u64, accepted: u64, overloaded: u64, waiting: u64) -> Tally {
         sent,
         accepted,
         overloaded,
+        timed_out: 0,
         waiting,
     }
 }

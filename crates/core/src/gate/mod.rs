@@ -122,6 +122,8 @@ pub struct Tally {
     pub accepted: u64,
     /// Attempts refused or timed out while on.
     pub overloaded: u64,
+    /// Of those, the ones that timed out.
+    pub timed_out: u64,
     /// Attempts waiting in line now: the demand not yet served.
     pub waiting: u64,
 }
@@ -329,6 +331,7 @@ impl SendGate {
             }
             Signal::Overloaded | Signal::TimedOut => {
                 state.tally.overloaded += 1;
+                state.tally.timed_out += u64::from(signal == Signal::TimedOut);
                 state.last_trouble = now;
                 let own = state.rate.now;
                 state.pacer.accrue(own, now);

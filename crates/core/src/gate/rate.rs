@@ -102,14 +102,8 @@ impl Rate {
             return;
         }
         self.last_cut = now;
-        if self.phase != Phase::Probing {
-            // CUBIC: back to `max` after k seconds, k = ∛(max (1 − β) / C).
-            let max = self.now;
-            let k = (max * (1.0 - policy.beta) / policy.scale).cbrt();
-            self.phase = Phase::Cubic { max, since: now, k };
-        }
         let delivered = self.delivered.per_second().min(self.now);
-        self.now = if timed_out {
+        let cut = if timed_out {
             // The dependency may still be busy with what timed out: send no
             // more than a share of what it has lately managed to answer.
             (delivered * policy.beta).max(policy.min_rate)
@@ -118,6 +112,16 @@ impl Rate {
             // otherwise cut again and again; what was just accepted can be sent.
             (self.now * policy.beta).max(delivered).max(policy.min_rate)
         };
+        if self.phase != Phase::Probing {
+            // CUBIC: back to `max` after k seconds, k = ∛(max (1 − β) / C).
+            // After a timeout the rate it was sent at is no target: regrow
+            // from the cut, slowly at first.
+            let max = if timed_out { cut } else { self.now };
+            let k = (max * (1.0 - policy.beta) / policy.scale).cbrt();
+            let k = if timed_out { 0.0 } else { k };
+            self.phase = Phase::Cubic { max, since: now, k };
+        }
+        self.now = cut;
     }
 
     /// An attempt was accepted at `now`.

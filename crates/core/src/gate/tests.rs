@@ -340,13 +340,15 @@ fn the_tally_counts_what_was_sent_and_answered_since_the_last_one() {
     assert_eq!(gate.claim_at(&first, t0 + secs(2.0), None), Claim::Go);
     gate.record_at(Signal::Accepted, t0 + secs(2.0), t0 + secs(2.1));
     gate.record_at(Signal::Overloaded, t0 + secs(2.0), t0 + secs(2.1));
+    gate.record_at(Signal::TimedOut, t0 + secs(2.0), t0 + secs(2.1));
     let tally = gate.tally();
     assert_eq!(
         tally,
         Tally {
             sent: 1,
             accepted: 1,
-            overloaded: 1,
+            overloaded: 2,
+            timed_out: 1,
             waiting: 1
         }
     );

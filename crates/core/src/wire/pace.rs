@@ -23,8 +23,11 @@ pub struct PaceAsk<'a> {
     pub sent: u64,
     /// Of the attempts answered since, those accepted...
     pub accepted: u64,
-    /// ...and those refused or timed out.
+    /// ...and those refused or timed out...
     pub overloaded: u64,
+    /// ...of which these timed out (absent from older clients: none).
+    #[serde(default)]
+    pub timed_out: u64,
     /// Calls waiting for a turn now.
     pub waiting: u64,
 }
@@ -56,14 +59,17 @@ mod tests {
 
     #[test]
     fn an_ask_is_read_with_its_names_checked() {
-        let json = r#"{"service":"payments","instance":"checkout-7f9c4-abcde","sent":3,"accepted":2,"overloaded":1,"waiting":40}"#;
+        let json = r#"{"service":"payments","instance":"checkout-7f9c4-abcde","sent":3,"accepted":2,"overloaded":1,"timedOut":1,"waiting":40}"#;
         let ask: PaceAsk = serde_json::from_str(json).unwrap();
         assert_eq!(
-            (ask.sent, ask.accepted, ask.overloaded, ask.waiting),
-            (3, 2, 1, 40)
+            (ask.sent, ask.accepted, ask.overloaded, ask.timed_out, ask.waiting),
+            (3, 2, 1, 1, 40)
         );
         assert!(ask.check().is_ok());
         assert_eq!(serde_json::to_string(&ask).unwrap(), json);
+        let older =
+            r#"{"service":"payments","instance":"p","sent":3,"accepted":2,"overloaded":1,"waiting":40}"#;
+        assert_eq!(serde_json::from_str::<PaceAsk>(older).unwrap().timed_out, 0);
 
         let bad = PaceAsk {
             service: "Not A Name".into(),
