@@ -185,13 +185,18 @@ impl SendGate {
         if !self.is_on() {
             return false;
         }
-        let state = self.lock();
+        !self.turn_off_if_quiet(&self.lock(), now)
+    }
+
+    /// Turns the gate off if nothing has been refused and nobody has waited
+    /// for `quiet`, and nobody waits now; whether it did.
+    fn turn_off_if_quiet(&self, state: &State, now: Instant) -> bool {
         let quiet = now.saturating_duration_since(state.last_trouble) >= self.policy.quiet;
-        if quiet && state.line.is_empty() {
+        let off = quiet && state.line.is_empty();
+        if off {
             self.on.store(false, Ordering::Relaxed);
-            return false;
         }
-        true
+        off
     }
 
     /// The rate the gate paces at, in attempts per second (the fleet's
@@ -260,14 +265,8 @@ impl SendGate {
 
     fn paced_turn(&self, now: Instant) -> Turn {
         let mut state = self.lock();
-        if state.line.is_empty() {
-            if now.saturating_duration_since(state.last_trouble) >= self.policy.quiet {
-                self.on.store(false, Ordering::Relaxed);
-                return Turn::Now;
-            }
-            if state.give_turn(now) {
-                return Turn::Now;
-            }
+        if self.turn_off_if_quiet(&state, now) || (state.line.is_empty() && state.give_turn(now)) {
+            return Turn::Now;
         }
         state.last_trouble = now;
         let number = state.next_ticket;
@@ -344,10 +343,7 @@ impl SendGate {
                 let own = state.rate.now;
                 state.pacer.accrue(own, now);
                 state.rate.accepted(policy, now);
-                let quiet = now.saturating_duration_since(state.last_trouble) >= policy.quiet;
-                if quiet && state.line.is_empty() {
-                    self.on.store(false, Ordering::Relaxed);
-                }
+                self.turn_off_if_quiet(&state, now);
                 // The first in line may be due sooner now.
                 state.wake_first();
             }
