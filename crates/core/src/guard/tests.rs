@@ -335,11 +335,21 @@ async fn a_call_that_gets_no_turn_before_its_deadline_ends_and_leaves_the_line()
     let guard = Guard::from_policy(&valid(p));
     let start = Instant::now();
     let (_, results) = herd(&guard, 5, Duration::from_secs(3600)).await;
-    assert!(results.iter().all(|r| *r == Err(GaveUp::NoTurn)), "{results:?}");
+    // The first turn comes within 2 s (the first credit is drawn at random),
+    // the next 2 s later: at most two of the callers waiting in line get a
+    // turn before the 3 s deadline, and their retry would pass it.
+    let no_turn = results.iter().filter(|r| **r == Err(GaveUp::NoTurn)).count();
+    assert!(no_turn >= 3, "{results:?}");
+    assert!(
+        results
+            .iter()
+            .all(|r| matches!(r, Err(GaveUp::NoTurn | GaveUp::Deadline))),
+        "{results:?}"
+    );
     assert_eq!(
         start.elapsed(),
         Duration::from_secs(3),
-        "each waited in line until its deadline"
+        "the rest waited in line until their deadline"
     );
     assert_eq!(guard.gate().unwrap().waiting(), 0);
 }
