@@ -187,7 +187,7 @@ enum InFlight {
     Awaiting(u32),
 }
 
-/// The server of seed 004: a count per calendar second since t = 0, with
+/// The herd's server: a count per calendar second since t = 0, with
 /// its outages and brownout.
 struct Server {
     capacity: u64,
