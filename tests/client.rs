@@ -575,3 +575,53 @@ async fn a_refusing_dependency_is_paced_through_the_daemon() {
     );
     calls.abort_all();
 }
+
+#[tokio::test]
+async fn a_process_without_fleet_pacing_paces_by_its_own_gate() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "services:\n  inventory:\n    maxRetries: 100\n    initialDelay: 5ms\n    maxElapsed: 30s\n    gate:\n      enabled: true\n      minRate: 4\n",
+    )
+    .unwrap();
+    let daemon = Daemon::start(&policy, &[]);
+    let client = PolicyClient::start(config(&daemon.base, "inventory"))
+        .await
+        .expect("a valid client configuration");
+    let reporter = Reporter::start(ReporterConfig {
+        fleet_pacing: false,
+        ..ReporterConfig::new(&daemon.base, "pod-1")
+    })
+    .expect("a valid reporter configuration");
+    let inventory = Dependency::new(client.clone(), reporter.clone());
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..5 {
+        let inventory = inventory.clone();
+        calls.spawn(async move {
+            inventory
+                .call("/stock", |_| async {
+                    Err::<(), _>(Failure::Status {
+                        code: 503,
+                        retry_after: None,
+                    })
+                })
+                .await
+        });
+    }
+    let gate_on = eventually(Duration::from_secs(5), || async {
+        let guard = client.guard();
+        guard.gate()?.is_on_at(tokio::time::Instant::now()).then_some(())
+    })
+    .await;
+    assert!(gate_on.is_some(), "the refusals turn the gate on");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(reporter.stats().pace_asks, 0, "no asks: {:?}", reporter.stats());
+    let exposition = metrics(&daemon).await;
+    assert_eq!(
+        sample(&exposition, "stormguard_fleet_processes{service=\"inventory\"}"),
+        None,
+        "the daemon paces no process: {exposition}"
+    );
+    calls.abort_all();
+}

@@ -54,12 +54,16 @@ pub struct ReporterConfig {
     pub max_endpoints: usize,
     /// Dependencies kept between sends; more are not counted (and logged).
     pub max_services: usize,
+    /// Whether a dependency whose send gate is on asks the daemon for this
+    /// process's share of the rate the whole fleet may send it (on by
+    /// default). Off, each gate paces by what this process alone learns.
+    pub fleet_pacing: bool,
 }
 
 impl ReporterConfig {
     /// Reports every 10 s as `instance` (for a pod: `$HOSTNAME`), giving a
     /// send 10 s, keeping at most 100 endpoints per dependency and 100
-    /// dependencies between sends.
+    /// dependencies between sends, with fleet pacing on.
     pub fn new(daemon: impl Into<String>, instance: impl Into<String>) -> Self {
         Self {
             daemon: daemon.into().trim_end_matches('/').to_string(),
@@ -69,6 +73,7 @@ impl ReporterConfig {
             timeout: Duration::from_secs(10),
             max_endpoints: 100,
             max_services: 100,
+            fleet_pacing: true,
         }
     }
 
@@ -187,7 +192,9 @@ impl Reporter {
             stats: Mutex::default(),
         });
         let task = tokio::spawn(send_loop(Arc::downgrade(&inner)));
-        tokio::spawn(pace::pace_loop(Arc::downgrade(&inner)));
+        if inner.config.fleet_pacing {
+            tokio::spawn(pace::pace_loop(Arc::downgrade(&inner)));
+        }
         Ok(Self {
             inner,
             task: Arc::new(Mutex::new(Some(task))),
