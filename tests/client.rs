@@ -573,6 +573,13 @@ async fn a_refusing_dependency_is_paced_through_the_daemon() {
         probes <= 6,
         "about 4 probes a second, not 20 callers retrying every 5 ms: {probes}"
     );
+    reporter.flush().await.expect("the daemon takes the report");
+    let exposition = metrics(&daemon).await;
+    assert_eq!(
+        sample(&exposition, "stormguard_send_gates_on{service=\"inventory\"}"),
+        Some(1.0),
+        "the report says the gate is on: {exposition}"
+    );
     calls.abort_all();
 }
 

@@ -127,7 +127,7 @@ impl Prometheus {
 }
 
 /// A report for `payment-service`: `retries` retries per `requests` attempts, the breaker in `state`.
-fn report(instance: &str, requests: u64, retries: u64, state: &str) -> Value {
+fn report(instance: &str, requests: u64, retries: u64, state: &str, gate_on: bool) -> Value {
     json!({
         "service": "payment-service",
         "instance": instance,
@@ -136,7 +136,8 @@ fn report(instance: &str, requests: u64, retries: u64, state: &str) -> Value {
                        "retries": {"1": retries, "2": retries / 4}}],
         "inFlight": 3,
         "circuitState": state,
-        "budget": {"retriesDenied": retries / 10, "remainingRatio": 0.5}
+        "budget": {"retriesDenied": retries / 10, "remainingRatio": 0.5},
+        "gateOn": gate_on
     })
 }
 
@@ -248,7 +249,7 @@ async fn calm_fires_nothing_a_storm_fires_the_seed_alerts_and_every_panel_has_da
     traffic(
         &daemon,
         Duration::from_secs(8),
-        report("pod-a", 200, 10, "closed"),
+        report("pod-a", 200, 10, "closed", false),
         &stop,
     )
     .await;
@@ -266,13 +267,13 @@ async fn calm_fires_nothing_a_storm_fires_the_seed_alerts_and_every_panel_has_da
             traffic(
                 &daemon,
                 Duration::from_secs(45),
-                report("pod-a", 200, 400, "closed"),
+                report("pod-a", 200, 400, "closed", true),
                 &stop
             ),
             traffic(
                 &daemon,
                 Duration::from_secs(45),
-                report("pod-b", 200, 400, "open"),
+                report("pod-b", 200, 400, "open", false),
                 &stop
             ),
         )

@@ -73,6 +73,7 @@ const FOLD_LABELS: [&str; 4] = ["service", "endpoint", "attempt", "instance"];
 #[derive(Debug, Clone, Copy)]
 struct InstanceState {
     circuit: Option<i64>,
+    gate_on: Option<bool>,
     in_flight: Option<u64>,
     remaining_ratio: Option<f64>,
     seen: Instant,
@@ -196,6 +197,7 @@ impl ClientMetrics {
         series.denied = series.denied.saturating_add(denied);
         let state = InstanceState {
             circuit: report.circuit_state.map(|s| i64::from(s.as_metric())),
+            gate_on: report.gate_on,
             in_flight: report.in_flight,
             remaining_ratio: report.budget.and_then(|b| b.remaining_ratio),
             seen: now,
@@ -365,6 +367,7 @@ impl Table {
 #[derive(Debug, Default, Clone, Copy)]
 struct Aggregate {
     circuit: Option<i64>,
+    gates_on: Option<u64>,
     in_flight: Option<u64>,
     remaining: Option<f64>,
 }
@@ -373,6 +376,9 @@ impl Aggregate {
     fn add(&mut self, state: &InstanceState) {
         if let Some(c) = state.circuit {
             self.circuit = Some(self.circuit.map_or(c, |w| w.max(c)));
+        }
+        if let Some(on) = state.gate_on {
+            self.gates_on = Some(self.gates_on.unwrap_or(0) + u64::from(on));
         }
         if let Some(n) = state.in_flight {
             self.in_flight = Some(self.in_flight.unwrap_or(0).saturating_add(n));
@@ -453,6 +459,13 @@ fn render(t: &Table) -> String {
     per_service(&mut out, "circuit_breaker_state", "gauge", "Worst circuit breaker state among the instances reporting within the TTL: 0 closed, 1 half-open, 2 open.", &|s| {
         state(s).circuit.map(|c| c.to_string())
     });
+    per_service(
+        &mut out,
+        "stormguard_send_gates_on",
+        "gauge",
+        "Instances reporting within the TTL whose send gate for the service is on (pacing its calls); absent when none has a gate.",
+        &|s| state(s).gates_on.map(|n| n.to_string()),
+    );
     per_service(
         &mut out,
         "http_client_concurrent_requests",

@@ -389,9 +389,11 @@ fn take(inner: &Inner) -> Option<Pending> {
             in_flight: Some(counts.in_flight.load(Relaxed).max(0) as u64),
             circuit_state: None,
             budget: None,
+            gate_on: None,
         };
         if let Some(guard) = &counts.guard {
             report.circuit_state = guard.breaker().map(|b| b.state());
+            report.gate_on = guard.gate().map(|g| g.is_on_at(tokio::time::Instant::now()));
             if let Some(budget) = guard.budget() {
                 let snapshot = budget.snapshot();
                 let denied = snapshot.denied.saturating_sub(counts.denied_taken);

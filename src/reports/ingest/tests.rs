@@ -123,6 +123,45 @@ fn states_take_the_worst_live_instance_and_expire_after_the_ttl() {
 }
 
 #[test]
+fn gates_on_count_the_live_instances_pacing_and_a_policy_without_a_gate_adds_nothing() {
+    let limits = ReportLimits {
+        instance_ttl: Duration::from_secs(10),
+        ..ReportLimits::default()
+    };
+    let m = ClientMetrics::new(limits);
+    let t0 = Instant::now();
+    let at = |instance: &str, gate: &str| {
+        report(&format!(r#"{{"service": "a", "instance": "{instance}"{gate}}}"#))
+    };
+    let gates_on = r#"stormguard_send_gates_on{service="a"}"#;
+    m.ingest(&at("no-gate", ""), |_| true, t0);
+    assert_eq!(value(&m.encode(t0), gates_on), None, "no instance has a gate");
+    m.ingest(&at("one", r#", "gateOn": true"#), |_| true, t0);
+    m.ingest(&at("two", r#", "gateOn": false"#), |_| true, t0);
+    m.ingest(
+        &at("three", r#", "gateOn": true"#),
+        |_| true,
+        t0 + Duration::from_secs(5),
+    );
+    assert_eq!(value(&m.encode(t0 + Duration::from_secs(6)), gates_on), Some(2.0));
+    m.ingest(
+        &at("one", r#", "gateOn": false"#),
+        |_| true,
+        t0 + Duration::from_secs(6),
+    );
+    assert_eq!(
+        value(&m.encode(t0 + Duration::from_secs(7)), gates_on),
+        Some(1.0),
+        "the latest report of an instance wins"
+    );
+    assert_eq!(
+        value(&m.encode(t0 + Duration::from_millis(15_500)), gates_on),
+        Some(0.0),
+        "three expired; one still reports a gate, off"
+    );
+}
+
+#[test]
 fn the_guard_folds_unlisted_services_endpoints_and_attempts_into_other() {
     let limits = ReportLimits {
         max_unlisted_services: 1,

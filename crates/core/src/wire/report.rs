@@ -43,6 +43,11 @@ pub struct Report<'a> {
     /// The sender's retry budget for the dependency.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<BudgetReport>,
+    /// Whether the sender's send gate for the dependency is on now: `None`
+    /// when its policy has no gate. Only a policy with a gate sends it, and
+    /// only a daemon that knows this field serves such a policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate_on: Option<bool>,
 }
 
 /// One endpoint's counts.
@@ -302,9 +307,11 @@ mod tests {
                 retries_denied: 2,
                 remaining_ratio: Some(0.4),
             }),
+            gate_on: Some(true),
         };
         let json = serde_json::to_string(&report).unwrap();
         assert!(json.contains(r#""circuitState":"half-open""#), "{json}");
+        assert!(json.contains(r#""gateOn":true"#), "{json}");
         assert!(
             json.contains(r#""inFlight":4"#) && json.contains(r#""server_error":7"#),
             "{json}"
