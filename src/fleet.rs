@@ -1,11 +1,11 @@
 //! The daemon's side of fleet pacing: one [`FleetController`] per
 //! dependency that processes ask about (`POST /v1/pace`), created at the
-//! first ask and dropped once nobody has asked for [`IDLE`], with the
+//! first ask and dropped once nobody has asked for
+//! [`IDLE`](stormguard_core::fleet::IDLE), with the
 //! families that show what it does.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
 
 use prometheus::{Encoder, GaugeVec, IntCounterVec, Opts, Registry, TextEncoder};
 use stormguard_core::fleet::{FleetController, ASK_EVERY};
@@ -13,9 +13,6 @@ use stormguard_core::policy::{GatePolicy, ValidPolicy};
 use stormguard_core::wire::{PaceAsk, PaceGrant};
 use tokio::time::Instant;
 
-/// A dependency nobody asked about for this long is healthy again: its
-/// controller goes (its processes' gates have turned off).
-pub const IDLE: Duration = Duration::from_secs(10);
 /// Dependencies paced at once, at most.
 pub const MAX_DEPENDENCIES: usize = 1000;
 /// Processes paced per dependency, at most.
@@ -129,7 +126,7 @@ impl Fleet {
 
     fn sweep(&self, paced: &mut HashMap<String, Paced>, now: Instant) {
         paced.retain(|service, entry| {
-            let idle = now.saturating_duration_since(entry.controller.last_ask()) >= IDLE;
+            let idle = entry.controller.is_idle_at(now);
             if idle {
                 self.families.forget(service);
             }
@@ -238,6 +235,8 @@ impl Families {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+    use stormguard_core::fleet::IDLE;
     use stormguard_core::policy::RetryPolicy;
 
     fn gated(enabled: bool) -> ValidPolicy {

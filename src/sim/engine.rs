@@ -21,6 +21,7 @@ use stormguard_core::call::{Answer, Answered, Call, Send, Step as CallStep};
 use stormguard_core::fleet::{self, FleetController, Grant};
 use stormguard_core::gate::Tally;
 use stormguard_core::guard::Guard;
+use stormguard_core::policy::ValidPolicy;
 use stormguard_core::retry::{GaveUp, Verdict};
 use tokio::time::Instant;
 
@@ -260,14 +261,32 @@ struct World<'a> {
     origin: Instant,
     processes: Vec<Process>,
     clients: Vec<Client>,
-    /// The daemon replicas' fleet controllers, when the strategy is fleet-paced.
-    replicas: Vec<FleetController<u32>>,
+    /// The daemon replicas, when the strategy is fleet-paced.
+    replicas: Vec<Replica<'a>>,
     /// The collapse scenario's server and requests.
     busy: Option<Busy>,
     queue: Queue,
     server: Server,
     rng: SmallRng,
     outcome: Run,
+}
+
+/// A daemon replica pacing the fleet: as the daemon does, it starts a
+/// controller at the first ask and drops it once the controller is idle.
+struct Replica<'a> {
+    policy: &'a ValidPolicy,
+    controller: Option<FleetController<u32>>,
+}
+
+impl Replica<'_> {
+    fn ask_at(&mut self, process: u32, tally: Tally, now: Instant) -> Grant {
+        if self.controller.as_ref().is_some_and(|c| c.is_idle_at(now)) {
+            self.controller = None;
+        }
+        self.controller
+            .get_or_insert_with(|| FleetController::new_at(self.policy, now))
+            .ask_at(process, tally, now)
+    }
 }
 
 /// A process: the guard its clients share, and who holds which ticket in its gate's line.
@@ -296,7 +315,7 @@ enum Asking {
 }
 
 impl<'a> World<'a> {
-    fn new(scenario: &'a Scenario, strategy: &Strategy) -> Self {
+    fn new(scenario: &'a Scenario, strategy: &'a Strategy) -> Self {
         let origin = Instant::now();
         let mut rng = SmallRng::seed_from_u64(scenario.seed);
         let spread = nanos(scenario.spread);
@@ -348,7 +367,10 @@ impl<'a> World<'a> {
                 .collect(),
             replicas: match strategy.fleet {
                 true => (0..scenario.replicas.max(1))
-                    .map(|_| FleetController::new_at(&strategy.policy, origin))
+                    .map(|_| Replica {
+                        policy: &strategy.policy,
+                        controller: None,
+                    })
                     .collect(),
                 false => Vec::new(),
             },

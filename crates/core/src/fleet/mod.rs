@@ -37,6 +37,10 @@ use crate::policy::{GatePolicy, ValidPolicy};
 pub const ASK_EVERY: Duration = Duration::from_millis(100);
 /// How long a grant lasts: ten asks, so that a few lost ones change nothing.
 pub const LEASE: Duration = Duration::from_secs(1);
+/// A dependency nobody has asked about for this long is healthy again (its
+/// processes' gates have turned off): its controller is done, and the next
+/// trouble starts a new one.
+pub const IDLE: Duration = Duration::from_secs(10);
 /// A process not heard from for this long no longer counts.
 const FORGET_AFTER: Duration = Duration::from_secs(2);
 /// How often the division is recomputed, at most: it sorts every process's want.
@@ -71,6 +75,9 @@ pub struct Grant {
 #[derive(Debug)]
 pub struct FleetController<K> {
     policy: GatePolicy,
+    /// The attempts' own timeout: a timed-out attempt was sent this long
+    /// before its report.
+    per_try_timeout: Option<Duration>,
     rate: Rate,
     members: HashMap<K, Member>,
     division: Division,
@@ -111,10 +118,12 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
     /// A controller for a dependency whose gate `policy` sets, probing at
     /// its lowest rate.
     pub fn new_at(policy: &ValidPolicy, now: Instant) -> Self {
+        let per_try_timeout = policy.per_try_timeout;
         let policy = policy.gate.clone();
         Self {
             rate: Rate::probing(&policy, now),
             policy,
+            per_try_timeout,
             members: HashMap::new(),
             division: Division {
                 total: 1.0,
@@ -145,9 +154,10 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
         self.members.contains_key(who)
     }
 
-    /// When a process last asked: a controller nobody asks is no longer needed.
-    pub fn last_ask(&self) -> Instant {
-        self.last_ask
+    /// Whether nobody has asked for [`IDLE`] by `now`: the controller is
+    /// no longer needed.
+    pub fn is_idle_at(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.last_ask) >= IDLE
     }
 
     /// Process `who` reports `tally` at `now` and asks for its share.
@@ -177,10 +187,7 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
         member.last_ask = now;
 
         self.grow(accepted as u32, now);
-        if overloaded > 0.0 {
-            let timed_out = tally.timed_out > 0;
-            self.rate.overloaded(&self.policy, window_start, now, timed_out);
-        }
+        self.overloaded(overloaded, bounded(tally.timed_out), window_start, now);
         self.division.stale = true;
         self.divide(now);
         let want = self.members.get(&who).map_or(0.0, |m| m.want);
@@ -209,6 +216,23 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
             let base = self.round.1.max(self.policy.min_rate);
             let cap = (2.0 * base).max(base + FIRST_WINDOW / ROUND.as_secs_f64());
             self.rate.now = self.rate.now.min(cap);
+        }
+    }
+
+    /// Cuts the rate for what a report says was refused or timed out since
+    /// `window_start`, once: an attempt sent before the last cut does not
+    /// cut again. A refusal's attempt was sent within the window, a
+    /// timed-out one its timeout before that.
+    fn overloaded(&mut self, overloaded: f64, timed_out: f64, window_start: Instant, now: Instant) {
+        if timed_out > 0.0 {
+            let sent = self
+                .per_try_timeout
+                .and_then(|timeout| window_start.checked_sub(timeout))
+                .unwrap_or(window_start);
+            self.rate.overloaded(&self.policy, sent, now, true);
+        }
+        if overloaded > timed_out {
+            self.rate.overloaded(&self.policy, window_start, now, false);
         }
     }
 

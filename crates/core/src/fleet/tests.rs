@@ -210,3 +210,49 @@ fn slow_start_at_most_doubles_per_round_once_past_the_first_window() {
         );
     }
 }
+
+#[test]
+fn a_timeout_cuts_once_for_the_attempts_sent_before_the_cut() {
+    let t0 = Instant::now();
+    let policy = ValidPolicy::try_from(RetryPolicy {
+        per_try_timeout: Some(Duration::from_secs(3)),
+        gate: GatePolicy {
+            enabled: true,
+            ..GatePolicy::default()
+        },
+        ..RetryPolicy::default()
+    })
+    .unwrap();
+    let mut fleet = FleetController::new_at(&policy, t0);
+    // From the first timeout on, 20 a second are accepted, not 50.
+    let timed_out = Tally {
+        overloaded: 1,
+        timed_out: 1,
+        ..tally(2, 2, 0, 10)
+    };
+    // Five seconds of answers, then the first timeout: one cut.
+    let mut now = t0;
+    for _ in 0..50 {
+        now += ASK_EVERY;
+        fleet.ask_at(0, tally(5, 5, 0, 10), now);
+    }
+    fleet.ask_at(0, timed_out, now + ASK_EVERY);
+    let cut = fleet.rate();
+    // Timeouts for the next three seconds are of attempts sent before the
+    // cut (each was sent its 3 s timeout before its report): no cut again.
+    for i in 2..32 {
+        fleet.ask_at(0, timed_out, now + ASK_EVERY * i);
+        assert!(
+            fleet.rate() >= cut,
+            "cut again {i} asks later: {} < {cut}",
+            fleet.rate()
+        );
+    }
+    // A timeout of an attempt sent after the cut cuts.
+    fleet.ask_at(0, timed_out, now + ASK_EVERY * 32);
+    assert!(
+        fleet.rate() < cut,
+        "{} after a timeout sent after the cut",
+        fleet.rate()
+    );
+}

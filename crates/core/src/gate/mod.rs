@@ -21,9 +21,13 @@
 //!   towards, then past, the rate at which it failed. As in TCP, an overload
 //!   cuts the rate once: attempts sent before the cut were sent at the old
 //!   rate, and their failures do not cut it again. A timeout cuts to a share
-//!   of what the dependency accepted over the last second instead: it may
-//!   still be working on what timed out, and a rate it cannot keep up with
-//!   is how a spike becomes a lasting collapse. A refusal's cut never goes below
+//!   of the most the dependency accepted in a second of the last three
+//!   instead: it may still be working on what timed out, and a rate it
+//!   cannot keep up with is how a spike becomes a lasting collapse. After a
+//!   timeout the rate also grows no faster than 1.25 times that most (BBR's
+//!   gain when it probes for bandwidth): answers come late from a slow
+//!   dependency, and a rate that grows ahead of them overshoots before the
+//!   next timeout can say so. A refusal's cut never goes below
 //!   what the dependency accepted over the last second (BBR's delivery
 //!   rate): a server that takes 200 a second and refuses the rest of a
 //!   second's burst has shown it can take 200, not that it can take none.
@@ -322,6 +326,10 @@ impl SendGate {
         match signal {
             Signal::Overloaded | Signal::TimedOut if !self.is_on() => {
                 state.rate = Rate::probing(policy, now);
+                // The rate is at its lowest already; this only notes
+                // whether the dependency is slow.
+                let timed_out = signal == Signal::TimedOut;
+                state.rate.overloaded(policy, sent, now, timed_out);
                 let first_credit = state.rng.random::<f64>();
                 state.pacer = Pacer::new(first_credit, now);
                 state.last_trouble = now;

@@ -15,10 +15,14 @@ pub(crate) struct Rate {
     /// When the rate was last cut: an overload of an attempt sent before
     /// then was answered under the old rate, and does not cut it again.
     last_cut: Instant,
+    /// Whether an attempt has timed out since the gate turned on: the
+    /// dependency is slow, and answers come late, so the rate grows no
+    /// faster than what it delivers ([`GAIN`] times its delivery rate).
+    slow: bool,
     delivered: Delivered,
 }
 
-/// How many attempts were accepted over the last second (BBR's delivery
+/// How many attempts were accepted over the last seconds (BBR's delivery
 /// rate), counted in tenths of a second.
 #[derive(Debug, Clone, Copy)]
 struct Delivered {
@@ -29,7 +33,12 @@ struct Delivered {
     origin: Instant,
 }
 
-const TENTHS: usize = 10;
+/// Tenths kept: three seconds, the longest a timeout's cut looks back.
+const TENTHS: usize = 30;
+
+/// How far past what a slow dependency delivers the rate may grow: BBR's
+/// gain when it probes for more bandwidth.
+const GAIN: f64 = 1.25;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
@@ -69,7 +78,25 @@ impl Delivered {
 
     /// Accepted over the last second, per second.
     fn per_second(&self) -> f64 {
-        self.tenths.iter().map(|&n| f64::from(n)).sum()
+        self.second_ending(0)
+    }
+
+    /// Accepted over the second that ended `back` tenths ago.
+    fn second_ending(&self, back: u64) -> f64 {
+        (back..back + 10)
+            .map(|i| {
+                let slot = (self.current + TENTHS as u64 - i) % TENTHS as u64;
+                f64::from(self.tenths[slot as usize])
+            })
+            .sum()
+    }
+
+    /// The most accepted in any second of the last three (BBR's windowed
+    /// maximum of the delivery rate).
+    fn peak(&self) -> f64 {
+        (0..=(TENTHS as u64 - 10))
+            .map(|back| self.second_ending(back))
+            .fold(0.0, f64::max)
     }
 }
 
@@ -80,6 +107,7 @@ impl Rate {
             now: policy.min_rate,
             phase: Phase::Probing,
             last_cut: now,
+            slow: false,
             delivered: Delivered::new(now),
         }
     }
@@ -98,16 +126,18 @@ impl Rate {
     /// answer in time) at `now`.
     pub(crate) fn overloaded(&mut self, policy: &GatePolicy, sent: Instant, now: Instant, timed_out: bool) {
         self.delivered.roll(now);
+        self.slow |= timed_out;
         if sent < self.last_cut {
             return;
         }
         self.last_cut = now;
-        let delivered = self.delivered.per_second().min(self.now);
         let cut = if timed_out {
             // The dependency may still be busy with what timed out: send no
-            // more than a share of what it has lately managed to answer.
-            (delivered * policy.beta).max(policy.min_rate)
+            // more than a share of the most it has lately managed to answer.
+            let peak = self.delivered.peak().min(self.now);
+            (peak * policy.beta).max(policy.min_rate)
         } else {
+            let delivered = self.delivered.per_second().min(self.now);
             // Refusals that follow the last accepted attempt of a burst would
             // otherwise cut again and again; what was just accepted can be sent.
             (self.now * policy.beta).max(delivered).max(policy.min_rate)
@@ -146,6 +176,11 @@ impl Rate {
                 let t = now.saturating_duration_since(since).as_secs_f64();
                 self.now.max(policy.scale * (t - k).powi(3) + max)
             }
+        };
+        let grown = if self.slow {
+            grown.min((GAIN * self.delivered.peak()).max(self.now))
+        } else {
+            grown
         };
         self.now = grown.clamp(policy.min_rate, policy.max_rate);
     }

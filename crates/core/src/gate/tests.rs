@@ -463,7 +463,7 @@ mod against_an_ideal_pacer {
 }
 
 #[test]
-fn a_timeout_cuts_to_a_share_of_what_was_lately_accepted() {
+fn a_timeout_cuts_to_a_share_of_the_most_accepted_in_a_second_of_the_last_three() {
     let t0 = Instant::now();
     let gate = gate(t0);
     overload(&gate, t0);
@@ -471,7 +471,7 @@ fn a_timeout_cuts_to_a_share_of_what_was_lately_accepted() {
         gate.record_at(Signal::Accepted, t0, t0 + secs(0.5 + f64::from(i) * 0.001));
     }
     assert_eq!(gate.rate(), Some(100.5));
-    // All 100 were accepted within the last second at 1.2 s.
+    // All 100 were accepted within one second before 1.2 s.
     let at = t0 + secs(1.2);
     gate.record_at(Signal::TimedOut, at, at);
     assert!(
@@ -481,12 +481,55 @@ fn a_timeout_cuts_to_a_share_of_what_was_lately_accepted() {
     );
     let later = t0 + secs(3.0);
     gate.record_at(Signal::TimedOut, later, later);
+    assert!(
+        (gate.rate().unwrap() - 49.0).abs() < 1e-9,
+        "the 100 are still within three seconds, but a cut never raises the rate: 0.7 × 70: {:?}",
+        gate.rate()
+    );
+    let much_later = t0 + secs(4.0);
+    gate.record_at(Signal::TimedOut, much_later, much_later);
     assert_eq!(
         gate.rate(),
         Some(0.5),
-        "nothing accepted lately: down to the probe rate"
+        "nothing accepted in the last three seconds: down to the probe rate"
     );
-    let refused = t0 + secs(4.0);
+    let refused = t0 + secs(4.5);
     gate.record_at(Signal::Overloaded, refused, refused);
     assert_eq!(gate.rate(), Some(0.5));
+}
+
+#[test]
+fn after_a_timeout_the_rate_grows_no_faster_than_the_dependency_delivers() {
+    let t0 = Instant::now();
+    let gate = SendGate::new_at(&policy(GatePolicy::default()), t0);
+    gate.record_at(Signal::TimedOut, t0, t0);
+    assert_eq!(gate.rate(), Some(0.5), "a timeout turns the gate on, probing");
+    // Twenty answers in the next second: slow start would add 8 for each.
+    for i in 0..20 {
+        let at = t0 + secs(0.05 * f64::from(i + 1));
+        gate.record_at(Signal::Accepted, at, at);
+        let rate = gate.rate().unwrap();
+        assert!(
+            rate <= 1.25 * f64::from(i + 1) + 1e-9,
+            "at most 1.25 × the {} delivered: {rate}",
+            i + 1
+        );
+    }
+    assert_eq!(
+        gate.rate(),
+        Some(23.75),
+        "1.25 × 19, the most delivered within one second (tenths are whole)"
+    );
+
+    let fresh = SendGate::new_at(&policy(GatePolicy::default()), t0);
+    fresh.record_at(Signal::Overloaded, t0, t0);
+    for i in 0..20 {
+        let at = t0 + secs(0.05 * f64::from(i + 1));
+        fresh.record_at(Signal::Accepted, at, at);
+    }
+    assert_eq!(
+        fresh.rate(),
+        Some(160.5),
+        "after refusals alone, slow start: 0.5 + 8 per accepted"
+    );
 }
