@@ -231,6 +231,8 @@ impl SendGate {
         state.pacer.lease = Some(Lease {
             rate: rate.min(self.policy.max_rate),
             until,
+            since: now,
+            cut: false,
         });
         state.wake_first();
     }
@@ -345,6 +347,7 @@ impl SendGate {
                 state
                     .rate
                     .overloaded(policy, sent, now, signal == Signal::TimedOut);
+                state.pacer.overloaded(policy.beta, sent);
             }
             Signal::Accepted => {
                 state.tally.accepted += 1;

@@ -24,6 +24,10 @@ pub struct Lease {
     pub rate: f64,
     /// When the grant ends; the gate's own rate applies after it.
     pub until: Instant,
+    /// When it was granted.
+    pub since: Instant,
+    /// Whether a refusal has cut it already.
+    pub cut: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -40,6 +44,18 @@ impl Pacer {
             credit,
             at: now,
             lease: None,
+        }
+    }
+
+    /// An attempt sent at `sent` was refused or timed out: the first such
+    /// attempt sent under the current lease cuts it by `beta` until the
+    /// next grant, which the fleet sets knowing of it, arrives.
+    pub(super) fn overloaded(&mut self, beta: f64, sent: Instant) {
+        if let Some(lease) = &mut self.lease {
+            if !lease.cut && sent >= lease.since {
+                lease.rate *= beta;
+                lease.cut = true;
+            }
         }
     }
 

@@ -293,6 +293,29 @@ fn a_faster_pace_speeds_up_the_rest_of_the_wait_without_a_burst() {
 }
 
 #[test]
+fn a_refusal_under_a_lease_cuts_it_once_until_the_next_grant() {
+    let t0 = Instant::now();
+    let gate = gate(t0);
+    overload(&gate, t0);
+    let granted = t0 + secs(1.0);
+    gate.lease_at(10.0, t0 + secs(2.0), granted);
+    let before_the_grant = t0 + secs(0.9);
+    gate.record_at(Signal::Overloaded, before_the_grant, t0 + secs(1.1));
+    assert_eq!(
+        gate.rate(),
+        Some(10.0),
+        "sent before the grant: the fleet knew of it"
+    );
+    let under_it = t0 + secs(1.2);
+    gate.record_at(Signal::Overloaded, under_it, under_it);
+    assert_eq!(gate.rate(), Some(7.0), "0.7 × the grant, at once");
+    gate.record_at(Signal::Overloaded, under_it, t0 + secs(1.3));
+    assert_eq!(gate.rate(), Some(7.0), "once per grant");
+    gate.lease_at(9.0, t0 + secs(3.0), t0 + secs(1.4));
+    assert_eq!(gate.rate(), Some(9.0), "the next grant replaces it");
+}
+
+#[test]
 fn a_lease_paces_until_it_ends_then_the_gates_own_rate_does() {
     let t0 = Instant::now();
     let gate = gate(t0);
