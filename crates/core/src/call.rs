@@ -76,6 +76,9 @@ pub struct Call {
     sent: u32,
     /// The last backoff delay.
     previous: Duration,
+    /// Its place in the gate's line, from the first time it waited there:
+    /// a retry takes that place again rather than going to the back.
+    place: Option<u64>,
     stage: Stage,
 }
 
@@ -153,6 +156,7 @@ impl Call {
             deadline: earliest(max_elapsed, deadline),
             sent: 0,
             previous: Duration::ZERO,
+            place: None,
             stage: Stage::Ready,
         }
     }
@@ -194,9 +198,14 @@ impl Call {
             Ok(permit) => permit,
             Err(why) => return Step::Stop(why),
         };
-        match controls.gate().map(|gate| (gate, gate.turn_at(now))) {
+        let turn = |gate: &Arc<SendGate>| match self.place {
+            Some(place) => gate.rejoin_at(place, now),
+            None => gate.turn_at(now),
+        };
+        match controls.gate().map(|gate| (gate, turn(gate))) {
             None | Some((_, Turn::Now)) => self.send(controls, permit, now),
             Some((gate, Turn::Queued(ticket))) => {
+                self.place.get_or_insert(ticket.number());
                 self.claim(controls, gate.clone(), ticket, permit, now, waker)
             }
         }
@@ -278,19 +287,26 @@ impl Call {
             Ok(delay) => delay,
             Err(why) => return Answered::Stop(why),
         };
-        if self.deadline.is_some_and(|deadline| now + delay >= deadline) {
-            return Answered::Stop(GaveUp::Deadline);
-        }
         // While the gate paces, it bounds what retries add to the load, and
         // more tightly than a budget's fixed share: a retry waits for its
-        // turn instead of asking the budget.
+        // turn instead of asking the budget. The pace also spaces the
+        // attempts, so a retry waits for its turn instead of a backoff too,
+        // unless the dependency asked for a wait (Retry-After).
         let paced = gate.is_some_and(|gate| gate.is_on());
+        let wait = match verdict {
+            _ if !paced => delay,
+            Verdict::Retry { after } => after.unwrap_or_default(),
+            Verdict::Fail => delay,
+        };
+        if self.deadline.is_some_and(|deadline| now + wait >= deadline) {
+            return Answered::Stop(GaveUp::Deadline);
+        }
         if !paced && !controls.allow_retry_at(now) {
             return Answered::Stop(GaveUp::BudgetExhausted);
         }
         self.previous = delay;
-        self.stage = Stage::Backoff(now + delay);
-        Answered::Retry(delay)
+        self.stage = Stage::Backoff(now + wait);
+        Answered::Retry(wait)
     }
 }
 

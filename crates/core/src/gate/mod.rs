@@ -266,17 +266,35 @@ impl SendGate {
         if !self.is_on() {
             return Turn::Now;
         }
-        self.paced_turn(now)
+        self.paced_turn(now, None)
     }
 
-    fn paced_turn(&self, now: Instant) -> Turn {
+    /// [`turn_at`](Self::turn_at) for a call that has waited in line
+    /// before, under ticket `place`: it waits at that place again, ahead of
+    /// calls that came after it. The line is first come, first served by
+    /// call, not by attempt, so a retry (after a refused probe, say) does not
+    /// go to the back of a line it has waited in longest.
+    pub fn rejoin_at(&self, place: u64, now: Instant) -> Turn {
+        if !self.is_on() {
+            return Turn::Now;
+        }
+        self.paced_turn(now, Some(place))
+    }
+
+    fn paced_turn(&self, now: Instant, place: Option<u64>) -> Turn {
         let mut state = self.lock();
-        if self.turn_off_if_quiet(&state, now) || (state.line.is_empty() && state.give_turn(now)) {
+        let ahead = match place {
+            Some(place) => state.line.range(..place).next().is_some(),
+            None => !state.line.is_empty(),
+        };
+        if self.turn_off_if_quiet(&state, now) || (!ahead && state.give_turn(now)) {
             return Turn::Now;
         }
         state.last_trouble = now;
-        let number = state.next_ticket;
-        state.next_ticket += 1;
+        let number = place.unwrap_or_else(|| {
+            state.next_ticket += 1;
+            state.next_ticket - 1
+        });
         state.line.insert(number, None);
         Turn::Queued(Ticket(number))
     }

@@ -556,3 +556,21 @@ fn after_a_timeout_the_rate_grows_no_faster_than_the_dependency_delivers() {
         "after refusals alone, slow start: 0.5 + 8 per accepted"
     );
 }
+
+#[test]
+fn a_call_that_rejoins_waits_ahead_of_those_that_came_after_it() {
+    let t0 = Instant::now();
+    let gate = gate(t0);
+    overload(&gate, t0);
+    let first = queued(gate.turn_at(t0));
+    let second = queued(gate.turn_at(t0));
+    let place = first.number();
+    assert_eq!(gate.claim_at(&first, t0 + secs(2.0), None), Claim::Go);
+    // The first's attempt is refused; it comes back while the second waits.
+    let again = queued(gate.rejoin_at(place, t0 + secs(2.1)));
+    assert_eq!(again.number(), place);
+    assert_eq!(gate.first_in_line().map(|(n, _)| n), Some(place));
+    assert_eq!(gate.claim_at(&second, t0 + secs(4.0), None), Claim::Behind);
+    assert_eq!(gate.claim_at(&again, t0 + secs(4.0), None), Claim::Go);
+    assert_eq!(gate.claim_at(&second, t0 + secs(6.0), None), Claim::Go);
+}

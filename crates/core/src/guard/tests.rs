@@ -388,3 +388,63 @@ async fn while_the_gate_paces_retries_wait_for_turns_instead_of_asking_the_budge
     let (_, results) = herd(&Guard::from_policy(&valid(paced)), 3, Duration::from_secs(5)).await;
     assert!(results.iter().all(Result::is_ok), "{results:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn while_the_gate_paces_a_refused_call_keeps_its_place_and_waits_no_backoff() {
+    let guard = Guard::from_policy(&valid(gated()));
+    let down = Duration::from_secs(7);
+    let start = Instant::now();
+    let sent = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut calls = tokio::task::JoinSet::new();
+    for caller in 0..20 {
+        let (guard, sent) = (guard.clone(), sent.clone());
+        calls.spawn(async move {
+            guard
+                .call(
+                    |_| {
+                        let at = start.elapsed();
+                        sent.lock().unwrap().push((caller, at));
+                        async move {
+                            if at < down {
+                                Err(unavailable())
+                            } else {
+                                Ok(())
+                            }
+                        }
+                    },
+                    |f| guard.retry_on().verdict(*f),
+                )
+                .await
+        });
+    }
+    assert!(calls.join_all().await.iter().all(Result::is_ok));
+    let sent = std::mem::take(&mut *sent.lock().unwrap());
+    let probers: Vec<usize> = sent
+        .iter()
+        .filter(|(_, at)| *at > Duration::ZERO && *at < down)
+        .map(|(caller, _)| *caller)
+        .collect();
+    assert!(probers.len() >= 2, "{sent:?}");
+    assert!(
+        probers.iter().all(|c| *c == probers[0]),
+        "the first in line probes again and again, back in its place each time: {sent:?}"
+    );
+    let probes: Vec<Duration> = sent
+        .iter()
+        .filter(|(c, at)| *c == probers[0] && *at > Duration::ZERO)
+        .map(|(_, at)| *at)
+        .collect();
+    for pair in probes.windows(2) {
+        assert_eq!(
+            pair[1] - pair[0],
+            Duration::from_secs(2),
+            "a turn every 2 s, no backoff besides: {sent:?}"
+        );
+    }
+    let first_served = sent.iter().find(|(_, at)| *at >= down).map(|(c, _)| *c);
+    assert_eq!(
+        first_served,
+        Some(probers[0]),
+        "the longest in line is served first"
+    );
+}
