@@ -35,7 +35,7 @@ fn round(
 }
 
 #[test]
-fn while_nothing_is_accepted_the_whole_fleet_probes_at_the_lowest_rate() {
+fn while_nothing_is_accepted_the_whole_fleet_probes_as_four_processes_would() {
     let t0 = Instant::now();
     let mut fleet = controller(t0);
     let mut grants = Vec::new();
@@ -43,10 +43,17 @@ fn while_nothing_is_accepted_the_whole_fleet_probes_at_the_lowest_rate() {
         let now = t0 + ASK_EVERY * i;
         grants = round(&mut fleet, 0..200, now, |p| tally(0, 0, u64::from(p % 7 == 0), 5));
     }
-    assert_eq!(fleet.rate(), 0.5);
+    assert_eq!(fleet.rate(), 4.0 * 0.5, "four processes' minRate, not 200");
     assert_eq!(fleet.members(), 200);
     let total: f64 = grants.iter().sum();
-    assert!((0.5..=0.5 * (1.0 + FLOOR) + 1e-9).contains(&total), "{total}");
+    let probe = fleet.rate();
+    assert!((probe..=probe * (1.0 + FLOOR) + 1e-9).contains(&total), "{total}");
+    let one = grants.iter().filter(|g| **g >= probe).count();
+    assert_eq!(one, 1, "one process probes for all: {grants:?}");
+
+    let mut pair = controller(t0);
+    round(&mut pair, 0..2, t0, |_| tally(0, 0, 1, 5));
+    assert_eq!(pair.rate(), 2.0 * 0.5, "two processes probe as two would");
 }
 
 #[test]
@@ -59,8 +66,8 @@ fn accepted_attempts_from_every_process_grow_one_rate() {
     });
     assert_eq!(
         fleet.rate(),
-        0.5 + 8.0 * 4.0,
-        "slow start: ramp per accepted attempt, fleet-wide"
+        4.0 * 0.5 + 8.0 * 4.0,
+        "slow start from the probe rate: ramp per accepted attempt, fleet-wide"
     );
 }
 
@@ -171,13 +178,14 @@ fn while_probing_one_process_probes_for_the_fleet() {
     let grants = round(&mut fleet, 0..50, t0, |_| tally(0, 0, 1, 3));
     assert_eq!(grants[0], 0.5, "the first to ask probes");
     assert!(
-        grants[1..].iter().all(|g| *g <= 0.5 * FLOOR / 2.0),
-        "the floor of an equal part: {grants:?}"
+        grants[1..].iter().all(|g| *g <= FLOOR * fleet.rate() / 2.0),
+        "at most the floor of an equal part: {grants:?}"
     );
     // The prober stops asking: another takes over once it is forgotten.
     let later = t0 + FORGET_AFTER + DIVIDE_EVERY;
     let grants = round(&mut fleet, 1..50, later, |_| tally(0, 0, 1, 3));
-    assert_eq!(grants.iter().filter(|g| **g == 0.5).count(), 1, "{grants:?}");
+    let probe = fleet.rate();
+    assert_eq!(grants.iter().filter(|g| **g == probe).count(), 1, "{grants:?}");
 }
 
 #[test]
