@@ -507,12 +507,9 @@ async fn a_watch_longer_than_the_daemon_allows_is_shortened_and_still_delivers()
     assert_eq!(client.policy().policy.max_retries, 5);
 }
 
-/// A dependency whose policy has a send gate, refusing every call: the
-/// client's gate turns on, the reporter asks the daemon for the pace, and
-/// the gate paces at the daemon's grant. Without the daemon, the gate
-/// paces alone at its own rate.
-#[tokio::test]
-async fn a_refusing_dependency_is_paced_through_the_daemon() {
+/// A daemon serving `inventory` with a send gate that probes at 4 a second,
+/// and a client of that policy.
+async fn gated_inventory() -> (tempfile::TempDir, Daemon, PolicyClient) {
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy.yaml");
     std::fs::write(
@@ -524,6 +521,16 @@ async fn a_refusing_dependency_is_paced_through_the_daemon() {
     let client = PolicyClient::start(config(&daemon.base, "inventory"))
         .await
         .expect("a valid client configuration");
+    (dir, daemon, client)
+}
+
+/// A dependency whose policy has a send gate, refusing every call: the
+/// client's gate turns on, the reporter asks the daemon for the pace, and
+/// the gate paces at the daemon's grant. Without the daemon, the gate
+/// paces alone at its own rate.
+#[tokio::test]
+async fn a_refusing_dependency_is_paced_through_the_daemon() {
+    let (_dir, daemon, client) = gated_inventory().await;
     let reporter = quick_reporter(&daemon.base);
     let inventory = Dependency::new(client.clone(), reporter.clone());
     let sent = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
@@ -585,17 +592,7 @@ async fn a_refusing_dependency_is_paced_through_the_daemon() {
 
 #[tokio::test]
 async fn a_process_without_fleet_pacing_paces_by_its_own_gate() {
-    let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("policy.yaml");
-    std::fs::write(
-        &policy,
-        "services:\n  inventory:\n    maxRetries: 100\n    initialDelay: 5ms\n    maxElapsed: 30s\n    gate:\n      enabled: true\n      minRate: 4\n",
-    )
-    .unwrap();
-    let daemon = Daemon::start(&policy, &[]);
-    let client = PolicyClient::start(config(&daemon.base, "inventory"))
-        .await
-        .expect("a valid client configuration");
+    let (_dir, daemon, client) = gated_inventory().await;
     let reporter = Reporter::start(ReporterConfig {
         fleet_pacing: false,
         ..ReporterConfig::new(&daemon.base, "pod-1")

@@ -262,17 +262,27 @@ fn gated() -> RetryPolicy {
 /// request until `down` has passed; returns when each request was sent,
 /// and each call's result.
 async fn herd(guard: &Guard, callers: usize, down: Duration) -> (Vec<Duration>, Vec<Result<(), GaveUp>>) {
+    let (sent, results) = herd_by_caller(guard, callers, down).await;
+    (sent.into_iter().map(|(_, at)| at).collect(), results)
+}
+
+/// [`herd`], with the caller (0, 1, ... in the order the calls began) of each request.
+async fn herd_by_caller(
+    guard: &Guard,
+    callers: usize,
+    down: Duration,
+) -> (Vec<(usize, Duration)>, Vec<Result<(), GaveUp>>) {
     let start = Instant::now();
     let sent = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut calls = tokio::task::JoinSet::new();
-    for _ in 0..callers {
+    for caller in 0..callers {
         let (guard, sent) = (guard.clone(), sent.clone());
         calls.spawn(async move {
             let result = guard
                 .call(
                     |_| {
                         let at = start.elapsed();
-                        sent.lock().unwrap().push(at);
+                        sent.lock().unwrap().push((caller, at));
                         async move {
                             if at < down {
                                 Err(unavailable())
@@ -393,32 +403,8 @@ async fn while_the_gate_paces_retries_wait_for_turns_instead_of_asking_the_budge
 async fn while_the_gate_paces_a_refused_call_keeps_its_place_and_waits_no_backoff() {
     let guard = Guard::from_policy(&valid(gated()));
     let down = Duration::from_secs(7);
-    let start = Instant::now();
-    let sent = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let mut calls = tokio::task::JoinSet::new();
-    for caller in 0..20 {
-        let (guard, sent) = (guard.clone(), sent.clone());
-        calls.spawn(async move {
-            guard
-                .call(
-                    |_| {
-                        let at = start.elapsed();
-                        sent.lock().unwrap().push((caller, at));
-                        async move {
-                            if at < down {
-                                Err(unavailable())
-                            } else {
-                                Ok(())
-                            }
-                        }
-                    },
-                    |f| guard.retry_on().verdict(*f),
-                )
-                .await
-        });
-    }
-    assert!(calls.join_all().await.iter().all(Result::is_ok));
-    let sent = std::mem::take(&mut *sent.lock().unwrap());
+    let (sent, results) = herd_by_caller(&guard, 20, down).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
     let probers: Vec<usize> = sent
         .iter()
         .filter(|(_, at)| *at > Duration::ZERO && *at < down)
