@@ -353,7 +353,12 @@ impl SendGate {
                 let first_credit = state.rng.random::<f64>();
                 state.pacer = Pacer::new(first_credit, now);
                 state.last_trouble = now;
-                state.tally = Tally::default();
+                // The failure that turned it on is the first the daemon hears of.
+                state.tally = Tally {
+                    overloaded: 1,
+                    timed_out: u64::from(timed_out),
+                    ..Tally::default()
+                };
                 self.on.store(true, Ordering::Relaxed);
             }
             Signal::Overloaded | Signal::TimedOut => {

@@ -370,10 +370,11 @@ fn the_tally_counts_what_was_sent_and_answered_since_the_last_one() {
         Tally {
             sent: 1,
             accepted: 1,
-            overloaded: 2,
+            overloaded: 3,
             timed_out: 1,
             waiting: 1
-        }
+        },
+        "the refusal that turned it on, and the two after"
     );
     assert_eq!(
         gate.tally(),
@@ -381,6 +382,22 @@ fn the_tally_counts_what_was_sent_and_answered_since_the_last_one() {
             waiting: 1,
             ..Tally::default()
         }
+    );
+}
+
+#[test]
+fn the_first_tally_tells_the_failure_that_turned_the_gate_on() {
+    let t0 = Instant::now();
+    let gate = gate(t0);
+    gate.record_at(Signal::TimedOut, t0, t0 + secs(3.0));
+    assert_eq!(
+        gate.tally(),
+        Tally {
+            overloaded: 1,
+            timed_out: 1,
+            ..Tally::default()
+        },
+        "the daemon hears that the dependency is slow, not only that a gate is on"
     );
 }
 
