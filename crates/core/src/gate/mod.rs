@@ -25,7 +25,8 @@
 //!   instead: it may still be working on what timed out, and a rate it
 //!   cannot keep up with is how a spike becomes a lasting collapse. After a
 //!   timeout the rate also grows no faster than 1.25 times that most (BBR's
-//!   gain when it probes for bandwidth): answers come late from a slow
+//!   gain when it probes for bandwidth), until a refusal shows the
+//!   dependency answering at once: answers come late from a slow
 //!   dependency, and a rate that grows ahead of them overshoots before the
 //!   next timeout can say so. A refusal's cut never goes below
 //!   what the dependency accepted over the last second (BBR's delivery

@@ -15,9 +15,10 @@ pub(crate) struct Rate {
     /// When the rate was last cut: an overload of an attempt sent before
     /// then was answered under the old rate, and does not cut it again.
     last_cut: Instant,
-    /// Whether an attempt has timed out since the gate turned on: the
-    /// dependency is slow, and answers come late, so the rate grows no
-    /// faster than what it delivers ([`GAIN`] times its delivery rate).
+    /// Whether the latest overload was a timeout: the dependency is slow,
+    /// and answers come late, so the rate grows no faster than what it
+    /// delivers ([`GAIN`] times its delivery rate). A refusal clears it: a
+    /// dependency that refuses at once is answering, not stuck.
     slow: bool,
     delivered: Delivered,
 }
@@ -126,7 +127,7 @@ impl Rate {
     /// answer in time) at `now`.
     pub(crate) fn overloaded(&mut self, policy: &GatePolicy, sent: Instant, now: Instant, timed_out: bool) {
         self.delivered.roll(now);
-        self.slow |= timed_out;
+        self.slow = timed_out;
         if sent < self.last_cut {
             return;
         }

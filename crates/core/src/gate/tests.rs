@@ -561,6 +561,19 @@ fn after_a_timeout_the_rate_grows_no_faster_than_the_dependency_delivers() {
         "1.25 × 19, the most delivered within one second (tenths are whole)"
     );
 
+    let answering = SendGate::new_at(&policy(GatePolicy::default()), t0);
+    answering.record_at(Signal::TimedOut, t0, t0);
+    answering.record_at(Signal::Overloaded, t0, t0 + secs(0.01));
+    for i in 0..20 {
+        let at = t0 + secs(0.05 * f64::from(i + 1));
+        answering.record_at(Signal::Accepted, at, at);
+    }
+    assert_eq!(
+        answering.rate(),
+        Some(160.5),
+        "a refusal after the timeout: the dependency answers at once, slow start again"
+    );
+
     let fresh = SendGate::new_at(&policy(GatePolicy::default()), t0);
     fresh.record_at(Signal::Overloaded, t0, t0);
     for i in 0..20 {
