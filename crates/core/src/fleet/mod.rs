@@ -126,7 +126,7 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
         let per_try_timeout = policy.per_try_timeout;
         let policy = policy.gate.clone();
         Self {
-            rate: Rate::probing(&policy, now),
+            rate: Rate::probing_for_fleet(&policy, now),
             policy,
             per_try_timeout,
             members: HashMap::new(),

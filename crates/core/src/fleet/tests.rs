@@ -264,3 +264,38 @@ fn a_timeout_cuts_once_for_the_attempts_sent_before_the_cut() {
         fleet.rate()
     );
 }
+
+#[test]
+fn after_a_refusal_the_fleet_holds_at_its_cut_instead_of_climbing_back() {
+    let t0 = Instant::now();
+    let mut fleet = controller(t0);
+    fleet.ask_at(0, tally(0, 0, 1, 1000), t0);
+    // Slow start: 20 accepted every 100 ms (200 a second), far past it.
+    let mut now = t0;
+    for _ in 0..20 {
+        now += ASK_EVERY;
+        fleet.ask_at(0, tally(20, 20, 0, 1000), now);
+    }
+    let refused_at = fleet.rate();
+    assert!(refused_at > 400.0, "{refused_at}");
+    now += ASK_EVERY;
+    fleet.ask_at(0, tally(20, 20, 20, 1000), now);
+    let cut = fleet.rate();
+    assert!(
+        (cut - 0.7 * (refused_at + 8.0 * 20.0)).abs() < 1e-6,
+        "0.7 × the rate after the report's 20 accepted: {cut}"
+    );
+    // Still 200 a second accepted: CUBIC would climb back towards the
+    // refused rate within k = ∛(max × 0.3 / 0.4) seconds; the fleet holds.
+    let k = (cut * 0.3 / 0.4).cbrt();
+    let cut_at = now;
+    while now < cut_at + secs_f(0.9 * k) {
+        now += ASK_EVERY;
+        fleet.ask_at(0, tally(20, 20, 0, 1000), now);
+        assert!(fleet.rate() <= cut * 1.001, "{} at {:?}", fleet.rate(), now - t0);
+    }
+}
+
+fn secs_f(s: f64) -> Duration {
+    Duration::from_secs_f64(s)
+}

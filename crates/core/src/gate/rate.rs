@@ -20,6 +20,14 @@ pub(crate) struct Rate {
     /// delivers ([`GAIN`] times its delivery rate). A refusal clears it: a
     /// dependency that refuses at once is answering, not stuck.
     slow: bool,
+    /// After a refusal, whether CUBIC's target is the cut (never below what
+    /// the dependency was just seen to take) rather than the refused rate:
+    /// the rate holds at the cut for CUBIC's k seconds, then probes above
+    /// it. The fleet's delivery rate is the whole fleet's, a fair measure of
+    /// what the dependency takes; a process's gate sees its own share of it
+    /// only, too noisy to hold to, and climbs back towards the refused rate,
+    /// as CUBIC does.
+    holds_at_cut: bool,
     delivered: Delivered,
 }
 
@@ -109,7 +117,17 @@ impl Rate {
             phase: Phase::Probing,
             last_cut: now,
             slow: false,
+            holds_at_cut: false,
             delivered: Delivered::new(now),
+        }
+    }
+
+    /// [`probing`](Self::probing), for the fleet's rate: it regrows towards
+    /// the cut after a refusal.
+    pub(crate) fn probing_for_fleet(policy: &GatePolicy, now: Instant) -> Self {
+        Self {
+            holds_at_cut: true,
+            ..Self::probing(policy, now)
         }
     }
 
@@ -147,7 +165,11 @@ impl Rate {
             // CUBIC: back to `max` after k seconds, k = ∛(max (1 − β) / C).
             // After a timeout the rate it was sent at is no target: regrow
             // from the cut, slowly at first.
-            let max = if timed_out { cut } else { self.now };
+            let max = if timed_out || self.holds_at_cut {
+                cut
+            } else {
+                self.now
+            };
             let k = (max * (1.0 - policy.beta) / policy.scale).cbrt();
             let k = if timed_out { 0.0 } else { k };
             self.phase = Phase::Cubic { max, since: now, k };
