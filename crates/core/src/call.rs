@@ -294,9 +294,8 @@ impl Call {
         // unless the dependency asked for a wait (Retry-After).
         let paced = gate.is_some_and(|gate| gate.is_on());
         let wait = match verdict {
-            _ if !paced => delay,
-            Verdict::Retry { after } => after.unwrap_or_default(),
-            Verdict::Fail => delay,
+            Verdict::Retry { after } if paced => after.unwrap_or_default(),
+            _ => delay,
         };
         if self.deadline.is_some_and(|deadline| now + wait >= deadline) {
             return Answered::Stop(GaveUp::Deadline);

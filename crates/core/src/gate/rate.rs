@@ -122,8 +122,8 @@ impl Rate {
         }
     }
 
-    /// [`probing`](Self::probing), for the fleet's rate: it regrows towards
-    /// the cut after a refusal.
+    /// [`probing`](Self::probing), for the fleet's rate: after a refusal it
+    /// holds at its cut.
     pub(crate) fn probing_for_fleet(policy: &GatePolicy, now: Instant) -> Self {
         Self {
             holds_at_cut: true,
