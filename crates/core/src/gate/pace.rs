@@ -25,9 +25,9 @@ pub struct Lease {
     /// When the grant ends; the gate's own rate applies after it.
     pub until: Instant,
     /// When it was granted.
-    pub since: Instant,
+    pub(super) since: Instant,
     /// Whether a refusal has cut it already.
-    pub cut: bool,
+    pub(super) cut: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
