@@ -20,11 +20,15 @@ const ASK_TIMEOUT: Duration = Duration::from_millis(500);
 const FASTEST: Duration = Duration::from_millis(20);
 const SLOWEST: Duration = Duration::from_secs(1);
 
-/// Asks for every tracked dependency whose gate is on, every `askEveryMs`.
+/// Asks for every tracked dependency whose gate is on, every `askEveryMs`
+/// from the start of one round of asks to the next, or as soon as a round
+/// that took longer is done (as the simulator's processes do).
 pub(super) async fn pace_loop(inner: Weak<Inner>) {
     let mut every = ASK_EVERY;
+    let mut round = Instant::now();
     loop {
-        tokio::time::sleep(every).await;
+        tokio::time::sleep_until(round + every).await;
+        round = Instant::now();
         let Some(inner) = inner.upgrade() else { return };
         for (service, guard) in paced(&inner) {
             if let Some(grant) = ask(&inner, &service, &guard).await {
