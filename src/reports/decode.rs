@@ -290,6 +290,11 @@ mod tests {
                 "not a share in [0, 1]",
             ),
             (
+                r#"{"service": "a", "instance": "i", "gateOn": "yes"}"#,
+                "gateOn",
+                "invalid type: string",
+            ),
+            (
                 r#"{"service": "a", "instance": "i"} {"service": "b"}"#,
                 ".",
                 "trailing characters",
