@@ -66,8 +66,9 @@ def real_run(service, flags, processes, callers):
     daemon, port = start_daemon(POLICY)
     start_at = int(time.time() * 1000) + 3000
     dependency, address = start_dependency(start_at)
+    herd = []
     try:
-        herd = [
+        herd += [
             subprocess.Popen(
                 [os.path.join(EXAMPLES, "herd_callers"), "--daemon", f"http://127.0.0.1:{port}",
                  "--service", service, "--instance", f"pod-{i}", "--dependency", address,
@@ -84,7 +85,7 @@ def real_run(service, flags, processes, callers):
         with urllib.request.urlopen(f"{address}/stats", timeout=5) as response:
             stats = json.load(response)
     finally:
-        for process in (dependency, daemon):
+        for process in (*herd, dependency, daemon):
             process.kill()
             process.wait()
     seconds = [s for r in results for s in r["seconds"]]
