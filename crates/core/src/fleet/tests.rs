@@ -289,13 +289,9 @@ fn after_a_refusal_the_fleet_holds_at_its_cut_instead_of_climbing_back() {
     // refused rate within k = ∛(max × 0.3 / 0.4) seconds; the fleet holds.
     let k = (cut * 0.3 / 0.4).cbrt();
     let cut_at = now;
-    while now < cut_at + secs_f(0.9 * k) {
+    while now < cut_at + Duration::from_secs_f64(0.9 * k) {
         now += ASK_EVERY;
         fleet.ask_at(0, tally(20, 20, 0, 1000), now);
         assert!(fleet.rate() <= cut * 1.001, "{} at {:?}", fleet.rate(), now - t0);
     }
-}
-
-fn secs_f(s: f64) -> Duration {
-    Duration::from_secs_f64(s)
 }
