@@ -1,4 +1,5 @@
 use super::*;
+use crate::gate::rate::SETTLE;
 use crate::policy::RetryPolicy;
 use proptest::prelude::*;
 
@@ -35,7 +36,7 @@ fn round(
 }
 
 #[test]
-fn while_nothing_is_accepted_the_whole_fleet_probes_as_four_processes_would() {
+fn while_nothing_is_accepted_the_whole_fleet_probes_as_a_few_processes_would() {
     let t0 = Instant::now();
     let mut fleet = controller(t0);
     let mut grants = Vec::new();
@@ -43,7 +44,11 @@ fn while_nothing_is_accepted_the_whole_fleet_probes_as_four_processes_would() {
         let now = t0 + ASK_EVERY * i;
         grants = round(&mut fleet, 0..200, now, |p| tally(0, 0, u64::from(p % 7 == 0), 5));
     }
-    assert_eq!(fleet.rate(), 4.0 * 0.5, "four processes' minRate, not 200");
+    assert_eq!(
+        fleet.rate(),
+        PROBERS * 0.5,
+        "{PROBERS} processes' minRate, not 200"
+    );
     assert_eq!(fleet.members(), 200);
     let total: f64 = grants.iter().sum();
     let probe = fleet.rate();
@@ -66,7 +71,7 @@ fn accepted_attempts_from_every_process_grow_one_rate() {
     });
     assert_eq!(
         fleet.rate(),
-        4.0 * 0.5 + 8.0 * 4.0,
+        PROBERS * 0.5 + GatePolicy::default().ramp * 4.0,
         "slow start from the probe rate: ramp per accepted attempt, fleet-wide"
     );
 }
@@ -281,9 +286,9 @@ fn after_a_refusal_the_fleet_holds_at_its_cut_instead_of_climbing_back() {
     now += ASK_EVERY;
     fleet.ask_at(0, tally(20, 20, 20, 1000), now);
     let cut = fleet.rate();
-    assert!(
-        (cut - 0.7 * (refused_at + 8.0 * 20.0)).abs() < 1e-6,
-        "0.7 × the rate after the report's 20 accepted: {cut}"
+    assert_eq!(
+        cut, 200.0,
+        "slow start ends at the 200 accepted over the last second"
     );
     // Still 200 a second accepted: CUBIC would climb back towards the
     // refused rate within k = ∛(max × 0.3 / 0.4) seconds; the fleet holds.
@@ -293,5 +298,47 @@ fn after_a_refusal_the_fleet_holds_at_its_cut_instead_of_climbing_back() {
         now += ASK_EVERY;
         fleet.ask_at(0, tally(20, 20, 0, 1000), now);
         assert!(fleet.rate() <= cut * 1.001, "{} at {:?}", fleet.rate(), now - t0);
+    }
+}
+
+#[test]
+fn slow_start_ends_at_what_was_accepted_and_reports_still_on_their_way_raise_it() {
+    let t0 = Instant::now();
+    let mut fleet = controller(t0);
+    fleet.ask_at(0, tally(0, 0, 1, 1000), t0);
+    // Slow start: 10 accepted every 100 ms (the first few asks' claims are
+    // bounded by the probe rate, and are out of the last second by the end).
+    let mut now = t0;
+    for _ in 0..20 {
+        now += ASK_EVERY;
+        fleet.ask_at(0, tally(10, 10, 0, 1000), now);
+    }
+    assert!(fleet.rate() > 400.0, "slow start, far ahead: {}", fleet.rate());
+    now += ASK_EVERY;
+    fleet.ask_at(0, tally(10, 10, 5, 1000), now);
+    assert_eq!(
+        fleet.rate(),
+        100.0,
+        "what was accepted over the last second, not 0.7 × the rate"
+    );
+    // More is accepted over the next asks than the last second's reports
+    // said (in a fleet, the reports of other processes, still on their way
+    // at the refusal): the estimate rises with them.
+    let ended = now;
+    for _ in 0..5 {
+        now += ASK_EVERY;
+        fleet.ask_at(0, tally(20, 20, 0, 1000), now);
+    }
+    assert_eq!(fleet.rate(), 50.0 + 100.0, "five tenths of 10 and five of 20");
+    // Once the rate has settled, it holds at it, as after any refusal.
+    while now < ended + SETTLE {
+        now += ASK_EVERY;
+        fleet.ask_at(0, tally(20, 20, 0, 1000), now);
+    }
+    let settled = fleet.rate();
+    for _ in 0..10 {
+        now += ASK_EVERY;
+        fleet.ask_at(0, tally(30, 30, 0, 1000), now);
+        assert_eq!(fleet.rate(), settled, "{:?} after slow start ended", now - ended);
     }
 }

@@ -32,6 +32,9 @@
 //!   what the dependency accepted over the last second (BBR's delivery
 //!   rate): a server that takes 200 a second and refuses the rest of a
 //!   second's burst has shown it can take 200, not that it can take none.
+//!   The refusal that ends slow start cuts to that delivery rate, not by
+//!   `beta`: slow start grows the rate ahead of the answers, and a share of
+//!   a rate that far past the dependency's is still past it.
 //! - **Off again** once nothing has been refused and nobody has had to wait
 //!   for `quiet`.
 //!

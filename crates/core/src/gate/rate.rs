@@ -1,6 +1,9 @@
 //! How the gate's rate is learned from outcomes: probing at the lowest rate
-//! until something is accepted, a slow start, then CUBIC after overloads,
+//! until something is accepted, a slow start that a refusal ends at what the
+//! dependency accepted over the last second, then CUBIC after overloads,
 //! never cut below the rate the dependency has just been seen to accept.
+
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -28,6 +31,12 @@ pub(crate) struct Rate {
     /// only, too noisy to hold to, and climbs back towards the refused rate,
     /// as CUBIC does.
     holds_at_cut: bool,
+    /// Until when a fleet's rate rises to what the dependency accepted over
+    /// the last second: for [`SETTLE`] after slow start ends on a refusal.
+    /// The cut then went to what was delivered as reported so far, and a
+    /// fleet's reports come up to a round late: the acceptances still on
+    /// their way raise the estimate as they arrive.
+    settling_until: Option<Instant>,
     delivered: Delivered,
 }
 
@@ -48,6 +57,10 @@ const TENTHS: usize = 30;
 /// How far past what a slow dependency delivers the rate may grow: BBR's
 /// gain when it probes for more bandwidth.
 const GAIN: f64 = 1.25;
+
+/// How long a fleet's rate settles after slow start ends: see
+/// [`Rate::settling_until`](Rate).
+pub(crate) const SETTLE: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
@@ -118,6 +131,7 @@ impl Rate {
             last_cut: now,
             slow: false,
             holds_at_cut: false,
+            settling_until: None,
             delivered: Delivered::new(now),
         }
     }
@@ -156,10 +170,20 @@ impl Rate {
             let peak = self.delivered.peak().min(self.now);
             (peak * policy.beta).max(policy.min_rate)
         } else {
-            let delivered = self.delivered.per_second().min(self.now);
             // Refusals that follow the last accepted attempt of a burst would
             // otherwise cut again and again; what was just accepted can be sent.
-            (self.now * policy.beta).max(delivered).max(policy.min_rate)
+            let delivered = self.delivered.per_second().min(self.now);
+            let kept = if self.phase == Phase::SlowStart {
+                // Slow start grew the rate ahead of the answers: a share of
+                // it is no measure of the dependency, what it accepted is.
+                if self.holds_at_cut {
+                    self.settling_until = Some(now + SETTLE);
+                }
+                0.0
+            } else {
+                self.now * policy.beta
+            };
+            kept.max(delivered).max(policy.min_rate)
         };
         if self.phase != Phase::Probing {
             // CUBIC: back to `max` after k seconds, k = ∛(max (1 − β) / C).
@@ -202,6 +226,8 @@ impl Rate {
         };
         let grown = if self.slow {
             grown.min((GAIN * self.delivered.peak()).max(self.now))
+        } else if self.settling_until.is_some_and(|until| now < until) {
+            grown.max(self.delivered.per_second())
         } else {
             grown
         };

@@ -135,11 +135,14 @@ fn an_overload_cuts_the_rate_once_not_once_per_attempt_sent_before_the_cut() {
     for _ in 0..100 {
         gate.record_at(Signal::Accepted, t0, t0 + secs(1.0));
     }
+    let ends_slow_start = t0 + secs(1.05);
+    gate.record_at(Signal::Overloaded, ends_slow_start, ends_slow_start);
+    assert_eq!(gate.rate(), Some(100.0), "slow start ends at the 100 accepted");
     // Two seconds on, the accepted attempts are out of the last second.
     let sent = t0 + secs(3.0);
     gate.record_at(Signal::Overloaded, sent, t0 + secs(3.1));
     let cut = gate.rate().unwrap();
-    assert!((cut - 100.5 * 0.7).abs() < 1e-9, "{cut}");
+    assert!((cut - 100.0 * 0.7).abs() < 1e-9, "{cut}");
     gate.record_at(Signal::Overloaded, sent, t0 + secs(3.2));
     assert_eq!(gate.rate(), Some(cut), "sent before the cut");
     gate.record_at(Signal::Overloaded, t0 + secs(3.15), t0 + secs(3.2));
@@ -169,6 +172,31 @@ fn a_cut_never_goes_below_what_was_accepted_over_the_last_second() {
     assert!(
         (gate.rate().unwrap() - 70.0).abs() < 1e-9,
         "those before 0.6 s no longer count"
+    );
+}
+
+#[test]
+fn the_refusal_that_ends_slow_start_cuts_to_what_was_accepted_not_by_beta() {
+    let t0 = Instant::now();
+    let gate = gate(t0);
+    overload(&gate, t0);
+    for _ in 0..100 {
+        gate.record_at(Signal::Accepted, t0, t0 + secs(0.2));
+    }
+    for _ in 0..20 {
+        gate.record_at(Signal::Accepted, t0, t0 + secs(1.5));
+    }
+    assert_eq!(
+        gate.rate(),
+        Some(120.5),
+        "slow start, far ahead of the last second's 20"
+    );
+    let refused = t0 + secs(1.5);
+    gate.record_at(Signal::Overloaded, refused, refused);
+    assert_eq!(
+        gate.rate(),
+        Some(20.0),
+        "what was accepted over the last second, not 0.7 × 120.5"
     );
 }
 
@@ -544,7 +572,7 @@ fn after_a_timeout_the_rate_grows_no_faster_than_the_dependency_delivers() {
     let gate = SendGate::new_at(&policy(GatePolicy::default()), t0);
     gate.record_at(Signal::TimedOut, t0, t0);
     assert_eq!(gate.rate(), Some(0.5), "a timeout turns the gate on, probing");
-    // Twenty answers in the next second: slow start would add 8 for each.
+    // Twenty answers in the next second: slow start would add `ramp` for each.
     for i in 0..20 {
         let at = t0 + secs(0.05 * f64::from(i + 1));
         gate.record_at(Signal::Accepted, at, at);
@@ -568,9 +596,10 @@ fn after_a_timeout_the_rate_grows_no_faster_than_the_dependency_delivers() {
         let at = t0 + secs(0.05 * f64::from(i + 1));
         answering.record_at(Signal::Accepted, at, at);
     }
+    let slow_start = 0.5 + GatePolicy::default().ramp * 20.0;
     assert_eq!(
         answering.rate(),
-        Some(160.5),
+        Some(slow_start),
         "a refusal after the timeout: the dependency answers at once, slow start again"
     );
 
@@ -582,8 +611,8 @@ fn after_a_timeout_the_rate_grows_no_faster_than_the_dependency_delivers() {
     }
     assert_eq!(
         fresh.rate(),
-        Some(160.5),
-        "after refusals alone, slow start: 0.5 + 8 per accepted"
+        Some(slow_start),
+        "after refusals alone, slow start: 0.5 + ramp per accepted"
     );
 }
 
