@@ -53,15 +53,21 @@ const BACKLOG_HORIZON: f64 = 1.0;
 /// 100 ms, and the way there and back), and growing faster than they come
 /// back overshoots the dependency.
 const ROUND: Duration = Duration::from_millis(250);
-/// Turns a round the rate may grow by however low it is (TCP's initial
-/// window is ten segments): 40 a second with 250 ms rounds.
-const FIRST_WINDOW: f64 = 10.0;
+/// Turns a round the rate may grow by however low it is: 120 a second with
+/// 250 ms rounds. Three times TCP's initial window of ten segments, because
+/// a fleet's first round after an outage serves a whole fleet's line, and
+/// the refusal that ends slow start cuts to what was delivered rather than
+/// by a share of the rate; in the simulator's herd (50 and 200 processes,
+/// seeds 1-25) ten left the last callers 0.2-0.3 s later, and forty
+/// overshot into cuts that cost more than they saved.
+const FIRST_WINDOW: f64 = 30.0;
 /// While nothing gets through, the fleet probes as often as this many
-/// processes would alone (each at `minRate`), no more: one probe every half
-/// second at the default 0.5 a second, so a recovery is found within half a
-/// second, where 50 processes probing alone would send 25 probes a second
-/// and one probing for all would find it a second late on average.
-const PROBERS: f64 = 4.0;
+/// processes would alone (each at `minRate`), no more: four probes a second
+/// at the default 0.5 a second, so a recovery is found an eighth of a
+/// second late on average, for 40 refused probes over a 10 s outage;
+/// 50 processes probing alone would send 25 a second, and one probing for
+/// all would find it a second late on average.
+const PROBERS: f64 = 8.0;
 /// No process's grant falls below this share of an equal part, so one that
 /// wanted nothing at its last ask (or is new) is not stuck at nothing until
 /// its next. The grants of a fleet add up to at most its rate plus twice this

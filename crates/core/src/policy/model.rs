@@ -227,7 +227,7 @@ impl Default for CircuitBreakerPolicy {
 impl Default for GatePolicy {
     /// Off; when turned on, the AWS SDKs' constants (β = 0.7, C = 0.4, at
     /// least 0.5 attempts per second), a slow start that doubles the rate
-    /// about every 90 ms, and off again after 5 s of quiet.
+    /// about every 45 ms, and off again after 5 s of quiet.
     fn default() -> Self {
         Self {
             enabled: false,
@@ -235,7 +235,7 @@ impl Default for GatePolicy {
             max_rate: 100_000.0,
             beta: 0.7,
             scale: 0.4,
-            ramp: 8.0,
+            ramp: 16.0,
             quiet: Duration::from_secs(5),
         }
     }
