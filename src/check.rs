@@ -12,6 +12,7 @@ use stormguard_core::policy::{GoDuration, PolicyDocument, RetryPolicy};
 use crate::lint::{lint, Lint};
 use crate::policy::{ContentHash, Diagnostic, LoadLimits};
 use crate::reload::load_file;
+use crate::text::columns;
 
 /// What `check` found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,7 +80,7 @@ fn lint_report(lint: &Lint) -> String {
             }),
         ]);
     }
-    out.push_str(&table(&rows));
+    out.push_str(&columns(&rows));
     out
 }
 
@@ -126,7 +127,7 @@ fn valid_report(path: &Path, document: &PolicyDocument, hash: &ContentHash) -> S
         document.services.len(),
         document.gateway_retries
     );
-    out.push_str(&table(&rows));
+    out.push_str(&columns(&rows));
     out.push_str("\nServices not listed get (defaults).\n");
     out
 }
@@ -162,24 +163,6 @@ fn row(name: &str, p: &RetryPolicy, overrides: String) -> Vec<String> {
         on_off(p.gate.enabled, "on".into()),
         overrides,
     ]
-}
-
-/// Left-aligned columns separated by two spaces.
-fn table(rows: &[Vec<String>]) -> String {
-    let columns = rows[0].len();
-    let widths: Vec<usize> = (0..columns)
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for row in rows {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, width)| format!("{cell:<width$}"))
-            .collect();
-        let _ = writeln!(out, "{}", cells.join("  ").trim_end());
-    }
-    out
 }
 
 #[cfg(test)]

@@ -40,6 +40,11 @@ where
     }
 }
 
+/// A parser for a share in `[0, 1]`, such as 0.01 for 1 %.
+pub fn share(text: &str) -> Result<f64, String> {
+    count_in(0.0, 1.0)(text)
+}
+
 /// Shorthand for whole seconds.
 pub const fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
@@ -66,6 +71,9 @@ mod tests {
         assert_eq!(workers("0").unwrap_err(), "must be between 1 and 1024");
         assert!(workers("-1").is_err());
         assert!(workers("99999999999999999999999").is_err());
+        assert_eq!(share("0.01"), Ok(0.01));
+        assert_eq!(share("1.5").unwrap_err(), "must be between 0 and 1");
+        assert!(share("NaN").is_err());
     }
 }
 

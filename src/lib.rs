@@ -19,4 +19,6 @@ pub mod sim;
 pub mod simulate;
 pub mod snapshot;
 pub mod supervise;
+pub mod text;
+pub mod tune;
 pub mod watch;

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::Serialize;
 use stormguard_core::policy::{GoDuration, Jitter, PolicyDocument, RetryPolicy};
 
-use crate::sim::{self, Modifiers, Scenario, Strategy, Summary};
+use crate::sim::{self, Scenario, Summary, PACED_PROCESSES};
 
 /// A single wait longer than this looks, from outside, like a hung pod (seed 000's zombie).
 pub const LONG_WAIT: Duration = Duration::from_secs(120);
@@ -85,11 +85,6 @@ pub struct Forecast {
     /// on: they pace through the daemon. `None`: one process per client.
     pub paced_processes: Option<u32>,
 }
-
-/// With a send gate, a forecast deals the clients into this many processes
-/// paced through the daemon: a gate is per process, and the daemon paces a
-/// fleet, so a process per client would forecast neither.
-pub const PACED_PROCESSES: u32 = 50;
 
 /// The lint's findings for a document.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -383,24 +378,10 @@ fn forecasts(document: &PolicyDocument) -> Vec<Forecast> {
         let summary = match done.iter().find(|(p, _)| *p == policy) {
             Some((_, summary)) => summary.clone(),
             None if done.len() < MAX_FORECASTS => {
-                let paced = policy.gate.enabled;
-                let modifiers = Modifiers {
-                    fleet: paced,
-                    ..Modifiers::default()
-                };
                 // A validated document's policies are valid: nothing to forecast otherwise.
-                let Ok(strategy) = Strategy::from_policy(&service, policy.clone(), modifiers) else {
+                let Ok(summary) = sim::forecast(&service, policy.clone(), &scenario) else {
                     continue;
                 };
-                let scenario = Scenario {
-                    processes: if paced {
-                        PACED_PROCESSES
-                    } else {
-                        scenario.processes
-                    },
-                    ..scenario.clone()
-                };
-                let summary = Summary::of(&sim::run(&scenario, &strategy));
                 done.push((policy, summary.clone()));
                 summary
             }

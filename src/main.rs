@@ -33,6 +33,61 @@ enum Command {
     /// Simulate a thundering herd against a recovering server, in virtual time:
     /// what a retry strategy or a service's policy does to it (seed 004's scenario by default).
     Simulate(SimulateArgs),
+    /// Search retry policies in the simulator for one that wastes fewer
+    /// requests over a family of outages than a service's policy (or the
+    /// simulator's full-jitter herd), serving its callers no later; print
+    /// both side by side and the settings to paste into the policy file.
+    Tune(TuneArgs),
+}
+
+#[derive(Args)]
+struct TuneArgs {
+    /// A policy file whose --service policy to improve on. Without one: the
+    /// simulator's full-jitter herd (100ms × 2^attempt, capped at 10s,
+    /// retried until served).
+    #[arg(long, requires = "service")]
+    policy: Option<PathBuf>,
+    /// The service (in --policy) whose resolved policy to improve on.
+    #[arg(long, requires = "policy")]
+    service: Option<String>,
+    /// The outages to do well on, comma-separated: the server rejects
+    /// everything from t = 0 until then, then takes --capacity a second.
+    #[arg(long, value_delimiter = ',', default_value = "2s,10s,60s",
+          value_parser = duration_in(secs(0), secs(86_400)))]
+    outages: Vec<Duration>,
+    /// Clients, each wanting one request served.
+    #[arg(long, default_value_t = 1000, value_parser = count_in(1u32, 100_000))]
+    clients: u32,
+    /// Requests the server accepts per calendar second.
+    #[arg(long, default_value_t = 200, value_parser = count_in(1u32, 1_000_000))]
+    capacity: u32,
+    /// Clients first fail at random times in [0, spread) instead of all at t = 0.
+    #[arg(long, default_value = "0s", value_parser = duration_in(secs(0), secs(86_400)))]
+    spread: Duration,
+    /// The most p99 time to success allowed on every outage. Default: no
+    /// later than the current policy's on each.
+    #[arg(long, value_parser = duration_in(Duration::from_millis(1), secs(86_400)))]
+    max_p99: Option<Duration>,
+    /// The largest share of clients that may give up (or still be retrying
+    /// after an hour), on every outage.
+    #[arg(long, default_value_t = 0.01, value_parser = stormguard::flags::share)]
+    max_gave_up: f64,
+    /// Never recommend the send gate (it needs the stormguard client library).
+    #[arg(long)]
+    without_gate: bool,
+    /// The first seed; each policy runs on --seeds seeds from it, the same for every policy.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Seeds each policy runs on, per outage.
+    #[arg(long, default_value_t = 5, value_parser = count_in(1u32, 100))]
+    seeds: u32,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    /// Draw the first seed's requests per second, current against recommended,
+    /// on every outage, to this SVG file.
+    #[arg(long)]
+    svg: Option<PathBuf>,
 }
 
 /// The worlds `simulate` can put strategies in.
@@ -273,7 +328,59 @@ fn main() -> ExitCode {
         }
         Command::Serve(args) => serve(args),
         Command::Simulate(args) => simulate(args),
+        Command::Tune(args) => tune(args),
     }
+}
+
+fn tune(args: TuneArgs) -> ExitCode {
+    let current = match args.policy.as_deref().zip(args.service.as_deref()) {
+        Some((path, service)) => match stormguard::simulate::resolved_policy(path, service) {
+            Ok(policy) => Some((path.display().to_string(), service.to_owned(), policy)),
+            Err(message) => {
+                eprintln!("{message}");
+                return ExitCode::from(1);
+            }
+        },
+        None => None,
+    };
+    let request = stormguard::tune::Request {
+        service: current
+            .as_ref()
+            .map(|(path, service, _)| (path.clone(), service.clone())),
+        current: current.map_or_else(|| Named::FullJitter.policy(), |(_, _, policy)| policy),
+        scenario: Scenario {
+            clients: args.clients,
+            capacity: args.capacity,
+            spread: args.spread,
+            seed: args.seed,
+            ..Scenario::default()
+        },
+        outages: args.outages,
+        seeds: args.seeds,
+        max_p99: args.max_p99,
+        max_gave_up: args.max_gave_up,
+        gate: !args.without_gate,
+    };
+    let started = std::time::Instant::now();
+    let tuning = match stormguard::tune::tune(&request) {
+        Ok(tuning) => tuning,
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::from(1);
+        }
+    };
+    if let Some(path) = &args.svg {
+        if let Err(e) = std::fs::write(path, stormguard::tune::svg(&tuning)) {
+            eprintln!("cannot write {}: {e}", path.display());
+            return ExitCode::from(1);
+        }
+    }
+    if args.json {
+        print!("{}", stormguard::tune::json(&tuning));
+    } else {
+        print!("{}", stormguard::tune::text(&tuning, started.elapsed()));
+    }
+    ExitCode::SUCCESS
 }
 
 fn simulate(mut args: SimulateArgs) -> ExitCode {

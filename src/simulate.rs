@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use stormguard_core::policy::RetryPolicy;
+
 use crate::policy::LoadLimits;
 use crate::reload::load_file;
 use crate::sim::{self, Modifiers, Named, Scenario, Strategy, Summary};
@@ -83,14 +85,23 @@ fn variants(request: &Request) -> Vec<Modifiers> {
     out
 }
 
-/// The resolved policy of `service` in the file at `path`.
+/// The strategy of `service` in the file at `path`.
 fn service_strategy(path: &Path, service: &str, modifiers: Modifiers) -> Result<Strategy, String> {
+    let (label, policy) = resolve(path, service)?;
+    Strategy::from_policy(&label, policy, modifiers).map_err(|e| format!("--service {service}: {e}"))
+}
+
+/// The resolved policy of `service` in the file at `path`, or an error
+/// naming what is wrong (every error of an invalid file).
+pub fn resolved_policy(path: &Path, service: &str) -> Result<RetryPolicy, String> {
+    resolve(path, service).map(|(_, policy)| policy)
+}
+
+/// [`resolved_policy`], with a label saying whether it is the service's own.
+fn resolve(path: &Path, service: &str) -> Result<(String, RetryPolicy), String> {
     let (document, _) = load_file(path, LoadLimits::default()).map_err(|errors| {
         let lines: Vec<String> = errors.iter().map(|e| format!("error: {e}")).collect();
-        format!(
-            "{}\nthe policy file is invalid; nothing was simulated",
-            lines.join("\n")
-        )
+        format!("{}\nthe policy file is invalid", lines.join("\n"))
     })?;
     stormguard_core::policy::check_service_name(service)
         .map_err(|e| format!("--service {service:?}: {e}"))?;
@@ -99,7 +110,7 @@ fn service_strategy(path: &Path, service: &str, modifiers: Modifiers) -> Result<
         stormguard_core::policy::PolicySource::Override => service.to_string(),
         stormguard_core::policy::PolicySource::Defaults => format!("{service} (defaults)"),
     };
-    Strategy::from_policy(&label, resolved.policy, modifiers).map_err(|e| format!("--service {service}: {e}"))
+    Ok((label, resolved.policy))
 }
 
 fn render(request: &Request, summaries: &[Summary]) -> String {

@@ -4,6 +4,7 @@
 
 mod collapse;
 mod engine;
+mod forecast;
 mod render;
 mod report;
 mod strategy;
@@ -11,6 +12,7 @@ mod svg;
 
 pub use collapse::Collapse;
 pub use engine::{run, Brownout, GaveUpCounts, Run, Scenario};
+pub use forecast::{forecast, PACED_PROCESSES};
 pub use render::{histogram, summary, table};
 pub use report::Summary;
 pub use strategy::{Modifiers, Named, Strategy};

@@ -42,10 +42,16 @@ pub fn small_multiples(summaries: &[Summary]) -> String {
     );
     let _ = writeln!(svg, r##"<rect width="100%" height="100%" fill="#ffffff"/>"##);
     if let Some(first) = summaries.first() {
+        let one_outage = summaries.iter().all(|s| s.outage_seconds == first.outage_seconds);
+        let outage = if one_outage {
+            format!(", outage {} s", first.outage_seconds)
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             svg,
-            r#"<text x="{LEFT}" y="22" font-size="14" font-weight="bold">Requests per second: {} clients, capacity {}/s, outage {} s, seed {}</text>"#,
-            first.clients, first.capacity, first.outage_seconds, first.seed
+            r#"<text x="{LEFT}" y="22" font-size="14" font-weight="bold">Requests per second: {} clients, capacity {}/s{outage}, seed {}</text>"#,
+            first.clients, first.capacity, first.seed
         );
         let _ = writeln!(
             svg,

@@ -1,0 +1,238 @@
+//! `stormguard tune`: searches retry policies with the herd simulator for
+//! the one that wastes the fewest requests over a family of outages, while
+//! its callers are served no later (p99) and give up no more often than the
+//! bounds say.
+//!
+//! The search runs in three steps, every candidate on the same seeds
+//! (common random numbers), so that two candidates differ by their
+//! settings and not by their luck:
+//! 1. a coarse grid of backoff shapes ([`space::grid`]), each run on the
+//!    first seed of every outage;
+//! 2. the best few of the grid, and the current policy's own settings, run
+//!    on every seed;
+//! 3. from the best of those, a local search that moves one setting a rung
+//!    at a time ([`space::neighbours`]) while a move improves the score.
+
+pub mod render;
+mod score;
+mod space;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use stormguard_core::policy::RetryPolicy;
+
+pub use render::{json, svg, text};
+pub use score::{Bounds, Family, Figures, Score};
+pub use space::Knobs;
+
+use crate::sim::{Named, Scenario};
+
+/// Grid candidates run on every seed after the coarse pass.
+const FINALISTS: usize = 4;
+/// Rounds of the local search at most (it stops earlier when no move helps).
+const MAX_ROUNDS: usize = 30;
+
+/// What to tune, and against what.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// Where the current policy comes from, for the report: a service of a
+    /// policy file, or `None` for the simulator's full-jitter herd.
+    pub service: Option<(String, String)>,
+    /// The policy to improve on.
+    pub current: RetryPolicy,
+    /// Clients, capacity, spread and the first seed; each outage of
+    /// `outages` replaces its outage in turn.
+    pub scenario: Scenario,
+    /// The outage family.
+    pub outages: Vec<Duration>,
+    /// Seeds per outage.
+    pub seeds: u32,
+    /// The most p99 time to success on every outage; `None`: the current
+    /// policy's on each, or full jitter's (100ms × 2^attempt, capped at
+    /// 10s, retried until served) where the current one serves fewer than
+    /// it should.
+    pub max_p99: Option<Duration>,
+    /// The largest share of clients that may give up, in [0, 1].
+    pub max_gave_up: f64,
+    /// Whether the send gate may be recommended.
+    pub gate: bool,
+}
+
+/// A policy and how it fares.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    /// The searched settings.
+    pub knobs: Knobs,
+    /// The whole policy.
+    pub policy: RetryPolicy,
+    /// Per outage of the family.
+    pub figures: Vec<Figures>,
+    /// Its rank.
+    pub score: Score,
+}
+
+/// What the search found.
+#[derive(Debug, Clone)]
+pub struct Tuning {
+    /// What was asked.
+    pub request: Request,
+    /// The bounds every candidate was held to.
+    pub bounds: Bounds,
+    /// The current policy.
+    pub current: Candidate,
+    /// The best policy found (the current one if nothing beat it).
+    pub recommended: Candidate,
+    /// The best found without the send gate, when the recommendation turns
+    /// the gate on: it needs the client library's gate, which not every
+    /// caller has.
+    pub without_gate: Option<Candidate>,
+    /// Policies tried: the grid's, run on one seed, and the rest, on all.
+    pub searched: usize,
+}
+
+/// Runs the search; an error names what is wrong with the request.
+pub fn tune(request: &Request) -> Result<Tuning, String> {
+    let family = Family {
+        scenario: request.scenario.clone(),
+        outages: request.outages.clone(),
+        seeds: request.seeds,
+    };
+    let current_figures = family
+        .figures(&request.current, request.seeds)
+        .ok_or("the current policy is invalid; nothing was tuned")?;
+    let reference = || family.figures(&Named::FullJitter.policy(), request.seeds);
+    let bounds = Family::bounds(&current_figures, reference, request.max_p99, request.max_gave_up);
+    let mut search = Search {
+        family: &family,
+        base: &request.current,
+        bounds: &bounds,
+        seen: HashMap::new(),
+        quick_runs: 0,
+    };
+    let current = Candidate {
+        knobs: Knobs::of(&request.current),
+        policy: request.current.clone(),
+        score: score::Score::of_figures(&current_figures, &bounds),
+        figures: current_figures,
+    };
+    let starts = search.starts();
+    let best = search.climb_all(&starts, request.gate);
+    let without_gate = match (best.knobs.gate, current.knobs.gate) {
+        (true, false) => {
+            let plain: Vec<Candidate> = starts.into_iter().filter(|c| !c.knobs.gate).collect();
+            Some(search.climb_all(&plain, false))
+        }
+        _ => None,
+    };
+    let recommended = better(best, &current);
+    let without_gate = without_gate.map(|c| better(c, &current));
+    let searched = search.seen.len() + search.quick_runs;
+    Ok(Tuning {
+        request: request.clone(),
+        bounds,
+        searched,
+        current,
+        recommended,
+        without_gate,
+    })
+}
+
+/// Better first; the knobs break ties, so that a search's result does not
+/// depend on the order candidates were run in.
+fn ranking(a: &Candidate, b: &Candidate) -> std::cmp::Ordering {
+    a.score.rank(&b.score).then(a.knobs.key().cmp(&b.knobs.key()))
+}
+
+/// `found`, unless the current policy ranks at least as well.
+fn better(found: Candidate, current: &Candidate) -> Candidate {
+    if found.score.rank(&current.score).is_lt() {
+        found
+    } else {
+        current.clone()
+    }
+}
+
+struct Search<'a> {
+    family: &'a Family,
+    base: &'a RetryPolicy,
+    bounds: &'a Bounds,
+    /// Every candidate run on every seed, by its knobs.
+    seen: HashMap<[u64; 8], Option<Candidate>>,
+    /// Candidates run on one seed only (the grid).
+    quick_runs: usize,
+}
+
+impl Search<'_> {
+    /// Steps 1 and 2: the grid on one seed, then its best and the current
+    /// settings on all seeds: the starting points of the local search.
+    fn starts(&mut self) -> Vec<Candidate> {
+        let current = Knobs::of(self.base);
+        let grid = space::grid(&current);
+        let policies: Vec<RetryPolicy> = grid.iter().map(|k| k.apply(self.base)).collect();
+        let quick = self.family.score_all(&policies, 1, self.bounds);
+        self.quick_runs += grid.len();
+        let mut ranked: Vec<(Knobs, Score)> = grid
+            .into_iter()
+            .zip(quick)
+            .filter_map(|(k, scored)| scored.map(|(_, score)| (k, score)))
+            .collect();
+        ranked.sort_by(|a, b| a.1.rank(&b.1).then(a.0.key().cmp(&b.0.key())));
+        let mut finalists: Vec<Knobs> = ranked.iter().take(FINALISTS).map(|(k, _)| *k).collect();
+        finalists.push(current);
+        self.run(&finalists);
+        finalists
+            .iter()
+            .filter_map(|k| self.seen.get(&k.key()).cloned().flatten())
+            .collect()
+    }
+
+    /// Step 3 from each of `starts`; the best found.
+    fn climb_all(&mut self, starts: &[Candidate], gate: bool) -> Candidate {
+        let climbed: Vec<Candidate> = starts.iter().map(|s| self.climb(s.clone(), gate)).collect();
+        climbed
+            .into_iter()
+            .min_by(ranking)
+            .expect("the current settings are valid, as the current policy is")
+    }
+
+    /// Step 3 from `from`: moves to the best neighbour while it ranks better.
+    fn climb(&mut self, mut from: Candidate, gate: bool) -> Candidate {
+        for _ in 0..MAX_ROUNDS {
+            let around = space::neighbours(&from.knobs, gate);
+            self.run(&around);
+            let best = around
+                .iter()
+                .filter_map(|k| self.seen.get(&k.key()).cloned().flatten())
+                .min_by(ranking);
+            match best {
+                Some(next) if next.score.rank(&from.score).is_lt() => from = next,
+                _ => break,
+            }
+        }
+        from
+    }
+
+    /// Runs on every seed those of `knobs` not run yet.
+    fn run(&mut self, knobs: &[Knobs]) {
+        let mut fresh: Vec<Knobs> = Vec::new();
+        for k in knobs {
+            if !self.seen.contains_key(&k.key()) && !fresh.iter().any(|f| f.key() == k.key()) {
+                fresh.push(*k);
+            }
+        }
+        let policies: Vec<RetryPolicy> = fresh.iter().map(|k| k.apply(self.base)).collect();
+        let scored = self.family.score_all(&policies, self.family.seeds, self.bounds);
+        for ((knobs, policy), scored) in fresh.into_iter().zip(policies).zip(scored) {
+            let candidate = scored.map(|(figures, score)| Candidate {
+                knobs,
+                policy,
+                figures,
+                score,
+            });
+            self.seen.insert(knobs.key(), candidate);
+        }
+    }
+}

@@ -1,0 +1,100 @@
+use std::time::Duration;
+
+use super::*;
+use crate::sim::Named;
+
+fn herd_request() -> Request {
+    Request {
+        service: None,
+        current: Named::FullJitter.policy(),
+        scenario: Scenario::default(),
+        outages: [2, 10, 60].map(Duration::from_secs).to_vec(),
+        seeds: 5,
+        max_p99: None,
+        max_gave_up: 0.01,
+        gate: false,
+    }
+}
+
+#[test]
+fn the_recommendation_halves_the_herds_waste_on_every_outage_and_serves_no_later() {
+    let t = tune(&herd_request()).unwrap();
+    assert!(t.recommended.score.feasible());
+    for (now, rec) in t.current.figures.iter().zip(&t.recommended.figures) {
+        assert!(
+            rec.wasted <= 0.5 * now.wasted,
+            "{}s outage: {} against {}",
+            now.outage_seconds,
+            rec.wasted,
+            now.wasted
+        );
+        assert!(rec.p99_seconds.unwrap() <= now.p99_seconds.unwrap());
+        assert!(rec.gave_up <= 0.01);
+    }
+    assert!(t.without_gate.is_none(), "the gate was not allowed");
+    assert!(!t.recommended.policy.gate.enabled);
+}
+
+#[test]
+fn the_same_seed_gives_the_same_recommendation() {
+    let request = Request {
+        outages: vec![Duration::from_secs(10)],
+        seeds: 2,
+        ..herd_request()
+    };
+    let (a, b) = (tune(&request).unwrap(), tune(&request).unwrap());
+    assert_eq!(a.recommended.knobs, b.recommended.knobs);
+    assert_eq!(a.recommended.figures, b.recommended.figures);
+    assert_eq!(json(&a), json(&b));
+}
+
+#[test]
+fn with_the_gate_allowed_it_is_recommended_and_the_best_without_it_is_given_too() {
+    let request = Request {
+        outages: vec![Duration::from_secs(10)],
+        seeds: 2,
+        gate: true,
+        ..herd_request()
+    };
+    let t = tune(&request).unwrap();
+    assert!(t.recommended.policy.gate.enabled);
+    let plain = t.without_gate.as_ref().expect("the best without the gate");
+    assert!(!plain.policy.gate.enabled);
+    assert!(t.recommended.figures[0].wasted < plain.figures[0].wasted);
+    let text = text(&t, Duration::ZERO);
+    assert!(text.contains("gate: {enabled: true}"), "{text}");
+}
+
+#[test]
+fn a_bound_nothing_can_keep_is_said_and_the_closest_is_given() {
+    let request = Request {
+        outages: vec![Duration::from_secs(10)],
+        seeds: 1,
+        max_p99: Some(Duration::from_secs(5)),
+        ..herd_request()
+    };
+    let t = tune(&request).unwrap();
+    assert!(!t.recommended.score.feasible());
+    let text = text(&t, Duration::ZERO);
+    assert!(text.contains("no policy found keeps every bound"), "{text}");
+}
+
+#[test]
+fn the_changes_name_only_what_differs_in_the_files_words() {
+    let from = Named::FullJitter.policy();
+    let to = RetryPolicy {
+        jitter: stormguard_core::policy::Jitter::Decorrelated,
+        initial_delay: Duration::from_secs(3),
+        max_elapsed: Some(Duration::from_secs(90)),
+        ..from.clone()
+    };
+    assert_eq!(
+        render::changes(&from, &to, false),
+        vec![
+            ("jitter", "decorrelated".to_owned()),
+            ("initialDelay", "3s".to_owned()),
+            ("maxElapsed", "1m30s".to_owned()),
+        ]
+    );
+    assert_eq!(render::changes(&from, &from, true).len(), 8, "every searched key");
+}

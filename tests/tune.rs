@@ -1,0 +1,150 @@
+//! `stormguard tune` end to end: the real binary, and its recommendation
+//! pasted into a policy file giving what it promised.
+
+use std::process::{Command, Output};
+
+fn stormguard(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_stormguard"))
+        .args(args)
+        .output()
+        .expect("the stormguard binary runs")
+}
+
+fn stdout(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+/// A policy file whose `orders` service retries three times, 100ms apart and up.
+const SHIPPED: &str = "defaults:\n  maxRetries: 3\n  initialDelay: 100ms\n  maxDelay: 10s\n  jitter: full\nservices:\n  orders: {}\n";
+
+#[test]
+fn the_recommendation_pasted_into_the_file_gives_the_figures_tune_promised() {
+    let dir = tempfile::tempdir().unwrap();
+    let shipped = dir.path().join("shipped.yaml");
+    std::fs::write(&shipped, SHIPPED).unwrap();
+    let shipped = shipped.to_str().unwrap();
+    let tuned: serde_json::Value = serde_json::from_str(&stdout(&stormguard(&[
+        "tune",
+        "--policy",
+        shipped,
+        "--service",
+        "orders",
+        "--outages",
+        "10s",
+        "--seeds",
+        "2",
+        "--without-gate",
+        "--json",
+    ])))
+    .unwrap();
+    let current = &tuned["current"]["figures"][0];
+    let recommended = &tuned["recommended"]["figures"][0];
+    assert_eq!(
+        current["gave_up"], 1.0,
+        "three quick retries cannot outlast 10s: {tuned}"
+    );
+    assert!(tuned["recommended"]["within_bounds"].as_bool().unwrap());
+    assert!(recommended["gave_up"].as_f64().unwrap() <= 0.01);
+
+    let mut block = String::new();
+    for pair in tuned["recommended"]["settings"].as_array().unwrap() {
+        block.push_str(&format!(
+            "    {}: {}\n",
+            pair[0].as_str().unwrap(),
+            pair[1].as_str().unwrap()
+        ));
+    }
+    assert!(
+        !block.is_empty(),
+        "a policy that gives up on everyone is not kept: {tuned}"
+    );
+    let pasted = dir.path().join("tuned.yaml");
+    std::fs::write(
+        &pasted,
+        SHIPPED.replace("  orders: {}\n", &format!("  orders:\n{block}")),
+    )
+    .unwrap();
+    let pasted = pasted.to_str().unwrap();
+    let check = stormguard(&["check", pasted]);
+    assert_eq!(
+        check.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+
+    let wasted: Vec<f64> = ["1", "2"]
+        .iter()
+        .map(|seed| {
+            let run: serde_json::Value = serde_json::from_str(&stdout(&stormguard(&[
+                "simulate",
+                "--policy",
+                pasted,
+                "--service",
+                "orders",
+                "--outage",
+                "10s",
+                "--seed",
+                seed,
+                "--json",
+            ])))
+            .unwrap();
+            run["wasted"].as_f64().unwrap()
+        })
+        .collect();
+    assert_eq!(
+        (wasted[0] + wasted[1]) / 2.0,
+        recommended["wasted"].as_f64().unwrap(),
+        "the pasted policy wastes what tune said it would"
+    );
+}
+
+#[test]
+fn the_text_report_sets_each_outage_side_by_side_and_the_picture_has_a_panel_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("tune.svg");
+    let text = stdout(&stormguard(&[
+        "tune",
+        "--outages",
+        "2s,10s",
+        "--seeds",
+        "1",
+        "--without-gate",
+        "--svg",
+        svg.to_str().unwrap(),
+    ]));
+    for row in [
+        "2s      current",
+        "2s      recommended",
+        "10s     current",
+        "10s     recommended",
+    ] {
+        assert!(text.contains(row), "{row} in:\n{text}");
+    }
+    assert!(
+        text.contains("as a policy file's defaults:\ndefaults:\n  jitter: "),
+        "{text}"
+    );
+    let picture = std::fs::read_to_string(&svg).unwrap();
+    assert_eq!(picture.matches("outage</text>").count(), 4, "{picture}");
+}
+
+#[test]
+fn bad_input_is_named() {
+    let missing = stormguard(&["tune", "--policy", "no/such/file.yaml", "--service", "x"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no/such/file.yaml"));
+
+    let share = stormguard(&["tune", "--max-gave-up", "2"]);
+    assert_eq!(share.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&share.stderr).contains("must be between 0 and 1"));
+
+    let unitless = stormguard(&["tune", "--outages", "2s,10"]);
+    assert_eq!(unitless.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&unitless.stderr).contains("--outages"));
+}
