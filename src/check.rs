@@ -60,16 +60,21 @@ fn lint_report(lint: &Lint) -> String {
     }
     let _ = writeln!(
         out,
-        "\nforecast: seed 004's herd under each policy (1000 clients at once, 200 requests/s, a 10s outage)"
+        "\nforecast: each service's policy against a herd of calls failing at once, and a service that takes \
+         CAPACITY requests a second once the outage ends (the file's `forecast:` block sets them; by default \
+         1000 calls, 200/s, a 10s outage)"
     );
     let mut rows = vec![[
-        "SERVICE", "WASTED", "P99", "DRAINED", "SERVED", "GAVE UP", "SENT BY",
+        "SERVICE", "OUTAGE", "CALLS", "CAPACITY", "WASTED", "P99", "DRAINED", "SERVED", "GAVE UP", "SENT BY",
     ]
     .map(str::to_owned)
     .to_vec()];
     for f in &lint.forecasts {
         rows.push(vec![
             f.service.clone(),
+            format!("{}s", f.outage_seconds),
+            f.clients.to_string(),
+            format!("{}/s", f.capacity),
             f.wasted.to_string(),
             f.p99_seconds.map_or("-".into(), |p| format!("{p:.1}s")),
             format!("{:.1}s", f.drain_seconds),
@@ -81,6 +86,16 @@ fn lint_report(lint: &Lint) -> String {
         ]);
     }
     out.push_str(&columns(&rows));
+    if !lint.forecasts.is_empty() {
+        out.push_str("\nwhat the forecast means:\n");
+        for f in &lint.forecasts {
+            let _ = writeln!(
+                out,
+                "- {} ({}s outage): {}",
+                f.service, f.outage_seconds, f.explanation
+            );
+        }
+    }
     out
 }
 
@@ -172,8 +187,14 @@ mod tests {
     #[test]
     fn valid_file_shows_a_row_per_service() {
         let (report, verdict) = check(Path::new("policies/retry-policy.yaml"), LoadLimits::default());
-        assert_eq!(verdict, Verdict::Clean, "{report}");
-        assert!(report.contains("storm-risk lint: no warnings"));
+        assert_eq!(verdict, Verdict::Warnings, "{report}");
+        assert!(report.contains("storm-risk lint: 4 warnings"), "{report}");
+        assert!(
+            report.contains(
+                "\nwhat the forecast means:\n- (defaults) (10s outage): every call fails: its 3 retries"
+            ),
+            "{report}"
+        );
         assert!(
             report
                 .lines()
@@ -191,11 +212,32 @@ mod tests {
     fn warnings_are_listed_with_their_rule_and_service() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("risky.yaml");
-        std::fs::write(&path, "defaults: {jitter: none}\n").unwrap();
+        std::fs::write(
+            &path,
+            "defaults: {jitter: none, maxRetries: 10, initialDelay: 1s}\n",
+        )
+        .unwrap();
         let (report, verdict) = check(&path, LoadLimits::default());
         assert_eq!(verdict, Verdict::Warnings);
         assert!(
             report.contains("storm-risk lint: 1 warning\nwarning[no-jitter] (defaults): "),
+            "{report}"
+        );
+    }
+
+    #[test]
+    fn a_bad_forecast_block_is_named_like_any_other_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.yaml");
+        std::fs::write(&path, "defaults: {}\nforecast:\n  clients: 0\n  outages: [1h]\n").unwrap();
+        let (report, verdict) = check(&path, LoadLimits::default());
+        assert_eq!(verdict, Verdict::Invalid);
+        assert!(
+            report.contains(":3:12: forecast.clients: must be between 1 and 10000"),
+            "{report}"
+        );
+        assert!(
+            report.contains(":4:13: forecast.outages[0]: must be at most 10m0s"),
             "{report}"
         );
     }

@@ -10,7 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde::Serialize;
-use stormguard_core::policy::{GoDuration, Jitter, PolicyDocument, RetryPolicy};
+use stormguard_core::backoff::Backoff;
+use stormguard_core::policy::{ForecastScenario, GoDuration, Jitter, PolicyDocument, RetryPolicy};
 
 use crate::sim::{self, Scenario, Summary, PACED_PROCESSES};
 
@@ -18,8 +19,8 @@ use crate::sim::{self, Scenario, Summary, PACED_PROCESSES};
 pub const LONG_WAIT: Duration = Duration::from_secs(120);
 /// Constant waits shorter than this flood a recovering server (seed 004's 1 ms constant).
 pub const TINY_WAIT: Duration = Duration::from_millis(100);
-/// Forecasts computed at most, one per distinct policy; beyond, services are listed without.
-pub const MAX_FORECASTS: usize = 50;
+/// Forecast runs at most, one per distinct policy and herd; beyond, services are listed without.
+pub const MAX_FORECASTS: usize = 100;
 /// How `(defaults)` is named in reports.
 pub const DEFAULTS: &str = "(defaults)";
 
@@ -39,6 +40,8 @@ pub enum Rule {
     RetryAmplification,
     /// A call cycle: retries can feed back on themselves.
     CallCycle,
+    /// Retries spent before an outage ends: load, then failure anyway.
+    ShortRetrySpan,
 }
 
 impl Rule {
@@ -51,6 +54,7 @@ impl Rule {
             Rule::NoBudget => "no-budget",
             Rule::RetryAmplification => "retry-amplification",
             Rule::CallCycle => "call-cycle",
+            Rule::ShortRetrySpan => "short-retry-span",
         }
     }
 }
@@ -66,11 +70,19 @@ pub struct Warning {
     pub message: String,
 }
 
-/// What seed 004's scenario (1000 clients, 200/s, a 10 s outage) does under a policy.
+/// What a herd does to a service under its policy, in one outage of the
+/// service's forecast: `clients` calls failing at once, a service that
+/// takes `capacity` requests a second once the outage ends.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Forecast {
     /// The service (or `(defaults)`).
     pub service: String,
+    /// Calls failing at once.
+    pub clients: u32,
+    /// Requests a second the service takes once back.
+    pub capacity: u32,
+    /// How long the outage lasts.
+    pub outage_seconds: f64,
     /// Requests the server rejected.
     pub wasted: u64,
     /// 99th percentile time to success, if any client succeeded.
@@ -84,6 +96,8 @@ pub struct Forecast {
     /// Processes the clients were dealt into when the policy's send gate is
     /// on: they pace through the daemon. `None`: one process per client.
     pub paced_processes: Option<u32>,
+    /// What the figures mean, in words, and what to change.
+    pub explanation: String,
 }
 
 /// The lint's findings for a document.
@@ -98,7 +112,9 @@ pub struct Lint {
 /// Lints `document`.
 pub fn lint(document: &PolicyDocument) -> Lint {
     let mut warnings = Vec::new();
-    for (rule, message) in policy_risks(&document.defaults_policy()) {
+    let shortest = |herd: ForecastScenario| herd.outages.into_iter().min().unwrap_or_default();
+    let outage = shortest(document.forecast.defaults());
+    for (rule, message) in policy_risks(&document.defaults_policy(), outage) {
         warnings.push(Warning {
             service: DEFAULTS.into(),
             rule,
@@ -108,7 +124,8 @@ pub fn lint(document: &PolicyDocument) -> Lint {
     for name in document.services.keys() {
         let resolved = document.resolve(name);
         let own: BTreeSet<&str> = resolved.overridden.iter().map(String::as_str).collect();
-        for (rule, message) in policy_risks(&resolved.policy) {
+        let outage = shortest(document.forecast.resolve(name));
+        for (rule, message) in policy_risks(&resolved.policy, outage) {
             if keys_of(rule).iter().any(|key| own.contains(key)) {
                 warnings.push(Warning {
                     service: name.clone(),
@@ -133,12 +150,24 @@ fn keys_of(rule: Rule) -> &'static [&'static str] {
         Rule::LongMaxDelay => &["maxDelay", "delays"],
         Rule::TinyConstantDelay => &["multiplier", "initialDelay", "delays"],
         Rule::NoBudget => &["budget.enabled", "retryThrottling.enabled"],
+        Rule::ShortRetrySpan => &[
+            "maxRetries",
+            "initialDelay",
+            "maxDelay",
+            "multiplier",
+            "jitter",
+            "jitterFactor",
+            "delays",
+            "maxElapsed",
+            "gate.enabled",
+        ],
         Rule::RetryAmplification | Rule::CallCycle => &[],
     }
 }
 
-/// The risks of one policy, each with its explanation.
-fn policy_risks(p: &RetryPolicy) -> Vec<(Rule, String)> {
+/// The risks of one policy, each with its explanation; `outage` is the
+/// shortest its forecast runs, the outage its retries should outlast.
+fn policy_risks(p: &RetryPolicy, outage: Duration) -> Vec<(Rule, String)> {
     let mut risks = Vec::new();
     if p.max_retries == 0 {
         return risks;
@@ -188,7 +217,30 @@ fn policy_risks(p: &RetryPolicy) -> Vec<(Rule, String)> {
             ),
         ));
     }
+    let span = retry_span(p);
+    if span < outage && !p.gate.enabled {
+        risks.push((
+            Rule::ShortRetrySpan,
+            format!(
+                "{} spent within {} at most, so an outage of {} (the shortest its forecast \
+                 runs) outlasts them: every call fails anyway, after {} requests where one would do; retry \
+                 for longer than the outages you expect (a larger `maxDelay` or `maxRetries`, or `maxElapsed` \
+                 past them), or not at all; `stormguard tune` finds settings",
+                its_retries(p.max_retries),
+                GoDuration(to_millis(span)),
+                GoDuration(outage),
+                u64::from(p.max_retries) + 1
+            ),
+        ));
+    }
     risks
+}
+
+/// The longest a call can keep retrying: the longest waits of its retries
+/// added up, or its `maxElapsed` if that ends it sooner.
+pub fn retry_span(p: &RetryPolicy) -> Duration {
+    let waits = Backoff::from_policy(p).longest_total(p.max_retries);
+    p.max_elapsed.map_or(waits, |deadline| waits.min(deadline))
 }
 
 /// The longest single wait the policy can ask for.
@@ -362,42 +414,137 @@ impl<'a> Calls<'a> {
     }
 }
 
-/// The seed scenario under each service's policy, computed once per distinct policy.
+/// Each service's policy against its forecast's herd, one entry per
+/// outage, each distinct run computed once.
 fn forecasts(document: &PolicyDocument) -> Vec<Forecast> {
-    let scenario = Scenario::default();
-    let mut done: Vec<(RetryPolicy, Summary)> = Vec::new();
-    let services = std::iter::once((DEFAULTS.to_string(), document.defaults_policy())).chain(
-        document
-            .services
-            .keys()
-            .map(|name| (name.clone(), document.resolve(name).policy)),
-    );
+    type Run = (RetryPolicy, u32, u32, Duration);
+    let mut done: Vec<(Run, Summary)> = Vec::new();
+    let services = std::iter::once((
+        DEFAULTS.to_string(),
+        document.defaults_policy(),
+        document.forecast.defaults(),
+    ))
+    .chain(document.services.keys().map(|name| {
+        (
+            name.clone(),
+            document.resolve(name).policy,
+            document.forecast.resolve(name),
+        )
+    }));
     let mut out = Vec::new();
-    for (service, policy) in services {
-        let paced_processes = policy.gate.enabled.then_some(PACED_PROCESSES);
-        let summary = match done.iter().find(|(p, _)| *p == policy) {
-            Some((_, summary)) => summary.clone(),
-            None if done.len() < MAX_FORECASTS => {
-                // A validated document's policies are valid: nothing to forecast otherwise.
-                let Ok(summary) = sim::forecast(&service, policy.clone(), &scenario) else {
-                    continue;
-                };
-                done.push((policy, summary.clone()));
-                summary
-            }
-            None => continue,
-        };
-        out.push(Forecast {
-            service,
-            wasted: summary.wasted,
-            p99_seconds: summary.p99_seconds,
-            drain_seconds: summary.drain_seconds,
-            succeeded: summary.succeeded,
-            gave_up: summary.gave_up + summary.unfinished,
-            paced_processes,
-        });
+    for (service, policy, herd) in services {
+        for &outage in &herd.outages {
+            let run: Run = (policy.clone(), herd.clients, herd.capacity, outage);
+            let summary = match done.iter().find(|(r, _)| *r == run) {
+                Some((_, summary)) => summary.clone(),
+                None if done.len() < MAX_FORECASTS => {
+                    let scenario = Scenario {
+                        clients: herd.clients,
+                        capacity: herd.capacity,
+                        outage,
+                        ..Scenario::default()
+                    };
+                    // A validated document's policies are valid: nothing to forecast otherwise.
+                    let Ok(summary) = sim::forecast(&service, policy.clone(), &scenario) else {
+                        continue;
+                    };
+                    done.push((run, summary.clone()));
+                    summary
+                }
+                None => continue,
+            };
+            out.push(Forecast {
+                explanation: explain(&service, &policy, &summary),
+                service: service.clone(),
+                clients: herd.clients,
+                capacity: herd.capacity,
+                outage_seconds: outage.as_secs_f64(),
+                wasted: summary.wasted,
+                p99_seconds: summary.p99_seconds,
+                drain_seconds: summary.drain_seconds,
+                succeeded: summary.succeeded,
+                gave_up: summary.gave_up + summary.unfinished,
+                paced_processes: policy.gate.enabled.then_some(PACED_PROCESSES),
+            });
+        }
     }
     out
+}
+
+/// What `summary` means for `service` under `policy`, and what to change.
+fn explain(service: &str, policy: &RetryPolicy, summary: &Summary) -> String {
+    let clients = summary.clients;
+    let outage = format!("{}s", summary.outage_seconds);
+    let per_call = summary.wasted as f64 / f64::from(clients.max(1));
+    let tune = if service == DEFAULTS {
+        "`stormguard tune`, with this file as `--policy` and a service that keeps the defaults as `--service`,".to_owned()
+    } else {
+        format!("`stormguard tune --service {service}`, with this file as `--policy`,")
+    };
+    let gave_up = summary.gave_up + summary.unfinished;
+    if summary.succeeded == 0 && policy.max_retries == 0 {
+        return format!(
+            "every call fails: it does not retry, and a {outage} outage outlasts its one attempt."
+        );
+    }
+    if summary.succeeded == 0 && !policy.gate.enabled {
+        return format!(
+            "every call fails: {} spent within {}, before a {outage} outage ends, and only add \
+             load ({:.1} refused requests per call). To ride out outages this long, retry for longer than them, \
+             or not at all; {tune} finds settings.",
+            its_retries(policy.max_retries),
+            GoDuration(to_millis(retry_span(policy))),
+            per_call
+        );
+    }
+    if gave_up > 0 {
+        return format!(
+            "serves {} of {clients} calls; {gave_up} give up, {}. {tune} finds settings that serve them.",
+            summary.succeeded,
+            why_given_up(summary)
+        );
+    }
+    let p99 = summary.p99_seconds.unwrap_or_default();
+    let mut text = format!(
+        "serves every call, 99 % within {p99:.1}s of failing, with {per_call:.1} refused requests per call."
+    );
+    if per_call > 2.0 {
+        text.push_str(&format!(
+            " Most are retries into the outage or past the capacity; {tune} finds a policy that wastes less."
+        ));
+    }
+    text
+}
+
+/// `d` to the nearest millisecond, as a person reads a span.
+fn to_millis(d: Duration) -> Duration {
+    Duration::from_millis((d.as_secs_f64() * 1000.0).round() as u64)
+}
+
+/// "its only retry is" or "its N retries are".
+fn its_retries(n: u32) -> String {
+    match n {
+        1 => "its only retry is".to_owned(),
+        n => format!("its {n} retries are"),
+    }
+}
+
+/// Why most of the calls that gave up did.
+fn why_given_up(s: &Summary) -> &'static str {
+    [
+        (s.gave_up_exhausted, "out of retries"),
+        (s.gave_up_budget, "refused a retry by the retry budget"),
+        (s.gave_up_circuit_open, "turned away by the open circuit breaker"),
+        (s.gave_up_deadline, "past maxElapsed"),
+        (
+            s.gave_up_no_turn,
+            "given no turn by the send gate before maxElapsed",
+        ),
+        (s.unfinished, "still retrying an hour on"),
+    ]
+    .into_iter()
+    .max_by_key(|(count, _)| *count)
+    .map_or("", |(_, why)| why)
 }
 
 #[cfg(test)]

@@ -446,7 +446,7 @@ async fn admin_token_file_and_reload_and_validate() {
             .body(body)
             .send()
     };
-    let good = validate("defaults: {maxRetries: 1}\nservices: {a: {}}\n")
+    let good = validate("defaults: {maxRetries: 1, initialDelay: 20s, maxDelay: 30s}\nservices: {a: {}}\n")
         .await
         .unwrap();
     assert_eq!(good.status(), StatusCode::OK);
@@ -454,8 +454,16 @@ async fn admin_token_file_and_reload_and_validate() {
     assert_eq!(good["services"], serde_json::json!(["a"]));
     assert_eq!(good["warnings"], serde_json::json!([]));
     assert_eq!(good["forecasts"][1]["service"], "a", "{good}");
+    assert_eq!(good["forecasts"][1]["outage_seconds"], 10.0, "{good}");
+    assert!(
+        good["forecasts"][1]["explanation"]
+            .as_str()
+            .unwrap()
+            .starts_with("serves every call"),
+        "one retry 20s on outlasts a 10s outage: {good}"
+    );
 
-    let risky = validate("defaults: {jitter: none}\ncallGraph: {api: [orders]}\ngatewayRetries: true\n")
+    let risky = validate("defaults: {jitter: none, maxRetries: 3, initialDelay: 5s}\ncallGraph: {api: [orders]}\ngatewayRetries: true\n")
         .await
         .unwrap();
     assert_eq!(

@@ -13,11 +13,92 @@ fn rules(lint: &Lint) -> Vec<(&str, &str)> {
         .collect()
 }
 
+/// The message of `service`'s warning under `rule`.
+fn message<'a>(lint: &'a Lint, service: &str, rule: Rule) -> &'a str {
+    let found = lint
+        .warnings
+        .iter()
+        .find(|w| w.service == service && w.rule == rule);
+    &found
+        .unwrap_or_else(|| panic!("no {} warning for {service}", rule.code()))
+        .message
+}
+
+/// [`rules`] but `short-retry-span`, which a policy with the built-in three
+/// quick retries trips in any test of the other rules.
+fn other_rules(lint: &Lint) -> Vec<(&str, &str)> {
+    rules(lint)
+        .into_iter()
+        .filter(|(_, rule)| *rule != Rule::ShortRetrySpan.code())
+        .collect()
+}
+
 #[test]
-fn the_bundled_seed_policy_is_clean() {
+fn the_shipped_policys_retries_are_all_spent_before_a_10s_outage_ends() {
     let yaml = std::fs::read_to_string("policies/retry-policy.yaml").unwrap();
     let lint = lint_yaml(&yaml);
-    assert_eq!(rules(&lint), Vec::<(&str, &str)>::new());
+    assert_eq!(
+        rules(&lint),
+        [
+            ("(defaults)", "short-retry-span"),
+            ("inventory-service", "short-retry-span"),
+            ("notification-service", "short-retry-span"),
+            ("payment-service", "short-retry-span"),
+        ]
+    );
+    let defaults = &lint.warnings[0].message;
+    assert!(
+        defaults.contains("its 3 retries are spent within 1.05s at most, so an outage of 10s"),
+        "100ms, 200ms and 400ms, each up to 50 % longer: {defaults}"
+    );
+    assert!(defaults.contains("stormguard tune"), "{defaults}");
+    assert!(lint.warnings[2]
+        .message
+        .starts_with("its only retry is spent within 150ms"));
+}
+
+#[test]
+fn retries_that_outlast_the_forecasts_outages_or_a_gate_that_paces_them_are_fine() {
+    let long = lint_yaml(
+        "defaults: {maxRetries: 10, initialDelay: 1s, maxDelay: 10s}
+",
+    );
+    assert_eq!(other_rules(&long), rules(&long), "1+2+4+8+6×10 s outlasts 10s");
+    let short_outages = lint_yaml(
+        "defaults: {maxRetries: 3}
+forecast: {outages: [500ms, 2s]}
+",
+    );
+    assert_eq!(
+        other_rules(&short_outages),
+        rules(&short_outages),
+        "1.05s outlasts 500ms"
+    );
+    let paced = lint_yaml(
+        "defaults: {maxRetries: 3, gate: {enabled: true}}
+",
+    );
+    assert_eq!(other_rules(&paced), rules(&paced));
+    let deadline = lint_yaml(
+        "defaults: {maxRetries: 10, initialDelay: 1s, maxDelay: 10s, maxElapsed: 5s}
+",
+    );
+    assert_eq!(
+        rules(&deadline),
+        [("(defaults)", "short-retry-span")],
+        "maxElapsed ends them at 5s"
+    );
+    let own_outage = lint_yaml(
+        "defaults: {maxRetries: 10, initialDelay: 1s, maxDelay: 10s}
+\
+         services:\n  batch: {maxRetries: 2}\n  quick: {maxRetries: 2}\n\
+         forecast: {services: {quick: {outages: 1s}}}\n",
+    );
+    assert_eq!(
+        rules(&own_outage),
+        [("batch", "short-retry-span")],
+        "quick's own outage is 1s"
+    );
 }
 
 #[test]
@@ -26,7 +107,10 @@ fn no_jitter_is_reported_where_it_is_set() {
         "defaults: {jitter: none}\n\
          services:\n  inherits: {maxRetries: 2}\n  own: {jitter: proportional, jitterFactor: 0}\n  fixed: {jitter: full}\n",
     );
-    assert_eq!(rules(&lint), [("(defaults)", "no-jitter"), ("own", "no-jitter")]);
+    assert_eq!(
+        other_rules(&lint),
+        [("(defaults)", "no-jitter"), ("own", "no-jitter")]
+    );
     let message = &lint.warnings[0].message;
     assert!(
         message.contains("synchronised") && message.contains("jitter: full"),
@@ -37,7 +121,7 @@ fn no_jitter_is_reported_where_it_is_set() {
 #[test]
 fn a_long_max_delay_is_a_zombie_pod() {
     let lint = lint_yaml("defaults: {maxDelay: 30m}\n");
-    assert_eq!(rules(&lint), [("(defaults)", "long-max-delay")]);
+    assert_eq!(other_rules(&lint), [("(defaults)", "long-max-delay")]);
     assert!(
         lint.warnings[0].message.contains("30m"),
         "{}",
@@ -45,28 +129,31 @@ fn a_long_max_delay_is_a_zombie_pod() {
     );
     assert!(lint.warnings[0].message.contains("zombie"));
     let fine = lint_yaml("defaults: {maxDelay: 1m, jitterFactor: 0.5}\n");
-    assert!(fine.warnings.is_empty(), "1m × 1.5 stays under 2m");
+    assert!(other_rules(&fine).is_empty(), "1m × 1.5 stays under 2m");
 }
 
 #[test]
 fn tiny_constant_delays_are_a_flood() {
     let lint = lint_yaml("services:\n  hot: {initialDelay: 5ms, maxDelay: 5ms, multiplier: 1}\n");
-    assert_eq!(rules(&lint), [("hot", "tiny-constant-delay")]);
-    assert!(lint.warnings[0].message.contains("5ms"));
+    assert_eq!(other_rules(&lint), [("hot", "tiny-constant-delay")]);
+    assert!(message(&lint, "hot", Rule::TinyConstantDelay).contains("5ms"));
     let listed = lint_yaml("services:\n  hot: {delays: [1ms, 2ms, 2ms]}\n");
-    assert_eq!(rules(&listed), [("hot", "tiny-constant-delay")]);
+    assert_eq!(other_rules(&listed), [("hot", "tiny-constant-delay")]);
     let growing = lint_yaml("services:\n  ok: {initialDelay: 5ms, multiplier: 2}\n");
-    assert!(growing.warnings.is_empty());
+    assert!(other_rules(&growing).is_empty());
 }
 
 #[test]
 fn retries_without_a_budget() {
     let lint = lint_yaml("services:\n  orders: {maxRetries: 4, budget: {enabled: false}}\n");
-    assert_eq!(rules(&lint), [("orders", "no-budget")]);
-    assert!(lint.warnings[0].message.contains("5 times"));
+    assert_eq!(other_rules(&lint), [("orders", "no-budget")]);
+    assert!(message(&lint, "orders", Rule::NoBudget).contains("5 times"));
     let throttled =
         lint_yaml("services:\n  orders: {budget: {enabled: false}, retryThrottling: {enabled: true}}\n");
-    assert!(throttled.warnings.is_empty(), "gRPC throttling caps retries too");
+    assert!(
+        other_rules(&throttled).is_empty(),
+        "gRPC throttling caps retries too"
+    );
 }
 
 #[test]
@@ -103,13 +190,13 @@ fn retries_at_every_layer_of_a_chain_multiply() {
 fn one_retrying_layer_is_fine() {
     let without_gateway = lint_yaml(&format!("{CHAIN}services:\n  orders: {{maxRetries: 0}}\n"));
     assert!(
-        without_gateway.warnings.is_empty(),
+        other_rules(&without_gateway).is_empty(),
         "{:?}",
         without_gateway.warnings
     );
     let two_layers = lint_yaml(CHAIN);
     assert_eq!(
-        rules(&two_layers),
+        other_rules(&two_layers),
         [("payment-service", "retry-amplification")],
         "orders and payment retry"
     );
@@ -177,4 +264,41 @@ fn a_service_with_a_send_gate_is_forecast_paced_through_the_daemon() {
         paced.wasted,
         plain.wasted
     );
+}
+
+#[test]
+fn each_outage_of_a_services_forecast_is_run_and_explained() {
+    let lint = lint_yaml(
+        "defaults: {maxRetries: 3}\n\
+         services:\n  steady: {maxRetries: 100, initialDelay: 1s, maxDelay: 8s, jitter: decorrelated}\n  silent: {maxRetries: 0}\n\
+         forecast:\n  outages: [2s, 10s]\n  services:\n    steady: {clients: 500, capacity: 100}\n",
+    );
+    let of = |service: &str| -> Vec<&Forecast> {
+        lint.forecasts.iter().filter(|f| f.service == service).collect()
+    };
+    let defaults = of("(defaults)");
+    let outages: Vec<f64> = defaults.iter().map(|f| f.outage_seconds).collect();
+    assert_eq!(outages, [2.0, 10.0]);
+    assert_eq!((defaults[1].succeeded, defaults[1].gave_up), (0, 1000));
+    let explained = &defaults[1].explanation;
+    assert!(
+        explained
+            .starts_with("every call fails: its 3 retries are spent within 1.05s, before a 10s outage ends"),
+        "{explained}"
+    );
+    assert!(explained.contains("4.0 refused requests per call") && explained.contains("stormguard tune"));
+    let steady = of("steady");
+    assert_eq!((steady[0].clients, steady[0].capacity), (500, 100));
+    assert_eq!(steady[1].succeeded, 500);
+    assert!(
+        steady[1]
+            .explanation
+            .starts_with("serves every call, 99 % within"),
+        "{}",
+        steady[1].explanation
+    );
+    assert!(steady[1].explanation.contains("stormguard tune --service steady"));
+    assert!(of("silent")[0]
+        .explanation
+        .starts_with("every call fails: it does not retry"));
 }

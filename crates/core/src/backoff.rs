@@ -93,6 +93,40 @@ impl Backoff {
         Duration::from_nanos(drawn.min(nanos(self.max)))
     }
 
+    /// The longest the delay before retry `attempt` can be, when the
+    /// previous one was `previous`: the top of [`delay`](Self::delay)'s draw.
+    pub fn longest(&self, attempt: u32, previous: Duration) -> Duration {
+        let high = match self.jitter {
+            Jitter::None | Jitter::Full | Jitter::Equal => self.base_nanos(attempt),
+            Jitter::Proportional => {
+                let base = self.base_nanos(attempt);
+                base.saturating_add(spread(base, self.jitter_factor))
+            }
+            Jitter::Decorrelated => nanos(previous).max(nanos(self.initial)).saturating_mul(3),
+        };
+        Duration::from_nanos(high.min(nanos(self.max)))
+    }
+
+    /// The most the waits before `retries` retries can add up to: how long
+    /// a caller can keep retrying, its attempts aside.
+    pub fn longest_total(&self, retries: u32) -> Duration {
+        // A schedule still growing after this many retries is all but flat.
+        const GROWING: u32 = 10_000;
+        let mut total = Duration::ZERO;
+        let mut previous = Duration::ZERO;
+        for attempt in 0..retries {
+            let wait = self.longest(attempt, previous);
+            if (attempt > 0 && wait == previous) || attempt == GROWING {
+                // Every later wait is this one: the cap, a constant schedule,
+                // or an explicit one past its end.
+                return total.saturating_add(wait.saturating_mul(retries - attempt));
+            }
+            total = total.saturating_add(wait);
+            previous = wait;
+        }
+        total
+    }
+
     /// [`base`](Self::base) in nanoseconds.
     #[inline]
     fn base_nanos(&self, attempt: u32) -> u64 {
@@ -166,12 +200,18 @@ fn power(mut base: f64, mut exponent: u32) -> f64 {
 /// A uniform draw from `base × [1 - factor, 1 + factor]`: symmetric around `base`.
 #[inline]
 fn proportional<R: Rng + ?Sized>(base: u64, factor: f64, rng: &mut R) -> u64 {
-    // The factor in 32-bit fixed point: one float conversion instead of two.
-    let factor = (factor.clamp(0.0, 1.0) * 4_294_967_296.0) as u64;
-    let spread = ((u128::from(base) * u128::from(factor)) >> 32) as u64;
+    let spread = spread(base, factor);
     let low = base - spread.min(base);
     let high = base.saturating_add(spread);
     uniform(rng, low, high)
+}
+
+/// How far proportional jitter strays from `base`: `base × factor`.
+#[inline]
+fn spread(base: u64, factor: f64) -> u64 {
+    // The factor in 32-bit fixed point: one float conversion instead of two.
+    let factor = (factor.clamp(0.0, 1.0) * 4_294_967_296.0) as u64;
+    ((u128::from(base) * u128::from(factor)) >> 32) as u64
 }
 
 /// AWS's decorrelated jitter: a uniform draw from `[initial, 3 × previous)`,
@@ -263,6 +303,64 @@ mod tests {
                 assert!(tiny.delay(attempt, Duration::from_nanos(2), &mut rng) <= Duration::from_nanos(3));
             }
         }
+    }
+
+    proptest! {
+        /// No draw is ever longer than `longest` says, and the waits of a
+        /// run never add up to more than `longest_total`.
+        #[test]
+        fn no_draw_passes_the_longest(
+            jitter in prop::sample::select(ALL.to_vec()),
+            initial in 1u64..2_000,
+            max in 1u64..20_000,
+            multiplier in 1.0f64..4.0,
+            factor in 0.0f64..1.0,
+            seed: u64,
+        ) {
+            let b = Backoff {
+                initial: ms(initial),
+                max: ms(max),
+                multiplier,
+                jitter,
+                jitter_factor: factor,
+                delays: Vec::new(),
+            };
+            let mut rng = SmallRng::seed_from_u64(seed);
+            let (mut previous, mut longest, mut total) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+            for attempt in 0..12 {
+                let delay = b.delay(attempt, previous, &mut rng);
+                longest = b.longest(attempt, longest);
+                prop_assert!(delay <= longest, "{delay:?} > {longest:?} at {attempt}");
+                total += delay;
+                previous = delay;
+            }
+            prop_assert!(total <= b.longest_total(12));
+        }
+    }
+
+    #[test]
+    fn the_longest_total_of_a_schedule_adds_its_tops_and_ends_at_the_cap() {
+        let mut b = backoff(Jitter::Full);
+        b.initial = ms(100);
+        b.max = ms(10_000);
+        b.multiplier = 2.0;
+        assert_eq!(b.longest_total(3), ms(100 + 200 + 400));
+        assert_eq!(
+            b.longest_total(10),
+            ms(100 + 200 + 400 + 800 + 1600 + 3200 + 6400 + 3 * 10_000)
+        );
+        assert_eq!(
+            b.longest_total(u32::MAX),
+            ms(10_000).saturating_mul(u32::MAX - 7) + ms(12_700)
+        );
+        b.jitter = Jitter::Proportional;
+        b.jitter_factor = 0.5;
+        assert_eq!(b.longest_total(3), ms(150 + 300 + 600));
+        b.jitter = Jitter::Decorrelated;
+        assert_eq!(b.longest_total(3), ms(300 + 900 + 2700));
+        b.delays = vec![ms(10), ms(500)];
+        b.jitter = Jitter::None;
+        assert_eq!(b.longest_total(5), ms(10 + 4 * 500));
     }
 
     #[test]

@@ -1,18 +1,19 @@
 //! A whole policy file: global `defaults`, per-service overrides,
-//! `gatewayRetries`, and the `callGraph` of who calls whom; decoded,
-//! validated and resolved per service.
+//! `gatewayRetries`, the `callGraph` of who calls whom, and the `forecast`
+//! scenario; decoded, validated and resolved per service.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::forecast::ForecastBlock;
 use super::layer::Layered;
 use super::model::{RetryPolicy, RetryPolicySpec};
 use super::tree::{entries, unknown_key, Errors, KeyPath, Node, PolicyError};
 use super::validate;
 
 /// The keys of a policy file's top level.
-pub const DOCUMENT_KEYS: &[&str] = &["defaults", "services", "gatewayRetries", "callGraph"];
+pub const DOCUMENT_KEYS: &[&str] = &["defaults", "services", "gatewayRetries", "callGraph", "forecast"];
 
 /// A policy file that decoded and validated: every service resolves to a valid policy.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,6 +28,8 @@ pub struct PolicyDocument {
     /// Who calls whom: each caller's callees, by service name. Optional; the
     /// storm-risk lint multiplies retries along its chains (seed 003).
     pub call_graph: BTreeMap<String, Vec<String>>,
+    /// The herd each service's policy is forecast against (`check`).
+    pub forecast: ForecastBlock,
 }
 
 /// Where a resolved policy's keys came from.
@@ -141,6 +144,7 @@ fn decode(root: &Node, errors: &mut Errors) -> PolicyDocument {
         services: BTreeMap::new(),
         gateway_retries: false,
         call_graph: BTreeMap::new(),
+        forecast: ForecastBlock::default(),
     };
     let root_path = KeyPath::root();
     for (key, value) in entries(root, &root_path, errors) {
@@ -154,6 +158,7 @@ fn decode(root: &Node, errors: &mut Errors) -> PolicyDocument {
                 }
             }
             "callGraph" => document.call_graph = decode_call_graph(value, &path, errors),
+            "forecast" => document.forecast = ForecastBlock::decode(value, &path, errors),
             other => errors.push(unknown_key(&path, other, DOCUMENT_KEYS)),
         }
     }

@@ -6,6 +6,7 @@
 
 mod document;
 mod duration;
+mod forecast;
 mod layer;
 mod model;
 mod tree;
@@ -16,6 +17,10 @@ pub use document::{
     check_service_name, PolicyDocument, PolicySource, ResolvedPolicy, DOCUMENT_KEYS, MAX_CALLS,
 };
 pub use duration::{millis, parse_duration, DurationError, GoDuration};
+pub use forecast::{
+    ForecastBlock, ForecastScenario, FORECAST_KEYS, MAX_FORECAST_CAPACITY, MAX_FORECAST_CLIENTS,
+    MAX_FORECAST_OUTAGE, MAX_FORECAST_OUTAGES,
+};
 pub use layer::{Layered, Leaf};
 pub use model::{
     BudgetPolicy, BudgetPolicySpec, CircuitBreakerPolicy, CircuitBreakerPolicySpec, GatePolicy,

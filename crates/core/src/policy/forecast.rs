@@ -1,0 +1,263 @@
+//! A policy file's `forecast:` block: the herd `stormguard check` runs each
+//! service's policy against, set to match the traffic its callers send.
+//!
+//! ```yaml
+//! forecast:
+//!   clients: 1000            # calls failing at once (1-10,000)
+//!   capacity: 200            # requests a second the service takes once back (1-1,000,000)
+//!   outages: [2s, 10s, 60s]  # 1 to 3 outages, each at most 10m
+//!   services:
+//!     checkout-service: {clients: 5000, capacity: 800}
+//! ```
+//!
+//! It is not part of any served policy: only the forecasts read it. The
+//! bounds keep a check of a file with many services to seconds.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::document::check_service_name;
+use super::duration::GoDuration;
+use super::layer::Leaf;
+use super::tree::{entries, unknown_key, Errors, KeyPath, Node, PolicyError};
+
+/// The keys of the `forecast:` block (`services` only at its top).
+pub const FORECAST_KEYS: &[&str] = &["clients", "capacity", "outages", "services"];
+/// The most calls a forecast's herd may have.
+pub const MAX_FORECAST_CLIENTS: u32 = 10_000;
+/// The most requests a second a forecast's service may take.
+pub const MAX_FORECAST_CAPACITY: u32 = 1_000_000;
+/// The most outages a forecast may run.
+pub const MAX_FORECAST_OUTAGES: usize = 3;
+/// The longest outage a forecast may run.
+pub const MAX_FORECAST_OUTAGE: Duration = Duration::from_secs(600);
+
+/// The herd one service's policy is forecast against: `clients` calls
+/// failing at once, and a service that takes `capacity` requests a second
+/// once each of `outages` ends.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ForecastScenario {
+    /// Calls failing at once.
+    pub clients: u32,
+    /// Requests a second the service takes once back.
+    pub capacity: u32,
+    /// The outages, each forecast in turn.
+    pub outages: Vec<Duration>,
+}
+
+impl Default for ForecastScenario {
+    /// 1000 calls at once, 200 requests a second, a 10 s outage: a herd the
+    /// size of a small fleet's, against a restart.
+    fn default() -> Self {
+        Self {
+            clients: 1000,
+            capacity: 200,
+            outages: vec![Duration::from_secs(10)],
+        }
+    }
+}
+
+/// The `forecast:` block as the file sets it: its own keys, and each service's.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ForecastBlock {
+    defaults: Layer,
+    services: BTreeMap<String, Layer>,
+}
+
+/// What one level of the block sets.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Layer {
+    clients: Option<u32>,
+    capacity: Option<u32>,
+    outages: Option<Vec<Duration>>,
+}
+
+impl ForecastBlock {
+    /// The scenario of `service`: its own keys, else the block's, else the
+    /// [default](ForecastScenario::default).
+    pub fn resolve(&self, service: &str) -> ForecastScenario {
+        let own = self.services.get(service).cloned().unwrap_or_default();
+        let base = ForecastScenario::default();
+        ForecastScenario {
+            clients: own.clients.or(self.defaults.clients).unwrap_or(base.clients),
+            capacity: own.capacity.or(self.defaults.capacity).unwrap_or(base.capacity),
+            outages: own
+                .outages
+                .or_else(|| self.defaults.outages.clone())
+                .unwrap_or(base.outages),
+        }
+    }
+
+    /// The scenario of a service with no keys of its own.
+    pub fn defaults(&self) -> ForecastScenario {
+        self.resolve("")
+    }
+
+    /// Decodes the block at `path`, pushing every problem onto `errors`.
+    pub(super) fn decode(node: &Node, path: &KeyPath, errors: &mut Errors) -> Self {
+        let mut block = Self::default();
+        for (key, value) in entries(node, path, errors) {
+            let at = path.key(key);
+            if key == "services" {
+                for (name, layer) in entries(value, &at, errors) {
+                    let at = at.key(name);
+                    if let Err(problem) = check_service_name(name) {
+                        errors.push(PolicyError::key(&at, problem));
+                    }
+                    let mut own = Layer::default();
+                    for (key, value) in entries(layer, &at, errors) {
+                        own.set(key, value, &at.key(key), &FORECAST_KEYS[..3], errors);
+                    }
+                    block.services.insert(name.to_owned(), own);
+                }
+            } else {
+                block.defaults.set(key, value, &at, FORECAST_KEYS, errors);
+            }
+        }
+        block
+    }
+}
+
+impl Layer {
+    fn set(&mut self, key: &str, value: &Node, at: &KeyPath, known: &[&str], errors: &mut Errors) {
+        match key {
+            "clients" => self.clients = count(value, at, MAX_FORECAST_CLIENTS, errors),
+            "capacity" => self.capacity = count(value, at, MAX_FORECAST_CAPACITY, errors),
+            "outages" => self.outages = outages(value, at, errors),
+            other => errors.push(unknown_key(at, other, known)),
+        }
+    }
+}
+
+/// A whole number in `[1, max]`.
+fn count(node: &Node, path: &KeyPath, max: u32, errors: &mut Errors) -> Option<u32> {
+    let n = u32::from_node(node, path, errors)?;
+    if !(1..=max).contains(&n) {
+        errors.push(PolicyError::value(
+            path,
+            format!("must be between 1 and {max}, found {n}"),
+        ));
+        return None;
+    }
+    Some(n)
+}
+
+/// A list of 1 to [`MAX_FORECAST_OUTAGES`] durations, each at most
+/// [`MAX_FORECAST_OUTAGE`]; a single duration is a list of one.
+fn outages(node: &Node, path: &KeyPath, errors: &mut Errors) -> Option<Vec<Duration>> {
+    let items: Vec<(KeyPath, &Node)> = match node {
+        Node::Seq(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (path.index(i), n))
+            .collect(),
+        one => vec![(path.clone(), one)],
+    };
+    if items.is_empty() || items.len() > MAX_FORECAST_OUTAGES {
+        errors.push(PolicyError::value(
+            path,
+            format!("lists {} outages; give 1 to {MAX_FORECAST_OUTAGES}", items.len()),
+        ));
+        return None;
+    }
+    let mut out = Vec::new();
+    for (at, item) in items {
+        let outage = Duration::from_node(item, &at, errors)?;
+        if outage > MAX_FORECAST_OUTAGE {
+            errors.push(PolicyError::value(
+                &at,
+                format!(
+                    "must be at most {}, found {}",
+                    GoDuration(MAX_FORECAST_OUTAGE),
+                    GoDuration(outage)
+                ),
+            ));
+            return None;
+        }
+        out.push(outage);
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(text: &str) -> Node {
+        Node::Str(text.into())
+    }
+
+    fn map(pairs: Vec<(&str, Node)>) -> Node {
+        Node::Map(pairs.into_iter().map(|(k, v)| (s(k), v)).collect())
+    }
+
+    fn decode(node: &Node) -> (ForecastBlock, Vec<String>) {
+        let mut errors = Errors::new();
+        let block = ForecastBlock::decode(node, &KeyPath::root().key("forecast"), &mut errors);
+        (block, errors.iter().map(ToString::to_string).collect())
+    }
+
+    #[test]
+    fn a_service_takes_its_own_keys_then_the_blocks_then_the_default() {
+        let (block, errors) = decode(&map(vec![
+            ("clients", Node::Int(5000)),
+            ("outages", Node::Seq(vec![s("2s"), s("1m")])),
+            (
+                "services",
+                map(vec![("checkout", map(vec![("capacity", Node::Int(800))]))]),
+            ),
+        ]));
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(
+            block.resolve("checkout"),
+            ForecastScenario {
+                clients: 5000,
+                capacity: 800,
+                outages: vec![Duration::from_secs(2), Duration::from_secs(60)],
+            }
+        );
+        assert_eq!(block.defaults().capacity, 200);
+        assert_eq!(
+            ForecastBlock::default().resolve("any"),
+            ForecastScenario::default()
+        );
+    }
+
+    #[test]
+    fn a_single_outage_is_a_list_of_one() {
+        let (block, errors) = decode(&map(vec![("outages", s("30s"))]));
+        assert!(errors.is_empty());
+        assert_eq!(block.defaults().outages, vec![Duration::from_secs(30)]);
+    }
+
+    #[test]
+    fn every_bad_value_is_named_with_its_place() {
+        let (_, errors) = decode(&map(vec![
+            ("clients", Node::Int(0)),
+            ("capacity", s("lots")),
+            ("outages", Node::Seq(vec![s("1s"), s("2s"), s("3s"), s("4s")])),
+            ("clinets", Node::Int(5)),
+            (
+                "services",
+                map(vec![
+                    ("Checkout", map(vec![("outages", Node::Seq(vec![s("1h")]))])),
+                    ("orders", map(vec![("services", map(vec![]))])),
+                ]),
+            ),
+        ]));
+        let has = |prefix: &str, text: &str| errors.iter().any(|e| e.starts_with(prefix) && e.contains(text));
+        assert!(has("forecast.clients", "between 1 and 10000"), "{errors:?}");
+        assert!(has("forecast.capacity", "whole number"), "{errors:?}");
+        assert!(has("forecast.outages", "give 1 to 3"), "{errors:?}");
+        assert!(has("forecast.clinets", "did you mean \"clients\""), "{errors:?}");
+        assert!(has("forecast.services.Checkout", "DNS-1123"), "{errors:?}");
+        assert!(
+            has("forecast.services.Checkout.outages[0]", "at most 10m0s"),
+            "{errors:?}"
+        );
+        assert!(
+            has("forecast.services.orders.services", "unknown key"),
+            "{errors:?}"
+        );
+    }
+}
