@@ -52,15 +52,17 @@ struct TuneArgs {
     service: Option<String>,
     /// The outages to do well on, comma-separated: the server rejects
     /// everything from t = 0 until then, then takes --capacity a second.
-    #[arg(long, value_delimiter = ',', default_value = "2s,10s,60s",
-          value_parser = duration_in(secs(0), secs(86_400)))]
+    /// Default: the policy file's `forecast:` block for the service, else 2s,10s,60s.
+    #[arg(long, value_delimiter = ',', value_parser = duration_in(secs(0), secs(86_400)))]
     outages: Vec<Duration>,
-    /// Clients, each wanting one request served.
-    #[arg(long, default_value_t = 1000, value_parser = count_in(1u32, 100_000))]
-    clients: u32,
-    /// Requests the server accepts per calendar second.
-    #[arg(long, default_value_t = 200, value_parser = count_in(1u32, 1_000_000))]
-    capacity: u32,
+    /// Clients, each wanting one request served. Default: the policy file's
+    /// `forecast:` block for the service, else 1000.
+    #[arg(long, value_parser = count_in(1u32, 100_000))]
+    clients: Option<u32>,
+    /// Requests the server accepts per calendar second. Default: the policy
+    /// file's `forecast:` block for the service, else 200.
+    #[arg(long, value_parser = count_in(1u32, 1_000_000))]
+    capacity: Option<u32>,
     /// Clients first fail at random times in [0, spread) instead of all at t = 0.
     #[arg(long, default_value = "0s", value_parser = duration_in(secs(0), secs(86_400)))]
     spread: Duration,
@@ -333,9 +335,13 @@ fn main() -> ExitCode {
 }
 
 fn tune(args: TuneArgs) -> ExitCode {
+    let mut herd = None;
     let current = match args.policy.as_deref().zip(args.service.as_deref()) {
         Some((path, service)) => match stormguard::simulate::resolved_policy(path, service) {
-            Ok(policy) => Some((path.display().to_string(), service.to_owned(), policy)),
+            Ok((policy, forecast)) => {
+                herd = forecast;
+                Some((path.display().to_string(), service.to_owned(), policy))
+            }
             Err(message) => {
                 eprintln!("{message}");
                 return ExitCode::from(1);
@@ -343,19 +349,24 @@ fn tune(args: TuneArgs) -> ExitCode {
         },
         None => None,
     };
+    let outages = match (&herd, args.outages.is_empty()) {
+        (_, false) => args.outages,
+        (Some(herd), true) => herd.outages.clone(),
+        (None, true) => [2, 10, 60].map(secs).to_vec(),
+    };
     let request = stormguard::tune::Request {
         service: current
             .as_ref()
             .map(|(path, service, _)| (path.clone(), service.clone())),
         current: current.map_or_else(|| Named::FullJitter.policy(), |(_, _, policy)| policy),
         scenario: Scenario {
-            clients: args.clients,
-            capacity: args.capacity,
+            clients: args.clients.or(herd.as_ref().map(|h| h.clients)).unwrap_or(1000),
+            capacity: args.capacity.or(herd.as_ref().map(|h| h.capacity)).unwrap_or(200),
             spread: args.spread,
             seed: args.seed,
             ..Scenario::default()
         },
-        outages: args.outages,
+        outages,
         seeds: args.seeds,
         max_p99: args.max_p99,
         max_gave_up: args.max_gave_up,

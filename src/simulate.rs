@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use stormguard_core::policy::RetryPolicy;
+use stormguard_core::policy::{ForecastScenario, PolicyDocument, RetryPolicy};
 
 use crate::policy::LoadLimits;
 use crate::reload::load_file;
@@ -87,22 +87,35 @@ fn variants(request: &Request) -> Vec<Modifiers> {
 
 /// The strategy of `service` in the file at `path`.
 fn service_strategy(path: &Path, service: &str, modifiers: Modifiers) -> Result<Strategy, String> {
-    let (label, policy) = resolve(path, service)?;
+    let (label, policy) = resolve(&load(path)?.0, service)?;
     Strategy::from_policy(&label, policy, modifiers).map_err(|e| format!("--service {service}: {e}"))
 }
 
-/// The resolved policy of `service` in the file at `path`, or an error
+/// The resolved policy of `service` in the file at `path`, and its
+/// forecast's herd if the file's `forecast:` block sets one; or an error
 /// naming what is wrong (every error of an invalid file).
-pub fn resolved_policy(path: &Path, service: &str) -> Result<RetryPolicy, String> {
-    resolve(path, service).map(|(_, policy)| policy)
+pub fn resolved_policy(
+    path: &Path,
+    service: &str,
+) -> Result<(RetryPolicy, Option<ForecastScenario>), String> {
+    let (document, _) = load(path)?;
+    let (_, policy) = resolve(&document, service)?;
+    let herd = document
+        .forecast
+        .is_set()
+        .then(|| document.forecast.resolve(service));
+    Ok((policy, herd))
 }
 
-/// [`resolved_policy`], with a label saying whether it is the service's own.
-fn resolve(path: &Path, service: &str) -> Result<(String, RetryPolicy), String> {
-    let (document, _) = load_file(path, LoadLimits::default()).map_err(|errors| {
+fn load(path: &Path) -> Result<(PolicyDocument, crate::policy::ContentHash), String> {
+    load_file(path, LoadLimits::default()).map_err(|errors| {
         let lines: Vec<String> = errors.iter().map(|e| format!("error: {e}")).collect();
         format!("{}\nthe policy file is invalid", lines.join("\n"))
-    })?;
+    })
+}
+
+/// The resolved policy of `service`, with a label saying whether it is the service's own.
+fn resolve(document: &PolicyDocument, service: &str) -> Result<(String, RetryPolicy), String> {
     stormguard_core::policy::check_service_name(service)
         .map_err(|e| format!("--service {service:?}: {e}"))?;
     let resolved = document.resolve(service);

@@ -148,3 +148,41 @@ fn bad_input_is_named() {
     assert_eq!(unitless.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&unitless.stderr).contains("--outages"));
 }
+
+#[test]
+fn the_files_forecast_block_sets_the_herd_unless_a_flag_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("forecast.yaml");
+    let yaml = format!(
+        "{SHIPPED}forecast:\n  outages: [5s]\n  services:\n    orders: {{clients: 300, capacity: 50}}\n"
+    );
+    std::fs::write(&path, yaml).unwrap();
+    let path = path.to_str().unwrap();
+    let tune = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec![
+            "tune",
+            "--policy",
+            path,
+            "--service",
+            "orders",
+            "--seeds",
+            "1",
+            "--without-gate",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        serde_json::from_str(&stdout(&stormguard(&args))).unwrap()
+    };
+    let from_file = tune(&[]);
+    assert_eq!(
+        (from_file["clients"].as_u64(), from_file["capacity"].as_u64()),
+        (Some(300), Some(50))
+    );
+    assert_eq!(from_file["outages_seconds"], serde_json::json!([5.0]));
+    let flagged = tune(&["--clients", "200", "--outages", "3s"]);
+    assert_eq!(
+        (flagged["clients"].as_u64(), flagged["capacity"].as_u64()),
+        (Some(200), Some(50))
+    );
+    assert_eq!(flagged["outages_seconds"], serde_json::json!([3.0]));
+}

@@ -88,6 +88,11 @@ impl ForecastBlock {
         }
     }
 
+    /// Whether the file has a `forecast:` block with anything in it.
+    pub fn is_set(&self) -> bool {
+        *self != Self::default()
+    }
+
     /// The scenario of a service with no keys of its own.
     pub fn defaults(&self) -> ForecastScenario {
         self.resolve("")
