@@ -1,5 +1,5 @@
-//! The herd simulator's speed: events per second for each of seed 004's
-//! strategies, and the whole seed comparison. Run with
+//! The herd simulator's speed: events per second for each strategy of the
+//! thundering-herd comparison, and the whole comparison. Run with
 //! `cargo bench --bench simulate`; the throughput column is events/s.
 
 use divan::counter::ItemsCount;
@@ -18,7 +18,7 @@ fn events(named: Named) -> u64 {
     .events
 }
 
-/// One strategy in seed 004's scenario; the counter is its events.
+/// One strategy in the thundering herd; the counter is its events.
 #[divan::bench(args = Named::SEED, sample_count = 10, sample_size = 1)]
 fn strategy(bencher: Bencher, named: Named) {
     let strategy = Strategy::named(named, Modifiers::default());
@@ -28,7 +28,7 @@ fn strategy(bencher: Bencher, named: Named) {
         .bench(|| run(&scenario, &strategy).events);
 }
 
-/// The seed's whole comparison: the four strategies one after another.
+/// The whole comparison: the four strategies one after another.
 #[divan::bench(sample_count = 5, sample_size = 1)]
 fn seed_comparison(bencher: Bencher) {
     let scenario = Scenario::default();

@@ -1,6 +1,6 @@
 //! The storm-risk lint: what in a *valid* policy is likely to cause or feed a
 //! retry storm, why, and what to change; and, per service, what the policy
-//! does to seed 004's recovering server (a simulated forecast).
+//! does to a recovering server under a thundering herd (a simulated forecast).
 //!
 //! A warning about a key is reported in the layer that set it: once under
 //! `(defaults)` for everything services inherit, and under a service only
@@ -15,9 +15,9 @@ use stormguard_core::policy::{ForecastScenario, GoDuration, Jitter, PolicyDocume
 
 use crate::sim::{self, Scenario, Summary, PACED_PROCESSES};
 
-/// A single wait longer than this looks, from outside, like a hung pod (seed 000's zombie).
+/// A single wait longer than this looks, from outside, like a hung pod (a zombie).
 pub const LONG_WAIT: Duration = Duration::from_secs(120);
-/// Constant waits shorter than this flood a recovering server (seed 004's 1 ms constant).
+/// Constant waits shorter than this flood a recovering server (a 1 ms constant retry does).
 pub const TINY_WAIT: Duration = Duration::from_millis(100);
 /// Forecast runs at most, one per distinct policy and herd; beyond, services are listed without.
 pub const MAX_FORECASTS: usize = 100;
@@ -177,7 +177,7 @@ fn policy_risks(p: &RetryPolicy, outage: Duration) -> Vec<(Rule, String)> {
         risks.push((
             Rule::NoJitter,
             "delays have no randomness, so clients that failed together retry together, in synchronised \
-             spikes (seed 004's exponential backoff: p99 52 s); set `jitter: full` or `decorrelated`, or a \
+             spikes (plain exponential backoff in a herd of 1000: p99 52 s); set `jitter: full` or `decorrelated`, or a \
              `jitterFactor` above 0"
                 .to_string(),
         ));
@@ -187,8 +187,8 @@ fn policy_risks(p: &RetryPolicy, outage: Duration) -> Vec<(Rule, String)> {
         risks.push((
             Rule::LongMaxDelay,
             format!(
-                "a client may sleep {} between attempts, looking alive while doing nothing (seed 000's \
-                 30-minute zombie pod); keep `maxDelay` at {} or less and let a failed pod be restarted",
+                "a client may sleep {} between attempts, looking alive while doing nothing (a \
+                 zombie pod);  keep `maxDelay` at {} or less and let a failed pod be restarted",
                 GoDuration(longest),
                 GoDuration(LONG_WAIT)
             ),
@@ -198,8 +198,8 @@ fn policy_risks(p: &RetryPolicy, outage: Duration) -> Vec<(Rule, String)> {
         risks.push((
             Rule::TinyConstantDelay,
             format!(
-                "retrying every {} without growing the delay floods a recovering server (seed 004's 1 ms \
-                 constant retry: millions of requests for 1000 clients); use `multiplier: 2` and an \
+                "retrying every {} without growing the delay floods a recovering server (a 1 ms constant \
+                 retry: millions of requests for 1000 clients); use `multiplier: 2` and an \
                  `initialDelay` of {} or more",
                 GoDuration(wait),
                 GoDuration(TINY_WAIT)
@@ -323,7 +323,7 @@ fn call_chain_risks(document: &PolicyDocument) -> Vec<Warning> {
                 rule: Rule::RetryAmplification,
                 message: format!(
                     "one user request can become {} attempts at {service} because {} layers retry: {} \
-                     (seed 003's 3 × 3 × 3 = 27); retry at one layer only: `maxRetries: 0` for the inner \
+                     (three layers of three attempts: 27); retry at one layer only: `maxRetries: 0` for the inner \
                      calls, and `gatewayRetries: false` when the services retry",
                     chain.product,
                     chain.layers,

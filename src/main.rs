@@ -28,10 +28,11 @@ enum Command {
     /// Serve the policy file over HTTP, reloading it when it changes.
     Serve(ServeArgs),
     /// Validate and lint a policy file: each service's resolved policy, storm-risk
-    /// warnings and a forecast of seed 004's herd under it (exit 0 valid, 1 invalid).
+    /// warnings and a forecast of a thundering herd under it (exit 0 valid, 1 invalid).
     Check(CheckArgs),
     /// Simulate a thundering herd against a recovering server, in virtual time:
-    /// what a retry strategy or a service's policy does to it (seed 004's scenario by default).
+    /// what a retry strategy or a service's policy does to it (by default 1000 clients
+    /// failing at once, 200 requests/s, a 10 s outage).
     Simulate(SimulateArgs),
     /// Search retry policies in the simulator for one that wastes fewer
     /// requests over a family of outages than a service's policy (or the
@@ -86,7 +87,7 @@ struct TuneArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
-    /// Draw the first seed's requests per second, current against recommended,
+    /// Draw the requests per second on the first seed, current against recommended,
     /// on every outage, to this SVG file.
     #[arg(long)]
     svg: Option<PathBuf>,

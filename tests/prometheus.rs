@@ -221,7 +221,7 @@ fn dashboard_queries() -> Vec<(String, String)> {
 async fn calm_fires_nothing_a_storm_fires_the_seed_alerts_and_every_panel_has_data() {
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy.yaml");
-    // The seed's policy, with payment-service's callers pacing through the daemon.
+    // The shipped policy, with payment-service's callers pacing through the daemon.
     let paced = SEED_POLICY.replace(
         "  payment-service:\n    maxRetries: 2\n",
         "  payment-service:\n    maxRetries: 2\n    gate:\n      enabled: true\n",

@@ -1,4 +1,5 @@
-//! Reports into the client families: the seed's names and labels, and
+//! Reports into the client families (the retry-storm article's names and
+//! labels), and
 //! `stormguard_` families for budgets and for the reports themselves.
 //!
 //! Label values come from clients, so a cardinality guard bounds them:

@@ -1,5 +1,5 @@
 //! Client reports: `POST /v1/reports` decoded strictly, then counted into
-//! the Prometheus families the seed's dashboards and alerts read.
+//! the Prometheus families the bundled dashboards and alerts read.
 
 mod batches;
 mod decode;

@@ -30,7 +30,7 @@ use super::strategy::Strategy;
 
 const NANOS_PER_SECOND: u64 = 1_000_000_000;
 
-/// The world a strategy is tried in; [`Scenario::default`] is seed 004's.
+/// The world a strategy is tried in; [`Scenario::default`] is the thundering herd.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scenario {
     /// Clients, each wanting one request served.
@@ -69,7 +69,7 @@ pub struct Scenario {
 }
 
 impl Default for Scenario {
-    /// Seed 004: 1000 clients at t = 0, 200 requests/s, a 10 s outage, no latency.
+    /// The thundering herd: 1000 clients at t = 0, 200 requests/s, a 10 s outage, no latency.
     fn default() -> Self {
         Self {
             clients: 1000,

@@ -1,6 +1,6 @@
 //! The herd simulator: what a retry policy does to a server recovering from
-//! an outage, in virtual time, deterministic for a seed (seed 004, without
-//! its 15-60 s of real time a run).
+//! an outage, in virtual time, deterministic for a seed (a thundering herd
+//! without the 15-60 s of real time a run would take).
 
 mod collapse;
 mod engine;

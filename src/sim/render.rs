@@ -1,4 +1,4 @@
-//! Text for people: seed 004's per-second histogram, a summary, and the
+//! Text for people: the per-second histogram, a summary, and the
 //! `--compare` table.
 
 use std::fmt::Write;
@@ -10,7 +10,7 @@ const MAX_ROWS: usize = 80;
 /// Width of the longest bar.
 const BAR: usize = 50;
 
-/// The per-second histogram: `█` accepted, `░` rejected, as in seed 004.
+/// The per-second histogram: `█` accepted, `░` rejected.
 pub fn histogram(summary: &Summary) -> String {
     let seconds = summary.requests_per_second.len();
     let step = seconds.div_ceil(MAX_ROWS).max(1);

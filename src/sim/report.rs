@@ -1,5 +1,5 @@
-//! What a run means: the summary figures of seed 004 and more, as JSON
-//! (the keys of DESIGN.md's contract) and as text.
+//! What a run means: wasted requests, p99 time to success and the rest,
+//! as JSON (keys scripts can rely on) and as text.
 
 use std::time::Duration;
 
@@ -40,7 +40,7 @@ pub struct Summary {
     pub time_to_stable_seconds: Option<u64>,
     /// Median time from a client's first attempt to its success.
     pub p50_seconds: Option<f64>,
-    /// 99th percentile of the same (index ⌊0.99 n⌋ of the sorted times, as the seed).
+    /// 99th percentile of the same (index ⌊0.99 n⌋ of the sorted times).
     pub p99_seconds: Option<f64>,
     /// Longest of the same.
     pub max_seconds: Option<f64>,

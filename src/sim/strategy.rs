@@ -9,10 +9,10 @@ use stormguard_core::policy::{
     MAX_RETRIES,
 };
 
-/// A named strategy of seed 004 and its kin.
+/// A named strategy: the four of the thundering-herd comparison, and their kin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Named {
-    /// 1 ms between attempts, no backoff (seed 004's worst case).
+    /// 1 ms between attempts, no backoff: the worst case.
     Constant,
     /// 100 ms × 2^attempt, capped at 10 s, no jitter.
     Exponential,
@@ -22,16 +22,16 @@ pub enum Named {
     EqualJitter,
     /// A uniform draw from [100 ms, 3 × previous delay], capped at 10 s (AWS).
     DecorrelatedJitter,
-    /// The exponential delay × (1 ± 10 %), symmetric (seed 000's intent).
+    /// The exponential delay × (1 ± 10 %), symmetric.
     ProportionalJitter,
-    /// Seed 001's schedule, 0, 10, 10, 100, 100, 500, 500, 3000, 3000, 5000 ms, × (1 ± 50 %).
+    /// An explicit schedule, 0, 10, 10, 100, 100, 500, 500, 3000, 3000, 5000 ms, × (1 ± 50 %).
     Delays,
     /// Retry at once, no backoff (the clients of Brooker's collapse model).
     Immediate,
 }
 
 impl Named {
-    /// Seed 004's four, in its order.
+    /// The thundering-herd comparison's four, in its order.
     pub const SEED: [Named; 4] = [
         Named::Constant,
         Named::Exponential,
@@ -64,7 +64,7 @@ impl Named {
         }
     }
 
-    /// The strategy as a policy that retries until success (seed 004's clients).
+    /// The strategy as a policy that retries until success, as the herd's clients do.
     pub fn policy(self) -> RetryPolicy {
         let seed_backoff = |jitter| RetryPolicy {
             max_retries: u32::MAX,

@@ -1,4 +1,5 @@
-//! Fidelity to seed 004 (shapes, orderings and ranges, not exact counts),
+//! Fidelity to the figures published with the thundering-herd scenario
+//! (shapes, orderings and ranges, not exact counts),
 //! determinism, and the scenario's knobs.
 
 use std::time::Duration;
@@ -18,7 +19,7 @@ fn within(value: u64, expected: f64, tolerance: f64) -> bool {
 
 #[test]
 fn constant_retries_flood_the_server_with_millions() {
-    // A tenth of seed 004 (100 clients, 20/s), so the test is quick in debug builds.
+    // A tenth of the herd (100 clients, 20/s), so the test is quick in debug builds.
     let scenario = Scenario {
         clients: 100,
         capacity: 20,
@@ -41,7 +42,7 @@ fn constant_retries_flood_the_server_with_millions() {
     assert_eq!(
         s.last_success_seconds.map(f64::floor),
         Some(14.0),
-        "drained 5 s after, as in the seed"
+        "drained 5 s after, as published"
     );
 }
 
@@ -54,13 +55,13 @@ fn exponential_without_jitter_comes_in_synchronised_spikes() {
     assert_eq!(
         busy,
         [0, 1, 3, 6, 12, 22, 32, 42, 52],
-        "the seed's spikes, nothing between"
+        "the published spikes, nothing between"
     );
     let p99 = s.p99_seconds.unwrap();
-    assert!((52.0..53.0).contains(&p99), "p99 {p99} s, the seed's 52 s");
+    assert!((52.0..53.0).contains(&p99), "p99 {p99} s, the published 52 s");
     assert!(
         within(s.wasted, 9000.0, 0.1),
-        "{} wasted, the seed's 9,000",
+        "{} wasted, the published 9,000",
         s.wasted
     );
 }
@@ -70,14 +71,14 @@ fn full_jitter_is_smooth_and_wastes_what_the_seed_found() {
     let s = seed_run(Named::FullJitter);
     assert!(
         within(s.wasted, 8468.0, 0.1),
-        "{} wasted, the seed's 8,468",
+        "{} wasted, the published 8,468",
         s.wasted
     );
     assert_eq!(s.over_capacity, 0);
     let r = &s.requests_per_second;
     assert!(
         r[0] > 4000 && r[0] < 6000,
-        "~5000 at second 0 as in the seed: {}",
+        "~5000 at second 0 as published: {}",
         r[0]
     );
     // Smooth: after the first second no second has more than twice the one before.
@@ -95,12 +96,12 @@ fn decorrelated_jitter_is_smooth_but_wastes_more_than_full_jitter() {
     let s = seed_run(Named::DecorrelatedJitter);
     assert!(
         within(s.wasted, 10_695.0, 0.1),
-        "{} wasted, the seed's 10,695",
+        "{} wasted, the published 10,695",
         s.wasted
     );
     assert!(
         within(s.over_capacity, 137.0, 0.15),
-        "{} over capacity, the seed's 137",
+        "{} over capacity, the published 137",
         s.over_capacity
     );
     assert!(s.wasted > full.wasted);

@@ -247,7 +247,7 @@ fn side<'a>(current: &RetryPolicy, c: &'a Candidate, complete: bool) -> Side<'a>
     }
 }
 
-/// The first seed's requests per second on every outage, current against
+/// The requests per second of the runs on the first seed, on every outage, current against
 /// recommended (and without the gate), one panel each.
 pub fn svg(t: &Tuning) -> String {
     let mut sides = vec![("current", &t.current), ("recommended", &t.recommended)];

@@ -2,7 +2,7 @@
 //! attempt number, previous delay, random source).
 //!
 //! A [`Backoff`] is data and holds no state: the caller owns the attempt
-//! counter (seed 001), so it can reset it, share the settings between tasks,
+//! counter, so it can reset it, share the settings between tasks,
 //! and reason about its own loop. The retry loop, the simulator and the
 //! linter all compute delays here, so there is one formula for each strategy.
 //!
@@ -26,7 +26,7 @@
 //!     assert!(delay <= backoff.base(attempt));
 //!     (attempt, previous) = (attempt + 1, delay);
 //! }
-//! // An out-of-band signal says the server is back (seed 001): reset, start over.
+//! // An out-of-band signal says the server is back: reset, start over.
 //! (attempt, previous) = (0, Duration::ZERO);
 //! assert!(backoff.delay(attempt, previous, &mut rng) <= Duration::from_millis(100));
 //! ```
@@ -50,8 +50,8 @@ pub struct Backoff {
     pub jitter: Jitter,
     /// Spread of proportional jitter, in [0, 1].
     pub jitter_factor: f64,
-    /// An explicit schedule replacing the exponential one when non-empty
-    /// (seed 001); attempts past its end reuse its last entry.
+    /// An explicit schedule replacing the exponential one when non-empty;
+    /// attempts past its end reuse its last entry.
     pub delays: Vec<Duration>,
 }
 
@@ -262,7 +262,7 @@ mod tests {
         assert_eq!(
             bases,
             [100, 200, 400, 800, 1600, 3200, 6400, 10_000, 10_000].map(ms),
-            "seed 004's schedule: 100 ms × 2^attempt, capped at 10 s"
+            "the herd's schedule: 100 ms × 2^attempt, capped at 10 s"
         );
         assert_eq!(b.base(u32::MAX), ms(10_000));
         assert_eq!(
@@ -450,7 +450,7 @@ mod tests {
         }
 
         /// Proportional jitter is symmetric: as likely above the base as below,
-        /// by as much (the seed's ±10 % that was really [0, 10 %) is not repeated).
+        /// by as much (a ±10 % that is really [0, 10 %) would lengthen every delay).
         #[test]
         fn proportional_jitter_is_symmetric(base_ms in 10u64..10_000, factor in 0.05f64..=1.0, seed in any::<u64>()) {
             let b = Backoff { initial: ms(base_ms), multiplier: 1.0, max: ms(1_000_000), ..backoff(Jitter::Proportional) };

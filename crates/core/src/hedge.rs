@@ -6,7 +6,8 @@
 //! once (as gRPC does). The first success wins and the attempts still
 //! running are dropped, which cancels them. A failure that is not retryable
 //! ends the call at once; so does the last failure once no attempt is left
-//! running and none may be sent: seed 003's hedger waited forever here.
+//! running and none may be sent: a hedger that waits for every attempt
+//! would wait forever here.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {

@@ -3,7 +3,7 @@
 //! it has.
 //!
 //! - **Closed** (0): calls pass. The breaker opens after `consecutiveFailures`
-//!   failures in a row (seed 003), or once the window (the last N calls, or
+//!   failures in a row, or once the window (the last N calls, or
 //!   the calls of the last T) holds `minimumCalls` calls and the share that
 //!   failed reaches `failureRateThreshold`, or the share slower than
 //!   `slowCallDuration` reaches `slowCallRateThreshold` (Resilience4j).

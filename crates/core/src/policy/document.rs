@@ -23,10 +23,10 @@ pub struct PolicyDocument {
     /// Each service's override layer, by service name.
     pub services: BTreeMap<String, RetryPolicySpec>,
     /// Whether an API gateway in front of the services should retry too
-    /// (seed 003: off when the services retry, or attempts multiply).
+    /// (off when the services retry, or attempts multiply).
     pub gateway_retries: bool,
     /// Who calls whom: each caller's callees, by service name. Optional; the
-    /// storm-risk lint multiplies retries along its chains (seed 003).
+    /// storm-risk lint multiplies retries along its chains.
     pub call_graph: BTreeMap<String, Vec<String>>,
     /// The herd each service's policy is forecast against (`check`).
     pub forecast: ForecastBlock,
@@ -270,7 +270,7 @@ mod tests {
         Node::Map(pairs.into_iter().map(|(k, v)| (s(k), v)).collect())
     }
 
-    /// The retry-policy ConfigMap of seed 003, as a tree.
+    /// The shipped retry-policy ConfigMap, as a tree.
     fn seed_document() -> Node {
         map(vec![
             (

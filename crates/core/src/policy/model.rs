@@ -31,7 +31,7 @@ policy_block! {
         jitter: Jitter = "jitter",
         /// Spread of proportional jitter: delay × (1 ± jitterFactor), in [0, 1].
         jitter_factor: f64 = "jitterFactor",
-        /// An explicit delay schedule (seed 001); when non-empty it replaces the
+        /// An explicit delay schedule; when non-empty it replaces the
         /// exponential one, and retries past its end reuse its last entry.
         #[serde(rename = "delaysMs", with = "millis::list")]
         delays: Vec<Duration> = "delays",
@@ -93,7 +93,7 @@ policy_block! {
     pub struct CircuitBreakerPolicy, layer CircuitBreakerPolicySpec {
         /// Whether the breaker applies.
         enabled: bool = "enabled",
-        /// Opens after this many failures in a row (seed 003); 0 turns this trigger off.
+        /// Opens after this many failures in a row; 0 turns this trigger off.
         consecutive_failures: u32 = "consecutiveFailures",
         /// Opens when the failure rate over the window reaches this, in (0, 1].
         failure_rate_threshold: f64 = "failureRateThreshold",
@@ -242,7 +242,7 @@ impl Default for GatePolicy {
 }
 
 impl Default for HedgingPolicy {
-    /// Off; when turned on, one extra attempt after 50 ms (seed 003's example).
+    /// Off; when turned on, one extra attempt after 50 ms.
     fn default() -> Self {
         Self {
             enabled: false,
@@ -258,7 +258,7 @@ impl Default for HedgingPolicy {
 pub enum Jitter {
     /// No randomness: every client waits the same (herds stay in step).
     None,
-    /// delay × (1 ± jitterFactor), symmetric around the delay (seed 003).
+    /// delay × (1 ± jitterFactor), symmetric around the delay.
     Proportional,
     /// A uniform draw from [0, delay] (AWS "full jitter").
     Full,
