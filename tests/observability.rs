@@ -83,7 +83,7 @@ fn every_promql_expression_parses() {
 }
 
 #[test]
-fn the_seed_alerts_are_there_as_published() {
+fn the_articles_alerts_keep_their_thresholds_and_gain_their_guards() {
     let rules = rules();
     let alert = |name: &str| {
         rules
@@ -109,7 +109,11 @@ fn the_seed_alerts_are_there_as_published() {
         (Some("2m"), Some("warning"))
     );
     let open = alert("CircuitBreakerOpen");
-    assert_eq!(squash(&open["expr"]), "circuit_breaker_state == 2");
+    assert_eq!(
+        squash(&open["expr"]),
+        "max by (service) (circuit_breaker_state) == 2",
+        "one alert per service, not per daemon replica"
+    );
     assert_eq!(
         (open["for"].as_str(), open["labels"]["severity"].as_str()),
         (Some("1m"), Some("critical"))
@@ -117,9 +121,14 @@ fn the_seed_alerts_are_there_as_published() {
     let amplification = alert("RequestAmplification");
     assert_eq!(
         squash(&amplification["expr"]),
-        "sum(rate(http_server_requests_total[1m])) by (service) / sum(rate(http_server_requests_total[1m] offset 5m)) by (service) > 5"
+        "sum(rate(http_server_requests_total[1m])) by (service) / sum(rate(http_server_requests_total[1m] offset 5m)) by (service) > 5 \
+         and on (service) sum(rate(http_server_requests_total[1m] offset 5m)) by (service) >= 1",
+        "the published ratio, and 1 request a second or more 5 minutes earlier"
     );
-    assert_eq!(amplification["for"].as_str(), Some("2m"));
+    assert_eq!(
+        (amplification["for"].as_str(), amplification["labels"]["severity"].as_str()),
+        (Some("2m"), Some("critical"))
+    );
 }
 
 #[test]
