@@ -126,7 +126,10 @@ fn the_articles_alerts_keep_their_thresholds_and_gain_their_guards() {
         "the published ratio, and 1 request a second or more 5 minutes earlier"
     );
     assert_eq!(
-        (amplification["for"].as_str(), amplification["labels"]["severity"].as_str()),
+        (
+            amplification["for"].as_str(),
+            amplification["labels"]["severity"].as_str()
+        ),
         (Some("2m"), Some("critical"))
     );
 }

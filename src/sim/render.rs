@@ -77,9 +77,9 @@ pub fn summary(s: &Summary) -> String {
             format!("{} requests/s", s.peak_requests_per_second_after_outage),
         ),
         (
-            "stable from",
+            "stable",
             s.time_to_stable_seconds
-                .map_or("never".to_string(), |t| format!("second {t}")),
+                .map_or("never".to_string(), |t| format!("{t} s after the outage")),
         ),
         (
             "time to success",

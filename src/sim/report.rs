@@ -36,7 +36,10 @@ pub struct Summary {
     pub peak_overshoot: u64,
     /// Most requests in one second after the outage.
     pub peak_requests_per_second_after_outage: u64,
-    /// First second after the outage with requests and no rejection.
+    /// Seconds from the end of the outage (the first whole second after
+    /// it) to the first second with requests and none of them refused: how
+    /// long the herd took to settle, counted as the published thundering-herd
+    /// simulation counts it (exponential backoff: 42).
     pub time_to_stable_seconds: Option<u64>,
     /// Median time from a client's first attempt to its success.
     pub p50_seconds: Option<f64>,
@@ -102,7 +105,7 @@ impl Summary {
             peak_requests_per_second_after_outage: after().map(|(_, (r, _))| *r).max().unwrap_or(0),
             time_to_stable_seconds: after()
                 .find(|(_, (requests, accepted))| **requests > 0 && requests == accepted)
-                .map(|(second, _)| second as u64),
+                .map(|(second, _)| (second - recovered) as u64),
             p50_seconds: at(0.5).map(Duration::as_secs_f64),
             p99_seconds: at(0.99).map(Duration::as_secs_f64),
             max_seconds: times.last().map(Duration::as_secs_f64),

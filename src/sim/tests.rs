@@ -59,6 +59,11 @@ fn exponential_without_jitter_comes_in_synchronised_spikes() {
     );
     let p99 = s.p99_seconds.unwrap();
     assert!((52.0..53.0).contains(&p99), "p99 {p99} s, the published 52 s");
+    assert_eq!(
+        s.time_to_stable_seconds,
+        Some(42),
+        "stable at second 52, 42 s after the 10 s outage, as the published simulation counts it"
+    );
     assert!(
         within(s.wasted, 9000.0, 0.1),
         "{} wasted, the published 9,000",
