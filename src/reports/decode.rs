@@ -9,7 +9,7 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use stormguard_core::wire::{FieldError, Rejected, Report, ReportBatch, MAX_BATCH};
+use stormguard_core::wire::{check_instance, FieldError, Rejected, Report, ReportBatch, MAX_BATCH};
 
 /// Why a body was refused whole.
 pub type ReportError = FieldError;
@@ -57,6 +57,9 @@ pub fn decode_body(body: &[u8]) -> Result<Decoded<'_>, ReportError> {
             Err(_) => return Err(locate::<ReportBatch<&RawValue>>(body)),
         },
     };
+    if let Some((instance, _)) = &batch {
+        check_instance(instance).map_err(|e| FieldError::at("instance", e))?;
+    }
     if items.len() > MAX_BATCH {
         return Err(FieldError::at(
             ".",
@@ -203,6 +206,15 @@ mod tests {
         assert_eq!(decoded.rejected[0].path, "reports[1].instance");
         let negative = r#"{"instance": "i", "sequence": -1, "reports": []}"#;
         assert_eq!(decode_body(negative.as_bytes()).unwrap_err().path, "sequence");
+        let long = format!(
+            r#"{{"instance": "{}", "sequence": 1, "reports": []}}"#,
+            "x".repeat(254)
+        );
+        assert_eq!(
+            decode_body(long.as_bytes()).unwrap_err().path,
+            "instance",
+            "the batch's own instance is held to the pod name's length, even with no reports"
+        );
         let unknown = r#"{"instance": "i", "sequence": 1, "reports": [], "x": 1}"#;
         assert!(decode_body(unknown.as_bytes())
             .unwrap_err()
@@ -242,12 +254,12 @@ mod tests {
             (
                 r#"{"service": "a", "instance": "i", "endpoints": [{"endpoint": "/x", "requests": {"success": -1}}]}"#,
                 "endpoints[0].requests.success",
-                "invalid value: integer `-1`",
+                "must not be negative, found -1",
             ),
             (
                 r#"{"service": "a", "instance": "i", "endpoints": [{"endpoint": "/x", "requests": {"success": 1.5}}]}"#,
                 "endpoints[0].requests.success",
-                "floating point `1.5`",
+                "expected a whole number, 0 or more, found 1.5",
             ),
             (
                 r#"{"service": "a", "instance": "i", "endpoints": [{"endpoint": "/x", "requests": {"timeout": 1}}]}"#,
@@ -282,7 +294,7 @@ mod tests {
             (
                 r#"{"service": "a", "instance": "i", "inFlight": -4}"#,
                 "inFlight",
-                "invalid value: integer `-4`",
+                "must not be negative, found -4",
             ),
             (
                 r#"{"service": "a", "instance": "i", "budget": {"remainingRatio": 1.5}}"#,

@@ -10,7 +10,7 @@ use axum::http::request::Parts;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use stormguard_core::policy::{check_service_name, parse_duration};
+use stormguard_core::policy::{check_service_name, parse_duration, DurationError};
 use stormguard_core::wire::{parse_selection, MAX_WAIT_HEADER};
 
 use super::error::{admit, ApiError};
@@ -169,10 +169,14 @@ struct Wait {
 
 /// `?wait=`: a Go duration; one longer than `max` is shortened to `max`
 /// (and the answer says so), so a client configured for longer still works.
+/// One too long to hold (past 584 years) is longer than `max` too.
 fn parse_wait(wait: Option<&str>, max: Duration) -> Result<Option<Wait>, ApiError> {
     let Some(text) = wait else { return Ok(None) };
-    let wait =
-        parse_duration(text).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("wait: {e}")))?;
+    let wait = match parse_duration(text) {
+        Ok(wait) => wait,
+        Err(DurationError::Overflow(_)) => Duration::MAX,
+        Err(e) => return Err(ApiError::new(StatusCode::BAD_REQUEST, format!("wait: {e}"))),
+    };
     Ok(Some(Wait {
         wait: wait.min(max),
         clamped: wait > max,
@@ -244,6 +248,14 @@ mod tests {
                 wait: max,
                 clamped: false
             }
+        );
+        assert_eq!(
+            wait("9999999999999999999h"),
+            Wait {
+                wait: max,
+                clamped: true
+            },
+            "too long to hold is longer than the maximum, not a bad request"
         );
         let bad = parse_wait(Some("30"), max).unwrap_err().into_response();
         assert_eq!(bad.status(), StatusCode::BAD_REQUEST);

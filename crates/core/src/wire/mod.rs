@@ -20,6 +20,7 @@
 //! on the names it is configured with, so a bad name is refused where it
 //! enters rather than by the daemon, batch after batch.
 
+mod count;
 mod pace;
 mod policies;
 mod report;

@@ -6,6 +6,8 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
+use super::count;
+
 use super::report::{check_instance, FieldError};
 use crate::policy::check_service_name;
 
@@ -20,15 +22,19 @@ pub struct PaceAsk<'a> {
     #[serde(borrow)]
     pub instance: Cow<'a, str>,
     /// Attempts its gate let through since its last ask.
+    #[serde(deserialize_with = "count::whole")]
     pub sent: u64,
     /// Of the attempts answered since, those accepted...
+    #[serde(deserialize_with = "count::whole")]
     pub accepted: u64,
     /// ...and those refused or timed out...
+    #[serde(deserialize_with = "count::whole")]
     pub overloaded: u64,
     /// ...of which these timed out (absent from older clients: none).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "count::whole")]
     pub timed_out: u64,
     /// Calls waiting for a turn now.
+    #[serde(deserialize_with = "count::whole")]
     pub waiting: u64,
 }
 

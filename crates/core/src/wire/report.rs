@@ -7,6 +7,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use super::count;
+
 use crate::breaker::CircuitState;
 use crate::policy::check_service_name;
 
@@ -35,7 +37,11 @@ pub struct Report<'a> {
     #[serde(default, borrow)]
     pub endpoints: Vec<EndpointCounts<'a>>,
     /// Calls in flight now.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "count::optional"
+    )]
     pub in_flight: Option<u64>,
     /// The sender's breaker state for the dependency now.
     #[serde(default, skip_serializing_if = "Option::is_none", with = "circuit_state")]
@@ -61,7 +67,7 @@ pub struct EndpointCounts<'a> {
     #[serde(default)]
     pub requests: StatusCounts,
     /// Retries by attempt number (1 = the first retry), as decimal strings.
-    #[serde(default, borrow)]
+    #[serde(default, deserialize_with = "count::by_name")]
     pub retries: BTreeMap<Cow<'a, str>, u64>,
 }
 
@@ -70,13 +76,13 @@ pub struct EndpointCounts<'a> {
 #[serde(deny_unknown_fields)]
 pub struct StatusCounts {
     /// Answered, with anything but a 5xx.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "count::whole")]
     pub success: u64,
     /// No answer (connect error, timeout, reset).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "count::whole")]
     pub error: u64,
     /// Answered 5xx.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "count::whole")]
     pub server_error: u64,
 }
 
@@ -85,7 +91,7 @@ pub struct StatusCounts {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct BudgetReport {
     /// Retries the budget refused since the last report.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "count::whole")]
     pub retries_denied: u64,
     /// Share of the budget left now, in [0, 1].
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -104,6 +110,7 @@ pub struct ReportBatch<'a, R> {
     /// The batch's number: one more for each new batch of a process run.
     /// It starts at a random number in each run, so a restarted process
     /// (same pod name) does not repeat an earlier run's numbers.
+    #[serde(deserialize_with = "count::whole")]
     pub sequence: u64,
     /// One report per dependency.
     pub reports: Vec<R>,
@@ -199,10 +206,10 @@ impl FieldError {
 
 /// Checks an instance name: 1 to [`MAX_INSTANCE_LEN`] characters.
 pub fn check_instance(instance: &str) -> Result<(), String> {
-    if instance.is_empty() || instance.len() > MAX_INSTANCE_LEN {
+    let length = instance.chars().count();
+    if !(1..=MAX_INSTANCE_LEN).contains(&length) {
         return Err(format!(
-            "must be 1 to {MAX_INSTANCE_LEN} characters (the pod name), found {}",
-            instance.len()
+            "must be 1 to {MAX_INSTANCE_LEN} characters (the pod name), found {length}"
         ));
     }
     Ok(())
@@ -210,8 +217,11 @@ pub fn check_instance(instance: &str) -> Result<(), String> {
 
 /// Checks an endpoint name: 1 to [`MAX_ENDPOINT_LEN`] characters.
 pub fn check_endpoint(endpoint: &str) -> Result<(), String> {
-    if endpoint.is_empty() || endpoint.len() > MAX_ENDPOINT_LEN {
-        return Err(format!("must be 1 to {MAX_ENDPOINT_LEN} characters"));
+    let length = endpoint.chars().count();
+    if !(1..=MAX_ENDPOINT_LEN).contains(&length) {
+        return Err(format!(
+            "must be 1 to {MAX_ENDPOINT_LEN} characters, found {length}"
+        ));
     }
     Ok(())
 }
@@ -247,9 +257,10 @@ impl Report<'_> {
     }
 }
 
-/// `1`, `2`, ... in plain decimal (no sign, no leading zero).
+/// `1`, `2`, ... up to 999,999,999, in plain decimal (no sign, no leading
+/// zero): nine digits at most, which a JSON Schema pattern can say too.
 fn is_attempt_number(text: &str) -> bool {
-    matches!(text.parse::<u32>(), Ok(n) if n >= 1 && text == n.to_string())
+    text.len() <= 9 && matches!(text.parse::<u32>(), Ok(n) if n >= 1 && text == n.to_string())
 }
 
 /// A breaker state as reports spell it: `closed`, `half-open`, `open`.
@@ -285,6 +296,44 @@ mod circuit_state {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_may_carry_a_zero_fraction_but_nothing_else() {
+        fn read(json: &str) -> serde_json::Result<Report<'_>> {
+            serde_json::from_str(json)
+        }
+        let whole = read(r#"{"service":"a","instance":"p","inFlight":4.0,"endpoints":[{"endpoint":"/x","requests":{"success":120.0},"retries":{"1":9.0}}]}"#)
+            .unwrap();
+        assert_eq!(whole.in_flight, Some(4));
+        assert_eq!(whole.endpoints[0].requests.success, 120);
+        assert_eq!(whole.endpoints[0].retries["1"], 9);
+        for bad in ["4.5", "-1", "1e20", "\"4\""] {
+            let json = format!(r#"{{"service":"a","instance":"p","inFlight":{bad}}}"#);
+            let error = read(&json).unwrap_err().to_string();
+            assert!(
+                error.contains("whole number") || error.contains("negative"),
+                "{bad}: {error}"
+            );
+        }
+        let ask: PaceAskForTest = serde_json::from_str(
+            r#"{"service":"a","instance":"p","sent":3.0,"accepted":2,"overloaded":1.0,"waiting":0.0}"#,
+        )
+        .unwrap();
+        assert_eq!((ask.sent, ask.overloaded), (3, 1));
+    }
+
+    type PaceAskForTest<'a> = super::super::PaceAsk<'a>;
+
+    #[test]
+    fn names_are_measured_in_characters_not_bytes() {
+        assert!(
+            check_instance(&"é".repeat(MAX_INSTANCE_LEN)).is_ok(),
+            "253 characters, 506 bytes"
+        );
+        assert!(check_instance(&"é".repeat(MAX_INSTANCE_LEN + 1)).is_err());
+        assert!(check_endpoint(&"/é".repeat(MAX_ENDPOINT_LEN / 2)).is_ok());
+        assert!(is_attempt_number("999999999") && !is_attempt_number("1000000000"));
+    }
 
     #[test]
     fn a_report_written_by_one_side_reads_the_same_on_the_other() {
