@@ -107,25 +107,47 @@ pub enum Routes {
     Admin,
 }
 
+/// The public routes' paths, in the order [`router`] gives them handlers.
+/// `docs/openapi.yaml` documents each; a test keeps the two in step.
+pub const PUBLIC_PATHS: [&str; 8] = [
+    "/v1/policies",
+    "/v1/policies/{service}",
+    "/v1/reports",
+    "/v1/pace",
+    "/healthz",
+    "/readyz",
+    "/metrics",
+    "/openapi.yaml",
+];
+
+/// The admin API's paths, in the order [`router`] gives them handlers.
+pub const ADMIN_PATHS: [&str; 3] = ["/admin/status", "/admin/reload", "/admin/validate"];
+
+/// The API's contract, as `GET /openapi.yaml` serves it.
+pub const OPENAPI: &str = include_str!("../../docs/openapi.yaml");
+
 /// Every route, composed in one place. Each route is wrapped in its own
 /// metrics layer; admin routes check the token inside it, so 401s count too.
 pub fn router(state: AppState, which: Routes) -> Router {
     let metrics = state.metrics.clone();
     let admin = middleware::from_fn_with_state(state.clone(), admin::require_token);
-    let public: [(&str, MethodRouter<AppState>); 7] = [
-        ("/v1/policies", get(policies::all)),
-        ("/v1/policies/{service}", get(policies::one)),
-        ("/v1/reports", post(reports::receive)),
-        ("/v1/pace", post(pace::ask)),
-        ("/healthz", get(healthz)),
-        ("/readyz", get(readyz)),
-        ("/metrics", get(metrics_text)),
+    let public: [MethodRouter<AppState>; 8] = [
+        get(policies::all),
+        get(policies::one),
+        post(reports::receive),
+        post(pace::ask),
+        get(healthz),
+        get(readyz),
+        get(metrics_text),
+        get(openapi),
     ];
-    let admin: [(&str, MethodRouter<AppState>); 3] = [
-        ("/admin/status", get(admin::status).layer(admin.clone())),
-        ("/admin/reload", post(admin::reload).layer(admin.clone())),
-        ("/admin/validate", post(admin::validate).layer(admin)),
+    let admin: [MethodRouter<AppState>; 3] = [
+        get(admin::status).layer(admin.clone()),
+        post(admin::reload).layer(admin.clone()),
+        post(admin::validate).layer(admin),
     ];
+    let public = PUBLIC_PATHS.into_iter().zip(public);
+    let admin = ADMIN_PATHS.into_iter().zip(admin);
     let routes: Vec<(&str, MethodRouter<AppState>)> = match which {
         Routes::All => public.into_iter().chain(admin).collect(),
         Routes::Public => public.into_iter().collect(),
@@ -162,6 +184,10 @@ async fn method_not_allowed(request: Request) -> ApiError {
 }
 
 /// Liveness: the process answers.
+async fn openapi() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/yaml")], OPENAPI)
+}
+
 async fn healthz() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))
 }
