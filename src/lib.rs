@@ -11,6 +11,7 @@ pub mod lint;
 pub mod metrics;
 pub mod policy;
 pub mod reload;
+pub mod render;
 pub mod reports;
 pub mod serve;
 pub mod server;

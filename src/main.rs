@@ -39,6 +39,28 @@ enum Command {
     /// simulator's full-jitter herd), serving its callers no later; print
     /// both side by side and the settings to paste into the policy file.
     Tune(TuneArgs),
+    /// Print a service's resolved policy in gRPC's, Envoy's, Istio's or
+    /// Linkerd's retry settings, and what that dialect cannot express.
+    Render(RenderArgs),
+}
+
+#[derive(Args)]
+struct RenderArgs {
+    /// The dialect.
+    #[arg(long, value_enum)]
+    format: stormguard::render::Format,
+    /// The service whose resolved policy to render.
+    #[arg(long)]
+    service: String,
+    /// Its Kubernetes namespace (Istio and Linkerd objects carry it).
+    #[arg(long, default_value = "default")]
+    namespace: String,
+    /// The policy file.
+    #[arg(long, env = "STORMGUARD_POLICY", default_value = "policies/retry-policy.yaml")]
+    policy: PathBuf,
+    /// Print JSON: the rendering and what it lost, as the daemon's /v1/render serves it.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -332,7 +354,39 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(args),
         Command::Simulate(args) => simulate(args),
         Command::Tune(args) => tune(args),
+        Command::Render(args) => render(args),
     }
+}
+
+fn render(args: RenderArgs) -> ExitCode {
+    let policy = match stormguard::simulate::resolved_policy(&args.policy, &args.service) {
+        Ok((policy, _)) => policy,
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::from(1);
+        }
+    };
+    if let Err(problem) = stormguard_core::policy::check_service_name(&args.namespace) {
+        eprintln!("--namespace: {problem}");
+        return ExitCode::from(1);
+    }
+    let target = stormguard::render::Target {
+        service: &args.service,
+        namespace: &args.namespace,
+    };
+    let rendering = stormguard::render::render(target, &policy, args.format);
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rendering).expect("plain data")
+        );
+        return ExitCode::SUCCESS;
+    }
+    print!("{}", stormguard::render::text(&rendering));
+    for lost in &rendering.lost {
+        eprintln!("lost: {}: {}", lost.key, lost.why);
+    }
+    ExitCode::SUCCESS
 }
 
 fn tune(args: TuneArgs) -> ExitCode {

@@ -65,7 +65,11 @@ async fn each_documented_operation_answers_with_a_documented_status_and_others_a
 
     let doc = document();
     for (path, method, statuses) in operations(&doc) {
-        let url = daemon.url(&path.replace("{service}", "payment-service"));
+        let url = daemon.url(
+            &path
+                .replace("{service}", "payment-service")
+                .replace("{format}", "envoy"),
+        );
         let body = match path.as_str() {
             "/v1/reports" => r#"{"service": "payment-service", "instance": "p-1"}"#,
             "/v1/pace" => {

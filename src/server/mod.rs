@@ -6,6 +6,7 @@ mod error;
 mod front;
 mod pace;
 mod policies;
+mod render;
 mod reports;
 mod track;
 
@@ -109,11 +110,12 @@ pub enum Routes {
 
 /// The public routes' paths, in the order [`router`] gives them handlers.
 /// `docs/openapi.yaml` documents each; a test keeps the two in step.
-pub const PUBLIC_PATHS: [&str; 8] = [
+pub const PUBLIC_PATHS: [&str; 9] = [
     "/v1/policies",
     "/v1/policies/{service}",
     "/v1/reports",
     "/v1/pace",
+    "/v1/render/{format}/{service}",
     "/healthz",
     "/readyz",
     "/metrics",
@@ -131,11 +133,12 @@ pub const OPENAPI: &str = include_str!("../../docs/openapi.yaml");
 pub fn router(state: AppState, which: Routes) -> Router {
     let metrics = state.metrics.clone();
     let admin = middleware::from_fn_with_state(state.clone(), admin::require_token);
-    let public: [MethodRouter<AppState>; 8] = [
+    let public: [MethodRouter<AppState>; 9] = [
         get(policies::all),
         get(policies::one),
         post(reports::receive),
         post(pace::ask),
+        get(render::one),
         get(healthz),
         get(readyz),
         get(metrics_text),
