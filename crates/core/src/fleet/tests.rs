@@ -270,17 +270,25 @@ fn a_timeout_cuts_once_for_the_attempts_sent_before_the_cut() {
     );
 }
 
-#[test]
-fn after_a_refusal_the_fleet_holds_at_its_cut_instead_of_climbing_back() {
+/// A fleet of one process in slow start, reporting `accepted` every ask
+/// for two seconds (the first asks' claims are bounded by the probe rate,
+/// and are out of the last second by the end); the controller and the time.
+fn in_slow_start(accepted: u64) -> (FleetController<u32>, Instant, Instant) {
     let t0 = Instant::now();
     let mut fleet = controller(t0);
     fleet.ask_at(0, tally(0, 0, 1, 1000), t0);
-    // Slow start: 20 accepted every 100 ms (200 a second), far past it.
     let mut now = t0;
     for _ in 0..20 {
         now += ASK_EVERY;
-        fleet.ask_at(0, tally(20, 20, 0, 1000), now);
+        fleet.ask_at(0, tally(accepted, accepted, 0, 1000), now);
     }
+    (fleet, t0, now)
+}
+
+#[test]
+fn after_a_refusal_the_fleet_holds_at_its_cut_instead_of_climbing_back() {
+    // 200 a second accepted, and the rate far past it.
+    let (mut fleet, t0, mut now) = in_slow_start(20);
     let refused_at = fleet.rate();
     assert!(refused_at > 400.0, "{refused_at}");
     now += ASK_EVERY;
@@ -303,16 +311,7 @@ fn after_a_refusal_the_fleet_holds_at_its_cut_instead_of_climbing_back() {
 
 #[test]
 fn slow_start_ends_at_what_was_accepted_and_reports_still_on_their_way_raise_it() {
-    let t0 = Instant::now();
-    let mut fleet = controller(t0);
-    fleet.ask_at(0, tally(0, 0, 1, 1000), t0);
-    // Slow start: 10 accepted every 100 ms (the first few asks' claims are
-    // bounded by the probe rate, and are out of the last second by the end).
-    let mut now = t0;
-    for _ in 0..20 {
-        now += ASK_EVERY;
-        fleet.ask_at(0, tally(10, 10, 0, 1000), now);
-    }
+    let (mut fleet, _, mut now) = in_slow_start(10);
     assert!(fleet.rate() > 400.0, "slow start, far ahead: {}", fleet.rate());
     now += ASK_EVERY;
     fleet.ask_at(0, tally(10, 10, 5, 1000), now);

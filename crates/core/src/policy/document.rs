@@ -262,13 +262,7 @@ mod tests {
     use crate::policy::model::Jitter;
     use std::time::Duration;
 
-    fn s(text: &str) -> Node {
-        Node::Str(text.into())
-    }
-
-    fn map(pairs: Vec<(&str, Node)>) -> Node {
-        Node::Map(pairs.into_iter().map(|(k, v)| (s(k), v)).collect())
-    }
+    use crate::policy::tree::build::{map, s};
 
     /// The shipped retry-policy ConfigMap, as a tree.
     fn seed_document() -> Node {

@@ -187,14 +187,7 @@ fn outages(node: &Node, path: &KeyPath, errors: &mut Errors) -> Option<Vec<Durat
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn s(text: &str) -> Node {
-        Node::Str(text.into())
-    }
-
-    fn map(pairs: Vec<(&str, Node)>) -> Node {
-        Node::Map(pairs.into_iter().map(|(k, v)| (s(k), v)).collect())
-    }
+    use crate::policy::tree::build::{map, s};
 
     fn decode(node: &Node) -> (ForecastBlock, Vec<String>) {
         let mut errors = Errors::new();

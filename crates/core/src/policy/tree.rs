@@ -201,6 +201,22 @@ pub fn entries<'a>(node: &'a Node, path: &KeyPath, errors: &mut Errors) -> Vec<(
     }
 }
 
+/// Trees written by hand, for tests.
+#[cfg(test)]
+pub(crate) mod build {
+    use super::Node;
+
+    /// A string node.
+    pub(crate) fn s(text: &str) -> Node {
+        Node::Str(text.into())
+    }
+
+    /// A mapping node of `pairs`.
+    pub(crate) fn map(pairs: Vec<(&str, Node)>) -> Node {
+        Node::Map(pairs.into_iter().map(|(k, v)| (s(k), v)).collect())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
