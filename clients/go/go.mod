@@ -1,0 +1,3 @@
+module github.com/stormguard/stormguard/clients/go
+
+go 1.19

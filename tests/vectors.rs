@@ -1,0 +1,116 @@
+//! The shared test vectors of the delay law: what stormguard-core's
+//! `Backoff::delay` gives for fixed random draws, which the Go and Python
+//! clients check their own delay law against, so that the three cannot
+//! drift apart. The file is regenerated with STORMGUARD_WRITE_VECTORS=1;
+//! this test fails when core's law and the committed file disagree.
+
+use std::time::Duration;
+
+use rand::RngCore;
+use serde_json::{json, Value};
+use stormguard_core::backoff::Backoff;
+use stormguard_core::policy::Jitter;
+
+const PATH: &str = "clients/vectors/backoff.json";
+
+/// A random source that always draws the same 64 bits.
+struct Fixed(u64);
+
+impl RngCore for Fixed {
+    fn next_u32(&mut self) -> u32 {
+        self.0 as u32
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.0
+    }
+
+    fn fill_bytes(&mut self, dest: &mut [u8]) {
+        for (i, byte) in dest.iter_mut().enumerate() {
+            *byte = self.0.to_le_bytes()[i % 8];
+        }
+    }
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn vectors() -> Value {
+    let draws = [
+        0,
+        1 << 63,
+        u64::MAX,
+        0x9e37_79b9_7f4a_7c15,
+        12_345_678_901_234_567_890,
+    ];
+    let shapes = [
+        (ms(100), ms(10_000), 2.0, vec![]),
+        (ms(3_000), ms(8_000), 3.0, vec![]),
+        (ms(1), ms(1), 1.0, vec![]),
+        (Duration::from_nanos(333_333), ms(60_000), 1.7, vec![]),
+        (
+            ms(100),
+            ms(4_000),
+            2.0,
+            vec![ms(0), ms(10), ms(500), ms(3_000), ms(5_000)],
+        ),
+    ];
+    let jitters = [
+        (Jitter::None, 0.0),
+        (Jitter::Full, 0.0),
+        (Jitter::Equal, 0.0),
+        (Jitter::Decorrelated, 0.0),
+        (Jitter::Proportional, 0.5),
+        (Jitter::Proportional, 0.1),
+    ];
+    let mut cases = Vec::new();
+    for (initial, max, multiplier, delays) in &shapes {
+        for (jitter, factor) in jitters {
+            let backoff = Backoff {
+                initial: *initial,
+                max: *max,
+                multiplier: *multiplier,
+                jitter,
+                jitter_factor: factor,
+                delays: delays.clone(),
+            };
+            for draw in draws {
+                let mut previous = Duration::ZERO;
+                for attempt in [0, 1, 2, 3, 5, 8, 13, 40] {
+                    let delay = backoff.delay(attempt, previous, &mut Fixed(draw));
+                    cases.push(json!({
+                        "initialNanos": initial.as_nanos() as u64,
+                        "maxNanos": max.as_nanos() as u64,
+                        "multiplier": multiplier,
+                        "jitter": jitter.name(),
+                        "jitterFactor": factor,
+                        "delaysNanos": delays.iter().map(|d| d.as_nanos() as u64).collect::<Vec<_>>(),
+                        "attempt": attempt,
+                        "previousNanos": previous.as_nanos() as u64,
+                        "draw": draw,
+                        "delayNanos": delay.as_nanos() as u64,
+                    }));
+                    previous = delay;
+                }
+            }
+        }
+    }
+    json!({
+        "about": "stormguard-core's delay law: for each case, the delay before retry `attempt` (0 = the first retry) when the previous delay was `previousNanos` and the random source drew the 64 bits `draw`. Regenerate with STORMGUARD_WRITE_VECTORS=1 cargo test --test vectors.",
+        "cases": cases,
+    })
+}
+
+#[test]
+fn the_committed_vectors_are_what_core_computes() {
+    let text = serde_json::to_string_pretty(&vectors()).unwrap() + "\n";
+    if std::env::var_os("STORMGUARD_WRITE_VECTORS").is_some() {
+        std::fs::write(PATH, &text).unwrap();
+    }
+    let committed = std::fs::read_to_string(PATH).expect("clients/vectors/backoff.json");
+    assert!(
+        committed == text,
+        "{PATH} is not what stormguard-core computes: regenerate it with STORMGUARD_WRITE_VECTORS=1"
+    );
+}
