@@ -102,6 +102,24 @@ fn vectors() -> Value {
     })
 }
 
+const DEFAULT_POLICY: &str = "clients/vectors/default-policy.json";
+
+/// The policy a client applies when it has neither the daemon's answer nor
+/// a cache: the built-in defaults, as the daemon serves a policy.
+#[test]
+fn the_committed_default_policy_is_cores() {
+    let policy = stormguard_core::policy::RetryPolicy::default();
+    let text = serde_json::to_string_pretty(&policy).unwrap() + "\n";
+    if std::env::var_os("STORMGUARD_WRITE_VECTORS").is_some() {
+        std::fs::write(DEFAULT_POLICY, &text).unwrap();
+    }
+    let committed = std::fs::read_to_string(DEFAULT_POLICY).expect(DEFAULT_POLICY);
+    assert!(
+        committed == text,
+        "{DEFAULT_POLICY} is not stormguard-core's default policy: regenerate it with STORMGUARD_WRITE_VECTORS=1"
+    );
+}
+
 #[test]
 fn the_committed_vectors_are_what_core_computes() {
     let text = serde_json::to_string_pretty(&vectors()).unwrap() + "\n";
