@@ -6,9 +6,13 @@ import (
 	"fmt"
 	"math/rand"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -147,5 +151,70 @@ func TestTheDefaultsAreCores(t *testing.T) {
 	}
 	if string(vectors) != string(defaultPolicy) {
 		t.Fatal("default_policy.json is not clients/vectors/default-policy.json: copy it again")
+	}
+}
+
+func TestALostResponseIsAskedAgainAndThePoliciesStay(t *testing.T) {
+	answer := func(w http.ResponseWriter, retries int) {
+		w.Header().Set("ETag", fmt.Sprintf(`"%d"`, retries))
+		fmt.Fprintf(w, `{"services": {"payments": {"policy": {"maxRetries": %d}}}}`, retries)
+	}
+	var mu sync.Mutex
+	calls := 0
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls++
+		n := calls
+		mu.Unlock()
+		switch {
+		case n == 1:
+			answer(w, 9)
+		case n <= 3: // lost: the connection closes unanswered
+			conn, _, _ := w.(http.Hijacker).Hijack()
+			conn.Close()
+		default:
+			answer(w, 4)
+		}
+	}))
+	defer server.Close()
+	w, err := Start(context.Background(), Config{Daemon: server.URL, Services: []string{"payments"}, MinPollInterval: 50 * time.Millisecond, RetryMax: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if w.Policy("payments").Retries() != 9 {
+		t.Fatalf("%v", w.Policy("payments"))
+	}
+	if !eventually(func() bool { return w.Policy("payments").Retries() == 4 }) {
+		t.Fatal("never asked again after the lost answers")
+	}
+}
+
+func TestADrainingDaemonLeavesThePoliciesAsTheyAre(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "policy.yaml")
+	os.WriteFile(file, []byte(fmt.Sprintf(policyText, 4)), 0o600)
+	port := freePort(t)
+	cmd := exec.Command(binary(t), "serve", "--policy", file, "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--shutdown-delay", "2s")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	url := fmt.Sprintf("http://127.0.0.1:%d", port)
+	if !eventually(func() bool {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}) {
+		t.Fatal("the daemon did not start")
+	}
+	w, _ := Start(context.Background(), Config{Daemon: url, Services: []string{"payments"}, WatchWait: 5 * time.Second, MinPollInterval: 50 * time.Millisecond})
+	defer w.Stop()
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	time.Sleep(time.Second)
+	if w.Policy("payments").Retries() != 4 {
+		t.Fatalf("%v", w.Policy("payments"))
 	}
 }

@@ -154,3 +154,37 @@ def test_bad_settings_are_refused_naming_them():
 def test_the_defaults_are_cores():
     vectors = ROOT / "clients" / "vectors" / "default-policy.json"
     assert json.loads(vectors.read_text()) == DEFAULT_POLICY
+
+
+def test_a_lost_response_is_asked_again_and_the_policies_stay():
+    """A stand-in that answers well once, then closes connections unanswered,
+    then answers again: the client keeps its policy and catches the new one."""
+    good = {"services": {"payments": {"etag": '"1"', "source": "override", "overridden": [], "policy": dict(DEFAULT_POLICY, maxRetries=9)}}}
+    newer = {"services": {"payments": {"etag": '"2"', "source": "override", "overridden": [], "policy": dict(DEFAULT_POLICY, maxRetries=4)}}}
+    plan = [("answer", good), ("drop", None), ("drop", None), ("answer", newer)]
+
+    class Dropping(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            what, body = plan.pop(0) if len(plan) > 1 else plan[0]
+            if what == "drop":
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
+            self.send_response(200)
+            self.send_header("ETag", body["services"]["payments"]["etag"])
+            self.end_headers()
+            self.wfile.write(json.dumps(body).encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Dropping)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        watch = PolicyWatch(f"http://127.0.0.1:{server.server_port}", ["payments"], min_poll_interval=0.05, retry_max=0.1)
+        assert watch.start() == "daemon"
+        assert watch.policy("payments")["maxRetries"] == 9
+        assert eventually(lambda: watch.policy("payments")["maxRetries"] == 4), "asked again after the lost answers"
+        watch.stop()
+    finally:
+        server.shutdown()
