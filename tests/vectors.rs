@@ -102,6 +102,73 @@ fn vectors() -> Value {
     })
 }
 
+const BUDGET: &str = "clients/vectors/budget.json";
+
+/// Retry budgets (Finagle's) fed the same deposits and retries at the same
+/// times: each retry's verdict, for every client to reproduce.
+fn budget_vectors() -> Value {
+    use rand::{Rng, SeedableRng};
+    use stormguard_core::budget::RetryBudget;
+    use stormguard_core::policy::BudgetPolicy;
+    use tokio::time::Instant;
+
+    let policies = [(0.2, 1, 10_000), (0.5, 0, 1_000), (0.1, 2, 60_000), (0.2, 0, 5)];
+    let mut scenarios = Vec::new();
+    for (seed, (ratio, floor, ttl_ms)) in policies.into_iter().enumerate() {
+        let policy = BudgetPolicy {
+            enabled: true,
+            retry_ratio: ratio,
+            min_retries_per_second: floor,
+            ttl: Duration::from_millis(ttl_ms),
+        };
+        let t0 = Instant::now();
+        let budget = RetryBudget::new_at(&policy, t0);
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed as u64);
+        let step = (ttl_ms * 1_000_000 / 10).max(1_000_000);
+        let mut at = 0u64;
+        let mut ops = Vec::new();
+        for _ in 0..400 {
+            at += rng.random_range(0..step / 2);
+            let now = t0 + Duration::from_nanos(at);
+            if rng.random_bool(0.5) {
+                budget.deposit_at(now);
+                ops.push(json!(["deposit", at]));
+            } else {
+                ops.push(json!(["retry", at, budget.try_retry_at(now)]));
+            }
+        }
+        scenarios.push(json!({
+            "retryRatio": ratio,
+            "minRetriesPerSecond": floor,
+            "ttlNanos": ttl_ms * 1_000_000,
+            "ops": ops,
+        }));
+    }
+    json!({
+        "about": "stormguard-core's retry budget: for each scenario, a budget created at time 0 and fed `deposit` (a first attempt) and `retry` (a retry asking the budget, with the verdict core gave) at the given nanoseconds. Regenerate with STORMGUARD_WRITE_VECTORS=1 cargo test --test vectors.",
+        "scenarios": scenarios,
+    })
+}
+
+#[test]
+fn the_committed_budget_vectors_are_what_core_decides() {
+    check_or_write(BUDGET, &budget_vectors());
+}
+
+/// Writes `value` to `path` under STORMGUARD_WRITE_VECTORS; fails when the
+/// committed file differs from it.
+fn check_or_write(path: &str, value: &impl serde::Serialize) {
+    let text = serde_json::to_string_pretty(value).unwrap() + "\n";
+    if std::env::var_os("STORMGUARD_WRITE_VECTORS").is_some() {
+        std::fs::write(path, &text).unwrap();
+    }
+    let committed = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        committed == text,
+        "{path} is not what stormguard-core computes: regenerate it with STORMGUARD_WRITE_VECTORS=1"
+    );
+}
+
 const DEFAULT_POLICY: &str = "clients/vectors/default-policy.json";
 
 /// The policy a client applies when it has neither the daemon's answer nor
@@ -109,26 +176,10 @@ const DEFAULT_POLICY: &str = "clients/vectors/default-policy.json";
 #[test]
 fn the_committed_default_policy_is_cores() {
     let policy = stormguard_core::policy::RetryPolicy::default();
-    let text = serde_json::to_string_pretty(&policy).unwrap() + "\n";
-    if std::env::var_os("STORMGUARD_WRITE_VECTORS").is_some() {
-        std::fs::write(DEFAULT_POLICY, &text).unwrap();
-    }
-    let committed = std::fs::read_to_string(DEFAULT_POLICY).expect(DEFAULT_POLICY);
-    assert!(
-        committed == text,
-        "{DEFAULT_POLICY} is not stormguard-core's default policy: regenerate it with STORMGUARD_WRITE_VECTORS=1"
-    );
+    check_or_write(DEFAULT_POLICY, &policy);
 }
 
 #[test]
 fn the_committed_vectors_are_what_core_computes() {
-    let text = serde_json::to_string_pretty(&vectors()).unwrap() + "\n";
-    if std::env::var_os("STORMGUARD_WRITE_VECTORS").is_some() {
-        std::fs::write(PATH, &text).unwrap();
-    }
-    let committed = std::fs::read_to_string(PATH).expect("clients/vectors/backoff.json");
-    assert!(
-        committed == text,
-        "{PATH} is not what stormguard-core computes: regenerate it with STORMGUARD_WRITE_VECTORS=1"
-    );
+    check_or_write(PATH, &vectors());
 }

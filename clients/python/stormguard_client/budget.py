@@ -1,0 +1,62 @@
+"""The retry budget (Finagle's, as in Linkerd and tower), the same as the
+Rust library's: over a sliding window of ``ttl`` in ten steps, retries may be
+at most ``retry_ratio`` of the requests plus ``min_retries_per_second * ttl``.
+Times are nanoseconds on any clock that does not go back (``time.monotonic_ns``).
+"""
+
+import threading
+
+SLOTS = 10
+MIN_TTL_NANOS = 10_000_000
+
+
+class RetryBudget:
+    """A budget shared by every call to one dependency."""
+
+    def __init__(self, retry_ratio, min_retries_per_second, ttl_nanos, now_nanos=0):
+        if retry_ratio < 0 or min_retries_per_second < 0 or ttl_nanos <= 0:
+            raise ValueError("retry_ratio and min_retries_per_second must be 0 or more, ttl_nanos above 0")
+        ttl = max(ttl_nanos, MIN_TTL_NANOS)
+        self._ratio = float(retry_ratio)
+        self._reserve = float(min_retries_per_second) * (ttl / 1e9)
+        self._slot_nanos = max(ttl // SLOTS, 1)
+        self._start = now_nanos
+        # Per slot: [step, requests] and [step, retries].
+        self._requests = [[0, 0] for _ in range(SLOTS)]
+        self._retries = [[0, 0] for _ in range(SLOTS)]
+        self._lock = threading.Lock()
+        self.denied = 0
+
+    def deposit(self, now_nanos):
+        """Counts a first attempt."""
+        with self._lock:
+            step = self._step(now_nanos)
+            _add(self._requests[step % SLOTS], step)
+
+    def try_retry(self, now_nanos):
+        """Takes one retry from the budget if it allows one; counts a refusal otherwise."""
+        with self._lock:
+            step = self._step(now_nanos)
+            requests = sum(_live(slot, step) for slot in self._requests)
+            retries = sum(_live(slot, step) for slot in self._retries)
+            if retries < self._reserve + self._ratio * requests:
+                _add(self._retries[step % SLOTS], step)
+                return True
+            self.denied += 1
+            return False
+
+    def _step(self, now_nanos):
+        return max(now_nanos - self._start, 0) // self._slot_nanos
+
+
+def _add(slot, step):
+    """Counts one at `step`; a count for an older step than the one held goes
+    to the step held, as the Rust library's does."""
+    if step > slot[0]:
+        slot[0], slot[1] = step, 1
+    else:
+        slot[1] += 1
+
+
+def _live(slot, step):
+    return slot[1] if step - slot[0] < SLOTS else 0
