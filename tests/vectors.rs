@@ -169,6 +169,46 @@ fn check_or_write(path: &str, value: &impl serde::Serialize) {
     );
 }
 
+const RETRY_ON: &str = "clients/vectors/retry-on.json";
+
+/// Which answers each `retryOn` list retries: every HTTP status from 100 to
+/// 599, and the three failures without one.
+fn retry_on_vectors() -> Value {
+    use stormguard_core::policy::{RetryCondition, RetryOn};
+
+    let lists = [
+        RetryOn::default(),
+        RetryOn(vec![RetryCondition::GatewayError]),
+        RetryOn(vec![RetryCondition::ServerError, RetryCondition::Status(409)]),
+        RetryOn(vec![RetryCondition::ConnectFailure, RetryCondition::Timeout]),
+        RetryOn(vec![]),
+    ];
+    let failures = [
+        ("connect-failure", RetryCondition::ConnectFailure),
+        ("timeout", RetryCondition::Timeout),
+        ("reset", RetryCondition::Reset),
+    ];
+    let cases: Vec<Value> = lists
+        .iter()
+        .map(|list| {
+            json!({
+                "retryOn": list,
+                "statuses": (100u16..600).filter(|s| list.covers_status(*s)).collect::<Vec<_>>(),
+                "failures": failures.iter().filter(|(_, c)| list.contains(*c)).map(|(name, _)| *name).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({
+        "about": "stormguard-core's retryOn: for each list, as a policy serves it, the HTTP statuses from 100 to 599 it retries and the failures without a status (connect-failure, timeout, reset) it retries. Regenerate with STORMGUARD_WRITE_VECTORS=1 cargo test --test vectors.",
+        "cases": cases,
+    })
+}
+
+#[test]
+fn the_committed_retry_on_vectors_are_what_core_retries() {
+    check_or_write(RETRY_ON, &retry_on_vectors());
+}
+
 const DEFAULT_POLICY: &str = "clients/vectors/default-policy.json";
 
 /// The policy a client applies when it has neither the daemon's answer nor

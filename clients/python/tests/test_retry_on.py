@@ -1,0 +1,23 @@
+"""The Python retryOn against stormguard-core's, status by status."""
+
+import json
+import pathlib
+
+import pytest
+
+from stormguard_client.retry_on import FAILURES, RetryOn
+
+VECTORS = pathlib.Path(__file__).resolve().parents[2] / "vectors" / "retry-on.json"
+CASES = json.loads(VECTORS.read_text())["cases"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: ",".join(map(str, c["retryOn"])) or "none")
+def test_every_status_and_failure_is_decided_as_core_decides(case):
+    retry_on = RetryOn(case["retryOn"])
+    assert [s for s in range(100, 600) if retry_on.retries_status(s)] == case["statuses"]
+    assert [f for f in FAILURES if retry_on.retries_failure(f)] == case["failures"]
+
+
+def test_an_unknown_condition_is_refused_naming_it():
+    with pytest.raises(ValueError, match="'6xx'"):
+        RetryOn(["6xx"])
