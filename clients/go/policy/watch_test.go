@@ -39,9 +39,11 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// serve starts the daemon on port with policyFile and stops it with the test.
-func serve(t *testing.T, port int, policyFile string) *exec.Cmd {
-	cmd := exec.Command(binary(t), "serve", "--policy", policyFile, "--listen", fmt.Sprintf("127.0.0.1:%d", port))
+// serve starts the daemon on port with policyFile and extra flags, waits
+// until it listens, and stops it with the test.
+func serve(t *testing.T, port int, policyFile string, extra ...string) *exec.Cmd {
+	args := append([]string{"serve", "--policy", policyFile, "--listen", fmt.Sprintf("127.0.0.1:%d", port)}, extra...)
+	cmd := exec.Command(binary(t), args...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -195,21 +197,8 @@ func TestADrainingDaemonLeavesThePoliciesAsTheyAre(t *testing.T) {
 	file := filepath.Join(dir, "policy.yaml")
 	os.WriteFile(file, []byte(fmt.Sprintf(policyText, 4)), 0o600)
 	port := freePort(t)
-	cmd := exec.Command(binary(t), "serve", "--policy", file, "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--shutdown-delay", "2s")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	cmd := serve(t, port, file, "--shutdown-delay", "2s")
 	url := fmt.Sprintf("http://127.0.0.1:%d", port)
-	if !eventually(func() bool {
-		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	}) {
-		t.Fatal("the daemon did not start")
-	}
 	w, _ := Start(context.Background(), Config{Daemon: url, Services: []string{"payments"}, WatchWait: 5 * time.Second, MinPollInterval: 50 * time.Millisecond})
 	defer w.Stop()
 	_ = cmd.Process.Signal(syscall.SIGTERM)
