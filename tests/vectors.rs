@@ -169,6 +169,106 @@ fn check_or_write(path: &str, value: &impl serde::Serialize) {
     );
 }
 
+const BREAKER: &str = "clients/vectors/breaker.json";
+
+/// Circuit breakers fed the same asks, outcomes and cancellations at the
+/// same times: each ask's verdict and the state after every step, for
+/// every client to reproduce.
+fn breaker_vectors() -> Value {
+    use rand::{Rng, SeedableRng};
+    use stormguard_core::breaker::{CallOutcome, CircuitBreaker, Permit};
+    use stormguard_core::policy::{CircuitBreakerPolicy, SlidingWindow};
+    use tokio::time::Instant;
+
+    let count = |calls| SlidingWindow::Count { calls };
+    let time = |ms| SlidingWindow::Time {
+        duration: Duration::from_millis(ms),
+    };
+    // (consecutive, failure rate, slow rate, slow ms, minimum calls, window, open ms, half-open calls, successes)
+    let shapes = [
+        (3, 0.5, 1.0, 2_000, 5, count(10), 1_000, 2, 2),
+        (0, 0.3, 0.5, 100, 10, time(10_000), 5_000, 1, 1),
+        (0, 0.6, 1.0, 60_000, 100, count(4), 700, 3, 3),
+        (5, 0.5, 1.0, 60_000, 100, count(100), 30_000, 10, 3),
+        (2, 1.0, 0.25, 250, 3, time(1_500), 400, 4, 2),
+    ];
+    let mut scenarios = Vec::new();
+    for (seed, (consecutive, failure_rate, slow_rate, slow_ms, minimum, window, open_ms, half_open, successes)) in
+        shapes.into_iter().enumerate()
+    {
+        let policy = CircuitBreakerPolicy {
+            enabled: true,
+            consecutive_failures: consecutive,
+            failure_rate_threshold: failure_rate,
+            slow_call_rate_threshold: slow_rate,
+            slow_call_duration: Duration::from_millis(slow_ms),
+            minimum_calls: minimum,
+            sliding_window: window,
+            open_timeout: Duration::from_millis(open_ms),
+            half_open_max_calls: half_open,
+            success_threshold: successes,
+        };
+        let t0 = Instant::now();
+        let breaker = CircuitBreaker::new_at(&policy, t0);
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(100 + seed as u64);
+        let step = open_ms * 1_000_000 / 6;
+        let mut at = 0u64;
+        let mut permits: Vec<(usize, Permit)> = Vec::new();
+        let mut granted = 0usize;
+        let mut ops = Vec::new();
+        for i in 0..600 {
+            at += rng.random_range(0..step);
+            let now = t0 + Duration::from_nanos(at);
+            let failing = if (i / 75) % 2 == 1 { 0.9 } else { 0.05 };
+            if permits.is_empty() || (permits.len() < 12 && rng.random_bool(0.5)) {
+                let verdict = match breaker.try_acquire_at(now) {
+                    Ok(permit) => {
+                        let verdict = json!(["permit", granted, permit.is_trial()]);
+                        permits.push((granted, permit));
+                        granted += 1;
+                        verdict
+                    }
+                    Err(refused) => json!([refused.state.name(), refused.retry_in.as_nanos() as u64]),
+                };
+                ops.push(json!(["acquire", at, verdict, breaker.state().name()]));
+                continue;
+            }
+            let (id, permit) = permits.swap_remove(rng.random_range(0..permits.len()));
+            if rng.random_bool(0.1) {
+                drop(permit);
+                ops.push(json!(["cancel", at, id, breaker.state().name()]));
+                continue;
+            }
+            let (outcome, name) = if rng.random_bool(failing) {
+                (CallOutcome::Failure, "failure")
+            } else {
+                (CallOutcome::Success, "success")
+            };
+            permit.record_at(outcome, now);
+            ops.push(json!(["record", at, id, name, breaker.state().name()]));
+        }
+        scenarios.push(json!({ "policy": policy, "ops": ops }));
+    }
+    json!({
+        "about": "stormguard-core's circuit breaker: for each scenario, a breaker with `policy` (a policy's circuitBreaker block as the daemon serves it) created at time 0 and fed, at the given nanoseconds: `acquire` (a call asks leave; the verdict is [\"permit\", its id, whether it is a half-open trial] or [the refusing state, nanoseconds until trial calls are admitted]), `record` (the permit with that id ends with that outcome; its duration since its acquire decides whether it was slow) and `cancel` (the permit's call was cancelled, unrecorded). Each op ends with the breaker's state after it. Regenerate with STORMGUARD_WRITE_VECTORS=1 cargo test --test vectors.",
+        "scenarios": scenarios,
+    })
+}
+
+#[test]
+fn the_committed_breaker_vectors_are_what_core_decides() {
+    let vectors = breaker_vectors();
+    let states: std::collections::BTreeSet<&str> = vectors["scenarios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["ops"].as_array().unwrap())
+        .filter_map(|op| op.as_array().unwrap().last().unwrap().as_str())
+        .collect();
+    assert_eq!(states.len(), 3, "the scenarios visit every state: {states:?}");
+    check_or_write(BREAKER, &vectors);
+}
+
 const RETRY_ON: &str = "clients/vectors/retry-on.json";
 
 /// Which answers each `retryOn` list retries: every HTTP status from 100 to
