@@ -307,7 +307,8 @@ async fn send_loop(inner: std::sync::Weak<Inner>) {
 /// now. Stops at the first batch that could not be delivered (kept pending).
 async fn send(inner: &Inner) -> Result<(), SendError> {
     let mut outbox = inner.outbox.lock().await;
-    for _ in 0..2 {
+    let batches = if outbox.is_some() { 2 } else { 1 };
+    for _ in 0..batches {
         if outbox.is_none() {
             // Taken and stored before any await: whatever happens to this
             // future from here on, the counts are in the outbox.
