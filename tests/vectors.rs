@@ -193,8 +193,10 @@ fn breaker_vectors() -> Value {
         (2, 1.0, 0.25, 250, 3, time(1_500), 400, 4, 2),
     ];
     let mut scenarios = Vec::new();
-    for (seed, (consecutive, failure_rate, slow_rate, slow_ms, minimum, window, open_ms, half_open, successes)) in
-        shapes.into_iter().enumerate()
+    for (
+        seed,
+        (consecutive, failure_rate, slow_rate, slow_ms, minimum, window, open_ms, half_open, successes),
+    ) in shapes.into_iter().enumerate()
     {
         let policy = CircuitBreakerPolicy {
             enabled: true,

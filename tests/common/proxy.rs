@@ -1,24 +1,37 @@
-//! A loopback HTTP proxy in front of the daemon that can lose or hold the
-//! answer to report batches, and counts what passes through it.
+//! A loopback HTTP proxy in front of the daemon that can lose, hold or
+//! garble answers, and counts what passes through it.
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::{Request, State};
+use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use hyper_util::rt::TokioIo;
 
-/// What the proxy does to the report batch whose number (from 1) is `nth`.
+/// What the proxy does to the requests passing through it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Trick {
     /// Forward everything and answer everything.
     None,
-    /// Forward the batch, so the daemon counts it, and never answer it.
+    /// Forward report batch number `nth` (from 1), so the daemon counts it,
+    /// and close its connection without an answer.
     LoseAnswer { nth: usize },
-    /// Hold the batch for `hold` before forwarding it and answering.
+    /// Hold report batch number `nth` for `hold` before forwarding it and answering.
     Hold { nth: usize, hold: Duration },
+    /// Forward policy requests and close the connections of the next
+    /// `count` without an answer.
+    LosePolicyAnswers { count: usize },
+    /// Forward policy requests and answer each 200 with a body that is not JSON.
+    GarblePolicies,
+}
+
+/// What becomes of one request's answer.
+enum Fate {
+    Answer,
+    Close,
+    Garble,
 }
 
 struct Inner {
@@ -26,7 +39,7 @@ struct Inner {
     http: reqwest::Client,
     trick: Mutex<Trick>,
     reports: AtomicUsize,
-    /// (path and query, whether it was a long-poll) of each request, in order.
+    /// When each request came, and its path and query, in order.
     seen: Mutex<Vec<(tokio::time::Instant, String)>>,
 }
 
@@ -47,11 +60,15 @@ impl Proxy {
             reports: AtomicUsize::new(0),
             seen: Mutex::default(),
         });
-        let app = axum::Router::new().fallback(forward).with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        tokio::spawn(accept(listener, inner.clone()));
         Proxy { inner, base }
+    }
+
+    /// Changes what the proxy does from the next request on.
+    pub fn set(&self, trick: Trick) {
+        *self.inner.trick.lock().unwrap() = trick;
     }
 
     /// Report batches that reached the proxy so far.
@@ -68,30 +85,85 @@ impl Proxy {
     }
 }
 
-async fn forward(State(inner): State<Arc<Inner>>, request: Request) -> Response {
+/// Serves each connection with hyper directly: a service that fails makes
+/// hyper close the connection without an answer, which is how a lost
+/// answer looks to a client.
+async fn accept(listener: tokio::net::TcpListener, inner: Arc<Inner>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            return;
+        };
+        let inner = inner.clone();
+        let service = hyper::service::service_fn(move |request| {
+            let inner = inner.clone();
+            async move { forward(&inner, request).await }
+        });
+        tokio::spawn(async move {
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+async fn forward(
+    inner: &Inner,
+    request: hyper::Request<hyper::body::Incoming>,
+) -> Result<Response, std::io::Error> {
     let (parts, body) = request.into_parts();
-    let body = axum::body::to_bytes(body, usize::MAX).await.unwrap_or_default();
+    let body = axum::body::to_bytes(Body::new(body), usize::MAX)
+        .await
+        .unwrap_or_default();
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
     inner
         .seen
         .lock()
         .unwrap()
         .push((tokio::time::Instant::now(), path.clone()));
-    let mut lose = false;
-    if parts.method == Method::POST && path == "/v1/reports" {
-        let nth = inner.reports.fetch_add(1, SeqCst) + 1;
-        let trick = *inner.trick.lock().unwrap();
-        match trick {
-            Trick::LoseAnswer { nth: n } if n == nth => lose = true,
-            Trick::Hold { nth: n, hold } if n == nth => tokio::time::sleep(hold).await,
-            _ => {}
+    let report = parts.method == Method::POST && path == "/v1/reports";
+    let fate = if report {
+        report_fate(inner).await
+    } else {
+        Fate::Answer
+    };
+    let answer = send(inner, parts.method, &parts.uri, parts.headers, body).await;
+    // A policy answer's fate is decided when it comes back, so a long-poll
+    // already waiting when the trick changes gets the new trick.
+    let fate = if path.starts_with("/v1/policies") {
+        policy_fate(inner)
+    } else {
+        fate
+    };
+    match fate {
+        Fate::Answer => Ok(answer),
+        Fate::Close => Err(std::io::Error::other("the proxy loses this answer")),
+        Fate::Garble => Ok((StatusCode::OK, "<html>not a policy</html>").into_response()),
+    }
+}
+
+async fn report_fate(inner: &Inner) -> Fate {
+    let nth = inner.reports.fetch_add(1, SeqCst) + 1;
+    let trick = *inner.trick.lock().unwrap();
+    match trick {
+        Trick::LoseAnswer { nth: n } if n == nth => Fate::Close,
+        Trick::Hold { nth: n, hold } if n == nth => {
+            tokio::time::sleep(hold).await;
+            Fate::Answer
         }
+        _ => Fate::Answer,
     }
-    let answer = send(&inner, parts.method, &parts.uri, parts.headers, body).await;
-    if lose {
-        std::future::pending::<()>().await;
+}
+
+fn policy_fate(inner: &Inner) -> Fate {
+    let mut trick = inner.trick.lock().unwrap();
+    match *trick {
+        Trick::LosePolicyAnswers { count } if count > 0 => {
+            *trick = Trick::LosePolicyAnswers { count: count - 1 };
+            Fate::Close
+        }
+        Trick::GarblePolicies => Fate::Garble,
+        _ => Fate::Answer,
     }
-    answer
 }
 
 async fn send(inner: &Inner, method: Method, uri: &Uri, headers: HeaderMap, body: Bytes) -> Response {

@@ -1,0 +1,345 @@
+//! The conformance scenarios every stormguard client runs against the real
+//! daemon (clients/conformance.json), run by the Rust client. The Go and
+//! Python clients run the same list in their own tests.
+
+mod common;
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use common::proxy::{Proxy, Trick};
+use common::{eventually, metrics, sample, Daemon};
+use libtest_mimic::{Arguments, Failed, Trial};
+use stormguard_client::{ClientConfig, Outcome, PolicySource, PolicyWatch, Reporter, ReporterConfig};
+
+const SCENARIOS: &str = include_str!("../clients/conformance.json");
+
+type Scenario = fn() -> Pin<Box<dyn Future<Output = ()>>>;
+
+/// Each scenario of the shared list, by its id.
+const RUNS: &[(&str, Scenario)] = &[
+    ("start-with-the-daemon-down", || {
+        Box::pin(start_with_the_daemon_down())
+    }),
+    ("start-from-the-cache", || Box::pin(start_from_the_cache())),
+    ("watch-a-change", || Box::pin(watch_a_change())),
+    ("a-bad-answer", || Box::pin(a_bad_answer())),
+    ("a-lost-answer", || Box::pin(a_lost_answer())),
+    ("a-draining-daemon", || Box::pin(a_draining_daemon())),
+    ("a-report-answer-lost", || Box::pin(a_report_answer_lost())),
+    ("a-refused-report", || Box::pin(a_refused_report())),
+    ("reports-while-the-daemon-is-down", || {
+        Box::pin(reports_while_the_daemon_is_down())
+    }),
+    ("shutdown-sends-the-last-counts", || {
+        Box::pin(shutdown_sends_the_last_counts())
+    }),
+];
+
+fn main() {
+    let listed: serde_json::Value = serde_json::from_str(SCENARIOS).expect("the scenario list is JSON");
+    let ids: Vec<String> = listed["scenarios"]
+        .as_array()
+        .expect("a list of scenarios")
+        .iter()
+        .map(|s| s["id"].as_str().expect("each scenario has an id").to_string())
+        .collect();
+    let mut trials: Vec<Trial> = ids.iter().map(|id| trial(id)).collect();
+    for (id, _) in RUNS
+        .iter()
+        .filter(|(id, _)| !ids.iter().any(|listed| listed == id))
+    {
+        trials.push(Trial::test(format!("unlisted/{id}"), move || {
+            Err(format!("{id} is run here but not in clients/conformance.json").into())
+        }));
+    }
+    libtest_mimic::run(&Arguments::from_args(), trials).exit();
+}
+
+fn trial(id: &str) -> Trial {
+    let run = RUNS.iter().find(|(known, _)| *known == id).map(|(_, run)| *run);
+    let name = id.to_string();
+    Trial::test(id, move || {
+        let Some(run) = run else {
+            return Err(Failed::from(format!("the Rust client does not run {name}")));
+        };
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(run());
+        Ok(())
+    })
+}
+
+fn policy_text(retries: u32) -> String {
+    format!("defaults:\n  maxRetries: 3\nservices:\n  payments:\n    maxRetries: {retries}\n")
+}
+
+/// A policy file for payments at `retries`, in a directory kept with it.
+fn policy_file(retries: u32) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("policy.yaml");
+    std::fs::write(&file, policy_text(retries)).unwrap();
+    (dir, file)
+}
+
+fn serve(policy: &Path, extra: &[&str]) -> Daemon {
+    Daemon::start(policy, &[&["--debounce", "20ms"], extra].concat())
+}
+
+/// A client quick to give up and to try again, as the scenarios want.
+fn quick(daemon: &str, services: &[&str]) -> ClientConfig {
+    ClientConfig {
+        startup_wait: Duration::from_secs(5),
+        watch_wait: Duration::from_secs(2),
+        retry_max: Duration::from_millis(300),
+        reconnect_initial: Duration::from_millis(100),
+        min_poll_interval: Duration::from_millis(50),
+        ..ClientConfig::for_services(daemon, services.iter().copied())
+    }
+}
+
+async fn start(config: ClientConfig) -> PolicyWatch {
+    PolicyWatch::start(config)
+        .await
+        .expect("a valid client configuration")
+}
+
+fn retries(watch: &PolicyWatch, service: &str) -> u32 {
+    watch
+        .client(service)
+        .expect("watched")
+        .policy()
+        .policy
+        .max_retries
+}
+
+fn source(watch: &PolicyWatch) -> PolicySource {
+    watch.client("payments").expect("watched").source()
+}
+
+async fn within_10s(what: &str, mut check: impl FnMut() -> bool) {
+    let done = eventually(Duration::from_secs(10), || {
+        let ok = check();
+        async move { ok.then_some(()) }
+    })
+    .await;
+    assert!(done.is_some(), "{what} did not happen within 10 s");
+}
+
+async fn start_with_the_daemon_down() {
+    let listen = common::free_loopback_address();
+    let started = Instant::now();
+    let watch = start(ClientConfig {
+        startup_wait: Duration::from_millis(300),
+        ..quick(&format!("http://{listen}"), &["payments"])
+    })
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the start-up wait is bounded"
+    );
+    assert_eq!(
+        (source(&watch), retries(&watch, "payments")),
+        (PolicySource::Defaults, 3)
+    );
+    let (_dir, file) = policy_file(5);
+    let _daemon = serve(&file, &["--listen", &listen]);
+    within_10s("catching up with the daemon", || retries(&watch, "payments") == 5).await;
+    assert_eq!(source(&watch), PolicySource::Daemon);
+}
+
+async fn start_from_the_cache() {
+    let (dir, file) = policy_file(5);
+    let cache = dir.path().join("cache.json");
+    let listen = common::free_loopback_address();
+    let daemon = serve(&file, &["--listen", &listen]);
+    let base = daemon.base.clone();
+    let config = ClientConfig {
+        cache: Some(cache),
+        ..quick(&base, &["payments"])
+    };
+    assert_eq!(source(&start(config.clone()).await), PolicySource::Daemon);
+    drop(daemon);
+
+    let watch = start(ClientConfig {
+        startup_wait: Duration::from_millis(300),
+        ..config
+    })
+    .await;
+    assert_eq!(
+        (source(&watch), retries(&watch, "payments")),
+        (PolicySource::Cache, 5)
+    );
+    let _daemon = serve(&file, &["--listen", &listen]);
+    within_10s("confirming the cache with the daemon", || {
+        source(&watch) == PolicySource::Daemon
+    })
+    .await;
+}
+
+async fn watch_a_change() {
+    let (_dir, file) = policy_file(2);
+    let daemon = serve(&file, &[]);
+    let watch = start(quick(&daemon.base, &["payments", "search"])).await;
+    assert_eq!(source(&watch), PolicySource::Daemon);
+    assert_eq!((retries(&watch, "payments"), retries(&watch, "search")), (2, 3));
+    std::fs::write(&file, policy_text(7)).unwrap();
+    within_10s("the edit arriving", || retries(&watch, "payments") == 7).await;
+    let guard = watch.client("payments").expect("watched").guard();
+    assert_eq!(guard.retry().max_retries, 7, "new calls use the new policy");
+}
+
+/// The client watching payments at 2 through a proxy, and the proxy.
+async fn watched_through_a_proxy(file: &Path) -> (Daemon, Proxy, PolicyWatch) {
+    let daemon = serve(file, &[]);
+    let proxy = Proxy::start(&daemon.base, Trick::None).await;
+    let watch = start(quick(&proxy.base, &["payments"])).await;
+    assert_eq!(retries(&watch, "payments"), 2);
+    (daemon, proxy, watch)
+}
+
+async fn a_bad_answer() {
+    let (_dir, file) = policy_file(2);
+    let (_daemon, proxy, watch) = watched_through_a_proxy(&file).await;
+    proxy.set(Trick::GarblePolicies);
+    std::fs::write(&file, policy_text(7)).unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        (retries(&watch, "payments"), source(&watch)),
+        (2, PolicySource::Daemon)
+    );
+    proxy.set(Trick::None);
+    within_10s("the edit arriving once answers are good", || {
+        retries(&watch, "payments") == 7
+    })
+    .await;
+}
+
+async fn a_lost_answer() {
+    let (_dir, file) = policy_file(2);
+    let (_daemon, proxy, watch) = watched_through_a_proxy(&file).await;
+    proxy.set(Trick::LosePolicyAnswers { count: 2 });
+    let since = tokio::time::Instant::now();
+    std::fs::write(&file, policy_text(7)).unwrap();
+    within_10s("the edit arriving after the lost answers", || {
+        retries(&watch, "payments") == 7
+    })
+    .await;
+    assert!(
+        proxy.requests_since("/v1/policies", since) >= 3,
+        "two answers lost, then asked again"
+    );
+}
+
+async fn a_draining_daemon() {
+    let (_dir, file) = policy_file(4);
+    let daemon = serve(&file, &["--shutdown-delay", "2s"]);
+    let watch = start(quick(&daemon.base, &["payments"])).await;
+    assert_eq!(retries(&watch, "payments"), 4);
+    daemon.signal("TERM");
+    let until = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < until {
+        assert_eq!(
+            (retries(&watch, "payments"), source(&watch)),
+            (4, PolicySource::Daemon)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn reporter(daemon: &str) -> Reporter {
+    Reporter::start(ReporterConfig {
+        interval: Duration::from_secs(3600),
+        timeout: Duration::from_millis(500),
+        ..ReporterConfig::new(daemon, "pod-1")
+    })
+    .expect("a valid reporter configuration")
+}
+
+fn record(reporter: &Reporter, endpoint: &str, times: usize) {
+    for _ in 0..times {
+        reporter.record("payments", endpoint, 0, Outcome::Success);
+    }
+}
+
+/// What the daemon counted as successful attempts at payments' `endpoint`.
+async fn successes(daemon: &Daemon, endpoint: &str) -> Option<f64> {
+    let name =
+        format!(r#"http_client_requests_total{{endpoint="{endpoint}",service="payments",status="success"}}"#);
+    sample(&metrics(daemon).await, &name)
+}
+
+async fn a_report_answer_lost() {
+    let (_dir, file) = policy_file(2);
+    let daemon = serve(&file, &[]);
+    let proxy = Proxy::start(&daemon.base, Trick::LoseAnswer { nth: 1 }).await;
+    let reporter = reporter(&proxy.base);
+    record(&reporter, "/charge", 5);
+    assert!(reporter.flush().await.is_err(), "the answer was lost");
+    record(&reporter, "/charge", 1);
+    reporter
+        .flush()
+        .await
+        .expect("the batch again, then the new counts");
+    assert_eq!(proxy.reports(), 3);
+    assert_eq!(
+        successes(&daemon, "/charge").await,
+        Some(6.0),
+        "every attempt once"
+    );
+    let duplicates = sample(
+        &metrics(&daemon).await,
+        r#"stormguard_reports_total{result="duplicate"}"#,
+    );
+    assert_eq!(duplicates, Some(1.0));
+}
+
+async fn a_refused_report() {
+    let (_dir, file) = policy_file(2);
+    let daemon = serve(&file, &["--max-body-bytes", "1024"]);
+    let reporter = reporter(&daemon.base);
+    for i in 0..40 {
+        record(&reporter, &format!("/endpoint-{i}"), 1);
+    }
+    let refused = reporter.flush().await.unwrap_err();
+    assert!(refused.to_string().contains("413"), "{refused}");
+    record(&reporter, "/charge", 1);
+    reporter
+        .flush()
+        .await
+        .expect("the refused batch is not in the way");
+    assert_eq!(successes(&daemon, "/charge").await, Some(1.0));
+    assert_eq!(
+        successes(&daemon, "/endpoint-0").await,
+        None,
+        "dropped, not resent"
+    );
+}
+
+async fn reports_while_the_daemon_is_down() {
+    let listen = common::free_loopback_address();
+    let reporter = reporter(&format!("http://{listen}"));
+    record(&reporter, "/charge", 3);
+    assert!(reporter.flush().await.is_err(), "nobody listens yet");
+    let (_dir, file) = policy_file(2);
+    let daemon = serve(&file, &["--listen", &listen]);
+    reporter.flush().await.expect("the daemon is up");
+    reporter.flush().await.expect("nothing more to send");
+    assert_eq!(successes(&daemon, "/charge").await, Some(3.0), "once");
+}
+
+async fn shutdown_sends_the_last_counts() {
+    let (_dir, file) = policy_file(2);
+    let daemon = serve(&file, &[]);
+    let proxy = Proxy::start(&daemon.base, Trick::None).await;
+    let reporter = reporter(&proxy.base);
+    record(&reporter, "/charge", 4);
+    reporter.shutdown().await;
+    assert_eq!(successes(&daemon, "/charge").await, Some(4.0));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(proxy.reports(), 1, "nothing is sent after");
+}
