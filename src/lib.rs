@@ -7,6 +7,7 @@ pub mod flags;
 pub mod fleet;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod identity;
 pub mod lint;
 pub mod metrics;
 pub mod policy;
@@ -19,6 +20,7 @@ pub mod shutdown;
 pub mod sim;
 pub mod simulate;
 pub mod snapshot;
+pub mod stamp;
 pub mod supervise;
 pub mod text;
 pub mod tune;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use stormguard::check::Verdict;
 use stormguard::flags::{count_in, duration_in, millis, secs};
+use stormguard::identity::{Mode, TokenRules};
 use stormguard::policy::{LoadLimits, DEFAULT_MAX_FLOW_COLLECTIONS, DEFAULT_MAX_POLICY_BYTES};
 use stormguard::reports::ReportLimits;
 use stormguard::serve::{AdminSecret, ServeConfig};
@@ -292,6 +293,24 @@ struct ServeArgs {
     /// Serving threads (default: one per CPU). Each runs its own event loop.
     #[arg(long, env = "STORMGUARD_WORKERS", value_parser = count_in(1usize, 1024))]
     workers: Option<usize>,
+    /// Service-account tokens on reports and pace asks: off (anyone who can
+    /// reach the port may report), optional (a token, when sent, must be
+    /// valid; reports without one are counted apart), required (401 without
+    /// a valid token).
+    #[arg(long, env = "STORMGUARD_TOKENS", value_enum, default_value = "off")]
+    tokens: Mode,
+    /// The token issuer's public keys: a JSON Web Key Set file (in
+    /// Kubernetes, the output of `kubectl get --raw /openid/v1/jwks`,
+    /// mounted from a ConfigMap), read again when it changes.
+    #[arg(long, env = "STORMGUARD_TOKEN_KEYS")]
+    token_keys: Option<PathBuf>,
+    /// The audience tokens must be bound to: the projected token volume's `audience`.
+    #[arg(long, env = "STORMGUARD_TOKEN_AUDIENCE", default_value = "stormguard")]
+    token_audience: String,
+    /// The issuer tokens must come from (the cluster's service-account
+    /// issuer, e.g. https://kubernetes.default.svc); any issuer if unset.
+    #[arg(long, env = "STORMGUARD_TOKEN_ISSUER")]
+    token_issuer: Option<String>,
 }
 
 #[derive(Args)]
@@ -552,6 +571,12 @@ fn serve(args: ServeArgs) -> ExitCode {
         workers: args
             .workers
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+        tokens: args.tokens,
+        token_rules: args.token_keys.map(|keys_file| TokenRules {
+            audience: args.token_audience,
+            issuer: args.token_issuer,
+            keys_file,
+        }),
     };
     match stormguard::serve::run(config) {
         Ok(()) => ExitCode::SUCCESS,

@@ -117,6 +117,11 @@ impl DaemonMetrics {
         }
     }
 
+    /// The registry, for families kept elsewhere (token checks).
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
     /// Counts a restart of the policy file watcher.
     pub fn watcher_restarted(&self) {
         self.watcher_restarts.inc();

@@ -10,6 +10,7 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 
+use crate::identity::{Bindings, Callers, Mode, TokenRules};
 use crate::metrics::DaemonMetrics;
 use crate::policy::Diagnostic;
 use crate::reload::{load_file, Reloader, Trigger};
@@ -52,6 +53,10 @@ pub struct ServeConfig {
     pub shutdown_grace: Duration,
     /// Serving threads, one runtime each.
     pub workers: usize,
+    /// Whether reports and pace asks must carry a service-account token.
+    pub tokens: Mode,
+    /// What a token must be, and the issuer's keys; needed unless tokens are off.
+    pub token_rules: Option<TokenRules>,
 }
 
 /// Why `serve` could not start, or stopped.
@@ -78,9 +83,25 @@ pub enum ServeError {
     /// The runtime, a signal handler or a serving thread could not be started.
     #[error("cannot start {0}: {1}")]
     Start(&'static str, std::io::Error),
+    /// The token settings cannot work: no keys, or keys that cannot be used.
+    #[error("--tokens: {0}")]
+    Tokens(String),
     /// A serving thread ended while the daemon was running.
     #[error("serving thread {0} stopped unexpectedly; the daemon shut down rather than serve with fewer")]
     WorkerDied(usize),
+}
+
+/// The token checks `config` asks for, with the issuer's keys loaded.
+fn callers(config: &ServeConfig) -> Result<Callers, ServeError> {
+    match (config.tokens, &config.token_rules) {
+        (Mode::Off, _) => Ok(Callers::off()),
+        (mode, Some(rules)) => {
+            Callers::new(mode, rules.clone()).map_err(|e| ServeError::Tokens(e.to_string()))
+        }
+        (_, None) => Err(ServeError::Tokens(
+            "checking tokens needs the issuer's keys: give --token-keys".into(),
+        )),
+    }
 }
 
 /// Loads the policy, binds, then serves until SIGTERM or Ctrl-C.
@@ -139,6 +160,14 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
     )
     .map_err(ServeError::Validations)?;
     let watcher_health = Arc::new(WatcherHealth::default());
+    let callers = callers(&config)?;
+    callers
+        .register(metrics.registry())
+        .expect("the token families are registered once");
+    let bindings = Bindings::new(
+        config.limits.reports.instance_ttl,
+        config.limits.reports.max_instances,
+    );
     let state_metrics = metrics.clone();
     let state = Arc::new(Shared {
         store,
@@ -152,6 +181,8 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
         validations,
         shutdown: shutdown.clone(),
         watcher: watcher_health.clone(),
+        callers,
+        bindings,
     });
     let (app, admin_app) = match &config.admin_listen {
         None => (server::router(state, Routes::All), None),

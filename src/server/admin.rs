@@ -15,6 +15,7 @@ use super::AppState;
 use crate::lint::lint;
 use crate::policy::{load_bytes, ContentHash};
 use crate::reload::{rfc3339, ReloadOutcome, Trigger};
+use crate::stamp::FileStamp;
 
 /// The admin bearer token, kept only as its hash so that comparing it takes
 /// the same time whatever the presented token's length or content.
@@ -51,10 +52,6 @@ pub struct TokenFile {
     cached: std::sync::Mutex<Option<(FileStamp, AdminToken)>>,
 }
 
-/// What tells a changed file: its inode, size and modification time.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct FileStamp(u64, u64, Option<std::time::SystemTime>);
-
 impl TokenFile {
     /// The file at `path`; it must hold a token now.
     pub fn open(path: std::path::PathBuf) -> Result<Self, String> {
@@ -68,11 +65,9 @@ impl TokenFile {
 
     /// The token the file holds now (read again only if the file changed).
     fn current(&self) -> Result<AdminToken, String> {
-        use std::os::unix::fs::MetadataExt;
         let unreadable =
             |e: std::io::Error| format!("cannot read the admin token file {}: {e}", self.path.display());
-        let meta = std::fs::metadata(&self.path).map_err(unreadable)?;
-        let stamp = FileStamp(meta.ino(), meta.len(), meta.modified().ok());
+        let stamp = FileStamp::of(&self.path).map_err(unreadable)?;
         let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((seen, token)) = cached.as_ref() {
             if *seen == stamp {

@@ -13,6 +13,7 @@ pub struct ApiError {
     body: Map<String, Value>,
     retry_after: Option<u64>,
     close: bool,
+    challenge: Option<HeaderValue>,
 }
 
 impl ApiError {
@@ -25,6 +26,7 @@ impl ApiError {
             body,
             retry_after: None,
             close: false,
+            challenge: None,
         }
     }
 
@@ -37,6 +39,12 @@ impl ApiError {
     /// Asks the caller to come back after `seconds`.
     pub fn retry_after(mut self, seconds: u64) -> Self {
         self.retry_after = Some(seconds);
+        self
+    }
+
+    /// Says how to authenticate (`WWW-Authenticate`), for a 401.
+    pub fn challenge(mut self, value: HeaderValue) -> Self {
+        self.challenge = Some(value);
         self
     }
 
@@ -62,6 +70,9 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        if let Some(challenge) = self.challenge {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, challenge);
         }
         if self.close {
             response

@@ -2,6 +2,7 @@
 
 mod admin;
 mod body;
+mod caller;
 mod error;
 mod front;
 mod pace;
@@ -33,6 +34,7 @@ pub use admin::{AdminAuth, AdminToken, TokenFile};
 pub use error::ApiError;
 
 use crate::fleet::Fleet;
+use crate::identity::{Bindings, Callers};
 use crate::metrics::DaemonMetrics;
 use crate::policy::LoadLimits;
 use crate::reload::Reloader;
@@ -92,6 +94,10 @@ pub struct Shared {
     pub shutdown: watch::Receiver<bool>,
     /// Whether the policy file watcher runs.
     pub watcher: Arc<WatcherHealth>,
+    /// Checks the service-account tokens of reports and pace asks.
+    pub callers: Callers,
+    /// Which service account owns which instance.
+    pub bindings: Bindings,
 }
 
 /// The smallest `--max-header-bytes`: hyper's buffer cannot be smaller.

@@ -2,22 +2,25 @@
 //! a dependency's rate (see `crate::fleet`).
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use stormguard_core::policy::ValidPolicy;
 use stormguard_core::wire::{PaceAsk, PaceGrant};
 use tokio::time::Instant;
 
 use super::body::LimitedBody;
+use super::caller;
 use super::error::ApiError;
 use super::AppState;
 use crate::fleet::Refused;
 
-/// 200 with the grant; 400 naming the bad field; 409 if the dependency's
+/// 200 with the grant; 400 naming the bad field; 401 for a token refused,
+/// 403 for an instance another service account speaks for; 409 if the dependency's
 /// policy has no gate; 503 with `Retry-After` past the caps. The process
 /// paces by its own gate meanwhile, so a refusal costs it nothing.
 pub async fn ask(
     State(state): State<AppState>,
+    headers: HeaderMap,
     LimitedBody(body): LimitedBody,
 ) -> Result<Json<PaceGrant>, ApiError> {
     let ask: PaceAsk = serde_json::from_slice(&body)
@@ -25,6 +28,7 @@ pub async fn ask(
     ask.check().map_err(|error| {
         ApiError::new(StatusCode::BAD_REQUEST, format!("malformed ask: {error}")).with("path", &error.path)
     })?;
+    caller::admit(&state, &headers, [&*ask.instance])?;
     let snapshot = state.store.current();
     let resolved = snapshot.document.resolve(&ask.service);
     let policy = ValidPolicy::try_from(resolved.policy).map_err(|error| {

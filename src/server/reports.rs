@@ -3,27 +3,35 @@
 //! often it is sent).
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use stormguard_core::wire::ReportAnswer;
 use tokio::time::Instant;
 
 use super::body::LimitedBody;
+use super::caller;
 use super::error::ApiError;
 use super::AppState;
 use crate::reports::{decode_body, Batch};
 
 /// 202 with what was counted, what was refused and what the cardinality
 /// guard folded; 400 naming the bad field when nothing in the body can be
-/// counted. A refused report changes nothing.
+/// counted; 401 for a token refused, 403 for an instance another service
+/// account speaks for. A refused report changes nothing.
 pub async fn receive(
     State(state): State<AppState>,
+    headers: HeaderMap,
     LimitedBody(body): LimitedBody,
 ) -> Result<(StatusCode, Json<ReportAnswer>), ApiError> {
     let decoded = decode_body(&body).map_err(|error| {
         state.reports.rejected(1);
         ApiError::new(StatusCode::BAD_REQUEST, format!("malformed report: {error}")).with("path", error.path)
     })?;
+    let batch_instance = decoded.batch.as_ref().map(|(instance, _)| &**instance);
+    let instances = batch_instance
+        .into_iter()
+        .chain(decoded.reports.iter().map(|report| &*report.instance));
+    caller::admit(&state, &headers, instances)?;
     let now = Instant::now();
     if let Some((instance, sequence)) = &decoded.batch {
         if state

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod issuer;
 pub mod proxy;
 
 use std::io::{BufRead, BufReader};
