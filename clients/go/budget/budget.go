@@ -81,6 +81,14 @@ func (b *Budget) TryRetry(now uint64) bool {
 	return false
 }
 
+// Refused is the number of retries refused so far (Denied, read under the
+// budget's lock, so it may be called while other calls use the budget).
+func (b *Budget) Refused() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.Denied
+}
+
 // add counts one at step; a count for an older step than the one held goes
 // to the step held, as the Rust library's does.
 func (c *count) add(step uint64) {

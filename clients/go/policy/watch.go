@@ -139,6 +139,10 @@ func (w *Watch) Source() Source {
 	return w.source
 }
 
+// ETag is the daemon's ETag of the current policies ("" while they are the
+// built-in defaults): it changes whenever a new policy is applied.
+func (w *Watch) ETag() string { return w.currentETag() }
+
 // Stop ends the watch.
 func (w *Watch) Stop() { w.cancel() }
 

@@ -1,0 +1,270 @@
+// Package breaker is stormguard's circuit breaker for Go services, the same
+// as the Rust library's (clients/vectors checks it verdict by verdict): it
+// stops calls to a dependency that keeps failing, so it gets room to
+// recover, then lets a few trial calls through to see whether it has.
+//
+//   - Closed (0): calls pass. The breaker opens after ConsecutiveFailures
+//     failures in a row (0 turns this trigger off), or once the window (the
+//     last N calls, or the calls of the last T) holds MinimumCalls calls and
+//     the share that failed reaches FailureRateThreshold, or the share
+//     slower than SlowCallDuration reaches SlowCallRateThreshold.
+//   - Open (2): calls are refused at once, for OpenTimeout.
+//   - Half-open (1): at most HalfOpenMaxCalls trial calls at a time;
+//     SuccessThreshold good trials close the breaker, a failed or slow one
+//     opens it again.
+//
+// The move from open to half-open happens when a call asks for a permit
+// after OpenTimeout, so a breaker nobody calls stays open. A call's outcome
+// counts only in the state it started in. Times are nanoseconds since the
+// breaker's creation on a clock that does not go back.
+package breaker
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// State is the breaker's state, numbered as the circuit_breaker_state
+// metric is.
+type State uint8
+
+// The states.
+const (
+	Closed   State = 0
+	HalfOpen State = 1
+	Open     State = 2
+)
+
+// String is the state's name as logs and reports spell it: "closed",
+// "half-open" or "open".
+func (s State) String() string {
+	switch s {
+	case Closed:
+		return "closed"
+	case HalfOpen:
+		return "half-open"
+	case Open:
+		return "open"
+	}
+	return fmt.Sprintf("State(%d)", uint8(s))
+}
+
+// Metric is the state's number for metrics: 0 closed, 1 half-open, 2 open.
+func (s State) Metric() uint8 { return uint8(s) }
+
+// NotPermitted is a call the breaker refused.
+type NotPermitted struct {
+	// State refused the call: open, or half-open with every trial slot taken.
+	State State
+	// RetryIn is how long until the breaker admits trial calls (0 when
+	// half-open).
+	RetryIn time.Duration
+}
+
+// Error says which state refused the call and for how long.
+func (e *NotPermitted) Error() string {
+	return fmt.Sprintf("circuit breaker is %s; calls are refused for %s", e.State, e.RetryIn)
+}
+
+// Breaker is shared by every call to one dependency.
+type Breaker struct {
+	policy              Policy
+	mu                  sync.Mutex
+	state               State
+	generation          uint64
+	consecutiveFailures uint32
+	window              window
+	openedAt            uint64
+	trialsInFlight      uint32
+	trialSuccesses      uint32
+	rejected            uint64
+	transitions         uint64
+}
+
+// Permit is leave to make one call: Record how it went, or Cancel it if
+// the call was cancelled (it then counts for nothing and frees its slot).
+type Permit struct {
+	breaker    *Breaker
+	generation uint64
+	trial      bool
+	started    uint64
+	done       bool
+}
+
+// New makes a closed breaker at time 0 from p, refusing a setting out of
+// the range the daemon's validation allows with an error naming it.
+func New(p Policy) (*Breaker, error) {
+	if err := p.Check(); err != nil {
+		return nil, err
+	}
+	b := &Breaker{policy: p}
+	if p.Window.Duration > 0 {
+		b.window = newTimeWindow(p.Window.Duration)
+	} else {
+		calls := p.Window.Calls
+		if calls == 0 {
+			calls = 1
+		}
+		b.window = newCountWindow(calls)
+	}
+	return b, nil
+}
+
+// Policy is the policy the breaker applies.
+func (b *Breaker) Policy() Policy { return b.policy }
+
+// State is the state now (the move from open to half-open waits for the
+// next call).
+func (b *Breaker) State() State {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.state
+}
+
+// Rejected is the number of calls refused since the breaker was created.
+func (b *Breaker) Rejected() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.rejected
+}
+
+// Transitions is the number of state changes since the breaker was created.
+func (b *Breaker) Transitions() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.transitions
+}
+
+// Acquire asks leave to make a call at now; a refusal is a *NotPermitted.
+func (b *Breaker) Acquire(now uint64) (*Permit, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state == Open {
+		reopens := b.openedAt + uint64(b.policy.OpenTimeout)
+		if now < reopens {
+			b.rejected++
+			return nil, &NotPermitted{State: Open, RetryIn: time.Duration(reopens - now)}
+		}
+		b.transition(HalfOpen, now)
+	}
+	trial := b.state == HalfOpen
+	if trial {
+		max := b.policy.HalfOpenMaxCalls
+		if max < 1 {
+			max = 1
+		}
+		if b.trialsInFlight >= max {
+			b.rejected++
+			return nil, &NotPermitted{State: HalfOpen}
+		}
+		b.trialsInFlight++
+	}
+	return &Permit{breaker: b, generation: b.generation, trial: trial, started: now}, nil
+}
+
+// Trial says whether this is a half-open trial call.
+func (p *Permit) Trial() bool { return p.trial }
+
+// Record tells the breaker how the call went, ending at now; its duration
+// since the permit decides whether it was slow. Only the first Record or
+// Cancel of a permit counts.
+func (p *Permit) Record(failed bool, now uint64) {
+	b := p.breaker
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p.done {
+		return
+	}
+	p.done = true
+	if b.generation != p.generation {
+		return
+	}
+	var elapsed uint64
+	if now > p.started {
+		elapsed = now - p.started
+	}
+	slow := elapsed >= uint64(b.policy.SlowCallDuration)
+	switch b.state {
+	case Closed:
+		b.recordClosed(failed, slow, now)
+	case HalfOpen:
+		b.recordTrial(failed || slow, now)
+	}
+}
+
+// Cancel says the call was cancelled, unrecorded: it counts for nothing,
+// and a trial frees its slot if the breaker is still in the state that
+// granted it.
+func (p *Permit) Cancel() {
+	b := p.breaker
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p.done {
+		return
+	}
+	p.done = true
+	if p.trial && b.generation == p.generation && b.trialsInFlight > 0 {
+		b.trialsInFlight--
+	}
+}
+
+func (b *Breaker) recordClosed(failed, slow bool, now uint64) {
+	if failed {
+		if b.consecutiveFailures < ^uint32(0) {
+			b.consecutiveFailures++
+		}
+	} else {
+		b.consecutiveFailures = 0
+	}
+	b.window.record(now, failed, slow)
+	inARow := b.policy.ConsecutiveFailures > 0 && b.consecutiveFailures >= b.policy.ConsecutiveFailures
+	if inARow || b.ratesExceeded(now) {
+		b.transition(Open, now)
+	}
+}
+
+// ratesExceeded says whether the window holds enough calls and too many
+// failed or were slow. A count window smaller than MinimumCalls is judged
+// once full.
+func (b *Breaker) ratesExceeded(now uint64) bool {
+	t := b.window.tally(now)
+	minimum := b.policy.MinimumCalls
+	if c, ok := b.window.capacity(); ok && c < minimum {
+		minimum = c
+	}
+	if t.calls == 0 || t.calls < minimum {
+		return false
+	}
+	share := func(n uint32) float64 { return float64(n) / float64(t.calls) }
+	return share(t.failures) >= b.policy.FailureRateThreshold || share(t.slow) >= b.policy.SlowCallRateThreshold
+}
+
+func (b *Breaker) recordTrial(bad bool, now uint64) {
+	if b.trialsInFlight > 0 {
+		b.trialsInFlight--
+	}
+	if bad {
+		b.transition(Open, now)
+		return
+	}
+	b.trialSuccesses++
+	if b.trialSuccesses >= b.policy.SuccessThreshold {
+		b.transition(Closed, now)
+	}
+}
+
+func (b *Breaker) transition(to State, now uint64) {
+	b.state = to
+	b.generation++
+	b.transitions++
+	b.trialsInFlight = 0
+	b.trialSuccesses = 0
+	switch to {
+	case Open:
+		b.openedAt = now
+	case Closed:
+		b.consecutiveFailures = 0
+		b.window.clear()
+	}
+}

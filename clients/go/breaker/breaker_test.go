@@ -1,0 +1,202 @@
+package breaker
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestEveryVerdictIsCores replays the shared vectors, which stormguard-core
+// generates: every acquire's verdict (permit and trial flag, or refusing
+// state and time until trials) and the state after every op must match.
+func TestEveryVerdictIsCores(t *testing.T) {
+	text, err := os.ReadFile("../../vectors/breaker.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Scenarios []struct {
+			Policy Policy              `json:"policy"`
+			Ops    [][]json.RawMessage `json:"ops"`
+		} `json:"scenarios"`
+	}
+	if err := json.Unmarshal(text, &file); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for i, s := range file.Scenarios {
+		b, err := New(s.Policy)
+		if err != nil {
+			t.Fatalf("scenario %d: %v", i, err)
+		}
+		permits := map[uint64]*Permit{}
+		for j, op := range s.Ops {
+			var kind, want string
+			var at uint64
+			mustRead(t, op[0], &kind)
+			mustRead(t, op[1], &at)
+			mustRead(t, op[len(op)-1], &want)
+			where := func() string { return string(mustJSON(op)) }
+			switch kind {
+			case "acquire":
+				var verdict []json.RawMessage
+				mustRead(t, op[2], &verdict)
+				var head string
+				mustRead(t, verdict[0], &head)
+				permit, err := b.Acquire(at)
+				if head == "permit" {
+					var id uint64
+					var trial bool
+					mustRead(t, verdict[1], &id)
+					mustRead(t, verdict[2], &trial)
+					if err != nil {
+						t.Fatalf("scenario %d op %d %s: refused: %v", i, j, where(), err)
+					}
+					if permit.Trial() != trial {
+						t.Fatalf("scenario %d op %d %s: trial %v", i, j, where(), permit.Trial())
+					}
+					permits[id] = permit
+					seen["permit"]++
+					if trial {
+						seen["trial"]++
+					}
+				} else {
+					var retryIn uint64
+					mustRead(t, verdict[1], &retryIn)
+					var refused *NotPermitted
+					if !errors.As(err, &refused) {
+						t.Fatalf("scenario %d op %d %s: %v %v, core refuses", i, j, where(), permit, err)
+					}
+					if refused.State.String() != head || uint64(refused.RetryIn) != retryIn {
+						t.Fatalf("scenario %d op %d %s: refused by %s for %d ns", i, j, where(), refused.State, refused.RetryIn)
+					}
+					seen["refused "+head]++
+				}
+			case "record", "cancel":
+				var id uint64
+				mustRead(t, op[2], &id)
+				permit := permits[id]
+				if permit == nil {
+					t.Fatalf("scenario %d op %d %s: no permit %d", i, j, where(), id)
+				}
+				if kind == "cancel" {
+					permit.Cancel()
+					seen["cancel"]++
+				} else {
+					var outcome string
+					mustRead(t, op[3], &outcome)
+					permit.Record(outcome == "failure", at)
+				}
+			default:
+				t.Fatalf("scenario %d op %d: unknown op %q", i, j, kind)
+			}
+			if got := b.State().String(); got != want {
+				t.Fatalf("scenario %d op %d %s: state %s, core says %s", i, j, where(), got, want)
+			}
+			seen["state "+want]++
+		}
+	}
+	// A file that never refuses, never half-opens or never closes again
+	// would check little.
+	for _, needed := range []string{"permit", "trial", "refused open", "refused half-open", "cancel", "state open", "state half-open", "state closed"} {
+		if seen[needed] == 0 {
+			t.Errorf("no op in the vectors gives %q: %v", needed, seen)
+		}
+	}
+}
+
+func mustRead(t *testing.T, raw json.RawMessage, into any) {
+	t.Helper()
+	if err := json.Unmarshal(raw, into); err != nil {
+		t.Fatalf("%s: %v", raw, err)
+	}
+}
+
+func mustJSON(v any) []byte {
+	text, _ := json.Marshal(v)
+	return text
+}
+
+func valid() Policy {
+	return Policy{
+		Enabled: true, ConsecutiveFailures: 2, FailureRateThreshold: 0.5, SlowCallRateThreshold: 1,
+		SlowCallDuration: time.Second, MinimumCalls: 10, Window: SlidingWindow{Calls: 10},
+		OpenTimeout: time.Second, HalfOpenMaxCalls: 1, SuccessThreshold: 1,
+	}
+}
+
+func TestABadSettingIsNamed(t *testing.T) {
+	for key, change := range map[string]func(*Policy){
+		"circuitBreaker.failureRateThreshold must be above 0 and at most 1, found 0": func(p *Policy) { p.FailureRateThreshold = 0 },
+		"circuitBreaker.minimumCalls must be between 1 and 10000, found 0":           func(p *Policy) { p.MinimumCalls = 0 },
+		"circuitBreaker.slidingWindow must be between 1s and 1h0m0s, found 10ms":     func(p *Policy) { p.Window = SlidingWindow{Duration: 10 * time.Millisecond} },
+		"circuitBreaker.halfOpenMaxCalls must be between 1 and 1000, found 1001":     func(p *Policy) { p.HalfOpenMaxCalls = 1001 },
+		"circuitBreaker.openTimeout must be between 1ms and 1h0m0s, found 0s":        func(p *Policy) { p.OpenTimeout = 0 },
+	} {
+		p := valid()
+		change(&p)
+		if _, err := New(p); err == nil || err.Error() != key {
+			t.Errorf("%v, want %s", err, key)
+		}
+	}
+	if _, err := New(valid()); err != nil {
+		t.Fatal(err)
+	}
+	var p Policy
+	err := json.Unmarshal([]byte(`{"slidingWindow": {"type": "hours"}}`), &p)
+	if err == nil || !strings.HasPrefix(err.Error(), "circuitBreaker.slidingWindow must be") {
+		t.Fatalf("%v", err)
+	}
+	err = json.Unmarshal([]byte(`{"minimumCalls": 1.5}`), &p)
+	if err == nil || !strings.HasPrefix(err.Error(), "circuitBreaker.minimumCalls") {
+		t.Fatalf("%v", err)
+	}
+}
+
+func TestFractionalMillisecondsAreKept(t *testing.T) {
+	var p Policy
+	if err := json.Unmarshal([]byte(`{"openTimeoutMs": 0.5, "slidingWindow": {"type": "time", "durationMs": 1500.25}}`), &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.OpenTimeout != 500*time.Microsecond || p.Window.Duration != 1500250*time.Microsecond {
+		t.Fatalf("%+v", p)
+	}
+}
+
+func TestACallFromBeforeTheBreakerOpenedCannotCloseIt(t *testing.T) {
+	p := valid()
+	b, _ := New(p)
+	early, _ := b.Acquire(0)
+	for i := 0; i < 2; i++ {
+		permit, _ := b.Acquire(1)
+		permit.Record(true, 2)
+	}
+	if b.State() != Open {
+		t.Fatal(b.State())
+	}
+	_, err := b.Acquire(3)
+	var refused *NotPermitted
+	if !errors.As(err, &refused) || refused.State != Open || refused.RetryIn != time.Second-1 || refused.State.Metric() != 2 {
+		t.Fatalf("%v", err)
+	}
+	early.Record(false, 4)
+	trial, err := b.Acquire(2 + uint64(time.Second))
+	if err != nil || !trial.Trial() || b.State() != HalfOpen {
+		t.Fatalf("%v %v", err, b.State())
+	}
+	if _, err := b.Acquire(3 + uint64(time.Second)); !errors.As(err, &refused) || refused.State != HalfOpen || refused.RetryIn != 0 {
+		t.Fatalf("%v", err)
+	}
+	trial.Cancel()
+	again, err := b.Acquire(4 + uint64(time.Second))
+	if err != nil {
+		t.Fatal("a cancelled trial keeps its slot")
+	}
+	again.Record(false, 5+uint64(time.Second))
+	if b.State() != Closed {
+		t.Fatal(b.State())
+	}
+}

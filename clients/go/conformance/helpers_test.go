@@ -1,0 +1,238 @@
+package conformance
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// policyText is the scenarios' policy file: defaults {maxRetries: 3},
+// payments at maxRetries %d.
+const policyText = "defaults:\n  maxRetries: 3\nservices:\n  payments:\n    maxRetries: %d\n"
+
+// binary is the daemon to test against: $STORMGUARD_BINARY, else the
+// workspace's debug build. Missing, the test fails.
+func binary(t *testing.T) string {
+	path := os.Getenv("STORMGUARD_BINARY")
+	if path == "" {
+		path = "../../../target/debug/stormguard"
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("%s is missing: build it with cargo build (or set STORMGUARD_BINARY)", path)
+	}
+	return path
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// writePolicy writes the scenarios' policy file with payments at retries.
+func writePolicy(t *testing.T, file string, retries int) {
+	t.Helper()
+	if err := os.WriteFile(file, []byte(fmt.Sprintf(policyText, retries)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// policyFile is a new policy file with payments at retries.
+func policyFile(t *testing.T, retries int) string {
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	writePolicy(t, file, retries)
+	return file
+}
+
+// serve starts the daemon on port with policyFile and extra flags, waits
+// until it listens, and stops it with the test.
+func serve(t *testing.T, port int, policyFile string, extra ...string) *exec.Cmd {
+	args := append([]string{"serve", "--policy", policyFile, "--listen", fmt.Sprintf("127.0.0.1:%d", port)}, extra...)
+	cmd := exec.Command(binary(t), args...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	for i := 0; i < 100; i++ {
+		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			c.Close()
+			return cmd
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("the daemon did not start")
+	return nil
+}
+
+// eventually says whether check holds within 10 s.
+func eventually(check func() bool) bool {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if check() {
+			return true
+		}
+	}
+	return false
+}
+
+// metric is the value of the sample exactly so named and labelled, in the
+// daemon's label order (endpoint, service, status), or -1 if it has none.
+func metric(t *testing.T, daemon, sample string) float64 {
+	t.Helper()
+	answer, err := http.Get(daemon + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer answer.Body.Close()
+	lines := bufio.NewScanner(answer.Body)
+	lines.Buffer(nil, 1<<20)
+	for lines.Scan() {
+		if line := lines.Text(); strings.HasPrefix(line, sample+" ") {
+			v, err := strconv.ParseFloat(strings.TrimPrefix(line, sample+" "), 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return v
+		}
+	}
+	if err := lines.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return -1
+}
+
+// requests is the sample http_client_requests_total for payments' endpoint
+// with status.
+func requests(endpoint, status string) string {
+	return fmt.Sprintf(`http_client_requests_total{endpoint=%q,service="payments",status=%q}`, endpoint, status)
+}
+
+// proxy is the fault proxy: a loopback HTTP proxy in front of the daemon
+// that forwards everything but the faults it is set to.
+type proxy struct {
+	target string
+	URL    string
+
+	mu sync.Mutex
+	// corrupt answers policy requests with 200 and a body that is not JSON.
+	corrupt bool
+	// corrupted counts the policy answers corrupted.
+	corrupted int
+	// losePolicies is the number of policy answers still to lose: the
+	// request is forwarded, then its connection closed unanswered.
+	losePolicies int
+	// lostPolicies counts the policy answers lost.
+	lostPolicies int
+	// policyQueries are the queries of the policy requests, in order.
+	policyQueries []string
+	// loseBatch is the number (from 1) of the report batch whose answer is lost.
+	loseBatch int
+	// batches are the bodies of the report batches, in order.
+	batches []string
+}
+
+// newProxy starts a fault proxy in front of daemon, closed with the test.
+func newProxy(t *testing.T, daemon string) *proxy {
+	p := &proxy{target: daemon}
+	server := httptest.NewServer(p)
+	t.Cleanup(server.Close)
+	p.URL = server.URL
+	return p
+}
+
+func (p *proxy) set(change func(p *proxy)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	change(p)
+}
+
+func (p *proxy) read(look func(p *proxy) int) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return look(p)
+}
+
+func (p *proxy) batchBodies() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.batches...)
+}
+
+func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	isPolicy := r.URL.Path == "/v1/policies"
+	isBatch := r.Method == http.MethodPost && r.URL.Path == "/v1/reports"
+	p.mu.Lock()
+	number := 0
+	if isPolicy {
+		p.policyQueries = append(p.policyQueries, r.URL.RawQuery)
+	}
+	if isBatch {
+		p.batches = append(p.batches, string(body))
+		number = len(p.batches)
+	}
+	p.mu.Unlock()
+	if isPolicy && p.corruptOne() {
+		_, _ = w.Write([]byte("this is not JSON {"))
+		return
+	}
+	forward, err := http.NewRequestWithContext(r.Context(), r.Method, p.target+r.URL.RequestURI(), bytes.NewReader(body))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	forward.Header = r.Header.Clone()
+	answer, err := http.DefaultTransport.RoundTrip(forward)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer answer.Body.Close()
+	answerBody, _ := io.ReadAll(answer.Body)
+	if isPolicy && p.corruptOne() { // it went bad while the long-poll waited
+		_, _ = w.Write([]byte("this is not JSON {"))
+		return
+	}
+	p.mu.Lock()
+	lose := isPolicy && p.losePolicies > 0 || isBatch && number == p.loseBatch
+	if isPolicy && lose {
+		p.losePolicies--
+		p.lostPolicies++
+	}
+	p.mu.Unlock()
+	if lose {
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+		return
+	}
+	for key, values := range answer.Header {
+		w.Header()[key] = values
+	}
+	w.WriteHeader(answer.StatusCode)
+	_, _ = w.Write(answerBody)
+}
+
+func (p *proxy) corruptOne() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.corrupt {
+		p.corrupted++
+	}
+	return p.corrupt
+}

@@ -1,0 +1,302 @@
+// Package dependency runs calls to one dependency under its current
+// policy, as the Rust library's Dependency and Guard do, with every attempt
+// reported: each attempt needs the circuit breaker's permit (a refusal ends
+// the call at once, sending nothing); a first try deposits into the retry
+// budget and every retry needs its leave; failures the policy's retryOn
+// names are retried, up to maxRetries, after the policy's backoff delay;
+// perTryTimeoutMs bounds each attempt. When the watch delivers a new
+// policy, the breaker and the budget are rebuilt from it if their blocks
+// changed (an unchanged block keeps its state, as Guard::updated does).
+package dependency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/stormguard/stormguard/clients/go/breaker"
+	"github.com/stormguard/stormguard/clients/go/budget"
+	"github.com/stormguard/stormguard/clients/go/policy"
+	"github.com/stormguard/stormguard/clients/go/report"
+)
+
+// Reason says why a call gave up.
+type Reason string
+
+// The reasons a call gives up.
+const (
+	// CircuitOpen: the breaker refused an attempt; it was not sent.
+	CircuitOpen Reason = "circuit-open"
+	// BudgetExhausted: the retry budget refused a retry.
+	BudgetExhausted Reason = "budget-exhausted"
+	// NotRetryable: the policy does not retry the last attempt's failure.
+	NotRetryable Reason = "not-retryable"
+	// Exhausted: every retry the policy allows was made.
+	Exhausted Reason = "exhausted"
+	// Cancelled: the caller's context ended.
+	Cancelled Reason = "cancelled"
+)
+
+// CallError is a call that did not succeed.
+type CallError struct {
+	// Service is the dependency called.
+	Service string
+	// Reason says why the call gave up.
+	Reason Reason
+	// Attempts is the number of attempts sent.
+	Attempts uint32
+	// Status is the last attempt's HTTP status (0 if it got none).
+	Status int
+	// Err is the last attempt's error, the breaker's *breaker.NotPermitted,
+	// or the context's error.
+	Err error
+}
+
+// Error names the service, the reason, the attempts and the last failure.
+func (e *CallError) Error() string {
+	last := ""
+	switch {
+	case e.Err != nil:
+		last = ": " + e.Err.Error()
+	case e.Status != 0:
+		last = fmt.Sprintf(": status %d", e.Status)
+	}
+	return fmt.Sprintf("%s: gave up (%s) after %d attempts%s", e.Service, e.Reason, e.Attempts, last)
+}
+
+// Unwrap is Err.
+func (e *CallError) Unwrap() error { return e.Err }
+
+// Dependency is calls to one service; its methods may be called from any
+// goroutine.
+type Dependency struct {
+	watch    *policy.Watch
+	service  string
+	reporter *report.Reporter
+
+	mu      sync.Mutex
+	built   bool
+	etag    string
+	current policy.Policy
+	breaker *breaker.Breaker
+	// breakerPolicy and breakerBorn are the breaker's settings and creation.
+	breakerPolicy breaker.Policy
+	breakerBorn   time.Time
+	budget        *budget.Budget
+	budgetKey     budgetSettings
+	budgetBorn    time.Time
+	random        *rand.Rand
+}
+
+type budgetSettings struct {
+	ratio     float64
+	perSecond uint32
+	ttl       time.Duration
+}
+
+// guard is the current policy, breaker and budget, with their creation times.
+type guard struct {
+	policy      policy.Policy
+	breaker     *breaker.Breaker
+	breakerBorn time.Time
+	budget      *budget.Budget
+	budgetBorn  time.Time
+}
+
+// New makes calls to service under watch's policy for it, reported
+// through reporter (nil for none).
+func New(watch *policy.Watch, service string, reporter *report.Reporter) *Dependency {
+	return &Dependency{
+		watch:    watch,
+		service:  service,
+		reporter: reporter,
+		random:   rand.New(rand.NewSource(time.Now().UnixNano())),
+	}
+}
+
+// Breaker is the current circuit breaker (nil when the policy has none).
+func (d *Dependency) Breaker() *breaker.Breaker { return d.guard().breaker }
+
+// Budget is the current retry budget (nil when the policy has none).
+func (d *Dependency) Budget() *budget.Budget { return d.guard().budget }
+
+// guard follows the watch: a new ETag rebuilds what changed.
+func (d *Dependency) guard() guard {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if etag := d.watch.ETag(); !d.built || etag != d.etag {
+		d.rebuild(etag)
+	}
+	return guard{d.current, d.breaker, d.breakerBorn, d.budget, d.budgetBorn}
+}
+
+func (d *Dependency) rebuild(etag string) {
+	p := d.watch.Policy(d.service)
+	now := time.Now()
+	cb, on := p.CircuitBreaker()
+	switch {
+	case !on:
+		d.breaker = nil
+	case d.breaker == nil || cb != d.breakerPolicy:
+		b, err := breaker.New(cb)
+		if err != nil { // the daemon validates policies: this is a defect
+			b = nil
+		}
+		d.breaker, d.breakerPolicy, d.breakerBorn = b, cb, now
+	}
+	ratio, perSecond, ttl, enabled := p.Budget()
+	settings := budgetSettings{ratio, perSecond, ttl}
+	switch {
+	case !enabled:
+		d.budget = nil
+	case d.budget == nil || settings != d.budgetKey:
+		b, err := budget.New(ratio, perSecond, ttl)
+		if err != nil {
+			b = nil
+		}
+		d.budget, d.budgetKey, d.budgetBorn = b, settings, now
+	}
+	d.current, d.etag, d.built = p, etag, true
+	if d.reporter != nil {
+		d.reporter.Track(d.service, d.breaker, d.budget)
+	}
+}
+
+func since(born time.Time) uint64 {
+	d := time.Since(born) // monotonic
+	if d < 0 {
+		return 0
+	}
+	return uint64(d)
+}
+
+func (d *Dependency) draw() uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.random.Uint64()
+}
+
+// Failure names a failure without a status, as retryOn does: a context
+// deadline (or any timeout) is "timeout", a refused connection
+// "connect-failure", anything else "reset".
+func Failure(err error) string {
+	var timeout interface{ Timeout() bool }
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &timeout) && timeout.Timeout():
+		return "timeout"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connect-failure"
+	}
+	var dial *net.OpError
+	if errors.As(err, &dial) && dial.Op == "dial" {
+		return "connect-failure"
+	}
+	return "reset"
+}
+
+// settle tells the breaker how an attempt went, as the Rust library does:
+// an answer counts as a success, a failure the policy retries counts
+// against the dependency, and one it does not retry (a 501, a connect
+// failure retryOn leaves out) counts for nothing.
+func settle(permit *breaker.Permit, answered, retryable bool, now uint64) {
+	switch {
+	case answered:
+		permit.Record(false, now)
+	case retryable:
+		permit.Record(true, now)
+	default:
+		permit.Cancel()
+	}
+}
+
+// Call runs a call to endpoint: attempt sends one attempt and answers its
+// HTTP status, or an error when no answer came. It returns nil once an
+// attempt is answered with a status under 500 that the policy does not
+// retry, and a *CallError otherwise.
+func (d *Dependency) Call(ctx context.Context, endpoint string, attempt func(ctx context.Context) (status int, err error)) error {
+	g := d.guard()
+	if d.reporter != nil {
+		done := d.reporter.InFlight(d.service)
+		defer done()
+	}
+	gaveUp := func(reason Reason, attempts uint32, status int, err error) error {
+		return &CallError{Service: d.service, Reason: reason, Attempts: attempts, Status: status, Err: err}
+	}
+	if g.budget != nil {
+		g.budget.Deposit(since(g.budgetBorn))
+	}
+	retries := g.policy.Retries()
+	delays := g.policy.Backoff()
+	perTry := g.policy.PerTryTimeout()
+	var previous uint64
+	for retry := uint32(0); ; retry++ {
+		if err := ctx.Err(); err != nil {
+			return gaveUp(Cancelled, retry, 0, err)
+		}
+		var permit *breaker.Permit
+		if g.breaker != nil {
+			var err error
+			if permit, err = g.breaker.Acquire(since(g.breakerBorn)); err != nil {
+				return gaveUp(CircuitOpen, retry, 0, err)
+			}
+		}
+		attemptCtx, cancel := ctx, context.CancelFunc(func() {})
+		if perTry > 0 {
+			attemptCtx, cancel = context.WithTimeout(ctx, perTry)
+		}
+		status, err := attempt(attemptCtx)
+		cancel()
+		outcome := report.Success
+		switch {
+		case err != nil:
+			outcome = report.Error
+		case status >= 500:
+			outcome = report.ServerError
+		}
+		if d.reporter != nil {
+			d.reporter.Record(d.service, endpoint, retry, outcome)
+		}
+		if err != nil && ctx.Err() != nil {
+			// The caller gave up: the attempt says nothing about the dependency.
+			if permit != nil {
+				permit.Cancel()
+			}
+			return gaveUp(Cancelled, retry+1, 0, ctx.Err())
+		}
+		var retryable bool
+		if err != nil {
+			retryable = g.policy.RetriesFailure(Failure(err))
+		} else {
+			retryable = g.policy.RetriesStatus(status)
+		}
+		answered := err == nil && status < 500 && !retryable
+		if permit != nil {
+			settle(permit, answered, retryable, since(g.breakerBorn))
+		}
+		if answered {
+			return nil
+		}
+		switch {
+		case !retryable:
+			return gaveUp(NotRetryable, retry+1, status, err)
+		case retry >= retries:
+			return gaveUp(Exhausted, retry+1, status, err)
+		}
+		previous = delays.Delay(retry, previous, d.draw())
+		if g.budget != nil && !g.budget.TryRetry(since(g.budgetBorn)) {
+			return gaveUp(BudgetExhausted, retry+1, status, err)
+		}
+		timer := time.NewTimer(time.Duration(previous))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return gaveUp(Cancelled, retry+1, status, ctx.Err())
+		case <-timer.C:
+		}
+	}
+}

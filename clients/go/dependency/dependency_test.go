@@ -1,0 +1,248 @@
+package dependency
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stormguard/stormguard/clients/go/breaker"
+	"github.com/stormguard/stormguard/clients/go/policy"
+	"github.com/stormguard/stormguard/clients/go/report"
+)
+
+// The daemon helpers below are a small copy of the conformance package's
+// (test files cannot be shared across packages).
+
+func binary(t *testing.T) string {
+	path := os.Getenv("STORMGUARD_BINARY")
+	if path == "" {
+		path = "../../../target/debug/stormguard"
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("%s is missing: build it with cargo build (or set STORMGUARD_BINARY)", path)
+	}
+	return path
+}
+
+func serve(t *testing.T, policyFile string) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	address := l.Addr().String()
+	l.Close()
+	cmd := exec.Command(binary(t), "serve", "--policy", policyFile, "--listen", address)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	for i := 0; i < 100; i++ {
+		if c, err := net.Dial("tcp", address); err == nil {
+			c.Close()
+			return "http://" + address
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("the daemon did not start")
+	return ""
+}
+
+func eventually(check func() bool) bool {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if check() {
+			return true
+		}
+	}
+	return false
+}
+
+// metric is the value of the sample exactly so named and labelled (labels
+// in the order the daemon prints them), or -1 if there is none.
+func metric(t *testing.T, daemon, sample string) float64 {
+	t.Helper()
+	answer, err := http.Get(daemon + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer answer.Body.Close()
+	lines := bufio.NewScanner(answer.Body)
+	for lines.Scan() {
+		if line := lines.Text(); strings.HasPrefix(line, sample+" ") {
+			v, err := strconv.ParseFloat(strings.TrimPrefix(line, sample+" "), 64)
+			if err != nil {
+				t.Fatalf("%s: %v", lines.Text(), err)
+			}
+			return v
+		}
+	}
+	return -1
+}
+
+const policyText = `defaults:
+  maxRetries: 3
+services:
+  payments:
+    maxRetries: 3
+    initialDelay: 1ms
+    maxDelay: 5ms
+    jitter: none
+    retryOn: [5xx, connect-failure]
+    budget: {enabled: true, retryRatio: 0.2, minRetriesPerSecond: 100, ttl: 10s}
+    circuitBreaker: {enabled: %v, consecutiveFailures: 4, openTimeout: 60s}
+`
+
+// flaky answers 503 to its first failures calls, then 200.
+type flaky struct {
+	failures int64
+	calls    atomic.Int64
+}
+
+func (f *flaky) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	if f.calls.Add(1) <= atomic.LoadInt64(&f.failures) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+}
+
+func attempt(url string) func(context.Context) (int, error) {
+	return func(ctx context.Context) (int, error) {
+		request, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
+		answer, err := http.DefaultClient.Do(request)
+		if err != nil {
+			return 0, err
+		}
+		answer.Body.Close()
+		return answer.StatusCode, nil
+	}
+}
+
+// TestRetriesAreReportedAndTheBreakerFollowsThePolicy: a dependency that
+// fails twice is retried twice, the daemon counts every attempt and retry
+// from the reports, four failures in a row open the breaker, which then
+// refuses without calling, and a policy without a breaker lets calls
+// through again.
+func TestRetriesAreReportedAndTheBreakerFollowsThePolicy(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(file, []byte(fmt.Sprintf(policyText, true)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	daemon := serve(t, file)
+	watch, err := policy.Start(context.Background(), policy.Config{Daemon: daemon, Services: []string{"payments"}, WatchWait: 5 * time.Second, MinPollInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Stop()
+	reporter, err := report.Start(report.Config{Daemon: daemon, Instance: "pod-1", Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reporter.Stop(context.Background())
+	dependency := New(watch, "payments", reporter)
+
+	server := &flaky{failures: 2}
+	payments := httptest.NewServer(server)
+	defer payments.Close()
+	if err := dependency.Call(context.Background(), "/charge", attempt(payments.URL)); err != nil {
+		t.Fatal(err)
+	}
+	if n := server.calls.Load(); n != 3 {
+		t.Fatalf("%d attempts, want 3", n)
+	}
+	if err := reporter.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for sample, want := range map[string]float64{
+		`http_client_requests_total{endpoint="/charge",service="payments",status="server_error"}`: 2,
+		`http_client_requests_total{endpoint="/charge",service="payments",status="success"}`:      1,
+		`http_client_retry_attempts_total{attempt="1",endpoint="/charge",service="payments"}`:     1,
+		`http_client_retry_attempts_total{attempt="2",endpoint="/charge",service="payments"}`:     1,
+		`http_client_retry_attempts_total{attempt="3",endpoint="/charge",service="payments"}`:     -1,
+		`circuit_breaker_state{service="payments"}`:                                               0,
+	} {
+		if got := metric(t, daemon, sample); got != want {
+			t.Errorf("%s is %v, want %v", sample, got, want)
+		}
+	}
+
+	// Four 503s in a row (the first try and the three retries) open it.
+	atomic.StoreInt64(&server.failures, 1000)
+	err = dependency.Call(context.Background(), "/charge", attempt(payments.URL))
+	var gaveUp *CallError
+	if !errors.As(err, &gaveUp) || gaveUp.Reason != Exhausted || gaveUp.Attempts != 4 || gaveUp.Status != 503 {
+		t.Fatalf("%v", err)
+	}
+	if state := dependency.Breaker().State(); state != breaker.Open {
+		t.Fatalf("the breaker is %s", state)
+	}
+	before := server.calls.Load()
+	err = dependency.Call(context.Background(), "/charge", attempt(payments.URL))
+	var refused *breaker.NotPermitted
+	if !errors.As(err, &gaveUp) || gaveUp.Reason != CircuitOpen || gaveUp.Attempts != 0 || !errors.As(err, &refused) || refused.State != breaker.Open {
+		t.Fatalf("%v", err)
+	}
+	if server.calls.Load() != before {
+		t.Fatal("an open breaker let a call through")
+	}
+	if err := reporter.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := metric(t, daemon, `circuit_breaker_state{service="payments"}`); got != 2 {
+		t.Errorf("the daemon sees the breaker as %v", got)
+	}
+	if got := metric(t, daemon, `http_client_requests_total{endpoint="/charge",service="payments",status="server_error"}`); got != 6 {
+		t.Errorf("server errors: %v", got)
+	}
+
+	// A policy without a breaker rebuilds the dependency's guard.
+	if err := os.WriteFile(file, []byte(fmt.Sprintf(policyText, false)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if !eventually(func() bool { return dependency.Breaker() == nil }) {
+		t.Fatal("the new policy never took the breaker away")
+	}
+	atomic.StoreInt64(&server.failures, 0)
+	if err := dependency.Call(context.Background(), "/charge", attempt(payments.URL)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFailuresWithoutAStatusAreNamedAsRetryOnNamesThem covers the three
+// names and the per-try timeout.
+func TestFailuresWithoutAStatusAreNamedAsRetryOnNamesThem(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	<-ctx.Done()
+	if Failure(ctx.Err()) != "timeout" {
+		t.Fatal(ctx.Err())
+	}
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	address := l.Addr().String()
+	l.Close()
+	_, err := http.Get("http://" + address)
+	if Failure(err) != "connect-failure" {
+		t.Fatalf("%v: %s", err, Failure(err))
+	}
+	if Failure(errors.New("connection reset by peer")) != "reset" {
+		t.Fatal("reset")
+	}
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
+	defer slow.Close()
+	request, _ := http.NewRequest(http.MethodGet, slow.URL, nil)
+	ctx, cancel = context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err = http.DefaultClient.Do(request.WithContext(ctx))
+	if Failure(err) != "timeout" {
+		t.Fatalf("%v: %s", err, Failure(err))
+	}
+}

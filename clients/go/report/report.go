@@ -1,0 +1,448 @@
+// Package report aggregates what calls to dependencies did and sends it to
+// the stormguard daemon, as the Rust library does. Counts are taken into a
+// numbered batch, and that batch is sent until the daemon answers it: sent
+// again, unchanged and under the same number, after a network error, a
+// timeout, a 5xx or a 429, so the daemon counts it once. New counts
+// aggregate meanwhile and go in the next batch. A batch the daemon refuses
+// (another 4xx) is dropped and counted in Stats, never resent.
+package report
+
+import (
+	"bytes"
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/stormguard/stormguard/clients/go/breaker"
+	"github.com/stormguard/stormguard/clients/go/budget"
+)
+
+// Outcome is how an attempt ended, as reports count it.
+type Outcome int
+
+// The outcomes, labelled as the status of http_client_requests_total.
+const (
+	// Success is an answer that is not a 5xx.
+	Success Outcome = iota
+	// Error is no answer: a connect error, a timeout, a reset.
+	Error
+	// ServerError is a 5xx answer.
+	ServerError
+)
+
+// Stats is what the reporter has sent.
+type Stats struct {
+	// BatchesSent is the number of batches the daemon counted (or had counted already).
+	BatchesSent uint64
+	// BatchesDropped is the number of batches the daemon refused whole (4xx): not resent.
+	BatchesDropped uint64
+	// ReportsRejected is the number of reports within counted batches that the daemon refused.
+	ReportsRejected uint64
+	// SendFailures is the number of sends that failed and will be tried
+	// again (daemon unreachable, 5xx, 429, timeout).
+	SendFailures uint64
+}
+
+// UnavailableError is a send that did not reach the daemon or was not
+// taken (5xx, 429, timeout): the batch is kept and sent again.
+type UnavailableError struct {
+	// Reason says what happened.
+	Reason string
+}
+
+func (e *UnavailableError) Error() string {
+	return "the stormguard daemon did not take the report: " + e.Reason
+}
+
+// RefusedError is a batch the daemon refused (a 4xx other than 429): it
+// was dropped.
+type RefusedError struct {
+	// Status is the daemon's HTTP status.
+	Status int
+	// Body is the daemon's explanation.
+	Body string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("the stormguard daemon refused the report (%d): %s", e.Status, e.Body)
+}
+
+// Reporter aggregates attempts and sends them to the daemon; its methods
+// may be called from any goroutine.
+type Reporter struct {
+	config Config
+	client *http.Client
+
+	mu       sync.Mutex
+	services map[string]*serviceCounts
+	next     uint64 // the next batch's sequence
+
+	// sending holds a token while a send is under way: one at a time. It
+	// also guards pending.
+	sending chan struct{}
+	pending *batch
+
+	statsMu sync.Mutex
+	stats   Stats
+
+	stopLoop context.CancelFunc
+	loopDone chan struct{}
+	stopOnce sync.Once
+}
+
+type tally struct {
+	outcomes [3]uint64
+	retries  map[uint32]uint64
+}
+
+type serviceCounts struct {
+	endpoints   map[string]*tally
+	inFlight    int64
+	breaker     *breaker.Breaker
+	budget      *budget.Budget
+	deniedTaken uint64
+}
+
+// batch is a batch taken and not yet answered: its number and its body.
+type batch struct {
+	sequence uint64
+	body     []byte
+}
+
+// Start checks config (after Defaults) and starts sending every
+// config.Interval; it fails only on settings that cannot work.
+func Start(config Config) (*Reporter, error) {
+	config = config.Defaults()
+	if err := config.Check(); err != nil {
+		return nil, err
+	}
+	config.Daemon = strings.TrimRight(config.Daemon, "/")
+	connect := 2 * time.Second
+	if config.Timeout < connect {
+		connect = config.Timeout
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.DialContext = (&net.Dialer{Timeout: connect}).DialContext
+	var seed [8]byte
+	if _, err := crand.Read(seed[:]); err != nil {
+		seed = [8]byte{}
+		binary.LittleEndian.PutUint64(seed[:], uint64(time.Now().UnixNano()))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Reporter{
+		config:   config,
+		client:   &http.Client{Transport: transport, Timeout: config.Timeout},
+		services: map[string]*serviceCounts{},
+		// A random start: a restarted process under the same name does not
+		// repeat the numbers of its previous run.
+		next:     binary.LittleEndian.Uint64(seed[:]) >> 1,
+		sending:  make(chan struct{}, 1),
+		stopLoop: cancel,
+		loopDone: make(chan struct{}),
+	}
+	go r.loop(ctx)
+	return r, nil
+}
+
+// Record counts one attempt at service's endpoint; retry is 0 for a first
+// try. An endpoint past MaxEndpoints, or with a name the daemon would
+// refuse, is counted as "other"; a service past MaxServices, or with a
+// name the daemon would refuse, is not counted.
+func (r *Reporter) Record(service, endpoint string, retry uint32, outcome Outcome) {
+	if outcome < Success || outcome > ServerError {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	counts := r.entry(service)
+	if counts == nil {
+		return
+	}
+	key := endpoint
+	if _, known := counts.endpoints[endpoint]; !known && len(counts.endpoints) >= r.config.MaxEndpoints || CheckEndpoint(endpoint) != nil {
+		key = "other"
+	}
+	t := counts.endpoints[key]
+	if t == nil {
+		t = &tally{retries: map[uint32]uint64{}}
+		counts.endpoints[key] = t
+	}
+	t.outcomes[outcome]++
+	if retry > 0 {
+		t.retries[retry]++
+	}
+}
+
+// InFlight counts a call to service in flight until the returned func is
+// called (more calls of it do nothing).
+func (r *Reporter) InFlight(service string) func() {
+	r.mu.Lock()
+	counts := r.entry(service)
+	if counts == nil {
+		r.mu.Unlock()
+		return func() {}
+	}
+	counts.inFlight++
+	r.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			r.mu.Lock()
+			counts.inFlight--
+			r.mu.Unlock()
+		})
+	}
+}
+
+// Track makes service's reports carry b's state and the retries bu denied
+// since the last report (the latest call wins; nil for none).
+func (r *Reporter) Track(service string, b *breaker.Breaker, bu *budget.Budget) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	counts := r.entry(service)
+	if counts == nil {
+		return
+	}
+	counts.breaker = b
+	if counts.budget != bu {
+		counts.budget, counts.deniedTaken = bu, 0
+	}
+}
+
+// Stats is what has been sent so far.
+func (r *Reporter) Stats() Stats {
+	r.statsMu.Lock()
+	defer r.statsMu.Unlock()
+	return r.stats
+}
+
+// Flush sends the pending batch, if any, then the counts aggregated now,
+// and waits for the answers. It stops at the first batch that could not
+// be delivered: an *UnavailableError (the batch stays pending), a
+// *RefusedError (the batch was dropped), or ctx's error.
+func (r *Reporter) Flush(ctx context.Context) error {
+	return r.send(ctx)
+}
+
+// Stop ends the periodic sends (a batch one was sending stays pending, to
+// go first), then flushes. Nothing is sent after it but by Flush.
+func (r *Reporter) Stop(ctx context.Context) error {
+	r.stopOnce.Do(func() {
+		r.stopLoop()
+		<-r.loopDone
+	})
+	return r.send(ctx)
+}
+
+// entry is service's counts, made if there is room; nil if it is not
+// counted. r.mu is held.
+func (r *Reporter) entry(service string) *serviceCounts {
+	if counts, ok := r.services[service]; ok {
+		return counts
+	}
+	if CheckService(service) != nil || len(r.services) >= r.config.MaxServices {
+		return nil
+	}
+	counts := &serviceCounts{endpoints: map[string]*tally{}}
+	r.services[service] = counts
+	return counts
+}
+
+func (r *Reporter) loop(ctx context.Context) {
+	defer close(r.loopDone)
+	ticker := time.NewTicker(r.config.Interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		_ = r.send(ctx) // an undelivered batch is kept for the next send
+	}
+}
+
+func (r *Reporter) send(ctx context.Context) error {
+	select {
+	case r.sending <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-r.sending }()
+	// The pending batch first, if any; then the counts aggregated now.
+	for fresh := false; !fresh; {
+		if r.pending == nil {
+			r.pending, fresh = r.take(), true
+		}
+		if r.pending == nil {
+			return nil
+		}
+		err := r.deliver(ctx, r.pending)
+		var refused *RefusedError
+		switch {
+		case err == nil:
+			r.pending = nil
+		case errors.As(err, &refused):
+			r.pending = nil
+			r.count(func(s *Stats) { s.BatchesDropped++ })
+			return err
+		case ctx.Err() != nil:
+			// Cancelled by the caller: the batch stays pending, not a failure of the daemon's.
+			return ctx.Err()
+		default:
+			r.count(func(s *Stats) { s.SendFailures++ })
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *Reporter) count(change func(*Stats)) {
+	r.statsMu.Lock()
+	defer r.statsMu.Unlock()
+	change(&r.stats)
+}
+
+// deliver POSTs b once: nil once the daemon counted it (now or before).
+func (r *Reporter) deliver(ctx context.Context, b *batch) error {
+	ctx, cancel := context.WithTimeout(ctx, r.config.Timeout)
+	defer cancel()
+	request, err := http.NewRequestWithContext(ctx, http.MethodPost, r.config.Daemon+"/v1/reports", bytes.NewReader(b.body))
+	if err != nil {
+		return &UnavailableError{Reason: err.Error()}
+	}
+	request.Header.Set("Content-Type", "application/json")
+	response, err := r.client.Do(request)
+	if err != nil {
+		return &UnavailableError{Reason: err.Error()}
+	}
+	defer response.Body.Close()
+	body, readErr := io.ReadAll(io.LimitReader(response.Body, 1<<16))
+	status := response.StatusCode
+	if status >= 500 || status == http.StatusTooManyRequests {
+		return &UnavailableError{Reason: "the daemon answered " + response.Status}
+	}
+	if status < 200 || status > 299 {
+		return &RefusedError{Status: status, Body: string(body)}
+	}
+	if readErr != nil {
+		// The answer was cut short: whether the daemon counted the batch is
+		// unknown, so it goes again (a batch counted before is not counted twice).
+		return &UnavailableError{Reason: readErr.Error()}
+	}
+	var answer struct {
+		Rejected []json.RawMessage `json:"rejected"`
+	}
+	_ = json.Unmarshal(body, &answer)
+	r.count(func(s *Stats) {
+		s.BatchesSent++
+		s.ReportsRejected += uint64(len(answer.Rejected))
+	})
+	return nil
+}
+
+// The wire format (crates/core/src/wire/report.rs).
+type wireBatch struct {
+	Instance string       `json:"instance"`
+	Sequence uint64       `json:"sequence"`
+	Reports  []wireReport `json:"reports"`
+}
+
+type wireReport struct {
+	Service      string         `json:"service"`
+	Instance     string         `json:"instance"`
+	Caller       string         `json:"caller,omitempty"`
+	Endpoints    []wireEndpoint `json:"endpoints"`
+	InFlight     uint64         `json:"inFlight"`
+	CircuitState string         `json:"circuitState,omitempty"`
+	Budget       *wireBudget    `json:"budget,omitempty"`
+}
+
+type wireEndpoint struct {
+	Endpoint string            `json:"endpoint"`
+	Requests wireStatuses      `json:"requests"`
+	Retries  map[string]uint64 `json:"retries"`
+}
+
+type wireStatuses struct {
+	Success     uint64 `json:"success"`
+	Error       uint64 `json:"error"`
+	ServerError uint64 `json:"server_error"`
+}
+
+type wireBudget struct {
+	RetriesDenied uint64 `json:"retriesDenied"`
+}
+
+// take takes the counts aggregated now into the next numbered batch; nil
+// if no dependency has been seen.
+func (r *Reporter) take() *batch {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.services) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(r.services))
+	for name := range r.services {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	out := wireBatch{Instance: r.config.Instance, Sequence: r.next, Reports: make([]wireReport, 0, len(names))}
+	r.next++
+	for _, name := range names {
+		counts := r.services[name]
+		report := wireReport{
+			Service:   name,
+			Instance:  r.config.Instance,
+			Caller:    r.config.Caller,
+			Endpoints: make([]wireEndpoint, 0, len(counts.endpoints)),
+		}
+		if counts.inFlight > 0 {
+			report.InFlight = uint64(counts.inFlight)
+		}
+		endpoints := make([]string, 0, len(counts.endpoints))
+		for e := range counts.endpoints {
+			endpoints = append(endpoints, e)
+		}
+		sort.Strings(endpoints)
+		for _, e := range endpoints {
+			t := counts.endpoints[e]
+			w := wireEndpoint{
+				Endpoint: e,
+				Requests: wireStatuses{t.outcomes[Success], t.outcomes[Error], t.outcomes[ServerError]},
+				Retries:  map[string]uint64{},
+			}
+			for attempt, n := range t.retries {
+				w.Retries[strconv.FormatUint(uint64(attempt), 10)] = n
+			}
+			report.Endpoints = append(report.Endpoints, w)
+		}
+		counts.endpoints = map[string]*tally{}
+		if counts.breaker != nil {
+			report.CircuitState = counts.breaker.State().String()
+		}
+		if counts.budget != nil {
+			denied := counts.budget.Refused()
+			var since uint64
+			if denied > counts.deniedTaken {
+				since = denied - counts.deniedTaken
+			}
+			counts.deniedTaken = denied
+			report.Budget = &wireBudget{RetriesDenied: since}
+		}
+		out.Reports = append(out.Reports, report)
+	}
+	body, _ := json.Marshal(out) // plain data: it always encodes
+	return &batch{sequence: out.Sequence, body: body}
+}
