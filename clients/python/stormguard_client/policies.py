@@ -112,6 +112,7 @@ class PolicyWatch:
                 body = answer.read()
                 etag = answer.headers.get("ETag")
         except urllib.error.HTTPError as error:
+            error.close()  # its headers stay readable
             if error.code == 304:
                 self._max_wait(error.headers)
                 return None

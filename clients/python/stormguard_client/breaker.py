@@ -1,0 +1,358 @@
+"""The circuit breaker, the same as the Rust library's: it stops calls to a
+dependency that keeps failing, so it gets room to recover, then lets a few
+trial calls through to see whether it has.
+
+- **closed** (0): calls pass. The breaker opens after ``consecutiveFailures``
+  failures in a row (0 turns that trigger off), or once the window (the last
+  N calls, or the calls of the last T) holds ``minimumCalls`` calls and the
+  share that failed reaches ``failureRateThreshold``, or the share slower
+  than ``slowCallDuration`` reaches ``slowCallRateThreshold``.
+- **open** (2): calls are refused at once, for ``openTimeout``.
+- **half-open** (1): at most ``halfOpenMaxCalls`` trial calls at a time.
+  ``successThreshold`` good trials close the breaker; a failed or slow
+  trial opens it again.
+
+The move from open to half-open happens when a call asks for a permit after
+``openTimeout``, so a breaker nobody calls stays open. A call's outcome
+counts only in the state it started in: a call sent before the breaker
+opened cannot close it. Times are nanoseconds on any clock that does not go
+back (``time.monotonic_ns``).
+"""
+
+import enum
+import math
+import threading
+from dataclasses import dataclass
+from fractions import Fraction
+
+BUCKETS = 20
+U32_MAX = (1 << 32) - 1
+MAX_DELAY_NANOS = 3600 * 10**9
+MAX_TIMEOUT_NANOS = 24 * 3600 * 10**9
+KEYS = ("enabled", "consecutiveFailures", "failureRateThreshold", "slowCallRateThreshold",
+        "slowCallDurationMs", "minimumCalls", "slidingWindow", "openTimeoutMs",
+        "halfOpenMaxCalls", "successThreshold")
+
+
+class CircuitState(enum.StrEnum):
+    """The breaker's state; it equals its name ("closed", "half-open", "open")."""
+
+    CLOSED = "closed"
+    HALF_OPEN = "half-open"
+    OPEN = "open"
+
+    @property
+    def metric(self):
+        """The state's number for metrics: 0 closed, 1 half-open, 2 open."""
+        return {"closed": 0, "half-open": 1, "open": 2}[self.value]
+
+
+class CallNotPermitted(Exception):
+    """A call refused by the breaker: ``state`` is the state that refused it
+    (open, or half-open with every trial slot taken) and ``retry_in_ns`` the
+    time until the breaker admits trial calls (0 when half-open)."""
+
+    def __init__(self, state, retry_in_ns):
+        super().__init__(f"circuit breaker is {state}; calls are refused for {retry_in_ns} ns")
+        self.state = state
+        self.retry_in_ns = retry_in_ns
+
+
+def millis_to_nanos(key, millis):
+    """Milliseconds as a policy serves them (possibly fractional) to whole
+    nanoseconds, as Rust's ``Duration::try_from_secs_f64(ms / 1e3)`` rounds
+    them (to the nearest, ties to even). Raises ValueError naming ``key``."""
+    if isinstance(millis, bool) or not isinstance(millis, (int, float)):
+        raise ValueError(f"{key} must be a number of milliseconds, not {millis!r}")
+    seconds = millis / 1e3
+    if not math.isfinite(seconds) or seconds < 0 or seconds >= 2.0**64:
+        raise ValueError(f"{key} must be 0 or more finite milliseconds, not {millis!r}")
+    return round(Fraction(seconds) * 1_000_000_000)
+
+
+def _whole(key, value):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{key} must be a whole number, not {value!r}")
+    return value
+
+
+def _rate(key, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{key} must be a number, not {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class BreakerPolicy:
+    """A policy's ``circuitBreaker`` block, durations in nanoseconds.
+    ``sliding_window`` is ``("count", calls)`` or ``("time", duration_ns)``."""
+
+    enabled: bool = False
+    consecutive_failures: int = 5
+    failure_rate_threshold: float = 0.5
+    slow_call_rate_threshold: float = 1.0
+    slow_call_duration_ns: int = 60_000_000_000
+    minimum_calls: int = 100
+    sliding_window: tuple = ("count", 100)
+    open_timeout_ns: int = 30_000_000_000
+    half_open_max_calls: int = 10
+    success_threshold: int = 3
+
+    @classmethod
+    def from_json(cls, block, defaults=None):
+        """The policy of a ``circuitBreaker`` JSON block; a key it lacks is
+        taken from ``defaults`` (another such block), if given. Raises
+        ValueError naming a key that is missing or of the wrong type."""
+        if not isinstance(block, dict):
+            raise ValueError(f"circuitBreaker must be an object, not {block!r}")
+        merged = dict(defaults or {})
+        merged.update(block)
+        for key in KEYS:
+            if key not in merged:
+                raise ValueError(f"circuitBreaker.{key} is missing")
+        if not isinstance(merged["enabled"], bool):
+            raise ValueError(f"circuitBreaker.enabled must be true or false, not {merged['enabled']!r}")
+        window = merged["slidingWindow"]
+        if not isinstance(window, dict) or window.get("type") not in ("count", "time"):
+            raise ValueError(f"circuitBreaker.slidingWindow must be {{type: count, calls}} or "
+                             f"{{type: time, durationMs}}, not {window!r}")
+        if window["type"] == "count":
+            shape = ("count", _whole("circuitBreaker.slidingWindow.calls", window.get("calls")))
+        else:
+            shape = ("time", millis_to_nanos("circuitBreaker.slidingWindow.durationMs", window.get("durationMs")))
+        return cls(
+            enabled=merged["enabled"],
+            consecutive_failures=_whole("circuitBreaker.consecutiveFailures", merged["consecutiveFailures"]),
+            failure_rate_threshold=_rate("circuitBreaker.failureRateThreshold", merged["failureRateThreshold"]),
+            slow_call_rate_threshold=_rate("circuitBreaker.slowCallRateThreshold", merged["slowCallRateThreshold"]),
+            slow_call_duration_ns=millis_to_nanos("circuitBreaker.slowCallDurationMs", merged["slowCallDurationMs"]),
+            minimum_calls=_whole("circuitBreaker.minimumCalls", merged["minimumCalls"]),
+            sliding_window=shape,
+            open_timeout_ns=millis_to_nanos("circuitBreaker.openTimeoutMs", merged["openTimeoutMs"]),
+            half_open_max_calls=_whole("circuitBreaker.halfOpenMaxCalls", merged["halfOpenMaxCalls"]),
+            success_threshold=_whole("circuitBreaker.successThreshold", merged["successThreshold"]),
+        )
+
+    def check(self):
+        """Raises ValueError naming the first setting outside the range the
+        daemon's validation allows."""
+        def within(key, value, low, high):
+            if not low <= value <= high:
+                raise ValueError(f"circuitBreaker.{key} must be {low} to {high}, found {value}")
+
+        def within_ms(key, nanos, low, high):
+            if not low <= nanos <= high:
+                raise ValueError(f"circuitBreaker.{key} must be {low / 1e6:g} to {high / 1e6:g} ms, "
+                                 f"found {nanos / 1e6:g}")
+
+        def above(key, value):
+            if not 0.0 < value <= 1.0:
+                raise ValueError(f"circuitBreaker.{key} must be above 0 and at most 1, found {value}")
+
+        within("consecutiveFailures", self.consecutive_failures, 0, 10_000)
+        above("failureRateThreshold", self.failure_rate_threshold)
+        above("slowCallRateThreshold", self.slow_call_rate_threshold)
+        within_ms("slowCallDurationMs", self.slow_call_duration_ns, 1_000_000, MAX_TIMEOUT_NANOS)
+        within("minimumCalls", self.minimum_calls, 1, 10_000)
+        kind, size = self.sliding_window
+        if kind == "count":
+            within("slidingWindow.calls", size, 1, 10_000)
+        elif kind == "time":
+            within_ms("slidingWindow.durationMs", size, 10**9, MAX_DELAY_NANOS)
+        else:
+            raise ValueError(f"circuitBreaker.slidingWindow must be count or time, not {kind!r}")
+        within_ms("openTimeoutMs", self.open_timeout_ns, 1_000_000, MAX_DELAY_NANOS)
+        within("halfOpenMaxCalls", self.half_open_max_calls, 1, 1000)
+        within("successThreshold", self.success_threshold, 1, 1000)
+
+
+class _CountWindow:
+    """A ring of the last N outcomes, with running totals [calls, failures, slow]."""
+
+    def __init__(self, calls):
+        self.capacity = max(calls, 1)
+        self.clear()
+
+    def clear(self):
+        self._outcomes = [None] * self.capacity
+        self._next = 0
+        self._tally = [0, 0, 0]
+
+    def record(self, now, failed, slow):
+        old = self._outcomes[self._next]
+        if old is not None:
+            self._tally[0] -= 1
+            self._tally[1] -= old[0]
+            self._tally[2] -= old[1]
+        self._outcomes[self._next] = (int(failed), int(slow))
+        self._tally[0] += 1
+        self._tally[1] += int(failed)
+        self._tally[2] += int(slow)
+        self._next = (self._next + 1) % self.capacity
+
+    def tally(self, now):
+        return tuple(self._tally)
+
+
+class _TimeWindow:
+    """The calls of the last ``duration``, in BUCKETS steps of ``duration // BUCKETS``."""
+
+    capacity = None
+
+    def __init__(self, duration_ns, now):
+        self._start = now
+        self._step = max(duration_ns // BUCKETS, 1)
+        self.clear()
+
+    def clear(self):
+        # Per bucket: [step, calls, failures, slow].
+        self._buckets = [[0, 0, 0, 0] for _ in range(BUCKETS)]
+
+    def _step_at(self, now):
+        return max(now - self._start, 0) // self._step
+
+    def record(self, now, failed, slow):
+        step = self._step_at(now)
+        bucket = self._buckets[step % BUCKETS]
+        if bucket[0] != step:
+            bucket[:] = [step, 0, 0, 0]
+        bucket[1] += 1
+        bucket[2] += int(failed)
+        bucket[3] += int(slow)
+
+    def tally(self, now):
+        step = self._step_at(now)
+        total = [0, 0, 0]
+        for bucket in self._buckets:
+            if bucket[0] <= step and step - bucket[0] < BUCKETS:
+                for i in range(3):
+                    total[i] += bucket[i + 1]
+        return tuple(total)
+
+
+class Permit:
+    """Leave to make one call: tell the breaker how it went with
+    :meth:`record`, or :meth:`cancel` it if the call was cancelled (it then
+    counts for nothing and frees its trial slot)."""
+
+    def __init__(self, breaker, generation, trial, started_ns):
+        self._breaker = breaker
+        self._generation = generation
+        self._started = started_ns
+        self._done = False
+        self.trial = trial
+        """Whether this is a half-open trial call."""
+
+    def record(self, failed, now_ns):
+        """Records how the call went (``failed`` true for a connect error, a
+        timeout, a 5xx); its duration since the permit decides whether it was slow."""
+        self._finish()
+        self._breaker._record(self._generation, self._started, bool(failed), now_ns)
+
+    def cancel(self):
+        """The call was cancelled unrecorded: it counts for nothing."""
+        self._finish()
+        self._breaker._release(self._generation, self.trial)
+
+    def _finish(self):
+        if self._done:
+            raise RuntimeError("this permit was already recorded or cancelled")
+        self._done = True
+
+
+class CircuitBreaker:
+    """A circuit breaker shared by every thread that calls one dependency."""
+
+    def __init__(self, policy, now_ns=0):
+        policy.check()
+        self.policy = policy
+        kind, size = policy.sliding_window
+        self._window = _CountWindow(size) if kind == "count" else _TimeWindow(size, now_ns)
+        self._lock = threading.Lock()
+        self._state = CircuitState.CLOSED
+        self._generation = 0
+        self._consecutive_failures = 0
+        self._opened_at = now_ns
+        self._trials_in_flight = 0
+        self._trial_successes = 0
+        self.transitions = 0
+        """State changes since the breaker was created."""
+        self.rejected = 0
+        """Calls refused since the breaker was created."""
+
+    @property
+    def state(self):
+        """The state now (the move from open to half-open waits for the next call)."""
+        return self._state
+
+    def acquire(self, now_ns):
+        """A permit to make a call now; raises CallNotPermitted if the breaker refuses."""
+        with self._lock:
+            if self._state == CircuitState.OPEN:
+                reopens = self._opened_at + self.policy.open_timeout_ns
+                if now_ns < reopens:
+                    self.rejected += 1
+                    raise CallNotPermitted(CircuitState.OPEN, reopens - now_ns)
+                self._transition(CircuitState.HALF_OPEN, now_ns)
+            trial = self._state == CircuitState.HALF_OPEN
+            if trial:
+                if self._trials_in_flight >= max(self.policy.half_open_max_calls, 1):
+                    self.rejected += 1
+                    raise CallNotPermitted(CircuitState.HALF_OPEN, 0)
+                self._trials_in_flight += 1
+            return Permit(self, self._generation, trial, now_ns)
+
+    def _record(self, generation, started, failed, now):
+        with self._lock:
+            if generation != self._generation:
+                return
+            slow = max(now - started, 0) >= self.policy.slow_call_duration_ns
+            if self._state == CircuitState.CLOSED:
+                self._record_closed(failed, slow, now)
+            elif self._state == CircuitState.HALF_OPEN:
+                self._record_trial(failed or slow, now)
+
+    def _record_closed(self, failed, slow, now):
+        policy = self.policy
+        self._consecutive_failures = min(self._consecutive_failures + 1, U32_MAX) if failed else 0
+        self._window.record(now, failed, slow)
+        in_a_row = 0 < policy.consecutive_failures <= self._consecutive_failures
+        if in_a_row or self._rates_exceeded(now):
+            self._transition(CircuitState.OPEN, now)
+
+    def _rates_exceeded(self, now):
+        """Whether the window holds enough calls and too many failed or were
+        slow. A count window smaller than minimumCalls is judged once full."""
+        calls, failures, slow = self._window.tally(now)
+        capacity = self._window.capacity
+        minimum = self.policy.minimum_calls if capacity is None else min(capacity, self.policy.minimum_calls)
+        if calls == 0 or calls < minimum:
+            return False
+        return (failures / calls >= self.policy.failure_rate_threshold
+                or slow / calls >= self.policy.slow_call_rate_threshold)
+
+    def _record_trial(self, bad, now):
+        self._trials_in_flight = max(self._trials_in_flight - 1, 0)
+        if bad:
+            self._transition(CircuitState.OPEN, now)
+            return
+        self._trial_successes += 1
+        if self._trial_successes >= self.policy.success_threshold:
+            self._transition(CircuitState.CLOSED, now)
+
+    def _release(self, generation, trial):
+        with self._lock:
+            if trial and generation == self._generation:
+                self._trials_in_flight = max(self._trials_in_flight - 1, 0)
+
+    def _transition(self, to, now):
+        self._state = to
+        self._generation += 1
+        self.transitions += 1
+        self._trials_in_flight = 0
+        self._trial_successes = 0
+        if to == CircuitState.OPEN:
+            self._opened_at = now
+        elif to == CircuitState.CLOSED:
+            self._consecutive_failures = 0
+            self._window.clear()

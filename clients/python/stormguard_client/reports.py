@@ -1,0 +1,354 @@
+"""Aggregating what calls did and sending it to the daemon, as the Rust
+library's reporter does.
+
+Counts are taken into a numbered batch (``{"instance", "sequence",
+"reports"}``, POSTed to ``/v1/reports``), and that batch is sent until the
+daemon answers it: sent again, byte for byte and under the same number,
+after a network error, a timeout, a 5xx or a 429, so the daemon counts it
+once. New counts aggregate meanwhile and go in the next batch. A batch the
+daemon refuses (another 4xx) is dropped, logged and counted, never resent.
+"""
+
+import contextlib
+import dataclasses
+import http.client
+import json
+import logging
+import random
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+
+OUTCOMES = ("success", "error", "server_error")
+MAX_INSTANCE_LEN = 253
+MAX_ENDPOINT_LEN = 256
+MAX_SERVICE_LEN = 63
+OTHER = "other"
+_WARNED_LIMIT = 1000
+
+log = logging.getLogger(__name__)
+
+
+def check_service_name(name):
+    """Why the daemon would refuse ``name`` as a service (a DNS-1123 label),
+    or None if it would not."""
+    if not isinstance(name, str):
+        return f"service name {name!r} is not a string"
+    if not name:
+        problem = "is empty"
+    elif len(name.encode()) > MAX_SERVICE_LEN:
+        problem = f"is longer than {MAX_SERVICE_LEN} characters"
+    elif not all(c in "abcdefghijklmnopqrstuvwxyz0123456789-" for c in name):
+        problem = "may contain only lowercase letters, digits and '-'"
+    elif name.startswith("-") or name.endswith("-"):
+        problem = "must start and end with a letter or digit"
+    else:
+        return None
+    return f"service name {name!r} {problem} (service names are DNS-1123 labels, like Kubernetes Service names)"
+
+
+def check_instance(instance):
+    """Why the daemon would refuse ``instance`` (1 to 253 characters), or None."""
+    if not isinstance(instance, str) or not 1 <= len(instance) <= MAX_INSTANCE_LEN:
+        length = len(instance) if isinstance(instance, str) else instance
+        return f"must be 1 to {MAX_INSTANCE_LEN} characters (the pod name), found {length!r}"
+    return None
+
+
+def check_endpoint(endpoint):
+    """Why the daemon would refuse ``endpoint`` (1 to 256 characters), or None."""
+    if not isinstance(endpoint, str) or not 1 <= len(endpoint) <= MAX_ENDPOINT_LEN:
+        return f"must be 1 to {MAX_ENDPOINT_LEN} characters"
+    return None
+
+
+class ReportNotDelivered(Exception):
+    """The daemon could not be reached, answered 5xx or 429, or took too long:
+    the batch is kept and sent again, under the same sequence number."""
+
+
+class ReportRefused(Exception):
+    """The daemon refused a batch whole (a 4xx but 429): it was dropped."""
+
+    def __init__(self, status, body):
+        super().__init__(f"the stormguard daemon refused the report ({status}): {body}")
+        self.status = status
+        self.body = body
+
+
+@dataclasses.dataclass
+class ReporterStats:
+    """What the reporter has sent, for a service's own metrics or logs."""
+
+    batches_sent: int = 0
+    """Batches the daemon counted (or had counted already)."""
+    batches_dropped: int = 0
+    """Batches the daemon refused whole (4xx): dropped, not resent."""
+    reports_rejected: int = 0
+    """Reports within counted batches that the daemon refused."""
+    send_failures: int = 0
+    """Sends that failed and will be tried again (daemon unreachable, 5xx, 429, timeout)."""
+
+
+class _Service:
+    """One dependency: counts per endpoint, what to report its states from, calls in flight."""
+
+    def __init__(self):
+        # endpoint -> [[success, error, server_error], {retry: count}]
+        self.endpoints = {}
+        self.in_flight = 0
+        self.breaker = None
+        self.budget = None
+        self.denied_taken = 0
+
+
+class Reporter:
+    """Aggregates attempts and sends them to the daemon every ``interval``
+    seconds (once :meth:`start` ed); safe to share between threads."""
+
+    def __init__(self, daemon, instance, caller=None, interval=10.0, timeout=10.0,
+                 max_endpoints=100, max_services=100):
+        parsed = urllib.parse.urlsplit(daemon) if isinstance(daemon, str) else None
+        if parsed is None or parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ValueError(f"daemon: {daemon!r} is not an http(s) URL")
+        problem = check_instance(instance)
+        if problem:
+            raise ValueError(f"instance: {instance!r} {problem}")
+        if caller is not None:
+            problem = check_service_name(caller)
+            if problem:
+                raise ValueError(f"caller: {problem}")
+        for name, value in (("interval", interval), ("timeout", timeout)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"{name} must be above 0 seconds, not {value!r}")
+        for name, value in (("max_endpoints", max_endpoints), ("max_services", max_services)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a whole number above 0, not {value!r}")
+        self.daemon = daemon.rstrip("/")
+        self.instance = instance
+        self.caller = caller
+        self.interval = interval
+        self.timeout = timeout
+        self.max_endpoints = max_endpoints
+        self.max_services = max_services
+        self._services = {}
+        self._lock = threading.Lock()
+        # Held for a whole send: sends go one at a time, and _pending is theirs.
+        self._send_lock = threading.Lock()
+        self._pending = None
+        # A random start: a restarted process under the same name does not
+        # repeat the numbers of its previous run.
+        self._next_sequence = random.SystemRandom().getrandbits(63)
+        self._stats = ReporterStats()
+        self._warned = set()
+        self._stop = threading.Event()
+        self._thread = None
+
+    # --- counting -----------------------------------------------------------
+
+    def record(self, service, endpoint, retry, outcome):
+        """Counts one attempt at ``service``'s ``endpoint``; ``retry`` is 0 for
+        a first try; ``outcome`` is "success" (an answer but a 5xx), "error"
+        (no answer) or "server_error" (a 5xx). An endpoint past
+        ``max_endpoints``, or named as the daemon would refuse, counts as "other"."""
+        if outcome not in OUTCOMES:
+            raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}, not {outcome!r}")
+        if isinstance(retry, bool) or not isinstance(retry, int) or retry < 0:
+            raise ValueError(f"retry must be a whole number from 0 (the first try), not {retry!r}")
+        with self._lock:
+            counts = self._entry(service)
+            if counts is None:
+                return
+            fits = endpoint in counts.endpoints or len(counts.endpoints) < self.max_endpoints
+            key = endpoint if fits and check_endpoint(endpoint) is None else OTHER
+            tally = counts.endpoints.setdefault(key, [[0, 0, 0], {}])
+            tally[0][OUTCOMES.index(outcome)] += 1
+            if retry > 0:
+                tally[1][retry] = tally[1].get(retry, 0) + 1
+
+    @contextlib.contextmanager
+    def in_flight(self, service):
+        """Counts a call to ``service`` in flight for the ``with`` block."""
+        with self._lock:
+            counts = self._entry(service)
+            if counts is not None:
+                counts.in_flight += 1
+        try:
+            yield
+        finally:
+            if counts is not None:
+                with self._lock:
+                    counts.in_flight -= 1
+
+    def track(self, service, breaker=None, budget=None):
+        """Reports ``service``'s breaker state and the retries its budget
+        denied since the last report (the latest breaker and budget win)."""
+        with self._lock:
+            counts = self._entry(service)
+            if counts is None:
+                return
+            if budget is not counts.budget:
+                counts.denied_taken = 0
+            counts.breaker, counts.budget = breaker, budget
+
+    def _entry(self, service):
+        counts = self._services.get(service)
+        if counts is not None:
+            return counts
+        problem = check_service_name(service)
+        if problem is None and len(self._services) >= self.max_services:
+            problem = f"too many dependencies (max_services is {self.max_services})"
+        if problem is not None:
+            if service not in self._warned and len(self._warned) < _WARNED_LIMIT:
+                self._warned.add(service)
+                log.warning("stormguard reporter: not counting calls to %r: %s", service, problem)
+            return None
+        counts = self._services[service] = _Service()
+        return counts
+
+    # --- sending ------------------------------------------------------------
+
+    @property
+    def stats(self):
+        """What has been sent so far (a copy)."""
+        with self._lock:
+            return dataclasses.replace(self._stats)
+
+    def start(self):
+        """Starts sending every ``interval`` in a daemon thread; returns self."""
+        if self._thread is not None:
+            raise RuntimeError("this reporter was started already")
+        self._thread = threading.Thread(target=self._loop, name="stormguard-reporter", daemon=True)
+        self._thread.start()
+        return self
+
+    def flush(self):
+        """Sends the pending batch, if any, then the counts aggregated now,
+        and waits for the answers. Raises ReportNotDelivered (the batch is
+        kept and goes first next time) or ReportRefused (it was dropped)."""
+        with self._send_lock:
+            self._send()
+
+    def stop(self):
+        """Stops the periodic sends, then sends what is pending and what is
+        aggregated now (a failure is logged). A send that was under way is
+        not lost: its batch, if unanswered, is still pending and goes first."""
+        self._stop.set()
+        try:
+            self.flush()
+        except (ReportNotDelivered, ReportRefused) as error:
+            log.warning("stormguard reporter: the last report could not be sent: %s", error)
+        if self._thread is not None:
+            self._thread.join(timeout=self.timeout)
+
+    def _loop(self):
+        while not self._stop.wait(self.interval):
+            with self._send_lock:
+                # stop() sets the event before it takes the lock: once it has
+                # flushed, nothing is sent from here.
+                if self._stop.is_set():
+                    return
+                try:
+                    self._send()
+                except (ReportNotDelivered, ReportRefused) as error:
+                    log.warning("stormguard reporter: %s; counts are kept for the next report", error)
+                except Exception:  # noqa: BLE001 - the thread must live on
+                    log.exception("stormguard reporter: a send failed unexpectedly")
+
+    def _send(self):
+        """The pending batch, then (if there was one) the counts aggregated
+        now; stops at the first batch not delivered. Holds the send lock."""
+        resent = self._pending is not None
+        for _ in range(2 if resent else 1):
+            if self._pending is None:
+                # Taken and stored before the send: whatever happens to the
+                # send, the counts are in the pending batch.
+                self._pending = self._take()
+            if self._pending is None:
+                return
+            try:
+                self._deliver(*self._pending)
+            except ReportNotDelivered:
+                with self._lock:
+                    self._stats.send_failures += 1
+                raise
+            except ReportRefused:
+                self._pending = None
+                with self._lock:
+                    self._stats.batches_dropped += 1
+                raise
+            self._pending = None
+
+    def _take(self):
+        """The counts aggregated now as a numbered batch (sequence, body), or
+        None when no dependency has been counted."""
+        with self._lock:
+            if not self._services:
+                return None
+            reports = []
+            for name, counts in self._services.items():
+                endpoints, counts.endpoints = counts.endpoints, {}
+                report = {
+                    "service": name,
+                    "instance": self.instance,
+                    "endpoints": [
+                        {"endpoint": endpoint,
+                         "requests": dict(zip(OUTCOMES, outcomes)),
+                         "retries": {str(retry): n for retry, n in sorted(retries.items())}}
+                        for endpoint, (outcomes, retries) in endpoints.items()
+                    ],
+                    "inFlight": max(counts.in_flight, 0),
+                }
+                if self.caller is not None:
+                    report["caller"] = self.caller
+                if counts.breaker is not None:
+                    report["circuitState"] = str(counts.breaker.state)
+                if counts.budget is not None:
+                    denied = counts.budget.denied
+                    report["budget"] = {"retriesDenied": max(denied - counts.denied_taken, 0)}
+                    counts.denied_taken = denied
+                reports.append(report)
+            sequence = self._next_sequence
+            self._next_sequence += 1
+        batch = {"instance": self.instance, "sequence": sequence, "reports": reports}
+        return sequence, json.dumps(batch, separators=(",", ":")).encode()
+
+    def _deliver(self, sequence, body):
+        """One POST of a batch; returns once the daemon counted it (now or before)."""
+        request = urllib.request.Request(f"{self.daemon}/v1/reports", data=body, method="POST",
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as answer:
+                status = answer.status
+                text = _read(answer)
+        except urllib.error.HTTPError as error:
+            with error:
+                status = error.code
+                text = _read(error)
+        except (OSError, http.client.HTTPException) as error:
+            raise ReportNotDelivered(f"the stormguard daemon did not take the report: {error!r}") from error
+        if status >= 500 or status == 429:
+            raise ReportNotDelivered(f"the stormguard daemon did not take the report: it answered {status}")
+        if not 200 <= status < 300:
+            text = text.decode(errors="replace")
+            log.error("stormguard reporter: the daemon refused report batch %d (%d): %s; it is dropped",
+                      sequence, status, text)
+            raise ReportRefused(status, text)
+        try:
+            rejected = json.loads(text).get("rejected") or []
+        except (ValueError, AttributeError):
+            rejected = []
+        for each in rejected:
+            log.error("stormguard reporter: the daemon refused a report: %s", each)
+        with self._lock:
+            self._stats.batches_sent += 1
+            self._stats.reports_rejected += len(rejected) if isinstance(rejected, list) else 0
+
+
+def _read(answer):
+    """The body of an answer, or what of it came before the connection failed."""
+    try:
+        return answer.read()
+    except (OSError, http.client.HTTPException):
+        return b""

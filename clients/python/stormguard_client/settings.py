@@ -1,0 +1,111 @@
+"""Reading a policy as :class:`~stormguard_client.PolicyWatch` hands it out
+(its JSON, as the daemon serves it) into the pieces that act on it: the
+retry count, the delay law, ``retryOn``, the per-try timeout, the retry
+budget and the circuit breaker. A key the policy lacks is taken from the
+built-in defaults (``default_policy.json``); a value out of range raises
+ValueError naming its key.
+"""
+
+import math
+
+from .backoff import Backoff
+from .breaker import BreakerPolicy, CircuitBreaker, millis_to_nanos
+from .budget import RetryBudget
+from .policies import DEFAULT_POLICY
+from .retry_on import RetryOn
+
+MAX_RETRIES = 100
+
+
+def value(policy, key):
+    """``policy[key]``, or the built-in default's if the policy lacks it."""
+    return policy[key] if key in policy else DEFAULT_POLICY[key]
+
+
+def block(policy, key):
+    """A block (``budget``, ``circuitBreaker``, ...) of ``policy``, each key
+    it lacks filled in from the built-in default's block."""
+    given = policy.get(key)
+    if given is not None and not isinstance(given, dict):
+        raise ValueError(f"{key} must be an object, not {given!r}")
+    return {**DEFAULT_POLICY[key], **(given or {})}
+
+
+def max_retries(policy):
+    """The policy's ``maxRetries``: retries after the first try, 0 to 100."""
+    retries = value(policy, "maxRetries")
+    if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
+        raise ValueError(f"maxRetries must be a whole number from 0 to {MAX_RETRIES}, not {retries!r}")
+    return retries
+
+
+def backoff(policy):
+    """The policy's delay law (``initialDelayMs``, ``maxDelayMs``, ``multiplier``,
+    ``jitter``, ``jitterFactor``, ``delaysMs``) as a :class:`Backoff`."""
+    delays = value(policy, "delaysMs") or []
+    if not isinstance(delays, list):
+        raise ValueError(f"delaysMs must be a list of milliseconds, not {delays!r}")
+    multiplier = value(policy, "multiplier")
+    factor = value(policy, "jitterFactor")
+    for key, number in (("multiplier", multiplier), ("jitterFactor", factor)):
+        if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
+            raise ValueError(f"{key} must be a finite number, not {number!r}")
+    return Backoff(
+        initial_nanos=millis_to_nanos("initialDelayMs", value(policy, "initialDelayMs")),
+        max_nanos=millis_to_nanos("maxDelayMs", value(policy, "maxDelayMs")),
+        multiplier=float(multiplier),
+        jitter=value(policy, "jitter"),
+        jitter_factor=float(factor),
+        delays_nanos=tuple(millis_to_nanos(f"delaysMs[{i}]", d) for i, d in enumerate(delays)),
+    )
+
+
+def retry_on(policy):
+    """The policy's ``retryOn`` as a :class:`RetryOn`."""
+    return RetryOn(value(policy, "retryOn"))
+
+
+def per_try_timeout(policy):
+    """The policy's ``perTryTimeoutMs`` in seconds (a float), or None for no timeout."""
+    millis = value(policy, "perTryTimeoutMs")
+    if millis is None:
+        return None
+    nanos = millis_to_nanos("perTryTimeoutMs", millis)
+    if nanos == 0:
+        raise ValueError("perTryTimeoutMs must be above 0, or null for none")
+    return nanos / 1e9
+
+
+def budget(policy, now_ns=0):
+    """A :class:`RetryBudget` from the policy's ``budget`` block (``enabled``,
+    ``retryRatio``, ``minRetriesPerSecond``, ``ttlMs``), its clock starting at
+    ``now_ns``; None when the block is not enabled."""
+    settings = block(policy, "budget")
+    if settings["enabled"] is not True:
+        if settings["enabled"] is not False:
+            raise ValueError(f"budget.enabled must be true or false, not {settings['enabled']!r}")
+        return None
+    ratio, reserve = settings["retryRatio"], settings["minRetriesPerSecond"]
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 <= ratio <= 1000.0:
+        raise ValueError(f"budget.retryRatio must be 0 to 1000, found {ratio!r}")
+    if isinstance(reserve, bool) or not isinstance(reserve, int) or not 0 <= reserve <= 1_000_000:
+        raise ValueError(f"budget.minRetriesPerSecond must be a whole number from 0 to 1000000, found {reserve!r}")
+    ttl = millis_to_nanos("budget.ttlMs", settings["ttlMs"])
+    if not 10**9 <= ttl <= 60 * 10**9:
+        raise ValueError(f"budget.ttlMs must be 1000 to 60000, found {settings['ttlMs']!r}")
+    return RetryBudget(ratio, reserve, ttl, now_ns)
+
+
+def breaker_policy(policy):
+    """The policy's ``circuitBreaker`` block as a :class:`BreakerPolicy`."""
+    given = policy.get("circuitBreaker")
+    if given is not None and not isinstance(given, dict):
+        raise ValueError(f"circuitBreaker must be an object, not {given!r}")
+    return BreakerPolicy.from_json(given or {}, defaults=DEFAULT_POLICY["circuitBreaker"])
+
+
+def breaker(policy, now_ns=0):
+    """A :class:`CircuitBreaker` from the policy's ``circuitBreaker`` block,
+    its clock starting at ``now_ns``; None when the block is not enabled."""
+    settings = breaker_policy(policy)
+    return CircuitBreaker(settings, now_ns) if settings.enabled else None

@@ -1,0 +1,211 @@
+"""What the tests against the real daemon share: the daemon itself, free
+ports, waiting for a condition, reading a metric, and a loopback fault proxy."""
+
+import http.client
+import http.server
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+BINARY = pathlib.Path(os.environ.get("STORMGUARD_BINARY", ROOT / "target" / "debug" / "stormguard"))
+POLICY = "defaults:\n  maxRetries: 3\nservices:\n  payments:\n    maxRetries: {retries}\n"
+
+
+def free_port():
+    """A loopback port nothing listens on (now)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def eventually(check, within=10.0):
+    """Whether ``check()`` comes true within ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def metric(daemon_url, sample):
+    """The value of the Prometheus sample named exactly ``sample`` (name and
+    labels as the daemon prints them) at ``daemon_url``/metrics, or None."""
+    with urllib.request.urlopen(f"{daemon_url}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        name, _, value = line.rpartition(" ")
+        if name == sample:
+            return float(value)
+    return None
+
+
+def requests_sample(endpoint, service, status):
+    """The ``http_client_requests_total`` sample of one endpoint and outcome."""
+    return f'http_client_requests_total{{endpoint="{endpoint}",service="{service}",status="{status}"}}'
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    """Starts ``stormguard serve`` (``--shutdown-delay 2s``) on a port:
+    ``start(port=None, retries=2, policy=None, args=())`` returns (url,
+    policy file, process). The policy file is written once per test (from
+    ``policy``, else payments at ``retries``), so a restart serves the same."""
+    if not BINARY.exists():
+        pytest.fail(f"{BINARY} is missing: build it with cargo build (or set STORMGUARD_BINARY)")
+    started = []
+
+    def start(port=None, retries=2, policy=None, args=()):
+        port = port or free_port()
+        path = tmp_path / "policy.yaml"
+        if not path.exists():
+            path.write_text(policy if policy is not None else POLICY.format(retries=retries))
+        process = subprocess.Popen(
+            [str(BINARY), "serve", "--policy", str(path), "--listen", f"127.0.0.1:{port}",
+             "--shutdown-delay", "2s", *args],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        started.append(process)
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                return url, path, process
+            except OSError:
+                if process.poll() is not None:
+                    pytest.fail(f"the daemon exited with {process.returncode}")
+                time.sleep(0.05)
+        pytest.fail("the daemon did not start")
+
+    yield start
+    for process in started:
+        process.kill()
+        process.wait()
+
+
+class FaultProxy:
+    """A loopback HTTP proxy in front of the daemon that forwards everything
+    but what it is told to break:
+
+    - ``corrupt_policies``: policy requests are answered 200 with a body that
+      is not JSON (also the answer of one forwarded before it was set);
+    - ``lose_policy_answers = N``: the next N policy answers are lost: the
+      request went to the daemon, the connection is closed unanswered;
+    - ``lose_report_batch = N``: the same for the Nth report batch (from 1).
+
+    ``report_batches`` holds the body of every report batch, in order;
+    ``lost`` counts the answers lost and ``corrupted`` the bad answers sent."""
+
+    def __init__(self, upstream):
+        self.upstream = upstream
+        self.corrupt_policies = False
+        self.lose_policy_answers = 0
+        self.lose_report_batch = None
+        self.report_batches = []
+        self.lost = 0
+        self.corrupted = 0
+        self._lock = threading.Lock()
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                proxy._handle(self)
+
+            def do_POST(self):
+                proxy._handle(self)
+
+            def log_message(self, *args):
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self._server.server_port}"
+
+    def close(self):
+        """Stops listening."""
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _handle(self, handler):
+        body = handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
+        policies = handler.path.startswith("/v1/policies")
+        reports = handler.path.startswith("/v1/reports") and handler.command == "POST"
+        if policies and self.corrupt_policies:
+            return self._corrupt(handler)
+        number = None
+        if reports:
+            with self._lock:
+                self.report_batches.append(body)
+                number = len(self.report_batches)
+        status, headers, answer = self._forward(handler, body)
+        with self._lock:
+            lose = (policies and self.lose_policy_answers > 0) or (reports and number == self.lose_report_batch)
+            if policies and lose:
+                self.lose_policy_answers -= 1
+            if lose:
+                self.lost += 1
+        if lose:
+            handler.close_connection = True
+            handler.connection.shutdown(socket.SHUT_RDWR)
+            return None
+        if policies and self.corrupt_policies:
+            return self._corrupt(handler)
+        return _answer(handler, status, headers, answer)
+
+    def _corrupt(self, handler):
+        with self._lock:
+            self.corrupted += 1
+        _answer(handler, 200, [("Content-Type", "application/json")], b"this is not JSON {")
+
+    def _forward(self, handler, body):
+        host, port = self.upstream.split("://", 1)[1].split(":")
+        connection = http.client.HTTPConnection(host, int(port), timeout=120)
+        try:
+            headers = {k: v for k, v in handler.headers.items() if k.lower() not in ("connection", "keep-alive")}
+            connection.request(handler.command, handler.path, body=body or None, headers=headers)
+            with connection.getresponse() as response:
+                return response.status, response.getheaders(), response.read()
+        finally:
+            connection.close()
+
+
+def _answer(handler, status, headers, body):
+    handler.send_response(status)
+    for name, value in headers:
+        if name.lower() not in ("connection", "keep-alive", "transfer-encoding", "content-length", "date", "server"):
+            handler.send_header(name, value)
+    if status not in (204, 304):
+        handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    if status not in (204, 304):
+        handler.wfile.write(body)
+
+
+@pytest.fixture
+def fault_proxy():
+    """``make(upstream_url)`` starts a FaultProxy; all are closed after the test."""
+    made = []
+
+    def make(upstream):
+        proxy = FaultProxy(upstream)
+        made.append(proxy)
+        return proxy
+
+    yield make
+    for proxy in made:
+        proxy.close()
+
+
+def batch(body):
+    """A report batch's body, read."""
+    return json.loads(body)

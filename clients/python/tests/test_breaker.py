@@ -1,0 +1,127 @@
+"""The Python circuit breaker against stormguard-core's, op by op."""
+
+import json
+import pathlib
+import threading
+
+import pytest
+
+from stormguard_client.breaker import (BreakerPolicy, CallNotPermitted, CircuitBreaker, CircuitState,
+                                       millis_to_nanos)
+
+VECTORS = pathlib.Path(__file__).resolve().parents[2] / "vectors" / "breaker.json"
+SCENARIOS = json.loads(VECTORS.read_text())["scenarios"]
+
+
+def _id(scenario):
+    window = scenario["policy"]["slidingWindow"]
+    return f"{window['type']}-{window.get('calls', window.get('durationMs'))}-{scenario['policy']['consecutiveFailures']}"
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=_id)
+def test_every_verdict_is_cores(scenario):
+    breaker = CircuitBreaker(BreakerPolicy.from_json(scenario["policy"]), now_ns=0)
+    permits = {}
+    for i, op in enumerate(scenario["ops"]):
+        where = f"op {i} {op}"
+        if op[0] == "acquire":
+            _, now, verdict, state = op
+            if verdict[0] == "permit":
+                permit = breaker.acquire(now)
+                assert permit.trial == verdict[2], where
+                permits[verdict[1]] = permit
+            else:
+                with pytest.raises(CallNotPermitted) as refused:
+                    breaker.acquire(now)
+                assert (refused.value.state, refused.value.retry_in_ns) == (verdict[0], verdict[1]), where
+        elif op[0] == "record":
+            _, now, permit, outcome, state = op
+            assert outcome in ("success", "failure"), where
+            permits.pop(permit).record(outcome == "failure", now)
+        elif op[0] == "cancel":
+            _, now, permit, state = op
+            permits.pop(permit).cancel()
+        else:
+            pytest.fail(f"unknown op {op[0]!r}")
+        assert breaker.state == state, where
+
+
+def test_the_scenarios_visit_every_state_and_verdict():
+    states = {op[-1] for s in SCENARIOS for op in s["ops"]}
+    assert states == {"closed", "open", "half-open"}
+    refusals = {op[2][0] for s in SCENARIOS for op in s["ops"] if op[0] == "acquire"}
+    assert refusals == {"permit", "open", "half-open"}
+    assert {op[0] for s in SCENARIOS for op in s["ops"]} == {"acquire", "record", "cancel"}
+    assert {s["policy"]["slidingWindow"]["type"] for s in SCENARIOS} == {"count", "time"}
+
+
+def test_states_have_names_and_metric_numbers():
+    assert [(str(s), s.metric) for s in CircuitState] == [("closed", 0), ("half-open", 1), ("open", 2)]
+
+
+def test_milliseconds_round_as_rusts_duration_does():
+    assert millis_to_nanos("k", 1000) == 1_000_000_000
+    assert millis_to_nanos("k", 0.5) == 500_000
+    assert millis_to_nanos("k", 0.999e-6) == 1, "rounded, not truncated (Rust's own doc example)"
+    assert millis_to_nanos("k", 0.1) == 100_000
+    with pytest.raises(ValueError, match="k must be"):
+        millis_to_nanos("k", -1)
+    with pytest.raises(ValueError, match="k must be"):
+        millis_to_nanos("k", float("nan"))
+
+
+def test_a_bad_setting_is_refused_naming_it():
+    block = {"enabled": True, "consecutiveFailures": 3, "failureRateThreshold": 0.5, "slowCallRateThreshold": 1.0,
+             "slowCallDurationMs": 100, "minimumCalls": 5, "slidingWindow": {"type": "count", "calls": 10},
+             "openTimeoutMs": 1000, "halfOpenMaxCalls": 2, "successThreshold": 2}
+    CircuitBreaker(BreakerPolicy.from_json(block))
+    for key, value in [("failureRateThreshold", 0.0), ("halfOpenMaxCalls", 0), ("openTimeoutMs", 0.5),
+                       ("minimumCalls", 10_001), ("slidingWindow", {"type": "time", "durationMs": 999})]:
+        with pytest.raises(ValueError, match=f"circuitBreaker.{key}"):
+            CircuitBreaker(BreakerPolicy.from_json(dict(block, **{key: value})))
+    with pytest.raises(ValueError, match="circuitBreaker.successThreshold is missing"):
+        BreakerPolicy.from_json({k: v for k, v in block.items() if k != "successThreshold"})
+    with pytest.raises(ValueError, match="circuitBreaker.minimumCalls must be a whole number"):
+        BreakerPolicy.from_json(dict(block, minimumCalls=5.5))
+
+
+def test_a_permit_from_before_a_transition_counts_for_nothing_and_threads_share_it():
+    ms = 1_000_000
+    policy = BreakerPolicy(enabled=True, consecutive_failures=2, open_timeout_ns=1000 * ms,
+                           half_open_max_calls=1, success_threshold=1)
+    breaker = CircuitBreaker(policy)
+    stale = breaker.acquire(0)
+    for _ in range(2):
+        breaker.acquire(1 * ms).record(True, 2 * ms)
+    assert breaker.state == "open"
+    stale.record(False, 3 * ms)
+    assert breaker.state == "open", "a call from the closed state cannot close it"
+    with pytest.raises(CallNotPermitted) as refused:
+        breaker.acquire(500 * ms)
+    assert refused.value.retry_in_ns == 502 * ms
+    trial = breaker.acquire(1002 * ms)
+    assert trial.trial and breaker.state == "half-open"
+    with pytest.raises(CallNotPermitted) as full:
+        breaker.acquire(1003 * ms)
+    assert (full.value.state, full.value.retry_in_ns) == ("half-open", 0)
+    trial.cancel()
+    breaker.acquire(1004 * ms).record(False, 1005 * ms)
+    assert breaker.state == "closed"
+    with pytest.raises(RuntimeError):
+        trial.record(False, 1006 * ms)
+
+    errors = []
+
+    def hammer():
+        try:
+            for i in range(2000):
+                breaker.acquire(2000 * ms + i).record(False, 2000 * ms + i)
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=hammer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and breaker.state == "closed"

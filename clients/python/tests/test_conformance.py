@@ -1,0 +1,199 @@
+"""clients/conformance.json's scenarios, each as the file says it, against
+the real daemon (through a fault proxy where the scenario has one)."""
+
+import json
+import signal
+import time
+
+import pytest
+
+from conftest import ROOT, POLICY, batch, eventually, free_port, metric, requests_sample
+from stormguard_client import PolicyWatch, Reporter, ReportNotDelivered, ReportRefused
+
+SCENARIOS = json.loads((ROOT / "clients" / "conformance.json").read_text())["scenarios"]
+IDS = [s["id"] for s in SCENARIOS]
+CHARGE = requests_sample("/charge", "payments", "success")
+QUICK = {"min_poll_interval": 0.05, "retry_initial": 0.05, "retry_max": 0.2}
+
+
+def holds(check, seconds):
+    """Whether ``check()`` stays true for ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not check():
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def start_with_the_daemon_down(daemon, tmp_path, fault_proxy):
+    port = free_port()
+    watch = PolicyWatch(f"http://127.0.0.1:{port}", ["payments"], startup_wait=0.3, **QUICK)
+    began = time.monotonic()
+    assert watch.start() == "defaults"
+    assert time.monotonic() - began < 0.8, "ready within about its start-up wait"
+    assert watch.source == "defaults" and watch.policy("payments")["maxRetries"] == 3
+    daemon(port=port, retries=5)
+    assert eventually(lambda: watch.source == "daemon" and watch.policy("payments")["maxRetries"] == 5)
+    watch.stop()
+
+
+def start_from_the_cache(daemon, tmp_path, fault_proxy):
+    port = free_port()
+    cache = tmp_path / "cache.json"
+    url, _, process = daemon(port=port, retries=5)
+    first = PolicyWatch(url, ["payments"], cache=cache)
+    assert first.start() == "daemon" and first.policy("payments")["maxRetries"] == 5
+    first.stop()
+    assert cache.exists(), "the cache file was written"
+    process.kill()
+    process.wait()
+    second = PolicyWatch(url, ["payments"], cache=cache, startup_wait=0.3, **QUICK)
+    assert second.start() == "cache"
+    assert second.source == "cache" and second.policy("payments")["maxRetries"] == 5
+    daemon(port=port)
+    assert eventually(lambda: second.source == "daemon")
+    assert second.policy("payments")["maxRetries"] == 5
+    second.stop()
+
+
+def watch_a_change(daemon, tmp_path, fault_proxy):
+    url, policy, _ = daemon(retries=2)
+    # No poll but the long-poll open at the edit can bring it within 10 s.
+    watch = PolicyWatch(url, ["payments", "search"], watch_wait=8, min_poll_interval=60)
+    assert watch.start() == "daemon"
+    assert watch.policy("payments")["maxRetries"] == 2
+    assert watch.policy("search")["maxRetries"] == 3, "not in the file: the defaults block"
+    time.sleep(0.2)  # the long-poll is open
+    policy.write_text(POLICY.format(retries=7))
+    assert eventually(lambda: watch.policy("payments")["maxRetries"] == 7, within=5)
+    watch.stop()
+
+
+def a_bad_answer(daemon, tmp_path, fault_proxy):
+    url, policy, _ = daemon(retries=2)
+    proxy = fault_proxy(url)
+    watch = PolicyWatch(proxy.url, ["payments"], watch_wait=5, **QUICK)
+    assert watch.start() == "daemon" and watch.policy("payments")["maxRetries"] == 2
+    proxy.corrupt_policies = True
+    policy.write_text(POLICY.format(retries=7))
+    assert holds(lambda: watch.policy("payments")["maxRetries"] == 2 and watch.source == "daemon", 1.0)
+    proxy.corrupt_policies = False
+    assert proxy.corrupted >= 2, "the client asked, and was answered badly"
+    assert eventually(lambda: watch.policy("payments")["maxRetries"] == 7)
+    watch.stop()
+
+
+def a_lost_answer(daemon, tmp_path, fault_proxy):
+    url, policy, _ = daemon(retries=2)
+    proxy = fault_proxy(url)
+    watch = PolicyWatch(proxy.url, ["payments"], watch_wait=5, **QUICK)
+    assert watch.start() == "daemon" and watch.policy("payments")["maxRetries"] == 2
+    proxy.lose_policy_answers = 2
+    policy.write_text(POLICY.format(retries=7))
+    assert eventually(lambda: proxy.lost == 2 or watch.policy("payments")["maxRetries"] != 2)
+    assert proxy.lost == 2 and watch.policy("payments")["maxRetries"] == 2, "kept while the answers were lost"
+    assert eventually(lambda: watch.policy("payments")["maxRetries"] == 7), "asked again"
+    watch.stop()
+
+
+def a_draining_daemon(daemon, tmp_path, fault_proxy):
+    url, _, process = daemon(retries=4)
+    watch = PolicyWatch(url, ["payments"], watch_wait=5, **QUICK)
+    assert watch.start() == "daemon"
+    process.send_signal(signal.SIGTERM)
+    assert holds(lambda: watch.policy("payments")["maxRetries"] == 4 and watch.source != "defaults", 1.0)
+    watch.stop()
+
+
+def a_report_answer_lost(daemon, tmp_path, fault_proxy):
+    url, _, _ = daemon()
+    proxy = fault_proxy(url)
+    proxy.lose_report_batch = 1
+    reporter = Reporter(proxy.url, "pod-1", interval=3600, timeout=5)
+    for _ in range(5):
+        reporter.record("payments", "/charge", 0, "success")
+    with pytest.raises(ReportNotDelivered):
+        reporter.flush()
+    reporter.record("payments", "/charge", 0, "success")
+    reporter.flush()
+    sent = proxy.report_batches
+    assert len(sent) == 3 and proxy.lost == 1
+    assert sent[0] == sent[1], "the same batch, byte for byte"
+    assert batch(sent[2])["sequence"] == batch(sent[0])["sequence"] + 1, "then the new counts"
+    assert metric(url, CHARGE) == 6
+    assert metric(url, 'stormguard_reports_total{result="duplicate"}') == 1
+    assert reporter.stats.send_failures == 1 and reporter.stats.batches_sent == 2
+
+
+def a_refused_report(daemon, tmp_path, fault_proxy):
+    url, _, _ = daemon(args=("--max-body-bytes", "1024"))
+    proxy = fault_proxy(url)
+    reporter = Reporter(proxy.url, "pod-1", interval=3600, timeout=5)
+    for i in range(40):
+        reporter.record("payments", f"/endpoint-{i}", 0, "success")
+    with pytest.raises(ReportRefused, match="413") as refused:
+        reporter.flush()
+    assert refused.value.status == 413 and "1024" in refused.value.body, "names the status and the daemon's body"
+    assert reporter.stats.batches_dropped == 1
+    reporter.record("payments", "/charge", 0, "success")
+    reporter.flush()
+    assert len(proxy.report_batches) == 2, "the refused batch was not resent"
+    assert [e["endpoint"] for e in batch(proxy.report_batches[1])["reports"][0]["endpoints"]] == ["/charge"]
+    assert metric(url, CHARGE) == 1
+    assert metric(url, requests_sample("/endpoint-0", "payments", "success")) is None
+
+
+def reports_while_the_daemon_is_down(daemon, tmp_path, fault_proxy):
+    port = free_port()
+    reporter = Reporter(f"http://127.0.0.1:{port}", "pod-1", interval=3600, timeout=2)
+    for _ in range(3):
+        reporter.record("payments", "/charge", 0, "success")
+    with pytest.raises(ReportNotDelivered):
+        reporter.flush()
+    url, _, _ = daemon(port=port)
+    reporter.flush()
+    assert metric(url, CHARGE) == 3
+    reporter.flush()
+    assert metric(url, CHARGE) == 3, "once"
+
+
+def shutdown_sends_the_last_counts(daemon, tmp_path, fault_proxy):
+    url, _, _ = daemon()
+    proxy = fault_proxy(url)
+    reporter = Reporter(proxy.url, "pod-1", interval=3600, timeout=5).start()
+    for _ in range(4):
+        reporter.record("payments", "/charge", 0, "success")
+    reporter.stop()
+    assert metric(url, CHARGE) == 4, "by the time shutdown returns"
+    sent = len(proxy.report_batches)
+    reporter.record("payments", "/charge", 0, "success")
+    time.sleep(0.5)
+    assert len(proxy.report_batches) == sent and metric(url, CHARGE) == 4, "nothing is sent after"
+    assert not reporter._thread.is_alive()
+
+
+IMPLEMENTATIONS = {
+    "start-with-the-daemon-down": start_with_the_daemon_down,
+    "start-from-the-cache": start_from_the_cache,
+    "watch-a-change": watch_a_change,
+    "a-bad-answer": a_bad_answer,
+    "a-lost-answer": a_lost_answer,
+    "a-draining-daemon": a_draining_daemon,
+    "a-report-answer-lost": a_report_answer_lost,
+    "a-refused-report": a_refused_report,
+    "reports-while-the-daemon-is-down": reports_while_the_daemon_is_down,
+    "shutdown-sends-the-last-counts": shutdown_sends_the_last_counts,
+}
+
+
+@pytest.mark.parametrize("scenario", IDS)
+def test_scenario(scenario, daemon, tmp_path, fault_proxy):
+    if scenario not in IMPLEMENTATIONS:
+        pytest.fail(f"conformance scenario {scenario!r} has no Python implementation")
+    IMPLEMENTATIONS[scenario](daemon, tmp_path, fault_proxy)
+
+
+def test_every_implementation_is_a_scenario_of_the_file():
+    assert len(IDS) == len(set(IDS)), "scenario ids are unique"
+    assert sorted(set(IMPLEMENTATIONS) - set(IDS)) == [], "implemented, but not in conformance.json"

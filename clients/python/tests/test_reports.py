@@ -1,0 +1,220 @@
+"""The Python reporter without the daemon: what it counts, how it numbers
+batches, and what it does with each kind of answer (from a stand-in)."""
+
+import http.server
+import json
+import logging
+import socket
+import threading
+import time
+
+import pytest
+
+from conftest import eventually, free_port
+from stormguard_client import (BreakerPolicy, CircuitBreaker, Reporter, ReportNotDelivered, ReportRefused,
+                               RetryBudget)
+
+
+def reporter(**settings):
+    return Reporter("http://127.0.0.1:9", "pod-1", **{"interval": 3600, **settings})
+
+
+def taken(r):
+    """The next batch, as the daemon would read it."""
+    return json.loads(r._take()[1])
+
+
+def test_a_bad_setting_is_refused_naming_it():
+    for settings, name in [({"daemon": "stormguard:8080"}, "daemon"), ({"daemon": "http://"}, "daemon"),
+                           ({"instance": ""}, "instance"), ({"instance": "x" * 254}, "instance"),
+                           ({"caller": "Checkout"}, "caller"), ({"interval": 0}, "interval"),
+                           ({"timeout": -1}, "timeout"), ({"max_endpoints": 0}, "max_endpoints"),
+                           ({"max_services": 1.5}, "max_services")]:
+        with pytest.raises(ValueError, match=name):
+            Reporter(**{"daemon": "http://127.0.0.1:9", "instance": "pod-1", **settings})
+    Reporter("https://stormguard.example/", "é" * 253, caller="checkout")
+    r = reporter()
+    with pytest.raises(ValueError, match="outcome"):
+        r.record("payments", "/charge", 0, "timeout")
+    with pytest.raises(ValueError, match="retry"):
+        r.record("payments", "/charge", -1, "success")
+
+
+def test_endpoints_past_the_cap_count_as_other_and_services_past_theirs_are_not_kept(caplog):
+    r = reporter(max_endpoints=2, max_services=1)
+    for endpoint in ["/a", "/b", "/c", "/d", "", "x" * 257]:
+        r.record("svc", endpoint, 0, "success")
+    r.record("svc", "/a", 2, "error")
+    r.record("svc", "/b", 1, "server_error")
+    with caplog.at_level(logging.WARNING, logger="stormguard_client.reports"):
+        r.record("another", "/a", 0, "success")
+        r.record("Bad_Name", "/a", 0, "success")
+    reports = taken(r)["reports"]
+    assert [report["service"] for report in reports] == ["svc"], "the second dependency is over the cap"
+    endpoints = {e["endpoint"]: e for e in reports[0]["endpoints"]}
+    assert endpoints["other"]["requests"] == {"success": 4, "error": 0, "server_error": 0}, \
+        "two past the cap, one empty name, one too long"
+    assert endpoints["/a"]["requests"] == {"success": 1, "error": 1, "server_error": 0}
+    assert endpoints["/a"]["retries"] == {"2": 1} and endpoints["/b"]["retries"] == {"1": 1}
+    assert "another" in caplog.text and "too many dependencies" in caplog.text
+    assert "Bad_Name" in caplog.text and "DNS-1123" in caplog.text
+
+
+def test_each_batch_has_the_next_number_and_taken_means_gone():
+    r = reporter(caller="checkout")
+    assert r._take() is None, "nothing counted, nothing to send"
+    r.record("svc", "/a", 1, "server_error")
+    first, second = taken(r), taken(r)
+    assert 0 <= first["sequence"] < 2**63
+    assert second["sequence"] == first["sequence"] + 1
+    assert first["instance"] == "pod-1" and first["reports"][0]["instance"] == "pod-1"
+    assert first["reports"][0]["caller"] == "checkout"
+    assert first["reports"][0]["endpoints"][0]["requests"]["server_error"] == 1
+    assert second["reports"][0]["endpoints"] == []
+    assert reporter()._next_sequence != reporter()._next_sequence, "a random start per run"
+
+
+def test_in_flight_counts_within_the_block():
+    r = reporter()
+    with r.in_flight("svc"):
+        with r.in_flight("svc"):
+            pass
+        assert taken(r)["reports"][0]["inFlight"] == 1
+    assert taken(r)["reports"][0]["inFlight"] == 0
+    with r.in_flight("Not-Valid"):
+        pass
+
+
+def test_track_reports_the_breaker_state_and_the_retries_denied_since_the_last_report():
+    r = reporter()
+    breaker = CircuitBreaker(BreakerPolicy(enabled=True, consecutive_failures=1))
+    budget = RetryBudget(0.0, 0, 10**9)
+    r.track("svc", breaker, budget)
+    budget.try_retry(0)
+    budget.try_retry(0)
+    report = taken(r)["reports"][0]
+    assert report["circuitState"] == "closed" and report["budget"] == {"retriesDenied": 2}
+    breaker.acquire(0).record(True, 1)
+    budget.try_retry(0)
+    report = taken(r)["reports"][0]
+    assert report["circuitState"] == "open" and report["budget"] == {"retriesDenied": 1}
+    fresh = RetryBudget(0.0, 0, 10**9)
+    fresh.try_retry(0)
+    r.track("svc", breaker, fresh)
+    assert taken(r)["reports"][0]["budget"] == {"retriesDenied": 1}, "a new budget counts from its own 0"
+
+
+class StandIn:
+    """A stand-in daemon that answers report batches as ``plan`` says: a
+    status, "drop" (close unanswered), or (seconds, status) to answer
+    late; the last step repeats."""
+
+    def __init__(self, plan):
+        self.plan = list(plan)
+        self.bodies = []
+        stand_in = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                stand_in.bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
+                step = stand_in.plan.pop(0) if len(stand_in.plan) > 1 else stand_in.plan[0]
+                if isinstance(step, tuple):
+                    time.sleep(step[0])
+                    step = step[1]
+                if step == "drop":
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                body = b'{"accepted":1,"rejected":[]}' if step < 300 else b"no such thing"
+                self.send_response(step)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def stand_in():
+    made = []
+
+    def make(plan):
+        made.append(StandIn(plan))
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.close()
+
+
+@pytest.mark.parametrize("failure", [503, 429, "drop"])
+def test_an_unanswered_batch_is_sent_again_unchanged_then_the_new_counts(stand_in, failure):
+    server = stand_in([failure, 200])
+    r = Reporter(server.url, "pod-1", interval=3600, timeout=2)
+    r.record("svc", "/a", 0, "success")
+    with pytest.raises(ReportNotDelivered):
+        r.flush()
+    r.record("svc", "/a", 0, "error")
+    r.flush()
+    first, again, new = server.bodies
+    assert first == again
+    assert json.loads(new)["sequence"] == json.loads(first)["sequence"] + 1
+    assert json.loads(new)["reports"][0]["endpoints"][0]["requests"]["error"] == 1
+    assert (r.stats.send_failures, r.stats.batches_sent, r.stats.batches_dropped) == (1, 2, 0)
+
+
+def test_a_refused_batch_is_dropped_named_and_never_resent(stand_in):
+    server = stand_in([400, 200])
+    r = Reporter(server.url, "pod-1", interval=3600, timeout=2)
+    r.record("svc", "/a", 0, "success")
+    with pytest.raises(ReportRefused, match="400.*no such thing") as refused:
+        r.flush()
+    assert (refused.value.status, refused.value.body) == (400, "no such thing")
+    r.flush()
+    assert len(server.bodies) == 2 and server.bodies[0] != server.bodies[1]
+    assert json.loads(server.bodies[1])["reports"][0]["endpoints"] == []
+    assert (r.stats.batches_dropped, r.stats.batches_sent) == (1, 1)
+
+
+def test_with_nothing_listening_the_batch_is_kept():
+    r = Reporter(f"http://127.0.0.1:{free_port()}", "pod-1", interval=3600, timeout=1)
+    r.record("svc", "/a", 0, "success")
+    for _ in range(2):
+        with pytest.raises(ReportNotDelivered):
+            r.flush()
+    assert r.stats.send_failures == 2 and r._pending is not None
+
+
+def test_the_thread_sends_every_interval_and_stop_sends_what_it_could_not(stand_in):
+    server = stand_in([503, 503, 200])
+    r = Reporter(server.url, "pod-1", interval=0.05, timeout=2).start()
+    r.record("svc", "/a", 0, "success")
+    assert eventually(lambda: len(server.bodies) >= 2), "sent by the thread"
+    r.stop()
+    assert not r._thread.is_alive() and r._pending is None
+    sequences = [json.loads(b)["sequence"] for b in server.bodies]
+    assert sequences[0] == sequences[1], "sent again under its number"
+    total = sum(e["requests"]["success"] for b in server.bodies[2:] for rep in json.loads(b)["reports"]
+                for e in rep["endpoints"])
+    assert total == 1, "the count went, once it was answered"
+    with pytest.raises(RuntimeError):
+        r.start()
+
+
+def test_a_send_under_way_at_stop_is_not_lost(stand_in):
+    server = stand_in([(0.5, 503), 200])
+    r = Reporter(server.url, "pod-1", interval=0.05, timeout=2).start()
+    r.record("svc", "/a", 0, "success")
+    assert eventually(lambda: len(server.bodies) == 1), "the thread's send is under way"
+    r.stop()
+    assert server.bodies[1] == server.bodies[0], "stop sent it again, unchanged"
+    assert r._pending is None and r.stats.batches_sent >= 1 and r.stats.send_failures == 1
