@@ -1,48 +1,30 @@
 package conformance
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
-	"time"
+
+	"github.com/stormguard/stormguard/clients/go/internal/daemontest"
+)
+
+// The daemon helpers, shared with the other packages' tests.
+var (
+	freePort   = daemontest.FreePort
+	serve      = daemontest.Serve
+	eventually = daemontest.Eventually
+	metric     = daemontest.Metric
 )
 
 // policyText is the scenarios' policy file: defaults {maxRetries: 3},
 // payments at maxRetries %d.
 const policyText = "defaults:\n  maxRetries: 3\nservices:\n  payments:\n    maxRetries: %d\n"
-
-// binary is the daemon to test against: $STORMGUARD_BINARY, else the
-// workspace's debug build. Missing, the test fails.
-func binary(t *testing.T) string {
-	path := os.Getenv("STORMGUARD_BINARY")
-	if path == "" {
-		path = "../../../target/debug/stormguard"
-	}
-	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("%s is missing: build it with cargo build (or set STORMGUARD_BINARY)", path)
-	}
-	return path
-}
-
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 // writePolicy writes the scenarios' policy file with payments at retries.
 func writePolicy(t *testing.T, file string, retries int) {
@@ -57,62 +39,6 @@ func policyFile(t *testing.T, retries int) string {
 	file := filepath.Join(t.TempDir(), "policy.yaml")
 	writePolicy(t, file, retries)
 	return file
-}
-
-// serve starts the daemon on port with policyFile and extra flags, waits
-// until it listens, and stops it with the test.
-func serve(t *testing.T, port int, policyFile string, extra ...string) *exec.Cmd {
-	args := append([]string{"serve", "--policy", policyFile, "--listen", fmt.Sprintf("127.0.0.1:%d", port)}, extra...)
-	cmd := exec.Command(binary(t), args...)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	for i := 0; i < 100; i++ {
-		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
-			c.Close()
-			return cmd
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatal("the daemon did not start")
-	return nil
-}
-
-// eventually says whether check holds within 10 s.
-func eventually(check func() bool) bool {
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if check() {
-			return true
-		}
-	}
-	return false
-}
-
-// metric is the value of the sample exactly so named and labelled, in the
-// daemon's label order (endpoint, service, status), or -1 if it has none.
-func metric(t *testing.T, daemon, sample string) float64 {
-	t.Helper()
-	answer, err := http.Get(daemon + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer answer.Body.Close()
-	lines := bufio.NewScanner(answer.Body)
-	lines.Buffer(nil, 1<<20)
-	for lines.Scan() {
-		if line := lines.Text(); strings.HasPrefix(line, sample+" ") {
-			v, err := strconv.ParseFloat(strings.TrimPrefix(line, sample+" "), 64)
-			if err != nil {
-				t.Fatalf("%s: %v", line, err)
-			}
-			return v
-		}
-	}
-	if err := lines.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return -1
 }
 
 // requests is the sample http_client_requests_total for payments' endpoint

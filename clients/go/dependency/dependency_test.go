@@ -1,7 +1,6 @@
 package dependency
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -9,86 +8,28 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stormguard/stormguard/clients/go/breaker"
+	"github.com/stormguard/stormguard/clients/go/internal/daemontest"
 	"github.com/stormguard/stormguard/clients/go/policy"
 	"github.com/stormguard/stormguard/clients/go/report"
 )
 
-// The daemon helpers below are a small copy of the conformance package's
-// (test files cannot be shared across packages).
-
-func binary(t *testing.T) string {
-	path := os.Getenv("STORMGUARD_BINARY")
-	if path == "" {
-		path = "../../../target/debug/stormguard"
-	}
-	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("%s is missing: build it with cargo build (or set STORMGUARD_BINARY)", path)
-	}
-	return path
-}
-
+// serve starts the daemon on a free port with policyFile; its base URL.
 func serve(t *testing.T, policyFile string) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	address := l.Addr().String()
-	l.Close()
-	cmd := exec.Command(binary(t), "serve", "--policy", policyFile, "--listen", address)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	for i := 0; i < 100; i++ {
-		if c, err := net.Dial("tcp", address); err == nil {
-			c.Close()
-			return "http://" + address
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatal("the daemon did not start")
-	return ""
+	port := daemontest.FreePort(t)
+	daemontest.Serve(t, port, policyFile)
+	return fmt.Sprintf("http://127.0.0.1:%d", port)
 }
 
-func eventually(check func() bool) bool {
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if check() {
-			return true
-		}
-	}
-	return false
-}
-
-// metric is the value of the sample exactly so named and labelled (labels
-// in the order the daemon prints them), or -1 if there is none.
-func metric(t *testing.T, daemon, sample string) float64 {
-	t.Helper()
-	answer, err := http.Get(daemon + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer answer.Body.Close()
-	lines := bufio.NewScanner(answer.Body)
-	for lines.Scan() {
-		if line := lines.Text(); strings.HasPrefix(line, sample+" ") {
-			v, err := strconv.ParseFloat(strings.TrimPrefix(line, sample+" "), 64)
-			if err != nil {
-				t.Fatalf("%s: %v", lines.Text(), err)
-			}
-			return v
-		}
-	}
-	return -1
-}
+var (
+	eventually = daemontest.Eventually
+	metric     = daemontest.Metric
+)
 
 const policyText = `defaults:
   maxRetries: 3
