@@ -114,7 +114,7 @@ async fn without_a_valid_token_nobody_moves_the_fleets_pacing_or_its_counts() {
     assert!(!before.is_empty());
 
     let mut expired = claims("shop", "checkout");
-    expired["exp"] = json!(now() - 60);
+    expired["exp"] = json!(now() - 3600);
     let mut elsewhere = claims("shop", "checkout");
     elsewhere["aud"] = json!(["https://kubernetes.default.svc"]);
     let forged = Issuer::new().sign(&claims("shop", "checkout"), true);

@@ -33,6 +33,10 @@ use crate::stamp::FileStamp;
 /// How often the key file is looked at for a change.
 const KEYS_RECHECK: Duration = Duration::from_secs(1);
 
+/// How far the daemon's clock may be from the issuer's: a token is still
+/// accepted this many seconds after its `exp`, and this many before its `nbf`.
+pub const CLOCK_SKEW_SECS: u64 = 60;
+
 /// Whether reports and pace asks must say who sends them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Mode {
@@ -306,6 +310,7 @@ impl Callers {
             return Err(Refusal::Algorithm(header.alg));
         }
         let mut validation = Validation::new(*algorithm);
+        validation.leeway = CLOCK_SKEW_SECS;
         validation.set_audience(&[&rules.audience]);
         validation.set_required_spec_claims(&["exp", "aud", "sub"]);
         validation.validate_nbf = true;

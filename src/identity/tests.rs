@@ -110,6 +110,35 @@ fn each_forged_expired_or_misdirected_token_is_refused_for_its_reason() {
 }
 
 #[test]
+fn a_token_is_expired_once_past_the_clock_skew_allowance() {
+    let issuer = Issuer::new();
+    let (_dir, callers) = callers(Mode::Required, &issuer);
+    let skew = CLOCK_SKEW_SECS;
+    let ended = |ago: u64| {
+        issuer.sign(
+            &with(claims("shop", "checkout"), "exp", json!(now() - ago)),
+            false,
+        )
+    };
+    assert!(callers.caller(&bearer(&ended(skew / 2))).is_ok());
+    assert_eq!(
+        callers.caller(&bearer(&ended(skew + 2))).unwrap_err(),
+        Refusal::Expired
+    );
+    let starts = |ahead: u64| {
+        issuer.sign(
+            &with(claims("shop", "checkout"), "nbf", json!(now() + ahead)),
+            true,
+        )
+    };
+    assert!(callers.caller(&bearer(&starts(skew / 2))).is_ok());
+    assert_eq!(
+        callers.caller(&bearer(&starts(skew + 2))).unwrap_err(),
+        Refusal::NotYetValid
+    );
+}
+
+#[test]
 fn optional_mode_serves_callers_without_a_token_and_counts_them() {
     let issuer = Issuer::new();
     let (_dir, callers) = callers(Mode::Optional, &issuer);
