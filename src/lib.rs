@@ -23,5 +23,6 @@ pub mod snapshot;
 pub mod stamp;
 pub mod supervise;
 pub mod text;
+pub mod tls;
 pub mod tune;
 pub mod watch;

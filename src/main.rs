@@ -13,6 +13,7 @@ use stormguard::reports::ReportLimits;
 use stormguard::serve::{AdminSecret, ServeConfig};
 use stormguard::server::Limits;
 use stormguard::sim::{Modifiers, Named, Scenario};
+use stormguard::tls::TlsFiles;
 use stormguard::watch::WatchConfig;
 
 /// stormguard: stops retry storms. Serves validated, hot-reloaded retry
@@ -311,6 +312,18 @@ struct ServeArgs {
     /// issuer, e.g. https://kubernetes.default.svc); any issuer if unset.
     #[arg(long, env = "STORMGUARD_TOKEN_ISSUER")]
     token_issuer: Option<String>,
+    /// Serve HTTPS only, on both listeners, with this PEM certificate chain
+    /// (the daemon's certificate first); read again when it changes, as
+    /// cert-manager renews it. Needs --tls-key.
+    #[arg(long, env = "STORMGUARD_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert; read again when it changes.
+    #[arg(long, env = "STORMGUARD_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Require every client to present a certificate signed by one of the
+    /// CAs in this PEM file (mutual TLS); read again when it changes.
+    #[arg(long, env = "STORMGUARD_TLS_CLIENT_CA", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -576,6 +589,11 @@ fn serve(args: ServeArgs) -> ExitCode {
             audience: args.token_audience,
             issuer: args.token_issuer,
             keys_file,
+        }),
+        tls: args.tls_cert.zip(args.tls_key).map(|(cert, key)| TlsFiles {
+            cert,
+            key,
+            client_ca: args.tls_client_ca,
         }),
     };
     match stormguard::serve::run(config) {

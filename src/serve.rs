@@ -18,6 +18,7 @@ use crate::reports::ClientMetrics;
 use crate::server::{self, AdminAuth, AdminToken, Limits, Routes, Shared, TokenFile};
 use crate::snapshot::{PolicySnapshot, PolicyStore};
 use crate::supervise::{supervise, WatcherHealth};
+use crate::tls::{Tls, TlsError, TlsFiles};
 use crate::watch::{FileWatch, WatchConfig};
 
 /// Where the admin token comes from.
@@ -57,6 +58,8 @@ pub struct ServeConfig {
     pub tokens: Mode,
     /// What a token must be, and the issuer's keys; needed unless tokens are off.
     pub token_rules: Option<TokenRules>,
+    /// HTTPS on both listeners, from these files; plain HTTP if none.
+    pub tls: Option<TlsFiles>,
 }
 
 /// Why `serve` could not start, or stopped.
@@ -86,6 +89,9 @@ pub enum ServeError {
     /// The token settings cannot work: no keys, or keys that cannot be used.
     #[error("--tokens: {0}")]
     Tokens(String),
+    /// The TLS files cannot be used.
+    #[error("--tls-cert, --tls-key, --tls-client-ca: {0}")]
+    Tls(#[from] TlsError),
     /// A serving thread ended while the daemon was running.
     #[error("serving thread {0} stopped unexpectedly; the daemon shut down rather than serve with fewer")]
     WorkerDied(usize),
@@ -164,6 +170,11 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
     callers
         .register(metrics.registry())
         .expect("the token families are registered once");
+    let tls = config.tls.clone().map(Tls::load).transpose()?.map(Arc::new);
+    if let Some(tls) = &tls {
+        tls.register(metrics.registry())
+            .expect("the TLS families are registered once");
+    }
     let bindings = Bindings::new(
         config.limits.reports.instance_ttl,
         config.limits.reports.max_instances,
@@ -206,12 +217,12 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
         .map(|i| {
             let listener = listener.try_clone().map_err(bind_error)?;
             let (app, shutdown, config) = (app.clone(), shutdown.clone(), config.clone());
-            let notice = ExitNotice(i, exited_tx.clone());
+            let (tls, notice) = (tls.clone(), ExitNotice(i, exited_tx.clone()));
             std::thread::Builder::new()
                 .name(format!("stormguard-http-{i}"))
                 .spawn(move || {
                     let _notice = notice;
-                    serve_worker(listener, app, shutdown, &config);
+                    serve_worker(listener, app, tls, shutdown, &config);
                 })
                 .map_err(|e| ServeError::Start("a serving thread", e))
         })
@@ -221,11 +232,12 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
     if let (Some(listener), Some(app)) = (admin_listener, admin_app) {
         let (shutdown, config) = (shutdown.clone(), config.clone());
         let notice = ExitNotice(workers.len(), exited_tx.clone());
+        let tls = tls.clone();
         let thread = std::thread::Builder::new()
             .name("stormguard-admin".into())
             .spawn(move || {
                 let _notice = notice;
-                serve_worker(listener, app, shutdown, &config);
+                serve_worker(listener, app, tls, shutdown, &config);
             })
             .map_err(|e| ServeError::Start("the admin listener's thread", e))?;
         workers.push(thread);
@@ -239,14 +251,15 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
             shutdown.clone(),
         ));
         tokio::spawn(reload_on_sighup(reloader, signals.hangup));
+        let scheme = if tls.is_some() { "https" } else { "http" };
         if let Some(admin) = admin_address {
-            tracing::info!("admin API on http://{admin}, and only there");
+            tracing::info!("admin API on {scheme}://{admin}, and only there");
         }
         tracing::info!(
             policy = %config.policy.display(),
             version = %hash,
             workers = config.workers.max(1),
-            "serving on http://{address}"
+            "serving on {scheme}://{address}"
         );
         let ended = tokio::select! {
             () = termination(signals.terminate) => Ok(()),
@@ -292,6 +305,7 @@ fn watcher(
 fn serve_worker(
     listener: std::net::TcpListener,
     app: axum::Router,
+    tls: Option<Arc<Tls>>,
     mut shutdown: watch::Receiver<bool>,
     config: &ServeConfig,
 ) {
@@ -306,7 +320,7 @@ fn serve_worker(
             crate::shutdown::shutting_down(&mut shutdown).await;
             tokio::time::sleep(delay).await;
         };
-        server::serve(listener, app, &config.limits, config.shutdown_grace, stop).await;
+        server::serve(listener, app, tls, &config.limits, config.shutdown_grace, stop).await;
     });
 }
 

@@ -36,6 +36,8 @@ use tower::ServiceExt;
 use head::Parsed;
 use rewind::Rewind;
 
+use crate::tls::Tls;
+
 /// Bytes read at a time while a head comes in.
 const READ_CHUNK: usize = 1024;
 
@@ -230,8 +232,36 @@ fn consume(unread: &mut Vec<u8>, len: usize) {
 
 /// hyper serves the rest of the connection, starting with the bytes read.
 async fn hand_off(front: &Front, stream: TcpStream, unread: Vec<u8>, watcher: Watcher) {
-    let io = TokioIo::new(Rewind::new(stream, Bytes::from(unread)));
+    serve_with_hyper(front, Rewind::new(stream, Bytes::from(unread)), watcher).await;
+}
+
+/// Serves one TLS connection: hyper, once the handshake completes within
+/// the header read timeout. rustls holds its own buffers for the life of a
+/// connection, so the front's saving (no buffer between requests) does not
+/// apply to TLS connections.
+pub async fn tls_connection(front: Arc<Front>, stream: TcpStream, tls: Arc<Tls>, watcher: Watcher) {
+    let handshake = tls.acceptor().accept(stream);
+    match tokio::time::timeout(front.header_read_timeout, handshake).await {
+        Ok(Ok(stream)) => Box::pin(serve_with_hyper(&front, stream, watcher)).await,
+        Ok(Err(error)) => {
+            tls.handshake_failed();
+            tracing::debug!(%error, "TLS handshake failed");
+        }
+        Err(_) => {
+            tls.handshake_failed();
+            tracing::debug!("TLS handshake timed out");
+        }
+    }
+}
+
+async fn serve_with_hyper<S>(front: &Front, stream: S, watcher: Watcher)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let service = TowerToHyperService::new(front.app.clone());
-    let connection = front.hyper.serve_connection(io, service).into_owned();
+    let connection = front
+        .hyper
+        .serve_connection(TokioIo::new(stream), service)
+        .into_owned();
     let _ = watcher.watch(connection).await;
 }

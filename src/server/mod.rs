@@ -41,6 +41,7 @@ use crate::reload::Reloader;
 use crate::reports::{ClientMetrics, ReportLimits};
 use crate::snapshot::PolicyStore;
 use crate::supervise::WatcherHealth;
+use crate::tls::Tls;
 use track::TrackLayer;
 
 /// Bounds on what a client can make the server do.
@@ -232,10 +233,13 @@ async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
 /// Each connection starts in the [`front`](front) (simple requests, reports
 /// and long-polls among them, in a few KiB) and moves to hyper-util at its first other
 /// request. Both time the reading of a head: without that, a client that
-/// never finishes its headers holds a connection forever (slowloris).
+/// never finishes its headers holds a connection forever (slowloris). With
+/// `tls`, a connection is served by hyper-util once its handshake completes
+/// within the header read timeout.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
+    tls: Option<Arc<Tls>>,
     limits: &Limits,
     grace: Duration,
     shutdown: impl Future<Output = ()>,
@@ -274,12 +278,20 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        tokio::spawn(front::connection(
-            front.clone(),
-            stream,
-            graceful.watcher(),
-            closing.clone(),
-        ));
+        match &tls {
+            Some(tls) => tokio::spawn(front::tls_connection(
+                front.clone(),
+                stream,
+                tls.clone(),
+                graceful.watcher(),
+            )),
+            None => tokio::spawn(front::connection(
+                front.clone(),
+                stream,
+                graceful.watcher(),
+                closing.clone(),
+            )),
+        };
     }
     drop(listener);
     closing_tx.send_replace(true);

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod certs;
 pub mod issuer;
 pub mod proxy;
 
@@ -66,7 +67,7 @@ impl Daemon {
         let sink = log.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(at) = line.find("serving on http://") {
+                if let Some(at) = line.find("serving on http") {
                     let address = line[at + "serving on ".len()..]
                         .split_whitespace()
                         .next()
@@ -144,11 +145,18 @@ pub const KEY: &str = "retry-policy.yaml";
 
 impl ConfigMapDir {
     pub fn new(text: &str) -> Self {
+        Self::with_files(&[(KEY, text)])
+    }
+
+    /// A volume of several keys, as a Secret's `tls.crt` and `tls.key`.
+    pub fn with_files(files: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let mut this = Self { dir, generation: 0 };
-        let first = this.write_generation(text);
+        let first = this.write_generation(files);
         symlink(&first, this.root().join("..data")).unwrap();
-        symlink(Path::new("..data").join(KEY), this.root().join(KEY)).unwrap();
+        for (key, _) in files {
+            symlink(Path::new("..data").join(key), this.root().join(key)).unwrap();
+        }
         this
     }
 
@@ -160,11 +168,13 @@ impl ConfigMapDir {
         self.root().join(KEY)
     }
 
-    fn write_generation(&mut self, text: &str) -> PathBuf {
+    fn write_generation(&mut self, files: &[(&str, &str)]) -> PathBuf {
         self.generation += 1;
         let name = PathBuf::from(format!("..2026_11_22_05_00_00.{:04}", self.generation));
         std::fs::create_dir(self.root().join(&name)).unwrap();
-        std::fs::write(self.root().join(&name).join(KEY), text).unwrap();
+        for (key, text) in files {
+            std::fs::write(self.root().join(&name).join(key), text).unwrap();
+        }
         name
     }
 
@@ -172,8 +182,13 @@ impl ConfigMapDir {
     /// directory, a `..data_tmp` symlink to it renamed over `..data`, then
     /// the old directory removed.
     pub fn update(&mut self, text: &str) {
+        self.update_files(&[(KEY, text)]);
+    }
+
+    /// As [`update`](Self::update), for a volume of several keys: all change at once.
+    pub fn update_files(&mut self, files: &[(&str, &str)]) {
         let old = std::fs::read_link(self.root().join("..data")).unwrap();
-        let new = self.write_generation(text);
+        let new = self.write_generation(files);
         symlink(&new, self.root().join("..data_tmp")).unwrap();
         std::fs::rename(self.root().join("..data_tmp"), self.root().join("..data")).unwrap();
         std::fs::remove_dir_all(self.root().join(old)).unwrap();
@@ -241,5 +256,17 @@ pub fn sample(exposition: &str, name: &str) -> Option<f64> {
         .lines()
         .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
+
+/// A policy whose `inventory` has its send gate on, so its pace can be asked;
+/// `payments` is listed without overrides.
+pub const GATED_POLICY: &str = "\
+defaults:
+  maxRetries: 3
+services:
+  inventory:
+    gate:
+      enabled: true
+  payments: {}
+";
 
 pub const SEED_POLICY: &str = include_str!("../../policies/retry-policy.yaml");
