@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use common::proxy::{Proxy, Trick};
 use common::{eventually, metrics, sample, Daemon};
 use libtest_mimic::{Arguments, Failed, Trial};
-use stormguard_client::{ClientConfig, Outcome, PolicySource, PolicyWatch, Reporter, ReporterConfig};
+use stormguard_client::{
+    ClientConfig, DaemonTls, Outcome, PolicySource, PolicyWatch, Reporter, ReporterConfig,
+};
 
 const SCENARIOS: &str = include_str!("../clients/conformance.json");
 
@@ -36,6 +38,8 @@ const RUNS: &[(&str, Scenario)] = &[
     ("shutdown-sends-the-last-counts", || {
         Box::pin(shutdown_sends_the_last_counts())
     }),
+    ("a-rotated-token", || Box::pin(a_rotated_token())),
+    ("https-with-a-ca", || Box::pin(https_with_a_ca())),
 ];
 
 fn main() {
@@ -342,4 +346,123 @@ async fn shutdown_sends_the_last_counts() {
     assert_eq!(successes(&daemon, "/charge").await, Some(4.0));
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(proxy.reports(), 1, "nothing is sent after");
+}
+
+/// A file of clients/credentials.
+fn credential(name: &str) -> PathBuf {
+    Path::new("clients/credentials").join(name)
+}
+
+fn tokens() -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(credential("tokens.json")).unwrap()).unwrap()
+}
+
+async fn a_rotated_token() {
+    let (dir, file) = policy_file(2);
+    let tokens = tokens();
+    let keys = credential("jwks.json");
+    let daemon = serve(
+        &file,
+        &[
+            "--tokens",
+            "required",
+            "--token-keys",
+            keys.to_str().unwrap(),
+            "--token-issuer",
+            tokens["issuer"].as_str().unwrap(),
+        ],
+    );
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, tokens["expired"].as_str().unwrap()).unwrap();
+    let reporter = Reporter::start(ReporterConfig {
+        interval: Duration::from_secs(3600),
+        timeout: Duration::from_millis(500),
+        token_file: Some(token_file.clone()),
+        ..ReporterConfig::new(&daemon.base, "pod-1")
+    })
+    .unwrap();
+    record(&reporter, "/charge", 2);
+    let refused = reporter.flush().await.unwrap_err();
+    assert!(refused.to_string().contains("401"), "{refused}");
+    std::fs::write(&token_file, tokens["valid"].as_str().unwrap()).unwrap();
+    reporter
+        .flush()
+        .await
+        .expect("the kept batch, with the valid token");
+    assert_eq!(successes(&daemon, "/charge").await, Some(2.0), "once");
+    let refusals = sample(
+        &metrics(&daemon).await,
+        r#"stormguard_token_refusals_total{reason="expired"}"#,
+    );
+    assert_eq!(refusals, Some(1.0));
+}
+
+async fn https_with_a_ca() {
+    let (_dir, file) = policy_file(5);
+    let flags = [
+        ("--tls-cert", "daemon.crt"),
+        ("--tls-key", "daemon.key"),
+        ("--tls-client-ca", "ca.crt"),
+    ]
+    .map(|(flag, name)| [flag.to_string(), credential(name).display().to_string()]);
+    let flags: Vec<&str> = flags.iter().flatten().map(String::as_str).collect();
+    let daemon = serve(&file, &flags);
+    let port = daemon.base.rsplit(':').next().unwrap();
+    let base = format!("https://localhost:{port}");
+    let tls = DaemonTls {
+        ca_file: Some(credential("ca.crt")),
+        cert_file: Some(credential("client.crt")),
+        key_file: Some(credential("client.key")),
+    };
+    let trusting = start(ClientConfig {
+        tls: tls.clone(),
+        ..quick(&base, &["payments"])
+    })
+    .await;
+    assert_eq!(retries(&trusting, "payments"), 5);
+    assert_eq!(source(&trusting), PolicySource::Daemon);
+    let reporter = Reporter::start(ReporterConfig {
+        interval: Duration::from_secs(3600),
+        tls: tls.clone(),
+        ..ReporterConfig::new(&base, "pod-1")
+    })
+    .unwrap();
+    record(&reporter, "/charge", 1);
+    reporter.flush().await.expect("sent over HTTPS");
+
+    let distrusting = ClientConfig {
+        startup_wait: Duration::from_millis(300),
+        tls: DaemonTls {
+            ca_file: None,
+            ..tls.clone()
+        },
+        ..quick(&base, &["payments"])
+    };
+    let started = Instant::now();
+    let distrusting = start(distrusting).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(retries(&distrusting, "payments"), 3);
+    assert_eq!(source(&distrusting), PolicySource::Defaults);
+
+    let counted = trusting_metrics(&base, &tls).await;
+    let name = r#"http_client_requests_total{endpoint="/charge",service="payments",status="success"}"#;
+    assert_eq!(sample(&counted, name), Some(1.0));
+}
+
+/// The daemon's metrics, read over HTTPS with the client's certificate.
+async fn trusting_metrics(base: &str, tls: &DaemonTls) -> String {
+    let read = |name: &Option<PathBuf>| std::fs::read(name.as_ref().unwrap()).unwrap();
+    let identity = [read(&tls.cert_file), read(&tls.key_file)].concat();
+    let http = reqwest::Client::builder()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(&read(&tls.ca_file)).unwrap())
+        .identity(reqwest::Identity::from_pem(&identity).unwrap())
+        .build()
+        .unwrap();
+    let answer = http.get(format!("{base}/metrics")).send().await.unwrap();
+    answer.text().await.unwrap()
 }

@@ -28,6 +28,14 @@ pub enum ConfigError {
     /// `PolicyClient::start`) names more than one.
     #[error("services: {0}")]
     Services(String),
+    /// A TLS file (CA, client certificate or key) cannot be read or used.
+    #[error("{}: {problem}", file.display())]
+    Tls {
+        /// The file.
+        file: std::path::PathBuf,
+        /// What is wrong with it.
+        problem: String,
+    },
     /// A duration that must be more than zero is zero.
     #[error("{0} must be more than zero")]
     Zero(&'static str),

@@ -58,11 +58,13 @@
 //! ```
 
 mod config;
+mod connect;
 mod dependency;
 mod policy;
 mod report;
 
 pub use config::ConfigError;
+pub use connect::DaemonTls;
 pub use dependency::Dependency;
 pub use policy::{ClientConfig, PolicyClient, PolicySource, PolicyWatch};
 pub use report::{Outcome, Reporter, ReporterConfig, ReporterStats, SendError};

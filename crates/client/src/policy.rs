@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::config::{check_daemon, check_positive, check_service, ConfigError};
+use crate::connect::{Connection, DaemonTls};
 use cache::Cached;
 use fetch::{fetch, FetchError, Fetched, Unusable};
 
@@ -63,6 +64,8 @@ pub struct ClientConfig {
     /// the daemon answers: a daemon answering at once (draining, misbehaving)
     /// never makes the client spin.
     pub min_poll_interval: Duration,
+    /// TLS towards an `https://` daemon: the CA to trust, a client certificate.
+    pub tls: DaemonTls,
 }
 
 impl ClientConfig {
@@ -89,6 +92,7 @@ impl ClientConfig {
             retry_max: Duration::from_secs(30),
             reconnect_initial: Duration::from_secs(2),
             min_poll_interval: Duration::from_secs(1),
+            tls: DaemonTls::default(),
         }
     }
 
@@ -185,7 +189,7 @@ pub struct PolicyWatch {
 
 struct Shared {
     config: ClientConfig,
-    http: reqwest::Client,
+    connection: Connection,
     services: BTreeMap<String, Arc<ServiceState>>,
     watcher: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -207,11 +211,10 @@ impl PolicyWatch {
         config.check()?;
         config.services.sort_unstable();
         config.services.dedup();
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(2))
-            .build()
-            .expect("a plain HTTP client builds");
-        let (known, currents) = initial(&config, &http).await;
+        let connection = Connection::new(config.tls.clone(), |http| {
+            http.connect_timeout(Duration::from_secs(2))
+        })?;
+        let (known, currents) = initial(&config, &connection.http()).await;
         let services = currents
             .into_iter()
             .map(|(name, current)| {
@@ -225,7 +228,7 @@ impl PolicyWatch {
             .collect();
         let shared = Arc::new(Shared {
             config,
-            http,
+            connection,
             services,
             watcher: std::sync::Mutex::new(None),
         });
@@ -410,7 +413,7 @@ async fn watch_loop(shared: Weak<Shared>, mut known: Option<String>) {
         return;
     };
     loop {
-        let Some((config, http)) = shared.upgrade().map(|s| (s.config.clone(), s.http.clone())) else {
+        let Some((config, http)) = shared.upgrade().map(|s| (s.config.clone(), s.connection.http())) else {
             return;
         };
         let started = Instant::now();

@@ -13,6 +13,7 @@ mod pace;
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,6 +26,7 @@ use stormguard_core::wire::{
 };
 
 use crate::config::{check_daemon, check_instance_name, check_positive, check_service, ConfigError};
+use crate::connect::{Connection, DaemonTls, TokenFile};
 
 /// How an attempt ended, as reports count it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +60,13 @@ pub struct ReporterConfig {
     /// process's share of the rate the whole fleet may send it (on by
     /// default). Off, each gate paces by what this process alone learns.
     pub fleet_pacing: bool,
+    /// The service-account token file sent with reports and pace asks, for
+    /// a daemon that checks who reports (in Kubernetes, a projected token
+    /// volume with audience `stormguard`). Read at each send, so the
+    /// kubelet's rotations are followed; none, nothing is sent.
+    pub token_file: Option<PathBuf>,
+    /// TLS towards an `https://` daemon: the CA to trust, a client certificate.
+    pub tls: DaemonTls,
 }
 
 impl ReporterConfig {
@@ -74,6 +83,8 @@ impl ReporterConfig {
             max_endpoints: 100,
             max_services: 100,
             fleet_pacing: true,
+            token_file: None,
+            tls: DaemonTls::default(),
         }
     }
 
@@ -131,7 +142,8 @@ struct Pending {
 
 struct Inner {
     config: ReporterConfig,
-    http: reqwest::Client,
+    connection: Connection,
+    token: TokenFile,
     services: Mutex<HashMap<String, ServiceCounts>>,
     /// The batch being sent; holding the lock is what makes sends one at a time.
     outbox: tokio::sync::Mutex<Option<Pending>>,
@@ -158,8 +170,8 @@ impl Drop for InFlight {
 /// Why a send did not get its batch counted.
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
-    /// The daemon could not be reached, answered 5xx, or took too long: the
-    /// batch is kept and sent again.
+    /// The daemon could not be reached, answered 5xx or 429, refused the
+    /// token (401), or took too long: the batch is kept and sent again.
     #[error("the stormguard daemon did not take the report: {0}")]
     Unavailable(String),
     /// The daemon refused the batch (4xx): it was dropped.
@@ -177,12 +189,14 @@ impl Reporter {
     /// cannot work (a name the daemon would refuse, a zero interval).
     pub fn start(config: ReporterConfig) -> Result<Self, ConfigError> {
         config.check()?;
+        let timeout = config.timeout;
+        let connection = Connection::new(config.tls.clone(), move |http| {
+            http.connect_timeout(Duration::from_secs(2).min(timeout))
+                .timeout(timeout)
+        })?;
         let inner = Arc::new(Inner {
-            http: reqwest::Client::builder()
-                .connect_timeout(Duration::from_secs(2).min(config.timeout))
-                .timeout(config.timeout)
-                .build()
-                .expect("a plain HTTP client builds"),
+            connection,
+            token: TokenFile::new(config.token_file.clone()),
             config,
             services: Mutex::default(),
             outbox: tokio::sync::Mutex::new(None),
@@ -342,17 +356,29 @@ impl Inner {
 
 /// One POST of `pending`: `Ok` once the daemon counted it (now or before).
 async fn deliver(inner: &Inner, pending: &Pending) -> Result<(), SendError> {
-    let response = inner
-        .http
+    let request = inner
+        .connection
+        .http()
         .post(format!("{}/v1/reports", inner.config.daemon))
         .header(reqwest::header::CONTENT_TYPE, "application/json")
-        .body(pending.body.clone())
+        .body(pending.body.clone());
+    let response = inner
+        .token
+        .authorize(request)
         .send()
         .await
         .map_err(|e| SendError::Unavailable(e.to_string()))?;
     let status = response.status();
     if status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS {
         return Err(SendError::Unavailable(format!("the daemon answered {status}")));
+    }
+    if status == reqwest::StatusCode::UNAUTHORIZED {
+        // Nothing was counted, and the next send reads the token file again.
+        let body = response.text().await.unwrap_or_default();
+        tracing::error!(%body, "stormguard reporter: the daemon refused the service-account token; the batch is kept");
+        return Err(SendError::Unavailable(format!(
+            "the daemon refused the token ({status}): {body}"
+        )));
     }
     if !status.is_success() {
         let body = response.text().await.unwrap_or_default();

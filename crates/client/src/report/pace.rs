@@ -67,13 +67,13 @@ async fn ask(inner: &Inner, service: &str, guard: &Guard) -> Option<PaceGrant> {
         timed_out: tally.timed_out,
         waiting: tally.waiting,
     };
-    let asked = inner
-        .http
+    let request = inner
+        .connection
+        .http()
         .post(format!("{}/v1/pace", inner.config.daemon))
         .json(&body)
-        .timeout(ASK_TIMEOUT)
-        .send()
-        .await;
+        .timeout(ASK_TIMEOUT);
+    let asked = inner.token.authorize(request).send().await;
     let grant = match asked {
         Ok(response) if response.status().is_success() => response.json::<PaceGrant>().await.ok(),
         Ok(response) => {
