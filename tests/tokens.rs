@@ -5,18 +5,12 @@
 mod common;
 
 use common::issuer::{claims, now, Issuer};
-use common::{metrics, Daemon};
+use common::{metrics, Daemon, GATED_POLICY};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-const POLICY: &str = "\
-defaults:
-  maxRetries: 3
-services:
-  inventory:
-    gate:
-      enabled: true
-";
+/// Only shop/checkout may report about inventory or ask for its pace.
+const LISTED: &str = "reporters:\n  inventory: [shop/checkout]\n";
 
 struct Setup {
     _dir: tempfile::TempDir,
@@ -25,10 +19,14 @@ struct Setup {
 }
 
 fn start(mode: &str) -> Setup {
+    start_with(mode, GATED_POLICY)
+}
+
+fn start_with(mode: &str, policy_text: &str) -> Setup {
     let issuer = Issuer::new();
     let dir = tempfile::tempdir().unwrap();
     let (policy, keys) = (dir.path().join("policy.yaml"), dir.path().join("jwks.json"));
-    std::fs::write(&policy, POLICY).unwrap();
+    std::fs::write(&policy, policy_text).unwrap();
     std::fs::write(&keys, issuer.jwks.to_string()).unwrap();
     let daemon = Daemon::start(
         &policy,
@@ -207,7 +205,7 @@ async fn optional_mode_serves_callers_without_a_token_and_counts_them_apart() {
 fn checking_tokens_without_keys_or_with_bad_keys_does_not_start() {
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy.yaml");
-    std::fs::write(&policy, POLICY).unwrap();
+    std::fs::write(&policy, GATED_POLICY).unwrap();
     let keys = dir.path().join("jwks.json");
     std::fs::write(&keys, r#"{"keys": [{"kty": "oct", "k": "c2VjcmV0"}]}"#).unwrap();
     let run = |extra: &[&str]| {
@@ -230,4 +228,58 @@ fn checking_tokens_without_keys_or_with_bad_keys_does_not_start() {
     assert!(!bad_keys.status.success());
     let stderr = String::from_utf8_lossy(&bad_keys.stderr);
     assert!(stderr.contains("jwks.json: keys[0]: kty \"oct\""), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_dependencys_reporters_alone_may_speak_for_it() {
+    let Setup { daemon, issuer, .. } = start_with("optional", &format!("{GATED_POLICY}{LISTED}"));
+    let checkout = issuer.sign(&claims("shop", "checkout"), false);
+    let intruder = issuer.sign(&claims("shop", "intruder"), true);
+    let (status, _) = post(&daemon, "/v1/pace", Some(&checkout), &ask("pod-a", 50, 50, 0)).await;
+    assert_eq!(status, StatusCode::OK);
+    let before = paced_and_counted(&metrics(&daemon).await);
+
+    for (token, instance) in [(Some(&intruder), "pod-x"), (None, "pod-y")] {
+        let token = token.map(String::as_str);
+        let (status, body) = post(&daemon, "/v1/pace", token, &ask(instance, 1000, 0, 1000)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+        assert!(
+            body["error"].as_str().unwrap().contains("reporters.inventory"),
+            "{body}"
+        );
+        let (status, body) = post(&daemon, "/v1/reports", token, &storm(instance)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    }
+    assert_eq!(
+        paced_and_counted(&metrics(&daemon).await),
+        before,
+        "nothing moved"
+    );
+
+    let payments = json!({"service": "payments", "instance": "pod-x",
+        "endpoints": [{"endpoint": "/charge", "requests": {"success": 1}}]});
+    let (status, body) = post(&daemon, "/v1/reports", Some(&intruder), &payments).await;
+    assert_eq!(
+        status,
+        StatusCode::ACCEPTED,
+        "a dependency not listed is open: {body}"
+    );
+}
+
+#[test]
+fn a_bad_reporters_entry_is_named_and_the_file_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, "reporters:\n  inventory: [checkout, shop/*]\n").unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_stormguard"))
+        .arg("check")
+        .arg(&policy)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout) + String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stdout.contains("reporters.inventory[0]") && stdout.contains("NAMESPACE/SERVICE-ACCOUNT"),
+        "{stdout}"
+    );
 }

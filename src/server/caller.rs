@@ -1,21 +1,24 @@
-//! Who may speak for an instance: the token check and the instance
-//! bindings in front of reports and pace asks.
+//! Who may speak for an instance and a dependency: the token check, the
+//! instance bindings and the policy file's `reporters` in front of reports
+//! and pace asks.
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use tokio::time::Instant;
 
 use super::error::ApiError;
 use super::Shared;
-use crate::identity::Mode;
+use crate::identity::{Identity, Mode};
 
-/// Whether this request's caller may speak for each of `instances`: 401
-/// naming the reason for a token that is missing (when required) or not
-/// valid, 403 for an instance another service account owns. Nothing is
-/// counted before this passes.
+/// Whether this request's caller may speak for each of `instances` and
+/// `dependencies`: 401 naming the reason for a token that is missing (when
+/// required) or not valid, 403 for an instance another service account
+/// owns or a dependency whose `reporters` do not list the caller. Nothing
+/// is counted before this passes.
 pub fn admit<'a>(
     state: &Shared,
     headers: &HeaderMap,
     instances: impl IntoIterator<Item = &'a str>,
+    dependencies: impl IntoIterator<Item = &'a str>,
 ) -> Result<(), ApiError> {
     if state.callers.mode() == Mode::Off {
         return Ok(());
@@ -27,12 +30,37 @@ pub fn admit<'a>(
                 r#"Bearer realm="stormguard", error="invalid_token""#,
             ))
     })?;
+    listed(state, caller.as_ref(), dependencies)?;
     let now = Instant::now();
     for instance in instances {
         state
             .bindings
             .speak(instance, caller.as_ref(), now)
             .map_err(|not_yours| ApiError::new(StatusCode::FORBIDDEN, not_yours.to_string()))?;
+    }
+    Ok(())
+}
+
+/// Whether the policy file's `reporters` let `caller` speak for each of `dependencies`.
+fn listed<'a>(
+    state: &Shared,
+    caller: Option<&Identity>,
+    dependencies: impl IntoIterator<Item = &'a str>,
+) -> Result<(), ApiError> {
+    let snapshot = state.store.current();
+    let reporters = &snapshot.document.reporters;
+    for dependency in dependencies {
+        let admitted = match caller {
+            Some(who) => reporters.admits(dependency, &who.namespace, &who.service_account),
+            None => reporters.of(dependency).is_none(),
+        };
+        if !admitted {
+            let who = caller.map_or("a caller without a token".to_string(), ToString::to_string);
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                format!("{who} may not speak for {dependency}: the policy file's reporters.{dependency} does not list it"),
+            ));
+        }
     }
     Ok(())
 }

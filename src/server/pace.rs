@@ -15,7 +15,8 @@ use super::AppState;
 use crate::fleet::Refused;
 
 /// 200 with the grant; 400 naming the bad field; 401 for a token refused,
-/// 403 for an instance another service account speaks for; 409 if the dependency's
+/// 403 for an instance another service account speaks for or a dependency
+/// the caller may not be paced for; 409 if the dependency's
 /// policy has no gate; 503 with `Retry-After` past the caps. The process
 /// paces by its own gate meanwhile, so a refusal costs it nothing.
 pub async fn ask(
@@ -28,7 +29,7 @@ pub async fn ask(
     ask.check().map_err(|error| {
         ApiError::new(StatusCode::BAD_REQUEST, format!("malformed ask: {error}")).with("path", &error.path)
     })?;
-    caller::admit(&state, &headers, [&*ask.instance])?;
+    caller::admit(&state, &headers, [&*ask.instance], [&*ask.service])?;
     let snapshot = state.store.current();
     let resolved = snapshot.document.resolve(&ask.service);
     let policy = ValidPolicy::try_from(resolved.policy).map_err(|error| {

@@ -17,7 +17,8 @@ use crate::reports::{decode_body, Batch};
 /// 202 with what was counted, what was refused and what the cardinality
 /// guard folded; 400 naming the bad field when nothing in the body can be
 /// counted; 401 for a token refused, 403 for an instance another service
-/// account speaks for. A refused report changes nothing.
+/// account speaks for or a dependency the caller may not report about. A
+/// refused report changes nothing.
 pub async fn receive(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -31,7 +32,8 @@ pub async fn receive(
     let instances = batch_instance
         .into_iter()
         .chain(decoded.reports.iter().map(|report| &*report.instance));
-    caller::admit(&state, &headers, instances)?;
+    let dependencies = decoded.reports.iter().map(|report| &*report.service);
+    caller::admit(&state, &headers, instances, dependencies)?;
     let now = Instant::now();
     if let Some((instance, sequence)) = &decoded.batch {
         if state

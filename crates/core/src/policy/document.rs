@@ -1,6 +1,7 @@
 //! A whole policy file: global `defaults`, per-service overrides,
-//! `gatewayRetries`, the `callGraph` of who calls whom, and the `forecast`
-//! scenario; decoded, validated and resolved per service.
+//! `gatewayRetries`, the `callGraph` of who calls whom, the `forecast`
+//! scenario and the `reporters` allow-list; decoded, validated and resolved
+//! per service.
 
 use std::collections::BTreeMap;
 
@@ -9,11 +10,19 @@ use serde::{Deserialize, Serialize};
 use super::forecast::ForecastBlock;
 use super::layer::Layered;
 use super::model::{RetryPolicy, RetryPolicySpec};
+use super::reporters::Reporters;
 use super::tree::{entries, unknown_key, Errors, KeyPath, Node, PolicyError};
 use super::validate;
 
 /// The keys of a policy file's top level.
-pub const DOCUMENT_KEYS: &[&str] = &["defaults", "services", "gatewayRetries", "callGraph", "forecast"];
+pub const DOCUMENT_KEYS: &[&str] = &[
+    "defaults",
+    "services",
+    "gatewayRetries",
+    "callGraph",
+    "forecast",
+    "reporters",
+];
 
 /// A policy file that decoded and validated: every service resolves to a valid policy.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,6 +39,9 @@ pub struct PolicyDocument {
     pub call_graph: BTreeMap<String, Vec<String>>,
     /// The herd each service's policy is forecast against (`check`).
     pub forecast: ForecastBlock,
+    /// Which service accounts may report about, and be paced for, each
+    /// dependency (when the daemon checks tokens).
+    pub reporters: Reporters,
 }
 
 /// Where a resolved policy's keys came from.
@@ -145,6 +157,7 @@ fn decode(root: &Node, errors: &mut Errors) -> PolicyDocument {
         gateway_retries: false,
         call_graph: BTreeMap::new(),
         forecast: ForecastBlock::default(),
+        reporters: Reporters::default(),
     };
     let root_path = KeyPath::root();
     for (key, value) in entries(root, &root_path, errors) {
@@ -159,6 +172,7 @@ fn decode(root: &Node, errors: &mut Errors) -> PolicyDocument {
             }
             "callGraph" => document.call_graph = decode_call_graph(value, &path, errors),
             "forecast" => document.forecast = ForecastBlock::decode(value, &path, errors),
+            "reporters" => document.reporters = Reporters::decode(value, &path, errors),
             other => errors.push(unknown_key(&path, other, DOCUMENT_KEYS)),
         }
     }

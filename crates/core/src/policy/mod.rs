@@ -9,6 +9,7 @@ mod duration;
 mod forecast;
 mod layer;
 mod model;
+mod reporters;
 mod tree;
 mod valid;
 mod validate;
@@ -27,6 +28,7 @@ pub use model::{
     GatePolicySpec, HedgingPolicy, HedgingPolicySpec, Jitter, RetryCondition, RetryOn, RetryPolicy,
     RetryPolicySpec, RetryThrottlingPolicy, RetryThrottlingPolicySpec, SlidingWindow,
 };
+pub use reporters::{Reporter, Reporters, MAX_REPORTERS};
 pub use tree::{did_you_mean, Errors, KeyPath, Node, PolicyError, Segment, Target};
 pub use valid::{InvalidPolicy, ValidPolicy};
 pub use validate::{Violation, MAX_DELAY, MAX_DELAYS, MAX_RETRIES, MAX_TIMEOUT};
