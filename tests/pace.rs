@@ -7,25 +7,17 @@ use common::{metrics, sample, Daemon};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-const POLICY: &str = "\
-defaults:
-  maxRetries: 3
-services:
-  inventory:
-    gate:
-      enabled: true
-  payments: {}
-";
-
 fn policy_file() -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("policy.yaml");
-    std::fs::write(&path, POLICY).unwrap();
+    std::fs::write(&path, common::GATED_POLICY).unwrap();
     (dir, path)
 }
 
 async fn ask(daemon: &Daemon, body: Value) -> (StatusCode, Value) {
-    let response = reqwest::Client::new()
+    static HTTP: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    let response = HTTP
+        .get_or_init(reqwest::Client::new)
         .post(daemon.url("/v1/pace"))
         .json(&body)
         .send()
@@ -104,11 +96,15 @@ async fn a_lying_process_gets_no_more_than_the_honest_ones() {
     let daemon = Daemon::start(&path, &[]);
     let honest = ["pod-a", "pod-b", "pod-c", "pod-d"];
     let mut grants = std::collections::HashMap::new();
+    let mut asked = std::collections::HashMap::new();
     for _ in 0..30 {
         for pod in honest {
-            // Sends what it was granted over the last 100 ms, all accepted, and has a long line.
+            // Sends what it was granted since its last ask, all accepted, and has a long line.
             let granted: f64 = grants.get(pod).copied().unwrap_or(0.5);
-            let sent = (granted * 0.1).ceil() as u64;
+            let since = asked
+                .insert(pod, std::time::Instant::now())
+                .map_or(0.1, |at| at.elapsed().as_secs_f64());
+            let sent = (granted * since).ceil() as u64;
             let (status, grant) = ask(&daemon, tally("inventory", pod, sent, sent, 0, 5000)).await;
             assert_eq!(status, StatusCode::OK, "{grant}");
             grants.insert(pod, grant["rate"].as_f64().unwrap());
