@@ -137,6 +137,9 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
     };
     let file_watch = FileWatch::arm(&config.policy);
     let (document, hash) = load_file(&config.policy, config.limits.policy).map_err(ServeError::Policy)?;
+    if config.tokens == Mode::Off && !document.reporters.is_empty() {
+        tracing::warn!("the policy file lists reporters, but --tokens is off: nobody's identity is checked, so the lists are not enforced");
+    }
     let store = Arc::new(PolicyStore::new(PolicySnapshot::new(
         document,
         hash,
