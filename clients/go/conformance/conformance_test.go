@@ -4,9 +4,12 @@ package conformance
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stormguard/stormguard/clients/go/connect"
 	"github.com/stormguard/stormguard/clients/go/policy"
 	"github.com/stormguard/stormguard/clients/go/report"
 )
@@ -30,6 +34,8 @@ var scenarios = map[string]func(t *testing.T){
 	"a-refused-report":                 aRefusedReport,
 	"reports-while-the-daemon-is-down": reportsWhileTheDaemonIsDown,
 	"shutdown-sends-the-last-counts":   shutdownSendsTheLastCounts,
+	"a-rotated-token":                  aRotatedToken,
+	"https-with-a-ca":                  httpsWithACA,
 }
 
 // TestConformance runs every scenario of the file by its id; an id without
@@ -233,7 +239,13 @@ func aDrainingDaemon(t *testing.T) {
 
 func reporter(t *testing.T, daemon string) *report.Reporter {
 	t.Helper()
-	r, err := report.Start(report.Config{Daemon: daemon, Instance: "pod-1", Interval: time.Hour, Timeout: 2 * time.Second})
+	return startReporter(t, report.Config{Daemon: daemon, Instance: "pod-1", Interval: time.Hour, Timeout: 2 * time.Second})
+}
+
+// startReporter starts a reporter with config, stopped with the test.
+func startReporter(t *testing.T, config report.Config) *report.Reporter {
+	t.Helper()
+	r, err := report.Start(config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,4 +380,120 @@ func shutdownSendsTheLastCounts(t *testing.T) {
 	if after := len(p.batchBodies()); sent != 1 || after != sent {
 		t.Fatalf("%d batches at shutdown, %d after", sent, after)
 	}
+}
+
+// credential is a file of clients/credentials.
+func credential(name string) string {
+	return filepath.Join("..", "..", "credentials", name)
+}
+
+// tokens is clients/credentials/tokens.json.
+type tokens struct {
+	Issuer  string `json:"issuer"`
+	Valid   string `json:"valid"`
+	Expired string `json:"expired"`
+}
+
+func readTokens(t *testing.T) tokens {
+	t.Helper()
+	text, err := os.ReadFile(credential("tokens.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out tokens
+	if err := json.Unmarshal(text, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func aRotatedToken(t *testing.T) {
+	tokens := readTokens(t)
+	port := freePort(t)
+	serve(t, port, policyFile(t, 2), "--tokens", "required", "--token-keys", credential("jwks.json"), "--token-issuer", tokens.Issuer)
+	daemon := daemonURL(port)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(tokens.Expired), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := startReporter(t, report.Config{Daemon: daemon, Instance: "pod-1", Interval: time.Hour, Timeout: 2 * time.Second, TokenFile: tokenFile})
+	for i := 0; i < 2; i++ {
+		r.Record("payments", "/charge", 0, report.Success)
+	}
+	err := r.Flush(context.Background())
+	var unavailable *report.UnavailableError
+	if !errors.As(err, &unavailable) || unavailable.Status != 401 || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("the flush with the expired token: %v", err)
+	}
+	if got := metric(t, daemon, requests("/charge", "success")); got != -1 {
+		t.Fatalf("the refused batch was counted: %v", got)
+	}
+	if err := os.WriteFile(tokenFile, []byte(tokens.Valid), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Flush(context.Background()); err != nil {
+		t.Fatalf("the kept batch, with the valid token: %v", err)
+	}
+	if got := metric(t, daemon, requests("/charge", "success")); got != 2 {
+		t.Errorf("/charge success is %v", got)
+	}
+	if got := metric(t, daemon, `stormguard_token_refusals_total{reason="expired"}`); got != 1 {
+		t.Errorf("expired refusals: %v", got)
+	}
+	// The kept batch, then one of the (empty) counts aggregated since.
+	if s := r.Stats(); s.SendFailures != 1 || s.BatchesSent != 2 || s.BatchesDropped != 0 {
+		t.Errorf("%+v", s)
+	}
+}
+
+func httpsWithACA(t *testing.T) {
+	port := freePort(t)
+	serve(t, port, policyFile(t, 5), "--tls-cert", credential("daemon.crt"), "--tls-key", credential("daemon.key"), "--tls-client-ca", credential("ca.crt"))
+	daemon := fmt.Sprintf("https://localhost:%d", port) // the certificate names localhost
+	files := connect.TLS{CAFile: credential("ca.crt"), CertFile: credential("client.crt"), KeyFile: credential("client.key")}
+	trusting := watch(t, policy.Config{Daemon: daemon, Services: []string{"payments"}, TLS: files})
+	if trusting.Source() != policy.FromDaemon || trusting.Policy("payments").Retries() != 5 {
+		t.Fatalf("%s %v", trusting.Source(), trusting.Policy("payments"))
+	}
+	r := startReporter(t, report.Config{Daemon: daemon, Instance: "pod-1", Interval: time.Hour, Timeout: 2 * time.Second, TLS: files})
+	r.Record("payments", "/charge", 0, report.Success)
+	if err := r.Flush(context.Background()); err != nil {
+		t.Fatalf("sent over HTTPS: %v", err)
+	}
+
+	withoutCA := files
+	withoutCA.CAFile = ""
+	started := time.Now()
+	distrusting := watch(t, policy.Config{Daemon: daemon, Services: []string{"payments"}, TLS: withoutCA, StartupWait: 300 * time.Millisecond, MinPollInterval: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond})
+	if took := time.Since(started); took > 2*time.Second {
+		t.Fatalf("ready after %s, with a start-up wait of 300ms", took)
+	}
+	if distrusting.Source() != policy.FromDefaults || distrusting.Policy("payments").Retries() != 3 {
+		t.Fatalf("%s %v", distrusting.Source(), distrusting.Policy("payments"))
+	}
+
+	if got := metricVia(t, trustingClient(t, files), daemon, requests("/charge", "success")); got != 1 {
+		t.Errorf("/charge success is %v", got)
+	}
+}
+
+// trustingClient reads the daemon over HTTPS with files' CA and client
+// certificate, set up here rather than by package connect.
+func trustingClient(t *testing.T, files connect.TLS) *http.Client {
+	t.Helper()
+	ca, err := os.ReadFile(files.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(ca) {
+		t.Fatal("no CA certificate")
+	}
+	pair, err := tls.LoadX509KeyPair(files.CertFile, files.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	transport := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}}}
+	t.Cleanup(transport.CloseIdleConnections)
+	return &http.Client{Transport: transport, Timeout: 5 * time.Second}
 }

@@ -20,6 +20,7 @@ var (
 	serve      = daemontest.Serve
 	eventually = daemontest.Eventually
 	metric     = daemontest.Metric
+	metricVia  = daemontest.MetricVia
 )
 
 // policyText is the scenarios' policy file: defaults {maxRetries: 3},

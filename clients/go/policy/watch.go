@@ -5,7 +5,8 @@
 // long-polls every dependency at once, never two requests less than
 // MinPollInterval apart, backing off with full jitter (the shared delay
 // law) after a failure and honouring Retry-After. An answer it cannot read
-// changes nothing.
+// changes nothing. An https:// daemon is reached with Config.TLS, whose
+// files are read again when they change (package connect).
 package policy
 
 import (
@@ -14,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log"
 	"math/rand"
 	"net/http"
 	"net/url"
@@ -26,6 +28,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/clients/go/backoff"
+	"github.com/stormguard/stormguard/clients/go/connect"
 )
 
 //go:embed default_policy.json
@@ -54,6 +57,12 @@ type Config struct {
 	MinPollInterval time.Duration
 	RetryInitial    time.Duration
 	RetryMax        time.Duration
+	// TLS is TLS towards an https:// daemon: the CA to trust, a client
+	// certificate. Its files are read again when they change.
+	TLS connect.TLS
+	// Logger receives TLS files that changed and cannot be used;
+	// log.Default() when nil.
+	Logger *log.Logger
 }
 
 // Defaults fills the zero settings: a 5 s start-up wait, 60 s watches at
@@ -91,7 +100,8 @@ type Watch struct {
 }
 
 // Start checks config, fetches within its StartupWait (else loads its cache,
-// else the defaults), and watches until ctx ends or Stop is called.
+// else the defaults), and watches until ctx ends or Stop is called. A TLS
+// file that cannot be used is a *connect.FileError naming it.
 func Start(ctx context.Context, config Config) (*Watch, error) {
 	config = config.Defaults()
 	if u, err := url.Parse(config.Daemon); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -108,9 +118,13 @@ func Start(ctx context.Context, config Config) (*Watch, error) {
 	if err := json.Unmarshal(defaultPolicy, &defaults); err != nil {
 		return nil, fmt.Errorf("the built-in default policy: %w", err)
 	}
+	transport, err := connect.NewTransport(config.TLS, http.DefaultTransport.(*http.Transport).Clone(), config.Logger)
+	if err != nil {
+		return nil, err
+	}
 	w := &Watch{
 		config:  config,
-		client:  &http.Client{},
+		client:  &http.Client{Transport: transport},
 		delay:   backoff.Backoff{Initial: config.RetryInitial, Max: config.RetryMax, Multiplier: 2, Jitter: backoff.Full},
 		random:  rand.New(rand.NewSource(time.Now().UnixNano())),
 		current: map[string]Policy{},
@@ -143,8 +157,11 @@ func (w *Watch) Source() Source {
 // built-in defaults): it changes whenever a new policy is applied.
 func (w *Watch) ETag() string { return w.currentETag() }
 
-// Stop ends the watch.
-func (w *Watch) Stop() { w.cancel() }
+// Stop ends the watch and closes its idle connections.
+func (w *Watch) Stop() {
+	w.cancel()
+	w.client.CloseIdleConnections()
+}
 
 func (w *Watch) startup(ctx context.Context) {
 	deadline := time.Now().Add(w.config.StartupWait)

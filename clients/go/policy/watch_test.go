@@ -8,6 +8,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/stormguard/stormguard/clients/go/connect"
 )
 
 // The watch's behaviour against the daemon (fetch and follow an edit, the
@@ -19,6 +21,15 @@ func TestBadSettingsAreRefusedNamingThem(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 	if _, err := Start(context.Background(), Config{Daemon: "http://127.0.0.1:1"}); err == nil || err.Error() != "services: name at least one dependency" {
+		t.Fatalf("%v", err)
+	}
+}
+
+func TestATLSFileThatCannotBeUsedIsNamedAtStart(t *testing.T) {
+	files := connect.TLS{CAFile: "../../credentials/ca.crt", KeyFile: "../../credentials/client.key"}
+	_, err := Start(context.Background(), Config{Daemon: "https://localhost:1", Services: []string{"a"}, TLS: files})
+	var fileErr *connect.FileError
+	if !errors.As(err, &fileErr) || err.Error() != "../../credentials/client.key: a client certificate needs both CertFile and KeyFile" {
 		t.Fatalf("%v", err)
 	}
 }

@@ -2,9 +2,12 @@ package report
 
 import (
 	"fmt"
+	"log"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/stormguard/stormguard/clients/go/connect"
 )
 
 // The daemon's limits on names in reports.
@@ -34,6 +37,19 @@ type Config struct {
 	// MaxServices is the number of dependencies kept (100 when zero); more
 	// are not counted.
 	MaxServices int
+	// TokenFile is the service-account token file sent with reports as
+	// "Authorization: Bearer <token>", for a daemon that checks who reports
+	// (in Kubernetes, a projected token volume with audience stormguard).
+	// It is read at each send, so the kubelet's rotations are followed;
+	// empty, no token is sent.
+	TokenFile string
+	// TLS is TLS towards an https:// daemon: the CA to trust, a client
+	// certificate. Its files are read again when they change.
+	TLS connect.TLS
+	// Logger receives what goes wrong that Flush does not return (a token
+	// file that cannot be read, TLS files that changed and cannot be used,
+	// a refused token); log.Default() when nil.
+	Logger *log.Logger
 }
 
 // Defaults fills the zero settings: reports every 10 s, 10 s for a send,

@@ -2,9 +2,11 @@
 // the stormguard daemon, as the Rust library does. Counts are taken into a
 // numbered batch, and that batch is sent until the daemon answers it: sent
 // again, unchanged and under the same number, after a network error, a
-// timeout, a 5xx or a 429, so the daemon counts it once. New counts
-// aggregate meanwhile and go in the next batch. A batch the daemon refuses
-// (another 4xx) is dropped and counted in Stats, never resent.
+// timeout, a 5xx, a 429 or a 401 (the daemon refused the service-account
+// token: nothing was counted, and the next send reads the token file
+// again), so the daemon counts it once. New counts aggregate meanwhile and
+// go in the next batch. A batch the daemon refuses (another 4xx) is
+// dropped and counted in Stats, never resent.
 package report
 
 import (
@@ -16,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"sort"
@@ -26,6 +29,7 @@ import (
 
 	"github.com/stormguard/stormguard/clients/go/breaker"
 	"github.com/stormguard/stormguard/clients/go/budget"
+	"github.com/stormguard/stormguard/clients/go/connect"
 )
 
 // Outcome is how an attempt ended, as reports count it.
@@ -50,13 +54,17 @@ type Stats struct {
 	// ReportsRejected is the number of reports within counted batches that the daemon refused.
 	ReportsRejected uint64
 	// SendFailures is the number of sends that failed and will be tried
-	// again (daemon unreachable, 5xx, 429, timeout).
+	// again (daemon unreachable, 5xx, 429, 401, timeout).
 	SendFailures uint64
 }
 
 // UnavailableError is a send that did not reach the daemon or was not
-// taken (5xx, 429, timeout): the batch is kept and sent again.
+// taken (5xx, 429, a refused token's 401, timeout): the batch is kept and
+// sent again.
 type UnavailableError struct {
+	// Status is the daemon's HTTP status when it answered (a 5xx, 429 or
+	// 401); 0 when no answer came.
+	Status int
 	// Reason says what happened.
 	Reason string
 }
@@ -65,8 +73,8 @@ func (e *UnavailableError) Error() string {
 	return "the stormguard daemon did not take the report: " + e.Reason
 }
 
-// RefusedError is a batch the daemon refused (a 4xx other than 429): it
-// was dropped.
+// RefusedError is a batch the daemon refused (a 4xx other than 429 and
+// 401): it was dropped.
 type RefusedError struct {
 	// Status is the daemon's HTTP status.
 	Status int
@@ -83,6 +91,8 @@ func (e *RefusedError) Error() string {
 type Reporter struct {
 	config Config
 	client *http.Client
+	token  *connect.TokenFile
+	logger *log.Logger
 
 	mu       sync.Mutex
 	services map[string]*serviceCounts
@@ -121,19 +131,28 @@ type batch struct {
 }
 
 // Start checks config (after Defaults) and starts sending every
-// config.Interval; it fails only on settings that cannot work.
+// config.Interval; it fails only on settings that cannot work (a TLS file
+// that cannot be used is a *connect.FileError naming it).
 func Start(config Config) (*Reporter, error) {
 	config = config.Defaults()
 	if err := config.Check(); err != nil {
 		return nil, err
 	}
 	config.Daemon = strings.TrimRight(config.Daemon, "/")
-	connect := 2 * time.Second
-	if config.Timeout < connect {
-		connect = config.Timeout
+	logger := config.Logger
+	if logger == nil {
+		logger = log.Default()
 	}
-	transport := http.DefaultTransport.(*http.Transport).Clone()
-	transport.DialContext = (&net.Dialer{Timeout: connect}).DialContext
+	dial := 2 * time.Second
+	if config.Timeout < dial {
+		dial = config.Timeout
+	}
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	base.DialContext = (&net.Dialer{Timeout: dial}).DialContext
+	transport, err := connect.NewTransport(config.TLS, base, logger)
+	if err != nil {
+		return nil, err
+	}
 	var seed [8]byte
 	if _, err := crand.Read(seed[:]); err != nil {
 		seed = [8]byte{}
@@ -143,6 +162,8 @@ func Start(config Config) (*Reporter, error) {
 	r := &Reporter{
 		config:   config,
 		client:   &http.Client{Transport: transport, Timeout: config.Timeout},
+		token:    connect.NewTokenFile(config.TokenFile, logger),
+		logger:   logger,
 		services: map[string]*serviceCounts{},
 		// A random start: a restarted process under the same name does not
 		// repeat the numbers of its previous run.
@@ -229,8 +250,9 @@ func (r *Reporter) Stats() Stats {
 
 // Flush sends the pending batch, if any, then the counts aggregated now,
 // and waits for the answers. It stops at the first batch that could not
-// be delivered: an *UnavailableError (the batch stays pending), a
-// *RefusedError (the batch was dropped), or ctx's error.
+// be delivered: an *UnavailableError (the batch stays pending; its Status
+// is 401 when the daemon refused the token), a *RefusedError (the batch
+// was dropped), or ctx's error.
 func (r *Reporter) Flush(ctx context.Context) error {
 	return r.send(ctx)
 }
@@ -323,6 +345,7 @@ func (r *Reporter) deliver(ctx context.Context, b *batch) error {
 		return &UnavailableError{Reason: err.Error()}
 	}
 	request.Header.Set("Content-Type", "application/json")
+	r.token.Authorize(request)
 	response, err := r.client.Do(request)
 	if err != nil {
 		return &UnavailableError{Reason: err.Error()}
@@ -331,7 +354,12 @@ func (r *Reporter) deliver(ctx context.Context, b *batch) error {
 	body, readErr := io.ReadAll(io.LimitReader(response.Body, 1<<16))
 	status := response.StatusCode
 	if status >= 500 || status == http.StatusTooManyRequests {
-		return &UnavailableError{Reason: "the daemon answered " + response.Status}
+		return &UnavailableError{Status: status, Reason: "the daemon answered " + response.Status}
+	}
+	if status == http.StatusUnauthorized {
+		// Nothing was counted, and the next send reads the token file again.
+		r.logger.Printf("stormguard reporter: the daemon refused the service-account token; the batch is kept: %s", body)
+		return &UnavailableError{Status: status, Reason: fmt.Sprintf("the daemon refused the token (%s): %s", response.Status, body)}
 	}
 	if status < 200 || status > 299 {
 		return &RefusedError{Status: status, Body: string(body)}

@@ -5,8 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +17,7 @@ import (
 
 	"github.com/stormguard/stormguard/clients/go/breaker"
 	"github.com/stormguard/stormguard/clients/go/budget"
+	"github.com/stormguard/stormguard/clients/go/connect"
 )
 
 func reporter(t *testing.T, daemon string, maxEndpoints, maxServices int) *Reporter {
@@ -270,5 +274,145 @@ func TestStopKeepsTheBatchThePeriodicSendWasSending(t *testing.T) {
 	defer mu.Unlock()
 	if len(bodies) != 3 || bodies[0] != bodies[1] || !strings.Contains(bodies[2], `"/b"`) {
 		t.Fatalf("%q", bodies)
+	}
+}
+
+// headers is a stand-in daemon answering each POST with the next status
+// of answers (then 200), keeping every body and Authorization header.
+type headers struct {
+	daemon
+	authorizations []string
+}
+
+func (h *headers) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mu.Lock()
+	h.authorizations = append(h.authorizations, r.Header.Get("Authorization"))
+	h.mu.Unlock()
+	h.daemon.ServeHTTP(w, r)
+}
+
+func (h *headers) seen() (authorizations, bodies []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.authorizations...), append([]string(nil), h.bodies...)
+}
+
+// withToken is a reporter to server.URL sending tokenFile, logging into the returned buffer.
+func withToken(t *testing.T, url, tokenFile string) (*Reporter, *bytes.Buffer) {
+	var out bytes.Buffer
+	r, err := Start(Config{Daemon: url, Instance: "pod", Interval: time.Hour, TokenFile: tokenFile, Logger: log.New(&out, "", 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		defer cancel()
+		_ = r.Stop(ctx)
+	})
+	return r, &out
+}
+
+func TestTheTokenFileIsReadAtEachSend(t *testing.T) {
+	d := &headers{}
+	server := httptest.NewServer(d)
+	defer server.Close()
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte("first-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := withToken(t, server.URL, file)
+	for _, token := range []string{"", "rotated-token"} {
+		if token != "" {
+			// The kubelet replaces the file in place.
+			if err := os.WriteFile(file, []byte(token), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r.Record("svc", "/a", 0, Success)
+		if err := r.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, _ := d.seen(); len(got) != 2 || got[0] != "Bearer first-token" || got[1] != "Bearer rotated-token" {
+		t.Fatalf("%q", got)
+	}
+}
+
+func TestWithoutItsTokenFileAReportGoesWithoutATokenAndItIsLoggedOnce(t *testing.T) {
+	d := &headers{}
+	server := httptest.NewServer(d)
+	defer server.Close()
+	file := filepath.Join(t.TempDir(), "absent")
+	r, logged := withToken(t, server.URL, file)
+	for i := 0; i < 3; i++ {
+		r.Record("svc", "/a", 0, Success)
+		if err := r.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, _ := d.seen(); len(got) != 3 || got[0] != "" || got[1] != "" || got[2] != "" {
+		t.Fatalf("%q", got)
+	}
+	if n := strings.Count(logged.String(), file); n != 1 {
+		t.Fatalf("logged %d times: %q", n, logged)
+	}
+}
+
+func TestARefusedTokenKeepsTheBatch(t *testing.T) {
+	d := &headers{daemon: daemon{answers: []int{http.StatusUnauthorized, http.StatusAccepted}}}
+	server := httptest.NewServer(d)
+	defer server.Close()
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte("expired"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, logged := withToken(t, server.URL, file)
+	r.Record("svc", "/a", 0, Success)
+	err := r.Flush(context.Background())
+	var unavailable *UnavailableError
+	if !errors.As(err, &unavailable) || unavailable.Status != 401 || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("%v", err)
+	}
+	if !strings.Contains(logged.String(), "refused the service-account token") {
+		t.Fatalf("logged %q", logged)
+	}
+	if err := os.WriteFile(file, []byte("valid"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r.Record("svc", "/b", 0, Success) // goes to the next batch
+	if err := r.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	authorizations, bodies := d.seen()
+	if len(bodies) != 3 || bodies[0] != bodies[1] || strings.Contains(bodies[1], `"/b"`) || !strings.Contains(bodies[2], `"/b"`) {
+		t.Fatalf("%q", bodies)
+	}
+	var refused, resent, next wireBatch
+	_ = json.Unmarshal([]byte(bodies[0]), &refused)
+	_ = json.Unmarshal([]byte(bodies[1]), &resent)
+	_ = json.Unmarshal([]byte(bodies[2]), &next)
+	if resent.Sequence != refused.Sequence || next.Sequence != refused.Sequence+1 {
+		t.Fatalf("%q", bodies)
+	}
+	if authorizations[0] != "Bearer expired" || authorizations[1] != "Bearer valid" {
+		t.Fatalf("%q", authorizations)
+	}
+	if got, want := r.Stats(), (Stats{BatchesSent: 2, ReportsRejected: 1, SendFailures: 1}); got != want {
+		t.Fatalf("%+v", got)
+	}
+}
+
+func TestATLSFileThatCannotBeUsedIsNamedAtStart(t *testing.T) {
+	absent := filepath.Join(t.TempDir(), "ca.crt")
+	for files, want := range map[connect.TLS]string{
+		{CAFile: absent}: absent + ": cannot be read: no such file or directory",
+		{CertFile: "../../credentials/client.crt"}:                                      "../../credentials/client.crt: a client certificate needs both CertFile and KeyFile",
+		{CertFile: "../../credentials/client.crt", KeyFile: "../../credentials/ca.crt"}: "../../credentials/client.crt: with its key file ../../credentials/ca.crt: tls: found a certificate rather than a key in the PEM for the private key",
+	} {
+		_, err := Start(Config{Daemon: "https://localhost:9", Instance: "pod", TLS: files})
+		var fileErr *connect.FileError
+		if !errors.As(err, &fileErr) || err.Error() != want {
+			t.Errorf("%v, want %s", err, want)
+		}
 	}
 }

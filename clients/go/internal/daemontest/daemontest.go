@@ -40,7 +40,9 @@ func FreePort(t testing.TB) int {
 }
 
 // Serve starts the daemon on port with policyFile and extra flags, waits
-// until it listens, and stops it with the test.
+// until it listens, and stops it with the test. It waits for the port to
+// accept a connection, not for the start-up log line, so a daemon serving
+// HTTP and one serving HTTPS (--tls-cert) are waited for alike.
 func Serve(t testing.TB, port int, policyFile string, extra ...string) *exec.Cmd {
 	args := append([]string{"serve", "--policy", policyFile, "--listen", fmt.Sprintf("127.0.0.1:%d", port)}, extra...)
 	cmd := exec.Command(Binary(t), args...)
@@ -73,7 +75,14 @@ func Eventually(check func() bool) bool {
 // daemon's label order (endpoint, service, status), or -1 if it has none.
 func Metric(t testing.TB, daemon, sample string) float64 {
 	t.Helper()
-	answer, err := http.Get(daemon + "/metrics")
+	return MetricVia(t, http.DefaultClient, daemon, sample)
+}
+
+// MetricVia is Metric read with client (for an HTTPS daemon, one that
+// trusts its CA and presents a certificate it takes).
+func MetricVia(t testing.TB, client *http.Client, daemon, sample string) float64 {
+	t.Helper()
+	answer, err := client.Get(daemon + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
