@@ -9,6 +9,11 @@ stormguard daemon, as the Rust library does:
   apart, backing off with full jitter after a failure and honouring
   ``Retry-After``; a shorter maximum wait from the daemon is taken;
 - an answer that cannot be read changes nothing: the last good policies stay.
+
+The daemon may be an ``https://`` one: ``tls`` (a
+:class:`~stormguard_client.DaemonTls`) names the CA its certificate must
+chain to and the client certificate to present; its files are followed as
+they rotate (see :mod:`stormguard_client.connect`).
 """
 
 import json
@@ -22,6 +27,7 @@ import urllib.parse
 import urllib.request
 
 from .backoff import Backoff
+from .connect import Connection
 
 DEFAULT_POLICY = json.loads((pathlib.Path(__file__).parent / "default_policy.json").read_text())
 MAX_WAIT_HEADER = "Stormguard-Max-Wait-Ms"
@@ -33,10 +39,14 @@ class Unusable(Exception):
 
 
 class PolicyWatch:
-    """The current policy of each dependency, kept up to date in a thread."""
+    """The current policy of each dependency, kept up to date in a thread.
+
+    ``tls`` (a :class:`~stormguard_client.DaemonTls`, or None) is the CA and
+    client certificate towards an ``https://`` daemon; a TLS file that
+    cannot be used raises ValueError (a TlsFileError) naming it."""
 
     def __init__(self, daemon, services, *, cache=None, startup_wait=5.0, watch_wait=60.0,
-                 min_poll_interval=1.0, retry_initial=0.1, retry_max=30.0, seed=None):
+                 min_poll_interval=1.0, retry_initial=0.1, retry_max=30.0, seed=None, tls=None):
         if not services:
             raise ValueError("services: name at least one dependency")
         parsed = urllib.parse.urlsplit(daemon)
@@ -46,6 +56,7 @@ class PolicyWatch:
                             ("min_poll_interval", min_poll_interval), ("retry_max", retry_max)):
             if not value > 0:
                 raise ValueError(f"{name} must be above 0, not {value}")
+        self._connection = Connection(tls)
         self.daemon = daemon.rstrip("/")
         self.services = sorted(set(services))
         self.cache = pathlib.Path(cache) if cache else None
@@ -107,7 +118,7 @@ class PolicyWatch:
         if etag:
             request.add_header("If-None-Match", etag)
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as answer:
+            with self._connection.open(request, timeout=timeout) as answer:
                 self._max_wait(answer.headers)
                 body = answer.read()
                 etag = answer.headers.get("ETag")

@@ -5,8 +5,16 @@ Counts are taken into a numbered batch (``{"instance", "sequence",
 "reports"}``, POSTed to ``/v1/reports``), and that batch is sent until the
 daemon answers it: sent again, byte for byte and under the same number,
 after a network error, a timeout, a 5xx or a 429, so the daemon counts it
-once. New counts aggregate meanwhile and go in the next batch. A batch the
-daemon refuses (another 4xx) is dropped, logged and counted, never resent.
+once. A 401 (the daemon requires a service-account token and refused the
+one sent, or none was) is treated the same: nothing was counted, and the
+next send reads the token file again. New counts aggregate meanwhile and go
+in the next batch. A batch the daemon refuses (another 4xx) is dropped,
+logged and counted, never resent.
+
+The daemon may be an ``https://`` one: ``tls`` (a
+:class:`~stormguard_client.DaemonTls`) names the CA to trust and the client
+certificate to present, and ``token_file`` the token to send (see
+:mod:`stormguard_client.connect`).
 """
 
 import contextlib
@@ -19,6 +27,8 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
+
+from .connect import Connection, TokenFile
 
 OUTCOMES = ("success", "error", "server_error")
 MAX_INSTANCE_LEN = 253
@@ -64,8 +74,14 @@ def check_endpoint(endpoint):
 
 
 class ReportNotDelivered(Exception):
-    """The daemon could not be reached, answered 5xx or 429, or took too long:
-    the batch is kept and sent again, under the same sequence number."""
+    """The daemon could not be reached, answered 5xx or 429, refused the
+    token (401), or took too long: the batch is kept and sent again, under
+    the same sequence number. ``status`` is the daemon's answer, or None
+    when there was none."""
+
+    def __init__(self, message, status=None):
+        super().__init__(message)
+        self.status = status
 
 
 class ReportRefused(Exception):
@@ -88,7 +104,7 @@ class ReporterStats:
     reports_rejected: int = 0
     """Reports within counted batches that the daemon refused."""
     send_failures: int = 0
-    """Sends that failed and will be tried again (daemon unreachable, 5xx, 429, timeout)."""
+    """Sends that failed and will be tried again (daemon unreachable, 5xx, 429, 401, timeout)."""
 
 
 class _Service:
@@ -105,10 +121,19 @@ class _Service:
 
 class Reporter:
     """Aggregates attempts and sends them to the daemon every ``interval``
-    seconds (once :meth:`start` ed); safe to share between threads."""
+    seconds (once :meth:`start` ed); safe to share between threads.
+
+    ``token_file`` is the service-account token file sent with each batch
+    as ``Authorization: Bearer``, for a daemon that checks who reports (in
+    Kubernetes, a projected token volume with audience ``stormguard``); it
+    is read at each send, so the kubelet's rotations are followed. None
+    sends no token. ``tls`` (a :class:`~stormguard_client.DaemonTls`, or
+    None) is the CA and client certificate towards an ``https://`` daemon;
+    a TLS file that cannot be used raises ValueError (a TlsFileError)
+    naming it."""
 
     def __init__(self, daemon, instance, caller=None, interval=10.0, timeout=10.0,
-                 max_endpoints=100, max_services=100):
+                 max_endpoints=100, max_services=100, token_file=None, tls=None):
         parsed = urllib.parse.urlsplit(daemon) if isinstance(daemon, str) else None
         if parsed is None or parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise ValueError(f"daemon: {daemon!r} is not an http(s) URL")
@@ -125,6 +150,8 @@ class Reporter:
         for name, value in (("max_endpoints", max_endpoints), ("max_services", max_services)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a whole number above 0, not {value!r}")
+        self._token = TokenFile(token_file)
+        self._connection = Connection(tls)
         self.daemon = daemon.rstrip("/")
         self.instance = instance
         self.caller = caller
@@ -318,8 +345,9 @@ class Reporter:
         """One POST of a batch; returns once the daemon counted it (now or before)."""
         request = urllib.request.Request(f"{self.daemon}/v1/reports", data=body, method="POST",
                                          headers={"Content-Type": "application/json"})
+        self._token.authorize(request)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as answer:
+            with self._connection.open(request, timeout=self.timeout) as answer:
                 status = answer.status
                 text = _read(answer)
         except urllib.error.HTTPError as error:
@@ -329,7 +357,14 @@ class Reporter:
         except (OSError, http.client.HTTPException) as error:
             raise ReportNotDelivered(f"the stormguard daemon did not take the report: {error!r}") from error
         if status >= 500 or status == 429:
-            raise ReportNotDelivered(f"the stormguard daemon did not take the report: it answered {status}")
+            raise ReportNotDelivered(f"the stormguard daemon did not take the report: it answered {status}", status)
+        if status == 401:
+            # Nothing was counted, and the next send reads the token file again.
+            text = text.decode(errors="replace")
+            log.error("stormguard reporter: the daemon refused the service-account token (401): %s; "
+                      "the batch is kept", text)
+            raise ReportNotDelivered(
+                f"the stormguard daemon did not take the report: it refused the token (401): {text}", status)
         if not 200 <= status < 300:
             text = text.decode(errors="replace")
             log.error("stormguard reporter: the daemon refused report batch %d (%d): %s; it is dropped",

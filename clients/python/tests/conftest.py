@@ -6,6 +6,7 @@ import http.server
 import json
 import os
 import pathlib
+import queue
 import socket
 import subprocess
 import threading
@@ -36,10 +37,11 @@ def eventually(check, within=10.0):
     return False
 
 
-def metric(daemon_url, sample):
+def metric(daemon_url, sample, context=None):
     """The value of the Prometheus sample named exactly ``sample`` (name and
-    labels as the daemon prints them) at ``daemon_url``/metrics, or None."""
-    with urllib.request.urlopen(f"{daemon_url}/metrics", timeout=5) as answer:
+    labels as the daemon prints them) at ``daemon_url``/metrics, or None;
+    ``context`` is the SSL context for an https:// daemon."""
+    with urllib.request.urlopen(f"{daemon_url}/metrics", timeout=5, context=context) as answer:
         text = answer.read().decode()
     for line in text.splitlines():
         if line.startswith("#"):
@@ -55,12 +57,35 @@ def requests_sample(endpoint, service, status):
     return f'http_client_requests_total{{endpoint="{endpoint}",service="{service}",status="{status}"}}'
 
 
+def serving_on(line):
+    """The base URL in the daemon's start-up line (``serving on
+    http://127.0.0.1:PORT``, or ``https://`` when it serves TLS), or None
+    if ``line`` is another."""
+    at = line.find("serving on http")
+    if at < 0:
+        return None
+    return line[at + len("serving on "):].split()[0]
+
+
+def _follow_log(process, log, urls):
+    """Keeps the daemon's log (its stderr) in ``log`` and puts the URL of
+    its start-up line in ``urls``; drained to the end, so it never blocks."""
+    for line in process.stderr:
+        log.append(line)
+        url = serving_on(line)
+        if url is not None:
+            urls.put(url)
+    urls.put(None)
+
+
 @pytest.fixture
 def daemon(tmp_path):
     """Starts ``stormguard serve`` (``--shutdown-delay 2s``) on a port:
     ``start(port=None, retries=2, policy=None, args=())`` returns (url,
-    policy file, process). The policy file is written once per test (from
-    ``policy``, else payments at ``retries``), so a restart serves the same."""
+    policy file, process), the URL as the daemon's start-up line gives it
+    (``https://`` when ``args`` make it serve TLS). The policy file is
+    written once per test (from ``policy``, else payments at ``retries``),
+    so a restart serves the same."""
     if not BINARY.exists():
         pytest.fail(f"{BINARY} is missing: build it with cargo build (or set STORMGUARD_BINARY)")
     started = []
@@ -73,18 +98,20 @@ def daemon(tmp_path):
         process = subprocess.Popen(
             [str(BINARY), "serve", "--policy", str(path), "--listen", f"127.0.0.1:{port}",
              "--shutdown-delay", "2s", *args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace",
+            env={**os.environ, "RUST_LOG": "info"})
         started.append(process)
-        url = f"http://127.0.0.1:{port}"
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-                return url, path, process
-            except OSError:
-                if process.poll() is not None:
-                    pytest.fail(f"the daemon exited with {process.returncode}")
-                time.sleep(0.05)
-        pytest.fail("the daemon did not start")
+        log, urls = [], queue.Queue()
+        threading.Thread(target=_follow_log, args=(process, log, urls), daemon=True).start()
+        try:
+            url = urls.get(timeout=20)
+        except queue.Empty:
+            url = None
+        if url is None:
+            process.kill()
+            process.wait()
+            pytest.fail(f"the daemon did not start (exit status {process.returncode}); its log:\n{''.join(log)}")
+        return url, path, process
 
     yield start
     for process in started:

@@ -3,13 +3,15 @@ the real daemon (through a fault proxy where the scenario has one)."""
 
 import json
 import signal
+import ssl
 import time
 
 import pytest
 
 from conftest import ROOT, POLICY, batch, eventually, free_port, metric, requests_sample
-from stormguard_client import PolicyWatch, Reporter, ReportNotDelivered, ReportRefused
+from stormguard_client import DaemonTls, PolicyWatch, Reporter, ReportNotDelivered, ReportRefused
 
+CREDENTIALS = ROOT / "clients" / "credentials"
 SCENARIOS = json.loads((ROOT / "clients" / "conformance.json").read_text())["scenarios"]
 IDS = [s["id"] for s in SCENARIOS]
 CHARGE = requests_sample("/charge", "payments", "success")
@@ -173,6 +175,52 @@ def shutdown_sends_the_last_counts(daemon, tmp_path, fault_proxy):
     assert not reporter._thread.is_alive()
 
 
+def a_rotated_token(daemon, tmp_path, fault_proxy):
+    tokens = json.loads((CREDENTIALS / "tokens.json").read_text())
+    url, _, _ = daemon(args=("--tokens", "required", "--token-keys", str(CREDENTIALS / "jwks.json"),
+                             "--token-issuer", tokens["issuer"]))
+    token_file = tmp_path / "token"
+    token_file.write_text(tokens["expired"])
+    reporter = Reporter(url, "pod-1", interval=3600, timeout=5, token_file=token_file)
+    for _ in range(2):
+        reporter.record("payments", "/charge", 0, "success")
+    with pytest.raises(ReportNotDelivered, match="401") as refused:
+        reporter.flush()
+    assert refused.value.status == 401 and reporter._pending is not None, "the batch is kept"
+    token_file.write_text(tokens["valid"])
+    reporter.flush()
+    assert metric(url, CHARGE) == 2, "the kept batch, with the valid token, once"
+    assert metric(url, 'stormguard_token_refusals_total{reason="expired"}') == 1
+    assert reporter.stats.send_failures == 1 and reporter.stats.batches_dropped == 0
+
+
+def https_with_a_ca(daemon, tmp_path, fault_proxy):
+    flags = [("--tls-cert", "daemon.crt"), ("--tls-key", "daemon.key"), ("--tls-client-ca", "ca.crt")]
+    url, _, _ = daemon(retries=5, args=[part for flag, name in flags for part in (flag, str(CREDENTIALS / name))])
+    assert url.startswith("https://127.0.0.1:"), url
+    base = url.replace("127.0.0.1", "localhost")
+    tls = DaemonTls(ca_file=CREDENTIALS / "ca.crt", cert_file=CREDENTIALS / "client.crt",
+                    key_file=CREDENTIALS / "client.key")
+    trusting = PolicyWatch(base, ["payments"], tls=tls, **QUICK)
+    assert trusting.start() == "daemon" and trusting.policy("payments")["maxRetries"] == 5
+    reporter = Reporter(base, "pod-1", interval=3600, timeout=5, tls=tls)
+    reporter.record("payments", "/charge", 0, "success")
+    reporter.flush()
+
+    distrusting = PolicyWatch(base, ["payments"], startup_wait=0.3,
+                              tls=DaemonTls(cert_file=tls.cert_file, key_file=tls.key_file), **QUICK)
+    began = time.monotonic()
+    assert distrusting.start() == "defaults"
+    assert time.monotonic() - began < 0.8, "ready within about its start-up wait"
+    assert distrusting.policy("payments")["maxRetries"] == 3
+
+    context = ssl.create_default_context(cafile=tls.ca_file)
+    context.load_cert_chain(tls.cert_file, tls.key_file)
+    assert metric(base, CHARGE, context=context) == 1
+    trusting.stop()
+    distrusting.stop()
+
+
 IMPLEMENTATIONS = {
     "start-with-the-daemon-down": start_with_the_daemon_down,
     "start-from-the-cache": start_from_the_cache,
@@ -184,6 +232,8 @@ IMPLEMENTATIONS = {
     "a-refused-report": a_refused_report,
     "reports-while-the-daemon-is-down": reports_while_the_daemon_is_down,
     "shutdown-sends-the-last-counts": shutdown_sends_the_last_counts,
+    "a-rotated-token": a_rotated_token,
+    "https-with-a-ca": https_with_a_ca,
 }
 
 

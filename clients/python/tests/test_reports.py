@@ -107,15 +107,18 @@ def test_track_reports_the_breaker_state_and_the_retries_denied_since_the_last_r
 class StandIn:
     """A stand-in daemon that answers report batches as ``plan`` says: a
     status, "drop" (close unanswered), or (seconds, status) to answer
-    late; the last step repeats."""
+    late; the last step repeats. ``bodies`` holds each batch and
+    ``authorizations`` its Authorization header (None without)."""
 
     def __init__(self, plan):
         self.plan = list(plan)
         self.bodies = []
+        self.authorizations = []
         stand_in = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self):
+                stand_in.authorizations.append(self.headers.get("Authorization"))
                 stand_in.bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
                 step = stand_in.plan.pop(0) if len(stand_in.plan) > 1 else stand_in.plan[0]
                 if isinstance(step, tuple):
@@ -125,7 +128,9 @@ class StandIn:
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return
-                body = b'{"accepted":1,"rejected":[]}' if step < 300 else b"no such thing"
+                body = (b'{"accepted":1,"rejected":[]}' if step < 300
+                        else b'{"error":"the token has expired","reason":"expired"}' if step == 401
+                        else b"no such thing")
                 self.send_response(step)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -218,3 +223,52 @@ def test_a_send_under_way_at_stop_is_not_lost(stand_in):
     r.stop()
     assert server.bodies[1] == server.bodies[0], "stop sent it again, unchanged"
     assert r._pending is None and r.stats.batches_sent >= 1 and r.stats.send_failures == 1
+
+
+def test_a_401_keeps_the_batch_and_it_goes_again_unchanged(stand_in):
+    server = stand_in([401, 202])
+    r = Reporter(server.url, "pod-1", interval=3600, timeout=2)
+    r.record("svc", "/a", 0, "success")
+    with pytest.raises(ReportNotDelivered, match="401.*expired") as refused:
+        r.flush()
+    assert refused.value.status == 401 and r._pending is not None
+    r.flush()
+    first, again, new = server.bodies
+    assert first == again, "the same bytes, under the same number"
+    assert json.loads(new)["sequence"] == json.loads(first)["sequence"] + 1
+    assert (r.stats.send_failures, r.stats.batches_dropped, r.stats.batches_sent) == (1, 0, 2)
+
+
+def test_the_token_file_is_read_at_each_send(stand_in, tmp_path):
+    server = stand_in([200])
+    token = tmp_path / "token"
+    token.write_text("first-token\n")
+    r = Reporter(server.url, "pod-1", interval=3600, timeout=2, token_file=token)
+    r.record("svc", "/a", 0, "success")
+    r.flush()
+    token.write_text("  rotated-token  ")  # as the kubelet does, in place
+    r.record("svc", "/a", 0, "success")
+    r.flush()
+    assert server.authorizations == ["Bearer first-token", "Bearer rotated-token"]
+    r = Reporter(server.url, "pod-1", interval=3600, timeout=2)
+    r.record("svc", "/a", 0, "success")
+    r.flush()
+    assert server.authorizations[-1] is None, "no token file, no token"
+
+
+def test_a_missing_token_file_sends_without_a_token_and_is_logged_once(stand_in, tmp_path, caplog):
+    server = stand_in([401, 401, 202])
+    token = tmp_path / "token"
+    r = Reporter(server.url, "pod-1", interval=3600, timeout=2, token_file=token)
+    r.record("svc", "/a", 0, "success")
+    with caplog.at_level(logging.ERROR, logger="stormguard_client.connect"):
+        for _ in range(2):
+            with pytest.raises(ReportNotDelivered, match="401"):
+                r.flush()
+    assert server.authorizations == [None, None]
+    assert [rec.name for rec in caplog.records].count("stormguard_client.connect") == 1
+    assert str(token) in caplog.text and "reports go without it" in caplog.text
+    token.write_text("mounted-at-last")
+    r.flush()
+    assert server.authorizations[2] == "Bearer mounted-at-last"
+    assert server.bodies[0] == server.bodies[1] == server.bodies[2], "the kept batch, with the token"
