@@ -67,6 +67,8 @@ pub(crate) struct Connection {
 struct Current {
     http: reqwest::Client,
     contents: Contents,
+    /// Contents that could not be used, so that they are logged once.
+    refused: Option<Contents>,
     checked: Instant,
 }
 
@@ -86,6 +88,7 @@ impl Connection {
             current: Mutex::new(Current {
                 http,
                 contents,
+                refused: None,
                 checked: Instant::now(),
             }),
         })
@@ -102,21 +105,24 @@ impl Connection {
     }
 
     fn follow_files(&self, current: &mut Current) {
-        let rebuilt = self.tls.read().and_then(|contents| {
-            if contents == current.contents {
-                return Ok(None);
+        let contents = match self.tls.read() {
+            Ok(contents) if contents == current.contents || Some(&contents) == current.refused.as_ref() => {
+                return
             }
-            let http = build(&self.tls, &contents, &self.configure)?;
-            Ok(Some((http, contents)))
-        });
-        match rebuilt {
-            Ok(None) => {}
-            Ok(Some((http, contents))) => {
+            Ok(contents) => contents,
+            Err(error) => {
+                tracing::error!(%error, "stormguard: a TLS file for the daemon cannot be read; the ones read before stay in use");
+                return;
+            }
+        };
+        match build(&self.tls, &contents, &self.configure) {
+            Ok(http) => {
                 tracing::info!("stormguard: the daemon's TLS files changed; new connections use them");
-                (current.http, current.contents) = (http, contents);
+                (current.http, current.contents, current.refused) = (http, contents, None);
             }
             Err(error) => {
                 tracing::error!(%error, "stormguard: the daemon's TLS files changed and cannot be used; the ones read before stay in use");
+                current.refused = Some(contents);
             }
         }
     }
@@ -147,8 +153,9 @@ fn build(
     }
     match (&tls.cert_file, &contents.cert, &contents.key) {
         (Some(path), Some(cert), Some(key)) => {
+            let key_file = tls.key_file.as_deref().unwrap_or(path).display();
             let identity = reqwest::Identity::from_pem(&[cert.as_slice(), b"\n", key].concat())
-                .map_err(|e| tls_error(path, format!("with its key file: {e}")))?;
+                .map_err(|e| tls_error(path, format!("with the key in {key_file}: {e}")))?;
             builder = builder.identity(identity);
         }
         (None, None, None) => {}
@@ -165,7 +172,12 @@ fn build(
         }
     }
     builder.build().map_err(|e| ConfigError::Tls {
-        file: tls.ca_file.clone().unwrap_or_default(),
+        file: [&tls.ca_file, &tls.cert_file]
+            .into_iter()
+            .flatten()
+            .next()
+            .cloned()
+            .unwrap_or_else(|| "(no TLS file)".into()),
         problem: e.to_string(),
     })
 }
@@ -195,14 +207,7 @@ impl TokenFile {
         let Some(path) = &self.path else { return request };
         let read = std::fs::read_to_string(path)
             .map_err(|e| e.to_string())
-            .and_then(|text| {
-                let token = text.trim().to_string();
-                if token.is_empty() {
-                    Err("empty".to_string())
-                } else {
-                    Ok(token)
-                }
-            });
+            .and_then(|text| usable(text.trim()));
         let mut last_error = self.last_error.lock().unwrap_or_else(|e| e.into_inner());
         match read {
             Ok(token) => {
@@ -211,13 +216,24 @@ impl TokenFile {
             }
             Err(error) => {
                 if last_error.as_ref() != Some(&error) {
-                    tracing::error!(file = %path.display(), %error, "stormguard: cannot read the service-account token; reports go without it");
+                    tracing::error!(file = %path.display(), %error, "stormguard: cannot use the service-account token; reports and pace asks go without it");
                 }
                 *last_error = Some(error);
                 request
             }
         }
     }
+}
+
+/// `token`, if a bearer header can carry it.
+fn usable(token: &str) -> Result<String, String> {
+    if token.is_empty() {
+        return Err("empty".into());
+    }
+    if !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("holds characters an HTTP header cannot carry".into());
+    }
+    Ok(token.to_string())
 }
 
 #[cfg(test)]

@@ -4,7 +4,9 @@
 //! daemon answers it: sent again, unchanged and under the same number, after
 //! a failure or a lost answer, so the daemon counts it once. New counts
 //! aggregate meanwhile and go in the next batch. A batch the daemon refuses
-//! (4xx) is dropped, logged and counted, never resent.
+//! (a 4xx other than 401 and 429) is dropped, logged and counted, never
+//! resent; one refused for its token (401) is kept, since the next send
+//! reads the token file again.
 //!
 //! While a dependency's send gate is on, the reporter also asks the daemon
 //! for this process's share of the rate the fleet may send it ([`pace`]).
@@ -105,11 +107,12 @@ impl ReporterConfig {
 pub struct ReporterStats {
     /// Batches the daemon counted (or had counted already).
     pub batches_sent: u64,
-    /// Batches the daemon refused whole (4xx): dropped, not resent.
+    /// Batches the daemon refused whole (a 4xx other than 401 and 429): dropped, not resent.
     pub batches_dropped: u64,
     /// Reports within counted batches that the daemon refused.
     pub reports_rejected: u64,
-    /// Sends that failed and will be tried again (daemon unreachable, 5xx, timeout).
+    /// Sends that failed and will be tried again (daemon unreachable, 5xx,
+    /// 429, token refused, timeout).
     pub send_failures: u64,
     /// Asks for a paced dependency's share (made while its send gate is on).
     pub pace_asks: u64,

@@ -32,6 +32,8 @@ fn without_a_readable_token_the_request_goes_as_it_is() {
     assert!(missing.last_error.lock().unwrap().is_some());
     std::fs::write(dir.path().join("absent"), "  \n").unwrap();
     assert_eq!(sent_token(&missing), None, "an empty file is no token");
+    std::fs::write(dir.path().join("absent"), "two words").unwrap();
+    assert_eq!(sent_token(&missing), None, "a header cannot carry it");
     std::fs::write(dir.path().join("absent"), "now-there").unwrap();
     assert_eq!(sent_token(&missing).as_deref(), Some("Bearer now-there"));
     assert!(missing.last_error.lock().unwrap().is_none());
@@ -85,7 +87,7 @@ fn each_unusable_tls_file_is_named_with_what_is_wrong() {
                 key_file: Some(not_pem),
                 ..DaemonTls::default()
             },
-            "client.crt: with its key file",
+            "client.crt: with the key in",
         ),
     ];
     for (tls, expected) in cases {
@@ -110,6 +112,10 @@ fn changed_files_rebuild_the_client_and_unusable_ones_keep_it() {
     std::fs::write(&ca, "not a certificate").unwrap();
     connection.follow_files(&mut connection.current.lock().unwrap());
     assert_eq!(contents(&connection), first, "unusable: the client in use stays");
+    assert!(
+        connection.current.lock().unwrap().refused.is_some(),
+        "and is not tried again until it changes"
+    );
 
     let bundle = [
         std::fs::read(credential("ca.crt")).unwrap(),
