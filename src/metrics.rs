@@ -14,6 +14,60 @@ pub const RELOAD_SUCCESS: &str = "success";
 /// See [`RELOAD_SUCCESS`].
 pub const RELOAD_FAILURE: &str = "failure";
 
+/// The outcomes of reloading a file the daemon follows (the TLS pair, the
+/// token issuer's keys): `<prefix>_reloads_total{result}` and
+/// `<prefix>_last_reload_success`, 1 until a reload fails and while the
+/// previous contents stay in use.
+#[derive(Clone)]
+pub struct ReloadOutcomes {
+    total: IntCounterVec,
+    last_success: IntGauge,
+}
+
+impl ReloadOutcomes {
+    /// The two families for `what`, e.g. "the TLS certificate and key files".
+    pub fn new(prefix: &str, what: &str) -> Self {
+        let total = IntCounterVec::new(
+            Opts::new(
+                format!("{prefix}_reloads_total"),
+                format!(
+                    "Reloads of {what} after they changed, by result; after a failure the ones in use stay."
+                ),
+            ),
+            &["result"],
+        )
+        .expect("valid metric");
+        for result in [RELOAD_SUCCESS, RELOAD_FAILURE] {
+            total.with_label_values(&[result]);
+        }
+        let last_success = IntGauge::new(
+            format!("{prefix}_last_reload_success"),
+            format!("1 if the last reload of {what} succeeded (or none was needed), 0 while a failed one keeps the previous in use."),
+        )
+        .expect("valid metric");
+        last_success.set(1);
+        Self { total, last_success }
+    }
+
+    /// Counts one reload.
+    pub fn record(&self, succeeded: bool) {
+        let result = if succeeded { RELOAD_SUCCESS } else { RELOAD_FAILURE };
+        self.total.with_label_values(&[result]).inc();
+        self.last_success.set(i64::from(succeeded));
+    }
+
+    /// Reloads counted with `result`.
+    pub fn count(&self, result: &str) -> u64 {
+        self.total.with_label_values(&[result]).get()
+    }
+
+    /// Adds both families to `registry`.
+    pub fn register(&self, registry: &Registry) -> prometheus::Result<()> {
+        registry.register(Box::new(self.total.clone()))?;
+        registry.register(Box::new(self.last_success.clone()))
+    }
+}
+
 /// Every family the daemon exports about itself.
 pub struct DaemonMetrics {
     registry: Registry,

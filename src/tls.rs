@@ -12,13 +12,14 @@ use std::sync::{Arc, Mutex, TryLockError};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::{IntCounter, Registry};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 use tokio_rustls::TlsAcceptor;
 
+use crate::metrics::ReloadOutcomes;
 use crate::stamp::FileStamp;
 
 /// How often the files are looked at for a change.
@@ -82,7 +83,7 @@ pub struct Tls {
     config: ArcSwap<ServerConfig>,
     /// When the files were last looked at, and what they were then.
     seen: Mutex<(Instant, Stamps)>,
-    reloads: IntCounterVec,
+    reloads: ReloadOutcomes,
     handshake_failures: IntCounter,
 }
 
@@ -98,14 +99,7 @@ impl Tls {
             files,
             config: ArcSwap::from_pointee(config),
             seen: Mutex::new((Instant::now(), stamps)),
-            reloads: IntCounterVec::new(
-                Opts::new(
-                    "stormguard_tls_reloads_total",
-                    "Reloads of the TLS certificate, key and client CA files after they changed, by result; on a failure the files in use stay.",
-                ),
-                &["result"],
-            )
-            .expect("valid metric"),
+            reloads: ReloadOutcomes::new("stormguard_tls", "the TLS certificate, key and client CA files"),
             handshake_failures: IntCounter::new(
                 "stormguard_tls_handshake_failures_total",
                 "TLS handshakes that failed or timed out: clients that do not trust the daemon's certificate, present no or a wrong client certificate, or speak plain HTTP.",
@@ -116,7 +110,7 @@ impl Tls {
 
     /// Adds the TLS families to `registry`.
     pub fn register(&self, registry: &Registry) -> prometheus::Result<()> {
-        registry.register(Box::new(self.reloads.clone()))?;
+        self.reloads.register(registry)?;
         registry.register(Box::new(self.handshake_failures.clone()))
     }
 
@@ -161,8 +155,7 @@ impl Tls {
             return;
         }
         *seen = before;
-        let result = if loaded.is_ok() { "success" } else { "failure" };
-        self.reloads.with_label_values(&[result]).inc();
+        self.reloads.record(loaded.is_ok());
         match loaded {
             Ok(config) => {
                 self.config.store(Arc::new(config));

@@ -28,6 +28,7 @@ use serde::Deserialize;
 pub use bindings::{Bindings, NotYours};
 pub use keys::{KeySet, KeysError};
 
+use crate::metrics::ReloadOutcomes;
 use crate::stamp::FileStamp;
 
 /// How often the key file is looked at for a change.
@@ -152,7 +153,7 @@ pub struct Callers {
     keys_seen: Mutex<(Instant, Option<FileStamp>)>,
     refusals: IntCounterVec,
     unauthenticated: IntCounter,
-    key_reloads: IntCounterVec,
+    key_reloads: ReloadOutcomes,
 }
 
 #[derive(Deserialize)]
@@ -199,17 +200,7 @@ impl Callers {
             "Reports and pace asks served without a token (in optional mode).",
         )
         .expect("valid metric");
-        let key_reloads = IntCounterVec::new(
-            Opts::new(
-                "stormguard_token_keys_reloads_total",
-                "Reloads of the token issuer's key file after it changed, by result; after a failure the keys in use stay.",
-            ),
-            &["result"],
-        )
-        .expect("valid metric");
-        for result in ["success", "failure"] {
-            key_reloads.with_label_values(&[result]);
-        }
+        let key_reloads = ReloadOutcomes::new("stormguard_token_keys", "the token issuer's key file");
         Self {
             mode,
             rules,
@@ -225,7 +216,7 @@ impl Callers {
     pub fn register(&self, registry: &Registry) -> prometheus::Result<()> {
         registry.register(Box::new(self.refusals.clone()))?;
         registry.register(Box::new(self.unauthenticated.clone()))?;
-        registry.register(Box::new(self.key_reloads.clone()))
+        self.key_reloads.register(registry)
     }
 
     /// The mode.
@@ -237,8 +228,7 @@ impl Callers {
     pub fn reload_keys(&self) -> Result<usize, KeysError> {
         let Some(rules) = &self.rules else { return Ok(0) };
         let loaded = KeySet::load(&rules.keys_file);
-        let result = if loaded.is_ok() { "success" } else { "failure" };
-        self.key_reloads.with_label_values(&[result]).inc();
+        self.key_reloads.record(loaded.is_ok());
         let keys = loaded?;
         let count = keys.len();
         self.keys.store(Arc::new(Some(keys)));
