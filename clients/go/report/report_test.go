@@ -21,7 +21,13 @@ import (
 )
 
 func reporter(t *testing.T, daemon string, maxEndpoints, maxServices int) *Reporter {
-	r, err := Start(Config{Daemon: daemon, Instance: "pod", Interval: time.Hour, MaxEndpoints: maxEndpoints, MaxServices: maxServices})
+	return started(t, Config{Daemon: daemon, Instance: "pod", Interval: time.Hour, MaxEndpoints: maxEndpoints, MaxServices: maxServices})
+}
+
+// started is a reporter with config, stopped with the test.
+func started(t *testing.T, config Config) *Reporter {
+	t.Helper()
+	r, err := Start(config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,15 +306,7 @@ func (h *headers) seen() (authorizations, bodies []string) {
 // withToken is a reporter to server.URL sending tokenFile, logging into the returned buffer.
 func withToken(t *testing.T, url, tokenFile string) (*Reporter, *bytes.Buffer) {
 	var out bytes.Buffer
-	r, err := Start(Config{Daemon: url, Instance: "pod", Interval: time.Hour, TokenFile: tokenFile, Logger: log.New(&out, "", 0)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-		defer cancel()
-		_ = r.Stop(ctx)
-	})
+	r := started(t, Config{Daemon: url, Instance: "pod", Interval: time.Hour, TokenFile: tokenFile, Logger: log.New(&out, "", 0)})
 	return r, &out
 }
 
