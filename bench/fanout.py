@@ -3,12 +3,15 @@
 the daemon's memory with them parked; then the policy changes, and how long
 until the last one is woken.
 
-Two kinds of watcher side by side, in the same run:
+Three kinds of watcher side by side, in the same run:
 - lean: connections that carry GETs and Content-Length bodies, as every
   common HTTP client's do;
 - general: connections that first sent a chunked report, which moves them
   to the general HTTP stack (the reference: every connection cost this
-  before the front existed).
+  before the front existed);
+- tls: HTTPS connections (the daemon with --tls-cert and --tls-key, the
+  test certificate of clients/credentials), which the general HTTP stack
+  serves over rustls.
 
 Usage: bench/fanout.py [N ...]   (default: 10000 50000)
 Needs a release build (cargo build --release). Each N needs N open files in
@@ -22,15 +25,24 @@ import http.client
 import multiprocessing
 import os
 import resource
+import ssl
 import statistics
 import sys
 import tempfile
 import time
 
-from harness import rss_mib, start_daemon
+from harness import ROOT, connection, rss_mib, start_daemon
 
 PER_PROCESS = 5_000
 SERVICE = "payment-service"
+CREDENTIALS = os.path.join(ROOT, "clients", "credentials")
+TLS_FLAGS = ("--tls-cert", os.path.join(CREDENTIALS, "daemon.crt"),
+             "--tls-key", os.path.join(CREDENTIALS, "daemon.key"))
+
+
+def trusting():
+    """An SSL context that trusts the test CA, for the tls kind."""
+    return ssl.create_default_context(cafile=os.path.join(CREDENTIALS, "ca.crt"))
 
 
 def policy(retries):
@@ -56,11 +68,12 @@ async def read_answer(reader):
     return status
 
 
-async def watcher(port, source, etag, general, parked, woken, connecting):
+async def watcher(port, source, etag, kind, parked, woken, connecting):
     try:
         async with connecting:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
-            if general:
+            tls = {"ssl": trusting(), "server_hostname": "localhost"} if kind == "tls" else {}
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0), **tls)
+            if kind == "general":
                 writer.write(chunked_report())
                 await writer.drain()
                 await read_answer(reader)
@@ -80,42 +93,44 @@ async def watcher(port, source, etag, general, parked, woken, connecting):
     writer.close()
 
 
-def client_process(port, source, etag, general, count, parked, results):
+def client_process(port, source, etag, kind, count, parked, results):
     resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
 
     async def run():
         woken = []
         # Connect a few hundred at a time: the listen backlog is finite.
         connecting = asyncio.Semaphore(200)
-        await asyncio.gather(*[watcher(port, source, etag, general, parked, woken, connecting) for _ in range(count)])
+        await asyncio.gather(*[watcher(port, source, etag, kind, parked, woken, connecting) for _ in range(count)])
         results.put(woken)
 
     asyncio.run(run())
 
 
-def etag_of(port):
-    conn = http.client.HTTPConnection("127.0.0.1", port)
+def etag_of(port, tls):
+    conn = connection(port, tls)
     conn.request("GET", f"/v1/policies/{SERVICE}")
     response = conn.getresponse()
     response.read()
     return response.getheader("ETag")
 
 
-def measure(watchers, general):
+def measure(watchers, kind):
     directory = tempfile.mkdtemp()
     path = os.path.join(directory, "policy.yaml")
     with open(path, "w") as f:
         f.write(policy(1))
-    daemon, port = start_daemon(path, "--max-long-polls", str(watchers + 1000))
+    tls = trusting() if kind == "tls" else None
+    flags = ("--max-long-polls", str(watchers + 1000), *(TLS_FLAGS if tls else ()))
+    daemon, port = start_daemon(path, *flags, tls=tls)
     try:
-        etag = etag_of(port)
+        etag = etag_of(port, tls)
         time.sleep(0.5)
         baseline = rss_mib(daemon.pid)
         parked, results = multiprocessing.Queue(), multiprocessing.Queue()
         processes = []
         for k, first in enumerate(range(0, watchers, PER_PROCESS)):
             count = min(PER_PROCESS, watchers - first)
-            args = (port, f"127.0.0.{k + 2}", etag, general, count, parked, results)
+            args = (port, f"127.0.0.{k + 2}", etag, kind, count, parked, results)
             processes.append(multiprocessing.Process(target=client_process, args=args))
             processes[-1].start()
         for _ in range(watchers):
@@ -155,13 +170,13 @@ def main():
         if watchers + 100 > limit:
             print(f"{watchers:>9} not run: the daemon needs {watchers + 100} open files; this machine's hard limit is {limit}")
             continue
-        lean = measure(watchers, general=False)
-        general = measure(watchers, general=True)
-        for kind, r in (("lean", lean), ("general", general)):
+        lean, general, tls = (measure(watchers, kind) for kind in ("lean", "general", "tls"))
+        for kind, r in (("lean", lean), ("general", general), ("tls", tls)):
             print(f"{watchers:>9} {kind:<8} {r['baseline']:>8.1f} MiB {r['held']:>5.1f} MiB {r['per_watcher_kib']:>8.1f} KiB "
                   f"{r['fresh']:>9} {r['p50']:>6.0f} ms {r['p99']:>5.0f} ms {r['last']:>5.0f} ms")
         print(f"{watchers:>9} ratio    lean / general memory per watcher: "
-              f"{lean['per_watcher_kib'] / general['per_watcher_kib']:.2f}")
+              f"{lean['per_watcher_kib'] / general['per_watcher_kib']:.2f}; tls / general: "
+              f"{tls['per_watcher_kib'] / general['per_watcher_kib']:.2f}")
 
 
 if __name__ == "__main__":

@@ -19,14 +19,16 @@ def free_port():
     return port
 
 
-def start_daemon(policy, *flags):
-    """The release daemon on a free loopback port, once it answers /healthz: (process, port)."""
+def start_daemon(policy, *flags, tls=None):
+    """The release daemon on a free loopback port, once it answers /healthz
+    (over HTTPS with `tls`, an SSL context that trusts its certificate):
+    (process, port)."""
     port = free_port()
     daemon = subprocess.Popen([BINARY, "serve", "--listen", f"127.0.0.1:{port}", "--policy", policy, *flags],
                               stderr=subprocess.DEVNULL)
     for _ in range(200):
         try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+            conn = connection(port, tls, timeout=1)
             conn.request("GET", "/healthz")
             if conn.getresponse().status == 200:
                 return daemon, port
@@ -34,6 +36,13 @@ def start_daemon(policy, *flags):
             time.sleep(0.05)
     daemon.kill()
     raise RuntimeError("the daemon did not start")
+
+
+def connection(port, tls=None, timeout=None):
+    """An HTTP connection to the daemon on `port`; HTTPS to `localhost` with `tls`."""
+    if tls is None:
+        return http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    return http.client.HTTPSConnection("localhost", port, timeout=timeout, context=tls)
 
 
 def rss_mib(pid):
