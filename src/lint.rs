@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 use stormguard_core::backoff::Backoff;
-use stormguard_core::policy::{ForecastScenario, GoDuration, Jitter, PolicyDocument, RetryPolicy};
+use stormguard_core::policy::{
+    did_you_mean, ForecastScenario, GoDuration, Jitter, PolicyDocument, RetryPolicy,
+};
 
 use crate::sim::{self, Scenario, Summary, PACED_PROCESSES};
 
@@ -42,6 +44,9 @@ pub enum Rule {
     CallCycle,
     /// Retries spent before an outage ends: load, then failure anyway.
     ShortRetrySpan,
+    /// `reporters` names a service the file names nowhere else: likely a
+    /// misspelling, which leaves the dependency meant open to any caller.
+    UnknownReporterDependency,
 }
 
 impl Rule {
@@ -55,6 +60,7 @@ impl Rule {
             Rule::RetryAmplification => "retry-amplification",
             Rule::CallCycle => "call-cycle",
             Rule::ShortRetrySpan => "short-retry-span",
+            Rule::UnknownReporterDependency => "unknown-reporter-dependency",
         }
     }
 }
@@ -136,6 +142,7 @@ pub fn lint(document: &PolicyDocument) -> Lint {
         }
     }
     warnings.extend(call_chain_risks(document));
+    warnings.extend(unknown_reporter_dependencies(document));
     warnings.sort_by(|a, b| (&a.service, a.rule).cmp(&(&b.service, b.rule)));
     Lint {
         warnings,
@@ -161,7 +168,7 @@ fn keys_of(rule: Rule) -> &'static [&'static str] {
             "maxElapsed",
             "gate.enabled",
         ],
-        Rule::RetryAmplification | Rule::CallCycle => &[],
+        Rule::RetryAmplification | Rule::CallCycle | Rule::UnknownReporterDependency => &[],
     }
 }
 
@@ -261,6 +268,35 @@ fn tiny_constant_wait(p: &RetryPolicy) -> Option<Duration> {
         (true, p.delays.iter().copied().max().unwrap_or_default())
     };
     (constant && wait < TINY_WAIT).then_some(wait)
+}
+
+/// `reporters` entries for services neither `services` nor `callGraph` names.
+fn unknown_reporter_dependencies(document: &PolicyDocument) -> Vec<Warning> {
+    let known: BTreeSet<&str> = document
+        .services
+        .keys()
+        .chain(document.call_graph.keys())
+        .chain(document.call_graph.values().flatten())
+        .map(String::as_str)
+        .collect();
+    let candidates: Vec<&str> = known.iter().copied().collect();
+    document
+        .reporters
+        .dependencies()
+        .filter(|dependency| !known.contains(dependency))
+        .map(|dependency| {
+            let hint = did_you_mean(dependency, &candidates)
+                .map_or(String::new(), |near| format!(" (did you mean {near:?}?)"));
+            Warning {
+                service: dependency.to_string(),
+                rule: Rule::UnknownReporterDependency,
+                message: format!(
+                    "reporters lists {dependency:?}, which neither services nor callGraph names{hint}; \
+                     if it is a misspelling, the dependency it meant stays open to any caller"
+                ),
+            }
+        })
+        .collect()
 }
 
 /// Retry amplification along the call graph's chains, and cycles. Linear in

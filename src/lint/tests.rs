@@ -214,6 +214,28 @@ fn a_call_cycle_is_named() {
 }
 
 #[test]
+fn a_reporters_entry_for_a_service_named_nowhere_else_is_flagged_as_a_likely_typo() {
+    let lint = lint_yaml(
+        "services:\n  inventory: {}\ncallGraph:\n  checkout: [payments]\n\
+         reporters:\n  inventroy: [shop/checkout]\n  inventory: [shop/checkout]\n  payments: [shop/checkout]\n  ledger: [shop/*]\n",
+    );
+    let flagged: Vec<_> = other_rules(&lint)
+        .into_iter()
+        .filter(|(_, rule)| *rule == Rule::UnknownReporterDependency.code())
+        .collect();
+    assert_eq!(
+        flagged,
+        [
+            ("inventroy", "unknown-reporter-dependency"),
+            ("ledger", "unknown-reporter-dependency")
+        ]
+    );
+    let typo = message(&lint, "inventroy", Rule::UnknownReporterDependency);
+    assert!(typo.contains(r#"did you mean "inventory"?"#), "{typo}");
+    assert!(!message(&lint, "ledger", Rule::UnknownReporterDependency).contains("did you mean"));
+}
+
+#[test]
 fn each_service_gets_a_forecast_of_the_seed_scenario() {
     let yaml = std::fs::read_to_string("policies/retry-policy.yaml").unwrap();
     let lint = lint_yaml(&yaml);

@@ -102,6 +102,11 @@ impl Reporters {
         self.0.is_empty()
     }
 
+    /// The dependencies listed.
+    pub fn dependencies(&self) -> impl Iterator<Item = &str> {
+        self.0.keys().map(String::as_str)
+    }
+
     /// Who may speak for `dependency`; `None` when it is not listed (open).
     pub fn of(&self, dependency: &str) -> Option<&[Reporter]> {
         self.0.get(dependency).map(Vec::as_slice)
