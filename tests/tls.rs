@@ -148,11 +148,14 @@ async fn both_listeners_speak_https_only_to_clients_that_trust_the_ca() {
     );
     let plain = reqwest::get(daemon.url("/healthz").replace("https://", "http://")).await;
     assert!(plain.is_err(), "plain HTTP gets no answer: {plain:?}");
+    let probe = tokio::net::TcpStream::connect(daemon.base.trim_start_matches("https://")).await;
+    drop(probe.expect("a TCP probe connects"));
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let exposition = metrics(&daemon, &ca).await;
     assert_eq!(
         sample(&exposition, "stormguard_tls_handshake_failures_total"),
         Some(2.0),
-        "{exposition}"
+        "the stranger and plain HTTP, not the TCP probe: {exposition}"
     );
 }
 

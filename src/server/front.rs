@@ -243,6 +243,9 @@ pub async fn tls_connection(front: Arc<Front>, stream: TcpStream, tls: Arc<Tls>,
     let handshake = tls.acceptor().accept(stream);
     match tokio::time::timeout(front.header_read_timeout, handshake).await {
         Ok(Ok(stream)) => Box::pin(serve_with_hyper(&front, stream, watcher)).await,
+        // A connection closed before its hello: a TCP probe or a load
+        // balancer's check, not a failed handshake.
+        Ok(Err(error)) if error.kind() == ErrorKind::UnexpectedEof => {}
         Ok(Err(error)) => {
             tls.handshake_failed();
             tracing::debug!(%error, "TLS handshake failed");
