@@ -31,6 +31,9 @@ pub use keys::{KeySet, KeysError};
 use crate::metrics::ReloadOutcomes;
 use crate::stamp::FileStamp;
 
+/// The shortest time between two logged token refusals.
+const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
+
 /// How often the key file is looked at for a change.
 const KEYS_RECHECK: Duration = Duration::from_secs(1);
 
@@ -152,6 +155,9 @@ pub struct Callers {
     /// When the key file was last looked at, and its stamp then.
     keys_seen: Mutex<(Instant, Option<FileStamp>)>,
     refusals: IntCounterVec,
+    /// When a refusal was last logged: an attacker's stream of forged
+    /// tokens is counted in full but logged at most every [`REFUSAL_LOG_EVERY`].
+    refusal_logged: Mutex<Option<Instant>>,
     unauthenticated: IntCounter,
     key_reloads: ReloadOutcomes,
 }
@@ -207,6 +213,7 @@ impl Callers {
             keys: ArcSwap::from_pointee(keys),
             keys_seen: Mutex::new((Instant::now(), None)),
             refusals,
+            refusal_logged: Mutex::default(),
             unauthenticated,
             key_reloads,
         }
@@ -281,7 +288,17 @@ impl Callers {
         };
         checked.map(Some).inspect_err(|refusal| {
             self.refusals.with_label_values(&[refusal.reason()]).inc();
+            self.log_refusal(refusal);
         })
+    }
+
+    fn log_refusal(&self, refusal: &Refusal) {
+        let mut logged = self.refusal_logged.lock().unwrap_or_else(|e| e.into_inner());
+        if logged.is_some_and(|at| at.elapsed() < REFUSAL_LOG_EVERY) {
+            return;
+        }
+        *logged = Some(Instant::now());
+        tracing::warn!(reason = refusal.reason(), "a report or pace ask was refused: {refusal}; every refusal is counted in stormguard_token_refusals_total, and one is logged at most every 10s");
     }
 
     /// Verifies one token.
