@@ -135,6 +135,45 @@ struct ServiceCounts {
     in_flight: Arc<AtomicI64>,
     /// The budget's denial count when last taken, to report the difference.
     denied_taken: u64,
+    /// Denials of a budget since replaced, not yet taken.
+    denied_pending: u64,
+}
+
+impl ServiceCounts {
+    /// Tracks `guard`. When its budget is not the one tracked (a new policy
+    /// built a new one), the old budget's denials not yet taken are kept for
+    /// the next report, and the new budget's are counted from zero.
+    fn track(&mut self, guard: &Guard) {
+        let old = self.guard.as_ref().and_then(Guard::budget);
+        let same = match (old, guard.budget()) {
+            (Some(old), Some(new)) => std::ptr::eq(old, new),
+            (old, new) => old.is_none() && new.is_none(),
+        };
+        if !same {
+            if let Some(old) = old {
+                let untaken = old.snapshot().denied.saturating_sub(self.denied_taken);
+                self.denied_pending = self.denied_pending.saturating_add(untaken);
+            }
+            self.denied_taken = 0;
+        }
+        self.guard = Some(guard.clone());
+    }
+
+    /// The denials since they were last taken, and the budget left now.
+    fn take_budget(&mut self) -> Option<BudgetReport> {
+        let snapshot = self.guard.as_ref().and_then(Guard::budget).map(|b| b.snapshot());
+        let pending = std::mem::take(&mut self.denied_pending);
+        let fresh = snapshot
+            .as_ref()
+            .map_or(0, |s| s.denied.saturating_sub(self.denied_taken));
+        if let Some(snapshot) = &snapshot {
+            self.denied_taken = snapshot.denied;
+        }
+        (snapshot.is_some() || pending > 0).then(|| BudgetReport {
+            retries_denied: pending.saturating_add(fresh),
+            remaining_ratio: snapshot.map(|s| s.remaining_ratio),
+        })
+    }
 }
 
 /// A batch taken and not yet answered: its number and its body.
@@ -225,7 +264,7 @@ impl Reporter {
     /// Reports `service`'s breaker state and budget from `guard` (the latest wins).
     pub fn track(&self, service: &str, guard: &Guard) {
         if let Some(counts) = self.entry(&mut self.lock(), service) {
-            counts.guard = Some(guard.clone());
+            counts.track(guard);
         }
     }
 
@@ -424,16 +463,8 @@ fn take(inner: &Inner) -> Option<Pending> {
         if let Some(guard) = &counts.guard {
             report.circuit_state = guard.breaker().map(|b| b.state());
             report.gate_on = guard.gate().map(|g| g.is_on_at(tokio::time::Instant::now()));
-            if let Some(budget) = guard.budget() {
-                let snapshot = budget.snapshot();
-                let denied = snapshot.denied.saturating_sub(counts.denied_taken);
-                counts.denied_taken = snapshot.denied;
-                report.budget = Some(BudgetReport {
-                    retries_denied: denied,
-                    remaining_ratio: Some(snapshot.remaining_ratio),
-                });
-            }
         }
+        report.budget = counts.take_budget();
         reports.push(report);
     }
     let sequence = inner.next_sequence.fetch_add(1, Relaxed);
@@ -483,6 +514,42 @@ mod tests {
     fn taken(r: &Reporter) -> serde_json::Value {
         let pending = take(&r.inner).expect("something to report");
         serde_json::from_slice(&pending.body).unwrap()
+    }
+
+    /// Retries `guard`'s budget refuses out of `tries` (none deposited).
+    fn denials(guard: &Guard, tries: usize) -> u64 {
+        let budget = guard.budget().expect("the default policy has a budget");
+        (0..tries).filter(|_| !budget.try_retry()).count() as u64
+    }
+
+    fn retries_denied(batch: &serde_json::Value) -> u64 {
+        batch["reports"][0]["budget"]["retriesDenied"].as_u64().unwrap()
+    }
+
+    #[tokio::test]
+    async fn denials_are_reported_once_each_across_a_budget_replaced_by_a_new_policy() {
+        let r = reporter(10, 10);
+        let old = Guard::from_policy(&stormguard_core::policy::ValidPolicy::default());
+        r.track("svc", &old);
+        let first = denials(&old, 300);
+        assert!(first > 0, "the reserve runs out");
+        assert_eq!(retries_denied(&taken(&r)), first);
+
+        let untaken = denials(&old, 5);
+        let new = Guard::from_policy(&stormguard_core::policy::ValidPolicy::default());
+        r.track("svc", &new);
+        let since = denials(&new, 300);
+        assert_eq!(
+            retries_denied(&taken(&r)),
+            untaken + since,
+            "the old budget's last denials and all of the new one's"
+        );
+        r.track("svc", &new);
+        assert_eq!(
+            retries_denied(&taken(&r)),
+            0,
+            "the same budget tracked again: nothing new"
+        );
     }
 
     #[tokio::test]
