@@ -122,6 +122,8 @@ type serviceCounts struct {
 	breaker     *breaker.Breaker
 	budget      *budget.Budget
 	deniedTaken uint64
+	// deniedPending counts a replaced budget's denials not yet taken.
+	deniedPending uint64
 }
 
 // batch is a batch taken and not yet answered: its number and its body.
@@ -237,6 +239,11 @@ func (r *Reporter) Track(service string, b *breaker.Breaker, bu *budget.Budget) 
 	}
 	counts.breaker = b
 	if counts.budget != bu {
+		// A new policy built a new budget: the old one's last denials still go
+		// in the next report, and the new one's count from zero.
+		if counts.budget != nil && counts.budget.Refused() > counts.deniedTaken {
+			counts.deniedPending += counts.budget.Refused() - counts.deniedTaken
+		}
 		counts.budget, counts.deniedTaken = bu, 0
 	}
 }
@@ -460,13 +467,16 @@ func (r *Reporter) take() *batch {
 		if counts.breaker != nil {
 			report.CircuitState = counts.breaker.State().String()
 		}
-		if counts.budget != nil {
-			denied := counts.budget.Refused()
-			var since uint64
-			if denied > counts.deniedTaken {
-				since = denied - counts.deniedTaken
+		if counts.budget != nil || counts.deniedPending > 0 {
+			since := counts.deniedPending
+			counts.deniedPending = 0
+			if counts.budget != nil {
+				denied := counts.budget.Refused()
+				if denied > counts.deniedTaken {
+					since += denied - counts.deniedTaken
+				}
+				counts.deniedTaken = denied
 			}
-			counts.deniedTaken = denied
 			report.Budget = &wireBudget{RetriesDenied: since}
 		}
 		out.Reports = append(out.Reports, report)

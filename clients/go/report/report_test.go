@@ -179,6 +179,14 @@ func TestTrackedBreakerAndBudgetAreReported(t *testing.T) {
 	if denied := reports(taken(t, r))[0]["budget"].(map[string]any)["retriesDenied"]; denied != 1.0 {
 		t.Fatalf("denied since the last report: %v", denied)
 	}
+	bu.TryRetry(0)
+	bu.TryRetry(0)
+	fresh, _ := budget.New(0, 0, time.Second)
+	fresh.TryRetry(0)
+	r.Track("svc", b, fresh)
+	if denied := reports(taken(t, r))[0]["budget"].(map[string]any)["retriesDenied"]; denied != 3.0 {
+		t.Fatalf("the replaced budget's last 2 denials and the new one's 1: %v", denied)
+	}
 }
 
 // daemon is a stand-in daemon answering each POST with the next status of

@@ -117,6 +117,8 @@ class _Service:
         self.breaker = None
         self.budget = None
         self.denied_taken = 0
+        # a replaced budget's denials not yet taken
+        self.denied_pending = 0
 
 
 class Reporter:
@@ -216,6 +218,10 @@ class Reporter:
             if counts is None:
                 return
             if budget is not counts.budget:
+                # A new policy built a new budget: the old one's last denials
+                # still go in the next report, and the new one's count from zero.
+                if counts.budget is not None:
+                    counts.denied_pending += max(counts.budget.denied - counts.denied_taken, 0)
                 counts.denied_taken = 0
             counts.breaker, counts.budget = breaker, budget
 
@@ -331,10 +337,13 @@ class Reporter:
                     report["caller"] = self.caller
                 if counts.breaker is not None:
                     report["circuitState"] = str(counts.breaker.state)
-                if counts.budget is not None:
-                    denied = counts.budget.denied
-                    report["budget"] = {"retriesDenied": max(denied - counts.denied_taken, 0)}
-                    counts.denied_taken = denied
+                if counts.budget is not None or counts.denied_pending:
+                    since, counts.denied_pending = counts.denied_pending, 0
+                    if counts.budget is not None:
+                        denied = counts.budget.denied
+                        since += max(denied - counts.denied_taken, 0)
+                        counts.denied_taken = denied
+                    report["budget"] = {"retriesDenied": since}
                 reports.append(report)
             sequence = self._next_sequence
             self._next_sequence += 1

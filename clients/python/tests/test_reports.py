@@ -98,10 +98,15 @@ def test_track_reports_the_breaker_state_and_the_retries_denied_since_the_last_r
     budget.try_retry(0)
     report = taken(r)["reports"][0]
     assert report["circuitState"] == "open" and report["budget"] == {"retriesDenied": 1}
+    budget.try_retry(0)
+    budget.try_retry(0)
     fresh = RetryBudget(0.0, 0, 10**9)
     fresh.try_retry(0)
     r.track("svc", breaker, fresh)
-    assert taken(r)["reports"][0]["budget"] == {"retriesDenied": 1}, "a new budget counts from its own 0"
+    assert taken(r)["reports"][0]["budget"] == {"retriesDenied": 3}, \
+        "the replaced budget's last 2 denials, and the new one's from its own 0"
+    r.track("svc", breaker, fresh)
+    assert taken(r)["reports"][0]["budget"] == {"retriesDenied": 0}
 
 
 class StandIn:
