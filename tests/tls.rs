@@ -92,8 +92,8 @@ async fn metrics(daemon: &Daemon, ca: &Ca) -> String {
     answer.text().await.unwrap()
 }
 
-/// The certificate a new connection is served, DER.
-async fn served_certificate(daemon: &Daemon, ca: &Ca) -> Vec<u8> {
+/// A TLS connection to the daemon, its handshake done, trusting `ca`.
+async fn handshake(daemon: &Daemon, ca: &Ca) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     let mut roots = rustls::RootCertStore::empty();
     roots
         .add(CertificateDer::from_pem_slice(ca.pem().as_bytes()).unwrap())
@@ -106,10 +106,15 @@ async fn served_certificate(daemon: &Daemon, ca: &Ca) -> Vec<u8> {
         .with_no_client_auth();
     let address = daemon.base.trim_start_matches("https://");
     let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+    tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(ServerName::try_from("localhost").unwrap(), tcp)
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// The certificate a new connection is served, DER.
+async fn served_certificate(daemon: &Daemon, ca: &Ca) -> Vec<u8> {
+    let tls = handshake(daemon, ca).await;
     tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
 }
 
@@ -156,6 +161,19 @@ async fn both_listeners_speak_https_only_to_clients_that_trust_the_ca() {
         sample(&exposition, "stormguard_tls_handshake_failures_total"),
         Some(2.0),
         "the stranger and plain HTTP, not the TCP probe: {exposition}"
+    );
+}
+
+#[tokio::test]
+async fn a_connection_that_says_nothing_after_its_handshake_is_closed_at_the_header_read_timeout() {
+    use tokio::io::AsyncReadExt;
+    let Setup { daemon, ca, .. } = start(&["--header-read-timeout", "1s"], None);
+    let mut quiet = handshake(&daemon, &ca).await;
+    let mut byte = [0u8; 1];
+    let closed = tokio::time::timeout(Duration::from_secs(5), quiet.read(&mut byte)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0)) | Ok(Err(_))),
+        "a silent connection is not held open: {closed:?}"
     );
 }
 

@@ -28,6 +28,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::Watcher;
 use hyper_util::service::TowerToHyperService;
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -235,25 +236,39 @@ async fn hand_off(front: &Front, stream: TcpStream, unread: Vec<u8>, watcher: Wa
     serve_with_hyper(front, Rewind::new(stream, Bytes::from(unread)), watcher).await;
 }
 
-/// Serves one TLS connection: hyper, once the handshake completes within
-/// the header read timeout. rustls holds its own buffers for the life of a
-/// connection, so the front's saving (no buffer between requests) does not
-/// apply to TLS connections.
+/// Serves one TLS connection: hyper, once the handshake is done and the
+/// first bytes of a request are in, both within the header read timeout
+/// (hyper times a head only from its first byte, so a connection silent
+/// after its handshake would be held for good). rustls holds its own
+/// buffers for the life of a connection, so the front's saving (no buffer
+/// between requests) does not apply to TLS connections.
 pub async fn tls_connection(front: Arc<Front>, stream: TcpStream, tls: Arc<Tls>, watcher: Watcher) {
+    let deadline = Instant::now() + front.header_read_timeout;
     let handshake = tls.acceptor().accept(stream);
-    match tokio::time::timeout(front.header_read_timeout, handshake).await {
-        Ok(Ok(stream)) => Box::pin(serve_with_hyper(&front, stream, watcher)).await,
+    let mut stream = match tokio::time::timeout_at(deadline, handshake).await {
+        Ok(Ok(stream)) => stream,
         // A connection closed before its hello: a TCP probe or a load
         // balancer's check, not a failed handshake.
-        Ok(Err(error)) if error.kind() == ErrorKind::UnexpectedEof => {}
+        Ok(Err(error)) if error.kind() == ErrorKind::UnexpectedEof => return,
         Ok(Err(error)) => {
             tls.handshake_failed();
             tracing::debug!(%error, "TLS handshake failed");
+            return;
         }
         Err(_) => {
             tls.handshake_failed();
             tracing::debug!("TLS handshake timed out");
+            return;
         }
+    };
+    let mut first = vec![0; READ_CHUNK];
+    match tokio::time::timeout_at(deadline, stream.read(&mut first)).await {
+        Ok(Ok(read)) if read > 0 => {
+            first.truncate(read);
+            let stream = Rewind::new(stream, Bytes::from(first));
+            Box::pin(serve_with_hyper(&front, stream, watcher)).await;
+        }
+        _ => {}
     }
 }
 

@@ -6,22 +6,21 @@ use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 
 /// `stream`, whose reads yield `read` first.
-pub struct Rewind {
+pub struct Rewind<S> {
     read: Bytes,
-    stream: TcpStream,
+    stream: S,
 }
 
-impl Rewind {
+impl<S> Rewind<S> {
     /// `stream`, as if `read` had not been taken from it.
-    pub fn new(stream: TcpStream, read: Bytes) -> Self {
+    pub fn new(stream: S, read: Bytes) -> Self {
         Self { read, stream }
     }
 }
 
-impl AsyncRead for Rewind {
+impl<S: AsyncRead + Unpin> AsyncRead for Rewind<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -37,7 +36,7 @@ impl AsyncRead for Rewind {
     }
 }
 
-impl AsyncWrite for Rewind {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Rewind<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.stream).poll_write(cx, buf)
     }
@@ -67,6 +66,7 @@ impl AsyncWrite for Rewind {
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
 
     #[tokio::test]
     async fn reads_yield_the_taken_bytes_then_the_stream() {
