@@ -135,6 +135,7 @@ async fn both_listeners_speak_https_only_to_clients_that_trust_the_ca() {
         .await
         .unwrap();
     assert_eq!(answer.status(), 200);
+    assert_eq!(answer.version(), reqwest::Version::HTTP_2, "ALPN offers h2");
     let policy: serde_json::Value = answer.json().await.unwrap();
     assert_eq!(policy["policy"]["maxRetries"], 5);
     let admin_port = admin.rsplit(':').next().unwrap();
