@@ -13,6 +13,7 @@ pub mod bindings;
 pub mod keys;
 
 use std::fmt;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -288,17 +289,19 @@ impl Callers {
         };
         checked.map(Some).inspect_err(|refusal| {
             self.refusals.with_label_values(&[refusal.reason()]).inc();
-            self.log_refusal(refusal);
         })
     }
 
-    fn log_refusal(&self, refusal: &Refusal) {
+    /// Logs `refusal` of a request from `peer`, unless one was logged in the
+    /// last [`REFUSAL_LOG_EVERY`].
+    pub fn log_refusal(&self, refusal: &Refusal, peer: Option<SocketAddr>) {
         let mut logged = self.refusal_logged.lock().unwrap_or_else(|e| e.into_inner());
         if logged.is_some_and(|at| at.elapsed() < REFUSAL_LOG_EVERY) {
             return;
         }
         *logged = Some(Instant::now());
-        tracing::warn!(reason = refusal.reason(), "a report or pace ask was refused: {refusal}; every refusal is counted in stormguard_token_refusals_total, and one is logged at most every 10s");
+        let peer = peer.map_or("an unknown address".to_string(), |p| p.to_string());
+        tracing::warn!(reason = refusal.reason(), %peer, "a report or pace ask from {peer} was refused: {refusal}; every refusal is counted in stormguard_token_refusals_total, and one is logged at most every 10s");
     }
 
     /// Verifies one token.

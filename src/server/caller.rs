@@ -6,7 +6,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use tokio::time::Instant;
 
 use super::error::ApiError;
-use super::Shared;
+use super::{Peer, Shared};
 use crate::identity::{Identity, Mode};
 
 /// Whether this request's caller may speak for each of `instances` and
@@ -17,6 +17,7 @@ use crate::identity::{Identity, Mode};
 pub fn admit<'a>(
     state: &Shared,
     headers: &HeaderMap,
+    peer: Option<Peer>,
     instances: impl IntoIterator<Item = &'a str>,
     dependencies: impl IntoIterator<Item = &'a str>,
 ) -> Result<(), ApiError> {
@@ -24,6 +25,9 @@ pub fn admit<'a>(
         return Ok(());
     }
     let caller = state.callers.caller(headers).map_err(|refusal| {
+        state
+            .callers
+            .log_refusal(&refusal, peer.map(|Peer(address)| address));
         ApiError::new(StatusCode::UNAUTHORIZED, refusal.to_string())
             .with("reason", refusal.reason())
             .challenge(HeaderValue::from_static(

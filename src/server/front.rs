@@ -24,6 +24,7 @@ use axum::http::Request;
 use axum::response::Response;
 use axum::Router;
 use bytes::Bytes;
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::Watcher;
@@ -37,6 +38,7 @@ use tower::ServiceExt;
 use head::Parsed;
 use rewind::Rewind;
 
+use super::Peer;
 use crate::tls::Tls;
 
 /// Bytes read at a time while a head comes in.
@@ -83,6 +85,7 @@ enum Next {
 pub async fn connection(
     front: Arc<Front>,
     mut stream: TcpStream,
+    peer: Peer,
     watcher: Watcher,
     mut closing: watch::Receiver<bool>,
 ) {
@@ -90,7 +93,8 @@ pub async fn connection(
     let mut unread = Vec::new();
     loop {
         match read_request(&front, &mut stream, &mut unread, &mut closing).await {
-            Next::Serve { request, close } => {
+            Next::Serve { mut request, close } => {
+                request.extensions_mut().insert(peer);
                 let Some(response) = call(&front, request, &mut stream, &mut unread).await else {
                     return;
                 };
@@ -100,7 +104,7 @@ pub async fn connection(
                 }
             }
             // Boxed: hyper's connection is large, and parked connections never reach it.
-            Next::HandOff => return Box::pin(hand_off(&front, stream, unread, watcher)).await,
+            Next::HandOff => return Box::pin(hand_off(&front, stream, peer, unread, watcher)).await,
             Next::Close => return,
         }
     }
@@ -232,8 +236,8 @@ fn consume(unread: &mut Vec<u8>, len: usize) {
 }
 
 /// hyper serves the rest of the connection, starting with the bytes read.
-async fn hand_off(front: &Front, stream: TcpStream, unread: Vec<u8>, watcher: Watcher) {
-    serve_with_hyper(front, Rewind::new(stream, Bytes::from(unread)), watcher).await;
+async fn hand_off(front: &Front, stream: TcpStream, peer: Peer, unread: Vec<u8>, watcher: Watcher) {
+    serve_with_hyper(front, Rewind::new(stream, Bytes::from(unread)), peer, watcher).await;
 }
 
 /// Serves one TLS connection: hyper, once the handshake is done and the
@@ -242,7 +246,13 @@ async fn hand_off(front: &Front, stream: TcpStream, unread: Vec<u8>, watcher: Wa
 /// after its handshake would be held for good). rustls holds its own
 /// buffers for the life of a connection, so the front's saving (no buffer
 /// between requests) does not apply to TLS connections.
-pub async fn tls_connection(front: Arc<Front>, stream: TcpStream, tls: Arc<Tls>, watcher: Watcher) {
+pub async fn tls_connection(
+    front: Arc<Front>,
+    stream: TcpStream,
+    peer: Peer,
+    tls: Arc<Tls>,
+    watcher: Watcher,
+) {
     let deadline = Instant::now() + front.header_read_timeout;
     let handshake = tls.acceptor().accept(stream);
     let mut stream = match tokio::time::timeout_at(deadline, handshake).await {
@@ -266,17 +276,24 @@ pub async fn tls_connection(front: Arc<Front>, stream: TcpStream, tls: Arc<Tls>,
         Ok(Ok(read)) if read > 0 => {
             first.truncate(read);
             let stream = Rewind::new(stream, Bytes::from(first));
-            Box::pin(serve_with_hyper(&front, stream, watcher)).await;
+            Box::pin(serve_with_hyper(&front, stream, peer, watcher)).await;
         }
         _ => {}
     }
 }
 
-async fn serve_with_hyper<S>(front: &Front, stream: S, watcher: Watcher)
+async fn serve_with_hyper<S>(front: &Front, stream: S, peer: Peer, watcher: Watcher)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let service = TowerToHyperService::new(front.app.clone());
+    let app = front
+        .app
+        .clone()
+        .map_request(move |mut request: Request<Incoming>| {
+            request.extensions_mut().insert(peer);
+            request
+        });
+    let service = TowerToHyperService::new(app);
     let connection = front
         .hyper
         .serve_connection(TokioIo::new(stream), service)

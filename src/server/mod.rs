@@ -101,6 +101,11 @@ pub struct Shared {
     pub bindings: Bindings,
 }
 
+/// The address a request's connection came from (a request extension), for
+/// the logs of refused reports and pace asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer(pub std::net::SocketAddr);
+
 /// The smallest `--max-header-bytes`: hyper's buffer cannot be smaller.
 pub const MIN_HEADER_BYTES: usize = 8192;
 
@@ -261,7 +266,7 @@ pub async fn serve(
     tokio::pin!(shutdown);
     let mut last_accept_warning: Option<std::time::Instant> = None;
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, address) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(connection) => connection,
                 Err(e) => {
@@ -282,12 +287,14 @@ pub async fn serve(
             Some(tls) => tokio::spawn(front::tls_connection(
                 front.clone(),
                 stream,
+                Peer(address),
                 tls.clone(),
                 graceful.watcher(),
             )),
             None => tokio::spawn(front::connection(
                 front.clone(),
                 stream,
+                Peer(address),
                 graceful.watcher(),
                 closing.clone(),
             )),

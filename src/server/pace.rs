@@ -3,7 +3,7 @@
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use axum::Json;
+use axum::{Extension, Json};
 use stormguard_core::policy::ValidPolicy;
 use stormguard_core::wire::{PaceAsk, PaceGrant};
 use tokio::time::Instant;
@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::body::LimitedBody;
 use super::caller;
 use super::error::ApiError;
-use super::AppState;
+use super::{AppState, Peer};
 use crate::fleet::Refused;
 
 /// 200 with the grant; 400 naming the bad field; 401 for a token refused,
@@ -21,6 +21,7 @@ use crate::fleet::Refused;
 /// paces by its own gate meanwhile, so a refusal costs it nothing.
 pub async fn ask(
     State(state): State<AppState>,
+    peer: Option<Extension<Peer>>,
     headers: HeaderMap,
     LimitedBody(body): LimitedBody,
 ) -> Result<Json<PaceGrant>, ApiError> {
@@ -29,7 +30,13 @@ pub async fn ask(
     ask.check().map_err(|error| {
         ApiError::new(StatusCode::BAD_REQUEST, format!("malformed ask: {error}")).with("path", &error.path)
     })?;
-    caller::admit(&state, &headers, [&*ask.instance], [&*ask.service])?;
+    caller::admit(
+        &state,
+        &headers,
+        peer.map(|Extension(peer)| peer),
+        [&*ask.instance],
+        [&*ask.service],
+    )?;
     let snapshot = state.store.current();
     let resolved = snapshot.document.resolve(&ask.service);
     let policy = ValidPolicy::try_from(resolved.policy).map_err(|error| {

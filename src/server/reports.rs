@@ -4,14 +4,14 @@
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use axum::Json;
+use axum::{Extension, Json};
 use stormguard_core::wire::ReportAnswer;
 use tokio::time::Instant;
 
 use super::body::LimitedBody;
 use super::caller;
 use super::error::ApiError;
-use super::AppState;
+use super::{AppState, Peer};
 use crate::reports::{decode_body, Batch};
 
 /// 202 with what was counted, what was refused and what the cardinality
@@ -21,6 +21,7 @@ use crate::reports::{decode_body, Batch};
 /// refused report changes nothing.
 pub async fn receive(
     State(state): State<AppState>,
+    peer: Option<Extension<Peer>>,
     headers: HeaderMap,
     LimitedBody(body): LimitedBody,
 ) -> Result<(StatusCode, Json<ReportAnswer>), ApiError> {
@@ -33,7 +34,13 @@ pub async fn receive(
         .into_iter()
         .chain(decoded.reports.iter().map(|report| &*report.instance));
     let dependencies = decoded.reports.iter().map(|report| &*report.service);
-    caller::admit(&state, &headers, instances, dependencies)?;
+    caller::admit(
+        &state,
+        &headers,
+        peer.map(|Extension(peer)| peer),
+        instances,
+        dependencies,
+    )?;
     let now = Instant::now();
     if let Some((instance, sequence)) = &decoded.batch {
         if state
