@@ -211,31 +211,23 @@ fn a_daemon_given_unusable_tls_files_refuses_to_start_and_names_them() {
     let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
     std::fs::write(&cert, &one.cert).unwrap();
     std::fs::write(&key, &other.key).unwrap();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_stormguard"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--policy"])
-        .arg(&policy)
-        .arg("--tls-cert")
-        .arg(&cert)
-        .arg("--tls-key")
-        .arg(&key)
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let refused = |tls: &[&std::path::Path]| {
+        let flags = ["--tls-cert", "--tls-key"].into_iter().zip(tls);
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_stormguard"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--policy"])
+            .arg(&policy)
+            .args(flags.flat_map(|(flag, file)| [flag.as_ref(), file.as_os_str()]))
+            .output()
+            .unwrap();
+        assert!(!output.status.success());
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let stderr = refused(&[&cert, &key]);
     assert!(
         stderr.contains("tls.crt with") && stderr.contains("tls.key"),
         "{stderr}"
     );
-
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_stormguard"))
-        .args(["serve", "--policy"])
-        .arg(&policy)
-        .arg("--tls-cert")
-        .arg(&cert)
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = refused(&[&cert]);
     assert!(
         stderr.contains("--tls-key"),
         "a certificate needs its key: {stderr}"
