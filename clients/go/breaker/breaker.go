@@ -173,10 +173,9 @@ func (p *Permit) Record(failed bool, now uint64) {
 	b := p.breaker
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if p.done {
+	if !p.settle() {
 		return
 	}
-	p.done = true
 	if b.generation != p.generation {
 		return
 	}
@@ -193,6 +192,16 @@ func (p *Permit) Record(failed bool, now uint64) {
 	}
 }
 
+// settle marks the permit used, under the breaker's lock; false if it was
+// already: only the first Record or Cancel counts.
+func (p *Permit) settle() bool {
+	if p.done {
+		return false
+	}
+	p.done = true
+	return true
+}
+
 // Cancel says the call was cancelled, unrecorded: it counts for nothing,
 // and a trial frees its slot if the breaker is still in the state that
 // granted it.
@@ -200,10 +209,9 @@ func (p *Permit) Cancel() {
 	b := p.breaker
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if p.done {
+	if !p.settle() {
 		return
 	}
-	p.done = true
 	if p.trial && b.generation == p.generation && b.trialsInFlight > 0 {
 		b.trialsInFlight--
 	}
