@@ -107,6 +107,10 @@ pub struct FleetController<K> {
 struct Member {
     /// Attempts per second it wants, as bounded.
     want: f64,
+    /// Its want when the rate was last divided: its part is at most that
+    /// division's, so a want that rose since takes nothing the division
+    /// already gave the others.
+    divided: f64,
     /// Its last grant.
     granted: f64,
     last_ask: Instant,
@@ -178,6 +182,7 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
         let fair = self.rate.now / ((self.members.len() + usize::from(is_new)) as f64);
         let member = self.members.entry(who.clone()).or_insert(Member {
             want: 0.0,
+            divided: 0.0,
             granted: fair,
             last_ask: now.checked_sub(ASK_EVERY).unwrap_or(now),
         });
@@ -205,7 +210,7 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
         }
         self.division.stale = true;
         self.divide(now);
-        let want = self.members.get(&who).map_or(0.0, |m| m.want);
+        let want = self.members.get(&who).map_or(0.0, |m| m.want.min(m.divided));
         let rate = if self.rate.is_probing() {
             self.probe_part(&who, fair)
         } else if is_new {
@@ -275,6 +280,9 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
         self.members
             .retain(|_, m| now.saturating_duration_since(m.last_ask) < FORGET_AFTER);
         let total = self.rate.now;
+        for member in self.members.values_mut() {
+            member.divided = member.want;
+        }
         let wants = self.members.values().map(|m| m.want);
         let level = share::level(total, wants, &mut self.scratch);
         let wanted: f64 = self.scratch.iter().sum();

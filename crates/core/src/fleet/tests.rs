@@ -341,3 +341,26 @@ fn slow_start_ends_at_what_was_accepted_and_reports_still_on_their_way_raise_it(
         assert_eq!(fleet.rate(), settled, "{:?} after slow start ended", now - ended);
     }
 }
+
+/// The case the property test once shrank to: a process whose want rose
+/// after the round's division was given its new want scaled up by the
+/// surplus the others were already given.
+#[test]
+fn a_want_that_rose_since_the_division_gets_no_more_than_its_divided_part() {
+    let t0 = Instant::now();
+    let mut fleet = controller(t0);
+    let reports = [tally(109, 109, 0, 1150), tally(0, 0, 0, 30)];
+    for r in 1..=2u32 {
+        let now = t0 + ASK_EVERY * r;
+        let mut highest = fleet.rate();
+        let mut total = 0.0;
+        for (p, report) in reports.iter().enumerate() {
+            total += fleet.ask_at(p as u32, *report, now).rate;
+            highest = highest.max(fleet.rate());
+        }
+        assert!(
+            total <= highest * (1.0 + 2.0 * FLOOR) + 1e-6,
+            "round {r}: {total} granted of {highest}"
+        );
+    }
+}
