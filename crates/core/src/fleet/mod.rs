@@ -5,11 +5,15 @@
 //! share, with its [`Tally`] since its last ask: what it sent, what was
 //! accepted and refused, and how many calls wait. The controller learns one
 //! rate for the whole fleet from every process's outcomes, with the gate's
-//! own law (probe, slow start, CUBIC, never below what was just accepted),
-//! and divides it among the processes by what each wants ([`share`]). The
-//! answer is a [`Grant`]: a rate and a lease. A process paces at its grant
-//! until the lease ends, then at its own gate's rate, so a daemon that
-//! cannot be reached makes nothing worse than it was without one.
+//! own law (probe, slow start, never below what was just accepted), and
+//! after a cut probes upward while the fleet wants more than its rate
+//! (`law`). It divides the rate among the processes by what each wants
+//! ([`share`]), and keeps account of what it has given: the shares it
+//! hands out add up to the rate (floors aside), however stale the division
+//! they come from. The answer is a [`Grant`]: a rate and a lease. A
+//! process paces at its grant until the lease ends, then at its own gate's
+//! rate, so a daemon that cannot be reached makes nothing worse than it was
+//! without one.
 //!
 //! What a report claims is bounded by what the process could have sent at
 //! twice its grant, and what it wants by twice what it sends plus an equal
@@ -18,10 +22,16 @@
 //! claims to want everything no more than an honest one that wants more
 //! than its part.
 //!
+//! Daemon replicas can pace as one through a store they share ([`shared`]):
+//! the controller then divides its part of the fleet's rate, and falls
+//! back to its own rate law when the store stops answering.
+//!
 //! Pure and time-injectable (`_at`), like the gate, so the simulator runs
 //! this very code with a feedback delay.
 
+mod law;
 pub mod share;
+pub mod shared;
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -29,20 +39,29 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::gate::rate::Rate;
+use self::law::{Law, Learned};
+use self::shared::{Contribution, Outcomes, Part, Published, Shared, Tallies};
 use crate::gate::Tally;
-use crate::policy::{GatePolicy, ValidPolicy};
+use crate::policy::ValidPolicy;
 
 /// How often a process whose gate is on asks for its share.
 pub const ASK_EVERY: Duration = Duration::from_millis(100);
 /// How long a grant lasts: ten asks, so that a few lost ones change nothing.
 pub const LEASE: Duration = Duration::from_secs(1);
+/// How often a replica exchanges with the store it shares its pace through,
+/// while it paces a dependency: an ask's period, so that what the fleet
+/// learns reaches every replica within about one ask more.
+pub const SHARE_EVERY: Duration = Duration::from_millis(100);
 /// A dependency nobody has asked about for this long is healthy again (its
 /// processes' gates have turned off): its controller is done, and the next
 /// trouble starts a new one.
 pub const IDLE: Duration = Duration::from_secs(10);
 /// A process not heard from for this long no longer counts.
 const FORGET_AFTER: Duration = Duration::from_secs(2);
+/// A process not heard from for three asks has turned its gate off (its
+/// callers are served) or lost the daemon: neither its want nor its grant
+/// counts in the division, though it is known until [`FORGET_AFTER`].
+const SILENT_AFTER: Duration = Duration::from_millis(3 * ASK_EVERY.as_millis() as u64);
 /// How often the division is recomputed, at most: it sorts every process's want.
 const DIVIDE_EVERY: Duration = Duration::from_millis(25);
 /// Calls waiting in a process count as wanting to be sent within this long.
@@ -86,33 +105,44 @@ pub struct Grant {
 /// The controller of one dependency: see the [module docs](self). `K` names a process.
 #[derive(Debug)]
 pub struct FleetController<K> {
-    policy: GatePolicy,
-    /// The attempts' own timeout: a timed-out attempt was sent this long
-    /// before its report.
-    per_try_timeout: Option<Duration>,
-    rate: Rate,
+    policy: ValidPolicy,
+    /// The rate learned from this controller's own processes.
+    law: Law,
     members: HashMap<K, Member>,
     division: Division,
     /// While nothing has been accepted, one process probes for the fleet,
     /// so that probes come evenly at the probe rate, and not at random from
     /// a thousand tiny parts.
     prober: Option<K>,
-    /// The slow-start round: when it began, and the rate then.
-    round: (Instant, f64),
     last_ask: Instant,
-    scratch: Vec<f64>,
+    scratch: Vec<(f64, u32)>,
+    /// What the processes' last shares add up to: a share may rise only
+    /// into the rate the others do not hold (as Doorman's leases do), so
+    /// a fleet's shares add up to its rate, however stale the division
+    /// they come from.
+    held: f64,
+    /// What its processes reported since its last contribution to a
+    /// shared pace, and when the newest report with an overload began.
+    outbox: (Outcomes, Option<Instant>),
+    /// Its part of a shared pace, while the store answers.
+    shared: Option<Part>,
+    /// The fleet's rate law, while this replica owns the shared pace.
+    owner: Option<Law>,
+    /// What its last exchange showed: its processes' want and number, and
+    /// the other replicas'.
+    view: (f64, u32, Vec<(f64, u32)>),
 }
 
 #[derive(Debug, Clone, Copy)]
 struct Member {
     /// Attempts per second it wants, as bounded.
     want: f64,
-    /// Its want when the rate was last divided: its part is at most that
-    /// division's, so a want that rose since takes nothing the division
-    /// already gave the others.
-    divided: f64,
-    /// Its last grant.
+    /// Its last grant, or an equal part until it has one (the bound on
+    /// what it may claim to have sent).
     granted: f64,
+    /// Its last share of the rate, as counted in what the controller has
+    /// given out (floors come on top).
+    held: f64,
     last_ask: Instant,
 }
 
@@ -126,6 +156,8 @@ struct Division {
     /// ...times this when everyone's want is met (the rest is shared in
     /// proportion), and scaled to the rate when it is given.
     scale: f64,
+    /// What the processes divided among wanted, in all.
+    wanted: f64,
     at: Instant,
     stale: bool,
 }
@@ -133,30 +165,33 @@ struct Division {
 impl<K: Eq + Hash + Clone> FleetController<K> {
     /// A controller for a dependency whose gate `policy` sets, probing.
     pub fn new_at(policy: &ValidPolicy, now: Instant) -> Self {
-        let per_try_timeout = policy.per_try_timeout;
-        let policy = policy.gate.clone();
         Self {
-            rate: Rate::probing_for_fleet(&policy, now),
-            policy,
-            per_try_timeout,
+            law: Law::new_at(policy, now),
+            policy: policy.clone(),
             members: HashMap::new(),
             division: Division {
                 total: 1.0,
                 level: 0.0,
                 scale: 1.0,
+                wanted: 0.0,
                 at: now,
                 stale: true,
             },
             prober: None,
-            round: (now, 0.0),
             last_ask: now,
             scratch: Vec::new(),
+            held: 0.0,
+            outbox: (Outcomes::default(), None),
+            shared: None,
+            owner: None,
+            view: (0.0, 0, Vec::new()),
         }
     }
 
-    /// The rate the whole fleet may send, attempts per second.
+    /// The rate the whole fleet may send, attempts per second: the shared
+    /// one while this controller paces with other replicas.
     pub fn rate(&self) -> f64 {
-        self.rate.now
+        self.shared.map_or(self.law.rate(), |part| part.fleet)
     }
 
     /// Processes that asked within the last two seconds.
@@ -175,135 +210,243 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
         now.saturating_duration_since(self.last_ask) >= IDLE
     }
 
+    /// Whether, at `now`, this controller paces by its part of a shared
+    /// pace rather than alone.
+    pub fn is_shared_at(&self, now: Instant) -> bool {
+        self.shared.is_some_and(|part| now < part.until)
+    }
+
+    /// Whether this controller owns the shared pace: it folds every
+    /// replica's contributions and publishes the fleet's rate.
+    pub fn is_owner(&self) -> bool {
+        self.owner.is_some()
+    }
+
+    /// What there is to divide among this controller's processes at `now`,
+    /// and whether it probes: its part of a shared pace, or its own rate.
+    fn budget_at(&self, now: Instant) -> (f64, bool) {
+        match self.shared {
+            Some(part) if now < part.until => {
+                let since = self.law.rate() - part.own;
+                ((part.rate + since).max(self.law.policy.min_rate), part.probing)
+            }
+            _ => (self.law.rate(), self.law.is_probing()),
+        }
+    }
+
     /// Process `who` reports `tally` at `now` and asks for its share.
     pub fn ask_at(&mut self, who: K, tally: Tally, now: Instant) -> Grant {
         self.last_ask = now;
+        if !self.is_shared_at(now) {
+            self.shared = None;
+        }
         let is_new = !self.members.contains_key(&who);
-        let fair = self.rate.now / ((self.members.len() + usize::from(is_new)) as f64);
+        let (budget, _) = self.budget_at(now);
+        let fair = budget / ((self.members.len() + usize::from(is_new)) as f64);
+        let min_rate = self.law.policy.min_rate;
         let member = self.members.entry(who.clone()).or_insert(Member {
             want: 0.0,
-            divided: 0.0,
             granted: fair,
+            held: 0.0,
             last_ask: now.checked_sub(ASK_EVERY).unwrap_or(now),
         });
         let elapsed = now.saturating_duration_since(member.last_ask).max(ASK_EVERY / 10);
         let seconds = elapsed.as_secs_f64();
         // At most what it could have sent at twice its grant (or the lowest rate).
-        let could = (2.0 * member.granted.max(self.policy.min_rate) * seconds).ceil() + 1.0;
+        let could = (2.0 * member.granted.max(min_rate) * seconds).ceil() + 1.0;
         let bounded = |n: u64| (n as f64).min(could);
-        let (sent, accepted, overloaded) = (
-            bounded(tally.sent),
-            bounded(tally.accepted),
-            bounded(tally.overloaded),
-        );
-        let sending = sent / seconds;
+        let outcomes = Outcomes {
+            sent: bounded(tally.sent) as u64,
+            accepted: bounded(tally.accepted) as u64,
+            overloaded: bounded(tally.overloaded) as u64,
+            timed_out: bounded(tally.timed_out) as u64,
+        };
+        let sending = outcomes.sent as f64 / seconds;
         let claimed = sending + tally.waiting as f64 / BACKLOG_HORIZON;
         member.want = claimed.min(2.0 * sending + fair);
         let window_start = member.last_ask;
         member.last_ask = now;
 
-        self.grow(accepted as u32, now);
-        self.overloaded(overloaded, bounded(tally.timed_out), window_start, now);
-        if self.rate.is_probing() {
-            let probers = (self.members.len() as f64).min(PROBERS);
-            self.rate.now = self.policy.min_rate * probers;
-        }
+        let learned = Learned::from_outcomes(outcomes, self.division.wanted);
+        self.law.learn(learned, window_start, now);
+        self.law.probe_for(self.members.len() as f64);
+        self.post(outcomes, window_start);
+        let (budget, probing) = self.budget_at(now);
         self.division.stale = true;
-        self.divide(now);
-        let want = self.members.get(&who).map_or(0.0, |m| m.want.min(m.divided));
-        let rate = if self.rate.is_probing() {
-            self.probe_part(&who, fair)
+        self.divide(budget, now);
+        let (want, held) = self.members.get(&who).map_or((0.0, 0.0), |m| (m.want, m.held));
+        let part = if probing {
+            self.probe_part(&who, budget)
         } else if is_new {
             // Not in the division yet: the floor, until its next ask.
-            FLOOR * fair
+            0.0
         } else {
-            self.division.part(want, self.rate.now, fair)
+            self.division.part(want, budget)
         };
+        let unheld = (budget - (self.held - held)).max(held);
+        let share = part.min(unheld);
+        let rate = share.max(FLOOR * fair);
         if let Some(member) = self.members.get_mut(&who) {
             member.granted = rate;
+            member.held = share;
         }
+        self.held += share - held;
         Grant { rate, lease: LEASE }
     }
 
-    /// Slow start, at most doubling per round; CUBIC as the gate's.
-    fn grow(&mut self, accepted: u32, now: Instant) {
-        if now.saturating_duration_since(self.round.0) >= ROUND {
-            self.round = (now, self.rate.now);
-        }
-        let slow_start = self.rate.is_slow_start() || self.rate.is_probing();
-        self.rate.accepted_many(&self.policy, accepted, now);
-        if accepted > 0 && slow_start && self.rate.is_slow_start() {
-            let base = self.round.1.max(self.policy.min_rate);
-            let cap = (2.0 * base).max(base + FIRST_WINDOW / ROUND.as_secs_f64());
-            self.rate.now = self.rate.now.min(cap);
+    /// Forgets the processes not heard from for [`FORGET_AFTER`], and
+    /// counts again what the others hold.
+    fn forget_silent(&mut self, now: Instant) {
+        self.members
+            .retain(|_, m| now.saturating_duration_since(m.last_ask) < FORGET_AFTER);
+        self.held = self
+            .members
+            .values()
+            .filter(|m| is_active(m, now))
+            .map(|m| m.held)
+            .sum();
+    }
+
+    /// Keeps a report's outcomes for the next contribution to a shared pace.
+    fn post(&mut self, outcomes: Outcomes, window_start: Instant) {
+        let (sum, newest) = &mut self.outbox;
+        *sum = sum.plus(outcomes);
+        if outcomes.overloaded > 0 {
+            *newest = Some(newest.map_or(window_start, |t| t.max(window_start)));
         }
     }
 
-    /// Cuts the rate for what a report says was refused or timed out since
-    /// `window_start`, once: an attempt sent before the last cut does not
-    /// cut again. A refusal's attempt was sent within the window, a
-    /// timed-out one its timeout before that.
-    fn overloaded(&mut self, overloaded: f64, timed_out: f64, window_start: Instant, now: Instant) {
-        if timed_out > 0.0 {
-            let sent = self
-                .per_try_timeout
-                .and_then(|timeout| window_start.checked_sub(timeout))
-                .unwrap_or(window_start);
-            self.rate.overloaded(&self.policy, sent, now, true);
-        }
-        if overloaded > timed_out {
-            self.rate.overloaded(&self.policy, window_start, now, false);
+    /// What this replica adds to a shared pace at `now`: what its processes
+    /// reported since its last contribution, and what they want.
+    pub fn contribute_at(&mut self, now: Instant) -> Contribution {
+        let (outcomes, newest) = std::mem::take(&mut self.outbox);
+        self.forget_silent(now);
+        Contribution {
+            tallies: Tallies {
+                outcomes,
+                overloaded_since: newest.map(|t| now.saturating_duration_since(t)),
+            },
+            want: self.members.values().map(|m| m.want).sum(),
+            members: u32::try_from(self.members.len()).unwrap_or(u32::MAX),
         }
     }
 
-    /// While probing: the whole probe rate to one process, which keeps probing
-    /// while it asks; the floor to the others.
-    fn probe_part(&mut self, who: &K, fair: f64) -> f64 {
+    /// The store's answer, at `now`, to the contribution `mine`: this
+    /// replica paces by its part of the fleet's rate for a [`LEASE`]. If it
+    /// owns the pace, it first folds everyone's contributions into the
+    /// fleet's law, and returns the rate to publish.
+    pub fn shared_at(&mut self, mine: &Contribution, shared: &Shared, now: Instant) -> Option<Published> {
+        let fresh = shared
+            .published
+            .filter(|(_, age)| *age < LEASE)
+            .map(|(published, _)| published);
+        let publish = match shared.taken {
+            Some(taken) => {
+                let policy = &self.policy;
+                let law = self.owner.get_or_insert_with(|| match shared.published {
+                    Some((published, _)) => Law::resumed_at(policy, published, now),
+                    None => Law::new_at(policy, now),
+                });
+                let outcomes = taken.outcomes;
+                let window_start = taken
+                    .overloaded_since
+                    .and_then(|age| now.checked_sub(age))
+                    .unwrap_or(now);
+                let demand = shared.others.iter().map(|&(want, _)| want).sum::<f64>() + mine.want;
+                law.learn(Learned::from_outcomes(outcomes, demand), window_start, now);
+                let members: f64 = shared.others.iter().map(|&(_, n)| f64::from(n)).sum();
+                law.probe_for(members + f64::from(mine.members));
+                Some(law.published())
+            }
+            None => {
+                self.owner = None;
+                None
+            }
+        };
+        self.view = (mine.want, mine.members, shared.others.clone());
+        if let Some(fleet) = publish.or(fresh) {
+            self.take_part(fleet, now);
+        }
+        publish
+    }
+
+    /// The owner published `fleet` (the store pushes it to every replica
+    /// as it arrives): this replica's part of it, by the demand its last
+    /// exchange showed.
+    pub fn published_at(&mut self, fleet: Published, now: Instant) {
+        if !self.is_owner() {
+            self.take_part(fleet, now);
+        }
+    }
+
+    fn take_part(&mut self, fleet: Published, now: Instant) {
+        let (want, members, ref others) = self.view;
+        // A replica whose processes want next to nothing still gives its
+        // new ones a floor of something.
+        let rate =
+            shared::part_of(fleet, (want, members), others, &mut self.scratch).max(self.law.policy.min_rate);
+        self.shared = Some(Part {
+            fleet: fleet.rate,
+            rate,
+            probing: fleet.probing,
+            own: self.law.rate(),
+            until: now + LEASE,
+        });
+        self.division.stale = true;
+    }
+
+    /// While probing: the whole probe rate (`budget`) to one process, which
+    /// keeps probing while it asks; nothing but the floor to the others.
+    fn probe_part(&mut self, who: &K, budget: f64) -> f64 {
         let prober_gone = self.prober.as_ref().is_none_or(|p| !self.members.contains_key(p));
         if prober_gone {
             self.prober = Some(who.clone());
         }
         if self.prober.as_ref() == Some(who) {
-            self.rate.now
+            budget
         } else {
-            FLOOR * fair
+            0.0
         }
     }
 
-    /// Recomputes the division if it is stale and old enough, forgetting
-    /// processes that stopped asking.
-    fn divide(&mut self, now: Instant) {
+    /// Recomputes the division of `total` if it is stale and old enough,
+    /// forgetting processes that stopped asking.
+    fn divide(&mut self, total: f64, now: Instant) {
         let old = now.saturating_duration_since(self.division.at) >= DIVIDE_EVERY;
         if !(self.division.stale && (old || self.members.len() <= 1)) {
             return;
         }
-        self.members
-            .retain(|_, m| now.saturating_duration_since(m.last_ask) < FORGET_AFTER);
-        let total = self.rate.now;
-        for member in self.members.values_mut() {
-            member.divided = member.want;
-        }
-        let wants = self.members.values().map(|m| m.want);
+        self.forget_silent(now);
+        let wants = self
+            .members
+            .values()
+            .filter(|m| is_active(m, now))
+            .map(|m| m.want);
         let level = share::level(total, wants, &mut self.scratch);
-        let wanted: f64 = self.scratch.iter().sum();
+        let wanted: f64 = self.scratch.iter().map(|&(want, _)| want).sum();
         let met = wanted <= total;
         self.division = Division {
             total,
             level,
             scale: if met && wanted > 0.0 { total / wanted } else { 1.0 },
+            wanted,
             at: now,
             stale: false,
         };
     }
 }
 
+/// Whether `member` was heard from within [`SILENT_AFTER`].
+fn is_active(member: &Member, now: Instant) -> bool {
+    now.saturating_duration_since(member.last_ask) < SILENT_AFTER
+}
+
 impl Division {
-    /// The grant of a process that wants `want`, when the fleet's rate is
-    /// `rate` and an equal part of it `fair`: its part of the division,
-    /// scaled to the rate as it is now (it may have changed since).
-    fn part(&self, want: f64, rate: f64, fair: f64) -> f64 {
-        let part = want.min(self.level) * self.scale * (rate / self.total);
-        part.max(FLOOR * fair)
+    /// The part of a process that wants `want`, when the fleet's rate is
+    /// `rate`: its part of the division, scaled to the rate as it is now
+    /// (it may have changed since).
+    fn part(&self, want: f64, rate: f64) -> f64 {
+        want.min(self.level) * self.scale * (rate / self.total)
     }
 }
 

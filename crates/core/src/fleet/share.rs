@@ -8,21 +8,38 @@
 /// and those parts add up to `total` unless everyone is satisfied (then the
 /// level is the largest want). `wants` are sorted here; `scratch` avoids an
 /// allocation per call.
-pub fn level(total: f64, wants: impl Iterator<Item = f64>, scratch: &mut Vec<f64>) -> f64 {
+pub fn level(total: f64, wants: impl Iterator<Item = f64>, scratch: &mut Vec<(f64, u32)>) -> f64 {
+    level_of_groups(total, wants.map(|want| (want, 1)), scratch)
+}
+
+/// [`level`] among groups of processes, each `(want, members)`: `members`
+/// processes that each want `want`. A daemon replica reports its processes
+/// this way (their mean want and how many they are), and the replicas
+/// divide a fleet's rate among themselves as Doorman's intermediate servers
+/// do, by their processes' aggregated demand.
+pub fn level_of_groups(
+    total: f64,
+    groups: impl Iterator<Item = (f64, u32)>,
+    scratch: &mut Vec<(f64, u32)>,
+) -> f64 {
     scratch.clear();
-    scratch.extend(wants.map(|w| if w.is_finite() { w.max(0.0) } else { 0.0 }));
-    scratch.sort_by(f64::total_cmp);
+    scratch.extend(
+        groups
+            .filter(|&(_, members)| members > 0)
+            .map(|(w, members)| (if w.is_finite() { w.max(0.0) } else { 0.0 }, members)),
+    );
+    scratch.sort_by(|a, b| a.0.total_cmp(&b.0));
     let mut left = total.max(0.0);
-    let mut count = scratch.len();
-    for &want in scratch.iter() {
-        let equal = left / count as f64;
+    let mut count: f64 = scratch.iter().map(|&(_, members)| f64::from(members)).sum();
+    for &(want, members) in scratch.iter() {
+        let equal = left / count;
         if want > equal {
             return equal;
         }
-        left -= want;
-        count -= 1;
+        left -= want * f64::from(members);
+        count -= f64::from(members);
     }
-    scratch.last().copied().unwrap_or(0.0)
+    scratch.last().map_or(0.0, |&(want, _)| want)
 }
 
 #[cfg(test)]
@@ -32,6 +49,21 @@ mod tests {
 
     fn level_of(total: f64, wants: &[f64]) -> f64 {
         level(total, wants.iter().copied(), &mut Vec::new())
+    }
+
+    #[test]
+    fn a_group_divides_as_its_members_would_one_by_one() {
+        let groups = [(10.0, 10), (100.0, 1)];
+        let grouped = level_of_groups(100.0, groups.iter().copied(), &mut Vec::new());
+        let mut one_by_one = vec![10.0; 10];
+        one_by_one.push(100.0);
+        assert_eq!(grouped, level_of(100.0, &one_by_one));
+        assert!((grouped - 100.0 / 11.0).abs() < 1e-12, "{grouped}");
+        assert_eq!(
+            level_of_groups(5.0, [(3.0, 0), (1.0, 5)].into_iter(), &mut Vec::new()),
+            1.0,
+            "an empty group wants nothing"
+        );
     }
 
     #[test]
@@ -72,6 +104,20 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn groups_agree_with_their_members_one_by_one(
+            total in 0.0..10_000.0f64,
+            groups in proptest::collection::vec((0.0..1_000.0f64, 0u32..20), 1..20),
+        ) {
+            let grouped = level_of_groups(total, groups.iter().copied(), &mut Vec::new());
+            let members: Vec<f64> = groups
+                .iter()
+                .flat_map(|&(want, n)| std::iter::repeat_n(want, n as usize))
+                .collect();
+            let reference = level_of(total, &members);
+            prop_assert!((grouped - reference).abs() <= 1e-9 * (1.0 + reference), "{grouped} vs {reference}");
+        }
+
         #[test]
         fn agrees_with_a_bisection_of_the_level(
             total in 0.0..10_000.0f64,

@@ -1,6 +1,6 @@
 use super::*;
 use crate::gate::rate::SETTLE;
-use crate::policy::RetryPolicy;
+use crate::policy::{GatePolicy, RetryPolicy};
 use proptest::prelude::*;
 
 fn controller(now: Instant) -> FleetController<u32> {
@@ -81,9 +81,9 @@ fn processes_that_want_less_than_a_part_get_it_and_the_rest_share_equally() {
     let t0 = Instant::now();
     let mut fleet = controller(t0);
     round(&mut fleet, 0..3, t0, |_| tally(0, 0, 1, 0));
-    let policy = fleet.policy.clone();
-    fleet.rate.accepted_many(&policy, 1, t0);
-    fleet.rate.now = 90.0;
+    let policy = fleet.law.policy.clone();
+    fleet.law.rate.accepted_many(&policy, 1, t0);
+    fleet.law.rate.now = 90.0;
     let mut grants = Vec::new();
     for i in 1..=20 {
         // Process 0 needs 5 a second; 1 and 2 send all they are granted and have long lines.
@@ -286,7 +286,7 @@ fn in_slow_start(accepted: u64) -> (FleetController<u32>, Instant, Instant) {
 }
 
 #[test]
-fn after_a_refusal_the_fleet_holds_at_its_cut_instead_of_climbing_back() {
+fn after_a_refusal_the_fleet_probes_from_what_was_delivered_not_back_to_the_refused_rate() {
     // 200 a second accepted, and the rate far past it.
     let (mut fleet, t0, mut now) = in_slow_start(20);
     let refused_at = fleet.rate();
@@ -298,14 +298,46 @@ fn after_a_refusal_the_fleet_holds_at_its_cut_instead_of_climbing_back() {
         cut, 200.0,
         "slow start ends at the 200 accepted over the last second"
     );
-    // Still 200 a second accepted: CUBIC would climb back towards the
-    // refused rate within k = ∛(max × 0.3 / 0.4) seconds; the fleet holds.
-    let k = (cut * 0.3 / 0.4).cbrt();
+    // A dependency that takes 20 of each ask's attempts and refuses the
+    // rest, and a line of callers: the fleet probes above the cut, a
+    // probing gain at a time, and a refusal brings it back; CUBIC would
+    // sit at the cut for k = ∛(200 × 0.3 / 0.4) = 5.3 s, or climb back
+    // towards the refused rate.
     let cut_at = now;
-    while now < cut_at + Duration::from_secs_f64(0.9 * k) {
+    let (mut highest, mut probed) = (cut, false);
+    while now < cut_at + Duration::from_secs(5) {
         now += ASK_EVERY;
-        fleet.ask_at(0, tally(20, 20, 0, 1000), now);
-        assert!(fleet.rate() <= cut * 1.001, "{} at {:?}", fleet.rate(), now - t0);
+        let sent = (fleet.rate() * ASK_EVERY.as_secs_f64()).round() as u64;
+        let accepted = sent.min(20);
+        fleet.ask_at(0, tally(sent, accepted, sent - accepted, 1000), now);
+        probed |= fleet.rate() > cut;
+        highest = highest.max(fleet.rate());
+    }
+    assert!(probed, "it probed above the cut while callers waited");
+    assert!(
+        highest <= cut * law::PROBE_GAIN * law::PROBE_GAIN + 1e-9,
+        "{highest} at most two probing gains above what was delivered, not {refused_at}: {:?}",
+        now - t0
+    );
+}
+
+#[test]
+fn a_fleet_that_wants_no_more_than_its_rate_holds_at_its_cut() {
+    let (mut fleet, _, mut now) = in_slow_start(20);
+    now += ASK_EVERY;
+    fleet.ask_at(0, tally(20, 20, 20, 1000), now);
+    let cut = fleet.rate();
+    // Every attempt accepted, nobody waiting: no reason to probe.
+    let cut_at = now;
+    while now < cut_at + Duration::from_secs(5) {
+        now += ASK_EVERY;
+        fleet.ask_at(0, tally(20, 20, 0, 0), now);
+        assert!(
+            fleet.rate() <= cut * 1.001,
+            "{} after {:?}",
+            fleet.rate(),
+            now - cut_at
+        );
     }
 }
 
@@ -329,15 +361,17 @@ fn slow_start_ends_at_what_was_accepted_and_reports_still_on_their_way_raise_it(
         fleet.ask_at(0, tally(20, 20, 0, 1000), now);
     }
     assert_eq!(fleet.rate(), 50.0 + 100.0, "five tenths of 10 and five of 20");
-    // Once the rate has settled, it holds at it, as after any refusal.
     while now < ended + SETTLE {
         now += ASK_EVERY;
         fleet.ask_at(0, tally(20, 20, 0, 1000), now);
     }
+    // Once the rate has settled, it holds at it while the fleet wants no
+    // more, as after any refusal.
     let settled = fleet.rate();
+    let sent = (settled * ASK_EVERY.as_secs_f64()) as u64;
     for _ in 0..10 {
         now += ASK_EVERY;
-        fleet.ask_at(0, tally(30, 30, 0, 1000), now);
+        fleet.ask_at(0, tally(sent, sent, 0, 0), now);
         assert_eq!(fleet.rate(), settled, "{:?} after slow start ended", now - ended);
     }
 }
@@ -363,4 +397,192 @@ fn a_want_that_rose_since_the_division_gets_no_more_than_its_divided_part() {
             "round {r}: {total} granted of {highest}"
         );
     }
+}
+
+#[test]
+fn refusals_beside_the_first_acceptances_do_not_end_the_slow_start_they_begin() {
+    let t0 = Instant::now();
+    let mut fleet = controller(t0);
+    round(&mut fleet, 0..200, t0, |_| tally(0, 0, 1, 5));
+    let probe = fleet.rate();
+    // A probe sent during the outage refused, and one after it accepted.
+    let now = t0 + ASK_EVERY;
+    fleet.ask_at(0, tally(2, 1, 1, 5), now);
+    assert!(
+        fleet.rate() > probe,
+        "slow start from the probe rate, not a cut to the one accepted: {}",
+        fleet.rate()
+    );
+}
+
+#[test]
+fn no_cut_takes_the_fleet_below_the_rate_it_probes_at() {
+    let t0 = Instant::now();
+    let mut fleet = controller(t0);
+    round(&mut fleet, 0..200, t0, |_| tally(0, 0, 1, 5));
+    let probe = fleet.rate();
+    fleet.ask_at(0, tally(1, 1, 0, 5), t0 + ASK_EVERY);
+    // Refused next, with one accepted over the last second.
+    fleet.ask_at(0, tally(1, 0, 1, 5), t0 + ASK_EVERY * 2);
+    assert_eq!(fleet.rate(), probe, "not 1, what was delivered");
+}
+
+#[test]
+fn a_process_silent_for_three_asks_holds_no_share() {
+    let t0 = Instant::now();
+    let mut fleet = controller(t0);
+    round(&mut fleet, 0..2, t0, |_| tally(0, 0, 1, 100));
+    fleet.law.rate.accepted_many(&fleet.law.policy.clone(), 1, t0);
+    fleet.law.rate.now = 100.0;
+    // Both want far more than the rate: each holds half.
+    let mut now = t0;
+    for _ in 0..5 {
+        now += ASK_EVERY;
+        round(&mut fleet, 0..2, now, |_| tally(10, 0, 0, 1000));
+    }
+    assert!(
+        (fleet.members[&0].held - 50.0).abs() < 1e-9,
+        "{}",
+        fleet.members[&0].held
+    );
+    // Process 1's callers are served and its gate is off: it stops asking.
+    now += SILENT_AFTER + DIVIDE_EVERY;
+    let mut grant = 0.0;
+    for _ in 0..3 {
+        grant = fleet.ask_at(0, tally(10, 0, 0, 1000), now).rate;
+        now += ASK_EVERY;
+    }
+    assert!(grant > 99.0, "the whole rate, not what 1 held: {grant}");
+}
+
+/// The store two replicas share, as the daemon's script keeps it: the
+/// contributions since the owner took them, each replica's demand, the
+/// owner, and the published rate.
+#[derive(Default)]
+struct Store {
+    pending: Tallies,
+    wants: [Option<(f64, u32)>; 2],
+    owner: Option<usize>,
+    rate: Option<Published>,
+}
+
+impl Store {
+    fn exchange(&mut self, r: usize, replica: &mut FleetController<u32>, now: Instant) {
+        let mine = replica.contribute_at(now);
+        self.pending = self.pending.plus(mine.tallies);
+        self.wants[r] = Some((mine.want, mine.members));
+        let owner = *self.owner.get_or_insert(r);
+        let shared = Shared {
+            published: self.rate.map(|rate| (rate, Duration::ZERO)),
+            others: self.wants[1 - r].into_iter().collect(),
+            taken: (owner == r).then(|| std::mem::take(&mut self.pending)),
+        };
+        if let Some(rate) = replica.shared_at(&mine, &shared, now) {
+            self.rate = Some(rate);
+        }
+    }
+}
+
+/// Two replicas pacing one process each, every process accepted `accepted`
+/// an ask, exchanging with the store after each round of asks: replica 0
+/// owns the pace, and exchanges after the other, so that it folds what
+/// both contributed in the round.
+fn two_replicas(asks: u32, accepted: u64) -> ([FleetController<u32>; 2], Store, Instant) {
+    let t0 = Instant::now();
+    let mut replicas = [controller(t0), controller(t0)];
+    let mut store = Store {
+        owner: Some(0),
+        ..Store::default()
+    };
+    let mut now = t0;
+    for i in 0..asks {
+        now = t0 + ASK_EVERY * i;
+        for (r, replica) in replicas.iter_mut().enumerate() {
+            let report = if i == 0 {
+                tally(0, 0, 1, 100)
+            } else {
+                tally(accepted, accepted, 0, 100)
+            };
+            replica.ask_at(r as u32, report, now);
+        }
+        for (r, replica) in replicas.iter_mut().enumerate().rev() {
+            store.exchange(r, replica, now);
+        }
+        // The store pushes what the owner published to the other replica.
+        if let Some(rate) = store.rate {
+            replicas[1].published_at(rate, now);
+        }
+    }
+    (replicas, store, now)
+}
+
+#[test]
+fn replicas_sharing_a_store_learn_the_rate_one_controller_would() {
+    let (replicas, _, now) = two_replicas(4, 1);
+    let t0 = now - ASK_EVERY * 3;
+    let mut one = controller(t0);
+    for i in 0..4 {
+        let report = |_| {
+            if i == 0 {
+                tally(0, 0, 1, 100)
+            } else {
+                tally(1, 1, 0, 100)
+            }
+        };
+        round(&mut one, 0..2, t0 + ASK_EVERY * i, report);
+    }
+    assert!(replicas[0].is_owner() && !replicas[1].is_owner());
+    assert_eq!(
+        replicas[0].rate(),
+        one.rate(),
+        "the owner folded both replicas' acceptances"
+    );
+    assert_eq!(
+        replicas[1].rate(),
+        one.rate(),
+        "and the other paces by the rate it published"
+    );
+    assert!(replicas.iter().all(|r| r.is_shared_at(now)));
+}
+
+#[test]
+fn replicas_parts_add_up_to_the_fleets_rate() {
+    let (replicas, _, now) = two_replicas(6, 2);
+    let fleet = replicas[0].rate();
+    let parts: f64 = replicas.iter().map(|r| r.budget_at(now).0).sum();
+    assert!((parts - fleet).abs() < 1e-9, "{parts} of {fleet}");
+}
+
+#[test]
+fn a_replica_the_store_stops_answering_paces_alone_after_a_lease() {
+    let (mut replicas, _, now) = two_replicas(6, 2);
+    let own = replicas[1].law.rate();
+    assert_ne!(replicas[1].budget_at(now).0, own, "its part of the fleet's rate");
+    let later = now + LEASE;
+    assert!(!replicas[1].is_shared_at(later));
+    assert_eq!(
+        replicas[1].budget_at(later).0,
+        own,
+        "what its own processes taught it"
+    );
+    replicas[1].ask_at(1, tally(2, 2, 0, 100), later);
+    assert_eq!(replicas[1].rate(), replicas[1].law.rate());
+}
+
+#[test]
+fn a_new_owner_carries_on_from_the_rate_the_last_one_published() {
+    let (mut replicas, mut store, now) = two_replicas(6, 2);
+    let published = store.rate.expect("published");
+    assert!(!published.probing && published.rate > 10.0, "{published:?}");
+    // The owner is gone; its ownership lapses and the other takes it.
+    store.owner = Some(1);
+    let later = now + ASK_EVERY;
+    replicas[1].ask_at(1, tally(0, 0, 0, 100), later);
+    store.exchange(1, &mut replicas[1], later);
+    assert!(replicas[1].is_owner());
+    assert_eq!(
+        store.rate.expect("published").rate,
+        published.rate,
+        "not probing afresh"
+    );
 }

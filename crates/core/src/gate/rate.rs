@@ -145,9 +145,52 @@ impl Rate {
         }
     }
 
+    /// A fleet's rate carried on at `rate` from another replica's: held
+    /// there as after a cut, then regrown along CUBIC's curve.
+    pub(crate) fn resumed_for_fleet(policy: &GatePolicy, rate: f64, now: Instant) -> Self {
+        let rate = rate.clamp(policy.min_rate, policy.max_rate);
+        let k = (rate * (1.0 - policy.beta) / policy.scale).cbrt();
+        Self {
+            now: rate,
+            phase: Phase::Cubic {
+                max: rate,
+                since: now,
+                k,
+            },
+            ..Self::probing_for_fleet(policy, now)
+        }
+    }
+
     /// Whether nothing has been accepted since the gate turned on.
     pub(crate) fn is_probing(&self) -> bool {
         self.phase == Phase::Probing
+    }
+
+    /// Whether the rate has been cut since it last probed or ramped: CUBIC's phase.
+    pub(crate) fn is_after_cut(&self) -> bool {
+        matches!(self.phase, Phase::Cubic { .. })
+    }
+
+    /// Whether the latest overload was a timeout: the dependency is slow.
+    pub(crate) fn is_slow(&self) -> bool {
+        self.slow
+    }
+
+    /// Whether, at `now`, the rate still rises to what was delivered since
+    /// slow start ended.
+    pub(crate) fn is_settling_at(&self, now: Instant) -> bool {
+        self.settling_until.is_some_and(|until| now < until)
+    }
+
+    /// When the rate was last cut.
+    pub(crate) fn last_cut(&self) -> Instant {
+        self.last_cut
+    }
+
+    /// Attempts accepted over the last second, per second, as of `now`.
+    pub(crate) fn delivered_at(&mut self, now: Instant) -> f64 {
+        self.delivered.roll(now);
+        self.delivered.per_second()
     }
 
     /// Whether the rate grows in slow start (by `ramp` per accepted attempt).

@@ -1,0 +1,234 @@
+//! The fleet's rate law: the gate's (probe, slow start, CUBIC, never below
+//! what was just accepted), fed with the outcomes many processes report
+//! rather than one process's own. A controller runs it over its own
+//! processes; the replica that owns a dependency's shared pace runs a
+//! second one over every replica's.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::shared::Published;
+use super::{FIRST_WINDOW, PROBERS, ROUND};
+use crate::gate::rate::Rate;
+use crate::policy::{GatePolicy, ValidPolicy};
+
+/// What a law learns from at once: outcomes since the last time, and the
+/// demand now.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Learned {
+    pub(super) accepted: u32,
+    pub(super) overloaded: f64,
+    pub(super) timed_out: f64,
+    /// Attempts per second the fleet wants.
+    pub(super) demand: f64,
+}
+
+impl Learned {
+    /// `outcomes`, while the fleet wants `demand`.
+    pub(super) fn from_outcomes(outcomes: super::Outcomes, demand: f64) -> Self {
+        Self {
+            accepted: u32::try_from(outcomes.accepted).unwrap_or(u32::MAX),
+            overloaded: outcomes.overloaded as f64,
+            timed_out: outcomes.timed_out as f64,
+            demand,
+        }
+    }
+}
+
+/// The rate law and what it has learned.
+#[derive(Debug)]
+pub(super) struct Law {
+    pub(super) policy: GatePolicy,
+    /// The attempts' own timeout: a timed-out attempt was sent this long
+    /// before its report.
+    per_try_timeout: Option<Duration>,
+    pub(super) rate: Rate,
+    /// The slow-start round: when it began, and the rate then.
+    round: (Instant, f64),
+    /// When the rate last probed above what was delivered.
+    probed: Instant,
+    /// Probes refused in a row: each doubles the wait before the next.
+    refused_probes: u32,
+    /// Whether the last probe's refusal or room is still to be seen.
+    probe_pending: bool,
+}
+
+/// How far past what the dependency delivers the fleet's rate probes, per
+/// round, while the fleet wants more than its rate: BBR's probing gain.
+pub(super) const PROBE_GAIN: f64 = 1.25;
+/// The first probe after a cut goes only this far past what was delivered:
+/// at a dependency that is full (a brownout that lasts), a refused probe
+/// costs a tenth of a second's worth, and one that finds room is followed
+/// by probes at [`PROBE_GAIN`].
+const FIRST_PROBE_GAIN: f64 = 1.1;
+/// A cut this soon after a probe was the probe's refusal: the dependency
+/// had no room. Two seconds: a dependency that limits by the second may
+/// take a probe's extra attempts until its second is full, and the reports
+/// of the refusals arrive a round or two after that.
+const REFUSED_WITHIN: Duration = Duration::from_secs(2);
+/// After a refused probe, the next waits this long after the cut: eight
+/// rounds, as BBR probes one round in eight once it has found the
+/// bottleneck, so that a fleet at capacity is not refused every other round.
+/// It doubles for each probe refused in a row before, up to four times (a
+/// brownout that lasts is probed every 8 s).
+const PROBE_AGAIN: Duration = Duration::from_secs(2);
+
+impl Law {
+    /// Probing, under the gate `policy` sets.
+    pub(super) fn new_at(policy: &ValidPolicy, now: Instant) -> Self {
+        Self {
+            rate: Rate::probing_for_fleet(&policy.gate, now),
+            policy: policy.gate.clone(),
+            per_try_timeout: policy.per_try_timeout,
+            round: (now, 0.0),
+            probed: now,
+            refused_probes: 0,
+            probe_pending: false,
+        }
+    }
+
+    /// Carries on from a rate another replica published: probing if it
+    /// was, else holding at it and regrowing along CUBIC's curve.
+    pub(super) fn resumed_at(policy: &ValidPolicy, published: Published, now: Instant) -> Self {
+        let mut law = Self::new_at(policy, now);
+        if !published.probing {
+            law.rate = Rate::resumed_for_fleet(&law.policy, published.rate, now);
+            law.round = (now, law.rate.now);
+        }
+        law
+    }
+
+    /// Attempts per second now.
+    pub(super) fn rate(&self) -> f64 {
+        self.rate.now
+    }
+
+    /// Whether nothing has been accepted yet.
+    pub(super) fn is_probing(&self) -> bool {
+        self.rate.is_probing()
+    }
+
+    /// What the rate is to publish for the other replicas.
+    pub(super) fn published(&self) -> Published {
+        Published {
+            rate: self.rate.now,
+            probing: self.rate.is_probing(),
+        }
+    }
+
+    /// Outcomes reported at `now`, of attempts sent since `window_start`,
+    /// while the fleet wants `demand` attempts a second: `accepted` grow the
+    /// rate; `overloaded` (of which `timed_out`) cut it.
+    ///
+    /// Overloads reported while the law probes were of probes, sent while
+    /// nothing got through: they neither cut the rate nor, reported beside
+    /// the first accepted attempts, end the slow start those begin.
+    pub(super) fn learn(&mut self, outcomes: Learned, window_start: Instant, now: Instant) {
+        let probing = self.rate.is_probing();
+        self.grow(outcomes.accepted, now);
+        if !probing {
+            self.overloaded(outcomes.overloaded, outcomes.timed_out, window_start, now);
+        }
+        self.probe_up(outcomes.demand, now);
+    }
+
+    /// After a refusal's cut, CUBIC would hold the rate for k seconds
+    /// (about 5 s at 160 a second under the default policy: its constant
+    /// is sized for windows of packets) while callers wait. A fleet that
+    /// wants more than its rate instead probes, a round after the cut (once
+    /// the end of slow start has settled, and [`PROBE_AGAIN`] after a cut
+    /// that refused a probe) and each round after that: to [`PROBE_GAIN`] times what was delivered
+    /// over the last second, or that gain over the rate itself if the last
+    /// probe drew no refusal (it found room). A dependency that takes it
+    /// answers with more delivered; one that does not refuses, which cuts
+    /// back to what it delivered. Not after timeouts: a slow dependency
+    /// regrows as CUBIC and its delivery rate allow.
+    fn probe_up(&mut self, demand: f64, now: Instant) {
+        self.settle_probe(now);
+        let rate = &mut self.rate;
+        let last_cut = rate.last_cut();
+        let wait = match self.refused_probes {
+            0 => ROUND,
+            n => PROBE_AGAIN.saturating_mul(1 << (n - 1).min(2)),
+        };
+        let due = now.saturating_duration_since(self.probed) >= ROUND
+            && now.saturating_duration_since(last_cut) >= wait;
+        if !rate.is_after_cut() || rate.is_slow() || rate.is_settling_at(now) || !due || demand <= rate.now {
+            return;
+        }
+        let found_room = last_cut < self.probed;
+        let delivered = rate.delivered_at(now);
+        let target = match found_room {
+            true => (PROBE_GAIN * delivered).max(PROBE_GAIN * rate.now),
+            false => FIRST_PROBE_GAIN * delivered,
+        };
+        let target = target.min(demand).min(self.policy.max_rate);
+        if target > rate.now {
+            rate.now = target;
+            self.probed = now;
+            self.probe_pending = true;
+        }
+    }
+
+    /// What the last probe found, once it is known: refused if a cut came
+    /// within [`REFUSED_WITHIN`] of it, room if none did.
+    fn settle_probe(&mut self, now: Instant) {
+        if !self.probe_pending {
+            return;
+        }
+        let last_cut = self.rate.last_cut();
+        if last_cut > self.probed {
+            let refused = last_cut.saturating_duration_since(self.probed) < REFUSED_WITHIN;
+            self.refused_probes = if refused { self.refused_probes + 1 } else { 0 };
+            self.probe_pending = false;
+        } else if now.saturating_duration_since(self.probed) >= REFUSED_WITHIN {
+            self.refused_probes = 0;
+            self.probe_pending = false;
+        }
+    }
+
+    /// `members` processes are paced: while nothing gets through they probe
+    /// as at most [`PROBERS`] would, and no cut takes the rate below that.
+    /// A cut to what was delivered, just as the first attempts get through,
+    /// would otherwise leave the fleet slower than while it probed.
+    pub(super) fn probe_for(&mut self, members: f64) {
+        let probe = self.policy.min_rate * members.min(PROBERS);
+        if self.rate.is_probing() {
+            self.rate.now = probe;
+        } else {
+            self.rate.now = self.rate.now.max(probe.min(self.policy.max_rate));
+        }
+    }
+
+    /// Slow start, at most doubling per round; CUBIC as the gate's.
+    fn grow(&mut self, accepted: u32, now: Instant) {
+        if now.saturating_duration_since(self.round.0) >= ROUND {
+            self.round = (now, self.rate.now);
+        }
+        let slow_start = self.rate.is_slow_start() || self.rate.is_probing();
+        self.rate.accepted_many(&self.policy, accepted, now);
+        if accepted > 0 && slow_start && self.rate.is_slow_start() {
+            let base = self.round.1.max(self.policy.min_rate);
+            let cap = (2.0 * base).max(base + FIRST_WINDOW / ROUND.as_secs_f64());
+            self.rate.now = self.rate.now.min(cap);
+        }
+    }
+
+    /// Cuts the rate for what was refused or timed out since
+    /// `window_start`, once: an attempt sent before the last cut does not
+    /// cut again. A refusal's attempt was sent within the window, a
+    /// timed-out one its timeout before that.
+    fn overloaded(&mut self, overloaded: f64, timed_out: f64, window_start: Instant, now: Instant) {
+        if timed_out > 0.0 {
+            let sent = self
+                .per_try_timeout
+                .and_then(|timeout| window_start.checked_sub(timeout))
+                .unwrap_or(window_start);
+            self.rate.overloaded(&self.policy, sent, now, true);
+        }
+        if overloaded > timed_out {
+            self.rate.overloaded(&self.policy, window_start, now, false);
+        }
+    }
+}
