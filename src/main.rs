@@ -190,6 +190,13 @@ struct SimulateArgs {
     /// Daemon replicas coordinating --fleet; each paces the processes that reach it.
     #[arg(long, default_value_t = 1, value_parser = count_in(1u32, 1000))]
     replicas: u32,
+    /// With --fleet: the replicas pace as one, sharing what they learn through
+    /// a store (as the daemon's replicas do through Redis with --pace-store).
+    #[arg(long, requires = "fleet")]
+    pace_store: bool,
+    /// With --pace-store: a replica's round trip to the store.
+    #[arg(long, default_value = "1ms", requires = "pace_store", value_parser = duration_in(secs(0), secs(10)))]
+    store_delay: Duration,
     /// With --fleet: the time from a process's report to its grant taking effect.
     #[arg(long, default_value = "100ms", value_parser = duration_in(secs(0), secs(60)))]
     feedback_delay: Duration,
@@ -511,6 +518,7 @@ fn simulate(mut args: SimulateArgs) -> ExitCode {
             latency: args.latency,
             processes: args.processes,
             replicas: args.replicas,
+            pace_store: args.pace_store.then_some(args.store_delay),
             feedback_delay: args.feedback_delay,
             horizon: args.horizon,
             seed: args.seed,

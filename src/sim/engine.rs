@@ -18,14 +18,14 @@ use std::collections::HashMap;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use stormguard_core::call::{Answer, Answered, Call, Send, Step as CallStep};
-use stormguard_core::fleet::{self, FleetController, Grant};
+use stormguard_core::fleet::{self, Grant};
 use stormguard_core::gate::Tally;
 use stormguard_core::guard::Guard;
-use stormguard_core::policy::ValidPolicy;
 use stormguard_core::retry::{GaveUp, Verdict};
 use tokio::time::Instant;
 
 use super::collapse::{Busy, Collapse, Next};
+use super::replicas::{self, Replicas};
 use super::strategy::Strategy;
 
 const NANOS_PER_SECOND: u64 = 1_000_000_000;
@@ -57,6 +57,10 @@ pub struct Scenario {
     /// dealt to them round-robin, and each replica paces the processes that
     /// reach it.
     pub replicas: u32,
+    /// Whether the replicas share their pace through a store, and its round
+    /// trip from a replica: they then pace as one controller, as the
+    /// daemon's replicas do through Redis.
+    pub pace_store: Option<Duration>,
     /// The time from a process sending its report to the daemon to its
     /// grant taking effect: half there, half back.
     pub feedback_delay: Duration,
@@ -82,6 +86,7 @@ impl Default for Scenario {
             latency: Duration::ZERO,
             processes: 0,
             replicas: 1,
+            pace_store: None,
             feedback_delay: Duration::from_millis(100),
             horizon: Duration::from_secs(3600),
             max_events: 200_000_000,
@@ -262,31 +267,13 @@ struct World<'a> {
     processes: Vec<Process>,
     clients: Vec<Client>,
     /// The daemon replicas, when the strategy is fleet-paced.
-    replicas: Vec<Replica<'a>>,
+    replicas: Option<Replicas<'a>>,
     /// The collapse scenario's server and requests.
     busy: Option<Busy>,
     queue: Queue,
     server: Server,
     rng: SmallRng,
     outcome: Run,
-}
-
-/// A daemon replica pacing the fleet: as the daemon does, it starts a
-/// controller at the first ask and drops it once the controller is idle.
-struct Replica<'a> {
-    policy: &'a ValidPolicy,
-    controller: Option<FleetController<u32>>,
-}
-
-impl Replica<'_> {
-    fn ask_at(&mut self, process: u32, tally: Tally, now: Instant) -> Grant {
-        if self.controller.as_ref().is_some_and(|c| c.is_idle_at(now)) {
-            self.controller = None;
-        }
-        self.controller
-            .get_or_insert_with(|| FleetController::new_at(self.policy, now))
-            .ask_at(process, tally, now)
-    }
 }
 
 /// A process: the guard its clients share, and who holds which ticket in its gate's line.
@@ -365,15 +352,9 @@ impl<'a> World<'a> {
                     asked: 0,
                 })
                 .collect(),
-            replicas: match strategy.fleet {
-                true => (0..scenario.replicas.max(1))
-                    .map(|_| Replica {
-                        policy: &strategy.policy,
-                        controller: None,
-                    })
-                    .collect(),
-                false => Vec::new(),
-            },
+            replicas: strategy
+                .fleet
+                .then(|| Replicas::new(scenario.replicas, &strategy.policy, scenario.pace_store)),
             clients,
             busy: scenario.collapse.map(Busy::new),
             queue,
@@ -442,12 +423,29 @@ impl<'a> World<'a> {
         self.origin + Duration::from_nanos(t)
     }
 
-    /// The event at `t` of a client, or of a process's exchange with the
-    /// daemon (ids past the clients'), unless a sooner one replaced it.
+    /// The event at `t` of a client; past the clients' ids, of a process's
+    /// exchange with the daemon, of a replica's exchange with the store or
+    /// its publishing there, or of a request; unless a sooner one replaced it.
     fn handle(&mut self, t: u64, id: u32) {
         if let Some(past_clients) = (id as usize).checked_sub(self.clients.len()) {
-            return match past_clients.checked_sub(self.processes.len()) {
-                None => self.exchange(t, past_clients),
+            let replicas = self.replicas.as_ref().map_or(0, Replicas::len);
+            let Some(past_processes) = past_clients.checked_sub(self.processes.len()) else {
+                return self.exchange(t, past_clients);
+            };
+            let Some(past_exchanges) = past_processes.checked_sub(replicas) else {
+                return self.replica_exchange(t, past_processes);
+            };
+            let Some(past_publishes) = past_exchanges.checked_sub(replicas) else {
+                return self.replica_publish(t, past_exchanges);
+            };
+            return match past_publishes.checked_sub(replicas) {
+                None => {
+                    let now = self.at(t);
+                    self.replicas
+                        .as_mut()
+                        .expect("replicas")
+                        .pushed(past_publishes, now)
+                }
                 Some(request) => self.request(t, request as u32),
             };
         }
@@ -476,7 +474,7 @@ impl<'a> World<'a> {
     fn start_asking(&mut self, t: u64, p: usize) {
         let process = &mut self.processes[p];
         let on = process.guard.gate().is_some_and(|gate| gate.is_on());
-        if self.replicas.is_empty() || !on || !matches!(process.asking, Asking::Idle) {
+        if self.replicas.is_none() || !on || !matches!(process.asking, Asking::Idle) {
             return;
         }
         process.asking = Asking::Due;
@@ -498,7 +496,8 @@ impl<'a> World<'a> {
         self.outcome.events += 1;
         let half = nanos(self.scenario.feedback_delay) / 2;
         let now = self.at(t);
-        let replica = p % self.replicas.len();
+        let replicas = self.replicas.as_mut().expect("fleet pacing");
+        let replica = p % replicas.len();
         let process = &mut self.processes[p];
         let gate = process.guard.gate().expect("fleet pacing needs a gate");
         match std::mem::replace(&mut process.asking, Asking::Idle) {
@@ -510,9 +509,10 @@ impl<'a> World<'a> {
                 self.schedule_exchange(t + half, p);
             }
             Asking::Travelling(tally) => {
-                let grant = self.replicas[replica].ask_at(p as u32, tally, now);
+                let (grant, next) = replicas.ask_at(replica, p as u32, tally, t, now);
                 process.asking = Asking::Returning(grant);
                 self.schedule_exchange(t + half, p);
+                self.schedule_replica(replica, next);
             }
             Asking::Returning(grant) => {
                 gate.lease_at(grant.rate, now + grant.lease, now);
@@ -522,6 +522,36 @@ impl<'a> World<'a> {
                 self.wake_first_in_line(t, p);
             }
         }
+    }
+
+    /// A replica's exchange with the store steps at `t`.
+    fn replica_exchange(&mut self, t: u64, r: usize) {
+        let now = self.at(t);
+        let replicas = self.replicas.as_mut().expect("a replica's event");
+        for next in replicas.exchange(r, t, now) {
+            self.schedule_replica(r, Some(next));
+        }
+    }
+
+    /// A replica's published rate reaches the store, which pushes it on.
+    fn replica_publish(&mut self, t: u64, r: usize) {
+        let base = self.clients.len() + self.processes.len();
+        let count = self.replicas.as_ref().map_or(0, Replicas::len);
+        let pushed = self.replicas.as_mut().expect("a replica's event").publish(r, t);
+        for (other, at) in pushed {
+            self.queue.push(Reverse(at), (base + 2 * count + other) as u32);
+        }
+    }
+
+    fn schedule_replica(&mut self, r: usize, next: Option<replicas::Next>) {
+        let base = self.clients.len() + self.processes.len();
+        let count = self.replicas.as_ref().map_or(0, Replicas::len);
+        let (at, id) = match next {
+            None => return,
+            Some(replicas::Next::Exchange(at)) => (at, base + r),
+            Some(replicas::Next::Publish(at)) => (at, base + count + r),
+        };
+        self.queue.push(Reverse(at), id as u32);
     }
 
     fn schedule(&mut self, at: u64, id: u32) {
@@ -587,7 +617,8 @@ impl<'a> World<'a> {
     }
 
     fn request_id(&self, request: u32) -> u32 {
-        (self.clients.len() + self.processes.len()) as u32 + request
+        let replicas = self.replicas.as_ref().map_or(0, Replicas::len);
+        (self.clients.len() + self.processes.len() + 3 * replicas) as u32 + request
     }
 
     /// A request's event: it reaches the server, is served, or its answer

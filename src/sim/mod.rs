@@ -6,6 +6,7 @@ mod collapse;
 mod engine;
 mod forecast;
 mod render;
+mod replicas;
 mod report;
 mod strategy;
 mod svg;

@@ -336,6 +336,64 @@ fn a_fleet_paced_through_the_daemon_wastes_less_than_gates_alone() {
     }
 }
 
+/// [`paced`] through `replicas` daemon replicas, sharing their pace
+/// through a store with that round trip if `store` is some.
+fn replicated(processes: u32, replicas: u32, store: Option<Duration>, seed: u64) -> Summary {
+    let modifiers = Modifiers {
+        gate: true,
+        fleet: true,
+        ..Modifiers::default()
+    };
+    let scenario = Scenario {
+        processes,
+        replicas,
+        pace_store: store,
+        seed,
+        ..Scenario::default()
+    };
+    Summary::of(&run(&scenario, &Strategy::named(Named::FullJitter, modifiers)))
+}
+
+/// Means over seeds 1-3 of p99 seconds and wasted requests.
+fn means(run: impl Fn(u64) -> Summary) -> (f64, f64) {
+    let runs: Vec<Summary> = (1..=3).map(run).collect();
+    assert!(runs.iter().all(|s| s.succeeded == 1000));
+    let mean = |f: fn(&Summary) -> f64| runs.iter().map(f).sum::<f64>() / runs.len() as f64;
+    (
+        mean(|s| s.p99_seconds.unwrap_or(f64::INFINITY)),
+        mean(|s| s.wasted as f64),
+    )
+}
+
+#[test]
+fn replicas_sharing_a_store_pace_as_one_daemon_does() {
+    let (one_p99, one_wasted) = means(|seed| replicated(200, 1, None, seed));
+    let store = Some(Duration::from_millis(1));
+    for replicas in [2, 3] {
+        let (p99, wasted) = means(|seed| replicated(200, replicas, store, seed));
+        assert!(
+            p99 <= one_p99 + 0.6,
+            "{replicas} replicas: p99 {p99} vs one daemon's {one_p99}"
+        );
+        assert!(
+            wasted <= one_wasted * 1.1,
+            "{replicas} replicas: wasted {wasted} vs one daemon's {one_wasted}"
+        );
+    }
+}
+
+#[test]
+fn replicas_pacing_alone_recover_no_later_than_per_process_gates() {
+    let (gates_p99, _) = means(|seed| paced(200, false, seed));
+    for replicas in [2, 3] {
+        let (p99, _) = means(|seed| replicated(200, replicas, None, seed));
+        assert!(
+            p99 <= gates_p99,
+            "{replicas} replicas: p99 {p99} vs gates' {gates_p99}"
+        );
+    }
+}
+
 #[test]
 fn paced_runs_are_deterministic_for_a_seed() {
     assert_eq!(paced(50, true, 7), paced(50, true, 7));

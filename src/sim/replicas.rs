@@ -1,0 +1,241 @@
+//! The daemon replicas of a fleet-paced strategy, alone or sharing their
+//! pace through a store, as the daemon's replicas do through Redis.
+//!
+//! The replicas run the daemon's controller (`FleetController`) and its
+//! exchange with the store ([`contribute_at`](FleetController::contribute_at),
+//! [`shared_at`](FleetController::shared_at)); [`Store`] answers as the
+//! daemon's Redis script does, after half the store's round trip each way.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use stormguard_core::fleet::shared::{Contribution, Published, Shared, Tallies};
+use stormguard_core::fleet::{FleetController, Grant, LEASE, SHARE_EVERY};
+use stormguard_core::gate::Tally;
+use stormguard_core::policy::ValidPolicy;
+use tokio::time::Instant;
+
+use super::engine::nanos;
+
+/// The replicas, and the store if they share one.
+pub(super) struct Replicas<'a> {
+    replicas: Vec<Replica<'a>>,
+    store: Option<Store>,
+}
+
+/// A daemon replica: as the daemon does, it starts a controller at the
+/// first ask and drops it once the controller is idle.
+struct Replica<'a> {
+    policy: &'a ValidPolicy,
+    controller: Option<FleetController<u32>>,
+    exchange: Exchange,
+    /// Rates it published, on their way to the store: (arrival, rate).
+    publishing: VecDeque<(u64, Published)>,
+    /// Rates the store pushed to it, on their way: (arrival, rate).
+    pushed: VecDeque<(u64, Published)>,
+}
+
+/// A replica's exchange with the store: one at a time, every
+/// [`SHARE_EVERY`] at most.
+enum Exchange {
+    /// Not paced, or no store: nothing to exchange.
+    Idle,
+    /// Contributes at its next event.
+    Due,
+    /// Its contribution reaches the store at its next event.
+    Travelling(Contribution, u64),
+    /// The store's answer reaches it at its next event.
+    Returning(Contribution, Shared, u64),
+}
+
+/// What the engine is to schedule after a replica's step.
+pub(super) enum Next {
+    /// The replica's next exchange event, at this time.
+    Exchange(u64),
+    /// A published rate reaches the store at this time.
+    Publish(u64),
+}
+
+impl<'a> Replicas<'a> {
+    /// `count` replicas pacing under `policy`, sharing a store whose round
+    /// trip is `store` if there is one.
+    pub(super) fn new(count: u32, policy: &'a ValidPolicy, store: Option<Duration>) -> Self {
+        Self {
+            replicas: (0..count.max(1))
+                .map(|_| Replica {
+                    policy,
+                    controller: None,
+                    exchange: Exchange::Idle,
+                    publishing: VecDeque::new(),
+                    pushed: VecDeque::new(),
+                })
+                .collect(),
+            store: store.map(|round_trip| Store::new(count.max(1) as usize, round_trip)),
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.replicas.len()
+    }
+
+    /// Process `process` asks replica `r` at `t`; with a store, the
+    /// replica's first exchange if it was not exchanging yet.
+    pub(super) fn ask_at(
+        &mut self,
+        r: usize,
+        process: u32,
+        tally: Tally,
+        t: u64,
+        now: Instant,
+    ) -> (Grant, Option<Next>) {
+        let replica = &mut self.replicas[r];
+        if replica.controller.as_ref().is_some_and(|c| c.is_idle_at(now)) {
+            replica.controller = None;
+        }
+        let grant = replica
+            .controller
+            .get_or_insert_with(|| FleetController::new_at(replica.policy, now))
+            .ask_at(process, tally, now);
+        let start = self.store.is_some() && matches!(replica.exchange, Exchange::Idle);
+        if start {
+            replica.exchange = Exchange::Due;
+        }
+        (grant, start.then_some(Next::Exchange(t)))
+    }
+
+    /// The next step of replica `r`'s exchange with the store at `t`.
+    pub(super) fn exchange(&mut self, r: usize, t: u64, now: Instant) -> Vec<Next> {
+        let Some(store) = self.store.as_mut() else {
+            return Vec::new();
+        };
+        let half = store.round_trip / 2;
+        let replica = &mut self.replicas[r];
+        match std::mem::replace(&mut replica.exchange, Exchange::Idle) {
+            Exchange::Idle => Vec::new(),
+            Exchange::Due => match replica.controller.as_mut() {
+                Some(controller) if !controller.is_idle_at(now) => {
+                    replica.exchange = Exchange::Travelling(controller.contribute_at(now), t);
+                    vec![Next::Exchange(t + half)]
+                }
+                _ => {
+                    replica.controller = None;
+                    Vec::new()
+                }
+            },
+            Exchange::Travelling(mine, began) => {
+                let shared = store.answer(r, &mine, t);
+                replica.exchange = Exchange::Returning(mine, shared, began);
+                vec![Next::Exchange(t + (store.round_trip - half))]
+            }
+            Exchange::Returning(mine, shared, began) => {
+                replica.exchange = Exchange::Due;
+                let next = Next::Exchange((began + nanos(SHARE_EVERY)).max(t));
+                let published = replica
+                    .controller
+                    .as_mut()
+                    .and_then(|controller| controller.shared_at(&mine, &shared, now));
+                match published {
+                    Some(rate) => {
+                        let arrives = t + half;
+                        replica.publishing.push_back((arrives, rate));
+                        vec![next, Next::Publish(arrives)]
+                    }
+                    None => vec![next],
+                }
+            }
+        }
+    }
+
+    /// Replica `r`'s published rate reaches the store at `t`, which pushes
+    /// it to every replica (they receive it half a round trip later).
+    pub(super) fn publish(&mut self, r: usize, t: u64) -> Vec<(usize, u64)> {
+        let replica = &mut self.replicas[r];
+        let (Some((_, rate)), Some(store)) = (replica.publishing.pop_front(), self.store.as_mut()) else {
+            return Vec::new();
+        };
+        store.rate = Some((rate, t));
+        let arrives = t + store.round_trip / 2;
+        let mut pushed = Vec::new();
+        for (other, replica) in self.replicas.iter_mut().enumerate() {
+            if other != r && replica.controller.is_some() {
+                replica.pushed.push_back((arrives, rate));
+                pushed.push((other, arrives));
+            }
+        }
+        pushed
+    }
+
+    /// A rate the store pushed reaches replica `r` at `t`.
+    pub(super) fn pushed(&mut self, r: usize, now: Instant) {
+        let replica = &mut self.replicas[r];
+        if let (Some((_, rate)), Some(controller)) = (replica.pushed.pop_front(), replica.controller.as_mut())
+        {
+            controller.published_at(rate, now);
+        }
+    }
+}
+
+/// The shared store, as the daemon's Redis script keeps it.
+struct Store {
+    /// Its round trip from a replica.
+    round_trip: u64,
+    /// Who owns the pace, until when.
+    owner: Option<(usize, u64)>,
+    /// Contributions since the owner last took them, with when the newest
+    /// overload's window began.
+    pending: (Tallies, Option<u64>),
+    /// Each replica's demand as it last wrote it: (want, members, when).
+    wants: Vec<Option<(f64, u32, u64)>>,
+    /// The rate as last published, and when.
+    rate: Option<(Published, u64)>,
+}
+
+impl Store {
+    fn new(replicas: usize, round_trip: Duration) -> Self {
+        Self {
+            round_trip: nanos(round_trip),
+            owner: None,
+            pending: (Tallies::default(), None),
+            wants: vec![None; replicas],
+            rate: None,
+        }
+    }
+
+    /// Replica `r`'s contribution `mine` arrives at `t`: kept, and answered.
+    fn answer(&mut self, r: usize, mine: &Contribution, t: u64) -> Shared {
+        let lease = nanos(LEASE);
+        let (pending, newest) = &mut self.pending;
+        pending.outcomes = pending.outcomes.plus(mine.tallies.outcomes);
+        if let Some(age) = mine.tallies.overloaded_since {
+            let began = t.saturating_sub(nanos(age));
+            *newest = Some(newest.map_or(began, |n| n.max(began)));
+        }
+        self.wants[r] = Some((mine.want, mine.members, t));
+        if self.owner.is_none_or(|(owner, until)| owner == r || until <= t) {
+            self.owner = Some((r, t + lease));
+        }
+        let taken = (self.owner.map(|(owner, _)| owner) == Some(r)).then(|| {
+            let (tallies, newest) = std::mem::take(&mut self.pending);
+            Tallies {
+                overloaded_since: newest.map(|began| Duration::from_nanos(t.saturating_sub(began))),
+                ..tallies
+            }
+        });
+        let others = self
+            .wants
+            .iter()
+            .enumerate()
+            .filter(|&(other, _)| other != r)
+            .filter_map(|(_, written)| *written)
+            .filter(|&(_, _, at)| at + lease > t)
+            .map(|(want, members, _)| (want, members))
+            .collect();
+        Shared {
+            published: self
+                .rate
+                .map(|(rate, at)| (rate, Duration::from_nanos(t.saturating_sub(at)))),
+            others,
+            taken,
+        }
+    }
+}
