@@ -134,8 +134,7 @@ async fn admin_listen_moves_the_admin_api_to_a_listener_of_its_own() {
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy.yaml");
     std::fs::write(&policy, SEED_POLICY).unwrap();
-    let admin_address = common::free_loopback_address();
-    let daemon = Daemon::start(&policy, &["--admin-listen", &admin_address]);
+    let daemon = Daemon::start(&policy, &["--admin-listen", "127.0.0.1:0"]);
     let client = reqwest::Client::new();
     let get = |url: String| client.get(url).bearer_auth(common::TOKEN).send();
 
@@ -151,7 +150,7 @@ async fn admin_listen_moves_the_admin_api_to_a_listener_of_its_own() {
             .status(),
         StatusCode::OK
     );
-    let admin = |path: &str| format!("http://{admin_address}{path}");
+    let admin = |path: &str| daemon.admin_url(path);
     assert_eq!(
         get(admin("/admin/status")).await.unwrap().status(),
         StatusCode::OK
@@ -172,9 +171,11 @@ async fn admin_listen_moves_the_admin_api_to_a_listener_of_its_own() {
         StatusCode::UNAUTHORIZED,
         "its own listener still needs the token"
     );
+    let admin_base = daemon.admin_base.as_deref().unwrap();
+    assert!(!admin_base.ends_with(":0"), "the port it bound: {admin_base}");
     assert!(daemon
         .log()
-        .contains(&format!("admin API on http://{admin_address}")));
+        .contains(&format!("admin API on {admin_base}, and only there")));
 }
 
 /// Validations run the simulator for every distinct policy: past

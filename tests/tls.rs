@@ -126,8 +126,7 @@ fn der(pair: &Pair) -> Vec<u8> {
 
 #[tokio::test]
 async fn both_listeners_speak_https_only_to_clients_that_trust_the_ca() {
-    let admin = common::free_loopback_address();
-    let Setup { daemon, ca, .. } = start(&["--admin-listen", &admin], None);
+    let Setup { daemon, ca, .. } = start(&["--admin-listen", "127.0.0.1:0"], None);
     let trusting = client(&ca, None, true);
     let answer = trusting
         .get(https(&daemon, "/v1/policies/payments"))
@@ -138,7 +137,7 @@ async fn both_listeners_speak_https_only_to_clients_that_trust_the_ca() {
     assert_eq!(answer.version(), reqwest::Version::HTTP_2, "ALPN offers h2");
     let policy: serde_json::Value = answer.json().await.unwrap();
     assert_eq!(policy["policy"]["maxRetries"], 5);
-    let admin_port = admin.rsplit(':').next().unwrap();
+    let admin_port = daemon.admin_base.as_deref().unwrap().rsplit(':').next().unwrap();
     let health = trusting
         .get(format!("https://localhost:{admin_port}/healthz"))
         .send()

@@ -20,6 +20,9 @@ pub const TOKEN: &str = "test-admin-token";
 pub struct Daemon {
     child: Child,
     pub base: String,
+    /// The admin listener's base URL, with `--admin-listen`: the address it
+    /// bound, as the daemon logs it (so tests can ask for port 0).
+    pub admin_base: Option<String>,
     pub log: Arc<Mutex<String>>,
 }
 
@@ -65,8 +68,17 @@ impl Daemon {
         let log = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = std::sync::mpsc::channel();
         let sink = log.clone();
+        let admin = Arc::new(Mutex::new(None));
+        let admin_seen = admin.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(at) = line.find("admin API on http") {
+                    let address = line[at + "admin API on ".len()..]
+                        .split([' ', ','])
+                        .next()
+                        .unwrap();
+                    *admin_seen.lock().unwrap() = Some(address.to_owned());
+                }
                 if let Some(at) = line.find("serving on http") {
                     let address = line[at + "serving on ".len()..]
                         .split_whitespace()
@@ -81,7 +93,14 @@ impl Daemon {
         let base = rx
             .recv_timeout(Duration::from_secs(20))
             .unwrap_or_else(|_| panic!("daemon did not start; log:\n{}", log.lock().unwrap()));
-        Daemon { child, base, log }
+        // The admin listener is logged before the public one.
+        let admin_base = admin.lock().unwrap().take();
+        Daemon {
+            child,
+            base,
+            admin_base,
+            log,
+        }
     }
 
     pub fn pid(&self) -> u32 {
@@ -100,6 +119,15 @@ impl Daemon {
 
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
+    }
+
+    /// `path` on the admin listener of `--admin-listen`.
+    pub fn admin_url(&self, path: &str) -> String {
+        let base = self
+            .admin_base
+            .as_ref()
+            .expect("the daemon has an admin listener");
+        format!("{base}{path}")
     }
 
     pub fn signal(&self, name: &str) {
