@@ -10,6 +10,7 @@ pub mod fuzzing;
 pub mod identity;
 pub mod lint;
 pub mod metrics;
+pub mod pace_store;
 pub mod policy;
 pub mod reload;
 pub mod render;

@@ -1,0 +1,62 @@
+-- One replica's exchange for one paced dependency, atomic in Redis.
+-- KEYS: 1 tallies (hash), 2 wants (hash), 3 owner (string), 4 rate (string)
+-- ARGV: 1 replica, 2 lease ms, 3 sent, 4 accepted, 5 overloaded,
+--       6 timed out, 7 ms since the newest overload's window began (-1: none),
+--       8 want (attempts/s), 9 members
+-- Returns {owner (1/0), taken (flat field/value list, owner only),
+--          others ("want members" strings), rate ("rate probing at_ms") or
+--          false, now_ms}. Numbers cross as strings: Redis truncates Lua
+--          numbers in replies to integers.
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local replica, lease = ARGV[1], tonumber(ARGV[2])
+local kept = 10 * lease
+
+redis.call('HINCRBY', KEYS[1], 'sent', ARGV[3])
+redis.call('HINCRBY', KEYS[1], 'accepted', ARGV[4])
+redis.call('HINCRBY', KEYS[1], 'overloaded', ARGV[5])
+redis.call('HINCRBY', KEYS[1], 'timed_out', ARGV[6])
+local age = tonumber(ARGV[7])
+if age >= 0 then
+  local began = now - age
+  local newest = tonumber(redis.call('HGET', KEYS[1], 'overloaded_at') or '-1')
+  if began > newest then
+    redis.call('HSET', KEYS[1], 'overloaded_at', began)
+  end
+end
+redis.call('PEXPIRE', KEYS[1], kept)
+
+redis.call('HSET', KEYS[2], replica, ARGV[8] .. ' ' .. ARGV[9] .. ' ' .. now)
+redis.call('PEXPIRE', KEYS[2], kept)
+
+local owner = redis.call('GET', KEYS[3])
+if not owner or owner == replica then
+  redis.call('SET', KEYS[3], replica, 'PX', lease)
+  owner = replica
+end
+
+local taken = {}
+if owner == replica then
+  taken = redis.call('HGETALL', KEYS[1])
+  redis.call('DEL', KEYS[1])
+  for i = 1, #taken, 2 do
+    if taken[i] == 'overloaded_at' then
+      taken[i + 1] = tostring(now - tonumber(taken[i + 1]))
+    end
+  end
+end
+
+local others = {}
+local wants = redis.call('HGETALL', KEYS[2])
+for i = 1, #wants, 2 do
+  if wants[i] ~= replica then
+    local want, members, at = string.match(wants[i + 1], '^(%S+) (%S+) (%S+)$')
+    if at and now - tonumber(at) < lease then
+      table.insert(others, want .. ' ' .. members)
+    else
+      redis.call('HDEL', KEYS[2], wants[i])
+    end
+  end
+end
+
+return {owner == replica and 1 or 0, taken, others, redis.call('GET', KEYS[4]), tostring(now)}

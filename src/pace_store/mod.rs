@@ -1,0 +1,311 @@
+//! The store daemon replicas share a dependency's pace through: Redis.
+//!
+//! Each replica's exchange for a paced dependency is one script, atomic in
+//! Redis (`exchange.lua`): it adds the replica's contribution, keeps its
+//! demand for a lease, renews or takes the dependency's ownership
+//! (set-if-absent with a lease, as envoyproxy/ratelimit and Redis's own lock
+//! pattern do), hands the owner every replica's outcomes since it last took
+//! them, and answers with the other replicas' demand and the published rate.
+//! The owner publishes with a second script (`publish.lua`) that writes the
+//! rate only while it still owns the pace, and pushes it on a channel.
+//!
+//! What goes in and comes out are `stormguard_core::fleet::shared`'s types:
+//! the simulator's model of the store answers in the same terms. Every key
+//! of a dependency carries its name as a hash tag, so that on a Redis
+//! Cluster one script's keys live on one node. A store that cannot be
+//! reached is not an error the daemon stops for: each call fails within
+//! [`STORE_TIMEOUT`] with a [`StoreError`], and the replica paces alone.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::{Client, IntoConnectionInfo, Script};
+use stormguard_core::fleet::shared::{Contribution, Outcomes, Published, Shared, Tallies};
+use stormguard_core::fleet::LEASE;
+use tokio::sync::Mutex;
+
+/// How long one call to the store may take before it counts as failed: a
+/// quarter of a lease, so that a slow store is noticed well before the
+/// replicas' parts run out.
+pub const STORE_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// Why a call to the store failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The address is not one of Redis's.
+    #[error("--pace-store {0}: {1}")]
+    Address(String, String),
+    /// No answer within [`STORE_TIMEOUT`].
+    #[error("the pace store at {0} did not answer within {STORE_TIMEOUT:?}")]
+    Timeout(String),
+    /// Redis refused the call or the connection failed.
+    #[error("the pace store at {at}: {source}")]
+    Redis {
+        /// The store's address, without its password.
+        at: String,
+        /// What Redis or the connection said.
+        source: redis::RedisError,
+    },
+    /// The answer was not what the scripts return.
+    #[error("the pace store at {at} answered what this daemon cannot read: {what}")]
+    Malformed {
+        /// The store's address, without its password.
+        at: String,
+        /// What was wrong with it.
+        what: String,
+    },
+}
+
+impl StoreError {
+    /// The error's kind, as the `kind` label of the store's error counter.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Address(..) => "address",
+            Self::Timeout(_) => "timeout",
+            Self::Redis { source, .. } if source.is_connection_refusal() => "refused",
+            Self::Redis { source, .. } if source.is_io_error() || source.is_connection_dropped() => {
+                "connection"
+            }
+            Self::Redis { source, .. } if source.kind() == redis::ErrorKind::AuthenticationFailed => "auth",
+            Self::Redis { .. } => "redis",
+            Self::Malformed { .. } => "malformed",
+        }
+    }
+}
+
+/// A connection to the shared store, made at the first call and made again
+/// after it breaks.
+pub struct PaceStore {
+    client: Client,
+    /// The store's address without its password, for messages.
+    at: String,
+    /// This replica's name in the store: unique among the replicas.
+    replica: String,
+    connection: Mutex<Option<ConnectionManager>>,
+    exchange: Script,
+    publish: Script,
+}
+
+/// The script's answer: owner, taken, others, rate, now.
+type Answer = (i64, Vec<String>, Vec<String>, Option<String>, String);
+
+impl PaceStore {
+    /// The store at `url` (`redis://[user:password@]host:port[/db]`), with
+    /// `password` if given (it replaces one in the URL), for the replica
+    /// named `replica`. Nothing is sent until the first call.
+    pub fn new(url: &str, password: Option<String>, replica: String) -> Result<Self, StoreError> {
+        let mut info = url
+            .into_connection_info()
+            .map_err(|error| StoreError::Address(redacted(url), error.to_string()))?;
+        if let Some(password) = password {
+            let settings = info.redis_settings().clone().set_password(password);
+            info = info.set_redis_settings(settings);
+        }
+        let client =
+            Client::open(info).map_err(|error| StoreError::Address(redacted(url), error.to_string()))?;
+        Ok(Self {
+            client,
+            at: redacted(url),
+            replica,
+            connection: Mutex::new(None),
+            exchange: Script::new(include_str!("exchange.lua")),
+            publish: Script::new(include_str!("publish.lua")),
+        })
+    }
+
+    /// The store's address, without its password.
+    pub fn address(&self) -> &str {
+        &self.at
+    }
+
+    /// This replica's name in the store.
+    pub fn replica(&self) -> &str {
+        &self.replica
+    }
+
+    /// Adds this replica's contribution `mine` to the pace of `service`,
+    /// and the store's answer.
+    pub async fn exchange(&self, service: &str, mine: &Contribution) -> Result<Shared, StoreError> {
+        let keys = Keys::of(service);
+        let tallies = mine.tallies;
+        let outcomes = tallies.outcomes;
+        let age = tallies
+            .overloaded_since
+            .map_or(-1, |age| i64::try_from(age.as_millis()).unwrap_or(i64::MAX));
+        let want = if mine.want.is_finite() {
+            mine.want.max(0.0)
+        } else {
+            0.0
+        };
+        let mut invocation = self.exchange.prepare_invoke();
+        invocation
+            .key(&keys.tallies)
+            .key(&keys.wants)
+            .key(&keys.owner)
+            .key(&keys.rate)
+            .arg(&self.replica)
+            .arg(LEASE.as_millis() as u64)
+            .arg(outcomes.sent)
+            .arg(outcomes.accepted)
+            .arg(outcomes.overloaded)
+            .arg(outcomes.timed_out)
+            .arg(age)
+            .arg(want.to_string())
+            .arg(mine.members);
+        let mut connection = self.connection().await?;
+        let answer: Answer = self.bounded(invocation.invoke_async(&mut connection)).await?;
+        self.read(answer)
+    }
+
+    /// Publishes `rate` as the fleet's rate for `service`: whether it was,
+    /// that is whether this replica still owns the pace.
+    pub async fn publish(&self, service: &str, rate: Published) -> Result<bool, StoreError> {
+        let keys = Keys::of(service);
+        let mut invocation = self.publish.prepare_invoke();
+        invocation
+            .key(&keys.owner)
+            .key(&keys.rate)
+            .arg(&self.replica)
+            .arg(LEASE.as_millis() as u64)
+            .arg(rate.rate.to_string())
+            .arg(u8::from(rate.probing))
+            .arg(&keys.channel);
+        let mut connection = self.connection().await?;
+        let published: i64 = self.bounded(invocation.invoke_async(&mut connection)).await?;
+        Ok(published == 1)
+    }
+
+    async fn connection(&self) -> Result<ConnectionManager, StoreError> {
+        let mut slot = self.connection.lock().await;
+        if let Some(connection) = slot.as_ref() {
+            return Ok(connection.clone());
+        }
+        let connection = self.bounded(ConnectionManager::new(self.client.clone())).await?;
+        *slot = Some(connection.clone());
+        Ok(connection)
+    }
+
+    /// `call`, failed after [`STORE_TIMEOUT`].
+    async fn bounded<T>(
+        &self,
+        call: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(STORE_TIMEOUT, call).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(source)) => Err(StoreError::Redis {
+                at: self.at.clone(),
+                source,
+            }),
+            Err(_) => Err(StoreError::Timeout(self.at.clone())),
+        }
+    }
+
+    fn read(&self, (owner, taken, others, rate, now): Answer) -> Result<Shared, StoreError> {
+        let malformed = |what: String| StoreError::Malformed {
+            at: self.at.clone(),
+            what,
+        };
+        let now: u64 = now.parse().map_err(|_| malformed(format!("time {now:?}")))?;
+        let others = others
+            .iter()
+            .map(|entry| parse_want(entry).ok_or_else(|| malformed(format!("demand {entry:?}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        let published = rate
+            .map(|text| parse_rate(&text, now).ok_or_else(|| malformed(format!("rate {text:?}"))))
+            .transpose()?;
+        let taken = (owner == 1)
+            .then(|| parse_taken(&taken).ok_or_else(|| malformed(format!("tallies {taken:?}"))))
+            .transpose()?;
+        Ok(Shared {
+            published,
+            others,
+            taken,
+        })
+    }
+}
+
+/// The keys of one dependency's pace, its name the hash tag.
+struct Keys {
+    tallies: String,
+    wants: String,
+    owner: String,
+    rate: String,
+    channel: String,
+}
+
+impl Keys {
+    fn of(service: &str) -> Self {
+        let key = |what: &str| format!("stormguard:pace:{{{service}}}:{what}");
+        Self {
+            tallies: key("tallies"),
+            wants: key("wants"),
+            owner: key("owner"),
+            rate: key("rate"),
+            channel: key("published"),
+        }
+    }
+}
+
+/// `"want members"`, as the exchange script answers each replica's demand.
+fn parse_want(entry: &str) -> Option<(f64, u32)> {
+    let (want, members) = entry.split_once(' ')?;
+    let want: f64 = want.parse().ok()?;
+    Some((
+        if want.is_finite() { want.max(0.0) } else { 0.0 },
+        members.parse().ok()?,
+    ))
+}
+
+/// `"rate probing at_ms"`, as the publish script writes it, seen at `now` ms.
+fn parse_rate(text: &str, now: u64) -> Option<(Published, Duration)> {
+    let mut fields = text.split(' ');
+    let rate: f64 = fields.next()?.parse().ok()?;
+    let probing = match fields.next()? {
+        "1" => true,
+        "0" => false,
+        _ => return None,
+    };
+    let at: u64 = fields.next()?.parse().ok()?;
+    (rate.is_finite() && rate > 0.0 && fields.next().is_none()).then(|| {
+        (
+            Published { rate, probing },
+            Duration::from_millis(now.saturating_sub(at)),
+        )
+    })
+}
+
+/// The tallies hash as the exchange script hands it to the owner: field,
+/// value, field, value; `overloaded_at` already turned into an age in ms.
+fn parse_taken(flat: &[String]) -> Option<Tallies> {
+    let mut tallies = Tallies {
+        outcomes: Outcomes::default(),
+        overloaded_since: None,
+    };
+    for pair in flat.chunks(2) {
+        let [field, value] = pair else { return None };
+        let value: u64 = value.parse().ok()?;
+        match field.as_str() {
+            "sent" => tallies.outcomes.sent = value,
+            "accepted" => tallies.outcomes.accepted = value,
+            "overloaded" => tallies.outcomes.overloaded = value,
+            "timed_out" => tallies.outcomes.timed_out = value,
+            "overloaded_at" => tallies.overloaded_since = Some(Duration::from_millis(value)),
+            _ => return None,
+        }
+    }
+    Some(tallies)
+}
+
+/// `url` with its password, if any, replaced by `***`.
+fn redacted(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => match url[scheme + 3..at].split_once(':') {
+            Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+            None => url.to_string(),
+        },
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

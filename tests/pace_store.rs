@@ -1,0 +1,297 @@
+//! The daemon's pace store against a real Redis (Debian's redis-server, on
+//! a free loopback port): what replicas exchange through it, ownership and
+//! its lapse, a replica that falls silent, and a store that goes away.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use stormguard::pace_store::{PaceStore, STORE_TIMEOUT};
+use stormguard_core::fleet::shared::{Contribution, Outcomes, Published, Tallies};
+use stormguard_core::fleet::LEASE;
+
+/// A redis-server of the test's own, stopped with it.
+struct Redis {
+    address: String,
+    password: Option<String>,
+    child: Child,
+}
+
+impl Redis {
+    /// A fresh server, or `None` where redis-server is missing outside CI.
+    fn start(password: Option<&str>) -> Option<Redis> {
+        if Command::new("redis-server").arg("--version").output().is_err() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "redis-server is missing under CI: .ci/run installs Debian's redis-server package"
+            );
+            eprintln!(
+                "SKIPPED: redis-server is not installed (apt-get install -y redis-server); CI runs this test"
+            );
+            return None;
+        }
+        let address = common::free_loopback_address();
+        let child = spawn(&address, password);
+        let redis = Redis {
+            address,
+            password: password.map(str::to_string),
+            child,
+        };
+        redis.wait_ready();
+        Some(redis)
+    }
+
+    fn url(&self) -> String {
+        format!("redis://{}", self.address)
+    }
+
+    /// Kills the server: its data is gone.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// A new, empty server on the same port.
+    fn restart(&mut self) {
+        self.kill();
+        self.child = spawn(&self.address, self.password.as_deref());
+        self.wait_ready();
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(&self.address).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not listen on {}",
+                self.address
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn spawn(address: &str, password: Option<&str>) -> Child {
+    let (host, port) = address.rsplit_once(':').expect("host:port");
+    let mut command = Command::new("redis-server");
+    command.args(["--bind", host, "--port", port, "--save", "", "--appendonly", "no"]);
+    if let Some(password) = password {
+        command.args(["--requirepass", password]);
+    }
+    command
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server starts")
+}
+
+fn contribution(sent: u64, accepted: u64, want: f64, members: u32) -> Contribution {
+    Contribution {
+        tallies: Tallies {
+            outcomes: Outcomes {
+                sent,
+                accepted,
+                overloaded: sent - accepted,
+                timed_out: 0,
+            },
+            overloaded_since: (sent > accepted).then_some(Duration::from_millis(30)),
+        },
+        want,
+        members,
+    }
+}
+
+fn replica(redis: &Redis, name: &str) -> PaceStore {
+    PaceStore::new(&redis.url(), redis.password.clone(), name.to_string()).expect("a valid address")
+}
+
+#[tokio::test]
+async fn the_first_replica_owns_the_pace_and_takes_every_replicas_outcomes() {
+    let Some(redis) = Redis::start(None) else { return };
+    let (a, b) = (replica(&redis, "a"), replica(&redis, "b"));
+
+    let first = a
+        .exchange("inventory", &contribution(10, 8, 40.0, 4))
+        .await
+        .unwrap();
+    let taken = first.taken.expect("a owns the pace");
+    assert_eq!(
+        (
+            taken.outcomes.sent,
+            taken.outcomes.accepted,
+            taken.outcomes.overloaded
+        ),
+        (10, 8, 2)
+    );
+    let age = taken.overloaded_since.expect("an overload's window");
+    assert!(
+        age >= Duration::from_millis(30) && age < Duration::from_millis(500),
+        "{age:?}"
+    );
+    assert!(first.others.is_empty() && first.published.is_none());
+
+    let second = b
+        .exchange("inventory", &contribution(6, 6, 12.5, 2))
+        .await
+        .unwrap();
+    assert!(second.taken.is_none(), "b does not own it");
+    assert_eq!(second.others, vec![(40.0, 4)]);
+
+    let third = a
+        .exchange("inventory", &contribution(1, 1, 40.0, 4))
+        .await
+        .unwrap();
+    let taken = third.taken.expect("a still owns it");
+    assert_eq!(
+        (taken.outcomes.sent, taken.outcomes.accepted),
+        (7, 7),
+        "b's outcomes and a's new ones"
+    );
+    assert_eq!(
+        taken.overloaded_since, None,
+        "nothing refused since a last took them"
+    );
+    assert_eq!(third.others, vec![(12.5, 2)]);
+
+    assert!(a
+        .publish(
+            "inventory",
+            Published {
+                rate: 180.5,
+                probing: false
+            }
+        )
+        .await
+        .unwrap());
+    let fourth = b
+        .exchange("inventory", &contribution(0, 0, 12.5, 2))
+        .await
+        .unwrap();
+    let (rate, age) = fourth.published.expect("the published rate");
+    assert_eq!(
+        rate,
+        Published {
+            rate: 180.5,
+            probing: false
+        }
+    );
+    assert!(age < LEASE, "{age:?}");
+
+    let other = b.exchange("payments", &contribution(0, 0, 1.0, 1)).await.unwrap();
+    assert!(
+        other.taken.is_some() && other.others.is_empty(),
+        "each dependency has its own pace"
+    );
+}
+
+#[tokio::test]
+async fn an_owner_that_stops_renewing_loses_the_pace_and_cannot_publish_over_its_successor() {
+    let Some(redis) = Redis::start(None) else { return };
+    let (a, b) = (replica(&redis, "a"), replica(&redis, "b"));
+    a.exchange("inventory", &contribution(1, 1, 5.0, 1))
+        .await
+        .unwrap();
+    assert!(b
+        .exchange("inventory", &contribution(1, 1, 5.0, 1))
+        .await
+        .unwrap()
+        .taken
+        .is_none());
+    tokio::time::sleep(LEASE + Duration::from_millis(100)).await;
+    let shared = b
+        .exchange("inventory", &contribution(1, 1, 5.0, 1))
+        .await
+        .unwrap();
+    assert!(shared.taken.is_some(), "b took the lapsed pace");
+    assert!(
+        shared.others.is_empty(),
+        "a, silent for a lease, wants nothing any more"
+    );
+    assert!(!a
+        .publish(
+            "inventory",
+            Published {
+                rate: 999.0,
+                probing: false
+            }
+        )
+        .await
+        .unwrap());
+    assert!(b
+        .publish(
+            "inventory",
+            Published {
+                rate: 50.0,
+                probing: false
+            }
+        )
+        .await
+        .unwrap());
+    let seen = a
+        .exchange("inventory", &contribution(0, 0, 5.0, 1))
+        .await
+        .unwrap();
+    assert_eq!(seen.published.map(|(rate, _)| rate.rate), Some(50.0));
+    assert!(seen.taken.is_none());
+}
+
+#[tokio::test]
+async fn a_store_that_goes_away_fails_each_call_within_its_timeout_and_is_used_again_when_back() {
+    let Some(mut redis) = Redis::start(None) else {
+        return;
+    };
+    let a = replica(&redis, "a");
+    assert!(a.exchange("inventory", &contribution(1, 1, 5.0, 1)).await.is_ok());
+    redis.kill();
+    let began = Instant::now();
+    let error = a
+        .exchange("inventory", &contribution(1, 1, 5.0, 1))
+        .await
+        .expect_err("no store");
+    assert!(
+        began.elapsed() < STORE_TIMEOUT + Duration::from_millis(200),
+        "{:?}",
+        began.elapsed()
+    );
+    assert!(
+        ["refused", "connection", "timeout"].contains(&error.kind()),
+        "{error} ({})",
+        error.kind()
+    );
+    assert!(error.to_string().contains(&redis.address), "{error}");
+
+    // Back, and empty: the first replica to ask owns the pace afresh.
+    redis.restart();
+    let shared = common::eventually(Duration::from_secs(5), || async {
+        a.exchange("inventory", &contribution(2, 2, 5.0, 1)).await.ok()
+    })
+    .await
+    .expect("used again once it is back");
+    assert!(shared.taken.is_some() && shared.published.is_none());
+}
+
+#[tokio::test]
+async fn the_password_is_sent_and_never_shown() {
+    let Some(redis) = Redis::start(Some("s3cret-pace")) else {
+        return;
+    };
+    let a = replica(&redis, "a");
+    assert!(a.exchange("inventory", &contribution(1, 1, 5.0, 1)).await.is_ok());
+    let without = PaceStore::new(&redis.url(), None, "b".into()).unwrap();
+    let error = without
+        .exchange("inventory", &contribution(1, 1, 5.0, 1))
+        .await
+        .expect_err("no password");
+    assert!(!error.to_string().contains("s3cret"), "{error}");
+    let in_url = format!("redis://:s3cret-pace@{}", redis.address);
+    let c = PaceStore::new(&in_url, None, "c".into()).unwrap();
+    assert!(c.exchange("inventory", &contribution(1, 1, 5.0, 1)).await.is_ok());
+    assert!(!c.address().contains("s3cret"), "{}", c.address());
+}
