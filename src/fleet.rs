@@ -7,7 +7,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use prometheus::{Encoder, GaugeVec, IntCounterVec, Opts, Registry, TextEncoder};
+use prometheus::{Encoder, GaugeVec, Histogram, HistogramOpts, IntCounterVec, Opts, Registry, TextEncoder};
+use stormguard_core::fleet::shared::{Contribution, Published, Shared};
 use stormguard_core::fleet::{FleetController, ASK_EVERY};
 use stormguard_core::policy::{GatePolicy, ValidPolicy};
 use stormguard_core::wire::{PaceAsk, PaceGrant};
@@ -33,6 +34,8 @@ pub enum Refused {
 pub struct Fleet {
     paced: Mutex<HashMap<String, Paced>>,
     families: Families,
+    /// Whether this replica shares its pace through a store.
+    shares: bool,
 }
 
 struct Paced {
@@ -47,6 +50,10 @@ struct Families {
     processes: GaugeVec,
     paced_seconds: GaugeVec,
     attempts: IntCounterVec,
+    shared: GaugeVec,
+    owner: GaugeVec,
+    store_seconds: Histogram,
+    store_errors: IntCounterVec,
 }
 
 impl Fleet {
@@ -54,8 +61,30 @@ impl Fleet {
     pub fn new() -> Self {
         Self {
             paced: Mutex::default(),
-            families: Families::new(),
+            families: Families::new(false),
+            shares: false,
         }
+    }
+
+    /// [`new`](Self::new), for a replica that shares its pace through a
+    /// store: the families then say whether each dependency is paced by the
+    /// shared rate or alone, and how the store answers.
+    pub fn sharing() -> Self {
+        Self {
+            paced: Mutex::default(),
+            families: Families::new(true),
+            shares: true,
+        }
+    }
+
+    /// The store answered an exchange after `took`.
+    pub fn store_answered(&self, took: std::time::Duration) {
+        self.families.store_seconds.observe(took.as_secs_f64());
+    }
+
+    /// A call to the store failed, for a reason of `kind`.
+    pub fn store_failed(&self, kind: &str) {
+        self.families.store_errors.with_label_values(&[kind]).inc();
     }
 
     /// `ask` from a process, under its dependency's resolved `policy`, at `now`.
@@ -93,6 +122,9 @@ impl Fleet {
         };
         let grant = entry.controller.ask_at(instance, tally, now);
         self.families.observe(&ask.service, entry, ask, now);
+        if self.shares {
+            self.families.sharing(&ask.service, &entry.controller, now);
+        }
         Ok(PaceGrant {
             rate: grant.rate,
             lease_ms: grant.lease.as_millis() as u64,
@@ -103,6 +135,45 @@ impl Fleet {
     /// Dependencies paced now.
     pub fn paced(&self) -> usize {
         self.lock().len()
+    }
+
+    /// The dependencies paced now, by name.
+    pub fn paced_services(&self) -> Vec<String> {
+        self.lock().keys().cloned().collect()
+    }
+
+    /// What this replica adds at `now` to the shared pace of `service`, if
+    /// it paces it.
+    pub fn contribute(&self, service: &str, now: Instant) -> Option<Contribution> {
+        let mut paced = self.lock();
+        paced
+            .get_mut(service)
+            .map(|entry| entry.controller.contribute_at(now))
+    }
+
+    /// The store's answer to `mine` for `service` at `now`: the rate to
+    /// publish if this replica owns the pace.
+    pub fn shared(
+        &self,
+        service: &str,
+        mine: &Contribution,
+        shared: &Shared,
+        now: Instant,
+    ) -> Option<Published> {
+        let mut paced = self.lock();
+        let entry = paced.get_mut(service)?;
+        let publish = entry.controller.shared_at(mine, shared, now);
+        self.families.sharing(service, &entry.controller, now);
+        publish
+    }
+
+    /// The owner of `service`'s pace published `rate`, pushed at `now`.
+    pub fn published(&self, service: &str, rate: Published, now: Instant) {
+        let mut paced = self.lock();
+        if let Some(entry) = paced.get_mut(service) {
+            entry.controller.published_at(rate, now);
+            self.families.sharing(service, &entry.controller, now);
+        }
     }
 
     /// The text exposition of the fleet families, after dropping idle dependencies.
@@ -156,14 +227,15 @@ impl Paced {
 }
 
 impl Families {
-    fn new() -> Self {
+    /// The families, and the pace store's if this replica `shares` one.
+    fn new(shares: bool) -> Self {
         let registry = Registry::new();
         let gauge = |name: &str, help: &str| {
             GaugeVec::new(Opts::new(name, help), &["service"]).expect("valid metric")
         };
         let rate = gauge(
             "stormguard_fleet_rate",
-            "Attempts per second the daemon lets the whole fleet send to a paced dependency.",
+            "Attempts per second this replica lets its processes send to a paced dependency: its part of the fleet's rate when replicas share their pace. Summed over replicas, the fleet's rate.",
         );
         let processes = gauge(
             "stormguard_fleet_processes",
@@ -181,12 +253,43 @@ impl Families {
             &["service", "outcome"],
         )
         .expect("valid metric");
+        let shared = gauge(
+            "stormguard_fleet_shared",
+            "1 while this replica paces a dependency by its part of the rate shared through the pace store, 0 while it paces alone.",
+        );
+        let owner = gauge(
+            "stormguard_fleet_owner",
+            "1 while this replica owns a dependency's shared pace: it folds every replica's outcomes and publishes the rate.",
+        );
+        let store_seconds = Histogram::with_opts(
+            HistogramOpts::new(
+                "stormguard_pace_store_seconds",
+                "Round trip of this replica's exchanges with the pace store.",
+            )
+            .buckets(vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25]),
+        )
+        .expect("valid metric");
+        let store_errors = IntCounterVec::new(
+            Opts::new(
+                "stormguard_pace_store_errors_total",
+                "Calls to the pace store that failed, by kind: timeout, refused, connection, auth, redis, malformed.",
+            ),
+            &["kind"],
+        )
+        .expect("valid metric");
+        let store: [Box<dyn prometheus::core::Collector>; 2] =
+            [Box::new(store_seconds.clone()), Box::new(store_errors.clone())];
         for collector in [
             Box::new(rate.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(processes.clone()),
             Box::new(paced_seconds.clone()),
             Box::new(attempts.clone()),
-        ] {
+            Box::new(shared.clone()),
+            Box::new(owner.clone()),
+        ]
+        .into_iter()
+        .chain(store.into_iter().filter(|_| shares))
+        {
             registry
                 .register(collector)
                 .expect("each family is registered once");
@@ -197,13 +300,31 @@ impl Families {
             processes,
             paced_seconds,
             attempts,
+            shared,
+            owner,
+            store_seconds,
+            store_errors,
         }
+    }
+
+    /// Whether `service` is paced by a shared rate, and owned here.
+    fn sharing(&self, service: &str, controller: &FleetController<String>, now: Instant) {
+        let flag = |on: bool| if on { 1.0 } else { 0.0 };
+        self.shared
+            .with_label_values(&[service])
+            .set(flag(controller.is_shared_at(now)));
+        self.owner
+            .with_label_values(&[service])
+            .set(flag(controller.is_owner()));
+        self.rate
+            .with_label_values(&[service])
+            .set(controller.part_at(now));
     }
 
     fn observe(&self, service: &str, entry: &Paced, ask: &PaceAsk, now: Instant) {
         self.rate
             .with_label_values(&[service])
-            .set(entry.controller.rate());
+            .set(entry.controller.part_at(now));
         self.processes
             .with_label_values(&[service])
             .set(entry.controller.members() as f64);
@@ -223,7 +344,13 @@ impl Families {
     }
 
     fn forget(&self, service: &str) {
-        for family in [&self.rate, &self.processes, &self.paced_seconds] {
+        for family in [
+            &self.rate,
+            &self.processes,
+            &self.paced_seconds,
+            &self.shared,
+            &self.owner,
+        ] {
             let _ = family.remove_label_values(&[service]);
         }
         for outcome in ["sent", "accepted", "overloaded", "timed_out"] {
@@ -259,6 +386,21 @@ mod tests {
 
     fn exposition(fleet: &Fleet, now: Instant) -> String {
         String::from_utf8(fleet.encode(now)).unwrap()
+    }
+
+    #[test]
+    fn only_a_replica_that_shares_its_pace_shows_the_stores_families() {
+        let t0 = Instant::now();
+        assert!(!exposition(&Fleet::new(), t0).contains("stormguard_pace_store"));
+        let sharing = Fleet::sharing();
+        sharing.store_answered(std::time::Duration::from_millis(2));
+        sharing.store_failed("timeout");
+        let shown = exposition(&sharing, t0);
+        assert!(shown.contains("stormguard_pace_store_seconds_count 1"), "{shown}");
+        assert!(
+            shown.contains("stormguard_pace_store_errors_total{kind=\"timeout\"} 1"),
+            "{shown}"
+        );
     }
 
     #[test]

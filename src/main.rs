@@ -28,7 +28,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the policy file over HTTP, reloading it when it changes.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Validate and lint a policy file: each service's resolved policy, storm-risk
     /// warnings and a forecast of a thundering herd under it (exit 0 valid, 1 invalid).
     Check(CheckArgs),
@@ -331,6 +331,18 @@ struct ServeArgs {
     /// CAs in this PEM file (mutual TLS); read again when it changes.
     #[arg(long, env = "STORMGUARD_TLS_CLIENT_CA", requires = "tls_cert")]
     tls_client_ca: Option<PathBuf>,
+    /// Share every paced dependency's pace with the other replicas through
+    /// this Redis, redis://[user:password@]HOST:PORT[/DB]: they then pace a
+    /// fleet as one daemon does. Without it each replica paces the processes
+    /// that reach it; with it, a replica that loses the store paces alone
+    /// within a second, and shares again when it is back.
+    #[arg(long, env = "STORMGUARD_PACE_STORE")]
+    pace_store: Option<String>,
+    /// A file holding the pace store's password (a mounted Secret), so that
+    /// it sits neither in the URL nor in the manifest. The password can also
+    /// be given in STORMGUARD_PACE_STORE_PASSWORD.
+    #[arg(long, env = "STORMGUARD_PACE_STORE_PASSWORD_FILE", requires = "pace_store")]
+    pace_store_password_file: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -390,7 +402,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::Simulate(args) => simulate(args),
         Command::Tune(args) => tune(args),
         Command::Render(args) => render(args),
@@ -602,6 +614,10 @@ fn serve(args: ServeArgs) -> ExitCode {
             cert,
             key,
             client_ca: args.tls_client_ca,
+        }),
+        pace_store: args.pace_store.map(|url| stormguard::serve::PaceStoreConfig {
+            url,
+            password_file: args.pace_store_password_file,
         }),
     };
     match stormguard::serve::run(config) {

@@ -12,6 +12,7 @@ use tokio::sync::watch;
 
 use crate::identity::{Bindings, Callers, Mode, TokenRules};
 use crate::metrics::DaemonMetrics;
+use crate::pace_store::PaceStore;
 use crate::policy::Diagnostic;
 use crate::reload::{load_file, Reloader, Trigger};
 use crate::reports::ClientMetrics;
@@ -60,6 +61,18 @@ pub struct ServeConfig {
     pub token_rules: Option<TokenRules>,
     /// HTTPS on both listeners, from these files; plain HTTP if none.
     pub tls: Option<TlsFiles>,
+    /// The store the replicas share their pace through, if any.
+    pub pace_store: Option<PaceStoreConfig>,
+}
+
+/// Where the pace store is, and its password.
+#[derive(Debug, Clone)]
+pub struct PaceStoreConfig {
+    /// `redis://[user:password@]host:port[/db]`.
+    pub url: String,
+    /// A file holding the password; else `STORMGUARD_PACE_STORE_PASSWORD`,
+    /// else the URL's.
+    pub password_file: Option<PathBuf>,
 }
 
 /// Why `serve` could not start, or stopped.
@@ -89,12 +102,41 @@ pub enum ServeError {
     /// The token settings cannot work: no keys, or keys that cannot be used.
     #[error("--tokens: {0}")]
     Tokens(String),
+    /// The pace store's address or password cannot be used.
+    #[error("{0}")]
+    PaceStore(String),
     /// The TLS files cannot be used.
     #[error("--tls-cert, --tls-key, --tls-client-ca: {0}")]
     Tls(#[from] TlsError),
     /// A serving thread ended while the daemon was running.
     #[error("serving thread {0} stopped unexpectedly; the daemon shut down rather than serve with fewer")]
     WorkerDied(usize),
+}
+
+/// The pace store `config` names, under this replica's name: its pod's
+/// (`HOSTNAME`) and a random part, unique however replicas are named.
+fn pace_store(config: &PaceStoreConfig) -> Result<Arc<PaceStore>, ServeError> {
+    let password = match &config.password_file {
+        Some(file) => Some(
+            std::fs::read_to_string(file)
+                .map_err(|e| {
+                    ServeError::PaceStore(format!("--pace-store-password-file {}: {e}", file.display()))
+                })?
+                .trim_end_matches(['\n', '\r'])
+                .to_string(),
+        ),
+        None => std::env::var("STORMGUARD_PACE_STORE_PASSWORD").ok(),
+    };
+    if password.as_deref() == Some("") {
+        return Err(ServeError::PaceStore(
+            "the pace store's password is empty; put it in the file or STORMGUARD_PACE_STORE_PASSWORD".into(),
+        ));
+    }
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "stormguard".into());
+    let replica = format!("{host}-{:08x}", rand::random::<u32>());
+    PaceStore::new(&config.url, password, replica)
+        .map(Arc::new)
+        .map_err(|e| ServeError::PaceStore(e.to_string()))
 }
 
 /// The token checks `config` asks for, with the issuer's keys loaded.
@@ -182,13 +224,18 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
         config.limits.reports.instance_ttl,
         config.limits.reports.max_instances,
     );
+    let pace_store = config.pace_store.as_ref().map(pace_store).transpose()?;
+    let fleet = Arc::new(match pace_store {
+        Some(_) => crate::fleet::Fleet::sharing(),
+        None => crate::fleet::Fleet::new(),
+    });
     let state_metrics = metrics.clone();
     let state = Arc::new(Shared {
         store,
         reloader: reloader.clone(),
         metrics,
         reports,
-        fleet: Arc::new(crate::fleet::Fleet::new()),
+        fleet: fleet.clone(),
         admin,
         limits: config.limits,
         long_polls,
@@ -254,6 +301,15 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
             shutdown.clone(),
         ));
         tokio::spawn(reload_on_sighup(reloader, signals.hangup));
+        if let Some(store) = pace_store {
+            tracing::info!(
+                "sharing the pace of paced dependencies through {} as {}",
+                store.address(),
+                store.replica()
+            );
+            tokio::spawn(crate::pace_store::share::share(fleet.clone(), store.clone()));
+            tokio::spawn(crate::pace_store::share::listen(fleet.clone(), store));
+        }
         let scheme = if tls.is_some() { "https" } else { "http" };
         if let Some(admin) = admin_address {
             tracing::info!("admin API on {scheme}://{admin}, and only there");

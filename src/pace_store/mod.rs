@@ -16,8 +16,11 @@
 //! reached is not an error the daemon stops for: each call fails within
 //! [`STORE_TIMEOUT`] with a [`StoreError`], and the replica paces alone.
 
+pub mod share;
+
 use std::time::Duration;
 
+use futures_util::{Stream, StreamExt};
 use redis::aio::ConnectionManager;
 use redis::{Client, IntoConnectionInfo, Script};
 use stormguard_core::fleet::shared::{Contribution, Outcomes, Published, Shared, Tallies};
@@ -173,6 +176,25 @@ impl PaceStore {
         let mut connection = self.connection().await?;
         let published: i64 = self.bounded(invocation.invoke_async(&mut connection)).await?;
         Ok(published == 1)
+    }
+
+    /// The rates owners publish, as `(service, rate)`, as they arrive.
+    /// Messages this daemon cannot read are passed over.
+    pub async fn subscribe(&self) -> Result<impl Stream<Item = (String, Published)>, StoreError> {
+        let mut pubsub = self.bounded(self.client.get_async_pubsub()).await?;
+        self.bounded(pubsub.psubscribe("stormguard:pace:{*}:published"))
+            .await?;
+        Ok(pubsub.into_on_message().filter_map(|message| {
+            std::future::ready((|| {
+                let channel = message.get_channel_name();
+                let service = channel
+                    .strip_prefix("stormguard:pace:{")?
+                    .strip_suffix("}:published")?;
+                let payload: String = message.get_payload().ok()?;
+                let (rate, _) = parse_rate(&payload, 0)?;
+                Some((service.to_string(), rate))
+            })())
+        }))
     }
 
     async fn connection(&self) -> Result<ConnectionManager, StoreError> {

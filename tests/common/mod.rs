@@ -6,6 +6,7 @@
 pub mod certs;
 pub mod issuer;
 pub mod proxy;
+pub mod redis;
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::symlink;

@@ -194,6 +194,13 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
         self.shared.map_or(self.law.rate(), |part| part.fleet)
     }
 
+    /// What this controller's processes may send in all at `now`, attempts
+    /// per second: its part of a shared pace, or the rate it learned alone.
+    /// Summed over replicas, the fleet's rate.
+    pub fn part_at(&self, now: Instant) -> f64 {
+        self.budget_at(now).0
+    }
+
     /// Processes that asked within the last two seconds.
     pub fn members(&self) -> usize {
         self.members.len()

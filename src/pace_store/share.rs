@@ -1,0 +1,72 @@
+//! Keeping this replica's paced dependencies in step with the store: every
+//! [`SHARE_EVERY`] each paced dependency's contribution goes to the store
+//! and its answer to the controller (and the owner's rate back to the
+//! store); the rates owners publish arrive between turns on a channel.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use stormguard_core::fleet::SHARE_EVERY;
+use tokio::task::JoinSet;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use super::{PaceStore, StoreError};
+use crate::fleet::Fleet;
+
+/// Failures logged at most once in this long: the metric counts them all.
+const COMPLAIN_EVERY: Duration = Duration::from_secs(10);
+
+/// Exchanges with the store for every paced dependency, every
+/// [`SHARE_EVERY`], for as long as the runtime runs.
+pub async fn share(fleet: Arc<Fleet>, store: Arc<PaceStore>) {
+    let mut ticks = tokio::time::interval(SHARE_EVERY);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut complained: Option<Instant> = None;
+    loop {
+        ticks.tick().await;
+        let mut turns = JoinSet::new();
+        for service in fleet.paced_services() {
+            turns.spawn(turn(fleet.clone(), store.clone(), service));
+        }
+        while let Some(outcome) = turns.join_next().await {
+            if let Ok(Err(error)) = outcome {
+                fleet.store_failed(error.kind());
+                if complained.is_none_or(|at| at.elapsed() >= COMPLAIN_EVERY) {
+                    tracing::warn!("{error}; pacing alone until it answers");
+                    complained = Some(Instant::now());
+                }
+            }
+        }
+    }
+}
+
+/// One dependency's exchange, and the owner's publishing.
+async fn turn(fleet: Arc<Fleet>, store: Arc<PaceStore>, service: String) -> Result<(), StoreError> {
+    let Some(mine) = fleet.contribute(&service, Instant::now()) else {
+        return Ok(());
+    };
+    let began = std::time::Instant::now();
+    let shared = store.exchange(&service, &mine).await?;
+    fleet.store_answered(began.elapsed());
+    if let Some(rate) = fleet.shared(&service, &mine, &shared, Instant::now()) {
+        store.publish(&service, rate).await?;
+    }
+    Ok(())
+}
+
+/// Hands every rate an owner publishes to this replica's controller as it
+/// arrives; subscribes again a second after the channel breaks.
+pub async fn listen(fleet: Arc<Fleet>, store: Arc<PaceStore>) {
+    loop {
+        match store.subscribe().await {
+            Ok(mut pushes) => {
+                while let Some((service, rate)) = pushes.next().await {
+                    fleet.published(&service, rate, Instant::now());
+                }
+            }
+            Err(error) => fleet.store_failed(error.kind()),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}

@@ -1,0 +1,136 @@
+//! Two real daemons sharing their pace through a real Redis (Debian's
+//! redis-server on loopback): a process asking each paces by one fleet's
+//! rate, one replica owns it, and when Redis goes each replica paces alone
+//! within a lease, and shares again when it is back.
+
+mod common;
+
+use std::time::Duration;
+
+use common::redis::Redis;
+use common::{eventually, metrics, sample, Daemon};
+use serde_json::{json, Value};
+
+fn policy_file() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.yaml");
+    std::fs::write(&path, common::GATED_POLICY).unwrap();
+    (dir, path)
+}
+
+/// `instance` asks `daemon` for its share of inventory's rate, reporting
+/// `accepted` attempts sent and accepted since its last ask and a line of 50.
+async fn ask(daemon: &Daemon, instance: &str, accepted: u64) -> f64 {
+    let body = json!({"service": "inventory", "instance": instance, "sent": accepted,
+                      "accepted": accepted, "overloaded": 0, "waiting": 50});
+    let response = reqwest::Client::new()
+        .post(daemon.url("/v1/pace"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let grant: Value = response.json().await.unwrap();
+    grant["rate"].as_f64().unwrap()
+}
+
+/// A family's inventory sample on `daemon`.
+async fn inventory(daemon: &Daemon, family: &str) -> Option<f64> {
+    sample(
+        &metrics(daemon).await,
+        &format!("{family}{{service=\"inventory\"}}"),
+    )
+}
+
+#[tokio::test]
+async fn replicas_pace_as_one_through_redis_and_alone_without_it() {
+    let Some(mut redis) = Redis::start(None) else {
+        return;
+    };
+    let (_dir, policy) = policy_file();
+    let url = redis.url();
+    let a = Daemon::start(&policy, &["--pace-store", &url]);
+    let b = Daemon::start(&policy, &["--pace-store", &url]);
+
+    // Probing, then a recovery: each process's attempts accepted, for a second.
+    ask(&a, "pod-a", 0).await;
+    ask(&b, "pod-b", 0).await;
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        ask(&a, "pod-a", 2).await;
+        ask(&b, "pod-b", 2).await;
+    }
+    // Then nothing more accepted: the rate holds, and both replicas pace by it.
+    let shared = eventually(Duration::from_secs(5), || async {
+        ask(&a, "pod-a", 0).await;
+        ask(&b, "pod-b", 0).await;
+        let (rate_a, rate_b) = (
+            inventory(&a, "stormguard_fleet_rate").await?,
+            inventory(&b, "stormguard_fleet_rate").await?,
+        );
+        let both = inventory(&a, "stormguard_fleet_shared").await?
+            + inventory(&b, "stormguard_fleet_shared").await?;
+        (both == 2.0 && rate_a == rate_b && rate_a > 4.0).then_some(rate_a)
+    })
+    .await;
+    assert!(
+        shared.is_some(),
+        "both replicas pace by one rate\n{}\n{}",
+        metrics(&a).await,
+        metrics(&b).await
+    );
+    let owners = inventory(&a, "stormguard_fleet_owner").await.unwrap()
+        + inventory(&b, "stormguard_fleet_owner").await.unwrap();
+    assert_eq!(owners, 1.0, "one replica owns the pace");
+    assert!(sample(&metrics(&a).await, "stormguard_pace_store_seconds_count").unwrap() > 0.0);
+
+    // Redis goes: each replica paces alone within a lease, and still answers.
+    redis.kill();
+    let alone = eventually(Duration::from_secs(3), || async {
+        ask(&a, "pod-a", 0).await;
+        ask(&b, "pod-b", 0).await;
+        let both = inventory(&a, "stormguard_fleet_shared").await?
+            + inventory(&b, "stormguard_fleet_shared").await?;
+        (both == 0.0).then_some(())
+    })
+    .await;
+    assert!(alone.is_some(), "both pace alone\n{}", metrics(&a).await);
+    let errors = metrics(&a).await;
+    assert!(
+        errors.contains("stormguard_pace_store_errors_total{kind="),
+        "{errors}"
+    );
+    assert!(a.log().contains("pacing alone until it answers"), "{}", a.log());
+
+    // Back (empty): they share again.
+    redis.restart();
+    let again = eventually(Duration::from_secs(5), || async {
+        ask(&a, "pod-a", 0).await;
+        ask(&b, "pod-b", 0).await;
+        let both = inventory(&a, "stormguard_fleet_shared").await?
+            + inventory(&b, "stormguard_fleet_shared").await?;
+        (both == 2.0).then_some(())
+    })
+    .await;
+    assert!(again.is_some(), "sharing again once Redis is back");
+}
+
+#[test]
+fn a_pace_store_that_is_not_redis_stops_the_daemon_at_start() {
+    let (_dir, policy) = policy_file();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_stormguard"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--pace-store",
+            "http://redis:6379",
+            "--policy",
+        ])
+        .arg(&policy)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--pace-store http://redis:6379"), "{stderr}");
+}
