@@ -28,6 +28,11 @@ fn contribution(sent: u64, accepted: u64, want: f64, members: u32) -> Contributi
     }
 }
 
+/// A fleet's rate, past probing.
+fn rate(rate: f64) -> Published {
+    Published { rate, probing: false }
+}
+
 fn replica(redis: &Redis, name: &str) -> PaceStore {
     PaceStore::new(&redis.url(), redis.password.clone(), name.to_string()).expect("a valid address")
 }
@@ -80,28 +85,13 @@ async fn the_first_replica_owns_the_pace_and_takes_every_replicas_outcomes() {
     );
     assert_eq!(third.others, vec![(12.5, 2)]);
 
-    assert!(a
-        .publish(
-            "inventory",
-            Published {
-                rate: 180.5,
-                probing: false
-            }
-        )
-        .await
-        .unwrap());
+    assert!(a.publish("inventory", rate(180.5)).await.unwrap());
     let fourth = b
         .exchange("inventory", &contribution(0, 0, 12.5, 2))
         .await
         .unwrap();
-    let (rate, age) = fourth.published.expect("the published rate");
-    assert_eq!(
-        rate,
-        Published {
-            rate: 180.5,
-            probing: false
-        }
-    );
+    let (published, age) = fourth.published.expect("the published rate");
+    assert_eq!(published, rate(180.5));
     assert!(age < LEASE, "{age:?}");
 
     let other = b.exchange("payments", &contribution(0, 0, 1.0, 1)).await.unwrap();
@@ -134,26 +124,8 @@ async fn an_owner_that_stops_renewing_loses_the_pace_and_cannot_publish_over_its
         shared.others.is_empty(),
         "a, silent for a lease, wants nothing any more"
     );
-    assert!(!a
-        .publish(
-            "inventory",
-            Published {
-                rate: 999.0,
-                probing: false
-            }
-        )
-        .await
-        .unwrap());
-    assert!(b
-        .publish(
-            "inventory",
-            Published {
-                rate: 50.0,
-                probing: false
-            }
-        )
-        .await
-        .unwrap());
+    assert!(!a.publish("inventory", rate(999.0)).await.unwrap());
+    assert!(b.publish("inventory", rate(50.0)).await.unwrap());
     let seen = a
         .exchange("inventory", &contribution(0, 0, 5.0, 1))
         .await

@@ -34,6 +34,14 @@ async fn ask(daemon: &Daemon, instance: &str, accepted: u64) -> f64 {
     grant["rate"].as_f64().unwrap()
 }
 
+/// Both processes ask again, nothing accepted since: how many of the two
+/// replicas pace inventory by the shared rate then.
+async fn sharing(a: &Daemon, b: &Daemon) -> Option<f64> {
+    ask(a, "pod-a", 0).await;
+    ask(b, "pod-b", 0).await;
+    Some(inventory(a, "stormguard_fleet_shared").await? + inventory(b, "stormguard_fleet_shared").await?)
+}
+
 /// A family's inventory sample on `daemon`.
 async fn inventory(daemon: &Daemon, family: &str) -> Option<f64> {
     sample(
@@ -62,14 +70,11 @@ async fn replicas_pace_as_one_through_redis_and_alone_without_it() {
     }
     // Then nothing more accepted: the rate holds, and both replicas pace by it.
     let shared = eventually(Duration::from_secs(5), || async {
-        ask(&a, "pod-a", 0).await;
-        ask(&b, "pod-b", 0).await;
+        let both = sharing(&a, &b).await?;
         let (rate_a, rate_b) = (
             inventory(&a, "stormguard_fleet_rate").await?,
             inventory(&b, "stormguard_fleet_rate").await?,
         );
-        let both = inventory(&a, "stormguard_fleet_shared").await?
-            + inventory(&b, "stormguard_fleet_shared").await?;
         (both == 2.0 && rate_a == rate_b && rate_a > 4.0).then_some(rate_a)
     })
     .await;
@@ -87,11 +92,7 @@ async fn replicas_pace_as_one_through_redis_and_alone_without_it() {
     // Redis goes: each replica paces alone within a lease, and still answers.
     redis.kill();
     let alone = eventually(Duration::from_secs(3), || async {
-        ask(&a, "pod-a", 0).await;
-        ask(&b, "pod-b", 0).await;
-        let both = inventory(&a, "stormguard_fleet_shared").await?
-            + inventory(&b, "stormguard_fleet_shared").await?;
-        (both == 0.0).then_some(())
+        (sharing(&a, &b).await? == 0.0).then_some(())
     })
     .await;
     assert!(alone.is_some(), "both pace alone\n{}", metrics(&a).await);
@@ -105,11 +106,7 @@ async fn replicas_pace_as_one_through_redis_and_alone_without_it() {
     // Back (empty): they share again.
     redis.restart();
     let again = eventually(Duration::from_secs(5), || async {
-        ask(&a, "pod-a", 0).await;
-        ask(&b, "pod-b", 0).await;
-        let both = inventory(&a, "stormguard_fleet_shared").await?
-            + inventory(&b, "stormguard_fleet_shared").await?;
-        (both == 2.0).then_some(())
+        (sharing(&a, &b).await? == 2.0).then_some(())
     })
     .await;
     assert!(again.is_some(), "sharing again once Redis is back");
