@@ -112,22 +112,48 @@ async fn replicas_pace_as_one_through_redis_and_alone_without_it() {
     assert!(again.is_some(), "sharing again once Redis is back");
 }
 
-#[test]
-fn a_pace_store_that_is_not_redis_stops_the_daemon_at_start() {
+/// `serve` with `args` after `--policy`, and `env`: its exit code and stderr.
+fn serve_refused(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
     let (_dir, policy) = policy_file();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_stormguard"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--pace-store",
-            "http://redis:6379",
-            "--policy",
-        ])
+        .args(["serve", "--listen", "127.0.0.1:0", "--policy"])
         .arg(&policy)
+        .args(args)
+        .envs(env.iter().copied())
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_pace_store_or_password_that_cannot_be_used_stops_the_daemon_at_start() {
+    let (code, stderr) = serve_refused(&["--pace-store", "http://redis:6379"], &[]);
+    assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("--pace-store http://redis:6379"), "{stderr}");
+
+    let missing = "/nonexistent/pace-store-password";
+    let (code, stderr) = serve_refused(
+        &[
+            "--pace-store",
+            "redis://127.0.0.1:6379",
+            "--pace-store-password-file",
+            missing,
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("--pace-store-password-file {missing}")),
+        "{stderr}"
+    );
+
+    let (code, stderr) = serve_refused(
+        &["--pace-store", "redis://127.0.0.1:6379"],
+        &[("STORMGUARD_PACE_STORE_PASSWORD", "")],
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("password is empty"), "{stderr}");
 }
