@@ -41,11 +41,16 @@ RENDERINGS = {
         "resources": [BASE],
         "components": ["deploy/components/kube-prometheus-stack", "deploy/components/secure"],
     },
+    "base + shared-pace component": {
+        "resources": [BASE],
+        "components": ["deploy/components/shared-pace"],
+    },
 }
 # Manifests users apply on their own, besides the base's resources.
 APPLIED = [
     "deploy/components/secure/certificates.yaml",
     "deploy/components/secure/token-issuer.yaml",
+    "deploy/components/shared-pace/pace-store-secret.yaml",
     "deploy/examples/client-with-token.yaml",
 ]
 VERSIONS = ["1.29.0", "1.33.0", "1.37.0"]
@@ -352,6 +357,25 @@ def wiring(objects):
     return problems
 
 
+def pace_store_wiring(objects):
+    """In a rendering with the shared-pace component: the daemon's pace store
+    address and password come from keys of the example Secret, and the
+    address is a Redis URL without a password in it. Returns the
+    disagreements."""
+    secret = docs("deploy/components/shared-pace/pace-store-secret.yaml")[0]
+    pod = next(o for o in objects if key(o) == ("Deployment", "stormguard"))["spec"]["template"]["spec"]
+    container = next(c for c in pod["containers"] if c["name"] == "stormguard")
+    env = {e["name"]: e for e in container.get("env", [])}
+    problems = []
+    for variable, field in (("STORMGUARD_PACE_STORE", "url"), ("STORMGUARD_PACE_STORE_PASSWORD", "password")):
+        ref = env.get(variable, {}).get("valueFrom", {}).get("secretKeyRef", {})
+        if ref.get("name") != secret["metadata"]["name"] or ref.get("key") != field or field not in secret["stringData"]:
+            problems.append(f"daemon: {variable} is not {field} of the Secret {secret['metadata']['name']}")
+    if not re.fullmatch(r"redis://([^:@/]+@)?[^:@/]+(:\d+)?(/\d+)?", secret["stringData"]["url"]):
+        problems.append("Secret stormguard-pace-store: url is not redis://HOST:PORT[/DB] without a password")
+    return problems
+
+
 def validate(paths, version):
     result = subprocess.run(
         ["kubernetes-validate", "--strict", "--quiet", "-k", version, *paths], capture_output=True, text=True
@@ -378,6 +402,14 @@ def main():
             problems = wiring(objects)
             print(f"{label}: names, keys and paths {'agree' if not problems else 'DISAGREE'}"
                   " (daemon, certificate, ServiceMonitor, issuer ConfigMap, example client)")
+            for problem in problems:
+                print(f"  {problem}")
+            failed |= bool(problems)
+        if any(e.get("name") == "STORMGUARD_PACE_STORE"
+               for o in objects if key(o) == ("Deployment", "stormguard")
+               for c in o["spec"]["template"]["spec"]["containers"] for e in c.get("env", [])):
+            problems = pace_store_wiring(objects)
+            print(f"{label}: pace store {'agrees' if not problems else 'DISAGREES'} (daemon, example Secret)")
             for problem in problems:
                 print(f"  {problem}")
             failed |= bool(problems)

@@ -12,7 +12,8 @@
 //! What goes in and comes out are `stormguard_core::fleet::shared`'s types:
 //! the simulator's model of the store answers in the same terms. Every key
 //! of a dependency carries its name as a hash tag, so that on a Redis
-//! Cluster one script's keys live on one node. A store that cannot be
+//! Cluster one script's keys would live on one node; the client is not a
+//! cluster client yet, so the store is one Redis server. A store that cannot be
 //! reached is not an error the daemon stops for: each call fails within
 //! [`STORE_TIMEOUT`] with a [`StoreError`], and the replica paces alone.
 
