@@ -225,7 +225,7 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
         config.limits.reports.max_instances,
     );
     let pace_store = config.pace_store.as_ref().map(pace_store).transpose()?;
-    let fleet = Arc::new(match pace_store {
+    let fleet = Arc::new(match &pace_store {
         Some(_) => crate::fleet::Fleet::sharing(),
         None => crate::fleet::Fleet::new(),
     });
@@ -244,6 +244,7 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
         watcher: watcher_health.clone(),
         callers,
         bindings,
+        pace_store: pace_store.clone(),
     });
     let (app, admin_app) = match &config.admin_listen {
         None => (server::router(state, Routes::All), None),

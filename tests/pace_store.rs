@@ -187,3 +187,70 @@ async fn the_password_is_sent_and_never_shown() {
     assert!(c.exchange("inventory", &contribution(1, 1, 5.0, 1)).await.is_ok());
     assert!(!c.address().contains("s3cret"), "{}", c.address());
 }
+
+#[tokio::test]
+async fn a_batch_number_counts_once_across_replicas_until_its_instance_goes_quiet() {
+    let Some(redis) = Redis::start(None) else { return };
+    let (a, b) = (replica(&redis, "a"), replica(&redis, "b"));
+    let window = Duration::from_millis(300);
+    assert!(a.first_count("pod-1", 41, window).await.unwrap());
+    assert!(
+        !b.first_count("pod-1", 41, window).await.unwrap(),
+        "the other replica"
+    );
+    assert!(
+        b.first_count("pod-2", 41, window).await.unwrap(),
+        "numbers are per instance"
+    );
+    for n in 42..50 {
+        assert!(a.first_count("pod-1", n, window).await.unwrap());
+    }
+    assert!(
+        !b.first_count("pod-1", 42, window).await.unwrap(),
+        "the last 8 are kept"
+    );
+    assert!(
+        b.first_count("pod-1", 41, window).await.unwrap(),
+        "older ones are not"
+    );
+    tokio::time::sleep(window + Duration::from_millis(100)).await;
+    assert!(
+        a.first_count("pod-1", 49, window).await.unwrap(),
+        "quiet: forgotten"
+    );
+}
+
+#[tokio::test]
+async fn an_instance_is_bound_across_replicas_until_its_owner_goes_quiet() {
+    use stormguard::identity::Identity;
+    let Some(redis) = Redis::start(None) else { return };
+    let (a, b) = (replica(&redis, "a"), replica(&redis, "b"));
+    let who = |name: &str| Identity {
+        namespace: "shop".into(),
+        service_account: name.into(),
+    };
+    let ttl = Duration::from_millis(300);
+    assert_eq!(a.bind("pod-1", None, ttl).await.unwrap(), None, "nobody's yet");
+    let checkout = Some(who("checkout"));
+    assert_eq!(a.bind("pod-1", checkout.as_ref(), ttl).await.unwrap(), checkout);
+    assert_eq!(
+        b.bind("pod-1", Some(&who("intruder")), ttl).await.unwrap(),
+        checkout
+    );
+    assert_eq!(b.bind("pod-1", None, ttl).await.unwrap(), checkout);
+    tokio::time::sleep(ttl / 2).await;
+    b.bind("pod-1", checkout.as_ref(), ttl).await.unwrap();
+    tokio::time::sleep(ttl / 2 + Duration::from_millis(50)).await;
+    assert_eq!(
+        a.bind("pod-1", Some(&who("intruder")), ttl).await.unwrap(),
+        checkout,
+        "speaking renewed it"
+    );
+    tokio::time::sleep(ttl + Duration::from_millis(50)).await;
+    let intruder = Some(who("intruder"));
+    assert_eq!(
+        a.bind("pod-1", intruder.as_ref(), ttl).await.unwrap(),
+        intruder,
+        "quiet: free again"
+    );
+}

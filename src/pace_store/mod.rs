@@ -16,7 +16,12 @@
 //! cluster client yet, so the store is one Redis server. A store that cannot be
 //! reached is not an error the daemon stops for: each call fails within
 //! [`STORE_TIMEOUT`] with a [`StoreError`], and the replica paces alone.
+//!
+//! The store also keeps what must be one across replicas about reporting
+//! instances (`instances.rs`): who owns each, and which report batches
+//! were counted. When it cannot be reached, each replica decides alone.
 
+mod instances;
 pub mod share;
 
 use std::time::Duration;
@@ -88,6 +93,8 @@ pub struct PaceStore {
     connection: Mutex<Option<ConnectionManager>>,
     exchange: Script,
     publish: Script,
+    bind: Script,
+    batch: Script,
 }
 
 /// The script's answer: owner, taken, others, rate, now.
@@ -114,6 +121,8 @@ impl PaceStore {
             connection: Mutex::new(None),
             exchange: Script::new(include_str!("exchange.lua")),
             publish: Script::new(include_str!("publish.lua")),
+            bind: Script::new(include_str!("bind.lua")),
+            batch: Script::new(include_str!("batch.lua")),
         })
     }
 

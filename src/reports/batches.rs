@@ -14,7 +14,7 @@ use foldhash::HashMap;
 use tokio::time::Instant;
 
 /// Batch numbers remembered per instance.
-const REMEMBERED: usize = 8;
+pub const REMEMBERED: usize = 8;
 
 /// The batches counted recently, by instance.
 pub struct BatchLog {

@@ -149,9 +149,14 @@ impl ClientMetrics {
     pub fn batch(&self, instance: &str, sequence: u64, reports: usize, now: Instant) -> Batch {
         let batch = self.batches.record(instance, sequence, now);
         if batch == Batch::Repeat {
-            self.lock().duplicate += reports as u64;
+            self.repeated(reports);
         }
         batch
+    }
+
+    /// Counts a batch of `reports` reports counted before, by this replica or another.
+    pub fn repeated(&self, reports: usize) {
+        self.lock().duplicate += reports as u64;
     }
 
     /// Adds a valid report; `listed` says whether a service is in the policy file.

@@ -5,6 +5,6 @@ mod batches;
 mod decode;
 mod ingest;
 
-pub use batches::{Batch, BatchLog};
+pub use batches::{Batch, BatchLog, REMEMBERED};
 pub use decode::{decode, decode_body, Decoded, ReportError};
 pub use ingest::{ClientMetrics, ReportLimits, OTHER};

@@ -36,6 +36,7 @@ pub use error::ApiError;
 use crate::fleet::Fleet;
 use crate::identity::{Bindings, Callers};
 use crate::metrics::DaemonMetrics;
+use crate::pace_store::PaceStore;
 use crate::policy::LoadLimits;
 use crate::reload::Reloader;
 use crate::reports::{ClientMetrics, ReportLimits};
@@ -99,6 +100,9 @@ pub struct Shared {
     pub callers: Callers,
     /// Which service account owns which instance.
     pub bindings: Bindings,
+    /// The store replicas share paces, instance bindings and counted
+    /// batches through, if there is one.
+    pub pace_store: Option<Arc<PaceStore>>,
 }
 
 /// The address a request's connection came from (a request extension), for

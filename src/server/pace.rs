@@ -34,9 +34,10 @@ pub async fn ask(
         &state,
         &headers,
         peer.map(|Extension(peer)| peer),
-        [&*ask.instance],
-        [&*ask.service],
-    )?;
+        &[&ask.instance],
+        &[&ask.service],
+    )
+    .await?;
     let snapshot = state.store.current();
     let resolved = snapshot.document.resolve(&ask.service);
     let policy = ValidPolicy::try_from(resolved.policy).map_err(|error| {

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::body::LimitedBody;
 use super::caller;
 use super::error::ApiError;
-use super::{AppState, Peer};
+use super::{AppState, Peer, Shared};
 use crate::reports::{decode_body, Batch};
 
 /// 202 with what was counted, what was refused and what the cardinality
@@ -30,24 +30,22 @@ pub async fn receive(
         ApiError::new(StatusCode::BAD_REQUEST, format!("malformed report: {error}")).with("path", error.path)
     })?;
     let batch_instance = decoded.batch.as_ref().map(|(instance, _)| &**instance);
-    let instances = batch_instance
+    let instances: Vec<&str> = batch_instance
         .into_iter()
-        .chain(decoded.reports.iter().map(|report| &*report.instance));
-    let dependencies = decoded.reports.iter().map(|report| &*report.service);
+        .chain(decoded.reports.iter().map(|report| &*report.instance))
+        .collect();
+    let dependencies: Vec<&str> = decoded.reports.iter().map(|report| &*report.service).collect();
     caller::admit(
         &state,
         &headers,
         peer.map(|Extension(peer)| peer),
-        instances,
-        dependencies,
-    )?;
+        &instances,
+        &dependencies,
+    )
+    .await?;
     let now = Instant::now();
     if let Some((instance, sequence)) = &decoded.batch {
-        if state
-            .reports
-            .batch(instance, *sequence, decoded.reports.len(), now)
-            == Batch::Repeat
-        {
+        if repeated(&state, instance, *sequence, decoded.reports.len(), now).await {
             let answer = ReportAnswer {
                 duplicate: true,
                 ..ReportAnswer::default()
@@ -70,4 +68,32 @@ pub async fn receive(
         folded,
     };
     Ok((StatusCode::ACCEPTED, Json(answer)))
+}
+
+/// Whether batch `sequence` of `instance` was counted before: by this
+/// replica, or, with a shared store, by any replica. A store that does not
+/// answer leaves this replica's word standing.
+async fn repeated(state: &Shared, instance: &str, sequence: u64, reports: usize, now: Instant) -> bool {
+    match state.reports.batch(instance, sequence, reports, now) {
+        Batch::Repeat => return true,
+        Batch::New | Batch::Unremembered => {}
+    }
+    let Some(store) = &state.pace_store else {
+        return false;
+    };
+    match store
+        .first_count(instance, sequence, state.limits.reports.batch_window)
+        .await
+    {
+        Ok(true) => false,
+        Ok(false) => {
+            state.reports.repeated(reports);
+            true
+        }
+        Err(error) => {
+            state.fleet.store_failed(error.kind());
+            tracing::debug!("{error}; batch {sequence} of {instance:?} checked by this replica alone");
+            false
+        }
+    }
 }

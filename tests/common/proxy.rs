@@ -1,5 +1,6 @@
 //! A loopback HTTP proxy in front of the daemon that can lose, hold or
-//! garble answers, and counts what passes through it.
+//! garble answers, and counts what passes through it. In front of several
+//! replicas, it deals report batches to them in turn, as a Service may.
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
@@ -35,7 +36,8 @@ enum Fate {
 }
 
 struct Inner {
-    target: String,
+    /// The daemons behind it: report batches go to each in turn, everything else to the first.
+    targets: Vec<String>,
     http: reqwest::Client,
     trick: Mutex<Trick>,
     reports: AtomicUsize,
@@ -53,8 +55,14 @@ pub struct Proxy {
 
 impl Proxy {
     pub async fn start(target: &str, trick: Trick) -> Proxy {
+        Self::balance(&[target], trick).await
+    }
+
+    /// A proxy in front of several replicas: report batch `n` (from 1)
+    /// goes to `targets[(n - 1) % len]`, everything else to the first.
+    pub async fn balance(targets: &[&str], trick: Trick) -> Proxy {
         let inner = Arc::new(Inner {
-            target: target.to_string(),
+            targets: targets.iter().map(|t| t.to_string()).collect(),
             http: reqwest::Client::new(),
             trick: Mutex::new(trick),
             reports: AtomicUsize::new(0),
@@ -121,12 +129,12 @@ async fn forward(
         .unwrap()
         .push((tokio::time::Instant::now(), path.clone()));
     let report = parts.method == Method::POST && path == "/v1/reports";
-    let fate = if report {
+    let (fate, target) = if report {
         report_fate(inner).await
     } else {
-        Fate::Answer
+        (Fate::Answer, &inner.targets[0])
     };
-    let answer = send(inner, parts.method, &parts.uri, parts.headers, body).await;
+    let answer = send(inner, target, parts.method, &parts.uri, parts.headers, body).await;
     // A policy answer's fate is decided when it comes back, so a long-poll
     // already waiting when the trick changes gets the new trick.
     let fate = if path.starts_with("/v1/policies") {
@@ -141,17 +149,20 @@ async fn forward(
     }
 }
 
-async fn report_fate(inner: &Inner) -> Fate {
+/// What becomes of report batch number n's answer, and where it goes.
+async fn report_fate(inner: &Inner) -> (Fate, &String) {
     let nth = inner.reports.fetch_add(1, SeqCst) + 1;
+    let target = &inner.targets[(nth - 1) % inner.targets.len()];
     let trick = *inner.trick.lock().unwrap();
-    match trick {
+    let fate = match trick {
         Trick::LoseAnswer { nth: n } if n == nth => Fate::Close,
         Trick::Hold { nth: n, hold } if n == nth => {
             tokio::time::sleep(hold).await;
             Fate::Answer
         }
         _ => Fate::Answer,
-    }
+    };
+    (fate, target)
 }
 
 fn policy_fate(inner: &Inner) -> Fate {
@@ -166,12 +177,15 @@ fn policy_fate(inner: &Inner) -> Fate {
     }
 }
 
-async fn send(inner: &Inner, method: Method, uri: &Uri, headers: HeaderMap, body: Bytes) -> Response {
-    let url = format!(
-        "{}{}",
-        inner.target,
-        uri.path_and_query().map_or("/", |p| p.as_str())
-    );
+async fn send(
+    inner: &Inner,
+    target: &str,
+    method: Method,
+    uri: &Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let url = format!("{}{}", target, uri.path_and_query().map_or("/", |p| p.as_str()));
     let mut request = inner.http.request(method, url).body(body);
     for (name, value) in &headers {
         if name != "host" && name != "content-length" {
