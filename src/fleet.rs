@@ -7,7 +7,9 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use prometheus::{Encoder, GaugeVec, Histogram, HistogramOpts, IntCounterVec, Opts, Registry, TextEncoder};
+use prometheus::{
+    CounterVec, Encoder, GaugeVec, Histogram, HistogramOpts, IntCounterVec, Opts, Registry, TextEncoder,
+};
 use stormguard_core::fleet::shared::{Contribution, Published, Shared};
 use stormguard_core::fleet::{FleetController, ASK_EVERY};
 use stormguard_core::policy::{GatePolicy, ValidPolicy};
@@ -42,6 +44,10 @@ struct Paced {
     controller: FleetController<String>,
     gate: GatePolicy,
     since: Instant,
+    /// When this replica last looked whether the dependency was paced by
+    /// the shared rate, and whether it was: the time since is counted alone
+    /// if it was not.
+    looked: (Instant, bool),
 }
 
 struct Families {
@@ -52,6 +58,7 @@ struct Families {
     attempts: IntCounterVec,
     shared: GaugeVec,
     owner: GaugeVec,
+    alone: CounterVec,
     store_seconds: Histogram,
     store_errors: IntCounterVec,
 }
@@ -123,7 +130,7 @@ impl Fleet {
         let grant = entry.controller.ask_at(instance, tally, now);
         self.families.observe(&ask.service, entry, ask, now);
         if self.shares {
-            self.families.sharing(&ask.service, &entry.controller, now);
+            self.families.sharing(&ask.service, entry, now);
         }
         Ok(PaceGrant {
             rate: grant.rate,
@@ -163,7 +170,7 @@ impl Fleet {
         let mut paced = self.lock();
         let entry = paced.get_mut(service)?;
         let publish = entry.controller.shared_at(mine, shared, now);
-        self.families.sharing(service, &entry.controller, now);
+        self.families.sharing(service, entry, now);
         publish
     }
 
@@ -172,7 +179,7 @@ impl Fleet {
         let mut paced = self.lock();
         if let Some(entry) = paced.get_mut(service) {
             entry.controller.published_at(rate, now);
-            self.families.sharing(service, &entry.controller, now);
+            self.families.sharing(service, entry, now);
         }
     }
 
@@ -181,11 +188,14 @@ impl Fleet {
         {
             let mut paced = self.lock();
             self.sweep(&mut paced, now);
-            for (service, entry) in paced.iter() {
+            for (service, entry) in paced.iter_mut() {
                 self.families
                     .paced_seconds
                     .with_label_values(&[service])
                     .set(now.saturating_duration_since(entry.since).as_secs_f64());
+                if self.shares {
+                    self.families.sharing(service, entry, now);
+                }
             }
         }
         let mut out = Vec::new();
@@ -222,6 +232,7 @@ impl Paced {
             controller: FleetController::new_at(policy, now),
             gate: policy.gate.clone(),
             since: now,
+            looked: (now, false),
         }
     }
 }
@@ -261,6 +272,14 @@ impl Families {
             "stormguard_fleet_owner",
             "1 while this replica owns a dependency's shared pace: it folds every replica's outcomes and publishes the rate.",
         );
+        let alone = CounterVec::new(
+            Opts::new(
+                "stormguard_fleet_alone_seconds_total",
+                "Seconds this replica paced a dependency alone, by its own processes' outcomes, though it shares a pace store: the store did not answer, or had not yet.",
+            ),
+            &["service"],
+        )
+        .expect("valid metric");
         let store_seconds = Histogram::with_opts(
             HistogramOpts::new(
                 "stormguard_pace_store_seconds",
@@ -277,8 +296,11 @@ impl Families {
             &["kind"],
         )
         .expect("valid metric");
-        let store: [Box<dyn prometheus::core::Collector>; 2] =
-            [Box::new(store_seconds.clone()), Box::new(store_errors.clone())];
+        let store: [Box<dyn prometheus::core::Collector>; 3] = [
+            Box::new(alone.clone()),
+            Box::new(store_seconds.clone()),
+            Box::new(store_errors.clone()),
+        ];
         for collector in [
             Box::new(rate.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(processes.clone()),
@@ -302,17 +324,26 @@ impl Families {
             attempts,
             shared,
             owner,
+            alone,
             store_seconds,
             store_errors,
         }
     }
 
-    /// Whether `service` is paced by a shared rate, and owned here.
-    fn sharing(&self, service: &str, controller: &FleetController<String>, now: Instant) {
+    /// Whether `service` is paced by a shared rate, and owned here; the
+    /// time since `entry` was last looked at counted alone if it was alone.
+    fn sharing(&self, service: &str, entry: &mut Paced, now: Instant) {
+        let controller = &entry.controller;
+        let shared = controller.is_shared_at(now);
+        let (looked, was_shared) = entry.looked;
+        if !was_shared {
+            self.alone
+                .with_label_values(&[service])
+                .inc_by(now.saturating_duration_since(looked).as_secs_f64());
+        }
+        entry.looked = (now, shared);
         let flag = |on: bool| if on { 1.0 } else { 0.0 };
-        self.shared
-            .with_label_values(&[service])
-            .set(flag(controller.is_shared_at(now)));
+        self.shared.with_label_values(&[service]).set(flag(shared));
         self.owner
             .with_label_values(&[service])
             .set(flag(controller.is_owner()));
@@ -353,6 +384,7 @@ impl Families {
         ] {
             let _ = family.remove_label_values(&[service]);
         }
+        let _ = self.alone.remove_label_values(&[service]);
         for outcome in ["sent", "accepted", "overloaded", "timed_out"] {
             let _ = self.attempts.remove_label_values(&[service, outcome]);
         }
@@ -401,6 +433,29 @@ mod tests {
             shown.contains("stormguard_pace_store_errors_total{kind=\"timeout\"} 1"),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn time_paced_without_the_store_is_counted_alone() {
+        let t0 = Instant::now();
+        let alone = r#"stormguard_fleet_alone_seconds_total{service="inventory"}"#;
+        let fleet = Fleet::new();
+        fleet.ask(&ask("inventory", "pod-a"), &gated(true), t0).unwrap();
+        assert!(
+            !exposition(&fleet, t0).contains(alone),
+            "no store, nothing to miss"
+        );
+        let sharing = Fleet::sharing();
+        sharing.ask(&ask("inventory", "pod-a"), &gated(true), t0).unwrap();
+        sharing
+            .ask(
+                &ask("inventory", "pod-a"),
+                &gated(true),
+                t0 + Duration::from_secs(2),
+            )
+            .unwrap();
+        let shown = exposition(&sharing, t0 + Duration::from_secs(3));
+        assert!(shown.contains(&format!("{alone} 3")), "{shown}");
     }
 
     #[test]
