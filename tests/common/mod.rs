@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod certs;
+pub mod faults;
 pub mod issuer;
 pub mod proxy;
 pub mod redis;
@@ -156,10 +157,17 @@ impl Daemon {
     }
 }
 
-impl Drop for Daemon {
-    fn drop(&mut self) {
+impl Daemon {
+    /// Kills the daemon at once (SIGKILL), as an OOM kill or a lost node would.
+    pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 
