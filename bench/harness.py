@@ -1,10 +1,12 @@
 """What the benchmark scripts share: the release binary, a free port, a
-daemon started and ready, its memory, and the kubelet's way of swapping a
-ConfigMap's files."""
+daemon started and ready, its memory, a Redis and a Service's proxy on
+loopback, and the kubelet's way of swapping a ConfigMap's files."""
+import asyncio
 import http.client
 import os
 import socket
 import subprocess
+import threading
 import time
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -75,3 +77,87 @@ def kubelet_swap(root, name, generation, text):
     for entry in os.listdir(os.path.join(root, old)):
         os.unlink(os.path.join(root, old, entry))
     os.rmdir(os.path.join(root, old))
+
+
+def start_redis():
+    """A redis-server of the bench's own on a free loopback port, empty and
+    not saving, once it answers: (process, port)."""
+    port = free_port()
+    redis = subprocess.Popen(["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+                              "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    for _ in range(200):
+        try:
+            if redis_info(port, "server"):
+                return redis, port
+        except OSError:
+            time.sleep(0.05)
+    redis.kill()
+    raise RuntimeError("redis-server did not start")
+
+
+def redis_info(port, section):
+    """Redis's INFO `section` as a dict of its fields."""
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+        s.sendall(f"INFO {section}\r\n".encode())
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+            header, _, rest = data.partition(b"\r\n")
+            if header.startswith(b"$") and len(rest) >= int(header[1:]):
+                break
+    fields = {}
+    for line in data.decode().splitlines()[1:]:
+        key, sep, value = line.partition(":")
+        if sep:
+            fields[key] = value
+    return fields
+
+
+class ServiceProxy:
+    """A loopback TCP proxy that deals each new connection to the next of
+    `ports` that accepts it, as a Kubernetes Service does: a replica that is
+    gone is skipped, and the connections it held are cut."""
+
+    def __init__(self, ports):
+        self.ports, self.next = list(ports), 0
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        def run():
+            asyncio.set_event_loop(self.loop)
+            server = self.loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
+            self.port = server.sockets[0].getsockname()[1]
+            ready.set()
+            self.loop.run_forever()
+
+        threading.Thread(target=run, daemon=True).start()
+        ready.wait()
+
+    async def _serve(self, reader, writer):
+        for i in range(len(self.ports)):
+            port = self.ports[(self.next + i) % len(self.ports)]
+            try:
+                upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                continue
+            self.next = (self.next + i + 1) % len(self.ports)
+            await asyncio.gather(_pipe(reader, upstream_writer), _pipe(upstream_reader, writer))
+            return
+        writer.close()
+
+    def stop(self):
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+async def _pipe(reader, writer):
+    try:
+        while chunk := await reader.read(65536):
+            writer.write(chunk)
+            await writer.drain()
+    except OSError:
+        pass
+    finally:
+        writer.close()

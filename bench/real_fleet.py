@@ -20,7 +20,23 @@ first refusal before the other callers' first tries leave, so their gates
 hold them back, which no real network allows. Target: the real fleet run
 wastes at most 1.3x its simulation; exit 1 when it does not.
 
+With `--replicas N` it runs the fleet through N real daemons behind a
+loopback proxy that deals connections to them as a Kubernetes Service does,
+instead of the three ways above:
+
+- alone: the replicas without a store, each pacing the processes it reaches;
+- with `--pace-store`: the replicas sharing their pace through a real
+  redis-server (started here). Targets: waste within 1.3x and p99 within
+  0.5 s of the simulation (`simulate --fleet --replicas N --pace-store`);
+  it also prints the Redis operations per second the shared pace cost;
+- with `--kill-store-at S`: the same, Redis killed S seconds after the
+  callers start (the dependency recovers at 10 s). Target: p99 no worse
+  than the replicas alone;
+- with `--kill-replica-at S`: the same, the first replica killed at S.
+  Target: every caller served.
+
 Usage: bench/real_fleet.py [--processes N] [--callers N] [--runs N] [--json FILE]
+       [--replicas N [--pace-store] [--kill-store-at S] [--kill-replica-at S]]
 It builds what it runs first (release: the daemon and the client's examples).
 """
 import argparse
@@ -29,10 +45,11 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
-from harness import BINARY, ROOT, start_daemon
+from harness import BINARY, ROOT, ServiceProxy, redis_info, start_daemon, start_redis
 
 EXAMPLES = os.path.join(ROOT, "target", "release", "examples")
 POLICY = os.path.join(ROOT, "bench", "real-fleet.yaml")
@@ -60,17 +77,69 @@ def start_dependency(start_at_ms):
     return dependency, dependency.stdout.readline().strip()
 
 
-def real_run(service, flags, processes, callers):
-    """One run of the real fleet: wasted, p50, p99, gave up, and the
-    dependency's per-second counts."""
-    daemon, port = start_daemon(POLICY)
+class Fleet:
+    """How the processes reach the daemon: `replicas` real daemons (behind
+    a Service's proxy when more than one), sharing a real Redis if `store`;
+    Redis killed `kill_store_at` seconds after the callers start, the first
+    replica `kill_replica_at` seconds after."""
+
+    def __init__(self, replicas=1, store=False, kill_store_at=None, kill_replica_at=None):
+        self.replicas, self.store = replicas, store
+        self.kill_store_at, self.kill_replica_at = kill_store_at, kill_replica_at
+
+    def start(self, start_at):
+        """Starts it all; the daemon URL the processes use."""
+        self.redis = start_redis() if self.store else None
+        flags = ["--pace-store", f"redis://127.0.0.1:{self.redis[1]}"] if self.redis else []
+        self.daemons = [start_daemon(POLICY, *flags) for _ in range(self.replicas)]
+        self.proxy = ServiceProxy([port for _, port in self.daemons]) if self.replicas > 1 else None
+        self.commands_before = self.commands()
+        self.timers = [
+            threading.Timer(start_at / 1000 + at - time.time(), kill)
+            for at, kill in ((self.kill_store_at, self.kill_store), (self.kill_replica_at, self.kill_replica))
+            if at is not None
+        ]
+        for timer in self.timers:
+            timer.start()
+        return f"http://127.0.0.1:{self.proxy.port if self.proxy else self.daemons[0][1]}"
+
+    def commands(self):
+        """Script runs and all commands Redis has executed, while it lives."""
+        if not self.redis or self.redis[0].poll() is not None:
+            return None
+        stats = redis_info(self.redis[1], "commandstats")
+        calls = {key: int(value.split(",")[0].split("=")[1]) for key, value in stats.items()}
+        scripts = sum(n for key, n in calls.items() if key in ("cmdstat_evalsha", "cmdstat_eval"))
+        return scripts, sum(calls.values())
+
+    def kill_store(self):
+        self.redis[0].kill()
+
+    def kill_replica(self):
+        self.daemons[0][0].kill()
+
+    def stop(self):
+        for timer in self.timers:
+            timer.cancel()
+        if self.proxy:
+            self.proxy.stop()
+        for process in [d for d, _ in self.daemons] + ([self.redis[0]] if self.redis else []):
+            process.kill()
+            process.wait()
+
+
+def real_run(service, flags, processes, callers, fleet=None):
+    """One run of the real fleet: wasted, p50, p99, gave up, the
+    dependency's per-second counts, and what Redis did if there was one."""
+    fleet = fleet or Fleet()
     start_at = int(time.time() * 1000) + 3000
+    daemon_url = fleet.start(start_at)
     dependency, address = start_dependency(start_at)
     herd = []
     try:
         herd += [
             subprocess.Popen(
-                [os.path.join(EXAMPLES, "herd_callers"), "--daemon", f"http://127.0.0.1:{port}",
+                [os.path.join(EXAMPLES, "herd_callers"), "--daemon", daemon_url,
                  "--service", service, "--instance", f"pod-{i}", "--dependency", address,
                  "--callers", str(callers), "--start-at", str(start_at), *flags],
                 stdout=subprocess.PIPE, text=True)
@@ -84,12 +153,21 @@ def real_run(service, flags, processes, callers):
             results.append(json.loads(out.strip().splitlines()[-1]))
         with urllib.request.urlopen(f"{address}/stats", timeout=5) as response:
             stats = json.load(response)
+        paced_for = time.time() - start_at / 1000
+        commands = fleet.commands()
     finally:
-        for process in (*herd, dependency, daemon):
+        for process in (*herd, dependency):
             process.kill()
             process.wait()
+        fleet.stop()
     seconds = [s for r in results for s in r["seconds"]]
+    redis = None
+    if commands and fleet.commands_before:
+        scripts, total = (after - before for after, before in zip(commands, fleet.commands_before))
+        redis = {"seconds": paced_for, "scripts_per_second": scripts / paced_for,
+                 "commands_per_second": total / paced_for}
     return {
+        "redis": redis,
         "wasted": stats["received"] - stats["accepted"],
         "p50_seconds": percentile(seconds, 0.50),
         "p99_seconds": percentile(seconds, 0.99),
@@ -119,40 +197,116 @@ def build():
         subprocess.run(["cargo", "build", "--release", "--quiet", *what], cwd=ROOT, check=True)
 
 
+def mean_of(runs):
+    return {key: statistics.mean(r[key] for r in runs) for key in ("wasted", "p50_seconds", "p99_seconds", "gave_up")}
+
+
+def header(opts, what):
+    print(f"{opts.processes} processes x {opts.callers} callers{what}; dependency down {OUTAGE} s, "
+          f"then {CAPACITY} requests per calendar second; real: mean of {opts.runs} run(s), "
+          f"simulated: mean of seeds {SEEDS.start}-{SEEDS.stop - 1}, latency {LATENCY}")
+    print()
+    print(f"{'':34} {'wasted':>15} {'p50 s':>13} {'p99 s':>13} {'gave up':>13}")
+    print(f"{'':34} {'real':>7} {'sim':>7} {'real':>6} {'sim':>6} {'real':>6} {'sim':>6} {'real':>6} {'sim':>6}")
+
+
+def row(label, real, sim):
+    cell = lambda value, fmt: format(value, fmt) if sim else "—".rjust(len(format(0, fmt)))
+    sim = sim or {}
+    print(f"{label:34} {real['wasted']:7,.0f} {cell(sim.get('wasted', 0), '7,.0f')} "
+          f"{real['p50_seconds']:6.2f} {cell(sim.get('p50_seconds', 0), '6.2f')} "
+          f"{real['p99_seconds']:6.2f} {cell(sim.get('p99_seconds', 0), '6.2f')} "
+          f"{real['gave_up']:6.0f} {cell(sim.get('gave_up', 0), '6.1f')}")
+
+
+def verdict(what, met):
+    print(f"{what}: {'met' if met else 'NOT MET'}")
+    return met
+
+
+def one_daemon(opts):
+    """Full jitter, per-process gates and the fleet through one daemon."""
+    header(opts, "")
+    report, ratio = {}, None
+    for label, service, flags, sim_flags in WAYS:
+        reals = [real_run(service, flags, opts.processes, opts.callers) for _ in range(opts.runs)]
+        real, sim = mean_of(reals), simulated(service, sim_flags, opts.processes, opts.callers)
+        report[label] = {"real": reals, "simulated": sim}
+        row(label, real, sim)
+        if label == "fleet":
+            ratio = real["wasted"] / max(sim["wasted"], 1)
+    print()
+    met = verdict(f"fleet, real waste / simulated waste: {ratio:.2f} (target: at most 1.3)", ratio <= 1.3)
+    return report, met
+
+
+def replicas(opts):
+    """The fleet through `--replicas` daemons: alone, and as asked, sharing
+    a store, the store killed, a replica killed."""
+    n = opts.replicas
+    header(opts, f", {n} daemons behind one Service")
+    ways = [(f"{n} daemons alone", Fleet(n), ["--replicas", str(n)])]
+    if opts.pace_store:
+        ways.append((f"{n} daemons sharing Redis", Fleet(n, store=True), ["--replicas", str(n), "--pace-store"]))
+    if opts.kill_store_at is not None:
+        ways.append((f"  Redis killed at {opts.kill_store_at:g} s",
+                     Fleet(n, store=True, kill_store_at=opts.kill_store_at), None))
+    if opts.kill_replica_at is not None:
+        ways.append((f"  a daemon killed at {opts.kill_replica_at:g} s",
+                     Fleet(n, store=opts.pace_store, kill_replica_at=opts.kill_replica_at), None))
+    report, means, targets = {}, {}, []
+    for label, fleet, sim_flags in ways:
+        reals = [real_run("herd-gated", [], opts.processes, opts.callers, fleet) for _ in range(opts.runs)]
+        sim = simulated("herd-gated", ["--fleet", *sim_flags], opts.processes, opts.callers) if sim_flags else None
+        report[label] = {"real": reals, "simulated": sim}
+        means[label] = real = mean_of(reals)
+        row(label, real, sim)
+        if fleet.store and sim:
+            targets.append((f"{label}: real waste / simulated {real['wasted'] / max(sim['wasted'], 1):.2f} "
+                            f"(at most 1.3)", real["wasted"] <= 1.3 * max(sim["wasted"], 1)))
+            gap = real["p99_seconds"] - sim["p99_seconds"]
+            targets.append((f"{label}: real p99 - simulated {gap:+.2f} s (within 0.5 s)", abs(gap) <= 0.5))
+        if fleet.kill_store_at is not None:
+            alone = means[ways[0][0]]["p99_seconds"]
+            targets.append((f"{label}: p99 {real['p99_seconds']:.2f} s, alone {alone:.2f} s (no worse)",
+                            real["p99_seconds"] <= alone))
+        if fleet.kill_replica_at is not None:
+            targets.append((f"{label}: callers who gave up {real['gave_up']:.0f} (none)", real["gave_up"] == 0))
+    print()
+    for label, entry in report.items():
+        costs = [r["redis"] for r in entry["real"] if r["redis"]]
+        if costs and "killed" not in label:
+            print(f"{label}: Redis ran {statistics.mean(c['scripts_per_second'] for c in costs):.1f} scripts/s "
+                  f"({statistics.mean(c['commands_per_second'] for c in costs):.0f} commands/s inside them and "
+                  f"besides) for one paced dependency")
+    met = all([verdict(what, ok) for what, ok in targets])
+    return report, met
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--processes", type=int, default=20)
     parser.add_argument("--callers", type=int, default=50)
     parser.add_argument("--runs", type=int, default=1, help="real runs per way; the table gives their mean")
     parser.add_argument("--json", help="write every run, real and simulated, to this file")
+    parser.add_argument("--replicas", type=int, help="run the fleet through this many daemons behind one Service")
+    parser.add_argument("--pace-store", action="store_true", help="with --replicas: also sharing a real Redis")
+    parser.add_argument("--kill-store-at", type=float, metavar="SECONDS",
+                        help="with --replicas: also a run with Redis killed this long after the callers start")
+    parser.add_argument("--kill-replica-at", type=float, metavar="SECONDS",
+                        help="with --replicas: also a run with the first daemon killed this long after the start")
     opts = parser.parse_args()
+    if opts.replicas is None and (opts.pace_store or opts.kill_store_at is not None
+                                  or opts.kill_replica_at is not None):
+        parser.error("--pace-store, --kill-store-at and --kill-replica-at go with --replicas N")
+    if opts.replicas is not None and opts.replicas < 1:
+        parser.error("--replicas takes 1 or more")
     build()
-
-    print(f"{opts.processes} processes x {opts.callers} callers; dependency down {OUTAGE} s, "
-          f"then {CAPACITY} requests per calendar second; real: mean of {opts.runs} run(s), "
-          f"simulated: mean of seeds {SEEDS.start}-{SEEDS.stop - 1}, latency {LATENCY}")
-    print()
-    print(f"{'':20} {'wasted':>15} {'p50 s':>13} {'p99 s':>13} {'gave up':>13}")
-    print(f"{'':20} {'real':>7} {'sim':>7} {'real':>6} {'sim':>6} {'real':>6} {'sim':>6} {'real':>6} {'sim':>6}")
-    report, failed = {}, False
-    for label, service, flags, sim_flags in WAYS:
-        reals = [real_run(service, flags, opts.processes, opts.callers) for _ in range(opts.runs)]
-        real = {key: statistics.mean(r[key] for r in reals) for key in ("wasted", "p50_seconds", "p99_seconds", "gave_up")}
-        sim = simulated(service, sim_flags, opts.processes, opts.callers)
-        report[label] = {"real": reals, "simulated": sim}
-        print(f"{label:20} {real['wasted']:7,.0f} {sim['wasted']:7,.0f} "
-              f"{real['p50_seconds']:6.2f} {sim['p50_seconds']:6.2f} "
-              f"{real['p99_seconds']:6.2f} {sim['p99_seconds']:6.2f} "
-              f"{real['gave_up']:6.0f} {sim['gave_up']:6.1f}")
-        if label == "fleet":
-            ratio = real["wasted"] / max(sim["wasted"], 1)
-            failed = ratio > 1.3
-    print()
-    print(f"fleet, real waste / simulated waste: {ratio:.2f} (target: at most 1.3): {'NOT MET' if failed else 'met'}")
+    report, met = replicas(opts) if opts.replicas else one_daemon(opts)
     if opts.json:
         with open(opts.json, "w") as f:
             json.dump(report, f, indent=1)
-    return 1 if failed else 0
+    return 0 if met else 1
 
 
 if __name__ == "__main__":
