@@ -85,8 +85,8 @@ async fn over_a_slow_lossy_network_replicas_keep_pacing_and_share_between_losses
         delay: Duration::from_millis(50),
         loss: 0.1,
     };
-    let proxy_a = FaultProxy::start(&[redis.address.clone()], lossy, 1).await;
-    let proxy_b = FaultProxy::start(&[redis.address.clone()], lossy, 2).await;
+    let proxy_a = FaultProxy::start(&[&redis.address], lossy, 1).await;
+    let proxy_b = FaultProxy::start(&[&redis.address], lossy, 2).await;
     let (_dir, policy) = policy_file();
     let a = Daemon::start(&policy, &["--pace-store", &proxy_a.redis_url()]);
     let b = Daemon::start(&policy, &["--pace-store", &proxy_b.redis_url()]);
@@ -119,8 +119,8 @@ async fn over_a_slow_lossy_network_replicas_keep_pacing_and_share_between_losses
 #[tokio::test]
 async fn a_replica_cut_off_from_the_store_paces_alone_within_a_lease_and_shares_again() {
     let Some(redis) = Redis::start(None) else { return };
-    let proxy_a = FaultProxy::start(&[redis.address.clone()], Network::GOOD, 1).await;
-    let proxy_b = FaultProxy::start(&[redis.address.clone()], Network::GOOD, 2).await;
+    let proxy_a = FaultProxy::start(&[&redis.address], Network::GOOD, 1).await;
+    let proxy_b = FaultProxy::start(&[&redis.address], Network::GOOD, 2).await;
     let (_dir, policy) = policy_file();
     let a = Daemon::start(&policy, &["--pace-store", &proxy_a.redis_url()]);
     let b = Daemon::start(&policy, &["--pace-store", &proxy_b.redis_url()]);
@@ -173,7 +173,7 @@ async fn a_replica_killed_mid_recovery_leaves_its_processes_to_the_other() {
     let mut a = Daemon::start(&policy, &["--pace-store", &url]);
     let b = Daemon::start(&policy, &["--pace-store", &url]);
     let address = |daemon: &Daemon| daemon.base.trim_start_matches("http://").to_string();
-    let service = FaultProxy::start(&[address(&a), address(&b)], Network::GOOD, 1).await;
+    let service = FaultProxy::start(&[&address(&a), &address(&b)], Network::GOOD, 1).await;
     let base = format!("http://{}", service.address);
     // A new connection per ask, so the Service deals each to a replica.
     let http = reqwest::Client::builder()

@@ -43,12 +43,13 @@ pub struct FaultProxy {
 
 impl FaultProxy {
     /// A proxy to `servers` (`host:port` each) over `network`; `seed` makes its losses repeatable.
-    pub async fn start(servers: &[String], network: Network, seed: u64) -> FaultProxy {
+    pub async fn start(servers: &[&str], network: Network, seed: u64) -> FaultProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap().to_string();
         let (tx, rx) = watch::channel(network);
         let rng = Arc::new(Mutex::new(StdRng::seed_from_u64(seed)));
-        tokio::spawn(accept(listener, servers.to_vec(), rx, rng));
+        let servers = servers.iter().map(|s| s.to_string()).collect();
+        tokio::spawn(accept(listener, servers, rx, rng));
         FaultProxy { address, network: tx }
     }
 
