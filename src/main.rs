@@ -197,6 +197,10 @@ struct SimulateArgs {
     /// With --pace-store: a replica's round trip to the store.
     #[arg(long, default_value = "1ms", requires = "pace_store", value_parser = duration_in(secs(0), secs(10)))]
     store_delay: Duration,
+    /// With --pace-store: the store stops answering at this time, for good
+    /// (Redis killed), and each replica paces alone from then on.
+    #[arg(long, requires = "pace_store", value_parser = duration_in(secs(0), secs(86_400)))]
+    store_lost_at: Option<Duration>,
     /// With --fleet: the time from a process's report to its grant taking effect.
     #[arg(long, default_value = "100ms", value_parser = duration_in(secs(0), secs(60)))]
     feedback_delay: Duration,
@@ -531,6 +535,7 @@ fn simulate(mut args: SimulateArgs) -> ExitCode {
             processes: args.processes,
             replicas: args.replicas,
             pace_store: args.pace_store.then_some(args.store_delay),
+            store_lost_at: args.store_lost_at,
             feedback_delay: args.feedback_delay,
             horizon: args.horizon,
             seed: args.seed,

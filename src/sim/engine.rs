@@ -61,6 +61,9 @@ pub struct Scenario {
     /// trip from a replica: they then pace as one controller, as the
     /// daemon's replicas do through Redis.
     pub pace_store: Option<Duration>,
+    /// With a store: the time it stops answering, for good (Redis killed).
+    /// Each replica's exchanges fail from then on, and it paces alone.
+    pub store_lost_at: Option<Duration>,
     /// The time from a process sending its report to the daemon to its
     /// grant taking effect: half there, half back.
     pub feedback_delay: Duration,
@@ -87,6 +90,7 @@ impl Default for Scenario {
             processes: 0,
             replicas: 1,
             pace_store: None,
+            store_lost_at: None,
             feedback_delay: Duration::from_millis(100),
             horizon: Duration::from_secs(3600),
             max_events: 200_000_000,
@@ -352,9 +356,7 @@ impl<'a> World<'a> {
                     asked: 0,
                 })
                 .collect(),
-            replicas: strategy
-                .fleet
-                .then(|| Replicas::new(scenario.replicas, &strategy.policy, scenario.pace_store)),
+            replicas: strategy.fleet.then(|| Replicas::new(scenario, &strategy.policy)),
             clients,
             busy: scenario.collapse.map(Busy::new),
             queue,

@@ -16,6 +16,7 @@ use stormguard_core::policy::ValidPolicy;
 use tokio::time::Instant;
 
 use super::engine::nanos;
+use super::Scenario;
 
 /// The replicas, and the store if they share one.
 pub(super) struct Replicas<'a> {
@@ -57,11 +58,12 @@ pub(super) enum Next {
 }
 
 impl<'a> Replicas<'a> {
-    /// `count` replicas pacing under `policy`, sharing a store whose round
-    /// trip is `store` if there is one.
-    pub(super) fn new(count: u32, policy: &'a ValidPolicy, store: Option<Duration>) -> Self {
+    /// The scenario's replicas pacing under `policy`, and its store if
+    /// they share one.
+    pub(super) fn new(scenario: &Scenario, policy: &'a ValidPolicy) -> Self {
+        let count = scenario.replicas.max(1);
         Self {
-            replicas: (0..count.max(1))
+            replicas: (0..count)
                 .map(|_| Replica {
                     policy,
                     controller: None,
@@ -70,7 +72,9 @@ impl<'a> Replicas<'a> {
                     pushed: VecDeque::new(),
                 })
                 .collect(),
-            store: store.map(|round_trip| Store::new(count.max(1) as usize, round_trip)),
+            store: scenario
+                .pace_store
+                .map(|round_trip| Store::new(count as usize, round_trip, scenario.store_lost_at)),
         }
     }
 
@@ -122,6 +126,11 @@ impl<'a> Replicas<'a> {
                     Vec::new()
                 }
             },
+            Exchange::Travelling(_, began) if store.is_lost_at(t) => {
+                // The call fails; the daemon tries again at its next turn.
+                replica.exchange = Exchange::Due;
+                vec![Next::Exchange((began + nanos(SHARE_EVERY)).max(t))]
+            }
             Exchange::Travelling(mine, began) => {
                 let shared = store.answer(r, &mine, t);
                 replica.exchange = Exchange::Returning(mine, shared, began);
@@ -153,6 +162,9 @@ impl<'a> Replicas<'a> {
         let (Some((_, rate)), Some(store)) = (replica.publishing.pop_front(), self.store.as_mut()) else {
             return Vec::new();
         };
+        if store.is_lost_at(t) {
+            return Vec::new();
+        }
         store.rate = Some((rate, t));
         let arrives = t + store.round_trip / 2;
         let mut pushed = Vec::new();
@@ -188,11 +200,19 @@ struct Store {
     wants: Vec<Option<(f64, u32, u64)>>,
     /// The rate as last published, and when.
     rate: Option<(Published, u64)>,
+    /// When it stops answering, for good.
+    lost_at: Option<u64>,
 }
 
 impl Store {
-    fn new(replicas: usize, round_trip: Duration) -> Self {
+    /// Whether a call reaching it at `t` goes unanswered.
+    fn is_lost_at(&self, t: u64) -> bool {
+        self.lost_at.is_some_and(|lost| t >= lost)
+    }
+
+    fn new(replicas: usize, round_trip: Duration, lost_at: Option<Duration>) -> Self {
         Self {
+            lost_at: lost_at.map(nanos),
             round_trip: nanos(round_trip),
             owner: None,
             pending: (Tallies::default(), None),

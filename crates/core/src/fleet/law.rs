@@ -99,6 +99,21 @@ impl Law {
         law
     }
 
+    /// Carries on alone at `now` from `last`, this replica's last part of
+    /// a shared pace: in the phase this law was in, never below the part (a
+    /// slow-start round begins at it).
+    pub(super) fn carry_on_from(&mut self, last: Published, now: Instant) {
+        self.rate
+            .carry_on_from(&self.policy, last.rate, last.probing, now);
+        if self.rate.is_slow_start() {
+            self.round = (now, self.rate.now);
+        }
+        // Probes this law made while its processes sent by the shared pace
+        // measured that pace, not this rate.
+        self.refused_probes = 0;
+        self.probe_pending = false;
+    }
+
     /// Attempts per second now.
     pub(super) fn rate(&self) -> f64 {
         self.rate.now

@@ -233,10 +233,10 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
     /// and whether it probes: its part of a shared pace, or its own rate.
     fn budget_at(&self, now: Instant) -> (f64, bool) {
         match self.shared {
-            Some(part) if now < part.until => {
-                let since = self.law.rate() - part.own;
-                ((part.rate + since).max(self.law.policy.min_rate), part.probing)
-            }
+            Some(part) if now < part.until => (
+                part.budget(self.law.rate(), self.law.policy.min_rate),
+                part.probing,
+            ),
             _ => (self.law.rate(), self.law.is_probing()),
         }
     }
@@ -244,12 +244,11 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
     /// Process `who` reports `tally` at `now` and asks for its share.
     pub fn ask_at(&mut self, who: K, tally: Tally, now: Instant) -> Grant {
         self.last_ask = now;
-        if !self.is_shared_at(now) {
-            self.shared = None;
-        }
+        self.alone_after_lapse(now);
         let is_new = !self.members.contains_key(&who);
         let (budget, _) = self.budget_at(now);
         let fair = budget / ((self.members.len() + usize::from(is_new)) as f64);
+        let fleet_fair = self.fleet_fair_at(now);
         let min_rate = self.law.policy.min_rate;
         let member = self.members.entry(who.clone()).or_insert(Member {
             want: 0.0,
@@ -270,7 +269,7 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
         };
         let sending = outcomes.sent as f64 / seconds;
         let claimed = sending + tally.waiting as f64 / BACKLOG_HORIZON;
-        member.want = claimed.min(2.0 * sending + fair);
+        member.want = claimed.min(2.0 * sending + fair.max(fleet_fair));
         let window_start = member.last_ask;
         member.last_ask = now;
 
@@ -299,6 +298,44 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
         }
         self.held += share - held;
         Grant { rate, lease: LEASE }
+    }
+
+    /// A process's even share of the whole fleet's rate at `now`, over
+    /// every replica's processes, while this controller paces by a shared
+    /// pace; 0 alone. A process may claim to want this much more than it
+    /// sent: bounded by its replica's even share instead, the processes of
+    /// a replica that held little of the fleet's rate would want little,
+    /// and so be given little, round after round.
+    fn fleet_fair_at(&self, now: Instant) -> f64 {
+        let Some(part) = self.shared.filter(|part| now < part.until) else {
+            return 0.0;
+        };
+        let (_, mine, ref others) = self.view;
+        let members = others.iter().map(|&(_, n)| u64::from(n)).sum::<u64>() + u64::from(mine);
+        if members == 0 {
+            return 0.0;
+        }
+        part.fleet / members as f64
+    }
+
+    /// Once the last part of a shared pace has lapsed at `now` (the store
+    /// went quiet), paces alone, carrying on from that part: what this
+    /// replica's processes alone taught its own law lags a recovery the
+    /// whole fleet drove, and falling back to it would slow them down.
+    fn alone_after_lapse(&mut self, now: Instant) {
+        let Some(part) = self.shared.filter(|part| now >= part.until) else {
+            return;
+        };
+        let rate = part
+            .budget(self.law.rate(), self.law.policy.min_rate)
+            .max(part.rate);
+        let last = Published {
+            rate,
+            probing: part.probing,
+        };
+        self.law.carry_on_from(last, now);
+        self.shared = None;
+        self.division.stale = true;
     }
 
     /// Forgets the processes not heard from for [`FORGET_AFTER`], and

@@ -124,6 +124,16 @@ pub(super) struct Part {
     pub(super) until: tokio::time::Instant,
 }
 
+impl Part {
+    /// What this replica's processes may send in all while it paces by
+    /// this part, its own rate now being `own_rate`: the part, plus what
+    /// its own processes' outcomes changed its rate by since; never below
+    /// `min_rate`.
+    pub(super) fn budget(&self, own_rate: f64, min_rate: f64) -> f64 {
+        (self.rate + own_rate - self.own).max(min_rate)
+    }
+}
+
 /// This replica's part of `fleet`, when it paces `mine = (want, members)`
 /// and the other replicas `others`: max-min over every replica's processes,
 /// each replica's counted as `members` processes wanting their mean. While

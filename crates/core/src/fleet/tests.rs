@@ -554,19 +554,80 @@ fn replicas_parts_add_up_to_the_fleets_rate() {
 }
 
 #[test]
-fn a_replica_the_store_stops_answering_paces_alone_after_a_lease() {
-    let (mut replicas, _, now) = two_replicas(6, 2);
+fn a_replica_the_store_stops_answering_paces_alone_after_a_lease_from_its_part() {
+    // Only replica 0's processes are accepted: replica 1's own law has
+    // learned nothing, its part of the fleet's rate is what it paces by.
+    let (mut replicas, now) = uneven_replicas(1);
     let own = replicas[1].law.rate();
-    assert_ne!(replicas[1].budget_at(now).0, own, "its part of the fleet's rate");
+    let part = replicas[1].budget_at(now).0;
+    assert!(
+        part > own,
+        "its part {part} of the fleet's rate, above its own {own}"
+    );
     let later = now + LEASE;
     assert!(!replicas[1].is_shared_at(later));
-    assert_eq!(
-        replicas[1].budget_at(later).0,
-        own,
-        "what its own processes taught it"
+    replicas[1].ask_at(1, tally(0, 0, 0, 1000), later);
+    assert!(!replicas[1].is_shared_at(later));
+    assert_eq!(replicas[1].rate(), replicas[1].law.rate(), "alone");
+    assert!(
+        replicas[1].law.rate() >= part,
+        "carries on from its part {part}, not from what its own processes taught it ({own})"
     );
-    replicas[1].ask_at(1, tally(2, 2, 0, 100), later);
-    assert_eq!(replicas[1].rate(), replicas[1].law.rate());
+}
+
+/// Two replicas sharing a store for 12 asks: replica 0 paces process 0,
+/// the one accepted; replica 1 paces `others` processes that have sent
+/// nothing yet, with long lines.
+fn uneven_replicas(others: u32) -> ([FleetController<u32>; 2], Instant) {
+    let t0 = Instant::now();
+    let mut replicas = [controller(t0), controller(t0)];
+    let mut store = Store {
+        owner: Some(0),
+        ..Store::default()
+    };
+    let mut now = t0;
+    for i in 0..12 {
+        now = t0 + ASK_EVERY * i;
+        let first = i == 0;
+        replicas[0].ask_at(
+            0,
+            if first {
+                tally(0, 0, 1, 100)
+            } else {
+                tally(8, 8, 0, 1000)
+            },
+            now,
+        );
+        for p in 1..=others {
+            replicas[1].ask_at(
+                p,
+                if first {
+                    tally(0, 0, 1, 100)
+                } else {
+                    tally(0, 0, 0, 1000)
+                },
+                now,
+            );
+        }
+        for (r, replica) in replicas.iter_mut().enumerate().rev() {
+            store.exchange(r, replica, now);
+        }
+        if let Some(rate) = store.rate {
+            replicas[1].published_at(rate, now);
+        }
+    }
+    (replicas, now)
+}
+
+#[test]
+fn processes_of_a_replica_that_held_little_may_want_their_share_of_the_fleets_rate() {
+    let (replicas, now) = uneven_replicas(10);
+    let fleet = replicas[0].rate();
+    let part = replicas[1].budget_at(now).0;
+    assert!(
+        part >= 0.5 * fleet,
+        "ten processes of eleven, wanting more than all of it: {part} of {fleet}"
+    );
 }
 
 #[test]

@@ -161,6 +161,31 @@ impl Rate {
         }
     }
 
+    /// A fleet's rate that carries on alone from `rate`, a part of a pace
+    /// it shared with other replicas (`probing` if that pace still probed):
+    /// in the phase it was in, but never below the part. A shared pace that
+    /// found the dependency accepting ends probing here too.
+    pub(crate) fn carry_on_from(&mut self, policy: &GatePolicy, rate: f64, probing: bool, now: Instant) {
+        let rate = rate.clamp(policy.min_rate, policy.max_rate);
+        match self.phase {
+            Phase::Probing if probing => {}
+            Phase::Probing | Phase::SlowStart => {
+                self.phase = Phase::SlowStart;
+                self.now = self.now.max(rate);
+            }
+            Phase::Cubic { .. } if rate > self.now => {
+                let k = (rate * (1.0 - policy.beta) / policy.scale).cbrt();
+                self.now = rate;
+                self.phase = Phase::Cubic {
+                    max: rate,
+                    since: now,
+                    k,
+                };
+            }
+            Phase::Cubic { .. } => {}
+        }
+    }
+
     /// Whether nothing has been accepted since the gate turned on.
     pub(crate) fn is_probing(&self) -> bool {
         self.phase == Phase::Probing
