@@ -139,14 +139,18 @@ impl Fleet {
         })
     }
 
-    /// Dependencies paced now.
+    /// Dependencies paced now: asked about within the last [`IDLE`](stormguard_core::fleet::IDLE).
     pub fn paced(&self) -> usize {
-        self.lock().len()
+        let mut paced = self.lock();
+        self.sweep(&mut paced, Instant::now());
+        paced.len()
     }
 
     /// The dependencies paced now, by name.
     pub fn paced_services(&self) -> Vec<String> {
-        self.lock().keys().cloned().collect()
+        let mut paced = self.lock();
+        self.sweep(&mut paced, Instant::now());
+        paced.keys().cloned().collect()
     }
 
     /// What this replica adds at `now` to the shared pace of `service`, if
@@ -291,7 +295,7 @@ impl Families {
         let store_errors = IntCounterVec::new(
             Opts::new(
                 "stormguard_pace_store_errors_total",
-                "Calls to the pace store that failed, by kind: timeout, refused, connection, auth, redis, malformed.",
+                "Calls to the pace store that failed, by kind: timeout, refused, connection, tls, auth, redis, malformed.",
             ),
             &["kind"],
         )
@@ -456,6 +460,18 @@ mod tests {
             .unwrap();
         let shown = exposition(&sharing, t0 + Duration::from_secs(3));
         assert!(shown.contains(&format!("{alone} 3")), "{shown}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dependency_nobody_asks_about_is_no_longer_paced_nor_shared() {
+        let fleet = Fleet::sharing();
+        fleet
+            .ask(&ask("inventory", "pod-a"), &gated(true), Instant::now())
+            .unwrap();
+        assert_eq!(fleet.paced_services(), ["inventory"]);
+        tokio::time::advance(stormguard_core::fleet::IDLE).await;
+        assert!(fleet.paced_services().is_empty(), "nothing left to exchange");
+        assert_eq!(fleet.paced(), 0);
     }
 
     #[test]

@@ -336,10 +336,11 @@ struct ServeArgs {
     #[arg(long, env = "STORMGUARD_TLS_CLIENT_CA", requires = "tls_cert")]
     tls_client_ca: Option<PathBuf>,
     /// Share every paced dependency's pace with the other replicas through
-    /// this Redis, redis://[user:password@]HOST:PORT[/DB]: they then pace a
-    /// fleet as one daemon does. Without it each replica paces the processes
-    /// that reach it; with it, a replica that loses the store paces alone
-    /// within a second, and shares again when it is back.
+    /// this Redis, redis://[user:password@]HOST:PORT[/DB] (rediss:// for
+    /// TLS): they then pace a fleet as one daemon does, and count a report
+    /// batch sent again to another replica once. Without it each replica
+    /// paces the processes that reach it; with it, a replica that loses the
+    /// store paces alone within a second, and shares again when it is back.
     #[arg(long, env = "STORMGUARD_PACE_STORE")]
     pace_store: Option<String>,
     /// A file holding the pace store's password (a mounted Secret), so that
@@ -347,6 +348,10 @@ struct ServeArgs {
     /// be given in STORMGUARD_PACE_STORE_PASSWORD.
     #[arg(long, env = "STORMGUARD_PACE_STORE_PASSWORD_FILE", requires = "pace_store")]
     pace_store_password_file: Option<PathBuf>,
+    /// With a rediss:// pace store: the PEM file of the CA that signed its
+    /// certificate, trusted instead of the system's CAs (a cluster's own CA).
+    #[arg(long, env = "STORMGUARD_PACE_STORE_CA", requires = "pace_store")]
+    pace_store_ca: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -623,6 +628,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         pace_store: args.pace_store.map(|url| stormguard::serve::PaceStoreConfig {
             url,
             password_file: args.pace_store_password_file,
+            ca: args.pace_store_ca,
         }),
     };
     match stormguard::serve::run(config) {

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 
 use crate::identity::{Bindings, Callers, Mode, TokenRules};
 use crate::metrics::DaemonMetrics;
-use crate::pace_store::PaceStore;
+use crate::pace_store::{Access, PaceStore};
 use crate::policy::Diagnostic;
 use crate::reload::{load_file, Reloader, Trigger};
 use crate::reports::ClientMetrics;
@@ -73,6 +73,8 @@ pub struct PaceStoreConfig {
     /// A file holding the password; else `STORMGUARD_PACE_STORE_PASSWORD`,
     /// else the URL's.
     pub password_file: Option<PathBuf>,
+    /// With `rediss://`: the PEM file of the CA to trust instead of the system's.
+    pub ca: Option<PathBuf>,
 }
 
 /// Why `serve` could not start, or stopped.
@@ -132,11 +134,31 @@ fn pace_store(config: &PaceStoreConfig) -> Result<Arc<PaceStore>, ServeError> {
             "the pace store's password is empty; put it in the file or STORMGUARD_PACE_STORE_PASSWORD".into(),
         ));
     }
+    let ca = config
+        .ca
+        .as_deref()
+        .map(|path| pace_store_ca(&config.url, path))
+        .transpose()?;
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "stormguard".into());
     let replica = format!("{host}-{:08x}", rand::random::<u32>());
-    PaceStore::new(&config.url, password, replica)
+    let access = Access { password, ca };
+    PaceStore::new(&config.url, access, replica)
         .map(Arc::new)
         .map_err(|e| ServeError::PaceStore(e.to_string()))
+}
+
+/// The CA file at `path` for the store at `url`: PEM certificates, for a
+/// `rediss://` address only.
+fn pace_store_ca(url: &str, path: &std::path::Path) -> Result<Vec<u8>, ServeError> {
+    let refused =
+        |problem: String| ServeError::PaceStore(format!("--pace-store-ca {}: {problem}", path.display()));
+    if !url.starts_with("rediss://") {
+        return Err(refused(
+            "the pace store's address is not rediss://, so there is no TLS to verify".into(),
+        ));
+    }
+    crate::tls::certificates(path).map_err(|e| ServeError::PaceStore(format!("--pace-store-ca {e}")))?;
+    std::fs::read(path).map_err(|e| refused(e.to_string()))
 }
 
 /// The token checks `config` asks for, with the issuer's keys loaded.

@@ -206,7 +206,7 @@ fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
 }
 
 /// Every certificate in the PEM file at `path`; at least one.
-fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+pub(crate) fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let pem_error = |problem: String| TlsError::Pem {
         path: path.to_path_buf(),
         problem,

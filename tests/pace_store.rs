@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::redis::Redis;
 
-use stormguard::pace_store::{PaceStore, STORE_TIMEOUT};
+use stormguard::pace_store::{Access, PaceStore, STORE_TIMEOUT};
 use stormguard_core::fleet::shared::{Contribution, Outcomes, Published, Tallies};
 use stormguard_core::fleet::LEASE;
 
@@ -34,7 +34,11 @@ fn rate(rate: f64) -> Published {
 }
 
 fn replica(redis: &Redis, name: &str) -> PaceStore {
-    PaceStore::new(&redis.url(), redis.password.clone(), name.to_string()).expect("a valid address")
+    let access = Access {
+        password: redis.password.clone(),
+        ..Access::default()
+    };
+    PaceStore::new(&redis.url(), access, name.to_string()).expect("a valid address")
 }
 
 #[tokio::test]
@@ -176,14 +180,14 @@ async fn the_password_is_sent_and_never_shown() {
     };
     let a = replica(&redis, "a");
     assert!(a.exchange("inventory", &contribution(1, 1, 5.0, 1)).await.is_ok());
-    let without = PaceStore::new(&redis.url(), None, "b".into()).unwrap();
+    let without = PaceStore::new(&redis.url(), Access::default(), "b".into()).unwrap();
     let error = without
         .exchange("inventory", &contribution(1, 1, 5.0, 1))
         .await
         .expect_err("no password");
     assert!(!error.to_string().contains("s3cret"), "{error}");
     let in_url = format!("redis://:s3cret-pace@{}", redis.address);
-    let c = PaceStore::new(&in_url, None, "c".into()).unwrap();
+    let c = PaceStore::new(&in_url, Access::default(), "c".into()).unwrap();
     assert!(c.exchange("inventory", &contribution(1, 1, 5.0, 1)).await.is_ok());
     assert!(!c.address().contains("s3cret"), "{}", c.address());
 }
@@ -253,4 +257,31 @@ async fn an_instance_is_bound_across_replicas_until_its_owner_goes_quiet() {
         intruder,
         "quiet: free again"
     );
+}
+
+#[tokio::test]
+async fn a_store_behind_tls_is_reached_with_its_ca_and_refused_without() {
+    let Some(redis) = Redis::start_tls() else { return };
+    let ca = std::fs::read(redis.tls.as_ref().unwrap().path().join("ca.pem")).unwrap();
+    let access = Access {
+        ca: Some(ca),
+        ..Access::default()
+    };
+    let a = PaceStore::new(&redis.url(), access, "a".into()).expect("a valid address");
+    let shared = a
+        .exchange("inventory", &contribution(10, 8, 40.0, 4))
+        .await
+        .expect("over TLS");
+    assert!(shared.taken.is_some(), "a owns the pace");
+
+    let untrusting = PaceStore::new(&redis.url(), Access::default(), "b".into()).unwrap();
+    let refused = untrusting
+        .exchange("inventory", &contribution(1, 1, 4.0, 1))
+        .await
+        .expect_err("its certificate is not from a CA the system trusts");
+    assert!(
+        refused.to_string().contains(&redis.url()) && refused.to_string().contains("certificate"),
+        "names the store and the reason: {refused}"
+    );
+    assert_eq!(refused.kind(), "tls");
 }

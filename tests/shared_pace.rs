@@ -59,6 +59,9 @@ async fn replicas_pace_as_one_through_redis_and_alone_without_it() {
     let url = redis.url();
     let a = Daemon::start(&policy, &["--pace-store", &url]);
     let b = Daemon::start(&policy, &["--pace-store", &url]);
+    reqwest::get(a.url("/v1/policies/inventory")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(redis.other_clients(), 0, "nothing paced: nobody talks to Redis");
 
     // Probing, then a recovery: each process's attempts accepted, for a second.
     ask(&a, "pod-a", 0).await;
@@ -156,4 +159,41 @@ fn a_pace_store_or_password_that_cannot_be_used_stops_the_daemon_at_start() {
     );
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("password is empty"), "{stderr}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let not_pem = dir.path().join("ca.pem");
+    std::fs::write(&not_pem, "not a certificate").unwrap();
+    let ca = not_pem.to_str().unwrap();
+    let (code, stderr) = serve_refused(
+        &["--pace-store", "redis://127.0.0.1:6379", "--pace-store-ca", ca],
+        &[],
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("is not rediss://"), "{stderr}");
+    let (code, stderr) = serve_refused(
+        &["--pace-store", "rediss://127.0.0.1:6379", "--pace-store-ca", ca],
+        &[],
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("--pace-store-ca {ca}")) && stderr.contains("CERTIFICATE"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn replicas_share_through_a_redis_behind_tls() {
+    let Some(redis) = Redis::start_tls() else {
+        return;
+    };
+    let (_dir, policy) = policy_file();
+    let url = redis.url();
+    let ca = redis.tls.as_ref().unwrap().path().join("ca.pem");
+    let flags = ["--pace-store", &url, "--pace-store-ca", ca.to_str().unwrap()];
+    let (a, b) = (Daemon::start(&policy, &flags), Daemon::start(&policy, &flags));
+    let both = eventually(Duration::from_secs(5), || async {
+        (sharing(&a, &b).await? == 2.0).then_some(())
+    })
+    .await;
+    assert!(both.is_some(), "sharing over TLS\n{}", a.log());
 }

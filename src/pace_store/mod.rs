@@ -27,7 +27,7 @@ pub mod share;
 use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, IntoConnectionInfo, Script};
 use stormguard_core::fleet::shared::{Contribution, Outcomes, Published, Shared, Tallies};
 use stormguard_core::fleet::LEASE;
@@ -71,6 +71,7 @@ impl StoreError {
         match self {
             Self::Address(..) => "address",
             Self::Timeout(_) => "timeout",
+            Self::Redis { source, .. } if is_tls(source) => "tls",
             Self::Redis { source, .. } if source.is_connection_refusal() => "refused",
             Self::Redis { source, .. } if source.is_io_error() || source.is_connection_dropped() => {
                 "connection"
@@ -80,6 +81,24 @@ impl StoreError {
             Self::Malformed { .. } => "malformed",
         }
     }
+}
+
+/// Whether `error` is TLS's: a certificate not trusted, a handshake refused.
+/// redis-rs keeps an I/O error behind an `Arc` as its source, and rustls's
+/// error inside that I/O error.
+fn is_tls(error: &redis::RedisError) -> bool {
+    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+    let Some(source) = std::error::Error::source(error) else {
+        return false;
+    };
+    let source: &(dyn std::error::Error + 'static) = match source.downcast_ref::<Shared>() {
+        Some(shared) => shared.as_ref(),
+        None => source,
+    };
+    source
+        .downcast_ref::<std::io::Error>()
+        .and_then(std::io::Error::get_ref)
+        .is_some_and(|inner| inner.is::<rustls::Error>())
 }
 
 /// A connection to the shared store, made at the first call and made again
@@ -97,23 +116,41 @@ pub struct PaceStore {
     batch: Script,
 }
 
+/// What the daemon needs besides the address to reach the store.
+#[derive(Debug, Default)]
+pub struct Access {
+    /// The password, replacing one in the address.
+    pub password: Option<String>,
+    /// With `rediss://`: the PEM certificates of the CA to trust instead of
+    /// the system's.
+    pub ca: Option<Vec<u8>>,
+}
+
 /// The script's answer: owner, taken, others, rate, now.
 type Answer = (i64, Vec<String>, Vec<String>, Option<String>, String);
 
 impl PaceStore {
-    /// The store at `url` (`redis://[user:password@]host:port[/db]`), with
-    /// `password` if given (it replaces one in the URL), for the replica
-    /// named `replica`. Nothing is sent until the first call.
-    pub fn new(url: &str, password: Option<String>, replica: String) -> Result<Self, StoreError> {
-        let mut info = url
-            .into_connection_info()
-            .map_err(|error| StoreError::Address(redacted(url), error.to_string()))?;
-        if let Some(password) = password {
+    /// The store at `url` (`redis://[user:password@]host:port[/db]`, or
+    /// `rediss://` for TLS), with `access`'s password and CA if given, for
+    /// the replica named `replica`. Nothing is sent until the first call.
+    pub fn new(url: &str, access: Access, replica: String) -> Result<Self, StoreError> {
+        let refused = |error: redis::RedisError| StoreError::Address(redacted(url), error.to_string());
+        let mut info = url.into_connection_info().map_err(refused)?;
+        if let Some(password) = access.password {
             let settings = info.redis_settings().clone().set_password(password);
             info = info.set_redis_settings(settings);
         }
-        let client =
-            Client::open(info).map_err(|error| StoreError::Address(redacted(url), error.to_string()))?;
+        let client = match access.ca {
+            Some(ca) => {
+                let certificates = redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(ca),
+                };
+                Client::build_with_tls(info, certificates)
+            }
+            None => Client::open(info),
+        }
+        .map_err(refused)?;
         Ok(Self {
             client,
             at: redacted(url),
@@ -212,7 +249,16 @@ impl PaceStore {
         if let Some(connection) = slot.as_ref() {
             return Ok(connection.clone());
         }
-        let connection = self.bounded(ConnectionManager::new(self.client.clone())).await?;
+        // No retries of its own: a failed call fails now, with its reason
+        // (a refused connection, a certificate not trusted), and the next
+        // turn tries again.
+        let config = ConnectionManagerConfig::new()
+            .set_number_of_retries(0)
+            .set_connection_timeout(Some(STORE_TIMEOUT))
+            .set_response_timeout(Some(STORE_TIMEOUT));
+        let connection = self
+            .bounded(ConnectionManager::new_with_config(self.client.clone(), config))
+            .await?;
         *slot = Some(connection.clone());
         Ok(connection)
     }

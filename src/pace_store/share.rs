@@ -56,17 +56,36 @@ async fn turn(fleet: Arc<Fleet>, store: Arc<PaceStore>, service: String) -> Resu
 }
 
 /// Hands every rate an owner publishes to this replica's controller as it
-/// arrives; subscribes again a second after the channel breaks.
+/// arrives, while this replica paces anything: the subscription is made
+/// when a dependency comes to be paced and dropped when none is, so that an
+/// idle fleet holds no connection to the store. Subscribes again a second
+/// after the channel breaks.
 pub async fn listen(fleet: Arc<Fleet>, store: Arc<PaceStore>) {
+    let mut looks = tokio::time::interval(SHARE_EVERY);
+    looks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
+        while fleet.paced() == 0 {
+            looks.tick().await;
+        }
         match store.subscribe().await {
-            Ok(mut pushes) => {
-                while let Some((service, rate)) = pushes.next().await {
-                    fleet.published(&service, rate, Instant::now());
+            Ok(pushes) => {
+                let mut pushes = std::pin::pin!(pushes);
+                loop {
+                    tokio::select! {
+                        push = pushes.next() => match push {
+                            Some((service, rate)) => fleet.published(&service, rate, Instant::now()),
+                            None => break,
+                        },
+                        _ = looks.tick() => if fleet.paced() == 0 {
+                            break;
+                        },
+                    }
                 }
             }
-            Err(error) => fleet.store_failed(error.kind()),
+            Err(error) => {
+                fleet.store_failed(error.kind());
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }

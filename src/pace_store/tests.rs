@@ -12,7 +12,7 @@ fn a_password_never_reaches_a_message() {
     );
     assert_eq!(redacted("redis://pacer@redis:6379"), "redis://pacer@redis:6379");
     assert_eq!(redacted("redis://redis:6379"), "redis://redis:6379");
-    let error = PaceStore::new("redis://:s3cret@", None, "a".into())
+    let error = PaceStore::new("redis://:s3cret@", Access::default(), "a".into())
         .err()
         .expect("no host");
     assert!(!error.to_string().contains("s3cret"), "{error}");
@@ -20,7 +20,7 @@ fn a_password_never_reaches_a_message() {
 
 #[test]
 fn an_address_that_is_not_redis_is_refused_at_once() {
-    let error = PaceStore::new("http://redis:6379", None, "a".into())
+    let error = PaceStore::new("http://redis:6379", Access::default(), "a".into())
         .err()
         .expect("not redis");
     assert_eq!(error.kind(), "address");

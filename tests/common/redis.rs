@@ -7,35 +7,77 @@ use std::time::{Duration, Instant};
 pub struct Redis {
     pub address: String,
     pub password: Option<String>,
+    /// With TLS only: the directory of its certificate and key (`server.pem`,
+    /// `server.key`) and its CA's (`ca.pem`).
+    pub tls: Option<tempfile::TempDir>,
     child: Child,
 }
 
 impl Redis {
     /// A fresh server, or `None` where redis-server is missing outside CI.
     pub fn start(password: Option<&str>) -> Option<Redis> {
-        if Command::new("redis-server").arg("--version").output().is_err() {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "redis-server is missing under CI: .ci/run installs Debian's redis-server package"
-            );
-            eprintln!(
-                "SKIPPED: redis-server is not installed (apt-get install -y redis-server); CI runs this test"
-            );
+        installed().then(|| Self::spawned(password, None))
+    }
+
+    /// A fresh server that speaks TLS only, with a certificate for
+    /// `localhost` from a CA of its own; `None` as [`Redis::start`].
+    pub fn start_tls() -> Option<Redis> {
+        if !installed() {
             return None;
         }
+        let dir = tempfile::tempdir().unwrap();
+        let ca = super::certs::Ca::new("redis test CA");
+        let server = ca.server();
+        std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
+        std::fs::write(dir.path().join("server.pem"), server.cert).unwrap();
+        std::fs::write(dir.path().join("server.key"), server.key).unwrap();
+        Some(Self::spawned(None, Some(dir)))
+    }
+
+    fn spawned(password: Option<&str>, tls: Option<tempfile::TempDir>) -> Redis {
         let address = super::free_loopback_address();
-        let child = spawn(&address, password);
+        let child = spawn(&address, password, tls.as_ref().map(|d| d.path()));
         let redis = Redis {
             address,
             password: password.map(str::to_string),
+            tls,
             child,
         };
         redis.wait_ready();
-        Some(redis)
+        redis
     }
 
+    /// Its URL: `rediss://localhost:PORT` with TLS, else `redis://HOST:PORT`.
     pub fn url(&self) -> String {
-        format!("redis://{}", self.address)
+        match self.tls {
+            Some(_) => format!("rediss://localhost:{}", self.address.rsplit_once(':').unwrap().1),
+            None => format!("redis://{}", self.address),
+        }
+    }
+
+    /// Clients connected to it other than the one asking (plain servers only).
+    pub fn other_clients(&self) -> u64 {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(&self.address).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        if let Some(password) = &self.password {
+            write!(stream, "AUTH {password}\r\n").unwrap();
+            let mut ok = [0u8; 5];
+            stream.read_exact(&mut ok).unwrap();
+        }
+        stream.write_all(b"INFO clients\r\n").unwrap();
+        let mut reply = String::new();
+        let mut buffer = [0u8; 4096];
+        while !reply.contains("connected_clients:") || !reply.ends_with("\r\n") {
+            let n = stream.read(&mut buffer).unwrap();
+            assert!(n > 0, "redis closed the connection: {reply}");
+            reply.push_str(&String::from_utf8_lossy(&buffer[..n]));
+        }
+        let count = reply
+            .lines()
+            .find_map(|line| line.strip_prefix("connected_clients:"))
+            .expect("INFO clients names connected_clients");
+        count.trim().parse::<u64>().unwrap() - 1
     }
 
     /// Kills the server: its data is gone.
@@ -47,7 +89,11 @@ impl Redis {
     /// A new, empty server on the same port.
     pub fn restart(&mut self) {
         self.kill();
-        self.child = spawn(&self.address, self.password.as_deref());
+        self.child = spawn(
+            &self.address,
+            self.password.as_deref(),
+            self.tls.as_ref().map(|d| d.path()),
+        );
         self.wait_ready();
     }
 
@@ -70,10 +116,34 @@ impl Drop for Redis {
     }
 }
 
-fn spawn(address: &str, password: Option<&str>) -> Child {
+/// Whether redis-server is here; outside CI, a test without it is skipped, loudly.
+fn installed() -> bool {
+    if Command::new("redis-server").arg("--version").output().is_ok() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "redis-server is missing under CI: .ci/run installs Debian's redis-server package"
+    );
+    eprintln!("SKIPPED: redis-server is not installed (apt-get install -y redis-server); CI runs this test");
+    false
+}
+
+fn spawn(address: &str, password: Option<&str>, tls: Option<&std::path::Path>) -> Child {
     let (host, port) = address.rsplit_once(':').expect("host:port");
     let mut command = Command::new("redis-server");
-    command.args(["--bind", host, "--port", port, "--save", "", "--appendonly", "no"]);
+    command.args(["--bind", host, "--save", "", "--appendonly", "no"]);
+    match tls {
+        None => command.args(["--port", port]),
+        Some(dir) => command
+            .args(["--port", "0", "--tls-port", port, "--tls-auth-clients", "no"])
+            .arg("--tls-cert-file")
+            .arg(dir.join("server.pem"))
+            .arg("--tls-key-file")
+            .arg(dir.join("server.key"))
+            .arg("--tls-ca-cert-file")
+            .arg(dir.join("ca.pem")),
+    };
     if let Some(password) = password {
         command.args(["--requirepass", password]);
     }
