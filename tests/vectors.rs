@@ -11,6 +11,9 @@ use serde_json::{json, Value};
 use stormguard_core::backoff::Backoff;
 use stormguard_core::policy::Jitter;
 
+#[path = "vectors/gate.rs"]
+mod gate;
+
 const PATH: &str = "clients/vectors/backoff.json";
 
 /// A random source that always draws the same 64 bits.
@@ -158,7 +161,11 @@ fn the_committed_budget_vectors_are_what_core_decides() {
 /// Writes `value` to `path` under STORMGUARD_WRITE_VECTORS; fails when the
 /// committed file differs from it.
 fn check_or_write(path: &str, value: &impl serde::Serialize) {
-    let text = serde_json::to_string_pretty(value).unwrap() + "\n";
+    check_or_write_text(path, serde_json::to_string_pretty(value).unwrap() + "\n");
+}
+
+/// [`check_or_write`] of `text` as it is.
+fn check_or_write_text(path: &str, text: String) {
     if std::env::var_os("STORMGUARD_WRITE_VECTORS").is_some() {
         std::fs::write(path, &text).unwrap();
     }
@@ -324,4 +331,24 @@ fn the_committed_default_policy_is_cores() {
 #[test]
 fn the_committed_vectors_are_what_core_computes() {
     check_or_write(PATH, &vectors());
+}
+
+#[test]
+fn the_committed_gate_vectors_are_what_core_decides() {
+    let (vectors, seen) = gate::vectors();
+    for phase in [
+        "probing",
+        "slow_start",
+        "beta_cut",
+        "cubic",
+        "regrown",
+        "turned_off",
+    ] {
+        assert!(
+            seen.contains(phase),
+            "the gate vectors no longer visit {phase}: visited {seen:?}"
+        );
+    }
+    // One op to a line: pretty-printed, the file would be three times the size.
+    check_or_write_text(gate::PATH, gate::one_op_a_line(&vectors));
 }

@@ -588,26 +588,14 @@ fn uneven_replicas(others: u32) -> ([FleetController<u32>; 2], Instant) {
     let mut now = t0;
     for i in 0..12 {
         now = t0 + ASK_EVERY * i;
-        let first = i == 0;
-        replicas[0].ask_at(
-            0,
-            if first {
-                tally(0, 0, 1, 100)
-            } else {
-                tally(8, 8, 0, 1000)
-            },
-            now,
-        );
+        // The first ask reports the refusal that turned each gate on.
+        let report = |sent_and_accepted| match i {
+            0 => tally(0, 0, 1, 100),
+            _ => tally(sent_and_accepted, sent_and_accepted, 0, 1000),
+        };
+        replicas[0].ask_at(0, report(8), now);
         for p in 1..=others {
-            replicas[1].ask_at(
-                p,
-                if first {
-                    tally(0, 0, 1, 100)
-                } else {
-                    tally(0, 0, 0, 1000)
-                },
-                now,
-            );
+            replicas[1].ask_at(p, report(0), now);
         }
         for (r, replica) in replicas.iter_mut().enumerate().rev() {
             store.exchange(r, replica, now);

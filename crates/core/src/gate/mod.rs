@@ -241,6 +241,24 @@ impl SendGate {
         state.wake_first();
     }
 
+    /// Where the gate's own rate is in its law: `off`, or while on
+    /// `probing`, `slow_start`, `cubic` (after a cut, below the rate it was
+    /// cut at) or `regrown` (back at or past it). The clients' shared
+    /// vectors check each language's gate against it.
+    pub fn phase(&self) -> &'static str {
+        if self.is_on() {
+            self.lock().rate.phase_name()
+        } else {
+            "off"
+        }
+    }
+
+    /// Turns' credit as of the gate's last accrual: what the clients'
+    /// shared vectors check each language's pacer against.
+    pub fn credit(&self) -> f64 {
+        self.lock().pacer.credit()
+    }
+
     /// What the gate saw since the last tally, and who waits now.
     pub fn tally(&self) -> Tally {
         let mut state = self.lock();

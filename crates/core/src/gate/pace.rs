@@ -87,6 +87,11 @@ impl Pacer {
         self.credit = self.credit.min(1.0 + self.pace(own) * LAG);
     }
 
+    /// The credit as of the last accrual.
+    pub(super) fn credit(&self) -> f64 {
+        self.credit
+    }
+
     /// Spends a turn if one has accrued (call [`accrue`](Self::accrue) first).
     pub(super) fn take(&mut self) -> bool {
         let ready = self.credit >= 1.0 - EPSILON;

@@ -186,6 +186,18 @@ impl Rate {
         }
     }
 
+    /// Where the rate is in its law: `probing`, `slow_start`, `cubic`
+    /// (after a cut, below the rate it was cut at) or `regrown` (after a
+    /// cut, back at or past that rate).
+    pub(crate) fn phase_name(&self) -> &'static str {
+        match self.phase {
+            Phase::Probing => "probing",
+            Phase::SlowStart => "slow_start",
+            Phase::Cubic { max, .. } if self.now < max => "cubic",
+            Phase::Cubic { .. } => "regrown",
+        }
+    }
+
     /// Whether nothing has been accepted since the gate turned on.
     pub(crate) fn is_probing(&self) -> bool {
         self.phase == Phase::Probing
