@@ -207,12 +207,23 @@ impl SendGate {
         off
     }
 
-    /// The rate the gate paces at, in attempts per second (the fleet's
-    /// grant while one lasts, else its own); `None` while off.
+    /// The rate the gate paced at as of its last turn or outcome, in
+    /// attempts per second (the fleet's grant while one lasted, else its
+    /// own); `None` while off. See [`rate_at`](Self::rate_at) for the rate
+    /// at a given time.
     pub fn rate(&self) -> Option<f64> {
         self.is_on().then(|| {
             let state = self.lock();
             state.pacer.pace(state.rate.now)
+        })
+    }
+
+    /// The rate the gate paces at `now`: the fleet's grant if its lease
+    /// still runs, else its own; `None` while off.
+    pub fn rate_at(&self, now: Instant) -> Option<f64> {
+        self.is_on().then(|| {
+            let state = self.lock();
+            state.pacer.pace_at(state.rate.now, now)
         })
     }
 

@@ -67,6 +67,14 @@ impl Pacer {
         }
     }
 
+    /// The pace at `now`: the lease's if it still runs, else `own`.
+    pub(super) fn pace_at(&self, own: f64, now: Instant) -> f64 {
+        match self.lease {
+            Some(lease) if now < lease.until => lease.rate,
+            _ => own,
+        }
+    }
+
     /// Accrues credit up to `now`: at the lease's rate until it ends, then at `own`.
     pub(super) fn accrue(&mut self, own: f64, now: Instant) {
         if now <= self.at {

@@ -633,3 +633,14 @@ fn a_call_that_rejoins_waits_ahead_of_those_that_came_after_it() {
     assert_eq!(gate.claim_at(&again, t0 + secs(4.0), None), Claim::Go);
     assert_eq!(gate.claim_at(&second, t0 + secs(6.0), None), Claim::Go);
 }
+
+#[test]
+fn a_lease_paces_until_it_ends_though_nothing_happens_after() {
+    let t0 = Instant::now();
+    let gate = gate(t0);
+    overload(&gate, t0);
+    gate.lease_at(7.25, t0 + Duration::from_millis(600), t0);
+    assert_eq!(gate.rate_at(t0 + Duration::from_millis(599)), Some(7.25));
+    assert_eq!(gate.rate_at(t0 + Duration::from_millis(600)), Some(0.5), "its own again");
+    assert_eq!(gate.rate(), Some(7.25), "as of its last turn or outcome");
+}
