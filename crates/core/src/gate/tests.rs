@@ -641,6 +641,10 @@ fn a_lease_paces_until_it_ends_though_nothing_happens_after() {
     overload(&gate, t0);
     gate.lease_at(7.25, t0 + Duration::from_millis(600), t0);
     assert_eq!(gate.rate_at(t0 + Duration::from_millis(599)), Some(7.25));
-    assert_eq!(gate.rate_at(t0 + Duration::from_millis(600)), Some(0.5), "its own again");
+    assert_eq!(
+        gate.rate_at(t0 + Duration::from_millis(600)),
+        Some(0.5),
+        "its own again"
+    );
     assert_eq!(gate.rate(), Some(7.25), "as of its last turn or outcome");
 }
