@@ -1,12 +1,17 @@
 // Package dependency runs calls to one dependency under its current
 // policy, as the Rust library's Dependency and Guard do, with every attempt
 // reported: each attempt needs the circuit breaker's permit (a refusal ends
-// the call at once, sending nothing); a first try deposits into the retry
-// budget and every retry needs its leave; failures the policy's retryOn
-// names are retried, up to maxRetries, after the policy's backoff delay;
-// perTryTimeoutMs bounds each attempt. When the watch delivers a new
-// policy, the breaker and the budget are rebuilt from it if their blocks
-// changed (an unchanged block keeps its state, as Guard::updated does).
+// the call at once, sending nothing), then a turn from the send gate (see
+// package gate), which paces attempts while the dependency is unwell: a
+// call whose context ends while it waits in line gives up, with NoTurn if
+// its deadline passed. A first try deposits into the retry budget and
+// every retry needs its leave; failures the policy's retryOn names are
+// retried, up to maxRetries, after the policy's backoff delay; while the
+// gate is on, a retry waits for its turn instead, asking neither the
+// budget nor the backoff. perTryTimeoutMs bounds each attempt. When the
+// watch delivers a new policy, the breaker, the budget and the gate are
+// rebuilt from it if their blocks changed (an unchanged block keeps its
+// state, as Guard::updated does).
 package dependency
 
 import (
@@ -21,6 +26,7 @@ import (
 
 	"github.com/stormguard/stormguard/clients/go/breaker"
 	"github.com/stormguard/stormguard/clients/go/budget"
+	"github.com/stormguard/stormguard/clients/go/gate"
 	"github.com/stormguard/stormguard/clients/go/policy"
 	"github.com/stormguard/stormguard/clients/go/report"
 )
@@ -40,6 +46,9 @@ const (
 	Exhausted Reason = "exhausted"
 	// Cancelled: the caller's context ended.
 	Cancelled Reason = "cancelled"
+	// NoTurn: the send gate had no turn for the attempt before the
+	// context's deadline.
+	NoTurn Reason = "no-turn"
 )
 
 // CallError is a call that did not succeed.
@@ -53,7 +62,7 @@ type CallError struct {
 	// Status is the last attempt's HTTP status (0 if it got none).
 	Status int
 	// Err is the last attempt's error, the breaker's *breaker.NotPermitted,
-	// or the context's error.
+	// or the context's error (context.DeadlineExceeded for NoTurn).
 	Err error
 }
 
@@ -90,6 +99,9 @@ type Dependency struct {
 	budget        *budget.Budget
 	budgetKey     budgetSettings
 	budgetBorn    time.Time
+	gate          *gate.Gate
+	gatePolicy    gate.Policy
+	gateBorn      time.Time
 	random        *rand.Rand
 }
 
@@ -99,13 +111,16 @@ type budgetSettings struct {
 	ttl       time.Duration
 }
 
-// guard is the current policy, breaker and budget, with their creation times.
+// guard is the current policy, breaker, budget and gate, with their
+// creation times.
 type guard struct {
 	policy      policy.Policy
 	breaker     *breaker.Breaker
 	breakerBorn time.Time
 	budget      *budget.Budget
 	budgetBorn  time.Time
+	gate        *gate.Gate
+	gateBorn    time.Time
 }
 
 // New makes calls to service under watch's policy for it, reported
@@ -125,6 +140,9 @@ func (d *Dependency) Breaker() *breaker.Breaker { return d.guard().breaker }
 // Budget is the current retry budget (nil when the policy has none).
 func (d *Dependency) Budget() *budget.Budget { return d.guard().budget }
 
+// Gate is the current send gate (nil when the policy has none).
+func (d *Dependency) Gate() *gate.Gate { return d.guard().gate }
+
 // guard follows the watch: a new ETag rebuilds what changed.
 func (d *Dependency) guard() guard {
 	d.mu.Lock()
@@ -132,7 +150,7 @@ func (d *Dependency) guard() guard {
 	if etag := d.watch.ETag(); !d.built || etag != d.etag {
 		d.rebuild(etag)
 	}
-	return guard{d.current, d.breaker, d.breakerBorn, d.budget, d.budgetBorn}
+	return guard{d.current, d.breaker, d.breakerBorn, d.budget, d.budgetBorn, d.gate, d.gateBorn}
 }
 
 func (d *Dependency) rebuild(etag string) {
@@ -160,6 +178,17 @@ func (d *Dependency) rebuild(etag string) {
 			b = nil
 		}
 		d.budget, d.budgetKey, d.budgetBorn = b, settings, now
+	}
+	gp, gateOn := p.Gate()
+	switch {
+	case !gateOn:
+		d.gate = nil
+	case d.gate == nil || gp != d.gatePolicy:
+		g, err := gate.New(gp, nil)
+		if err != nil {
+			g = nil
+		}
+		d.gate, d.gatePolicy, d.gateBorn = g, gp, now
 	}
 	d.current, d.etag, d.built = p, etag, true
 	if d.reporter != nil {
@@ -233,7 +262,9 @@ func (d *Dependency) Call(ctx context.Context, endpoint string, attempt func(ctx
 	retries := g.policy.Retries()
 	delays := g.policy.Backoff()
 	perTry := g.policy.PerTryTimeout()
+	line := &place{gate: g.gate, born: g.gateBorn}
 	var previous uint64
+	var lastStatus int
 	for retry := uint32(0); ; retry++ {
 		if err := ctx.Err(); err != nil {
 			return gaveUp(Cancelled, retry, 0, err)
@@ -245,12 +276,27 @@ func (d *Dependency) Call(ctx context.Context, endpoint string, attempt func(ctx
 				return gaveUp(CircuitOpen, retry, 0, err)
 			}
 		}
+		// The breaker first, so that a call it refuses does not wait in
+		// line for nothing, and an attempt that waited its turn is sent.
+		if err := line.turn(ctx); err != nil {
+			if permit != nil {
+				permit.Cancel()
+			}
+			reason := Cancelled
+			if errors.Is(err, context.DeadlineExceeded) {
+				reason = NoTurn
+			}
+			return gaveUp(reason, retry, lastStatus, err)
+		}
+		sent := since(g.gateBorn)
 		attemptCtx, cancel := ctx, context.CancelFunc(func() {})
 		if perTry > 0 {
 			attemptCtx, cancel = context.WithTimeout(ctx, perTry)
 		}
 		status, err := attempt(attemptCtx)
+		timedOut := err != nil && errors.Is(attemptCtx.Err(), context.DeadlineExceeded)
 		cancel()
+		lastStatus = status
 		outcome := report.Success
 		switch {
 		case err != nil:
@@ -278,6 +324,9 @@ func (d *Dependency) Call(ctx context.Context, endpoint string, attempt func(ctx
 		if permit != nil {
 			settle(permit, answered, retryable, since(g.breakerBorn))
 		}
+		if g.gate != nil {
+			g.gate.Record(signal(timedOut, retryable), sent, since(g.gateBorn))
+		}
 		if answered {
 			return nil
 		}
@@ -288,6 +337,13 @@ func (d *Dependency) Call(ctx context.Context, endpoint string, attempt func(ctx
 			return gaveUp(Exhausted, retry+1, status, err)
 		}
 		previous = delays.Delay(retry, previous, d.draw())
+		// While the gate paces, it bounds what retries add to the load,
+		// and more tightly than the budget's fixed share; its pace also
+		// spaces the attempts. A retry then waits for its turn instead of
+		// asking the budget, and instead of a backoff.
+		if g.gate != nil && g.gate.On() {
+			continue
+		}
 		if g.budget != nil && !g.budget.TryRetry(since(g.budgetBorn)) {
 			return gaveUp(BudgetExhausted, retry+1, status, err)
 		}
@@ -299,4 +355,18 @@ func (d *Dependency) Call(ctx context.Context, endpoint string, attempt func(ctx
 		case <-timer.C:
 		}
 	}
+}
+
+// signal is what an attempt's outcome tells the send gate, as the Rust
+// library judges it: no answer within the per-try timeout is a timeout, a
+// failure the policy retries is an overload, and anything else (an answer,
+// or a failure that says nothing about load) is accepted.
+func signal(timedOut, retryable bool) gate.Signal {
+	switch {
+	case timedOut:
+		return gate.TimedOut
+	case retryable:
+		return gate.Overloaded
+	}
+	return gate.Accepted
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/clients/go/breaker"
+	"github.com/stormguard/stormguard/clients/go/gate"
 )
 
 // block is the policy's block key, over the built-in default's: a key the
@@ -32,6 +33,19 @@ func (p Policy) block(key string) map[string]any {
 func (p Policy) CircuitBreaker() (breaker.Policy, bool) {
 	defaults, _ := breaker.Policy{}.FromMap(Policy(nil).block("circuitBreaker"))
 	read, err := breaker.Policy{}.FromMap(p.block("circuitBreaker"))
+	if err != nil {
+		defaults.Enabled = false
+		return defaults, false
+	}
+	return read, read.Enabled
+}
+
+// Gate is the policy's gate block (the send gate's settings) and whether
+// it is enabled; keys it does not set take the built-in defaults. A block
+// that cannot be read gives the defaults, disabled.
+func (p Policy) Gate() (gate.Policy, bool) {
+	defaults, _ := gate.Policy{}.FromMap(Policy(nil).block("gate"))
+	read, err := gate.Policy{}.FromMap(p.block("gate"))
 	if err != nil {
 		defaults.Enabled = false
 		return defaults, false

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/clients/go/breaker"
+	"github.com/stormguard/stormguard/clients/go/gate"
 )
 
 func TestMissingBlocksAndKeysTakeTheDefaults(t *testing.T) {
@@ -34,5 +35,21 @@ func TestMissingBlocksAndKeysTakeTheDefaults(t *testing.T) {
 	}
 	if (Policy{"perTryTimeoutMs": 250.0}).PerTryTimeout() != 250*time.Millisecond || p.PerTryTimeout() != 0 {
 		t.Fatal("perTryTimeoutMs")
+	}
+	g, enabled := p.Gate()
+	defaults := gate.Policy{MinRate: 0.5, MaxRate: 100_000, Beta: 0.7, Scale: 0.4, Ramp: 16, Quiet: 5 * time.Second}
+	if enabled || g != defaults {
+		t.Fatalf("%+v", g)
+	}
+	g, enabled = (Policy{"gate": map[string]any{"enabled": true, "minRate": 2.0, "quietMs": 250.0}}).Gate()
+	defaults.Enabled, defaults.MinRate, defaults.Quiet = true, 2, 250*time.Millisecond
+	if !enabled || g != defaults {
+		t.Fatalf("%+v", g)
+	}
+	if _, err := gate.New(g, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, enabled := (Policy{"gate": map[string]any{"enabled": true, "beta": "high"}}).Gate(); enabled {
+		t.Fatal("an unreadable gate block is enabled")
 	}
 }

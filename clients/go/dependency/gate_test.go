@@ -1,0 +1,92 @@
+package dependency
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stormguard/stormguard/clients/go/policy"
+)
+
+// A probe rate of one attempt in 1000 s: once the gate is on, a turn is
+// as good as never due within a test.
+const gatedPolicy = `defaults:
+  maxRetries: 3
+services:
+  payments:
+    maxRetries: 3
+    initialDelay: 1ms
+    maxDelay: 5ms
+    jitter: none
+    retryOn: [5xx]
+    budget: {enabled: false}
+    gate: {enabled: true, minRate: 0.001, maxRate: 10, quiet: 1h}
+`
+
+// TestACallWithNoTurnBeforeItsDeadlineGivesUpAndLeavesTheLine: a 503 turns
+// the gate on, the retry waits in line instead of backing off, and when
+// the call's deadline passes first it ends with NoTurn, out of the line; a
+// call cancelled while it waits ends Cancelled, out of the line too, having
+// sent nothing.
+func TestACallWithNoTurnBeforeItsDeadlineGivesUpAndLeavesTheLine(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(file, []byte(gatedPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	watch, err := policy.Start(context.Background(), policy.Config{Daemon: serve(t, file), Services: []string{"payments"}, WatchWait: 5 * time.Second, MinPollInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Stop()
+	dependency := New(watch, "payments", nil)
+	if g := dependency.Gate(); g == nil || g.On() {
+		t.Fatalf("the policy's gate is %v", g)
+	}
+
+	var calls atomic.Int64
+	payments := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer payments.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	err = dependency.Call(ctx, "/charge", attempt(payments.URL))
+	var gaveUp *CallError
+	if !errors.As(err, &gaveUp) || gaveUp.Reason != NoTurn || !errors.Is(err, context.DeadlineExceeded) || gaveUp.Status != 503 {
+		t.Fatalf("%v", err)
+	}
+	// The first credit is drawn at random: a draw close enough to a whole
+	// turn gives the first retry its turn, and the next waits.
+	if sent := calls.Load(); sent < 1 || sent > 2 || int64(gaveUp.Attempts) != sent {
+		t.Fatalf("%d attempts sent, %d reported", sent, gaveUp.Attempts)
+	}
+	g := dependency.Gate()
+	if !g.On() || g.Waiting() != 0 {
+		t.Fatalf("on %v, %d waiting", g.On(), g.Waiting())
+	}
+
+	sent := calls.Load()
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		for g.Waiting() == 0 && ctx.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
+	err = dependency.Call(ctx, "/charge", attempt(payments.URL))
+	if !errors.As(err, &gaveUp) || gaveUp.Reason != Cancelled || gaveUp.Attempts != 0 || !errors.Is(err, context.Canceled) {
+		t.Fatalf("%v", err)
+	}
+	if calls.Load() != sent || g.Waiting() != 0 {
+		t.Fatalf("%d sent, %d waiting", calls.Load()-sent, g.Waiting())
+	}
+}

@@ -1,0 +1,426 @@
+// Package gate is the send gate, the same as stormguard's Rust library's
+// (the shared test vectors check it verdict by verdict): an adaptive
+// limiter, per process and dependency, that every attempt (first tries and
+// retries) passes while the dependency is unwell, so that a herd returns
+// to a recovering dependency at the rate it can take rather than all at
+// once.
+//
+//   - Off while healthy. Asking for a turn is one atomic load; outcomes
+//     that say nothing is wrong are ignored. The first outcome that says
+//     the dependency is overloaded or down turns the gate on.
+//   - On: paced turns, first come first served. Turns are 1/rate apart. An
+//     attempt that cannot go at once takes a Ticket and waits in line; only
+//     the first in line waits for a time, the others wait to be woken, so
+//     the line moves as soon as the rate grows. The caller bounds the wait
+//     by its deadline and leaves the line when it passes.
+//   - The rate is learned from outcomes. Until something is accepted, the
+//     gate probes at MinRate. Accepted attempts then grow the rate quickly
+//     (slow start: each adds Ramp turns per second). A refusal after that
+//     cuts it by Beta, never below what the dependency accepted over the
+//     last second, and regrows it along CUBIC's curve towards, then past,
+//     the rate at which it failed; the refusal that ends slow start cuts to
+//     that delivery rate instead. As in TCP, an overload cuts the rate
+//     once: attempts sent before the cut do not cut it again. A timeout
+//     cuts to a share of the most the dependency accepted in a second of
+//     the last three, and until a refusal shows it answering at once, the
+//     rate grows no faster than 1.25 times that most.
+//   - Off again once nothing has been refused and nobody has had to wait
+//     for Quiet.
+//
+// Times are nanoseconds since the gate's creation on a clock that does not
+// go back; decisions take the time as an argument, so a test drives the
+// very code a client runs.
+package gate
+
+import (
+	"fmt"
+	"math"
+	"math/rand"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Ticket is a place in a gate's line: a number unique within its gate, in
+// the order tickets were taken. A claim told Go uses it up, as leaving does.
+type Ticket uint64
+
+// Verdict is what the holder of a ticket is told when it claims its turn.
+type Verdict uint8
+
+// The verdicts of a claim.
+const (
+	// Go: send now; the ticket is used up.
+	Go Verdict = iota
+	// At: first in line; claim again at the time Claim gives (sooner, if
+	// woken: the rate may grow meanwhile).
+	At
+	// Behind: others are ahead; claim again when woken.
+	Behind
+)
+
+// String is the verdict's name: "go", "at" or "behind".
+func (v Verdict) String() string {
+	switch v {
+	case Go:
+		return "go"
+	case At:
+		return "at"
+	case Behind:
+		return "behind"
+	}
+	return fmt.Sprintf("Verdict(%d)", uint8(v))
+}
+
+// Signal is what an attempt's outcome says about the dependency.
+type Signal uint8
+
+// The signals.
+const (
+	// Accepted: answered well, or failed in a way that says nothing about load.
+	Accepted Signal = iota
+	// Overloaded: overloaded or down (429, 503, a refused connection, any
+	// failure the policy retries).
+	Overloaded
+	// TimedOut: no answer in time. Unlike a refusal, the dependency may
+	// still be working on it: the rate is cut to what it has lately been
+	// seen to accept, not by a share of what was sent.
+	TimedOut
+)
+
+// String is the signal's name: "accepted", "overloaded" or "timed_out".
+func (s Signal) String() string {
+	switch s {
+	case Accepted:
+		return "accepted"
+	case Overloaded:
+		return "overloaded"
+	case TimedOut:
+		return "timed_out"
+	}
+	return fmt.Sprintf("Signal(%d)", uint8(s))
+}
+
+// Tally is what a gate saw since it was last asked: what a process tells
+// the fleet's coordinator.
+type Tally struct {
+	// Sent is the turns given (attempts sent) while on.
+	Sent uint64
+	// Accepted is the attempts accepted while on.
+	Accepted uint64
+	// Overloaded is the attempts refused or timed out while on, the one
+	// that turned the gate on included.
+	Overloaded uint64
+	// TimedOut is those of them that timed out.
+	TimedOut uint64
+	// Waiting is the attempts waiting in line now: the demand not yet served.
+	Waiting uint64
+}
+
+// Gate is the send gate of one dependency in one process, shared by every
+// call to it; its methods may be called from any goroutine.
+type Gate struct {
+	policy Policy
+	on     atomic.Bool
+
+	mu sync.Mutex
+	// rate is the rate learned from this process's own outcomes.
+	rate rate
+	// pacer is turns as credit, at the lease's rate if the fleet granted
+	// one, else at rate's.
+	pacer pacer
+	// lastTrouble is the last overload, or when someone last had to wait:
+	// the gate turns off Quiet after the later of the two.
+	lastTrouble uint64
+	// line is the tickets waiting, first ticket first.
+	line       []waiter
+	nextTicket Ticket
+	tally      Tally
+	// draw draws each turn-on's first credit, so that processes that
+	// failed together do not probe together.
+	draw func() float64
+}
+
+type waiter struct {
+	ticket Ticket
+	// wake, if set, is told when the answer to the ticket's claim may
+	// have changed.
+	wake chan<- struct{}
+}
+
+// New makes a gate, off, with p's settings (a bad setting is an error
+// naming it). draw gives each turn-on's first credit, in [0, 1): a random
+// source of its own when nil.
+func New(p Policy, draw func() float64) (*Gate, error) {
+	if err := p.Check(); err != nil {
+		return nil, err
+	}
+	if draw == nil {
+		draw = rand.New(rand.NewSource(time.Now().UnixNano())).Float64
+	}
+	return &Gate{policy: p, rate: probingRate(p, 0), draw: draw}, nil
+}
+
+// On says whether the gate paces attempts now.
+func (g *Gate) On() bool { return g.on.Load() }
+
+// Rate is the rate the gate paces at, in attempts per second (the fleet's
+// grant while one lasts, else its own), and false while it is off.
+func (g *Gate) Rate() (float64, bool) {
+	if !g.On() {
+		return 0, false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.pacer.pace(g.rate.now), true
+}
+
+// OwnRate is the rate learned from this process's own outcomes, and false
+// while the gate is off.
+func (g *Gate) OwnRate() (float64, bool) {
+	if !g.On() {
+		return 0, false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.rate.now, true
+}
+
+// Phase is where the gate's own rate is in its law: "off", or while on
+// "probing", "slow_start", "cubic" (after a cut, below the rate it was cut
+// at) or "regrown" (back at or past it).
+func (g *Gate) Phase() string {
+	if !g.On() {
+		return "off"
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.rate.phaseName()
+}
+
+// Credit is the turns' credit as of the gate's last accrual.
+func (g *Gate) Credit() float64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.pacer.credit
+}
+
+// Tally is what the gate saw since the last tally, and who waits now.
+func (g *Gate) Tally() Tally {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	t := g.tally
+	t.Waiting = uint64(len(g.line))
+	g.tally = Tally{}
+	return t
+}
+
+// Waiting is the number of attempts waiting in line.
+func (g *Gate) Waiting() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.line)
+}
+
+// FirstInLine is the first ticket in line and when its turn is due, and
+// false if nobody waits.
+func (g *Gate) FirstInLine() (Ticket, uint64, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.line) == 0 {
+		return 0, 0, false
+	}
+	return g.line[0].ticket, g.pacer.due(g.rate.now), true
+}
+
+// Lease paces at rate until until instead of the gate's own rate: the
+// fleet's grant. It is ignored while the gate is off, if rate is not a
+// positive number, or if until is not after now; it is at most MaxRate.
+func (g *Gate) Lease(rate float64, until, now uint64) {
+	if !g.On() || !(rate > 0) || math.IsInf(rate, 1) || until <= now {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.pacer.accrue(g.rate.now, now)
+	g.pacer.lease = &lease{rate: minFloat(rate, g.policy.MaxRate), until: until, since: now}
+	g.wakeFirst()
+}
+
+// Turn asks for a turn for an attempt at now: wait is false if it may go
+// at once, and true if it is to wait in line under ticket (Claim with it
+// until told Go, or Leave).
+func (g *Gate) Turn(now uint64) (ticket Ticket, wait bool) {
+	if !g.On() {
+		return 0, false
+	}
+	return g.pacedTurn(now, nil)
+}
+
+// Rejoin is Turn for a call that has waited in line before, under place:
+// it waits at that place again, ahead of calls that came after it. The
+// line is first come, first served by call, not by attempt, so a retry
+// does not go to the back of a line it has waited in longest.
+func (g *Gate) Rejoin(place Ticket, now uint64) (ticket Ticket, wait bool) {
+	if !g.On() {
+		return 0, false
+	}
+	return g.pacedTurn(now, &place)
+}
+
+func (g *Gate) pacedTurn(now uint64, place *Ticket) (Ticket, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ahead := len(g.line) > 0
+	if place != nil {
+		ahead = ahead && g.line[0].ticket < *place
+	}
+	if g.turnOffIfQuiet(now) || !ahead && g.giveTurn(now) {
+		return 0, false
+	}
+	g.lastTrouble = now
+	var number Ticket
+	if place != nil {
+		number = *place
+	} else {
+		number = g.nextTicket
+		g.nextTicket++
+	}
+	g.join(number)
+	return number, true
+}
+
+// Claim is the holder of ticket asking for its turn at now. Told At, it
+// claims again at the time given; told Behind, when woken. wake, if not
+// nil, is sent to (without blocking: give it room for one) when the answer
+// may have changed: the line moved, or the rate grew.
+func (g *Gate) Claim(ticket Ticket, now uint64, wake chan<- struct{}) (verdict Verdict, at uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	first := len(g.line) > 0 && g.line[0].ticket == ticket
+	if first && g.giveTurn(now) {
+		g.line = append(g.line[:0], g.line[1:]...)
+		g.lastTrouble = now
+		g.wakeFirst()
+		return Go, 0
+	}
+	if i, found := g.find(ticket); found {
+		g.line[i].wake = wake
+	}
+	if first {
+		return At, g.pacer.due(g.rate.now)
+	}
+	return Behind, 0
+}
+
+// Leave gives up ticket's place in line (its deadline passed, or it was
+// cancelled).
+func (g *Gate) Leave(ticket Ticket) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	i, found := g.find(ticket)
+	if !found {
+		return
+	}
+	g.line = append(g.line[:i], g.line[i+1:]...)
+	if i == 0 {
+		g.wakeFirst()
+	}
+}
+
+// Record learns from the outcome, at now, of an attempt sent at sent.
+func (g *Gate) Record(signal Signal, sent, now uint64) {
+	if signal == Accepted && !g.On() {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p := g.policy
+	timedOut := signal == TimedOut
+	switch {
+	case signal != Accepted && !g.On():
+		g.rate = probingRate(p, now)
+		// The rate is at its lowest already; this only notes whether the
+		// dependency is slow.
+		g.rate.overloaded(p, sent, now, timedOut)
+		g.pacer = pacer{credit: g.draw(), at: now}
+		g.lastTrouble = now
+		// The failure that turned it on is the first the fleet hears of.
+		g.tally = Tally{Overloaded: 1}
+		if timedOut {
+			g.tally.TimedOut = 1
+		}
+		g.on.Store(true)
+	case signal != Accepted:
+		g.tally.Overloaded++
+		if timedOut {
+			g.tally.TimedOut++
+		}
+		g.lastTrouble = now
+		g.pacer.accrue(g.rate.now, now)
+		g.rate.overloaded(p, sent, now, timedOut)
+		g.pacer.overloaded(p.Beta, sent)
+	default:
+		g.tally.Accepted++
+		g.pacer.accrue(g.rate.now, now)
+		g.rate.accepted(p, now)
+		g.turnOffIfQuiet(now)
+		// The first in line may be due sooner now.
+		g.wakeFirst()
+	}
+}
+
+// turnOffIfQuiet turns the gate off if nothing has been refused and nobody
+// has waited for Quiet, and nobody waits now; whether it did.
+func (g *Gate) turnOffIfQuiet(now uint64) bool {
+	var since uint64
+	if now > g.lastTrouble {
+		since = now - g.lastTrouble
+	}
+	off := since >= uint64(g.policy.Quiet) && len(g.line) == 0
+	if off {
+		g.on.Store(false)
+	}
+	return off
+}
+
+// giveTurn gives a turn if one has accrued by now.
+func (g *Gate) giveTurn(now uint64) bool {
+	g.pacer.accrue(g.rate.now, now)
+	given := g.pacer.take()
+	if given {
+		g.tally.Sent++
+	}
+	return given
+}
+
+// wakeFirst tells the first in line, once, that its claim may go otherwise.
+func (g *Gate) wakeFirst() {
+	if len(g.line) == 0 || g.line[0].wake == nil {
+		return
+	}
+	select {
+	case g.line[0].wake <- struct{}{}:
+	default:
+	}
+	g.line[0].wake = nil
+}
+
+// find is where ticket is in line, or would be.
+func (g *Gate) find(ticket Ticket) (int, bool) {
+	i := sort.Search(len(g.line), func(i int) bool { return g.line[i].ticket >= ticket })
+	return i, i < len(g.line) && g.line[i].ticket == ticket
+}
+
+// join puts ticket in line at its place, not yet to be woken.
+func (g *Gate) join(ticket Ticket) {
+	i, found := g.find(ticket)
+	if found {
+		g.line[i].wake = nil
+		return
+	}
+	g.line = append(g.line, waiter{})
+	copy(g.line[i+1:], g.line[i:])
+	g.line[i] = waiter{ticket: ticket}
+}

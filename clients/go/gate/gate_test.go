@@ -1,0 +1,383 @@
+package gate
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// defaults is the built-in gate block, turned on.
+func defaults() Policy {
+	return Policy{Enabled: true, MinRate: 0.5, MaxRate: 100_000, Beta: 0.7, Scale: 0.4, Ramp: 16, Quiet: 5 * time.Second}
+}
+
+// newGate is a gate whose slow start adds one turn per second per accepted
+// attempt, for round figures, and whose first credit is 0: the first turn
+// comes a whole interval after the gate turns on.
+func newGate(t *testing.T, change ...func(*Policy)) *Gate {
+	t.Helper()
+	p := defaults()
+	p.Ramp = 1
+	for _, c := range change {
+		c(&p)
+	}
+	g, err := New(p, func() float64 { return 0 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// at is s seconds after the gate's creation, rounded as the Rust tests'
+// Duration::from_secs_f64 rounds.
+func at(s float64) uint64 { return nanosOf(s) }
+
+func paceOf(t *testing.T, g *Gate) float64 {
+	t.Helper()
+	r, on := g.Rate()
+	if !on {
+		t.Fatal("the gate is off")
+	}
+	return r
+}
+
+// inLine is a check that a turn waits in line, giving its ticket.
+func inLine(t *testing.T) func(Ticket, bool) Ticket {
+	return func(ticket Ticket, wait bool) Ticket {
+		t.Helper()
+		if !wait {
+			t.Fatal("expected to wait in line")
+		}
+		return ticket
+	}
+}
+
+func claim(t *testing.T, g *Gate, ticket Ticket, now uint64, want Verdict, wantAt uint64) {
+	t.Helper()
+	if verdict, due := g.Claim(ticket, now, nil); verdict != want || due != wantAt {
+		t.Fatalf("ticket %d at %d: %s %d, want %s %d", ticket, now, verdict, due, want, wantAt)
+	}
+}
+
+func TestOffItGivesEveryTurnAtOnceAndIgnoresGoodAnswers(t *testing.T) {
+	g := newGate(t)
+	for i := 0; i < 1000; i++ {
+		if _, wait := g.Turn(0); wait {
+			t.Fatal("an off gate made an attempt wait")
+		}
+		g.Record(Accepted, 0, 0)
+	}
+	if _, on := g.Rate(); on || g.On() || g.Phase() != "off" {
+		t.Fatal("good answers turned the gate on")
+	}
+}
+
+func TestTheFirstOverloadTurnsItOnAndTheLineMovesAtTheProbeRate(t *testing.T) {
+	g := newGate(t)
+	queued := inLine(t)
+	g.Record(Overloaded, 0, 0)
+	if r := paceOf(t, g); r != 0.5 || g.Phase() != "probing" {
+		t.Fatalf("%v %s", r, g.Phase())
+	}
+	first := queued(g.Turn(0))
+	second := queued(g.Turn(0))
+	claim(t, g, first, 0, At, at(2))
+	claim(t, g, second, 0, Behind, 0)
+	if ticket, due, ok := g.FirstInLine(); !ok || ticket != first || due != at(2) {
+		t.Fatal(ticket, due, ok)
+	}
+	claim(t, g, second, at(2), Behind, 0) // first come, first served
+	claim(t, g, first, at(2), Go, 0)
+	claim(t, g, second, at(2), At, at(4))
+	claim(t, g, second, at(4), Go, 0)
+	if g.Waiting() != 0 {
+		t.Fatal(g.Waiting())
+	}
+	if _, wait := g.Turn(at(6)); wait {
+		t.Fatal("due, and nobody in line")
+	}
+	queued(g.Turn(at(6)))
+}
+
+func TestTheFirstInLineIsWokenWhenTheRateGrowsAndTheNextWhenItGoesOrLeaves(t *testing.T) {
+	g := newGate(t)
+	queued := inLine(t)
+	g.Record(Overloaded, 0, 0)
+	firstWake, secondWake := make(chan struct{}, 1), make(chan struct{}, 1)
+	first := queued(g.Turn(0))
+	second := queued(g.Turn(0))
+	third := queued(g.Turn(0))
+	if verdict, due := g.Claim(first, 0, firstWake); verdict != At || due != at(2) {
+		t.Fatal(verdict, due)
+	}
+	if verdict, _ := g.Claim(second, 0, secondWake); verdict != Behind {
+		t.Fatal(verdict)
+	}
+	g.Record(Accepted, 0, at(0.5))
+	if len(firstWake) != 1 || len(secondWake) != 0 {
+		t.Fatal("a grown rate wakes the first in line only")
+	}
+	// A quarter turn accrued by 0.5 s; the rest comes at 1.5 turns a second.
+	claim(t, g, first, at(0.5), At, at(0.5+0.75/1.5))
+	g.Leave(first)
+	if len(secondWake) != 1 {
+		t.Fatal("the new first in line is not woken")
+	}
+	claim(t, g, second, at(1), Go, 0)
+	if ticket, _, _ := g.FirstInLine(); ticket != third {
+		t.Fatal(ticket)
+	}
+}
+
+func TestAnOverloadCutsTheRateOnceNotOncePerAttemptSentBeforeTheCut(t *testing.T) {
+	g := newGate(t)
+	g.Record(Overloaded, 0, 0)
+	for i := 0; i < 100; i++ {
+		g.Record(Accepted, 0, at(1))
+	}
+	g.Record(Overloaded, at(1.05), at(1.05))
+	if r := paceOf(t, g); r != 100 {
+		t.Fatalf("slow start ends at the 100 accepted: %v", r)
+	}
+	// Two seconds on, the accepted attempts are out of the last second.
+	sent := at(3)
+	g.Record(Overloaded, sent, at(3.1))
+	cut := paceOf(t, g)
+	if math.Abs(cut-100*0.7) > 1e-9 || g.Phase() != "cubic" {
+		t.Fatal(cut, g.Phase())
+	}
+	g.Record(Overloaded, sent, at(3.2))
+	if paceOf(t, g) != cut {
+		t.Fatal("an attempt sent before the cut cut the rate again")
+	}
+	g.Record(Overloaded, at(3.15), at(3.2))
+	if paceOf(t, g) >= cut {
+		t.Fatal("an attempt sent after the cut did not cut the rate")
+	}
+}
+
+func TestCubicRegrowsTheRatePastTheRateItFailedAt(t *testing.T) {
+	g := newGate(t, func(p *Policy) { p.Quiet = time.Minute })
+	g.Record(Overloaded, 0, 0)
+	for i := 0; i < 100; i++ {
+		g.Record(Accepted, 0, at(1))
+	}
+	failedAt := at(3)
+	g.Record(Overloaded, failedAt, failedAt)
+	cut := paceOf(t, g)
+	// Back to the rate it failed at after k = ∛(100.5 × 0.3 / 0.4) ≈ 4.22 s.
+	k := cbrt(100.5 * 0.3 / 0.4)
+	g.Record(Accepted, failedAt, failedAt+at(k/2))
+	if half := paceOf(t, g); !(cut < half && half < 100.5) || g.Phase() != "cubic" {
+		t.Fatal(cut, half, g.Phase())
+	}
+	g.Record(Accepted, failedAt, failedAt+at(k))
+	if math.Abs(paceOf(t, g)-100.5) > 1e-6 {
+		t.Fatal(paceOf(t, g))
+	}
+	g.Record(Accepted, failedAt, failedAt+at(k+2))
+	if paceOf(t, g) <= 100.5 || g.Phase() != "regrown" {
+		t.Fatal("CUBIC probes past the old maximum:", paceOf(t, g), g.Phase())
+	}
+}
+
+func TestItTurnsOffAfterAQuietTimeWithoutRefusalsOrWaiting(t *testing.T) {
+	g := newGate(t)
+	queued := inLine(t)
+	g.Record(Overloaded, 0, 0)
+	g.Record(Accepted, 0, at(4.9))
+	if !g.On() {
+		t.Fatal("off before the quiet time")
+	}
+	// Waiting counts as trouble: a gate that still paces is still needed.
+	if _, wait := g.Turn(at(4.9)); wait {
+		t.Fatal("a turn had accrued")
+	}
+	ticket := queued(g.Turn(at(4.9)))
+	g.Record(Accepted, 0, at(9.8))
+	if !g.On() {
+		t.Fatal("off 4.9 s after someone waited")
+	}
+	g.Record(Accepted, 0, at(10))
+	if !g.On() {
+		t.Fatal("off while someone waits")
+	}
+	g.Leave(ticket)
+	g.Record(Accepted, 0, at(10))
+	if g.On() || g.Phase() != "off" {
+		t.Fatal("still on after a quiet time with nobody waiting")
+	}
+	if _, wait := g.Turn(at(10)); wait {
+		t.Fatal("an off gate made an attempt wait")
+	}
+}
+
+func TestAnIdleGateTurnsOffWhenNextAskedAfterTheQuietTime(t *testing.T) {
+	g := newGate(t)
+	g.Record(Overloaded, 0, 0)
+	if _, wait := g.Turn(at(60)); wait || g.On() {
+		t.Fatal("an idle gate stayed on")
+	}
+}
+
+func TestACallThatRejoinsWaitsAheadOfThoseThatCameAfterIt(t *testing.T) {
+	g := newGate(t)
+	queued := inLine(t)
+	g.Record(Overloaded, 0, 0)
+	first := queued(g.Turn(0))
+	second := queued(g.Turn(0))
+	claim(t, g, first, at(2), Go, 0)
+	// The first's attempt is refused; it comes back while the second waits.
+	again := queued(g.Rejoin(first, at(2.1)))
+	if again != first {
+		t.Fatal(again)
+	}
+	if ticket, _, _ := g.FirstInLine(); ticket != first {
+		t.Fatal(ticket)
+	}
+	claim(t, g, second, at(4), Behind, 0)
+	claim(t, g, again, at(4), Go, 0)
+	claim(t, g, second, at(6), Go, 0)
+}
+
+func TestATimeoutCutsToAShareOfTheMostAcceptedAndCapsTheGrowth(t *testing.T) {
+	g := newGate(t)
+	g.Record(Overloaded, 0, 0)
+	for i := 0; i < 100; i++ {
+		g.Record(Accepted, 0, at(0.5+float64(i)*0.001))
+	}
+	g.Record(TimedOut, at(1.2), at(1.2))
+	if r := paceOf(t, g); math.Abs(r-70) > 1e-9 {
+		t.Fatalf("0.7 × 100 accepted: %v", r)
+	}
+	g.Record(TimedOut, at(4), at(4))
+	if r := paceOf(t, g); r != 0.5 {
+		t.Fatalf("nothing accepted in the last three seconds: %v", r)
+	}
+
+	slow, err := New(defaults(), func() float64 { return 0 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow.Record(TimedOut, 0, 0)
+	for i := 0; i < 20; i++ {
+		now := at(0.05 * float64(i+1))
+		slow.Record(Accepted, now, now)
+	}
+	// Slow start would be at 0.5 + 16 × 20; the timeout holds it to 1.25 ×
+	// 19, the most delivered within one second (tenths are whole).
+	if r := paceOf(t, slow); r != 23.75 {
+		t.Fatal(r)
+	}
+	tally := slow.Tally()
+	if tally != (Tally{Accepted: 20, Overloaded: 1, TimedOut: 1}) {
+		t.Fatalf("%+v", tally)
+	}
+}
+
+func TestALeasePacesUntilItEndsAndARefusalUnderItCutsItOnce(t *testing.T) {
+	g := newGate(t)
+	g.Record(Overloaded, 0, 0)
+	g.Lease(10, at(2), at(1))
+	g.Record(Overloaded, at(0.9), at(1.1))
+	if r := paceOf(t, g); r != 10 {
+		t.Fatalf("sent before the grant: the fleet knew of it: %v", r)
+	}
+	g.Record(Overloaded, at(1.2), at(1.2))
+	g.Record(Overloaded, at(1.2), at(1.3))
+	if r := paceOf(t, g); r != 7 {
+		t.Fatalf("0.7 × the grant, once: %v", r)
+	}
+	for _, bad := range []float64{0, -1, math.NaN(), math.Inf(1)} {
+		g.Lease(bad, at(9), at(1.4))
+		if r := paceOf(t, g); r != 7 {
+			t.Fatalf("a lease of %v: %v", bad, r)
+		}
+	}
+	g.Record(Accepted, 0, at(2))
+	if r, _ := g.OwnRate(); paceOf(t, g) != r {
+		t.Fatal("the lease outlived its end")
+	}
+}
+
+func TestWaitsRoundToTheNearestNanosecondAsRustDoes(t *testing.T) {
+	for s, want := range map[float64]uint64{
+		0:                       0,
+		1e-20:                   0,
+		0.999e-9:                1,
+		4.2e-7:                  420,
+		2.7:                     2_700_000_000,
+		0.999_999_999_499:       999_999_999,
+		0.999_999_999_501:       1_000_000_000,
+		42.999_999_999_499:      42_999_999_999,
+		42.999_999_999_501:      43_000_000_000,
+		3e9:                     3e18,
+		math.Float64frombits(1): 0,
+		math.Float64frombits(0x3F50_0000_0000_0000): 976_562,   // exactly 976562.5e-9: to even
+		math.Float64frombits(0x3F68_0000_0000_0000): 2_929_688, // exactly 2929687.5e-9
+		math.Float64frombits(0x3FF0_0400_0000_0000): 1_000_976_562,
+		1e30: math.MaxUint64,
+	} {
+		if got := nanosOf(s); got != want {
+			t.Errorf("%v s: %d ns, want %d", s, got, want)
+		}
+	}
+	if secs(1_500_000_001) != 1.500000001 {
+		t.Fatal(secs(1_500_000_001))
+	}
+}
+
+func TestCubeRootsAreCorrectlyRounded(t *testing.T) {
+	// Where math.Cbrt (and the GNU C library's cbrt) round to the other
+	// neighbour.
+	for x, want := range map[float64]float64{
+		1.75:   1.205071132087615,
+		83.747: 4.3751178199563,
+		25.935: 2.9600252615326443,
+		93.559: 4.539714317640472,
+		30.103: 3.1107844989703968,
+		27:     3,
+		-8:     -2,
+		0:      0,
+	} {
+		if got := cbrt(x); got != want {
+			t.Errorf("∛%v = %v, want %v", x, got, want)
+		}
+	}
+}
+
+func TestABadSettingIsNamed(t *testing.T) {
+	for want, change := range map[string]func(*Policy){
+		"gate.minRate must be above 0 and at most 1000, found 0":   func(p *Policy) { p.MinRate = 0 },
+		"gate.maxRate must be between 0.5 and 10000000, found 0.1": func(p *Policy) { p.MaxRate = 0.1 },
+		"gate.beta must be above 0 and below 1, found 1":           func(p *Policy) { p.Beta = 1 },
+		"gate.scale must be above 0 and at most 1000, found NaN":   func(p *Policy) { p.Scale = math.NaN() },
+		"gate.ramp must be above 0 and at most 1000, found 1001":   func(p *Policy) { p.Ramp = 1001 },
+		"gate.quiet must be between 1ms and 1h0m0s, found 0s":      func(p *Policy) { p.Quiet = 0 },
+	} {
+		p := defaults()
+		change(&p)
+		if _, err := New(p, nil); err == nil || err.Error() != want {
+			t.Errorf("%v, want %s", err, want)
+		}
+	}
+	var p Policy
+	if err := p.UnmarshalJSON([]byte(`{"enabled": true, "minRate": 2, "quietMs": 0.5}`)); err != nil || !p.Enabled || p.MinRate != 2 || p.Quiet != 500*time.Microsecond {
+		t.Fatalf("%+v %v", p, err)
+	}
+	if err := p.UnmarshalJSON([]byte(`{"beta": "high"}`)); err == nil || err.Error() != "gate.beta must be a number, found high" {
+		t.Fatal(err)
+	}
+}
+
+func TestAClaimAtTheTimeGivenGoesThoughTheWaitWasRoundedDown(t *testing.T) {
+	g := newGate(t)
+	queued := inLine(t)
+	g.Record(Overloaded, 0, 0)
+	g.Lease(3, at(60), 0)
+	first := queued(g.Turn(0))
+	// A third of a second rounds down to 333,333,333 ns: the credit then
+	// falls a rounding error short of a turn, and still makes one.
+	claim(t, g, first, 0, At, 333_333_333)
+	claim(t, g, first, 333_333_333, Go, 0)
+}

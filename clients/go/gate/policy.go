@@ -1,0 +1,135 @@
+package gate
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+)
+
+// Policy is a policy's gate block.
+type Policy struct {
+	Enabled bool
+	// MinRate is the lowest rate, attempts per second: the probe rate
+	// during a full outage. Above 0, at most 1000.
+	MinRate float64
+	// MaxRate is the highest rate the gate paces at, from MinRate to 10,000,000.
+	MaxRate float64
+	// Beta is the share of the rate kept after an overload, above 0 and below 1.
+	Beta float64
+	// Scale is how fast the rate regrows after an overload (CUBIC's C),
+	// above 0, at most 1000.
+	Scale float64
+	// Ramp is the attempts per second each accepted attempt adds to the
+	// rate in slow start, above 0, at most 1000.
+	Ramp float64
+	// Quiet is how long without an overload and without a caller having
+	// to wait turns the gate off, 1ms to 1h.
+	Quiet time.Duration
+}
+
+// Check says what is wrong with p, naming the key, or nil.
+func (p Policy) Check() error {
+	show := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+	above := func(key string, v, lo, hi float64) error {
+		if !(v > lo && v <= hi) {
+			return fmt.Errorf("gate.%s must be above %s and at most %s, found %s", key, show(lo), show(hi), show(v))
+		}
+		return nil
+	}
+	between := func(key string, v, lo, hi float64) error {
+		if !(v >= lo && v <= hi) {
+			return fmt.Errorf("gate.%s must be between %s and %s, found %s", key, show(lo), show(hi), show(v))
+		}
+		return nil
+	}
+	beta := func() error {
+		if !(p.Beta > 0 && p.Beta < 1) {
+			return fmt.Errorf("gate.beta must be above 0 and below 1, found %s", show(p.Beta))
+		}
+		return nil
+	}
+	quiet := func() error {
+		if p.Quiet < time.Millisecond || p.Quiet > time.Hour {
+			return fmt.Errorf("gate.quiet must be between %s and %s, found %s", time.Millisecond, time.Hour, p.Quiet)
+		}
+		return nil
+	}
+	lowest := p.MinRate
+	if math.IsNaN(lowest) || math.IsInf(lowest, 0) {
+		lowest = 0
+	}
+	for _, err := range []error{
+		above("minRate", p.MinRate, 0, 1000),
+		between("maxRate", p.MaxRate, lowest, 10_000_000),
+		beta(),
+		above("scale", p.Scale, 0, 1000),
+		above("ramp", p.Ramp, 0, 1000),
+		quiet(),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// FromMap reads a gate block as the daemon serves it (enabled, minRate,
+// maxRate, beta, scale, ramp, quietMs; milliseconds may be fractional). A
+// key that is missing keeps its value in p; a key of the wrong type is an
+// error naming it.
+func (p Policy) FromMap(block map[string]any) (Policy, error) {
+	var err error
+	number := func(key string) (float64, bool) {
+		v, ok := block[key]
+		if !ok || err != nil {
+			return 0, false
+		}
+		f, isNumber := v.(float64)
+		if !isNumber || math.IsNaN(f) || math.IsInf(f, 0) {
+			err = fmt.Errorf("gate.%s must be a number, found %v", key, v)
+			return 0, false
+		}
+		return f, true
+	}
+	real := func(key string, into *float64) {
+		if f, ok := number(key); ok {
+			*into = f
+		}
+	}
+	if v, ok := block["enabled"]; ok {
+		b, isBool := v.(bool)
+		if !isBool {
+			err = fmt.Errorf("gate.enabled must be true or false, found %v", v)
+		}
+		p.Enabled = b
+	}
+	real("minRate", &p.MinRate)
+	real("maxRate", &p.MaxRate)
+	real("beta", &p.Beta)
+	real("scale", &p.Scale)
+	real("ramp", &p.Ramp)
+	if f, ok := number("quietMs"); ok {
+		if f < 0 || f > float64(math.MaxInt64)/1e6 {
+			err = fmt.Errorf("gate.quietMs must be milliseconds from 0, found %v", f)
+		} else {
+			p.Quiet = time.Duration(math.Round(f * 1e6))
+		}
+	}
+	return p, err
+}
+
+// UnmarshalJSON reads a gate block (see FromMap) over p.
+func (p *Policy) UnmarshalJSON(text []byte) error {
+	var block map[string]any
+	if err := json.Unmarshal(text, &block); err != nil {
+		return err
+	}
+	read, err := p.FromMap(block)
+	if err != nil {
+		return err
+	}
+	*p = read
+	return nil
+}
