@@ -1,19 +1,20 @@
 """stormguard's client for Python services: the policy watch (fetch, cache,
-defaults, long-poll), the delay law, the retry budget and the circuit
-breaker, the same to the nanosecond as the Rust library's (clients/vectors
-checks it), the reporter, and a dependency's calls under all of them. Both
-the watch and the reporter reach an ``https://`` daemon with a
-:class:`DaemonTls` (a CA, a client certificate), and the reporter sends a
-service-account token file's token."""
+defaults, long-poll), the delay law, the retry budget, the circuit breaker
+and the send gate, the same to the nanosecond as the Rust library's
+(clients/vectors checks it), the reporter, and a dependency's calls under
+all of them. Both the watch and the reporter reach an ``https://`` daemon
+with a :class:`DaemonTls` (a CA, a client certificate), and the reporter
+sends a service-account token file's token."""
 
 from .backoff import Backoff
 from .breaker import BreakerPolicy, CallNotPermitted, CircuitBreaker, CircuitState
 from .budget import RetryBudget
 from .connect import DaemonTls, TlsFileError
 from .dependency import Dependency
+from .gate import GatePolicy, NoTurn, SendGate
 from .policies import PolicyWatch
 from .reports import Reporter, ReporterStats, ReportNotDelivered, ReportRefused
 
 __all__ = ["Backoff", "BreakerPolicy", "CallNotPermitted", "CircuitBreaker", "CircuitState", "DaemonTls",
-           "Dependency", "PolicyWatch", "Reporter", "ReporterStats", "ReportNotDelivered", "ReportRefused",
-           "RetryBudget", "TlsFileError"]
+           "Dependency", "GatePolicy", "NoTurn", "PolicyWatch", "Reporter", "ReporterStats", "ReportNotDelivered",
+           "ReportRefused", "RetryBudget", "SendGate", "TlsFileError"]

@@ -1,16 +1,18 @@
 """Reading a policy as :class:`~stormguard_client.PolicyWatch` hands it out
 (its JSON, as the daemon serves it) into the pieces that act on it: the
 retry count, the delay law, ``retryOn``, the per-try timeout, the retry
-budget and the circuit breaker. A key the policy lacks is taken from the
-built-in defaults (``default_policy.json``); a value out of range raises
-ValueError naming its key.
+budget, the circuit breaker and the send gate. A key the policy lacks is
+taken from the built-in defaults (``default_policy.json``); a value out of
+range raises ValueError naming its key.
 """
 
 import math
+import random
 
 from .backoff import Backoff
 from .breaker import BreakerPolicy, CircuitBreaker, millis_to_nanos
 from .budget import RetryBudget
+from .gate import GatePolicy, SendGate
 from .policies import DEFAULT_POLICY
 from .retry_on import RetryOn
 
@@ -109,3 +111,19 @@ def breaker(policy, now_ns=0):
     its clock starting at ``now_ns``; None when the block is not enabled."""
     settings = breaker_policy(policy)
     return CircuitBreaker(settings, now_ns) if settings.enabled else None
+
+
+def gate_policy(policy):
+    """The policy's ``gate`` block as a :class:`GatePolicy`."""
+    given = policy.get("gate")
+    if given is not None and not isinstance(given, dict):
+        raise ValueError(f"gate must be an object, not {given!r}")
+    return GatePolicy.from_json(given or {}, defaults=DEFAULT_POLICY["gate"])
+
+
+def gate(policy, now_ns=0, draw=random.random):
+    """A :class:`SendGate` from the policy's ``gate`` block, created off at
+    ``now_ns``, drawing each turn-on's first credit from ``draw``; None when
+    the block is not enabled."""
+    settings = gate_policy(policy)
+    return SendGate(settings, now_ns, draw) if settings.enabled else None

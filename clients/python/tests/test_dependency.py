@@ -2,15 +2,19 @@
 back to it."""
 
 import http.server
+import random
 import threading
+import time
 import urllib.error
 import urllib.request
 
 import pytest
 
 from conftest import eventually, free_port, metric, requests_sample
-from stormguard_client import CallNotPermitted, Dependency, PolicyWatch, Reporter
+from stormguard_client import CallNotPermitted, Dependency, NoTurn, PolicyWatch, Reporter
 from stormguard_client.dependency import failure_of
+from stormguard_client.gate import Tally
+from stormguard_client.policies import DEFAULT_POLICY
 
 POLICY = """\
 defaults:
@@ -183,3 +187,162 @@ def test_failures_are_named_as_retry_on_names_them():
     assert failure_of(ConnectionResetError()) == "reset"
     assert failure_of(OSError("broken pipe")) == "reset"
     assert failure_of(ValueError()) is None
+
+
+# --- the send gate ---------------------------------------------------------
+
+S = 1_000_000_000
+
+
+class Watch:
+    """A watch that serves one policy, which a test may replace."""
+
+    def __init__(self, **policy):
+        self.current = {**DEFAULT_POLICY, **policy}
+
+    def policy(self, service):
+        return self.current
+
+
+class VirtualTime:
+    """A clock that moves only when a call waits: ``sleeps`` and ``waits``
+    (in line) hold how long each wait was, in seconds."""
+
+    def __init__(self):
+        self.now = 0
+        self.sleeps, self.waits = [], []
+
+    def clock(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.sleeps.append(seconds)
+        self.now += round(seconds * S)
+
+    def wait(self, event, seconds):
+        self.waits.append(seconds)
+        self.now += round(seconds * S)
+        return event.is_set()
+
+
+class NoCredit(random.Random):
+    """Random draws whose first credit for a gate is none: its first turn
+    comes a whole interval (2 s at 0.5 a second) after it turns on."""
+
+    def random(self):
+        return 0.0
+
+
+def gated(time_, **policy):
+    """A Dependency in virtual time whose policy has the gate on."""
+    policy = {"gate": {"enabled": True}, "jitter": "none", **policy}
+    return Dependency(Watch(**policy), "payments", clock=time_.clock, sleep=time_.sleep, wait=time_.wait,
+                      rng=NoCredit())
+
+
+def test_a_call_that_gets_no_turn_before_its_deadline_ends_with_no_turn_and_leaves_the_line():
+    clock = VirtualTime()
+    dependency = gated(clock, maxRetries=0, maxElapsedMs=500)
+    assert dependency.call("/charge", lambda timeout: 503) == 503
+    gate = dependency.gate
+    assert gate.is_on and gate.rate == 0.5 and gate.credit == 0.0, "the 503 turned it on"
+    sent = []
+    with pytest.raises(NoTurn) as refused:
+        dependency.call("/charge", lambda timeout: sent.append(timeout) or 200)
+    assert not sent, "the attempt was not sent"
+    assert clock.waits == [0.5], "it waited until its deadline (maxElapsedMs), not the turn due at 2 s"
+    assert (refused.value.waited_ns, refused.value.attempts, refused.value.status) == (S // 2, 0, None)
+    assert gate.waiting == 0 and gate.first_in_line() is None, "it left the line"
+    assert "no turn" in str(refused.value)
+
+
+def test_while_the_gate_paces_a_retry_waits_for_its_turn_at_its_place_not_for_a_backoff_or_the_budget():
+    budget = {"enabled": True, "retryRatio": 0.0, "minRetriesPerSecond": 0, "ttlMs": 10000}
+    answers = iter([503, 503, 200])
+    clock = VirtualTime()
+    dependency = gated(clock, maxRetries=3, initialDelayMs=100, budget=budget)
+    assert dependency.call("/charge", lambda timeout: next(answers)) == 200
+    assert clock.sleeps == [], "no backoff while paced"
+    assert clock.waits == [2.0, 2.0], "a turn each 2 s at the probe rate"
+    assert dependency.budget.denied == 0, "the budget was not asked"
+    assert dependency.gate.tally() == Tally(sent=2, accepted=1, overloaded=2, waiting=0)
+    assert dependency.gate.turn(clock.now).number == 1, "the retry waited at the call's place: no new ticket"
+
+    unpaced = Dependency(Watch(maxRetries=3, jitter="none", budget=budget), "payments", clock=clock.clock,
+                         sleep=clock.sleep, wait=clock.wait)
+    assert unpaced.call("/charge", lambda timeout: 503) == 503
+    assert unpaced.budget.denied == 1, "without the gate, the budget turns the retry away"
+
+
+def test_each_outcome_tells_the_gate_what_it_says_about_the_dependency():
+    clock = VirtualTime()
+    dependency = gated(clock, maxRetries=0)
+
+    def raises(error):
+        def attempt(timeout):
+            raise error
+        return attempt
+
+    with pytest.raises(TimeoutError):
+        dependency.call("/charge", raises(TimeoutError("timed out")))
+    gate = dependency.gate
+    assert gate.tally() == Tally(overloaded=1, timed_out=1), "a timeout turned it on"
+    assert dependency.call("/charge", lambda timeout: 404) == 404
+    with pytest.raises(ValueError):
+        dependency.call("/charge", raises(ValueError("not a network failure")))
+    assert dependency.call("/charge", lambda timeout: 501) == 501
+    assert dependency.call("/charge", lambda timeout: 429) == 429
+    with pytest.raises(ConnectionRefusedError):
+        dependency.call("/charge", raises(ConnectionRefusedError()))
+    assert gate.tally() == Tally(sent=5, accepted=3, overloaded=2), \
+        "an answer or a failure retryOn leaves out is accepted; a retried failure is an overload"
+
+
+def test_a_waiting_call_is_woken_when_the_line_moves():
+    watch = Watch(maxRetries=0, maxElapsedMs=10_000, gate={"enabled": True, "minRate": 50.0})
+    dependency = Dependency(watch, "payments", rng=NoCredit())
+    assert dependency.call("/charge", lambda timeout: 503) == 503
+    gate = dependency.gate
+    ahead = gate.turn(time.monotonic_ns())
+    assert ahead is not None, "no credit yet: the test's own ticket is first in line"
+    results = []
+    started = time.monotonic()
+    caller = threading.Thread(target=lambda: results.append(dependency.call("/charge", lambda timeout: 200)))
+    caller.start()
+    assert eventually(lambda: gate.waiting == 2), "the call waits behind the test's ticket"
+    gate.leave(ahead)
+    caller.join(timeout=5)
+    assert results == [200] and time.monotonic() - started < 5, "woken, not left to wait for its deadline"
+    assert gate.waiting == 0
+
+
+def test_the_gate_is_rebuilt_only_when_its_block_changes():
+    clock = VirtualTime()
+    dependency = gated(clock, maxRetries=0)
+    dependency.call("/charge", lambda timeout: 503)
+    gate = dependency.gate
+    assert gate.is_on
+    dependency.watch.current = {**dependency.watch.current, "maxRetries": 1}
+    assert dependency.gate is gate and gate.is_on, "the same block: the same gate, still pacing"
+    dependency.watch.current = {**dependency.watch.current, "gate": {"enabled": True, "quietMs": 1000}}
+    assert dependency.gate is not gate and not dependency.gate.is_on, "a new block: a new gate, off"
+    dependency.watch.current = {**dependency.watch.current, "gate": {"enabled": False}}
+    assert dependency.gate is None
+    dependency.watch.current = {**dependency.watch.current, "gate": {"enabled": True, "beta": 1.5}}
+    assert dependency.gate is None, "a gate block out of range is refused: the last policy stays"
+
+
+def test_a_call_that_gets_no_turn_gives_back_its_breaker_permit():
+    breaker = {"enabled": True, "consecutiveFailures": 1, "openTimeoutMs": 1000, "halfOpenMaxCalls": 1,
+               "successThreshold": 1}
+    clock = VirtualTime()
+    dependency = gated(clock, maxRetries=0, maxElapsedMs=500, circuitBreaker=breaker)
+    assert dependency.call("/charge", lambda timeout: 503) == 503
+    assert dependency.breaker.state == "open" and dependency.gate.is_on
+    clock.now = S
+    with pytest.raises(NoTurn):
+        dependency.call("/charge", lambda timeout: 200)
+    assert dependency.breaker.state == "half-open"
+    with pytest.raises(NoTurn):
+        dependency.call("/charge", lambda timeout: 200)
+    assert dependency.gate.waiting == 0, "the one trial slot was free again: the breaker let the call wait"

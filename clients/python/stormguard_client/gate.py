@@ -1,0 +1,644 @@
+"""The send gate, the same as the Rust library's to the nanosecond and to the
+bit (clients/vectors checks it): an adaptive limiter, per process and
+dependency, that every attempt (first tries and retries) passes while the
+dependency is unwell, so that a herd returns to a recovering dependency at
+the rate it can take rather than all at once.
+
+- **Off while healthy.** Asking for a turn reads one flag; outcomes that say
+  nothing is wrong are ignored. The first outcome that says the dependency
+  is overloaded or down turns the gate on.
+- **On: paced turns, first come first served.** Turns are ``1 / rate``
+  apart, paced rather than let through in bursts. An attempt that cannot go
+  at once takes a :class:`Ticket` and waits in line; only the first in line
+  waits for a time, the others wait to be woken, so waiters cost nothing
+  while they wait and the line moves as soon as the rate grows. The caller
+  bounds the wait by its deadline and :meth:`~SendGate.leave` s the line
+  when it passes.
+- **The rate is learned from outcomes.** Until something is accepted, the
+  gate probes at ``minRate``. Accepted attempts then grow the rate quickly
+  (slow start: each adds ``ramp`` turns per second). An overload after that
+  cuts it by ``beta`` and regrows it along CUBIC's curve towards, then past,
+  the rate at which it failed; it cuts once per round of sends, as in TCP:
+  attempts sent before the cut were sent at the old rate. A refusal's cut
+  never goes below what the dependency accepted over the last second, and
+  the refusal that ends slow start cuts to that, not by ``beta``. A timeout
+  cuts to a share of the most the dependency accepted in a second of the
+  last three (it may still be working on what timed out), and until a
+  refusal shows it answering at once the rate then grows no faster than
+  1.25 times that most.
+- **Off again** once nothing has been refused and nobody has had to wait
+  for ``quietMs``.
+
+Decisions take the time as an argument (``now`` in nanoseconds, on any
+clock that does not go back, such as ``time.monotonic_ns``), so that tests
+and simulations drive the very code a client runs.
+"""
+
+import bisect
+import enum
+import math
+import random
+import threading
+from dataclasses import dataclass
+from fractions import Fraction
+
+from .breaker import MAX_DELAY_NANOS, millis_to_nanos
+
+NANOS_PER_SECOND = 1_000_000_000
+# How much more than one turn of credit may build up: what accrues over this
+# many seconds, so that a turn claimed late by a timer's lag is made up but a
+# lull earns no burst.
+LAG = 0.002
+# Credit this close to a whole turn is one: a wait computed from the missing
+# credit is rounded to whole nanoseconds, and must not bring a claim back a
+# rounding error short of its turn.
+EPSILON = 1e-9
+# Accepted attempts are counted in tenths of a second, three seconds of them:
+# the longest a timeout's cut looks back.
+TENTH_NANOS = 100_000_000
+TENTHS = 30
+# How far past what a slow dependency delivers the rate may grow (BBR's gain
+# when it probes for more bandwidth).
+GAIN = 1.25
+U32_MAX = (1 << 32) - 1
+KEYS = ("enabled", "minRate", "maxRate", "beta", "scale", "ramp", "quietMs")
+
+
+class Signal(enum.StrEnum):
+    """What an attempt's outcome says about the dependency; it equals its
+    name ("accepted", "overloaded", "timed_out")."""
+
+    ACCEPTED = "accepted"
+    """Answered well, or failed in a way that says nothing about load."""
+    OVERLOADED = "overloaded"
+    """Overloaded or down: a 429, a 503, a refused connection, any failure
+    the policy retries."""
+    TIMED_OUT = "timed_out"
+    """No answer in time: the dependency may still be working on it, so the
+    rate is cut to what it has lately been seen to accept."""
+
+
+class NoTurn(Exception):
+    """A call that got no turn from the send gate before its deadline: the
+    attempt was not sent. ``waited_ns`` is how long it waited in line,
+    ``attempts`` how many attempts the call had sent before, and ``status``
+    the last one's HTTP status (None if it had none)."""
+
+    def __init__(self, waited_ns, attempts=0, status=None):
+        super().__init__(f"the send gate had no turn for the attempt before the deadline "
+                         f"(waited {waited_ns} ns in line, after {attempts} attempt(s))")
+        self.waited_ns = waited_ns
+        self.attempts = attempts
+        self.status = status
+
+
+@dataclass(frozen=True, order=True)
+class Ticket:
+    """A place in a gate's line, used up by a granted claim or by leaving;
+    ``number`` is unique within its gate, in the order tickets were taken."""
+
+    number: int
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What the holder of a ticket is told when it claims its turn:
+    ``verdict`` "go" (send now; the ticket is used up), "at" (first in line:
+    claim again at ``at_ns``, or sooner if woken, as the rate may grow
+    meanwhile) or "behind" (others are ahead: claim again when woken).
+    ``Claim.GO`` and ``Claim.BEHIND`` are the two without a time."""
+
+    verdict: str
+    at_ns: int | None = None
+
+    @classmethod
+    def at(cls, at_ns):
+        """The claim of the first in line whose turn is due at ``at_ns``."""
+        return cls("at", at_ns)
+
+    @property
+    def go(self):
+        """Whether the attempt may be sent now."""
+        return self.verdict == "go"
+
+
+Claim.GO = Claim("go")
+Claim.BEHIND = Claim("behind")
+
+
+@dataclass(frozen=True)
+class Tally:
+    """What a gate saw since it was last asked (see :meth:`SendGate.tally`):
+    turns given while on (``sent``), attempts accepted, refused or timed out
+    while on (``overloaded``, of which ``timed_out`` timed out), and the
+    attempts waiting in line now."""
+
+    sent: int = 0
+    accepted: int = 0
+    overloaded: int = 0
+    timed_out: int = 0
+    waiting: int = 0
+
+
+def _number(key, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{key} must be a number, not {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class GatePolicy:
+    """A policy's ``gate`` block: rates in attempts per second, ``quiet_ns``
+    in nanoseconds."""
+
+    enabled: bool = False
+    min_rate: float = 0.5
+    max_rate: float = 100_000.0
+    beta: float = 0.7
+    scale: float = 0.4
+    ramp: float = 16.0
+    quiet_ns: int = 5_000_000_000
+
+    @classmethod
+    def from_json(cls, block, defaults=None):
+        """The policy of a ``gate`` JSON block; a key it lacks is taken from
+        ``defaults`` (another such block), if given. Raises ValueError naming
+        a key that is missing or of the wrong type."""
+        if not isinstance(block, dict):
+            raise ValueError(f"gate must be an object, not {block!r}")
+        merged = dict(defaults or {})
+        merged.update(block)
+        for key in KEYS:
+            if key not in merged:
+                raise ValueError(f"gate.{key} is missing")
+        if not isinstance(merged["enabled"], bool):
+            raise ValueError(f"gate.enabled must be true or false, not {merged['enabled']!r}")
+        return cls(
+            enabled=merged["enabled"],
+            min_rate=_number("gate.minRate", merged["minRate"]),
+            max_rate=_number("gate.maxRate", merged["maxRate"]),
+            beta=_number("gate.beta", merged["beta"]),
+            scale=_number("gate.scale", merged["scale"]),
+            ramp=_number("gate.ramp", merged["ramp"]),
+            quiet_ns=millis_to_nanos("gate.quietMs", merged["quietMs"]),
+        )
+
+    def check(self):
+        """Raises ValueError naming the first setting outside the range the
+        daemon's validation allows."""
+        def above(key, value, high):
+            if not 0.0 < value <= high:
+                raise ValueError(f"gate.{key} must be above 0 and at most {high:g}, found {value}")
+
+        above("minRate", self.min_rate, 1000.0)
+        if not self.min_rate <= self.max_rate <= 10_000_000.0:
+            raise ValueError(f"gate.maxRate must be {self.min_rate:g} (minRate) to 10000000, found {self.max_rate}")
+        if not 0.0 < self.beta < 1.0:
+            raise ValueError(f"gate.beta must be above 0 and below 1, found {self.beta}")
+        above("scale", self.scale, 1000.0)
+        above("ramp", self.ramp, 1000.0)
+        if not 1_000_000 <= self.quiet_ns <= MAX_DELAY_NANOS:
+            raise ValueError(f"gate.quietMs must be 1 to {MAX_DELAY_NANOS // 1_000_000} ms, "
+                             f"found {self.quiet_ns / 1e6:g}")
+
+
+def _secs(nanos):
+    """Nanoseconds as seconds, rounded as Rust's ``Duration::as_secs_f64``
+    rounds them (whole seconds plus the fraction, not nanos / 1e9)."""
+    whole, fraction = divmod(nanos, NANOS_PER_SECOND)
+    return float(whole) + fraction / 1e9
+
+
+def _cbrt(x):
+    """The cube root of ``x`` correctly rounded (to the nearest double), as
+    the Rust library computes CUBIC's k. The C library's ``cbrt`` (which
+    ``math.cbrt`` calls) may be a unit in the last place off; its result is
+    moved to the double whose rounding interval holds the exact root, found
+    by cubing the interval's ends exactly. No exact root lies on an end: an
+    end has 54 significant bits, its cube far more than a double holds."""
+    if x < 0.0:
+        return -_cbrt(-x)
+    root = math.cbrt(x)
+    if x == 0.0 or not math.isfinite(x):
+        return root
+    exact = Fraction(x)
+    while True:
+        above = math.nextafter(root, math.inf)
+        if exact > ((Fraction(root) + Fraction(above)) / 2) ** 3:
+            root = above
+            continue
+        below = math.nextafter(root, 0.0)
+        if exact < ((Fraction(below) + Fraction(root)) / 2) ** 3:
+            root = below
+            continue
+        return root
+
+
+def _nanos(seconds):
+    """Seconds to whole nanoseconds, to the nearest (ties to even), as Rust's
+    ``Duration::from_secs_f64`` rounds them."""
+    return round(Fraction(seconds) * NANOS_PER_SECOND)
+
+
+class _Delivered:
+    """How many attempts were accepted over the last three seconds (BBR's
+    delivery rate), in tenths of a second counted from ``origin``."""
+
+    def __init__(self, now):
+        self.tenths = [0] * TENTHS
+        self.current = 0
+        self.origin = now
+
+    def roll(self, now):
+        """Moves to the tenth holding ``now``, emptying those that have passed."""
+        tenth = max(now - self.origin, 0) // TENTH_NANOS
+        passed = min(max(tenth - self.current, 0), TENTHS)
+        for i in range(1, passed + 1):
+            self.tenths[(self.current + i) % TENTHS] = 0
+        self.current = max(self.current, tenth)
+
+    def count(self, accepted, now):
+        """Counts ``accepted`` attempts accepted at ``now``."""
+        self.roll(now)
+        slot = self.current % TENTHS
+        self.tenths[slot] = min(self.tenths[slot] + accepted, U32_MAX)
+
+    def per_second(self):
+        """Accepted over the last second, per second."""
+        return self.second_ending(0)
+
+    def second_ending(self, back):
+        """Accepted over the second that ended ``back`` tenths ago."""
+        return float(sum(self.tenths[(self.current + TENTHS - i) % TENTHS] for i in range(back, back + 10)))
+
+    def peak(self):
+        """The most accepted in any second of the last three."""
+        return max([0.0] + [self.second_ending(back) for back in range(TENTHS - 10 + 1)])
+
+
+class _Rate:
+    """The rate a gate paces at, and what it has learned: probing at the
+    lowest rate until something is accepted, slow start, then CUBIC after
+    overloads."""
+
+    def __init__(self, policy, now):
+        self.now = policy.min_rate
+        self.phase = "probing"
+        # CUBIC's curve after a cut: back to `max` k seconds after `since`.
+        self.max = self.since = self.k = None
+        # When the rate was last cut: an overload of an attempt sent before
+        # then was answered under the old rate, and does not cut it again.
+        self.last_cut = now
+        # Whether the latest overload was a timeout: answers come late from a
+        # slow dependency, so the rate grows no faster than GAIN times what it
+        # delivers. A refusal clears it: a dependency that refuses is answering.
+        self.slow = False
+        self.delivered = _Delivered(now)
+
+    def phase_name(self):
+        """The phase as :attr:`SendGate.phase` names it."""
+        if self.phase == "cubic" and self.now >= self.max:
+            return "regrown"
+        return self.phase
+
+    def overloaded(self, policy, sent, now, timed_out):
+        """An attempt sent at ``sent`` was refused (or, if ``timed_out``, got
+        no answer in time) at ``now``."""
+        self.delivered.roll(now)
+        self.slow = timed_out
+        if sent < self.last_cut:
+            return
+        self.last_cut = now
+        if timed_out:
+            cut = max(min(self.delivered.peak(), self.now) * policy.beta, policy.min_rate)
+        else:
+            delivered = min(self.delivered.per_second(), self.now)
+            # Slow start grew the rate ahead of the answers: a share of it is
+            # no measure of the dependency, what it accepted is.
+            kept = 0.0 if self.phase == "slow_start" else self.now * policy.beta
+            cut = max(max(kept, delivered), policy.min_rate)
+        if self.phase != "probing":
+            # After a timeout the rate it was sent at is no target: regrow
+            # from the cut, slowly at first.
+            self.max = cut if timed_out else self.now
+            self.k = 0.0 if timed_out else _cbrt(self.max * (1.0 - policy.beta) / policy.scale)
+            self.since = now
+            self.phase = "cubic"
+        self.now = cut
+
+    def accepted(self, policy, now):
+        """An attempt was accepted at ``now``."""
+        self.delivered.count(1, now)
+        if self.phase == "probing":
+            self.phase = "slow_start"
+            grown = self.now + policy.ramp
+        elif self.phase == "slow_start":
+            grown = self.now + policy.ramp
+        else:
+            x = _secs(max(now - self.since, 0)) - self.k
+            # x * x * x, as Rust's powi(3) computes it, bit for bit.
+            grown = max(self.now, policy.scale * (x * x * x) + self.max)
+        if self.slow:
+            grown = min(grown, max(GAIN * self.delivered.peak(), self.now))
+        self.now = min(max(grown, policy.min_rate), policy.max_rate)
+
+
+class _Lease:
+    """A rate the fleet granted until ``until``, granted at ``since``;
+    ``cut`` once a refusal has cut it."""
+
+    __slots__ = ("rate", "until", "since", "cut")
+
+    def __init__(self, rate, until, since):
+        self.rate, self.until, self.since, self.cut = rate, until, since, False
+
+
+class _Pacer:
+    """Turns at a rate, as credit: credit accrues at the pace and a turn
+    spends one. When the pace changes, the credit accrued so far is kept, so
+    a faster pace speeds up what is left of the wait rather than granting at
+    once every turn it would have earned since the last one."""
+
+    def __init__(self, credit, now):
+        self.credit = credit
+        self.at = now
+        self.lease = None
+
+    def overloaded(self, beta, sent):
+        """The first refusal of an attempt sent under the current lease cuts
+        it by ``beta`` until the next grant, which knows of it."""
+        lease = self.lease
+        if lease is not None and not lease.cut and sent >= lease.since:
+            lease.rate *= beta
+            lease.cut = True
+
+    def pace(self, own):
+        """The pace at the last accrual: the lease's while it lasts, else ``own``."""
+        lease = self.lease
+        return lease.rate if lease is not None and self.at < lease.until else own
+
+    def accrue(self, own, now):
+        """Accrues credit up to ``now``: at the lease's rate until it ends, then at ``own``."""
+        if now <= self.at:
+            return
+        lease = self.lease
+        if lease is not None:
+            if self.at < lease.until:
+                end = min(lease.until, now)
+                self.credit += lease.rate * _secs(end - self.at)
+                self.at = end
+            if now >= lease.until:
+                self.lease = None
+        self.credit += own * _secs(max(now - self.at, 0))
+        self.at = now
+        self.credit = min(self.credit, 1.0 + self.pace(own) * LAG)
+
+    def take(self):
+        """Spends a turn if one has accrued (accrue first)."""
+        ready = self.credit >= 1.0 - EPSILON
+        if ready:
+            self.credit = max(self.credit - 1.0, 0.0)
+        return ready
+
+    def due(self, own):
+        """When a turn will have accrued at the present pace (accrue first);
+        no later than the lease's end, when the pace changes."""
+        missing = 1.0 - self.credit
+        if missing <= EPSILON:
+            return self.at
+        due = self.at + max(_nanos(missing / self.pace(own)), 1)
+        lease = self.lease
+        if lease is not None and self.at < lease.until:
+            due = min(due, lease.until)
+        return due
+
+
+class SendGate:
+    """The gate of one dependency in one process, shared by every thread
+    that calls it; created off at ``now_ns``. ``draw`` returns a random
+    number in [0, 1): each turn-on's first credit, so that processes that
+    failed together do not probe together."""
+
+    def __init__(self, policy, now_ns=0, draw=random.random):
+        policy.check()
+        self.policy = policy
+        self._draw = draw
+        self._lock = threading.Lock()
+        self._on = False
+        self._rate = _Rate(policy, now_ns)
+        self._pacer = _Pacer(0.0, now_ns)
+        # The last overload, or when someone last had to wait: the gate turns
+        # off `quiet` after the later of the two.
+        self._last_trouble = now_ns
+        # The line, first ticket first: ticket numbers, and each waiter's waker.
+        self._line = []
+        self._wakers = {}
+        self._next_ticket = 0
+        # Since the last tally: turns given, accepted, overloaded, timed out.
+        self._counts = [0, 0, 0, 0]
+
+    # --- what the gate is doing ---------------------------------------------
+
+    @property
+    def is_on(self):
+        """Whether the gate paces attempts now."""
+        return self._on
+
+    def is_on_at(self, now_ns):
+        """Whether the gate paces attempts at ``now_ns``: it turns off here if
+        it has been quiet long enough and nobody waits, as it would at the
+        next turn."""
+        if not self._on:
+            return False
+        with self._lock:
+            return not self._turn_off_if_quiet(now_ns)
+
+    @property
+    def rate(self):
+        """The rate the gate paces at, in attempts per second (the fleet's
+        grant while one lasts, else its own); None while off."""
+        with self._lock:
+            return self._pacer.pace(self._rate.now) if self._on else None
+
+    @property
+    def own_rate(self):
+        """The rate learned from this process's own outcomes; None while off."""
+        with self._lock:
+            return self._rate.now if self._on else None
+
+    @property
+    def phase(self):
+        """Where the gate's own rate is in its law: "off", or while on
+        "probing", "slow_start", "cubic" (after a cut, below the rate it was
+        cut at) or "regrown" (back at or past it)."""
+        with self._lock:
+            return self._rate.phase_name() if self._on else "off"
+
+    @property
+    def credit(self):
+        """Turns' credit as of the gate's last accrual."""
+        with self._lock:
+            return self._pacer.credit
+
+    @property
+    def waiting(self):
+        """Attempts waiting in line."""
+        with self._lock:
+            return len(self._line)
+
+    def tally(self):
+        """What the gate saw since the last tally, and who waits now."""
+        with self._lock:
+            tally = Tally(*self._counts, waiting=len(self._line))
+            self._counts = [0, 0, 0, 0]
+            return tally
+
+    def first_in_line(self):
+        """The number of the first ticket in line and when its turn is due
+        (nanoseconds), or None if nobody waits."""
+        with self._lock:
+            if not self._line:
+                return None
+            return self._line[0], self._pacer.due(self._rate.now)
+
+    # --- turns --------------------------------------------------------------
+
+    def turn(self, now_ns):
+        """A turn for an attempt asking at ``now_ns``: None to send it now, or
+        a :class:`Ticket` to :meth:`claim` its turn with until it says go (or
+        to :meth:`leave` the line with)."""
+        if not self._on:
+            return None
+        return self._paced_turn(now_ns, None)
+
+    def rejoin(self, place, now_ns):
+        """:meth:`turn` for a call that has waited in line before, under
+        ticket number ``place``: it waits at that place again, ahead of calls
+        that came after it. The line is first come, first served by call,
+        not by attempt, so a retry does not go to the back of a line it has
+        waited in longest."""
+        if not self._on:
+            return None
+        return self._paced_turn(now_ns, place)
+
+    def _paced_turn(self, now, place):
+        with self._lock:
+            ahead = bool(self._line) and (place is None or self._line[0] < place)
+            if self._turn_off_if_quiet(now) or (not ahead and self._give_turn(now)):
+                return None
+            self._last_trouble = now
+            if place is None:
+                place = self._next_ticket
+                self._next_ticket += 1
+            if place not in self._wakers:
+                bisect.insort(self._line, place)
+            self._wakers[place] = None
+            return Ticket(place)
+
+    def claim(self, ticket, now_ns, waker=None):
+        """The holder of ``ticket`` asks for its turn at ``now_ns``: a
+        :class:`Claim`. ``waker``, if given, is called (once, with no
+        arguments) when the answer may have changed: the line moved, or the
+        rate grew."""
+        number = ticket.number
+        with self._lock:
+            first = self._line[0] if self._line else None
+            if first == number and self._give_turn(now_ns):
+                self._line.pop(0)
+                del self._wakers[number]
+                self._last_trouble = now_ns
+                self._wake_first()
+                return Claim.GO
+            if number in self._wakers:
+                self._wakers[number] = waker
+            if first == number:
+                return Claim.at(self._pacer.due(self._rate.now))
+            return Claim.BEHIND
+
+    def leave(self, ticket):
+        """The holder of ``ticket`` gives up its place (its deadline passed,
+        or it was cancelled)."""
+        number = ticket.number
+        with self._lock:
+            if number not in self._wakers:
+                return
+            was_first = self._line[0] == number
+            self._line.remove(number)
+            del self._wakers[number]
+            if was_first:
+                self._wake_first()
+
+    # --- learning -----------------------------------------------------------
+
+    def record(self, signal, sent_ns, now_ns):
+        """Learns from the outcome (a :class:`Signal`), at ``now_ns``, of an
+        attempt sent at ``sent_ns``."""
+        if signal == Signal.ACCEPTED and not self._on:
+            return
+        with self._lock:
+            self._learn(Signal(signal), sent_ns, now_ns)
+
+    def lease(self, rate, until_ns, now_ns):
+        """Paces at ``rate`` until ``until_ns`` instead of the gate's own
+        rate: the fleet's grant. Ignored while the gate is off, or if
+        ``rate`` is not a positive number; at most the policy's maxRate."""
+        usable = self._on and rate > 0.0 and math.isfinite(rate) and until_ns > now_ns
+        if not usable:
+            return
+        with self._lock:
+            self._pacer.accrue(self._rate.now, now_ns)
+            self._pacer.lease = _Lease(min(rate, self.policy.max_rate), until_ns, now_ns)
+            self._wake_first()
+
+    def _learn(self, signal, sent, now):
+        policy = self.policy
+        timed_out = signal == Signal.TIMED_OUT
+        if signal != Signal.ACCEPTED and not self._on:
+            self._rate = _Rate(policy, now)
+            # The rate is at its lowest already; this only notes whether the
+            # dependency is slow.
+            self._rate.overloaded(policy, sent, now, timed_out)
+            self._pacer = _Pacer(self._draw(), now)
+            self._last_trouble = now
+            # The failure that turned it on is the first the daemon hears of.
+            self._counts = [0, 0, 1, int(timed_out)]
+            self._on = True
+        elif signal != Signal.ACCEPTED:
+            self._counts[2] += 1
+            self._counts[3] += int(timed_out)
+            self._last_trouble = now
+            self._pacer.accrue(self._rate.now, now)
+            self._rate.overloaded(policy, sent, now, timed_out)
+            self._pacer.overloaded(policy.beta, sent)
+        else:
+            self._counts[1] += 1
+            self._pacer.accrue(self._rate.now, now)
+            self._rate.accepted(policy, now)
+            self._turn_off_if_quiet(now)
+            # The first in line may be due sooner now.
+            self._wake_first()
+
+    # --- under the lock -----------------------------------------------------
+
+    def _turn_off_if_quiet(self, now):
+        """Turns the gate off if nothing has been refused and nobody has
+        waited for ``quiet``, and nobody waits now; whether it did."""
+        off = max(now - self._last_trouble, 0) >= self.policy.quiet_ns and not self._line
+        if off:
+            self._on = False
+        return off
+
+    def _give_turn(self, now):
+        """Gives a turn if one has accrued by ``now``."""
+        self._pacer.accrue(self._rate.now, now)
+        given = self._pacer.take()
+        self._counts[0] += int(given)
+        return given
+
+    def _wake_first(self):
+        if self._line:
+            waker = self._wakers[self._line[0]]
+            self._wakers[self._line[0]] = None
+            if waker is not None:
+                waker()
+

@@ -1,0 +1,411 @@
+"""The Python send gate against stormguard-core's, op by op and bit by bit,
+and its behaviour case by case."""
+
+import json
+import math
+import pathlib
+import threading
+from fractions import Fraction
+
+import pytest
+
+from stormguard_client.gate import Claim, GatePolicy, SendGate, Signal, Tally, Ticket, _cbrt
+from stormguard_client.policies import DEFAULT_POLICY
+
+VECTORS = pathlib.Path(__file__).resolve().parents[2] / "vectors" / "gate.json"
+SCENARIOS = json.loads(VECTORS.read_text())["scenarios"]
+S = 1_000_000_000
+MS = 1_000_000
+
+
+def _id(scenario):
+    gate = scenario["policy"]["gate"]
+    return f"{scenario['seed']}-{gate['minRate']}-{gate['maxRate']}-{gate['beta']}"
+
+
+def _state(gate):
+    return [gate.is_on, gate.rate, gate.own_rate, gate.waiting, gate.phase, gate.credit]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=_id)
+def test_every_verdict_and_state_is_cores(scenario):
+    draws = []
+    gate = SendGate(GatePolicy.from_json(scenario["policy"]["gate"]), 0, draw=draws.pop)
+    for i, (op, state) in enumerate(scenario["ops"]):
+        where = f"op {i} {op}"
+        at, kind = op["at"], op["op"]
+        if kind in ("turn", "rejoin"):
+            ticket = gate.turn(at) if kind == "turn" else gate.rejoin(op["place"], at)
+            assert ("now" if ticket is None else ["queued", ticket.number]) == op["verdict"], where
+        elif kind == "claim":
+            claim = gate.claim(Ticket(op["ticket"]), at)
+            assert (claim.verdict if claim.at_ns is None else ["at", claim.at_ns]) == op["verdict"], where
+        elif kind == "leave":
+            gate.leave(Ticket(op["ticket"]))
+        elif kind == "record":
+            if "draw" in op:
+                draws.append(op["draw"])
+            gate.record(Signal(op["signal"]), op["sent"], at)
+            assert not draws, f"{where}: the gate turned on without drawing its first credit"
+        elif kind == "lease":
+            gate.lease(op["rate"], op["until"], at)
+        elif kind == "tally":
+            t = op["tally"]
+            assert gate.tally() == Tally(t["sent"], t["accepted"], t["overloaded"], t["timedOut"], t["waiting"]), where
+        else:
+            pytest.fail(f"unknown op {kind!r}")
+        # Rates and credit compare with ==: the same doubles, bit for bit.
+        assert _state(gate) == state, where
+
+
+def test_the_scenarios_visit_every_op_phase_and_verdict():
+    ops = [op for s in SCENARIOS for op, _ in s["ops"]]
+    states = [state for s in SCENARIOS for _, state in s["ops"]]
+    assert {op["op"] for op in ops} == {"turn", "rejoin", "claim", "leave", "record", "lease", "tally"}
+    assert {state[4] for state in states} == {"off", "probing", "slow_start", "cubic", "regrown"}
+    assert {op["signal"] for op in ops if op["op"] == "record"} == {"accepted", "overloaded", "timed_out"}
+    claims = {str(op["verdict"][0] if isinstance(op["verdict"], list) else op["verdict"])
+              for op in ops if op["op"] == "claim"}
+    assert claims == {"go", "at", "behind"}
+    assert sum("draw" in op for op in ops) >= 5, "the gates turn on (and off) again"
+
+
+# --- behaviour, case by case -----------------------------------------------
+
+
+def gate(**settings):
+    """A gate whose slow start adds one turn per second per accepted attempt,
+    for round figures; it draws no credit when it turns on, so its first turn
+    comes a whole interval later."""
+    policy = GatePolicy(**{"enabled": True, "ramp": 1.0, **settings})
+    return SendGate(policy, 0, draw=lambda: 0.0)
+
+
+def overload(gate, at=0):
+    gate.record(Signal.OVERLOADED, at, at)
+
+
+def secs(s):
+    return round(Fraction(s) * S)
+
+
+def test_off_it_gives_every_turn_at_once_and_ignores_good_answers():
+    g = gate()
+    for _ in range(1000):
+        assert g.turn(0) is None
+        g.record(Signal.ACCEPTED, 0, 0)
+    assert not g.is_on and g.rate is None and g.phase == "off"
+    assert g.tally() == Tally(), "nothing counts while off"
+
+
+def test_the_first_overload_turns_it_on_and_the_line_moves_at_the_probe_rate():
+    g = gate()
+    overload(g)
+    assert g.is_on and g.rate == 0.5 and g.phase == "probing"
+    first, second = g.turn(0), g.turn(0)
+    assert (first.number, second.number) == (0, 1)
+    assert g.claim(first, 0) == Claim.at(2 * S)
+    assert g.claim(second, 0) == Claim.BEHIND
+    assert g.first_in_line() == (0, 2 * S)
+    assert g.claim(second, 2 * S) == Claim.BEHIND, "first come, first served"
+    assert g.claim(first, 2 * S) == Claim.GO
+    assert g.claim(second, 2 * S) == Claim.at(4 * S)
+    assert g.claim(second, 4 * S).go
+    assert g.waiting == 0
+    assert g.turn(6 * S) is None, "due, nobody in line"
+    assert g.turn(6 * S) is not None
+
+
+def test_the_first_in_line_is_woken_when_the_rate_grows_and_the_next_when_it_goes_or_leaves():
+    g = gate()
+    overload(g)
+    woken = {"first": 0, "second": 0}
+
+    def waker(name):
+        def wake():
+            woken[name] += 1
+        return wake
+
+    first, second, third = g.turn(0), g.turn(0), g.turn(0)
+    assert g.claim(first, 0, waker("first")) == Claim.at(2 * S)
+    assert g.claim(second, 0, waker("second")) == Claim.BEHIND
+    g.record(Signal.ACCEPTED, 0, secs(0.5))
+    assert woken == {"first": 1, "second": 0}
+    g.record(Signal.ACCEPTED, 0, secs(0.5))
+    assert woken["first"] == 1, "a waker is called once, then claimed again"
+    assert g.claim(first, secs(0.5)) == Claim.at(secs(0.5 + 0.75 / 2.5)), \
+        "a quarter turn accrued by 0.5 s; the rest at 2.5 turns a second"
+    g.leave(first)
+    assert woken["second"] == 1, "the new first in line is woken"
+    assert g.claim(second, secs(1.0)).go
+    assert g.first_in_line()[0] == third.number
+
+
+def test_an_overload_cuts_the_rate_once_per_round_of_sends():
+    g = gate()
+    overload(g)
+    for _ in range(100):
+        g.record(Signal.ACCEPTED, 0, secs(1.0))
+    ends_slow_start = secs(1.05)
+    g.record(Signal.OVERLOADED, ends_slow_start, ends_slow_start)
+    assert g.rate == 100.0, "slow start ends at the 100 accepted"
+    # Two seconds on, the accepted attempts are out of the last second.
+    sent = secs(3.0)
+    g.record(Signal.OVERLOADED, sent, secs(3.1))
+    cut = g.rate
+    assert cut == 100.0 * 0.7 and g.phase == "cubic"
+    g.record(Signal.OVERLOADED, sent, secs(3.2))
+    assert g.rate == cut, "sent before the cut: answered under the old rate"
+    g.record(Signal.OVERLOADED, secs(3.15), secs(3.2))
+    assert g.rate == cut * 0.7, "sent after it"
+
+
+def test_a_cut_never_goes_below_what_was_accepted_over_the_last_second():
+    g = gate()
+    overload(g)
+    for i in range(100):
+        g.record(Signal.ACCEPTED, 0, secs(0.5 + i * 0.005))
+    assert g.rate == 100.5
+    for i in range(10):
+        t = secs(1.0 + i * 0.01)
+        g.record(Signal.OVERLOADED, t, t)
+    assert g.rate == 100.0, "100 accepted since 0.5 s: refusals in a row stop there"
+    later = secs(1.6)
+    g.record(Signal.OVERLOADED, later, later)
+    assert g.rate == pytest.approx(70.0, rel=1e-12), "those before 0.6 s no longer count"
+
+
+def test_the_refusal_that_ends_slow_start_cuts_to_what_was_accepted_not_by_beta():
+    g = gate()
+    overload(g)
+    for _ in range(100):
+        g.record(Signal.ACCEPTED, 0, secs(0.2))
+    for _ in range(20):
+        g.record(Signal.ACCEPTED, 0, secs(1.5))
+    assert g.rate == 120.5 and g.phase == "slow_start"
+    g.record(Signal.OVERLOADED, secs(1.5), secs(1.5))
+    assert g.rate == 20.0, "the last second's 20, not 0.7 x 120.5"
+
+
+def test_during_an_outage_it_stays_at_the_probe_rate():
+    g = gate()
+    for i in range(20):
+        overload(g, i * S)
+    assert g.rate == 0.5 and g.phase == "probing"
+
+
+def test_cubic_regrows_the_rate_past_the_rate_it_failed_at():
+    g = gate(quiet_ns=60 * S)
+    overload(g)
+    for _ in range(100):
+        g.record(Signal.ACCEPTED, 0, S)
+    assert g.rate == 100.5
+    failed_at = 3 * S
+    g.record(Signal.OVERLOADED, failed_at, failed_at)
+    cut = g.rate
+    # Back to the rate it failed at after k = cbrt(100.5 x 0.3 / 0.4), about 4.22 s.
+    k = _cbrt(100.5 * (1.0 - 0.7) / 0.4)
+    g.record(Signal.ACCEPTED, failed_at, failed_at + secs(k / 2))
+    assert cut < g.rate < 100.5 and g.phase == "cubic"
+    g.record(Signal.ACCEPTED, failed_at, failed_at + secs(k))
+    assert g.rate == pytest.approx(100.5, abs=1e-6)
+    g.record(Signal.ACCEPTED, failed_at, failed_at + secs(k + 2))
+    assert g.rate > 100.5 and g.phase == "regrown", "CUBIC probes past the old maximum"
+
+
+def test_a_quiet_gate_turns_off_but_not_while_someone_waits():
+    g = gate()
+    overload(g)
+    g.record(Signal.ACCEPTED, 0, secs(4.9))
+    assert g.is_on
+    # Waiting counts as trouble: a gate that still paces is still needed.
+    assert g.turn(secs(4.9)) is None
+    ticket = g.turn(secs(4.9))
+    assert ticket is not None
+    g.record(Signal.ACCEPTED, 0, secs(9.8))
+    assert g.is_on, "4.9 s since someone waited"
+    g.record(Signal.ACCEPTED, 0, secs(10.0))
+    assert g.is_on, "quiet, but someone still waits"
+    g.leave(ticket)
+    g.record(Signal.ACCEPTED, 0, secs(10.0))
+    assert not g.is_on and g.phase == "off"
+    assert g.turn(secs(10.0)) is None
+
+
+def test_an_idle_gate_turns_off_when_next_asked_after_the_quiet_time():
+    g = gate()
+    overload(g)
+    assert g.is_on_at(secs(4.9))
+    assert g.turn(60 * S) is None
+    assert not g.is_on and not g.is_on_at(60 * S)
+
+
+def test_a_call_that_rejoins_waits_ahead_of_those_that_came_after_it():
+    g = gate()
+    overload(g)
+    first, second = g.turn(0), g.turn(0)
+    assert g.claim(first, 2 * S).go
+    # The first's attempt is refused; it comes back while the second waits.
+    again = g.rejoin(first.number, secs(2.1))
+    assert again == first and g.first_in_line()[0] == first.number
+    assert g.claim(second, 4 * S) == Claim.BEHIND
+    assert g.claim(again, 4 * S).go
+    assert g.claim(second, 6 * S).go
+
+
+def test_a_late_claim_keeps_the_pace_but_a_lull_earns_no_burst():
+    g = gate()
+    overload(g)
+    g.lease(1000.0, 60 * S, 0)
+    first = g.turn(0)
+    assert g.claim(first, 0) == Claim.at(1 * MS)
+    assert g.claim(first, secs(0.0015)).go, "half a millisecond late"
+    following = g.turn(secs(0.0015))
+    assert g.claim(following, secs(0.0015)) == Claim.at(2 * MS), "on the old schedule"
+    assert g.claim(following, 2 * MS).go
+    assert [g.turn(500 * MS) for _ in range(3)] == [None, None, None]
+    assert g.turn(500 * MS) is not None, "what accrues in 2 ms beyond one turn, not the 498 nobody took"
+
+
+def test_a_refusal_under_a_lease_cuts_it_once_until_the_next_grant():
+    g = gate()
+    overload(g)
+    g.lease(10.0, 2 * S, S)
+    g.record(Signal.OVERLOADED, secs(0.9), secs(1.1))
+    assert g.rate == 10.0, "sent before the grant"
+    g.record(Signal.OVERLOADED, secs(1.2), secs(1.2))
+    assert g.rate == 7.0 and g.own_rate == 0.5
+    g.record(Signal.OVERLOADED, secs(1.2), secs(1.3))
+    assert g.rate == 7.0, "once per grant"
+    for bad in (0.0, -1.0, math.nan, math.inf):
+        g.lease(bad, 9 * S, secs(1.4))
+        assert g.rate == 7.0, bad
+
+
+def test_a_timeout_cuts_to_a_share_of_the_most_accepted_in_a_second_of_the_last_three():
+    g = gate()
+    overload(g)
+    for i in range(100):
+        g.record(Signal.ACCEPTED, 0, secs(0.5 + i * 0.001))
+    g.record(Signal.TIMED_OUT, secs(1.2), secs(1.2))
+    assert g.rate == pytest.approx(70.0, rel=1e-12)
+    g.record(Signal.TIMED_OUT, 3 * S, 3 * S)
+    assert g.rate == pytest.approx(49.0, rel=1e-12), "a cut never raises the rate"
+    g.record(Signal.TIMED_OUT, 4 * S, 4 * S)
+    assert g.rate == 0.5, "nothing accepted in the last three seconds"
+
+
+def test_after_a_timeout_the_rate_grows_no_faster_than_the_dependency_delivers():
+    slow = SendGate(GatePolicy(enabled=True), 0, draw=lambda: 0.0)
+    slow.record(Signal.TIMED_OUT, 0, 0)
+    assert slow.rate == 0.5
+    for i in range(20):
+        at = secs(0.05 * (i + 1))
+        slow.record(Signal.ACCEPTED, at, at)
+        assert slow.rate <= 1.25 * (i + 1) + 1e-9
+    assert slow.rate == 23.75, "1.25 x 19, the most delivered within one second"
+    answering = SendGate(GatePolicy(enabled=True), 0, draw=lambda: 0.0)
+    answering.record(Signal.TIMED_OUT, 0, 0)
+    answering.record(Signal.OVERLOADED, 0, 10 * MS)
+    for i in range(20):
+        at = secs(0.05 * (i + 1))
+        answering.record(Signal.ACCEPTED, at, at)
+    assert answering.rate == 0.5 + 16.0 * 20, "a refusal after the timeout: slow start again"
+
+
+def test_the_tally_counts_what_was_sent_and_answered_since_the_last_one():
+    g = gate()
+    overload(g)
+    first, _second = g.turn(0), g.turn(0)
+    assert g.claim(first, 2 * S).go
+    g.record(Signal.ACCEPTED, 2 * S, secs(2.1))
+    g.record(Signal.OVERLOADED, 2 * S, secs(2.1))
+    g.record(Signal.TIMED_OUT, 2 * S, secs(2.1))
+    assert g.tally() == Tally(sent=1, accepted=1, overloaded=3, timed_out=1, waiting=1)
+    assert g.tally() == Tally(waiting=1)
+
+
+def test_the_rate_never_passes_its_bounds():
+    g = SendGate(GatePolicy(enabled=True, max_rate=50.0), 0, draw=lambda: 0.0)
+    overload(g)
+    for _ in range(1000):
+        g.record(Signal.ACCEPTED, 0, 0)
+    assert g.rate == 50.0
+    for i in range(1000):
+        t = 2 * S + i * MS
+        g.record(Signal.OVERLOADED, t, t)
+    assert g.rate == 0.5
+
+
+def test_the_first_credit_is_drawn_when_it_turns_on():
+    draws = iter([0.75, 0.25])
+    g = SendGate(GatePolicy(enabled=True, quiet_ns=S), 0, draw=lambda: next(draws))
+    overload(g)
+    assert g.credit == 0.75
+    assert g.claim(g.turn(0), 0) == Claim.at(S // 2), "a quarter turn missing at 0.5 a second"
+    g.leave(Ticket(0))
+    assert g.turn(5 * S) is None and not g.is_on, "quiet for a second, nobody waiting"
+    overload(g, 10 * S)
+    assert g.is_on and g.credit == 0.25, "on again after turning off: a new draw"
+
+
+def test_cube_roots_are_correctly_rounded():
+    for x in (6.0, 7.0, 1.75, 240.37500000000003, 75.375, 0.3, 1e-300, 3e300):
+        root = _cbrt(x)
+        up, down = math.nextafter(root, math.inf), math.nextafter(root, 0.0)
+        assert ((Fraction(down) + Fraction(root)) / 2) ** 3 < Fraction(x) < ((Fraction(root) + Fraction(up)) / 2) ** 3
+    assert _cbrt(7.0) == 1.9129311827723892 and _cbrt(27.0) == 3.0 and _cbrt(-8.0) == -2.0
+
+
+def test_the_policy_block_parses_with_the_defaults_and_refuses_a_bad_setting():
+    assert GatePolicy.from_json(DEFAULT_POLICY["gate"]) == GatePolicy()
+    assert GatePolicy.from_json({"enabled": True, "quietMs": 250}, defaults=DEFAULT_POLICY["gate"]) == \
+        GatePolicy(enabled=True, quiet_ns=250 * MS)
+    block = dict(DEFAULT_POLICY["gate"], enabled=True)
+    for key, value in [("minRate", 0.0), ("minRate", 1001), ("maxRate", 0.25), ("beta", 1.0), ("scale", 0),
+                       ("ramp", 1e9), ("quietMs", 0.5), ("quietMs", 3_600_001)]:
+        with pytest.raises(ValueError, match=f"gate.{key}"):
+            SendGate(GatePolicy.from_json(dict(block, **{key: value})))
+    with pytest.raises(ValueError, match="gate.ramp is missing"):
+        GatePolicy.from_json({k: v for k, v in block.items() if k != "ramp"})
+    with pytest.raises(ValueError, match="gate.beta must be a number"):
+        GatePolicy.from_json(dict(block, beta="0.7"))
+
+
+def test_threads_share_one_line_and_every_waiter_gets_its_turn_once():
+    g = SendGate(GatePolicy(enabled=True, min_rate=1000.0), 0, draw=lambda: 0.0)
+    overload(g)
+    clock = [0]
+    lock = threading.Lock()
+    turns, errors = [], []
+
+    def tick():
+        with lock:
+            clock[0] += 100_000
+            return clock[0]
+
+    def caller():
+        try:
+            for _ in range(200):
+                ticket = g.turn(tick())
+                while ticket is not None:
+                    woken = threading.Event()
+                    claim = g.claim(ticket, tick(), woken.set)
+                    if claim.go:
+                        turns.append(ticket.number)
+                        break
+                    if claim.verdict == "behind":
+                        woken.wait(0.01)
+                if ticket is None:
+                    turns.append(None)
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=caller) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and g.waiting == 0 and len(turns) == 1600
+    numbered = [n for n in turns if n is not None]
+    assert numbered and len(numbered) == len(set(numbered)), "a ticket goes once"
