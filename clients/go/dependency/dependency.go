@@ -124,7 +124,8 @@ type guard struct {
 }
 
 // New makes calls to service under watch's policy for it, reported
-// through reporter (nil for none).
+// through reporter (nil for none), which also paces the send gate, while
+// it is on, at this process's share of the fleet's rate.
 func New(watch *policy.Watch, service string, reporter *report.Reporter) *Dependency {
 	return &Dependency{
 		watch:    watch,
@@ -192,7 +193,7 @@ func (d *Dependency) rebuild(etag string) {
 	}
 	d.current, d.etag, d.built = p, etag, true
 	if d.reporter != nil {
-		d.reporter.Track(d.service, d.breaker, d.budget)
+		d.reporter.Track(d.service, d.breaker, d.budget, d.gate, d.gateBorn)
 	}
 }
 

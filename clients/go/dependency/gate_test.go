@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/clients/go/policy"
+	"github.com/stormguard/stormguard/clients/go/report"
 )
 
 // A probe rate of one attempt in 1000 s: once the gate is on, a turn is
@@ -88,5 +89,52 @@ func TestACallWithNoTurnBeforeItsDeadlineGivesUpAndLeavesTheLine(t *testing.T) {
 	}
 	if calls.Load() != sent || g.Waiting() != 0 {
 		t.Fatalf("%d sent, %d waiting", calls.Load()-sent, g.Waiting())
+	}
+}
+
+// TestAGateACallTurnedOnIsPacedByTheDaemon: the dependency tracks its gate
+// with its reporter, so that once a 503 turns the gate on, the reporter
+// asks the daemon for the process's pace and the gate paces at it.
+func TestAGateACallTurnedOnIsPacedByTheDaemon(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(file, []byte(gatedPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	daemon := serve(t, file)
+	watch, err := policy.Start(context.Background(), policy.Config{Daemon: daemon, Services: []string{"payments"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Stop()
+	reporter, err := report.Start(report.Config{Daemon: daemon, Instance: "pod-1", Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = reporter.Stop(context.Background()) }()
+	dependency := New(watch, "payments", reporter)
+	payments := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer payments.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := dependency.Call(ctx, "/charge", attempt(payments.URL)); err == nil {
+		t.Fatal("a 503 succeeded")
+	}
+	g := dependency.Gate()
+	var granted float64
+	if !eventually(func() bool {
+		if metric(t, daemon, `stormguard_fleet_processes{service="payments"}`) != 1 {
+			return false
+		}
+		granted = metric(t, daemon, `stormguard_fleet_rate{service="payments"}`)
+		rate, on := g.RateAt(since(dependency.gateBorn))
+		return on && rate == granted
+	}) {
+		rate, _ := g.RateAt(since(dependency.gateBorn))
+		t.Fatalf("paced at %v, granted %v: %+v", rate, granted, reporter.Stats())
+	}
+	if s := reporter.Stats(); s.PaceAsks == 0 || s.PaceFailures != 0 {
+		t.Fatalf("%+v", s)
 	}
 }

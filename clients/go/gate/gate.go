@@ -165,8 +165,22 @@ func New(p Policy, draw func() float64) (*Gate, error) {
 // On says whether the gate paces attempts now.
 func (g *Gate) On() bool { return g.on.Load() }
 
-// Rate is the rate the gate paces at, in attempts per second (the fleet's
-// grant while one lasts, else its own), and false while it is off.
+// OnAt says whether the gate paces attempts at now: it turns off here if
+// it has been quiet long enough and nobody waits, as it would at the next
+// turn, so that a gate nobody has asked for a turn since its trouble does
+// not look on forever.
+func (g *Gate) OnAt(now uint64) bool {
+	if !g.On() {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return !g.turnOffIfQuiet(now)
+}
+
+// Rate is the rate the gate paced at as of its last turn or outcome, in
+// attempts per second (the fleet's grant while one lasted, else its own),
+// and false while it is off. RateAt is the rate at a given time.
 func (g *Gate) Rate() (float64, bool) {
 	if !g.On() {
 		return 0, false
@@ -174,6 +188,17 @@ func (g *Gate) Rate() (float64, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.pacer.pace(g.rate.now), true
+}
+
+// RateAt is the rate the gate paces at now: the fleet's grant if its lease
+// still runs, else its own; false while the gate is off.
+func (g *Gate) RateAt(now uint64) (float64, bool) {
+	if !g.On() {
+		return 0, false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.pacer.paceAt(g.rate.now, now), true
 }
 
 // OwnRate is the rate learned from this process's own outcomes, and false

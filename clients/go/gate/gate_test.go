@@ -300,6 +300,49 @@ func TestALeasePacesUntilItEndsAndARefusalUnderItCutsItOnce(t *testing.T) {
 	}
 }
 
+func TestTheRateAtATimeIsTheLeasesUntilItEndsThoughNothingHappens(t *testing.T) {
+	g := newGate(t)
+	if _, on := g.RateAt(0); on {
+		t.Fatal("a rate while off")
+	}
+	g.Record(Overloaded, 0, 0)
+	g.Lease(7.25, at(1.6), at(1))
+	for _, c := range []struct {
+		now  float64
+		want float64
+	}{{1, 7.25}, {1.599, 7.25}, {1.6, 0.5}, {3, 0.5}} {
+		if r, on := g.RateAt(at(c.now)); !on || r != c.want {
+			t.Fatalf("at %v s: %v %v, want %v", c.now, r, on, c.want)
+		}
+	}
+	// Nothing has accrued since the grant: as of then, the lease runs.
+	if r := paceOf(t, g); r != 7.25 {
+		t.Fatal(r)
+	}
+	if own, _ := g.OwnRate(); own != 0.5 {
+		t.Fatal(own)
+	}
+}
+
+func TestAskedWhetherItIsOnAtATimeAQuietGateTurnsOff(t *testing.T) {
+	g := newGate(t)
+	g.Record(Overloaded, 0, 0)
+	if !g.OnAt(at(4.9)) || !g.On() {
+		t.Fatal("off before the quiet time")
+	}
+	if _, wait := g.Turn(at(4.9)); wait {
+		t.Fatal("a turn had accrued")
+	}
+	ticket := inLine(t)(g.Turn(at(4.9)))
+	if !g.OnAt(at(60)) {
+		t.Fatal("off while someone waits")
+	}
+	g.Leave(ticket)
+	if g.OnAt(at(60)) || g.On() || g.Phase() != "off" {
+		t.Fatal("still on after a quiet time with nobody waiting")
+	}
+}
+
 func TestWaitsRoundToTheNearestNanosecondAsRustDoes(t *testing.T) {
 	for s, want := range map[float64]uint64{
 		0:                       0,

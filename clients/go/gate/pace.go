@@ -53,6 +53,14 @@ func (p *pacer) pace(own float64) float64 {
 	return own
 }
 
+// paceAt is the rate at now: the lease's if it still runs, else own.
+func (p *pacer) paceAt(own float64, now uint64) float64 {
+	if p.lease != nil && now < p.lease.until {
+		return p.lease.rate
+	}
+	return own
+}
+
 // accrue accrues credit up to now: at the lease's rate until it ends,
 // then at own.
 func (p *pacer) accrue(own float64, now uint64) {

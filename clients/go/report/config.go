@@ -50,6 +50,15 @@ type Config struct {
 	// file that cannot be read, TLS files that changed and cannot be used,
 	// a refused token); log.Default() when nil.
 	Logger *log.Logger
+	// DebugLogger receives what goes wrong routinely and changes nothing: a
+	// pace ask that got no grant (the gate paces alone meanwhile), which
+	// recurs at every ask while the daemon cannot be reached. Nil discards it.
+	DebugLogger *log.Logger
+	// DisableFleetPacing keeps each dependency's send gate to what this
+	// process alone learns. By default, while a tracked dependency's gate is
+	// on, the reporter asks the daemon for this process's share of the rate
+	// the whole fleet may send it, and the gate paces at that share.
+	DisableFleetPacing bool
 }
 
 // Defaults fills the zero settings: reports every 10 s, 10 s for a send,

@@ -7,6 +7,10 @@
 // again), so the daemon counts it once. New counts aggregate meanwhile and
 // go in the next batch. A batch the daemon refuses (another 4xx) is
 // dropped and counted in Stats, never resent.
+//
+// While a tracked dependency's send gate is on, the reporter also asks the
+// daemon for this process's share of the rate the whole fleet may send it
+// (fleet pacing; see Config.DisableFleetPacing).
 package report
 
 import (
@@ -30,6 +34,7 @@ import (
 	"github.com/stormguard/stormguard/clients/go/breaker"
 	"github.com/stormguard/stormguard/clients/go/budget"
 	"github.com/stormguard/stormguard/clients/go/connect"
+	"github.com/stormguard/stormguard/clients/go/gate"
 )
 
 // Outcome is how an attempt ended, as reports count it.
@@ -56,6 +61,12 @@ type Stats struct {
 	// SendFailures is the number of sends that failed and will be tried
 	// again (daemon unreachable, 5xx, 429, 401, timeout).
 	SendFailures uint64
+	// PaceAsks is the number of asks for a paced dependency's share of the
+	// fleet's rate (made while its send gate is on).
+	PaceAsks uint64
+	// PaceFailures is the number of those that got no grant: the gate
+	// paced alone meanwhile.
+	PaceFailures uint64
 }
 
 // UnavailableError is a send that did not reach the daemon or was not
@@ -91,8 +102,11 @@ func (e *RefusedError) Error() string {
 type Reporter struct {
 	config Config
 	client *http.Client
+	// asker is client with the pace asks' timeout.
+	asker  *http.Client
 	token  *connect.TokenFile
 	logger *log.Logger
+	debug  *log.Logger
 
 	mu       sync.Mutex
 	services map[string]*serviceCounts
@@ -108,6 +122,7 @@ type Reporter struct {
 
 	stopLoop context.CancelFunc
 	loopDone chan struct{}
+	paceDone chan struct{}
 	stopOnce sync.Once
 }
 
@@ -117,10 +132,13 @@ type tally struct {
 }
 
 type serviceCounts struct {
-	endpoints   map[string]*tally
-	inFlight    int64
-	breaker     *breaker.Breaker
-	budget      *budget.Budget
+	endpoints map[string]*tally
+	inFlight  int64
+	breaker   *breaker.Breaker
+	budget    *budget.Budget
+	gate      *gate.Gate
+	// gateBorn is when gate's clock started.
+	gateBorn    time.Time
 	deniedTaken uint64
 	// deniedPending counts a replaced budget's denials not yet taken.
 	deniedPending uint64
@@ -160,12 +178,18 @@ func Start(config Config) (*Reporter, error) {
 		seed = [8]byte{}
 		binary.LittleEndian.PutUint64(seed[:], uint64(time.Now().UnixNano()))
 	}
+	debug := config.DebugLogger
+	if debug == nil {
+		debug = log.New(io.Discard, "", 0)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Reporter{
 		config:   config,
 		client:   &http.Client{Transport: transport, Timeout: config.Timeout},
+		asker:    &http.Client{Transport: transport, Timeout: askTimeout},
 		token:    connect.NewTokenFile(config.TokenFile, logger),
 		logger:   logger,
+		debug:    debug,
 		services: map[string]*serviceCounts{},
 		// A random start: a restarted process under the same name does not
 		// repeat the numbers of its previous run.
@@ -173,8 +197,14 @@ func Start(config Config) (*Reporter, error) {
 		sending:  make(chan struct{}, 1),
 		stopLoop: cancel,
 		loopDone: make(chan struct{}),
+		paceDone: make(chan struct{}),
 	}
 	go r.loop(ctx)
+	if config.DisableFleetPacing {
+		close(r.paceDone)
+	} else {
+		go r.paceLoop(ctx)
+	}
 	return r, nil
 }
 
@@ -229,8 +259,10 @@ func (r *Reporter) InFlight(service string) func() {
 }
 
 // Track makes service's reports carry b's state and the retries bu denied
-// since the last report (the latest call wins; nil for none).
-func (r *Reporter) Track(service string, b *breaker.Breaker, bu *budget.Budget) {
+// since the last report, and, while g is on, paces g at this process's
+// share of the fleet's rate; g's times are nanoseconds since gateBorn, as
+// its caller keeps them. The latest call wins; nil for none.
+func (r *Reporter) Track(service string, b *breaker.Breaker, bu *budget.Budget, g *gate.Gate, gateBorn time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	counts := r.entry(service)
@@ -238,6 +270,7 @@ func (r *Reporter) Track(service string, b *breaker.Breaker, bu *budget.Budget) 
 		return
 	}
 	counts.breaker = b
+	counts.gate, counts.gateBorn = g, gateBorn
 	if counts.budget != bu {
 		// A new policy built a new budget: the old one's last denials still go
 		// in the next report, and the new one's count from zero.
@@ -265,11 +298,13 @@ func (r *Reporter) Flush(ctx context.Context) error {
 }
 
 // Stop ends the periodic sends (a batch one was sending stays pending, to
-// go first), then flushes. Nothing is sent after it but by Flush.
+// go first) and the pace asks, then flushes. Nothing is sent after it but
+// by Flush; a lease granted before runs to its end.
 func (r *Reporter) Stop(ctx context.Context) error {
 	r.stopOnce.Do(func() {
 		r.stopLoop()
 		<-r.loopDone
+		<-r.paceDone
 	})
 	return r.send(ctx)
 }

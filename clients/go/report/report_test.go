@@ -166,7 +166,7 @@ func TestTrackedBreakerAndBudgetAreReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	bu, _ := budget.New(0, 0, time.Second)
-	r.Track("svc", b, bu)
+	r.Track("svc", b, bu, nil, time.Time{})
 	permit, _ := b.Acquire(0)
 	permit.Record(true, 1)
 	bu.TryRetry(0)
@@ -183,7 +183,7 @@ func TestTrackedBreakerAndBudgetAreReported(t *testing.T) {
 	bu.TryRetry(0)
 	fresh, _ := budget.New(0, 0, time.Second)
 	fresh.TryRetry(0)
-	r.Track("svc", b, fresh)
+	r.Track("svc", b, fresh, nil, time.Time{})
 	if denied := reports(taken(t, r))[0]["budget"].(map[string]any)["retriesDenied"]; denied != 3.0 {
 		t.Fatalf("the replaced budget's last 2 denials and the new one's 1: %v", denied)
 	}

@@ -1,0 +1,198 @@
+package report
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stormguard/stormguard/clients/go/gate"
+)
+
+// pacer is a stand-in daemon answering each pace ask with the next of
+// answers (the last one again once they run out), keeping every ask and
+// its Authorization header.
+type pacer struct {
+	mu      sync.Mutex
+	answers []paceAnswer
+	asks    []paceAsk
+	tokens  []string
+}
+
+type paceAnswer struct {
+	status int
+	body   string
+}
+
+func (p *pacer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || r.URL.Path != "/v1/pace" {
+		w.WriteHeader(http.StatusOK) // report batches: counted, not kept
+		return
+	}
+	var ask paceAsk
+	decoder := json.NewDecoder(r.Body)
+	decoder.DisallowUnknownFields()
+	if err := decoder.Decode(&ask); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	p.mu.Lock()
+	p.asks = append(p.asks, ask)
+	p.tokens = append(p.tokens, r.Header.Get("Authorization"))
+	answer := p.answers[0]
+	if len(p.answers) > 1 {
+		p.answers = p.answers[1:]
+	}
+	p.mu.Unlock()
+	w.WriteHeader(answer.status)
+	_, _ = w.Write([]byte(answer.body))
+}
+
+func (p *pacer) seen() ([]paceAsk, []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]paceAsk(nil), p.asks...), append([]string(nil), p.tokens...)
+}
+
+// gated is a gate with the built-in settings but quiet, off, and the time
+// its clock started.
+func gated(t *testing.T, quiet time.Duration) (*gate.Gate, time.Time) {
+	t.Helper()
+	g, err := gate.New(gate.Policy{Enabled: true, MinRate: 0.5, MaxRate: 100_000, Beta: 0.7, Scale: 0.4, Ramp: 16, Quiet: quiet}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, time.Now()
+}
+
+// turnedOn is a gate with the built-in settings, turned on by a refusal,
+// and the time its clock started.
+func turnedOn(t *testing.T) (*gate.Gate, time.Time) {
+	t.Helper()
+	g, born := gated(t, 5*time.Second)
+	g.Record(gate.Overloaded, 0, elapsed(born))
+	return g, born
+}
+
+// within says whether check holds within 5 s.
+func within(check func() bool) bool {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if check() {
+			return true
+		}
+	}
+	return check()
+}
+
+func TestWhileItsGateIsOnADependencyIsPacedAtTheDaemonsGrant(t *testing.T) {
+	d := &pacer{answers: []paceAnswer{{200, `{"rate": 7.25, "leaseMs": 60000, "askEveryMs": 5000}`}}}
+	server := httptest.NewServer(d)
+	defer server.Close()
+	token := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(token, []byte("pod-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := started(t, Config{Daemon: server.URL, Instance: "pod-1", Interval: time.Hour, TokenFile: token})
+	g, born := turnedOn(t)
+	r.Track("payments", nil, nil, g, born)
+	if !within(func() bool { s := r.Stats(); return s.PaceAsks == 1 }) {
+		t.Fatalf("no ask: %+v", r.Stats())
+	}
+	if rate, _ := g.RateAt(elapsed(born)); rate != 7.25 {
+		t.Fatalf("paced at %v", rate)
+	}
+	if own, _ := g.OwnRate(); own != 0.5 {
+		t.Fatalf("its own rate is %v", own)
+	}
+	// A grant's askEveryMs past a second asks once a second at most.
+	time.Sleep(600 * time.Millisecond)
+	asks, tokens := d.seen()
+	want := paceAsk{Service: "payments", Instance: "pod-1", Overloaded: 1}
+	if len(asks) != 1 || asks[0] != want || tokens[0] != "Bearer pod-token" {
+		t.Fatalf("%+v %q", asks, tokens)
+	}
+	if s := r.Stats(); s.PaceAsks != 1 || s.PaceFailures != 0 {
+		t.Fatalf("%+v", s)
+	}
+}
+
+func TestAnAskThatGetsNoGrantChangesNothingAndIsCounted(t *testing.T) {
+	d := &pacer{answers: []paceAnswer{
+		{503, `{"error": "full"}`},
+		{403, `{"error": "not yours"}`},
+		{200, `this is not JSON {`},
+		{200, `{"rate": 9, "leaseMs": 600}`},
+		{200, `{"rate": 9, "leaseMs": -1, "askEveryMs": 100}`},
+		{200, `{"rate": 3.5, "leaseMs": 60000, "askEveryMs": 0}`},
+	}}
+	server := httptest.NewServer(d)
+	defer server.Close()
+	var debug bytes.Buffer
+	r := started(t, Config{Daemon: server.URL, Instance: "pod-1", Interval: time.Hour, DebugLogger: log.New(&debug, "", 0)})
+	g, born := turnedOn(t)
+	r.Track("payments", nil, nil, g, born)
+	if !within(func() bool { return r.Stats().PaceFailures >= 5 }) {
+		t.Fatalf("%+v", r.Stats())
+	}
+	if s := r.Stats(); s.PaceFailures != 5 {
+		t.Fatalf("%+v", s)
+	}
+	if !within(func() bool { rate, _ := g.RateAt(elapsed(born)); return rate == 3.5 }) {
+		t.Fatal("never paced at the grant")
+	}
+	// askEveryMs 0 is 20 ms: the asks go on at least that often.
+	granted := r.Stats().PaceAsks
+	if !within(func() bool { return r.Stats().PaceAsks >= granted+10 }) {
+		t.Fatalf("%+v", r.Stats())
+	}
+	asks, _ := d.seen()
+	for _, ask := range asks[1:] {
+		if ask.Overloaded != 0 {
+			t.Fatalf("the refusal was told twice: %+v", asks)
+		}
+	}
+	if err := r.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"no pace for payments (the daemon answered 503 Service Unavailable", "403 Forbidden", "not a grant"} {
+		if !strings.Contains(debug.String(), want) {
+			t.Errorf("%q is not logged: %s", want, debug.String())
+		}
+	}
+}
+
+func TestAGateThatIsOffOrAReporterThatDoesNotPaceAsksNothing(t *testing.T) {
+	d := &pacer{answers: []paceAnswer{{200, `{"rate": 7.25, "leaseMs": 600, "askEveryMs": 20}`}}}
+	server := httptest.NewServer(d)
+	defer server.Close()
+	alone := started(t, Config{Daemon: server.URL, Instance: "pod-1", Interval: time.Hour, DisableFleetPacing: true})
+	on, onBorn := turnedOn(t)
+	alone.Track("payments", nil, nil, on, onBorn)
+
+	paced := started(t, Config{Daemon: server.URL, Instance: "pod-2", Interval: time.Hour})
+	off, born := gated(t, time.Millisecond)
+	paced.Track("search", nil, nil, off, born)
+	// On, with nobody asking for a turn since: off once quiet for 1 ms,
+	// though nothing turned it off.
+	quiet, quietBorn := gated(t, time.Millisecond)
+	quiet.Record(gate.Overloaded, 0, 0)
+	paced.Track("inventory", nil, nil, quiet, quietBorn)
+	time.Sleep(500 * time.Millisecond)
+	if asks, _ := d.seen(); len(asks) > 0 {
+		t.Fatalf("%+v", asks)
+	}
+	if s := alone.Stats(); s.PaceAsks != 0 || !on.On() {
+		t.Fatalf("%+v", s)
+	}
+	if quiet.On() {
+		t.Fatal("the quiet gate was not asked whether it is on")
+	}
+}
