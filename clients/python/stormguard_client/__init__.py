@@ -1,10 +1,11 @@
 """stormguard's client for Python services: the policy watch (fetch, cache,
 defaults, long-poll), the delay law, the retry budget, the circuit breaker
 and the send gate, the same to the nanosecond as the Rust library's
-(clients/vectors checks it), the reporter, and a dependency's calls under
-all of them. Both the watch and the reporter reach an ``https://`` daemon
-with a :class:`DaemonTls` (a CA, a client certificate), and the reporter
-sends a service-account token file's token."""
+(clients/vectors checks it), the reporter (which, while a send gate is on,
+also asks the daemon for this process's share of the fleet's rate), and a
+dependency's calls under all of them. Both the watch and the reporter reach
+an ``https://`` daemon with a :class:`DaemonTls` (a CA, a client
+certificate), and the reporter sends a service-account token file's token."""
 
 from .backoff import Backoff
 from .breaker import BreakerPolicy, CallNotPermitted, CircuitBreaker, CircuitState

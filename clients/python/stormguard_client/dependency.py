@@ -66,7 +66,9 @@ class _Controls:
 class Dependency:
     """Calls to ``service``, under the policy ``watch`` (a PolicyWatch, or
     anything with ``policy(service)``) currently has for it, reported
-    through ``reporter`` (a Reporter, or None).
+    through ``reporter`` (a Reporter, or None), which is told the current
+    breaker, budget and send gate at each call: it reports their states,
+    and paces the gate by the fleet's grant while it is on.
 
     The calls keep time with ``clock`` (nanoseconds that never go back),
     wait out a backoff with ``sleep(seconds)`` and wait in a send gate's
@@ -136,7 +138,7 @@ class Dependency:
         controls = self._current()
         reporter = self.reporter
         if reporter is not None:
-            reporter.track(self.service, controls.breaker, controls.budget)
+            reporter.track(self.service, controls.breaker, controls.budget, controls.gate, self._clock)
         with reporter.in_flight(self.service) if reporter is not None else _nothing():
             return self._attempts(endpoint, attempt, controls)
 

@@ -377,6 +377,11 @@ class _Pacer:
         lease = self.lease
         return lease.rate if lease is not None and self.at < lease.until else own
 
+    def pace_at(self, own, now):
+        """The pace at ``now``: the lease's if it still runs, else ``own``."""
+        lease = self.lease
+        return lease.rate if lease is not None and now < lease.until else own
+
     def accrue(self, own, now):
         """Accrues credit up to ``now``: at the lease's rate until it ends, then at ``own``."""
         if now <= self.at:
@@ -456,9 +461,18 @@ class SendGate:
     @property
     def rate(self):
         """The rate the gate paces at, in attempts per second (the fleet's
-        grant while one lasts, else its own); None while off."""
+        grant while one lasts, else its own), as of its last accrual; None
+        while off. See :meth:`rate_at` for the rate at a given time."""
         with self._lock:
             return self._pacer.pace(self._rate.now) if self._on else None
+
+    def rate_at(self, now_ns):
+        """The rate the gate paces at ``now_ns``: the fleet's grant if its
+        lease still runs then, else its own; None while off. Unlike
+        :attr:`rate`, which tells the pace as of the gate's last turn or
+        outcome, this sees a lease end even while nothing asks for turns."""
+        with self._lock:
+            return self._pacer.pace_at(self._rate.now, now_ns) if self._on else None
 
     @property
     def own_rate(self):

@@ -11,10 +11,16 @@ next send reads the token file again. New counts aggregate meanwhile and go
 in the next batch. A batch the daemon refuses (another 4xx) is dropped,
 logged and counted, never resent.
 
+While a dependency's send gate is on, the reporter also asks the daemon
+for this process's share of the rate the whole fleet may send it, and the
+gate paces at that share while the grant lasts (see
+:mod:`stormguard_client.pace`); ``fleet_pacing=False`` leaves each gate to
+what this process alone learns.
+
 The daemon may be an ``https://`` one: ``tls`` (a
 :class:`~stormguard_client.DaemonTls`) names the CA to trust and the client
-certificate to present, and ``token_file`` the token to send (see
-:mod:`stormguard_client.connect`).
+certificate to present, and ``token_file`` the token to send with reports
+and pace asks alike (see :mod:`stormguard_client.connect`).
 """
 
 import contextlib
@@ -24,11 +30,13 @@ import json
 import logging
 import random
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
 
 from .connect import Connection, TokenFile
+from .pace import ASK_EVERY, ASK_TIMEOUT, PaceGrant, ask_body
 
 OUTCOMES = ("success", "error", "server_error")
 MAX_INSTANCE_LEN = 253
@@ -105,10 +113,15 @@ class ReporterStats:
     """Reports within counted batches that the daemon refused."""
     send_failures: int = 0
     """Sends that failed and will be tried again (daemon unreachable, 5xx, 429, 401, timeout)."""
+    pace_asks: int = 0
+    """Asks for a paced dependency's share (made while its send gate is on)."""
+    pace_failures: int = 0
+    """Of those, the ones that got no grant (the gate paced alone meanwhile)."""
 
 
 class _Service:
-    """One dependency: counts per endpoint, what to report its states from, calls in flight."""
+    """One dependency: counts per endpoint, what to report its states from
+    (and its gate to pace), calls in flight."""
 
     def __init__(self):
         # endpoint -> [[success, error, server_error], {retry: count}]
@@ -116,6 +129,9 @@ class _Service:
         self.in_flight = 0
         self.breaker = None
         self.budget = None
+        self.gate = None
+        # The clock the gate keeps time by: its nanoseconds are the calls'.
+        self.clock = time.monotonic_ns
         self.denied_taken = 0
         # a replaced budget's denials not yet taken
         self.denied_pending = 0
@@ -125,17 +141,21 @@ class Reporter:
     """Aggregates attempts and sends them to the daemon every ``interval``
     seconds (once :meth:`start` ed); safe to share between threads.
 
+    Once started, and unless ``fleet_pacing`` is False, it also asks the
+    daemon, from a thread of its own, for the share of each tracked
+    dependency whose send gate is on, and leases the grant to the gate.
+
     ``token_file`` is the service-account token file sent with each batch
-    as ``Authorization: Bearer``, for a daemon that checks who reports (in
-    Kubernetes, a projected token volume with audience ``stormguard``); it
-    is read at each send, so the kubelet's rotations are followed. None
-    sends no token. ``tls`` (a :class:`~stormguard_client.DaemonTls`, or
-    None) is the CA and client certificate towards an ``https://`` daemon;
-    a TLS file that cannot be used raises ValueError (a TlsFileError)
-    naming it."""
+    and pace ask as ``Authorization: Bearer``, for a daemon that checks who
+    reports (in Kubernetes, a projected token volume with audience
+    ``stormguard``); it is read at each send, so the kubelet's rotations
+    are followed. None sends no token. ``tls`` (a
+    :class:`~stormguard_client.DaemonTls`, or None) is the CA and client
+    certificate towards an ``https://`` daemon; a TLS file that cannot be
+    used raises ValueError (a TlsFileError) naming it."""
 
     def __init__(self, daemon, instance, caller=None, interval=10.0, timeout=10.0,
-                 max_endpoints=100, max_services=100, token_file=None, tls=None):
+                 max_endpoints=100, max_services=100, token_file=None, tls=None, fleet_pacing=True):
         parsed = urllib.parse.urlsplit(daemon) if isinstance(daemon, str) else None
         if parsed is None or parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise ValueError(f"daemon: {daemon!r} is not an http(s) URL")
@@ -152,6 +172,8 @@ class Reporter:
         for name, value in (("max_endpoints", max_endpoints), ("max_services", max_services)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a whole number above 0, not {value!r}")
+        if not isinstance(fleet_pacing, bool):
+            raise ValueError(f"fleet_pacing must be True or False, not {fleet_pacing!r}")
         self._token = TokenFile(token_file)
         self._connection = Connection(tls)
         self.daemon = daemon.rstrip("/")
@@ -161,6 +183,7 @@ class Reporter:
         self.timeout = timeout
         self.max_endpoints = max_endpoints
         self.max_services = max_services
+        self.fleet_pacing = fleet_pacing
         self._services = {}
         self._lock = threading.Lock()
         # Held for a whole send: sends go one at a time, and _pending is theirs.
@@ -173,6 +196,7 @@ class Reporter:
         self._warned = set()
         self._stop = threading.Event()
         self._thread = None
+        self._pacer = None
 
     # --- counting -----------------------------------------------------------
 
@@ -210,9 +234,13 @@ class Reporter:
                 with self._lock:
                     counts.in_flight -= 1
 
-    def track(self, service, breaker=None, budget=None):
-        """Reports ``service``'s breaker state and the retries its budget
-        denied since the last report (the latest breaker and budget win)."""
+    def track(self, service, breaker=None, budget=None, gate=None, clock=time.monotonic_ns):
+        """Reports ``service``'s breaker state, the retries its budget denied
+        since the last report and whether its send gate is on, and paces the
+        gate while it is (the latest breaker, budget and gate win).
+        ``clock`` is the gate's clock (nanoseconds that never go back, the
+        calls' own), so that the reporter reads and leases the gate in its
+        time."""
         with self._lock:
             counts = self._entry(service)
             if counts is None:
@@ -224,6 +252,7 @@ class Reporter:
                     counts.denied_pending += max(counts.budget.denied - counts.denied_taken, 0)
                 counts.denied_taken = 0
             counts.breaker, counts.budget = breaker, budget
+            counts.gate, counts.clock = gate, clock
 
     def _entry(self, service):
         counts = self._services.get(service)
@@ -249,11 +278,16 @@ class Reporter:
             return dataclasses.replace(self._stats)
 
     def start(self):
-        """Starts sending every ``interval`` in a daemon thread; returns self."""
+        """Starts sending every ``interval`` in a daemon thread, and with
+        ``fleet_pacing`` asking for paced dependencies' shares in another;
+        returns self."""
         if self._thread is not None:
             raise RuntimeError("this reporter was started already")
         self._thread = threading.Thread(target=self._loop, name="stormguard-reporter", daemon=True)
         self._thread.start()
+        if self.fleet_pacing:
+            self._pacer = threading.Thread(target=self._pace_loop, name="stormguard-pacer", daemon=True)
+            self._pacer.start()
         return self
 
     def flush(self):
@@ -264,9 +298,10 @@ class Reporter:
             self._send()
 
     def stop(self):
-        """Stops the periodic sends, then sends what is pending and what is
-        aggregated now (a failure is logged). A send that was under way is
-        not lost: its batch, if unanswered, is still pending and goes first."""
+        """Stops the periodic sends and the pace asks, then sends what is
+        pending and what is aggregated now (a failure is logged). A send
+        that was under way is not lost: its batch, if unanswered, is still
+        pending and goes first. A lease already granted runs out on its own."""
         self._stop.set()
         try:
             self.flush()
@@ -274,6 +309,8 @@ class Reporter:
             log.warning("stormguard reporter: the last report could not be sent: %s", error)
         if self._thread is not None:
             self._thread.join(timeout=self.timeout)
+        if self._pacer is not None:
+            self._pacer.join(timeout=ASK_TIMEOUT * 2)
 
     def _loop(self):
         while not self._stop.wait(self.interval):
@@ -337,6 +374,8 @@ class Reporter:
                     report["caller"] = self.caller
                 if counts.breaker is not None:
                     report["circuitState"] = str(counts.breaker.state)
+                if counts.gate is not None:
+                    report["gateOn"] = counts.gate.is_on_at(counts.clock())
                 if counts.budget is not None or counts.denied_pending:
                     since, counts.denied_pending = counts.denied_pending, 0
                     if counts.budget is not None:
@@ -388,6 +427,62 @@ class Reporter:
         with self._lock:
             self._stats.batches_sent += 1
             self._stats.reports_rejected += len(rejected) if isinstance(rejected, list) else 0
+
+    # --- fleet pacing -------------------------------------------------------
+
+    def _pace_loop(self):
+        """Asks for every tracked dependency whose gate is on, every
+        ``askEveryMs`` from the start of one round of asks to the next, or
+        as soon as a round that took longer is done."""
+        every = ASK_EVERY
+        began = time.monotonic()
+        while not self._stop.wait(max(began + every - time.monotonic(), 0.0)):
+            began = time.monotonic()
+            try:
+                for service, gate, clock in self._paced():
+                    if self._stop.is_set():
+                        return
+                    grant = self._ask(service, gate, clock)
+                    if grant is not None:
+                        every = grant.ask_every
+            except Exception:  # noqa: BLE001 - the thread must live on
+                log.exception("stormguard reporter: a pace ask failed unexpectedly")
+
+    def _paced(self):
+        """The tracked dependencies whose gate is on now: (service, gate, clock)."""
+        with self._lock:
+            tracked = [(name, counts.gate, counts.clock) for name, counts in self._services.items()
+                       if counts.gate is not None]
+        return [(name, gate, clock) for name, gate, clock in tracked if gate.is_on_at(clock())]
+
+    def _ask(self, service, gate, clock):
+        """One ask for ``service`` with what ``gate`` saw since the last; leases
+        the grant to the gate and returns it, or None when there was none."""
+        body = ask_body(service, self.instance, gate.tally())
+        request = urllib.request.Request(f"{self.daemon}/v1/pace", data=body, method="POST",
+                                         headers={"Content-Type": "application/json"})
+        self._token.authorize(request)
+        grant = None
+        try:
+            with self._connection.open(request, timeout=ASK_TIMEOUT) as answer:
+                grant = PaceGrant.from_json(answer.read())
+        except urllib.error.HTTPError as error:
+            with error:
+                log.debug("stormguard reporter: the daemon gave no pace for %s (%d); the gate paces alone",
+                          service, error.code)
+        except (OSError, http.client.HTTPException) as error:
+            log.debug("stormguard reporter: the daemon could not be asked for a pace for %s (%r); "
+                      "the gate paces alone", service, error)
+        except ValueError as error:
+            log.debug("stormguard reporter: the daemon's pace for %s cannot be read (%s); the gate paces alone",
+                      service, error)
+        with self._lock:
+            self._stats.pace_asks += 1
+            self._stats.pace_failures += int(grant is None)
+        if grant is not None:
+            now = clock()
+            gate.lease(grant.rate, now + grant.lease_ns, now)
+        return grant
 
 
 def _read(answer):

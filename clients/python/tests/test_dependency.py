@@ -2,6 +2,7 @@
 back to it."""
 
 import http.server
+import json
 import random
 import threading
 import time
@@ -346,3 +347,19 @@ def test_a_call_that_gets_no_turn_gives_back_its_breaker_permit():
     with pytest.raises(NoTurn):
         dependency.call("/charge", lambda timeout: 200)
     assert dependency.gate.waiting == 0, "the one trial slot was free again: the breaker let the call wait"
+
+
+def test_the_reporter_is_told_the_gate_and_reads_it_on_the_calls_clock():
+    clock = VirtualTime()
+    reporter = Reporter("http://127.0.0.1:9", "pod-1", interval=3600)
+    dependency = Dependency(Watch(maxRetries=0, gate={"enabled": True, "quietMs": 1000}), "payments", reporter,
+                            clock=clock.clock, sleep=clock.sleep, wait=clock.wait, rng=NoCredit())
+    assert dependency.call("/charge", lambda timeout: 503) == 503
+    report = json.loads(reporter._take()[1])["reports"][0]
+    assert report["gateOn"] is True, "the 503 turned the gate on, and the report says so"
+    clock.now += 2 * S
+    report = json.loads(reporter._take()[1])["reports"][0]
+    assert report["gateOn"] is False, "quiet for quietMs on the calls' clock, not the wall's"
+    dependency.watch.current = {**dependency.watch.current, "gate": {"enabled": False}}
+    dependency.call("/charge", lambda timeout: 200)
+    assert "gateOn" not in json.loads(reporter._take()[1])["reports"][0], "a new policy without a gate"

@@ -282,6 +282,18 @@ def test_a_refusal_under_a_lease_cuts_it_once_until_the_next_grant():
         assert g.rate == 7.0, bad
 
 
+def test_the_rate_at_a_time_is_the_lease_while_it_runs_then_the_gates_own():
+    g = gate()
+    assert g.rate_at(0) is None, "off"
+    overload(g)
+    g.lease(7.25, 2 * S, S)
+    assert [g.rate_at(at) for at in (S, 2 * S - 1, 2 * S, 9 * S)] == [7.25, 7.25, 0.5, 0.5]
+    assert g.rate == 7.25, "as of the last accrual, which was under the lease"
+    assert g.turn(3 * S) is None and g.rate == 0.5, "a turn after the lease accrues past its end"
+    g.lease(g.policy.max_rate * 2, 4 * S, 3 * S)
+    assert g.rate_at(3 * S) == g.policy.max_rate, "at most maxRate"
+
+
 def test_a_timeout_cuts_to_a_share_of_the_most_accepted_in_a_second_of_the_last_three():
     g = gate()
     overload(g)

@@ -1,5 +1,6 @@
 """The Python reporter without the daemon: what it counts, how it numbers
-batches, and what it does with each kind of answer (from a stand-in)."""
+batches, what it does with each kind of answer, and how it asks for a
+paced dependency's share (from stand-ins)."""
 
 import http.server
 import json
@@ -11,8 +12,10 @@ import time
 import pytest
 
 from conftest import eventually, free_port
-from stormguard_client import (BreakerPolicy, CircuitBreaker, Reporter, ReportNotDelivered, ReportRefused,
-                               RetryBudget)
+from stormguard_client import (BreakerPolicy, CircuitBreaker, GatePolicy, Reporter, ReportNotDelivered,
+                               ReportRefused, RetryBudget, SendGate)
+from stormguard_client.gate import Signal
+from stormguard_client.pace import PaceGrant
 
 
 def reporter(**settings):
@@ -277,3 +280,190 @@ def test_a_missing_token_file_sends_without_a_token_and_is_logged_once(stand_in,
     r.flush()
     assert server.authorizations[2] == "Bearer mounted-at-last"
     assert server.bodies[0] == server.bodies[1] == server.bodies[2], "the kept batch, with the token"
+
+
+# --- fleet pacing ------------------------------------------------------------
+
+
+class PaceStandIn:
+    """A stand-in daemon for pace asks: each POST /v1/pace is answered with
+    the next of ``answers`` (status, body), the last repeating, and
+    ``asks`` holds (when it came, its body read, its Authorization
+    header); report batches are answered 200 and kept in ``batches``."""
+
+    def __init__(self, answers):
+        self.answers = list(answers)
+        self.asks = []
+        self.batches = []
+        stand_in = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if self.path == "/v1/reports":
+                    stand_in.batches.append(json.loads(body))
+                    status, answer = 200, b'{"accepted":1,"rejected":[]}'
+                else:
+                    assert self.path == "/v1/pace"
+                    stand_in.asks.append((time.monotonic(), json.loads(body), self.headers.get("Authorization")))
+                    status, answer = stand_in.answers.pop(0) if len(stand_in.answers) > 1 else stand_in.answers[0]
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def pace_stand_in():
+    made = []
+
+    def make(answers):
+        made.append(PaceStandIn(answers))
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def grant(rate, lease_ms=1000, ask_every_ms=100):
+    return 200, json.dumps({"rate": rate, "leaseMs": lease_ms, "askEveryMs": ask_every_ms}).encode()
+
+
+def on_gate():
+    """A gate turned on, now, by one refused attempt."""
+    g = SendGate(GatePolicy(enabled=True), time.monotonic_ns(), draw=lambda: 0.0)
+    now = time.monotonic_ns()
+    g.record(Signal.OVERLOADED, now, now)
+    return g
+
+
+def test_while_the_gate_is_on_it_asks_with_the_tally_and_paces_at_the_grant(pace_stand_in, tmp_path):
+    server = pace_stand_in([grant(7.25, lease_ms=600_000, ask_every_ms=50)])
+    token = tmp_path / "token"
+    token.write_text("pod-token")
+    r = Reporter(server.url, "pod-1", interval=3600, timeout=2, token_file=token)
+    g = on_gate()
+    r.track("svc", gate=g)
+    r.start()
+    assert eventually(lambda: len(server.asks) >= 3)
+    r.stop()
+    first = server.asks[0][1]
+    assert first == {"service": "svc", "instance": "pod-1", "sent": 0, "accepted": 0, "overloaded": 1,
+                     "timedOut": 0, "waiting": 0}, "the refusal that turned it on"
+    assert server.asks[1][1]["overloaded"] == 0, "each ask tells what came since the last"
+    assert {ask[2] for ask in server.asks} == {"Bearer pod-token"}
+    now = time.monotonic_ns()
+    assert g.rate_at(now) == 7.25 and g.own_rate == 0.5
+    assert g.rate_at(now + 61 * 10**9) == 0.5, "a lease of at most a minute, whatever the daemon says"
+    stats = r.stats
+    assert stats.pace_asks == len(server.asks) and stats.pace_failures == 0
+    asked = len(server.asks)
+    time.sleep(0.3)
+    assert len(server.asks) == asked, "no ask once stopped"
+    assert not r._pacer.is_alive()
+
+
+def test_the_grant_sets_the_interval_within_its_bounds(pace_stand_in):
+    server = pace_stand_in([grant(1.0, ask_every_ms=400)])
+    r = Reporter(server.url, "pod-1", interval=3600, timeout=2)
+    r.track("svc", gate=on_gate())
+    r.start()
+    assert eventually(lambda: len(server.asks) >= 3, within=5)
+    r.stop()
+    gaps = [b[0] - a[0] for a, b in zip(server.asks, server.asks[1:])]
+    assert gaps[0] > 0.3, f"asked every 400 ms once told to: {gaps}"
+    for every, seconds in [(0, 0.02), (5, 0.02), (250, 0.25), (999_999, 1.0)]:
+        assert PaceGrant(1.0, 1000, every).ask_every == seconds
+
+
+@pytest.mark.parametrize("answer", [(401, b'{"error":"expired"}'), (403, b"{}"), (409, b"{}"), (503, b"{}"),
+                                    (200, b"not JSON"), (200, b'{"rate": 3.0}'), (200, b'{"rate": "3",'
+                                                                                        b'"leaseMs": 1,'
+                                                                                        b'"askEveryMs": 1}')])
+def test_no_grant_changes_nothing_and_is_counted(pace_stand_in, caplog, answer):
+    server = pace_stand_in([answer])
+    r = Reporter(server.url, "pod-1", interval=3600, timeout=2)
+    g = on_gate()
+    r.track("svc", gate=g)
+    with caplog.at_level(logging.DEBUG, logger="stormguard_client.reports"):
+        r.start()
+        assert eventually(lambda: r.stats.pace_failures >= 2)
+        r.stop()
+    assert r.stats.pace_asks == r.stats.pace_failures
+    assert g.rate_at(time.monotonic_ns()) == g.own_rate == 0.5, "the gate paces alone"
+    assert "the gate paces alone" in caplog.text and "svc" in caplog.text
+    assert all(rec.levelno == logging.DEBUG for rec in caplog.records if "pace" in rec.getMessage())
+
+
+def test_an_unreachable_daemon_is_counted_and_the_gate_paces_alone():
+    r = Reporter(f"http://127.0.0.1:{free_port()}", "pod-1", interval=3600, timeout=2)
+    g = on_gate()
+    g.lease(9.0, time.monotonic_ns() + 10**9, time.monotonic_ns())
+    r.track("svc", gate=g)
+    r.start()
+    assert eventually(lambda: r.stats.pace_failures >= 3)
+    r.stop()
+    assert eventually(lambda: g.rate_at(time.monotonic_ns()) == 0.5, within=3), "once the last lease ends"
+
+
+def test_no_ask_while_the_gate_is_off_or_fleet_pacing_is(pace_stand_in):
+    server = pace_stand_in([grant(5.0)])
+    off = SendGate(GatePolicy(enabled=True), time.monotonic_ns())
+    r = Reporter(server.url, "pod-1", interval=3600, timeout=2)
+    r.track("svc", gate=off)
+    r.track("other", gate=None)
+    r.start()
+    unpaced = Reporter(server.url, "pod-2", interval=3600, timeout=2, fleet_pacing=False)
+    unpaced.track("svc", gate=on_gate())
+    unpaced.start()
+    time.sleep(0.5)
+    assert server.asks == [] and r.stats.pace_asks == unpaced.stats.pace_asks == 0
+    assert unpaced._pacer is None
+    on = time.monotonic_ns()
+    off.record(Signal.OVERLOADED, on, on)
+    assert eventually(lambda: len(server.asks) >= 1), "asked once it turned on"
+    assert {ask[1]["instance"] for ask in server.asks} == {"pod-1"}
+    r.stop()
+    unpaced.stop()
+    with pytest.raises(ValueError, match="fleet_pacing"):
+        Reporter(server.url, "pod-1", fleet_pacing="no")
+
+
+def test_the_gate_keeps_the_calls_clock(pace_stand_in):
+    server = pace_stand_in([grant(3.0, lease_ms=2000)])
+    virtual = [10**15]
+    g = SendGate(GatePolicy(enabled=True), virtual[0], draw=lambda: 0.0)
+    g.record(Signal.OVERLOADED, virtual[0], virtual[0])
+    r = Reporter(server.url, "pod-1", interval=3600, timeout=2)
+    r.track("svc", gate=g, clock=lambda: virtual[0])
+    r.start()
+    assert eventually(lambda: len(server.asks) >= 1)
+    r.stop()
+    assert g.rate_at(virtual[0] + 2 * 10**9 - 1) == 3.0 and g.rate_at(virtual[0] + 2 * 10**9) == 0.5, \
+        "leased until two seconds past the clock's now"
+
+
+def test_reports_say_whether_the_gate_is_on():
+    r = reporter()
+    g = SendGate(GatePolicy(enabled=True, quiet_ns=10**9), 0)
+    clock = [0]
+    r.track("svc", gate=g, clock=lambda: clock[0])
+    r.track("plain")
+    assert taken(r)["reports"][0]["gateOn"] is False
+    g.record(Signal.OVERLOADED, 0, 0)
+    reports = {report["service"]: report for report in taken(r)["reports"]}
+    assert reports["svc"]["gateOn"] is True and "gateOn" not in reports["plain"], "no gate, no gateOn"
+    clock[0] = 2 * 10**9
+    assert taken(r)["reports"][0]["gateOn"] is False, "quiet for quietMs: off"

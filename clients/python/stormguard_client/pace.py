@@ -1,0 +1,93 @@
+"""Fleet pacing, the client's side, as the Rust library's reporter does it:
+while a dependency's send gate is on, the reporter asks the daemon about
+every 100 ms (``POST /v1/pace``) for this process's share of the rate the
+whole fleet may send that dependency, and the gate paces at that share
+for the grant's lease. A daemon that cannot be reached, or refuses, or
+answers what cannot be read, changes nothing: the gate paces by its own
+rate once the last lease ends, so the process is no worse off than
+without a daemon.
+
+This module holds what an ask and a grant are; the asking itself runs on
+the :class:`~stormguard_client.Reporter`'s pacing thread.
+"""
+
+import json
+from dataclasses import dataclass
+
+ASK_EVERY = 0.1
+"""Seconds between two rounds of asks until a grant says otherwise."""
+ASK_TIMEOUT = 0.5
+"""Seconds an ask may take: a grant later than that is stale."""
+FASTEST = 0.02
+"""The shortest interval between rounds a grant may set, in seconds."""
+SLOWEST = 1.0
+"""The longest interval between rounds a grant may set, in seconds."""
+LONGEST_LEASE_NS = 60_000_000_000
+"""The longest lease taken from a grant: a daemon that asks for more is
+not trusted beyond a minute without asking again."""
+_U64_MAX = (1 << 64) - 1
+
+
+def ask_body(service, instance, tally):
+    """The JSON body of an ask for ``service`` by ``instance`` from a gate's
+    ``tally`` (a :class:`~stormguard_client.gate.Tally`): what the gate saw
+    since the last ask, and who waits now."""
+    return json.dumps({
+        "service": service,
+        "instance": instance,
+        "sent": tally.sent,
+        "accepted": tally.accepted,
+        "overloaded": tally.overloaded,
+        "timedOut": tally.timed_out,
+        "waiting": tally.waiting,
+    }, separators=(",", ":")).encode()
+
+
+def _millis(grant, key):
+    value = grant.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _U64_MAX:
+        raise ValueError(f"{key} must be a whole number of milliseconds, not {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class PaceGrant:
+    """The daemon's answer to an ask: this process's share of the
+    dependency's rate."""
+
+    rate: float
+    """Attempts per second the process may send the dependency."""
+    lease_ms: int
+    """How long the grant holds, in milliseconds; after it the gate paces
+    by its own rate until the next grant."""
+    ask_every_ms: int
+    """How often to ask while the gate is on, in milliseconds."""
+
+    @classmethod
+    def from_json(cls, text):
+        """The grant in a 2xx answer's body (bytes or str). Raises ValueError
+        when it is not a grant: not JSON, a field missing or of the wrong
+        type (fields it does not know are left alone, for later daemons)."""
+        grant = json.loads(text)
+        if not isinstance(grant, dict):
+            raise ValueError(f"a grant is a JSON object, not {grant!r}")
+        rate = grant.get("rate")
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)):
+            raise ValueError(f"rate must be a number, not {rate!r}")
+        try:
+            rate = float(rate)
+        except OverflowError as error:
+            raise ValueError(f"rate {rate} is too large") from error
+        return cls(rate, _millis(grant, "leaseMs"), _millis(grant, "askEveryMs"))
+
+    @property
+    def lease_ns(self):
+        """The lease in nanoseconds, at most :data:`LONGEST_LEASE_NS`."""
+        return min(self.lease_ms * 1_000_000, LONGEST_LEASE_NS)
+
+    @property
+    def ask_every(self):
+        """Seconds until the next round of asks, within :data:`FASTEST` and
+        :data:`SLOWEST`, whatever the daemon says."""
+        return min(max(self.ask_every_ms / 1000, FASTEST), SLOWEST)
+
