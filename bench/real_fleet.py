@@ -36,9 +36,16 @@ instead of the three ways above:
 - with `--kill-replica-at S`: the same, the first replica killed at S.
   Target: every caller served.
 
+With `--languages rust,go,python` the processes are dealt in turn to the
+three clients' herd examples (the Rust, Go and Python twins of one
+process); with `--replicas` and `--pace-store` it also runs the same fleet
+all in Rust, and the mixed fleet must waste within 1.3x of its simulation,
+reach p99 within 0.5 s of it, and waste within 1.1x of the all-Rust fleet.
+
 Usage: bench/real_fleet.py [--processes N] [--callers N] [--runs N] [--json FILE]
-       [--replicas N [--pace-store] [--kill-store-at S] [--kill-replica-at S]]
-It builds what it runs first (release: the daemon and the client's examples).
+       [--languages L,L,...] [--replicas N [--pace-store] [--kill-store-at S] [--kill-replica-at S]]
+It builds what it runs first (release: the daemon and the Rust client's
+examples; the Go example with `go build` when Go is dealt processes).
 """
 import argparse
 import json
@@ -53,6 +60,14 @@ import urllib.request
 from harness import BINARY, ROOT, ServiceProxy, redis_info, start_daemon, start_redis
 
 EXAMPLES = os.path.join(ROOT, "target", "release", "examples")
+GO_HERD = os.path.join(ROOT, "target", "go", "herd_callers")
+PY_HERD = os.path.join(ROOT, "clients", "python", "examples", "herd_callers.py")
+# Each client's herd process, as a command line.
+HERDS = {
+    "rust": [os.path.join(EXAMPLES, "herd_callers")],
+    "go": [GO_HERD],
+    "python": [sys.executable, PY_HERD],
+}
 POLICY = os.path.join(ROOT, "bench", "real-fleet.yaml")
 SEEDS = range(1, 6)
 OUTAGE, CAPACITY, LATENCY = 10, 200, "1ms"
@@ -129,10 +144,13 @@ class Fleet:
             process.wait()
 
 
-def real_run(service, flags, processes, callers, fleet=None):
-    """One run of the real fleet: wasted, p50, p99, gave up, the
-    dependency's per-second counts, and what Redis did if there was one."""
+def real_run(service, flags, processes, callers, fleet=None, languages=("rust",)):
+    """One run of the real fleet, its processes dealt in turn to
+    `languages`' clients: wasted, p50, p99, gave up, the dependency's
+    per-second counts, and what Redis did if there was one."""
     fleet = fleet or Fleet()
+    python_path = os.path.join(ROOT, "clients", "python")
+    environment = {**os.environ, "PYTHONPATH": python_path + os.pathsep + os.environ.get("PYTHONPATH", "")}
     start_at = int(time.time() * 1000) + 3000
     daemon_url = fleet.start(start_at)
     dependency, address = start_dependency(start_at)
@@ -140,10 +158,10 @@ def real_run(service, flags, processes, callers, fleet=None):
     try:
         herd += [
             subprocess.Popen(
-                [os.path.join(EXAMPLES, "herd_callers"), "--daemon", daemon_url,
+                [*HERDS[languages[i % len(languages)]], "--daemon", daemon_url,
                  "--service", service, "--instance", f"pod-{i}", "--dependency", address,
                  "--callers", str(callers), "--start-at", str(start_at), *flags],
-                stdout=subprocess.PIPE, text=True)
+                stdout=subprocess.PIPE, text=True, env=environment)
             for i in range(processes)
         ]
         results = []
@@ -193,9 +211,12 @@ def simulated(service, flags, processes, callers):
     return {key: statistics.mean(r[key] for r in runs) for key in ("wasted", "p50_seconds", "p99_seconds", "gave_up")}
 
 
-def build():
+def build(languages):
     for what in (["--bin", "stormguard"], ["-p", "stormguard-client", "--examples"]):
         subprocess.run(["cargo", "build", "--release", "--quiet", *what], cwd=ROOT, check=True)
+    if "go" in languages:
+        subprocess.run(["go", "build", "-o", GO_HERD, "./examples/herd_callers"], cwd=os.path.join(ROOT, "clients", "go"),
+                       env={**os.environ, "GOFLAGS": "-mod=mod", "GOPROXY": "off"}, check=True)
 
 
 def mean_of(runs):
@@ -230,7 +251,8 @@ def one_daemon(opts):
     header(opts, "")
     report, ratio = {}, None
     for label, service, flags, sim_flags in WAYS:
-        reals = [real_run(service, flags, opts.processes, opts.callers) for _ in range(opts.runs)]
+        reals = [real_run(service, flags, opts.processes, opts.callers, languages=opts.languages)
+                 for _ in range(opts.runs)]
         real, sim = mean_of(reals), simulated(service, sim_flags, opts.processes, opts.callers)
         report[label] = {"real": reals, "simulated": sim}
         row(label, real, sim)
@@ -245,10 +267,14 @@ def replicas(opts):
     """The fleet through `--replicas` daemons: alone, and as asked, sharing
     a store, the store killed, a replica killed."""
     n = opts.replicas
-    header(opts, f", {n} daemons behind one Service")
+    mixed = list(opts.languages) != ["rust"]
+    fleet_of = f" ({'+'.join(opts.languages)})" if mixed else ""
+    header(opts, f"{fleet_of}, {n} daemons behind one Service")
     ways = [(f"{n} daemons alone", Fleet(n), ["--replicas", str(n)])]
     if opts.pace_store:
         ways.append((f"{n} daemons sharing Redis", Fleet(n, store=True), ["--replicas", str(n), "--pace-store"]))
+        if mixed:
+            ways.append(("  the same, all Rust", Fleet(n, store=True), None))
     if opts.kill_store_at is not None:
         ways.append((f"  Redis killed at {opts.kill_store_at:g} s",
                      Fleet(n, store=True, kill_store_at=opts.kill_store_at),
@@ -258,7 +284,9 @@ def replicas(opts):
                      Fleet(n, store=opts.pace_store, kill_replica_at=opts.kill_replica_at), None))
     report, means, targets = {}, {}, []
     for label, fleet, sim_flags in ways:
-        reals = [real_run("herd-gated", [], opts.processes, opts.callers, fleet) for _ in range(opts.runs)]
+        languages = ("rust",) if label.endswith("all Rust") else opts.languages
+        reals = [real_run("herd-gated", [], opts.processes, opts.callers, fleet, languages)
+                 for _ in range(opts.runs)]
         sim = simulated("herd-gated", ["--fleet", *sim_flags], opts.processes, opts.callers) if sim_flags else None
         report[label] = {"real": reals, "simulated": sim}
         means[label] = real = mean_of(reals)
@@ -268,6 +296,10 @@ def replicas(opts):
                             f"(at most 1.3)", real["wasted"] <= 1.3 * max(sim["wasted"], 1)))
             gap = real["p99_seconds"] - sim["p99_seconds"]
             targets.append((f"{label}: real p99 - simulated {gap:+.2f} s (within 0.5 s)", abs(gap) <= 0.5))
+        if label.endswith("all Rust"):
+            shared = means[ways[1][0]]["wasted"]
+            targets.append((f"{ways[1][0]}: waste {shared:,.0f}, all Rust {real['wasted']:,.0f} (within 1.1x)",
+                            shared <= 1.1 * real["wasted"]))
         if fleet.kill_store_at is not None:
             alone = means[ways[0][0]]["p99_seconds"]
             targets.append((f"{label}: p99 {real['p99_seconds']:.2f} s, alone {alone:.2f} s (no worse)",
@@ -291,6 +323,8 @@ def main():
     parser.add_argument("--callers", type=int, default=50)
     parser.add_argument("--runs", type=int, default=1, help="real runs per way; the table gives their mean")
     parser.add_argument("--json", help="write every run, real and simulated, to this file")
+    parser.add_argument("--languages", default="rust", type=lambda text: tuple(text.split(",")),
+                        help="the clients the processes are dealt to in turn: rust, go, python (default rust)")
     parser.add_argument("--replicas", type=int, help="run the fleet through this many daemons behind one Service")
     parser.add_argument("--pace-store", action="store_true", help="with --replicas: also sharing a real Redis")
     parser.add_argument("--kill-store-at", type=float, metavar="SECONDS",
@@ -303,7 +337,10 @@ def main():
         parser.error("--pace-store, --kill-store-at and --kill-replica-at go with --replicas N")
     if opts.replicas is not None and opts.replicas < 1:
         parser.error("--replicas takes 1 or more")
-    build()
+    unknown = [language for language in opts.languages if language not in HERDS]
+    if unknown or not opts.languages:
+        parser.error(f"--languages: {', '.join(unknown) or 'none given'}: each is one of {', '.join(HERDS)}")
+    build(opts.languages)
     report, met = replicas(opts) if opts.replicas else one_daemon(opts)
     if opts.json:
         with open(opts.json, "w") as f:
