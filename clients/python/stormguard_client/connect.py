@@ -13,12 +13,14 @@ again rather than once:
 """
 
 import dataclasses
+import http.client
 import logging
 import os
 import pathlib
 import ssl
 import threading
 import time
+import urllib.parse
 import urllib.request
 
 TLS_RECHECK = 60.0
@@ -165,6 +167,11 @@ class Connection:
         """``urllib.request.urlopen`` of ``request`` with the current context."""
         return urllib.request.urlopen(request, timeout=timeout, context=self.context())
 
+    def kept(self, daemon):
+        """A :class:`KeptConnection` to ``daemon`` (its base URL) with this
+        connection's TLS."""
+        return KeptConnection(daemon, self)
+
     def _follow_files(self):
         """Builds the context again if the files' contents changed. Holds the lock."""
         try:
@@ -223,3 +230,59 @@ class TokenFile:
         if token is not None:
             request.add_header("Authorization", f"Bearer {token}")
         return request
+
+
+class KeptConnection:
+    """One connection to the daemon kept open between requests made often
+    (pace asks, every 100 ms): made at the first request, and again after
+    one fails. Behind a Kubernetes Service, which balances connections, it
+    also keeps one process's asks on one daemon replica, as the Rust and Go
+    clients' pooled connections do: a replica paces the processes whose
+    asks reach it, and a process whose asks alternated between replicas
+    would be counted, and given a share, by each. Not thread-safe: one
+    thread asks."""
+
+    def __init__(self, daemon, connection):
+        url = urllib.parse.urlsplit(daemon)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValueError(f"the daemon's address must be http:// or https://, not {daemon!r}")
+        self._url, self._base_path = url, url.path.rstrip("/")
+        self._connection = connection
+        self._open = None
+
+    def post(self, path, body, headers, timeout):
+        """POSTs ``body`` to ``path`` with ``headers``: (status, body). A kept
+        connection the daemon closed meanwhile is made again once; other
+        failures raise OSError or http.client.HTTPException, and the next
+        request makes a new connection."""
+        for attempt in (0, 1):
+            reused = self._open is not None
+            connection = self._open or self._connect(timeout)
+            try:
+                connection.timeout = timeout
+                if connection.sock is not None:
+                    connection.sock.settimeout(timeout)
+                connection.request("POST", self._base_path + path, body=body, headers=headers)
+                answer = connection.getresponse()
+                data = answer.read()
+                self._open = None if answer.will_close else connection
+                return answer.status, data
+            except (OSError, http.client.HTTPException):
+                connection.close()
+                self._open = None
+                if not (reused and attempt == 0):
+                    raise
+        raise AssertionError("unreachable: the second attempt returns or raises")
+
+    def close(self):
+        """Closes the kept connection, if any."""
+        if self._open is not None:
+            self._open.close()
+            self._open = None
+
+    def _connect(self, timeout):
+        host, port = self._url.hostname, self._url.port
+        if self._url.scheme == "https":
+            context = self._connection.context() or ssl.create_default_context()
+            return http.client.HTTPSConnection(host, port, timeout=timeout, context=context)
+        return http.client.HTTPConnection(host, port, timeout=timeout)

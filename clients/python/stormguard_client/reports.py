@@ -177,6 +177,7 @@ class Reporter:
         self._token = TokenFile(token_file)
         self._connection = Connection(tls)
         self.daemon = daemon.rstrip("/")
+        self._pace_connection = self._connection.kept(self.daemon)
         self.instance = instance
         self.caller = caller
         self.interval = interval
@@ -436,17 +437,20 @@ class Reporter:
         as soon as a round that took longer is done."""
         every = ASK_EVERY
         began = time.monotonic()
-        while not self._stop.wait(max(began + every - time.monotonic(), 0.0)):
-            began = time.monotonic()
-            try:
-                for service, gate, clock in self._paced():
-                    if self._stop.is_set():
-                        return
-                    grant = self._ask(service, gate, clock)
-                    if grant is not None:
-                        every = grant.ask_every
-            except Exception:  # noqa: BLE001 - the thread must live on
-                log.exception("stormguard reporter: a pace ask failed unexpectedly")
+        try:
+            while not self._stop.wait(max(began + every - time.monotonic(), 0.0)):
+                began = time.monotonic()
+                try:
+                    for service, gate, clock in self._paced():
+                        if self._stop.is_set():
+                            return
+                        grant = self._ask(service, gate, clock)
+                        if grant is not None:
+                            every = grant.ask_every
+                except Exception:  # noqa: BLE001 - the thread must live on
+                    log.exception("stormguard reporter: a pace ask failed unexpectedly")
+        finally:
+            self._pace_connection.close()
 
     def _paced(self):
         """The tracked dependencies whose gate is on now: (service, gate, clock)."""
@@ -459,17 +463,18 @@ class Reporter:
         """One ask for ``service`` with what ``gate`` saw since the last; leases
         the grant to the gate and returns it, or None when there was none."""
         body = ask_body(service, self.instance, gate.tally())
-        request = urllib.request.Request(f"{self.daemon}/v1/pace", data=body, method="POST",
-                                         headers={"Content-Type": "application/json"})
-        self._token.authorize(request)
+        headers = {"Content-Type": "application/json"}
+        token = self._token.token()
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
         grant = None
         try:
-            with self._connection.open(request, timeout=ASK_TIMEOUT) as answer:
-                grant = PaceGrant.from_json(answer.read())
-        except urllib.error.HTTPError as error:
-            with error:
+            status, answer = self._pace_connection.post("/v1/pace", body, headers, ASK_TIMEOUT)
+            if 200 <= status < 300:
+                grant = PaceGrant.from_json(answer)
+            else:
                 log.debug("stormguard reporter: the daemon gave no pace for %s (%d); the gate paces alone",
-                          service, error.code)
+                          service, status)
         except (OSError, http.client.HTTPException) as error:
             log.debug("stormguard reporter: the daemon could not be asked for a pace for %s (%r); "
                       "the gate paces alone", service, error)

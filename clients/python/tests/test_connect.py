@@ -214,3 +214,52 @@ def test_without_a_usable_token_nothing_is_sent_and_each_error_is_logged_once(tm
         file.unlink()
         assert tokens.token() is None
     assert len(caplog.records) == 4, "missing again after a good read: logged again"
+
+
+class _Counting(http.server.BaseHTTPRequestHandler):
+    """Answers every POST 200 with its body, over HTTP/1.1 keep-alive,
+    counting the connections it was given; `close` makes it close each."""
+
+    protocol_version = "HTTP/1.1"
+    connections = []
+    close = False
+
+    def setup(self):
+        super().setup()
+        type(self).connections.append(self.client_address)
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        if type(self).close:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_kept_connection_carries_asks_one_after_another_and_is_made_again_when_closed():
+    _Counting.connections, _Counting.close = [], False
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Counting)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        kept = Connection().kept(f"http://127.0.0.1:{server.server_port}/")
+        for n in range(5):
+            assert kept.post("/v1/pace", str(n).encode(), {}, 2) == (200, str(n).encode())
+        assert len(_Counting.connections) == 1, "one connection for every ask"
+        _Counting.close = True
+        assert kept.post("/v1/pace", b"x", {}, 2) == (200, b"x"), "the answer that closes it"
+        assert kept.post("/v1/pace", b"y", {}, 2) == (200, b"y"), "made again after the daemon closed it"
+        assert len(_Counting.connections) == 2
+        kept.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_kept_connection_needs_an_http_address():
+    with pytest.raises(ValueError, match="http:// or https://"):
+        Connection().kept("ftp://daemon")
