@@ -295,6 +295,10 @@ struct ServeArgs {
     /// Time a client has to send a request's body, once its headers are in.
     #[arg(long, default_value = "10s", value_parser = duration_in(millis(100), secs(3600)))]
     body_read_timeout: Duration,
+    /// Time a client may take none of an answer being written (it stopped
+    /// reading) before its connection is closed.
+    #[arg(long, default_value = "10s", value_parser = duration_in(millis(100), secs(3600)))]
+    write_timeout: Duration,
     /// After SIGTERM, keep serving this long with /readyz failing, so that
     /// Kubernetes takes the pod out of its Service before the listener closes.
     #[arg(long, default_value = "0s", value_parser = duration_in(secs(0), secs(600)))]
@@ -604,6 +608,7 @@ fn serve(args: ServeArgs) -> ExitCode {
             header_read_timeout: args.header_read_timeout,
             max_header_bytes: args.max_header_bytes,
             body_read_timeout: args.body_read_timeout,
+            write_timeout: args.write_timeout,
         },
         watch: WatchConfig {
             debounce: args.debounce,

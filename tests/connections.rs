@@ -7,6 +7,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::raw::answers;
 use common::{Daemon, SEED_POLICY};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -55,36 +56,6 @@ async fn two_thousand_idle_and_half_sent_connections_leave_health_checks_answere
     assert_eq!(held.len(), 2_000);
 }
 
-/// Reads answers from `stream` until `count` whole ones (head and
-/// `content-length` body) have arrived; their status lines.
-async fn answers(stream: &mut TcpStream, count: usize) -> Vec<String> {
-    let mut bytes = Vec::new();
-    let mut statuses = Vec::new();
-    let mut start = 0;
-    while statuses.len() < count {
-        let mut chunk = [0u8; 4096];
-        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut chunk))
-            .await
-            .expect("an answer within 5 s")
-            .unwrap();
-        assert!(n > 0, "closed after {statuses:?}");
-        bytes.extend_from_slice(&chunk[..n]);
-        while let Some(end) = find(&bytes[start..], b"\r\n\r\n").map(|at| start + at + 4) {
-            let head = String::from_utf8_lossy(&bytes[start..end]).to_lowercase();
-            let length: usize = head
-                .lines()
-                .find_map(|line| line.strip_prefix("content-length: "))
-                .map_or(0, |n| n.trim().parse().unwrap());
-            if bytes.len() < end + length {
-                break;
-            }
-            statuses.push(head.lines().next().unwrap().to_string());
-            start = end + length;
-        }
-    }
-    statuses
-}
-
 const OK: &str = "http/1.1 200 ok";
 const ACCEPTED: &str = "http/1.1 202 accepted";
 
@@ -92,10 +63,6 @@ const ACCEPTED: &str = "http/1.1 202 accepted";
 async fn exchange(stream: &mut TcpStream, requests: &[&str]) -> Vec<String> {
     stream.write_all(requests.concat().as_bytes()).await.unwrap();
     answers(stream, requests.len()).await
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 #[tokio::test]

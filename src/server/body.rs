@@ -14,7 +14,6 @@ use axum::extract::{FromRequest, Request};
 use axum::http::{header, StatusCode};
 use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
-use stormguard_core::policy::GoDuration;
 
 use super::error::ApiError;
 use super::AppState;
@@ -33,14 +32,7 @@ impl FromRequest<AppState> for LimitedBody {
         let max = state.limits.max_body_bytes;
         match tokio::time::timeout(deadline, read(request, max)).await {
             Ok(result) => result.map(Self),
-            Err(_) => Err(ApiError::new(
-                StatusCode::REQUEST_TIMEOUT,
-                format!(
-                    "the request body did not arrive within {}; raise the limit with --body-read-timeout",
-                    GoDuration(deadline)
-                ),
-            )
-            .closing()),
+            Err(_) => Err(ApiError::body_timeout(deadline)),
         }
     }
 }

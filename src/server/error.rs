@@ -48,6 +48,18 @@ impl ApiError {
         self
     }
 
+    /// 408: a request's body did not arrive within `limit`; the connection closes.
+    pub fn body_timeout(limit: std::time::Duration) -> Self {
+        ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "the request body did not arrive within {}; raise the limit with --body-read-timeout",
+                stormguard_core::policy::GoDuration(limit)
+            ),
+        )
+        .closing()
+    }
+
     /// Closes the connection after the answer (`Connection: close`), so the
     /// caller's next request finds another replica.
     pub fn closing(mut self) -> Self {

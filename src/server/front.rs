@@ -1,7 +1,8 @@
-//! The HTTP/1 front of every connection: simple requests (HTTP/1.1, a body
-//! of stated length if any) are answered here; at the first other request
-//! (chunked, upgrades, HTTP/1.0 or 2, past a limit), hyper takes the
-//! connection over with the bytes read so far.
+//! The HTTP/1 front of every connection, plain or TLS: simple requests
+//! (HTTP/1.1, a body of stated length if any) are answered here; at the
+//! first other request (chunked, upgrades, HTTP/1.0, past a limit), hyper's
+//! HTTP/1 server takes the connection over with the bytes read so far, and
+//! at an HTTP/2 preface (or TLS that chose `h2`), hyper's HTTP/2 server.
 //!
 //! Why: a watching client parks a long-poll on the daemon for minutes, and a
 //! fleet parks tens of thousands. hyper holds two 8 KiB buffers per
@@ -10,61 +11,120 @@
 //! future while one waits: a parked long-poll costs what Go's or nginx's
 //! idle connections cost. Routing, handlers and metrics are the router's:
 //! the front only reads heads and writes answers.
+//!
+//! Every wait has a clock: a head within `--header-read-timeout` (idle
+//! keep-alive included), a body within `--body-read-timeout`, an answer
+//! taken by the client within `--write-timeout`; connections hyper serves
+//! get the same (see [`clock`]).
 
+mod clock;
 mod head;
 mod respond;
 mod rewind;
 
-use std::io::ErrorKind;
+use std::convert::Infallible;
+use std::future::{poll_fn, Future};
+use std::mem::MaybeUninit;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::Request;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::Router;
 use bytes::Bytes;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
+use hyper::server::conn::{http1, http2};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::Watcher;
-use hyper_util::service::TowerToHyperService;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tower::ServiceExt;
 
+use clock::{Clocked, InFlight};
 use head::Parsed;
 use rewind::Rewind;
 
-use super::Peer;
+use super::error::ApiError;
+use super::{Limits, Peer};
 use crate::tls::Tls;
 
-/// Bytes read at a time while a head comes in.
-const READ_CHUNK: usize = 1024;
+/// Bytes read at a time, into a buffer on the stack: a connection's heap
+/// holds only what it has read and not yet served.
+const READ_CHUNK: usize = 4096;
+
+/// How long an answer may still take once the client has half-closed (or
+/// gone): a ready answer is sent, a hung-up long-poll is let go.
+const HALF_CLOSED_GRACE: Duration = Duration::from_secs(1);
+
+/// HTTP/2: a PING after this long without a frame from the client...
+const HTTP2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// ...unanswered for this long closes the connection (hyper's default).
+const HTTP2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A stream the front can serve: a TCP connection or TLS over one.
+pub trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Io for S {}
 
 /// What every connection of one listener shares.
 pub struct Front {
     app: Router,
-    hyper: auto::Builder<TokioExecutor>,
+    http1: http1::Builder,
+    http2: http2::Builder<TokioExecutor>,
     header_read_timeout: Duration,
     max_header_bytes: usize,
     body_read_timeout: Duration,
     max_body_bytes: u64,
+    write_timeout: Duration,
 }
 
 impl Front {
-    /// A front for `app`, handing other requests to `hyper`, with the
-    /// server's `limits` on heads and bodies.
-    pub fn new(app: Router, hyper: auto::Builder<TokioExecutor>, limits: &super::Limits) -> Self {
+    /// A front for `app` with the server's `limits` on heads, bodies and writes.
+    pub fn new(app: Router, limits: &Limits) -> Self {
+        let max_header_bytes = limits.max_header_bytes.max(super::MIN_HEADER_BYTES);
+        let mut http1 = http1::Builder::new();
+        http1
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_read_timeout)
+            // A client may half-close once its request is sent, and still wait for the answer.
+            .half_close(true)
+            // hyper answers 431 when a request head outgrows its buffer.
+            .max_buf_size(max_header_bytes);
+        let mut http2 = http2::Builder::new(TokioExecutor::new());
+        http2
+            .timer(TokioTimer::new())
+            .keep_alive_interval(HTTP2_KEEP_ALIVE_INTERVAL)
+            .keep_alive_timeout(HTTP2_KEEP_ALIVE_TIMEOUT)
+            .max_header_list_size(u32::try_from(max_header_bytes).unwrap_or(u32::MAX));
         Self {
             app,
-            hyper,
+            http1,
+            http2,
             header_read_timeout: limits.header_read_timeout,
-            max_header_bytes: limits.max_header_bytes.max(super::MIN_HEADER_BYTES),
+            max_header_bytes,
             body_read_timeout: limits.body_read_timeout,
             max_body_bytes: u64::try_from(limits.max_body_bytes).unwrap_or(u64::MAX),
+            write_timeout: limits.write_timeout,
+        }
+    }
+}
+
+/// `app`'s answer to `request`, from whichever path read it: a request
+/// whose `Host` is wrong gets 400 before any route sees it.
+fn route(app: &Router, request: Request<Body>) -> impl Future<Output = Response> + Send + 'static {
+    let problem = super::host::problem(request.version(), request.headers());
+    let app = app.clone();
+    async move {
+        match problem {
+            Some(problem) => ApiError::new(axum::http::StatusCode::BAD_REQUEST, problem)
+                .closing()
+                .into_response(),
+            None => app.oneshot(request).await.unwrap_or_else(|never| match never {}),
         }
     }
 }
@@ -75,16 +135,19 @@ enum Next {
         request: Box<Request<Body>>,
         close: bool,
     },
-    HandOff,
+    /// Answer, then close.
+    Refuse(Box<Response>),
+    Http1,
+    Http2,
     Close,
 }
 
 /// Serves one connection until it closes, `closing` turns true while it is
 /// idle, or it is handed to hyper. `watcher` counts it in the server's
 /// graceful shutdown for as long as it lives.
-pub async fn connection(
+pub async fn connection<S: Io>(
     front: Arc<Front>,
-    mut stream: TcpStream,
+    mut stream: S,
     peer: Peer,
     watcher: Watcher,
     mut closing: watch::Receiver<bool>,
@@ -95,16 +158,40 @@ pub async fn connection(
         match read_request(&front, &mut stream, &mut unread, &mut closing).await {
             Next::Serve { mut request, close } => {
                 request.extensions_mut().insert(peer);
-                let Some(response) = call(&front, request, &mut stream, &mut unread).await else {
+                let Some(response) = answer(&front, *request, &mut stream, &mut unread).await else {
                     return;
                 };
                 let close = close || *closing.borrow();
-                if !matches!(respond::write(&mut stream, response, close).await, Ok(true)) {
+                if !matches!(
+                    respond::write(&mut stream, response, close, front.write_timeout).await,
+                    Ok(true)
+                ) {
                     return;
                 }
             }
-            // Boxed: hyper's connection is large, and parked connections never reach it.
-            Next::HandOff => return Box::pin(hand_off(&front, stream, peer, unread, watcher)).await,
+            Next::Refuse(response) => {
+                let _ = respond::write(&mut stream, *response, true, front.write_timeout).await;
+                return;
+            }
+            // Boxed: hyper's connections are large, and parked connections never reach them.
+            Next::Http1 => {
+                return Box::pin(serve_http1(
+                    &front,
+                    Rewind::new(stream, unread.into()),
+                    peer,
+                    watcher,
+                ))
+                .await
+            }
+            Next::Http2 => {
+                return Box::pin(serve_http2(
+                    &front,
+                    Rewind::new(stream, unread.into()),
+                    peer,
+                    watcher,
+                ))
+                .await
+            }
             Next::Close => return,
         }
     }
@@ -120,11 +207,10 @@ struct Pending {
 
 /// Reads until `unread` starts with a whole request. Gives up at the end of
 /// the stream, at the header read timeout, or when closing while idle; a
-/// body late past the body read timeout goes to hyper, whose own timer then
-/// answers 408.
-async fn read_request(
+/// body late past the body read timeout is answered 408.
+async fn read_request<S: Io>(
     front: &Front,
-    stream: &mut TcpStream,
+    stream: &mut S,
     unread: &mut Vec<u8>,
     closing: &mut watch::Receiver<bool>,
 ) -> Next {
@@ -155,14 +241,14 @@ async fn read_request(
         }
         let idle = unread.is_empty();
         tokio::select! {
-            ready = stream.readable() => if ready.is_err() { return Next::Close },
+            more = read_more(stream, unread) => if !more { return Next::Close },
             () = tokio::time::sleep_until(deadline) => {
-                return if pending.is_some() { Next::HandOff } else { Next::Close };
+                return match pending {
+                    Some(_) => Next::Refuse(Box::new(ApiError::body_timeout(front.body_read_timeout).into_response())),
+                    None => Next::Close,
+                };
             }
             () = crate::shutdown::shutting_down(closing), if idle => return Next::Close,
-        }
-        if !read_some(stream, unread) {
-            return Next::Close;
         }
     }
 }
@@ -173,7 +259,7 @@ fn read_head(front: &Front, unread: &[u8]) -> Result<Option<Pending>, Next> {
     match head::parse(unread) {
         // hyper answers a head past the limit with 431, a body past it with 413.
         Parsed::Simple { len, body, .. } if len > front.max_header_bytes || body > front.max_body_bytes => {
-            Err(Next::HandOff)
+            Err(Next::Http1)
         }
         Parsed::Simple {
             request,
@@ -186,43 +272,57 @@ fn read_head(front: &Front, unread: &[u8]) -> Result<Option<Pending>, Next> {
             head: len,
             whole: len + usize::try_from(body).expect("bounded by max_body_bytes"),
         })),
-        Parsed::Other => Err(Next::HandOff),
-        Parsed::Partial if unread.len() > front.max_header_bytes => Err(Next::HandOff),
+        Parsed::Http2 => Err(Next::Http2),
+        Parsed::Other => Err(Next::Http1),
+        Parsed::Partial if unread.len() > front.max_header_bytes => Err(Next::Http1),
         Parsed::Partial => Ok(None),
     }
 }
 
-/// The router's answer to `request`. Meanwhile the connection is read, so a
-/// client that hangs up ends the wait (`None`); bytes it sends are kept.
-async fn call(
+/// The answer to `request`. Meanwhile the connection is read, so that a
+/// client that hangs up ends the wait (`None`), but only until the first
+/// bytes of a next request: those are kept, and the rest of it waits in
+/// the socket until this answer is written.
+async fn answer<S: Io>(
     front: &Front,
-    request: Box<Request<Body>>,
-    stream: &mut TcpStream,
+    request: Request<Body>,
+    stream: &mut S,
     unread: &mut Vec<u8>,
 ) -> Option<Response> {
-    let answer = front.app.clone().oneshot(*request);
+    let answer = route(&front.app, request);
     tokio::pin!(answer);
+    let mut reading = unread.is_empty();
     loop {
         tokio::select! {
-            answer = &mut answer => return Some(answer.unwrap_or_else(|never| match never {})),
-            ready = stream.readable() => {
-                ready.ok()?;
-                if !read_some(stream, unread) || unread.len() > front.max_header_bytes {
-                    return None;
+            biased;
+            response = &mut answer => return Some(response),
+            more = read_more(stream, unread), if reading => {
+                if !more {
+                    return clock::within(HALF_CLOSED_GRACE, answer).await;
                 }
+                reading = false;
             }
         }
     }
 }
 
-/// Reads what is there into `unread`; false at the end of the stream or on an error.
-fn read_some(stream: &TcpStream, unread: &mut Vec<u8>) -> bool {
-    unread.reserve(READ_CHUNK);
-    match stream.try_read_buf(unread) {
-        Ok(0) => false,
-        Ok(_) => true,
-        Err(e) => e.kind() == ErrorKind::WouldBlock,
-    }
+/// Waits for bytes and adds them to `unread`; false at the end of the
+/// stream or on an error. The bytes pass through the stack, so a
+/// connection waiting here holds no buffer.
+async fn read_more<S: AsyncRead + Unpin>(stream: &mut S, unread: &mut Vec<u8>) -> bool {
+    poll_fn(|cx| {
+        let mut chunk = [MaybeUninit::<u8>::uninit(); READ_CHUNK];
+        let mut chunk = ReadBuf::uninit(&mut chunk);
+        match Pin::new(&mut *stream).poll_read(cx, &mut chunk) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(())) if !chunk.filled().is_empty() => {
+                unread.extend_from_slice(chunk.filled());
+                Poll::Ready(true)
+            }
+            Poll::Ready(_) => Poll::Ready(false),
+        }
+    })
+    .await
 }
 
 /// Drops the first `len` bytes, and the allocation when nothing is left.
@@ -235,31 +335,22 @@ fn consume(unread: &mut Vec<u8>, len: usize) {
     }
 }
 
-/// hyper serves the rest of the connection, starting with the bytes read.
-async fn hand_off(front: &Front, stream: TcpStream, peer: Peer, unread: Vec<u8>, watcher: Watcher) {
-    serve_with_hyper(front, Rewind::new(stream, Bytes::from(unread)), peer, watcher).await;
-}
-
-/// Serves one TLS connection: hyper, once the handshake is done and the
-/// first bytes of a request are in, both within the header read timeout
-/// (hyper times a head only from its first byte, so a connection silent
-/// after its handshake would be held for good). rustls holds its own
-/// buffers for the life of a connection, so the front's saving (no buffer
-/// between requests) does not apply to TLS connections.
+/// Serves one TLS connection: the handshake within the header read timeout,
+/// then the front (or hyper's HTTP/2 server, if the client chose `h2`).
 pub async fn tls_connection(
     front: Arc<Front>,
     stream: TcpStream,
     peer: Peer,
     tls: Arc<Tls>,
     watcher: Watcher,
+    closing: watch::Receiver<bool>,
 ) {
-    let deadline = Instant::now() + front.header_read_timeout;
     let handshake = tls.acceptor().accept(stream);
-    let mut stream = match tokio::time::timeout_at(deadline, handshake).await {
+    let stream = match tokio::time::timeout(front.header_read_timeout, handshake).await {
         Ok(Ok(stream)) => stream,
         // A connection closed before its hello: a TCP probe or a load
         // balancer's check, not a failed handshake.
-        Ok(Err(error)) if error.kind() == ErrorKind::UnexpectedEof => return,
+        Ok(Err(error)) if error.kind() == std::io::ErrorKind::UnexpectedEof => return,
         Ok(Err(error)) => {
             tls.handshake_failed();
             tracing::debug!(%error, "TLS handshake failed");
@@ -271,32 +362,57 @@ pub async fn tls_connection(
             return;
         }
     };
-    let mut first = vec![0; READ_CHUNK];
-    match tokio::time::timeout_at(deadline, stream.read(&mut first)).await {
-        Ok(Ok(read)) if read > 0 => {
-            first.truncate(read);
-            let stream = Rewind::new(stream, Bytes::from(first));
-            Box::pin(serve_with_hyper(&front, stream, peer, watcher)).await;
-        }
-        _ => {}
+    if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+        Box::pin(serve_http2(&front, stream, peer, watcher)).await;
+    } else {
+        connection(front, stream, peer, watcher, closing).await;
     }
 }
 
-async fn serve_with_hyper<S>(front: &Front, stream: S, peer: Peer, watcher: Watcher)
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let app = front
-        .app
-        .clone()
-        .map_request(move |mut request: Request<Incoming>| {
-            request.extensions_mut().insert(peer);
-            request
-        });
-    let service = TowerToHyperService::new(app);
-    let connection = front
-        .hyper
-        .serve_connection(TokioIo::new(stream), service)
-        .into_owned();
+/// hyper's HTTP/1 server serves the rest of the connection, each write
+/// within the write timeout.
+async fn serve_http1<S: Io>(front: &Front, stream: S, peer: Peer, watcher: Watcher) {
+    let stream = Clocked::new(stream, front.write_timeout);
+    let service = hyper_service(front.app.clone(), peer, InFlight::default());
+    let connection = front.http1.serve_connection(TokioIo::new(stream), service);
     let _ = watcher.watch(connection).await;
+}
+
+/// hyper's HTTP/2 server serves the rest of the connection, each write
+/// within the write timeout; with no request in flight, a client silent
+/// for the header read timeout is let go (hyper's HTTP/2 server waits for a
+/// preface or a frame with no clock of its own).
+async fn serve_http2<S: Io>(front: &Front, stream: S, peer: Peer, watcher: Watcher) {
+    let in_flight = InFlight::default();
+    let stream =
+        Clocked::new(stream, front.write_timeout).idle_after(front.header_read_timeout, in_flight.clone());
+    let service = hyper_service(front.app.clone(), peer, in_flight);
+    let connection = front.http2.serve_connection(TokioIo::new(stream), service);
+    let _ = watcher.watch(connection).await;
+}
+
+/// The router as hyper calls it, each request counted in `in_flight`
+/// until answered.
+fn hyper_service(
+    app: Router,
+    peer: Peer,
+    in_flight: InFlight,
+) -> impl hyper::service::Service<
+    Request<Incoming>,
+    Response = Response,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response, Infallible>> + Send + 'static,
+> + Clone
+       + Send
+       + 'static {
+    service_fn(move |mut request: Request<Incoming>| {
+        let entered = in_flight.enter();
+        request.extensions_mut().insert(peer);
+        let answer = route(&app, request.map(Body::new));
+        async move {
+            let response = answer.await;
+            drop(entered);
+            Ok(response)
+        }
+    })
 }

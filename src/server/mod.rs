@@ -5,6 +5,7 @@ mod body;
 mod caller;
 mod error;
 mod front;
+mod host;
 mod pace;
 mod policies;
 mod render;
@@ -22,8 +23,6 @@ use axum::middleware;
 use axum::response::IntoResponse;
 use axum::routing::{get, post, MethodRouter};
 use axum::{Json, Router};
-use hyper_util::rt::{TokioExecutor, TokioTimer};
-use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use serde_json::json;
 use stormguard_core::shed::LoadShedLayer;
@@ -66,6 +65,9 @@ pub struct Limits {
     pub max_header_bytes: usize,
     /// Time a client has to send a request's body, once its headers are in.
     pub body_read_timeout: Duration,
+    /// Time a client may take none of an answer being written before its
+    /// connection is closed.
+    pub write_timeout: Duration,
 }
 
 /// What every handler shares; cloned per request, so one `Arc`.
@@ -239,12 +241,12 @@ async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
 /// Serves `app` on `listener` until `shutdown` resolves, then lets requests
 /// in flight finish for up to `grace`.
 ///
-/// Each connection starts in the [`front`](front) (simple requests, reports
-/// and long-polls among them, in a few KiB) and moves to hyper-util at its first other
-/// request. Both time the reading of a head: without that, a client that
-/// never finishes its headers holds a connection forever (slowloris). With
-/// `tls`, a connection is served by hyper-util once its handshake completes
-/// within the header read timeout.
+/// Each connection, plain or (with `tls`) once its handshake completes
+/// within the header read timeout, starts in the [`front`](front) (simple
+/// requests, reports and long-polls among them, in a few KiB) and moves to
+/// hyper at its first other request. Every wait on a client is timed:
+/// without that, a client that never finishes its headers, or never reads
+/// its answer, holds a connection forever (slowloris).
 pub async fn serve(
     listener: TcpListener,
     app: Router,
@@ -253,18 +255,7 @@ pub async fn serve(
     grace: Duration,
     shutdown: impl Future<Output = ()>,
 ) {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
-        // hyper answers 431 when a request head outgrows its buffer.
-        .max_buf_size(limits.max_header_bytes.max(MIN_HEADER_BYTES));
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
-    let front = Arc::new(front::Front::new(app, builder, limits));
+    let front = Arc::new(front::Front::new(app, limits));
     let graceful = GracefulShutdown::new();
     let (closing_tx, closing) = watch::channel(false);
     tokio::pin!(shutdown);
@@ -294,6 +285,7 @@ pub async fn serve(
                 Peer(address),
                 tls.clone(),
                 graceful.watcher(),
+                closing.clone(),
             )),
             None => tokio::spawn(front::connection(
                 front.clone(),

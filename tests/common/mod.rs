@@ -7,6 +7,7 @@ pub mod certs;
 pub mod faults;
 pub mod issuer;
 pub mod proxy;
+pub mod raw;
 pub mod redis;
 
 use std::io::{BufRead, BufReader};

@@ -11,11 +11,16 @@ const MAX_HEADERS: usize = 64;
 /// answer: hyper handles those requests.
 const NOT_SIMPLE: [&str; 3] = ["transfer-encoding", "upgrade", "expect"];
 
+/// What a client that speaks HTTP/2 with prior knowledge sends first (RFC 9113 §3.4).
+const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
 /// What the bytes read so far hold.
 #[derive(Debug)]
 pub enum Parsed {
-    /// Not a whole head yet.
+    /// Not a whole head (or HTTP/2 preface) yet.
     Partial,
+    /// The HTTP/2 preface, whole: hyper's HTTP/2 server takes the connection.
+    Http2,
     /// A simple request, which the front answers: HTTP/1.1, not `HEAD` or
     /// `CONNECT`, its body (if any) of a stated `Content-Length`. Its head is
     /// `len` bytes long and its body `body` bytes; `close` when the client
@@ -32,6 +37,14 @@ pub enum Parsed {
 
 /// Parses the head at the start of `bytes`.
 pub fn parse(bytes: &[u8]) -> Parsed {
+    let start = bytes.len().min(HTTP2_PREFACE.len());
+    if bytes[..start] == HTTP2_PREFACE[..start] {
+        return if start == HTTP2_PREFACE.len() {
+            Parsed::Http2
+        } else {
+            Parsed::Partial
+        };
+    }
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut head = httparse::Request::new(&mut headers);
     match head.parse(bytes) {
@@ -174,11 +187,21 @@ mod tests {
             "GET /ws HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
             "GET /v1/policies HTTP/1.1\r\nExpect: 100-continue\r\n\r\n",
             "GET http://x/v1/policies HTTP/1.1\r\n\r\n",
-            "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
             "GET /v1/policies HTTP/1.1\r\nBad Header: x\r\n\r\n",
         ] {
             assert!(matches!(parse(text.as_bytes()), Parsed::Other), "{text:?}");
         }
+    }
+
+    #[test]
+    fn the_http2_preface_is_awaited_whole_then_recognised() {
+        for cut in 1..HTTP2_PREFACE.len() {
+            assert!(matches!(parse(&HTTP2_PREFACE[..cut]), Parsed::Partial), "{cut}");
+        }
+        let mut frames = HTTP2_PREFACE.to_vec();
+        frames.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+        assert!(matches!(parse(&frames), Parsed::Http2));
+        assert!(matches!(parse(b"POST / HTTP/1.1\r\n\r\n"), Parsed::Simple { .. }));
     }
 
     #[test]

@@ -1,16 +1,23 @@
 //! An answer written as HTTP/1.1, as hyper would write it.
 
 use std::io::Write;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use axum::http::{header, StatusCode};
 use axum::response::Response;
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+use super::clock::Clocked;
 
 /// Writes `response`; `close` adds `Connection: close`. Returns whether the
-/// connection stays open for another request.
-pub async fn write(stream: &mut TcpStream, response: Response, close: bool) -> std::io::Result<bool> {
+/// connection stays open for another request; an error when the client
+/// takes none of it for `timeout` (it stopped reading).
+pub async fn write<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    response: Response,
+    close: bool,
+    timeout: Duration,
+) -> std::io::Result<bool> {
     let (parts, body) = response.into_parts();
     // Every answer of this server is a whole body, so this does not wait.
     let body = axum::body::to_bytes(body, usize::MAX)
@@ -19,7 +26,9 @@ pub async fn write(stream: &mut TcpStream, response: Response, close: bool) -> s
     let close = close || closes(&parts.headers);
     let mut bytes = head(parts.status, &parts.headers, body.len(), close, SystemTime::now());
     bytes.extend_from_slice(&body);
-    stream.write_all(&bytes).await?;
+    let mut clocked = Clocked::new(stream, timeout);
+    clocked.write_all(&bytes).await?;
+    clocked.flush().await?;
     Ok(!close)
 }
 
