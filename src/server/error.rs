@@ -1,6 +1,6 @@
 //! Errors as JSON: `{"error": "...", ...}` with the right status code.
 
-use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::rejection::QueryRejection;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
@@ -92,18 +92,6 @@ impl IntoResponse for ApiError {
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         response
-    }
-}
-
-impl From<BytesRejection> for ApiError {
-    fn from(rejection: BytesRejection) -> Self {
-        let status = rejection.status();
-        let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
-            "request body is larger than the limit; raise it with --max-body-bytes".to_owned()
-        } else {
-            rejection.body_text()
-        };
-        ApiError::new(status, message)
     }
 }
 

@@ -150,12 +150,17 @@ pub async fn connection<S: Io>(
     mut stream: S,
     peer: Peer,
     watcher: Watcher,
-    mut closing: watch::Receiver<bool>,
+    closing: watch::Receiver<bool>,
 ) {
+    // Waits for the server to close, registered once for the connection's
+    // life rather than once per request.
+    let mut watched = closing.clone();
+    let shutdown = std::pin::pin!(async move { crate::shutdown::shutting_down(&mut watched).await });
+    let mut shutdown = futures_util::FutureExt::fuse(shutdown);
     // Bytes read and not yet served: empty, with nothing allocated, between requests.
     let mut unread = Vec::new();
     loop {
-        match read_request(&front, &mut stream, &mut unread, &mut closing).await {
+        match read_request(&front, &mut stream, &mut unread, &mut shutdown).await {
             Next::Serve { mut request, close } => {
                 request.extensions_mut().insert(peer);
                 let Some(response) = answer(&front, *request, &mut stream, &mut unread).await else {
@@ -212,7 +217,7 @@ async fn read_request<S: Io>(
     front: &Front,
     stream: &mut S,
     unread: &mut Vec<u8>,
-    closing: &mut watch::Receiver<bool>,
+    shutdown: &mut (impl futures_util::future::FusedFuture<Output = ()> + Unpin),
 ) -> Next {
     let mut deadline = Instant::now() + front.header_read_timeout;
     let mut pending: Option<Pending> = None;
@@ -232,7 +237,9 @@ async fn read_request<S: Io>(
         }
         if let Some(head) = pending.take_if(|head| unread.len() >= head.whole) {
             let mut request = head.request;
-            *request.body_mut() = Body::from(Bytes::copy_from_slice(&unread[head.head..head.whole]));
+            if head.whole > head.head {
+                *request.body_mut() = Body::from(Bytes::copy_from_slice(&unread[head.head..head.whole]));
+            }
             consume(unread, head.whole);
             return Next::Serve {
                 request,
@@ -241,6 +248,7 @@ async fn read_request<S: Io>(
         }
         let idle = unread.is_empty();
         tokio::select! {
+            biased;
             more = read_more(stream, unread) => if !more { return Next::Close },
             () = tokio::time::sleep_until(deadline) => {
                 return match pending {
@@ -248,7 +256,7 @@ async fn read_request<S: Io>(
                     None => Next::Close,
                 };
             }
-            () = crate::shutdown::shutting_down(closing), if idle => return Next::Close,
+            () = &mut *shutdown, if idle && !shutdown.is_terminated() => return Next::Close,
         }
     }
 }

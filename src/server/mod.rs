@@ -16,7 +16,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{Request, State};
 use axum::handler::Handler;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware;
@@ -186,7 +186,6 @@ pub fn router(state: AppState, which: Routes) -> Router {
         })
         .fallback(not_found.layer(unmatched.clone()))
         .method_not_allowed_fallback(method_not_allowed.layer(unmatched))
-        .layer(DefaultBodyLimit::max(state.limits.max_body_bytes))
         .with_state(state)
 }
 

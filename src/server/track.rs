@@ -7,7 +7,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::Instant;
 
 use axum::http::{Request, StatusCode};
@@ -30,24 +30,26 @@ const COMMON: [StatusCode; 6] = [
 
 /// One route label's handles.
 struct Handles {
+    metrics: Arc<DaemonMetrics>,
     route: String,
     duration: Histogram,
     common: [IntCounter; COMMON.len()],
 }
 
 impl Handles {
-    fn new(metrics: &DaemonMetrics, route: String) -> Self {
+    fn new(metrics: Arc<DaemonMetrics>, route: String) -> Self {
         Self {
             duration: metrics.http_duration(&route),
             common: COMMON.map(|status| metrics.http_requests(&route, status)),
             route,
+            metrics,
         }
     }
 
-    fn record(&self, metrics: &DaemonMetrics, status: StatusCode, start: Instant) {
+    fn record(&self, status: StatusCode, start: Instant) {
         match COMMON.iter().position(|s| *s == status) {
             Some(i) => self.common[i].inc(),
-            None => metrics.http_requests(&self.route, status).inc(),
+            None => self.metrics.http_requests(&self.route, status).inc(),
         }
         self.duration.observe(start.elapsed().as_secs_f64());
     }
@@ -56,7 +58,6 @@ impl Handles {
 /// Records requests to one route; long-polls (`?wait=`) under `<route>?wait`.
 #[derive(Clone)]
 pub struct TrackLayer {
-    metrics: Arc<DaemonMetrics>,
     plain: Arc<Handles>,
     long_poll: Arc<Handles>,
 }
@@ -65,9 +66,8 @@ impl TrackLayer {
     /// A layer for the route labelled `route`.
     pub fn new(metrics: Arc<DaemonMetrics>, route: &str) -> Self {
         Self {
-            plain: Arc::new(Handles::new(&metrics, route.to_owned())),
-            long_poll: Arc::new(Handles::new(&metrics, format!("{route}?wait"))),
-            metrics,
+            plain: Arc::new(Handles::new(metrics.clone(), route.to_owned())),
+            long_poll: Arc::new(Handles::new(metrics, format!("{route}?wait"))),
         }
     }
 }
@@ -93,11 +93,10 @@ pub struct Track<S> {
 impl<S, B> Service<Request<B>> for Track<S>
 where
     S: Service<Request<B>, Response = Response>,
-    S::Future: Send + 'static,
 {
     type Response = Response;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Response, S::Error>> + Send>>;
+    type Future = Tracked<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
@@ -112,12 +111,34 @@ where
             &self.layer.plain
         }
         .clone();
-        let metrics = self.layer.metrics.clone();
-        let response = self.inner.call(request);
-        Box::pin(async move {
-            let response = response.await?;
-            handles.record(&metrics, response.status(), start);
-            Ok(response)
-        })
+        Tracked {
+            answer: self.inner.call(request),
+            handles,
+            start,
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A route's answer, recorded when it is ready.
+    pub struct Tracked<F> {
+        #[pin]
+        answer: F,
+        handles: Arc<Handles>,
+        start: Instant,
+    }
+}
+
+impl<F, E> Future for Tracked<F>
+where
+    F: Future<Output = Result<Response, E>>,
+{
+    type Output = Result<Response, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let response = ready!(this.answer.poll(cx))?;
+        this.handles.record(response.status(), *this.start);
+        Poll::Ready(Ok(response))
     }
 }

@@ -3,6 +3,7 @@
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri, Version};
+use bytes::Bytes;
 
 /// More headers than this and hyper gets the request (it allows 100).
 const MAX_HEADERS: usize = 64;
@@ -37,19 +38,22 @@ pub enum Parsed {
 
 /// Parses the head at the start of `bytes`.
 pub fn parse(bytes: &[u8]) -> Parsed {
-    let start = bytes.len().min(HTTP2_PREFACE.len());
-    if bytes[..start] == HTTP2_PREFACE[..start] {
-        return if start == HTTP2_PREFACE.len() {
-            Parsed::Http2
-        } else {
-            Parsed::Partial
-        };
+    // The first byte rules the preface out for nearly every request, cheaply.
+    if bytes.first().is_none_or(|&first| first == b'P') {
+        let start = bytes.len().min(HTTP2_PREFACE.len());
+        if bytes[..start] == HTTP2_PREFACE[..start] {
+            return if start == HTTP2_PREFACE.len() {
+                Parsed::Http2
+            } else {
+                Parsed::Partial
+            };
+        }
     }
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut head = httparse::Request::new(&mut headers);
     match head.parse(bytes) {
         Ok(httparse::Status::Partial) => Parsed::Partial,
-        Ok(httparse::Status::Complete(len)) => match simple(&head) {
+        Ok(httparse::Status::Complete(len)) => match simple(&head, &Shared::new(&bytes[..len])) {
             Some((request, close, body)) => Parsed::Simple {
                 request: Box::new(request),
                 close,
@@ -62,14 +66,37 @@ pub fn parse(bytes: &[u8]) -> Parsed {
     }
 }
 
+/// A head's bytes, copied once: its target and header values are slices of
+/// this copy, not copies of their own.
+struct Shared<'a> {
+    read: &'a [u8],
+    copy: Bytes,
+}
+
+impl<'a> Shared<'a> {
+    fn new(read: &'a [u8]) -> Self {
+        Self {
+            read,
+            copy: Bytes::copy_from_slice(read),
+        }
+    }
+
+    /// `part` (a slice of the bytes read) as a slice of the copy.
+    fn slice(&self, part: &[u8]) -> Bytes {
+        let start = part.as_ptr() as usize - self.read.as_ptr() as usize;
+        self.copy.slice(start..start + part.len())
+    }
+}
+
 /// The request (its body still to come), if it is simple; whether it asks
 /// to close afterwards; its body's length.
-fn simple(head: &httparse::Request<'_, '_>) -> Option<(Request<Body>, bool, u64)> {
+fn simple(head: &httparse::Request<'_, '_>, bytes: &Shared<'_>) -> Option<(Request<Body>, bool, u64)> {
     let method = Method::from_bytes(head.method?.as_bytes()).ok()?;
     if method == Method::HEAD || method == Method::CONNECT || head.version != Some(1) {
         return None;
     }
-    let uri: Uri = head.path.filter(|path| path.starts_with('/'))?.parse().ok()?;
+    let path = head.path.filter(|path| path.starts_with('/'))?;
+    let uri = Uri::from_maybe_shared(bytes.slice(path.as_bytes())).ok()?;
     let mut headers = HeaderMap::with_capacity(head.headers.len());
     let mut close = false;
     for header in head.headers.iter() {
@@ -80,7 +107,7 @@ fn simple(head: &httparse::Request<'_, '_>) -> Option<(Request<Body>, bool, u64)
             return None;
         }
         let name = HeaderName::from_bytes(header.name.as_bytes()).ok()?;
-        let value = HeaderValue::from_bytes(header.value).ok()?;
+        let value = HeaderValue::from_maybe_shared(bytes.slice(header.value)).ok()?;
         if name == axum::http::header::CONNECTION {
             close |= asks_to_close(&value)?;
         }

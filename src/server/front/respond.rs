@@ -1,10 +1,13 @@
 //! An answer written as HTTP/1.1, as hyper would write it.
 
-use std::io::Write;
-use std::time::{Duration, SystemTime};
+use std::cell::RefCell;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use axum::body::Body;
 use axum::http::{header, StatusCode};
 use axum::response::Response;
+use bytes::{Buf, Bytes, BytesMut};
+use http_body_util::BodyExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use super::clock::Clocked;
@@ -19,17 +22,36 @@ pub async fn write<S: AsyncWrite + Unpin>(
     timeout: Duration,
 ) -> std::io::Result<bool> {
     let (parts, body) = response.into_parts();
-    // Every answer of this server is a whole body, so this does not wait.
-    let body = axum::body::to_bytes(body, usize::MAX)
-        .await
-        .map_err(std::io::Error::other)?;
+    let body = whole(body).await.map_err(std::io::Error::other)?;
     let close = close || closes(&parts.headers);
-    let mut bytes = head(parts.status, &parts.headers, body.len(), close, SystemTime::now());
-    bytes.extend_from_slice(&body);
+    let head = head(parts.status, &parts.headers, body.len(), close, SystemTime::now());
+    // Head and body in one vectored write, the body not copied.
+    let mut answer = head.as_slice().chain(body);
     let mut clocked = Clocked::new(stream, timeout);
-    clocked.write_all(&bytes).await?;
+    clocked.write_all_buf(&mut answer).await?;
     clocked.flush().await?;
     Ok(!close)
+}
+
+/// The body, whole. Every answer of this server is whole when it is
+/// returned, nearly always in one piece, so this neither waits nor copies.
+async fn whole(body: Body) -> Result<Bytes, axum::Error> {
+    let mut body = std::pin::pin!(body);
+    let mut first = Bytes::new();
+    let mut rest: Option<BytesMut> = None;
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame?.into_data() else { continue };
+        match &mut rest {
+            None if first.is_empty() => first = data,
+            None => {
+                let mut joined = BytesMut::from(std::mem::take(&mut first));
+                joined.extend_from_slice(&data);
+                rest = Some(joined);
+            }
+            Some(joined) => joined.extend_from_slice(&data),
+        }
+    }
+    Ok(rest.map_or(first, BytesMut::freeze))
 }
 
 /// Whether the answer already says `Connection: close`.
@@ -50,8 +72,11 @@ fn head(
     now: SystemTime,
 ) -> Vec<u8> {
     let mut head = Vec::with_capacity(256);
-    let reason = status.canonical_reason().unwrap_or("");
-    let _ = write!(head, "HTTP/1.1 {} {reason}\r\n", status.as_str());
+    head.extend_from_slice(b"HTTP/1.1 ");
+    head.extend_from_slice(status.as_str().as_bytes());
+    head.push(b' ');
+    head.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    head.extend_from_slice(b"\r\n");
     for (name, value) in headers {
         if [
             header::CONTENT_LENGTH,
@@ -67,15 +92,34 @@ fn head(
         head.extend_from_slice(value.as_bytes());
         head.extend_from_slice(b"\r\n");
     }
-    let _ = write!(head, "date: {}\r\n", httpdate::fmt_http_date(now));
+    head.extend_from_slice(b"date: ");
+    with_date(now, |date| head.extend_from_slice(date));
+    head.extend_from_slice(b"\r\n");
     if has_body(status) {
-        let _ = write!(head, "content-length: {body_len}\r\n");
+        head.extend_from_slice(b"content-length: ");
+        head.extend_from_slice(itoa::Buffer::new().format(body_len).as_bytes());
+        head.extend_from_slice(b"\r\n");
     }
     if close {
         head.extend_from_slice(b"connection: close\r\n");
     }
     head.extend_from_slice(b"\r\n");
     head
+}
+
+/// Calls `f` with `now` as an HTTP date, formatted once a second per thread.
+fn with_date(now: SystemTime, f: impl FnOnce(&[u8])) {
+    thread_local! {
+        static DATE: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
+    }
+    let second = now.duration_since(UNIX_EPOCH).map_or(0, |since| since.as_secs());
+    DATE.with_borrow_mut(|(at, text)| {
+        if *at != second {
+            *at = second;
+            *text = httpdate::fmt_http_date(now);
+        }
+        f(text.as_bytes());
+    });
 }
 
 /// Whether an answer with `status` carries a body (RFC 9110 §6.4.1).
@@ -120,6 +164,34 @@ mod tests {
             head,
             "HTTP/1.1 200 OK\r\netag: \"e\"\r\ndate: Tue, 14 Nov 2023 22:13:20 GMT\r\ncontent-length: 12\r\n\r\n"
         );
+    }
+
+    #[tokio::test]
+    async fn a_body_in_pieces_is_written_whole_and_one_piece_as_it_is() {
+        let pieces =
+            ["{\"a\"", ":", "1}"].map(|piece| Ok::<_, std::io::Error>(Bytes::from_static(piece.as_bytes())));
+        let body = Body::from_stream(futures_util::stream::iter(pieces));
+        assert_eq!(whole(body).await.unwrap(), "{\"a\":1}");
+        let one = Bytes::from_static(b"{}");
+        let written = whole(Body::from(one.clone())).await.unwrap();
+        assert_eq!(written.as_ptr(), one.as_ptr(), "one piece is not copied");
+        assert!(whole(Body::empty()).await.unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_date_follows_the_clock_by_the_second() {
+        let date = |at: SystemTime| {
+            let mut text = Vec::new();
+            with_date(at, |date| text.extend_from_slice(date));
+            String::from_utf8(text).unwrap()
+        };
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(date(at), "Tue, 14 Nov 2023 22:13:20 GMT");
+        assert_eq!(
+            date(at + Duration::from_millis(999)),
+            "Tue, 14 Nov 2023 22:13:20 GMT"
+        );
+        assert_eq!(date(at + Duration::from_secs(1)), "Tue, 14 Nov 2023 22:13:21 GMT");
     }
 
     #[test]
