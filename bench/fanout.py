@@ -10,8 +10,8 @@ Three kinds of watcher side by side, in the same run:
   to the general HTTP stack (the reference: every connection cost this
   before the front existed);
 - tls: HTTPS connections (the daemon with --tls-cert and --tls-key, the
-  test certificate of clients/credentials), which the general HTTP stack
-  serves over rustls.
+  test certificate of clients/credentials), served by the same lean front
+  once rustls has done the handshake (target: at most 16 KiB each).
 
 Usage: bench/fanout.py [N ...]   (default: 10000 50000)
 Needs a release build (cargo build --release). Each N needs N open files in
