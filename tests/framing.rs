@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::raw::{answers, answers_until_quiet, send_and_half_close, Answers};
+use common::raw::{answers_until_quiet, onto_hyper, send_and_half_close, Answers};
 use common::{Daemon, SEED_POLICY};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -95,14 +95,8 @@ async fn through_front(address: &str, bytes: &[u8]) -> Answers {
 
 /// The same, on a connection that hyper serves.
 async fn through_hyper(address: &str, bytes: &[u8]) -> Answers {
-    let body = r#"{"instance":"framing","sequence":1,"reports":[]}"#;
-    let chunked = format!(
-        "POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n",
-        body.len()
-    );
     let mut stream = TcpStream::connect(address).await.unwrap();
-    stream.write_all(chunked.as_bytes()).await.unwrap();
-    assert_eq!(answers(&mut stream, 1).await, ["http/1.1 202 accepted"]);
+    onto_hyper(&mut stream, "framing").await;
     let _ = stream.write_all(bytes).await;
     let _ = stream.shutdown().await;
     answers_until_quiet(&mut stream, Duration::from_secs(5)).await

@@ -11,7 +11,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::raw::{answers, answers_until_quiet, send_and_half_close, Answers, Ending};
+use common::raw::{answers, answers_until_quiet, onto_hyper, send_and_half_close, Answers, Ending};
 use common::{Daemon, SEED_POLICY};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpSocket, TcpStream};
@@ -35,20 +35,10 @@ enum Path {
 
 const PATHS: [Path; 2] = [Path::Front, Path::Hyper];
 
-/// A chunked report: the connection that sends it is served by hyper from then on.
-fn chunked_report() -> String {
-    let body = r#"{"instance":"front-door","sequence":1,"reports":[]}"#;
-    format!(
-        "POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n",
-        body.len()
-    )
-}
-
 /// Moves `stream` onto `path`.
 async fn onto(path: Path, stream: &mut TcpStream) {
     if let Path::Hyper = path {
-        stream.write_all(chunked_report().as_bytes()).await.unwrap();
-        assert_eq!(answers(stream, 1).await, ["http/1.1 202 accepted"]);
+        onto_hyper(stream, "front-door").await;
     }
 }
 

@@ -102,3 +102,22 @@ pub async fn send_and_half_close(address: &str, bytes: &[u8], quiet: Duration) -
     let _ = stream.shutdown().await;
     answers_until_quiet(&mut stream, quiet).await
 }
+
+/// A chunked report from `instance`: a connection that sends it is served by
+/// hyper from then on, rather than by the daemon's lean front.
+pub fn chunked_report(instance: &str) -> String {
+    let body = format!(r#"{{"instance":"{instance}","sequence":1,"reports":[]}}"#);
+    format!(
+        "POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n",
+        body.len()
+    )
+}
+
+/// Moves `stream` from the lean front to hyper, with a chunked report.
+pub async fn onto_hyper(stream: &mut TcpStream, instance: &str) {
+    stream
+        .write_all(chunked_report(instance).as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(answers(stream, 1).await, ["http/1.1 202 accepted"]);
+}
