@@ -116,7 +116,14 @@ CONF
   printf '%-6s' median; printf ' %12.0f' "${medians[@]}"; echo
   printf '%-6s' ratio
   for i in "${!ports[@]}"; do printf ' %12.3f' "$(echo "${medians[0]} / ${medians[$i]}" | bc -l)"; done
-  echo "   (stormguard / each)"
+  echo "   (stormguard / each, of the medians)"
+  # Rounds run one server after another and the machine drifts between
+  # them: the median of each round's own ratio cancels most of the drift.
+  printf '%-6s' paired
+  for i in "${!ports[@]}"; do
+    paste "$WORK/rps-0" "$WORK/rps-$i" | awk '{print $1 / $2}' | median | xargs printf ' %12.3f'
+  done
+  echo "   (stormguard / each, median of the rounds' ratios)"
   echo
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   PIDS=()
