@@ -5,7 +5,7 @@
 //! hold nothing per process (no load time, no counter), so every replica that
 //! serves the same file answers with the same bytes and the same ETags.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
