@@ -112,34 +112,22 @@ def test_track_reports_the_breaker_state_and_the_retries_denied_since_the_last_r
     assert taken(r)["reports"][0]["budget"] == {"retriesDenied": 0}
 
 
-class StandIn:
-    """A stand-in daemon that answers report batches as ``plan`` says: a
-    status, "drop" (close unanswered), or (seconds, status) to answer
-    late; the last step repeats. ``bodies`` holds each batch and
-    ``authorizations`` its Authorization header (None without)."""
+class Serving:
+    """A stand-in daemon on loopback: each POST goes to ``answer(request)``,
+    which returns (status, body), or None to close unanswered."""
 
-    def __init__(self, plan):
-        self.plan = list(plan)
-        self.bodies = []
-        self.authorizations = []
-        stand_in = self
+    def __init__(self):
+        serving = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self):
-                stand_in.authorizations.append(self.headers.get("Authorization"))
-                stand_in.bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
-                step = stand_in.plan.pop(0) if len(stand_in.plan) > 1 else stand_in.plan[0]
-                if isinstance(step, tuple):
-                    time.sleep(step[0])
-                    step = step[1]
-                if step == "drop":
+                answered = serving.answer(self)
+                if answered is None:
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return
-                body = (b'{"accepted":1,"rejected":[]}' if step < 300
-                        else b'{"error":"the token has expired","reason":"expired"}' if step == 401
-                        else b"no such thing")
-                self.send_response(step)
+                status, body = answered
+                self.send_response(status)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -156,17 +144,54 @@ class StandIn:
         self.server.server_close()
 
 
-@pytest.fixture
-def stand_in():
+def next_of(steps):
+    """The next of ``steps``, the last repeating."""
+    return steps.pop(0) if len(steps) > 1 else steps[0]
+
+
+def serving(kind):
+    """A fixture's maker of ``kind`` stand-ins, each closed at the test's end."""
     made = []
 
-    def make(plan):
-        made.append(StandIn(plan))
+    def make(*args):
+        made.append(kind(*args))
         return made[-1]
 
     yield make
     for s in made:
         s.close()
+
+
+class StandIn(Serving):
+    """A stand-in daemon that answers report batches as ``plan`` says: a
+    status, "drop" (close unanswered), or (seconds, status) to answer
+    late; the last step repeats. ``bodies`` holds each batch and
+    ``authorizations`` its Authorization header (None without)."""
+
+    def __init__(self, plan):
+        self.plan = list(plan)
+        self.bodies = []
+        self.authorizations = []
+        super().__init__()
+
+    def answer(self, request):
+        self.authorizations.append(request.headers.get("Authorization"))
+        self.bodies.append(request.rfile.read(int(request.headers["Content-Length"])))
+        step = next_of(self.plan)
+        if isinstance(step, tuple):
+            time.sleep(step[0])
+            step = step[1]
+        if step == "drop":
+            return None
+        body = (b'{"accepted":1,"rejected":[]}' if step < 300
+                else b'{"error":"the token has expired","reason":"expired"}' if step == 401
+                else b"no such thing")
+        return step, body
+
+
+@pytest.fixture
+def stand_in():
+    yield from serving(StandIn)
 
 
 @pytest.mark.parametrize("failure", [503, 429, "drop"])
@@ -285,7 +310,7 @@ def test_a_missing_token_file_sends_without_a_token_and_is_logged_once(stand_in,
 # --- fleet pacing ------------------------------------------------------------
 
 
-class PaceStandIn:
+class PaceStandIn(Serving):
     """A stand-in daemon for pace asks: each POST /v1/pace is answered with
     the next of ``answers`` (status, body), the last repeating, and
     ``asks`` holds (when it came, its body read, its Authorization
@@ -295,46 +320,21 @@ class PaceStandIn:
         self.answers = list(answers)
         self.asks = []
         self.batches = []
-        stand_in = self
+        super().__init__()
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                if self.path == "/v1/reports":
-                    stand_in.batches.append(json.loads(body))
-                    status, answer = 200, b'{"accepted":1,"rejected":[]}'
-                else:
-                    assert self.path == "/v1/pace"
-                    stand_in.asks.append((time.monotonic(), json.loads(body), self.headers.get("Authorization")))
-                    status, answer = stand_in.answers.pop(0) if len(stand_in.answers) > 1 else stand_in.answers[0]
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+    def answer(self, request):
+        body = json.loads(request.rfile.read(int(request.headers["Content-Length"])))
+        if request.path == "/v1/reports":
+            self.batches.append(body)
+            return 200, b'{"accepted":1,"rejected":[]}'
+        assert request.path == "/v1/pace"
+        self.asks.append((time.monotonic(), body, request.headers.get("Authorization")))
+        return next_of(self.answers)
 
 
 @pytest.fixture
 def pace_stand_in():
-    made = []
-
-    def make(answers):
-        made.append(PaceStandIn(answers))
-        return made[-1]
-
-    yield make
-    for s in made:
-        s.close()
+    yield from serving(PaceStandIn)
 
 
 def grant(rate, lease_ms=1000, ask_every_ms=100):
