@@ -28,15 +28,23 @@ pub struct Served {
     pub body: Bytes,
     /// The ETag, quoted, derived from the body's content.
     pub etag: HeaderValue,
+    /// The body's length, as a `Content-Length` value.
+    pub length: HeaderValue,
 }
 
 impl Served {
-    fn json(value: &impl Serialize) -> Self {
-        let body = serde_json::to_vec(value).expect("policy JSON has string keys and finite numbers");
+    fn new(body: Vec<u8>, etag: HeaderValue) -> Self {
         Self {
-            etag: quoted_etag(&Sha256::digest(&body)),
+            length: HeaderValue::from(body.len()),
+            etag,
             body: Bytes::from(body),
         }
+    }
+
+    fn json(value: &impl Serialize) -> Self {
+        let body = serde_json::to_vec(value).expect("policy JSON has string keys and finite numbers");
+        let etag = quoted_etag(&Sha256::digest(&body));
+        Self::new(body, etag)
     }
 }
 
@@ -157,10 +165,7 @@ impl PolicySnapshot {
             digest.update(b"\0");
         }
         body.extend_from_slice(b"}}");
-        Served {
-            etag: quoted_etag(&digest.finalize()),
-            body: Bytes::from(body),
-        }
+        Served::new(body, quoted_etag(&digest.finalize()))
     }
 }
 

@@ -222,13 +222,15 @@ async fn read_request<S: Io>(
     let mut deadline = Instant::now() + front.header_read_timeout;
     let mut pending: Option<Pending> = None;
     loop {
-        if pending.is_none() {
+        if pending.is_none() && !unread.is_empty() {
             match read_head(front, unread) {
                 Ok(Some(head)) => {
                     // The buffer grows as the body arrives, not to its stated
                     // length: a client that states a large body and sends
                     // nothing holds no more than it sent.
-                    deadline = Instant::now() + front.body_read_timeout;
+                    if unread.len() < head.whole {
+                        deadline = Instant::now() + front.body_read_timeout;
+                    }
                     pending = Some(head);
                 }
                 Ok(None) => {}

@@ -1,6 +1,8 @@
 //! A request head, parsed from the bytes read so far, and whether the front
 //! answers it itself.
 
+use std::mem::MaybeUninit;
+
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri, Version};
 use bytes::Bytes;
@@ -49,9 +51,10 @@ pub fn parse(bytes: &[u8]) -> Parsed {
             };
         }
     }
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut head = httparse::Request::new(&mut headers);
-    match head.parse(bytes) {
+    // Left uninitialised: httparse fills only the slots a head uses.
+    let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+    let mut head = httparse::Request::new(&mut []);
+    match head.parse_with_uninit_headers(bytes, &mut headers) {
         Ok(httparse::Status::Partial) => Parsed::Partial,
         Ok(httparse::Status::Complete(len)) => match simple(&head, &Shared::new(&bytes[..len])) {
             Some((request, close, body)) => Parsed::Simple {
