@@ -146,26 +146,29 @@ pub const ADMIN_PATHS: [&str; 3] = ["/admin/status", "/admin/reload", "/admin/va
 /// The API's contract, as `GET /openapi.yaml` serves it.
 pub const OPENAPI: &str = include_str!("../../docs/openapi.yaml");
 
-/// Every route, composed in one place. Each route is wrapped in its own
-/// metrics layer; admin routes check the token inside it, so 401s count too.
+/// Every route, composed in one place. Each handler is wrapped in its own
+/// metrics layer (on the handler itself, so a request crosses one boxed
+/// service, not two); admin handlers check the token inside it, so 401s count too.
 pub fn router(state: AppState, which: Routes) -> Router {
-    let metrics = state.metrics.clone();
-    let admin = middleware::from_fn_with_state(state.clone(), admin::require_token);
+    let track = |path: &str| TrackLayer::new(state.metrics.clone(), path);
+    let [all, one, reports, pace, render, health, ready, metrics, openapi_yaml] = PUBLIC_PATHS.map(track);
     let public: [MethodRouter<AppState>; 9] = [
-        get(policies::all),
-        get(policies::one),
-        post(reports::receive),
-        post(pace::ask),
-        get(render::one),
-        get(healthz),
-        get(readyz),
-        get(metrics_text),
-        get(openapi),
+        get(policies::all.layer(all)),
+        get(policies::one.layer(one)),
+        post(reports::receive.layer(reports)),
+        post(pace::ask.layer(pace)),
+        get(render::one.layer(render)),
+        get(healthz.layer(health)),
+        get(readyz.layer(ready)),
+        get(metrics_text.layer(metrics)),
+        get(openapi.layer(openapi_yaml)),
     ];
+    let admin = middleware::from_fn_with_state(state.clone(), admin::require_token);
+    let [status, reload, validate] = ADMIN_PATHS.map(track);
     let admin: [MethodRouter<AppState>; 3] = [
-        get(admin::status).layer(admin.clone()),
-        post(admin::reload).layer(admin.clone()),
-        post(admin::validate).layer(admin),
+        get(admin::status.layer(admin.clone()).layer(status)),
+        post(admin::reload.layer(admin.clone()).layer(reload)),
+        post(admin::validate.layer(admin).layer(validate)),
     ];
     let public = PUBLIC_PATHS.into_iter().zip(public);
     let admin = ADMIN_PATHS.into_iter().zip(admin);
@@ -178,12 +181,10 @@ pub fn router(state: AppState, which: Routes) -> Router {
             .chain(admin)
             .collect(),
     };
-    let unmatched = TrackLayer::new(metrics.clone(), "unmatched");
+    let unmatched = track("unmatched");
     routes
         .into_iter()
-        .fold(Router::new(), |router, (path, route)| {
-            router.route(path, route.layer(TrackLayer::new(metrics.clone(), path)))
-        })
+        .fold(Router::new(), |router, (path, route)| router.route(path, route))
         .fallback(not_found.layer(unmatched.clone()))
         .method_not_allowed_fallback(method_not_allowed.layer(unmatched))
         .with_state(state)
