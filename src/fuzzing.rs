@@ -7,8 +7,8 @@ use std::time::{Duration, SystemTime};
 use stormguard_core::policy::{parse_duration, GoDuration};
 use stormguard_core::retry::parse_retry_after;
 
-use crate::policy::{load_bytes, LoadLimits};
 use crate::reports::decode_body;
+use stormguard_toolkit::policy::{load_bytes, LoadLimits};
 
 /// Bytes → a policy or its errors; every error names a file, and a loaded
 /// policy resolves for any service.

@@ -5,16 +5,16 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use stormguard::check::Verdict;
 use stormguard::flags::{count_in, duration_in, millis, secs};
 use stormguard::identity::{Mode, TokenRules};
-use stormguard::policy::{LoadLimits, DEFAULT_MAX_FLOW_COLLECTIONS, DEFAULT_MAX_POLICY_BYTES};
 use stormguard::reports::ReportLimits;
 use stormguard::serve::{AdminSecret, ServeConfig};
 use stormguard::server::Limits;
-use stormguard::sim::{Modifiers, Named, Scenario};
 use stormguard::tls::TlsFiles;
 use stormguard::watch::WatchConfig;
+use stormguard_toolkit::check::Verdict;
+use stormguard_toolkit::policy::{LoadLimits, DEFAULT_MAX_FLOW_COLLECTIONS, DEFAULT_MAX_POLICY_BYTES};
+use stormguard_toolkit::sim::{Modifiers, Named, Scenario};
 
 /// stormguard: stops retry storms. Serves validated, hot-reloaded retry
 /// policies to the services of a fleet.
@@ -50,7 +50,7 @@ enum Command {
 struct RenderArgs {
     /// The dialect.
     #[arg(long, value_enum)]
-    format: stormguard::render::Format,
+    format: stormguard_toolkit::render::Format,
     /// The service whose resolved policy to render.
     #[arg(long)]
     service: String,
@@ -399,7 +399,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Check(args) => {
-            let (report, verdict) = stormguard::check::check(&args.path, args.policy_limits.load_limits());
+            let (report, verdict) =
+                stormguard_toolkit::check::check(&args.path, args.policy_limits.load_limits());
             match verdict {
                 Verdict::Clean => {
                     print!("{report}");
@@ -423,7 +424,7 @@ fn main() -> ExitCode {
 }
 
 fn render(args: RenderArgs) -> ExitCode {
-    let policy = match stormguard::simulate::resolved_policy(&args.policy, &args.service) {
+    let policy = match stormguard_toolkit::simulate::resolved_policy(&args.policy, &args.service) {
         Ok((policy, _)) => policy,
         Err(message) => {
             eprintln!("{message}");
@@ -434,11 +435,11 @@ fn render(args: RenderArgs) -> ExitCode {
         eprintln!("--namespace: {problem}");
         return ExitCode::from(1);
     }
-    let target = stormguard::render::Target {
+    let target = stormguard_toolkit::render::Target {
         service: &args.service,
         namespace: &args.namespace,
     };
-    let rendering = stormguard::render::render(target, &policy, args.format);
+    let rendering = stormguard_toolkit::render::render(target, &policy, args.format);
     if args.json {
         println!(
             "{}",
@@ -446,7 +447,7 @@ fn render(args: RenderArgs) -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    print!("{}", stormguard::render::text(&rendering));
+    print!("{}", stormguard_toolkit::render::text(&rendering));
     for lost in &rendering.lost {
         eprintln!("lost: {}: {}", lost.key, lost.why);
     }
@@ -456,7 +457,7 @@ fn render(args: RenderArgs) -> ExitCode {
 fn tune(args: TuneArgs) -> ExitCode {
     let mut herd = None;
     let current = match args.policy.as_deref().zip(args.service.as_deref()) {
-        Some((path, service)) => match stormguard::simulate::resolved_policy(path, service) {
+        Some((path, service)) => match stormguard_toolkit::simulate::resolved_policy(path, service) {
             Ok((policy, forecast)) => {
                 herd = forecast;
                 Some((path.display().to_string(), service.to_owned(), policy))
@@ -473,7 +474,7 @@ fn tune(args: TuneArgs) -> ExitCode {
         (Some(herd), true) => herd.outages.clone(),
         (None, true) => [2, 10, 60].map(secs).to_vec(),
     };
-    let request = stormguard::tune::Request {
+    let request = stormguard_toolkit::tune::Request {
         service: current
             .as_ref()
             .map(|(path, service, _)| (path.clone(), service.clone())),
@@ -492,7 +493,7 @@ fn tune(args: TuneArgs) -> ExitCode {
         gate: !args.without_gate,
     };
     let started = std::time::Instant::now();
-    let tuning = match stormguard::tune::tune(&request) {
+    let tuning = match stormguard_toolkit::tune::tune(&request) {
         Ok(tuning) => tuning,
         Err(message) => {
             eprintln!("{message}");
@@ -500,21 +501,21 @@ fn tune(args: TuneArgs) -> ExitCode {
         }
     };
     if let Some(path) = &args.svg {
-        if let Err(e) = std::fs::write(path, stormguard::tune::svg(&tuning)) {
+        if let Err(e) = std::fs::write(path, stormguard_toolkit::tune::svg(&tuning)) {
             eprintln!("cannot write {}: {e}", path.display());
             return ExitCode::from(1);
         }
     }
     if args.json {
-        print!("{}", stormguard::tune::json(&tuning));
+        print!("{}", stormguard_toolkit::tune::json(&tuning));
     } else {
-        print!("{}", stormguard::tune::text(&tuning, started.elapsed()));
+        print!("{}", stormguard_toolkit::tune::text(&tuning, started.elapsed()));
     }
     ExitCode::SUCCESS
 }
 
 fn simulate(mut args: SimulateArgs) -> ExitCode {
-    let collapse = (args.scenario == World::Collapse).then(stormguard::sim::Collapse::brooker);
+    let collapse = (args.scenario == World::Collapse).then(stormguard_toolkit::sim::Collapse::brooker);
     if let Some(model) = collapse {
         // Brooker's clients: three tries, 3 s each, no wait between.
         args.max_retries.get_or_insert(2);
@@ -525,7 +526,7 @@ fn simulate(mut args: SimulateArgs) -> ExitCode {
         args.horizon = args.horizon.min(model.until);
         args.outage = Duration::ZERO;
     }
-    let request = stormguard::simulate::Request {
+    let request = stormguard_toolkit::simulate::Request {
         scenario: Scenario {
             clients: args.clients,
             capacity: args.capacity,
@@ -534,7 +535,7 @@ fn simulate(mut args: SimulateArgs) -> ExitCode {
             collapse,
             brownout: args
                 .brownout
-                .map(|(at, lasting, capacity)| stormguard::sim::Brownout {
+                .map(|(at, lasting, capacity)| stormguard_toolkit::sim::Brownout {
                     at,
                     lasting,
                     capacity,
@@ -564,7 +565,7 @@ fn simulate(mut args: SimulateArgs) -> ExitCode {
         json: args.json,
         svg: args.svg,
     };
-    match stormguard::simulate::simulate(&request) {
+    match stormguard_toolkit::simulate::simulate(&request) {
         Ok(output) => {
             print!("{output}");
             ExitCode::SUCCESS

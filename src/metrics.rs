@@ -7,7 +7,7 @@ use prometheus::{
 
 use axum::http::StatusCode;
 
-use crate::policy::ContentHash;
+use stormguard_toolkit::policy::ContentHash;
 
 /// Reload outcomes as `result` label values.
 pub const RELOAD_SUCCESS: &str = "success";

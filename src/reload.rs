@@ -7,11 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
-use stormguard_core::policy::PolicyDocument;
 
 use crate::metrics::{DaemonMetrics, RELOAD_FAILURE, RELOAD_SUCCESS};
-use crate::policy::{load_bytes, read_capped, ContentHash, Diagnostic, LoadLimits};
 use crate::snapshot::{PolicySnapshot, PolicyStore};
+use stormguard_toolkit::policy::{load_bytes, read_capped, ContentHash, Diagnostic, LoadLimits};
 
 /// What asked for a reload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -84,13 +83,6 @@ struct Attempt {
 enum Read {
     Bytes(ContentHash),
     Unreadable(String),
-}
-
-/// Loads `path` for start-up: the document and its hash, or every error.
-pub fn load_file(path: &Path, limits: LoadLimits) -> Result<(PolicyDocument, ContentHash), Vec<Diagnostic>> {
-    let bytes = read_capped(path, limits.max_bytes).map_err(|d| vec![d])?;
-    let document = load_bytes(&path.display().to_string(), &bytes, limits)?;
-    Ok((document, ContentHash::of(&bytes)))
 }
 
 impl Reloader {
@@ -251,6 +243,7 @@ pub fn rfc3339(time: SystemTime) -> String {
 mod tests {
     use super::*;
     use std::future::Future;
+    use stormguard_toolkit::policy::load_file;
 
     struct Fixture {
         dir: tempfile::TempDir,

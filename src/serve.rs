@@ -13,14 +13,15 @@ use tokio::sync::watch;
 use crate::identity::{Bindings, Callers, Mode, TokenRules};
 use crate::metrics::DaemonMetrics;
 use crate::pace_store::{Access, PaceStore};
-use crate::policy::Diagnostic;
-use crate::reload::{load_file, Reloader, Trigger};
+use crate::reload::{Reloader, Trigger};
 use crate::reports::ClientMetrics;
 use crate::server::{self, AdminAuth, AdminToken, Limits, Routes, Shared, TokenFile};
 use crate::snapshot::{PolicySnapshot, PolicyStore};
 use crate::supervise::{supervise, WatcherHealth};
 use crate::tls::{Tls, TlsError, TlsFiles};
 use crate::watch::{FileWatch, WatchConfig};
+use stormguard_toolkit::policy::load_file;
+use stormguard_toolkit::policy::Diagnostic;
 
 /// Where the admin token comes from.
 #[derive(Debug, Clone)]

@@ -19,7 +19,7 @@ use stormguard_core::policy::{PolicyDocument, ResolvedPolicy, RetryPolicy};
 use stormguard_core::wire::SelectedPolicy;
 use tokio::sync::watch;
 
-use crate::policy::ContentHash;
+use stormguard_toolkit::policy::ContentHash;
 
 /// One prepared response: its JSON body and strong ETag.
 #[derive(Debug, Clone)]
@@ -50,7 +50,7 @@ impl Served {
 
 /// A strong ETag from the first 128 bits of a SHA-256 digest.
 fn quoted_etag(digest: &[u8]) -> HeaderValue {
-    let hex = crate::policy::hex(&digest[..16]);
+    let hex = stormguard_toolkit::policy::hex(&digest[..16]);
     HeaderValue::from_str(&format!("\"{hex}\"")).expect("hex is a valid header")
 }
 
@@ -204,7 +204,7 @@ impl PolicyStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::{load_bytes, LoadLimits};
+    use stormguard_toolkit::policy::{load_bytes, LoadLimits};
 
     fn snapshot(text: &str) -> PolicySnapshot {
         let document = load_bytes("p.yaml", text.as_bytes(), LoadLimits::default()).unwrap();

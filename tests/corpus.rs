@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use stormguard::policy::{load_bytes, LoadLimits, DEFAULT_MAX_POLICY_BYTES};
+use stormguard_toolkit::policy::{load_bytes, LoadLimits, DEFAULT_MAX_POLICY_BYTES};
 
 fn fixtures(dir: &str) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(format!("tests/fixtures/{dir}"))

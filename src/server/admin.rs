@@ -12,10 +12,10 @@ use subtle::ConstantTimeEq;
 use super::body::LimitedBody;
 use super::error::{admit, ApiError};
 use super::AppState;
-use crate::lint::lint;
-use crate::policy::{load_bytes, ContentHash};
 use crate::reload::{rfc3339, ReloadOutcome, Trigger};
 use crate::stamp::FileStamp;
+use stormguard_toolkit::lint::lint;
+use stormguard_toolkit::policy::{load_bytes, ContentHash};
 
 /// The admin bearer token, kept only as its hash so that comparing it takes
 /// the same time whatever the presented token's length or content.

@@ -36,12 +36,12 @@ use crate::fleet::Fleet;
 use crate::identity::{Bindings, Callers};
 use crate::metrics::DaemonMetrics;
 use crate::pace_store::PaceStore;
-use crate::policy::LoadLimits;
 use crate::reload::Reloader;
 use crate::reports::{ClientMetrics, ReportLimits};
 use crate::snapshot::PolicyStore;
 use crate::supervise::WatcherHealth;
 use crate::tls::Tls;
+use stormguard_toolkit::policy::LoadLimits;
 use track::TrackLayer;
 
 /// Bounds on what a client can make the server do.

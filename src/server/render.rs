@@ -9,7 +9,7 @@ use serde::Deserialize;
 use stormguard_core::policy::check_service_name;
 
 use super::{ApiError, AppState};
-use crate::render::{render, Format, Rendering, Target};
+use stormguard_toolkit::render::{render, Format, Rendering, Target};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

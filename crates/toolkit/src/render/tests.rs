@@ -13,7 +13,7 @@ const TARGET: Target<'static> = Target {
 
 /// The shipped policy file's defaults: 3 retries from 100ms, ±50 %, a budget.
 fn shipped() -> RetryPolicy {
-    let text = std::fs::read_to_string("policies/retry-policy.yaml").unwrap();
+    let text = std::fs::read_to_string("../../policies/retry-policy.yaml").unwrap();
     let document: PolicyDocument = load_bytes("shipped", text.as_bytes(), LoadLimits::default()).unwrap();
     document.defaults_policy()
 }

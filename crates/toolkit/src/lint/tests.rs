@@ -35,7 +35,7 @@ fn other_rules(lint: &Lint) -> Vec<(&str, &str)> {
 
 #[test]
 fn the_shipped_policys_retries_are_all_spent_before_a_10s_outage_ends() {
-    let yaml = std::fs::read_to_string("policies/retry-policy.yaml").unwrap();
+    let yaml = std::fs::read_to_string("../../policies/retry-policy.yaml").unwrap();
     let lint = lint_yaml(&yaml);
     assert_eq!(
         rules(&lint),
@@ -237,7 +237,7 @@ fn a_reporters_entry_for_a_service_named_nowhere_else_is_flagged_as_a_likely_typ
 
 #[test]
 fn each_service_gets_a_forecast_of_the_seed_scenario() {
-    let yaml = std::fs::read_to_string("policies/retry-policy.yaml").unwrap();
+    let yaml = std::fs::read_to_string("../../policies/retry-policy.yaml").unwrap();
     let lint = lint_yaml(&yaml);
     let services: Vec<&str> = lint.forecasts.iter().map(|f| f.service.as_str()).collect();
     assert_eq!(

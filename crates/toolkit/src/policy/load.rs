@@ -152,6 +152,13 @@ fn too_large(file: &str, max_bytes: usize) -> Diagnostic {
     )
 }
 
+/// Loads the policy file at `path`: the document and its hash, or every error.
+pub fn load_file(path: &Path, limits: LoadLimits) -> Result<(PolicyDocument, ContentHash), Vec<Diagnostic>> {
+    let bytes = read_capped(path, limits.max_bytes).map_err(|d| vec![d])?;
+    let document = load_bytes(&path.display().to_string(), &bytes, limits)?;
+    Ok((document, ContentHash::of(&bytes)))
+}
+
 /// Parses and validates a policy file's bytes; `file` names it in diagnostics.
 pub fn load_bytes(file: &str, bytes: &[u8], limits: LoadLimits) -> Result<PolicyDocument, Vec<Diagnostic>> {
     if bytes.len() > limits.max_bytes {
@@ -214,7 +221,7 @@ mod tests {
 
     #[test]
     fn seed_configmap_loads() {
-        let text = include_str!("../../policies/retry-policy.yaml");
+        let text = include_str!("../../../../policies/retry-policy.yaml");
         let document = load_bytes("retry-policy.yaml", text.as_bytes(), LoadLimits::default()).unwrap();
         assert_eq!(document.services.len(), 3);
         assert_eq!(document.resolve("payment-service").policy.max_retries, 2);
@@ -344,7 +351,7 @@ services:
     #[test]
     fn the_full_example_uses_every_key() {
         use stormguard_core::policy::{Layered, RetryPolicy};
-        let text = include_str!("../../policies/full-example.yaml");
+        let text = include_str!("../../../../policies/full-example.yaml");
         let document = load_bytes("full-example.yaml", text.as_bytes(), LoadLimits::default()).unwrap();
         let mut used = Vec::new();
         RetryPolicy::set_keys(&document.defaults, "", &mut used);

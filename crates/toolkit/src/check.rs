@@ -10,8 +10,8 @@ use std::path::Path;
 use stormguard_core::policy::{GoDuration, PolicyDocument, RetryPolicy};
 
 use crate::lint::{lint, Lint};
+use crate::policy::load_file;
 use crate::policy::{ContentHash, Diagnostic, LoadLimits};
-use crate::reload::load_file;
 use crate::text::columns;
 
 /// What `check` found.
@@ -186,7 +186,10 @@ mod tests {
 
     #[test]
     fn valid_file_shows_a_row_per_service() {
-        let (report, verdict) = check(Path::new("policies/retry-policy.yaml"), LoadLimits::default());
+        let (report, verdict) = check(
+            Path::new("../../policies/retry-policy.yaml"),
+            LoadLimits::default(),
+        );
         assert_eq!(verdict, Verdict::Warnings, "{report}");
         assert!(report.contains("storm-risk lint: 4 warnings"), "{report}");
         assert!(

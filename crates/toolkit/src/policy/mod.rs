@@ -6,5 +6,7 @@
 mod load;
 mod yaml;
 
-pub use load::{hex, load_bytes, read_capped, ContentHash, Diagnostic, LoadLimits, DEFAULT_MAX_POLICY_BYTES};
+pub use load::{
+    hex, load_bytes, load_file, read_capped, ContentHash, Diagnostic, LoadLimits, DEFAULT_MAX_POLICY_BYTES,
+};
 pub use yaml::DEFAULT_MAX_FLOW_COLLECTIONS;

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use stormguard_core::policy::{ForecastScenario, PolicyDocument, RetryPolicy};
 
+use crate::policy::load_file;
 use crate::policy::LoadLimits;
-use crate::reload::load_file;
 use crate::sim::{self, Modifiers, Named, Scenario, Strategy, Summary};
 
 /// What to simulate and how to show it.

@@ -1,10 +1,10 @@
 //! The herd simulator's speed: events per second for each strategy of the
 //! thundering-herd comparison, and the whole comparison. Run with
-//! `cargo bench --bench simulate`; the throughput column is events/s.
+//! `cargo bench -p stormguard-toolkit --bench simulate`; the throughput column is events/s.
 
 use divan::counter::ItemsCount;
 use divan::Bencher;
-use stormguard::sim::{run, Modifiers, Named, Scenario, Strategy};
+use stormguard_toolkit::sim::{run, Modifiers, Named, Scenario, Strategy};
 
 fn main() {
     divan::main();
