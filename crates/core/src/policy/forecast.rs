@@ -16,9 +16,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::document::check_service_name;
 use super::duration::GoDuration;
 use super::layer::Leaf;
+use super::name::check_service_name;
 use super::tree::{entries, unknown_key, Errors, KeyPath, Node, PolicyError};
 
 /// The keys of the `forecast:` block (`services` only at its top).

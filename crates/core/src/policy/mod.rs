@@ -9,14 +9,13 @@ mod duration;
 mod forecast;
 mod layer;
 mod model;
+mod name;
 mod reporters;
 mod tree;
 mod valid;
 mod validate;
 
-pub use document::{
-    check_service_name, PolicyDocument, PolicySource, ResolvedPolicy, DOCUMENT_KEYS, MAX_CALLS,
-};
+pub use document::{PolicyDocument, PolicySource, ResolvedPolicy, DOCUMENT_KEYS, MAX_CALLS};
 pub use duration::{millis, parse_duration, DurationError, GoDuration};
 pub use forecast::{
     ForecastBlock, ForecastScenario, FORECAST_KEYS, MAX_FORECAST_CAPACITY, MAX_FORECAST_CLIENTS,
@@ -28,6 +27,7 @@ pub use model::{
     GatePolicySpec, HedgingPolicy, HedgingPolicySpec, Jitter, RetryCondition, RetryOn, RetryPolicy,
     RetryPolicySpec, RetryThrottlingPolicy, RetryThrottlingPolicySpec, SlidingWindow,
 };
+pub use name::check_service_name;
 pub use reporters::{Reporter, Reporters, MAX_REPORTERS};
 pub use tree::{did_you_mean, Errors, KeyPath, Node, PolicyError, Segment, Target};
 pub use valid::{InvalidPolicy, ValidPolicy};

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use super::document::check_service_name;
+use super::name::check_service_name;
 use super::tree::{entries, Errors, KeyPath, Node, PolicyError};
 
 /// The most entries `reporters` may list, over all dependencies.

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use super::engine::nanos;
+use super::time::nanos;
 
 /// The collapse scenario's settings; [`Collapse::brooker`] holds his.
 #[derive(Debug, Clone, Copy, PartialEq)]

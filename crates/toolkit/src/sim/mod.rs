@@ -8,14 +8,17 @@ mod forecast;
 mod render;
 mod replicas;
 mod report;
+mod scenario;
 mod strategy;
 mod svg;
+mod time;
 
 pub use collapse::Collapse;
-pub use engine::{run, Brownout, GaveUpCounts, Run, Scenario};
+pub use engine::{run, GaveUpCounts, Run};
 pub use forecast::{forecast, PACED_PROCESSES};
 pub use render::{histogram, summary, table};
 pub use report::Summary;
+pub use scenario::{Brownout, Scenario};
 pub use strategy::{Modifiers, Named, Strategy};
 pub use svg::small_multiples;
 

@@ -15,8 +15,8 @@ use stormguard_core::gate::Tally;
 use stormguard_core::policy::ValidPolicy;
 use tokio::time::Instant;
 
-use super::engine::nanos;
-use super::Scenario;
+use super::scenario::Scenario;
+use super::time::nanos;
 
 /// The replicas, and the store if they share one.
 pub(super) struct Replicas<'a> {

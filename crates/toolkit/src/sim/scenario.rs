@@ -1,0 +1,85 @@
+//! The world a strategy is tried in: the herd, the server, and the fleet's shape.
+
+use std::time::Duration;
+
+use super::collapse::Collapse;
+
+/// The world a strategy is tried in; [`Scenario::default`] is the thundering herd.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scenario {
+    /// Clients, each wanting one request served.
+    pub clients: u32,
+    /// Requests the server accepts per calendar second (counted from t = 0).
+    pub capacity: u32,
+    /// The server rejects everything from t = 0 until this.
+    pub outage: Duration,
+    /// A second outage: the server rejects everything from `.0` for `.1`.
+    pub second_outage: Option<(Duration, Duration)>,
+    /// A brownout: the server takes only `capacity` requests a second from `at` for `lasting`.
+    pub brownout: Option<Brownout>,
+    /// Instead of the clients, outage and capacity above: Brooker's
+    /// metastable failure (see [`Collapse`]).
+    pub collapse: Option<Collapse>,
+    /// Clients make their first attempt at a uniformly drawn time in [0, spread).
+    pub spread: Duration,
+    /// Time from sending a request to its answer.
+    pub latency: Duration,
+    /// Processes the clients are dealt into, round-robin; a process's clients
+    /// share its retry budget, circuit breaker and send gate. Zero: one per client.
+    pub processes: u32,
+    /// Daemon replicas coordinating a fleet-paced strategy; processes are
+    /// dealt to them round-robin, and each replica paces the processes that
+    /// reach it.
+    pub replicas: u32,
+    /// Whether the replicas share their pace through a store, and its round
+    /// trip from a replica: they then pace as one controller, as the
+    /// daemon's replicas do through Redis.
+    pub pace_store: Option<Duration>,
+    /// With a store: the time it stops answering, for good (Redis killed).
+    /// Each replica's exchanges fail from then on, and it paces alone.
+    pub store_lost_at: Option<Duration>,
+    /// The time from a process sending its report to the daemon to its
+    /// grant taking effect: half there, half back.
+    pub feedback_delay: Duration,
+    /// Virtual time after which the run stops; clients still retrying are unfinished.
+    pub horizon: Duration,
+    /// Events after which the run stops (a guard against policies that never advance time).
+    pub max_events: u64,
+    /// Seed of the random source: the same seed gives the same run.
+    pub seed: u64,
+}
+
+impl Default for Scenario {
+    /// The thundering herd: 1000 clients at t = 0, 200 requests/s, a 10 s outage, no latency.
+    fn default() -> Self {
+        Self {
+            clients: 1000,
+            capacity: 200,
+            outage: Duration::from_secs(10),
+            second_outage: None,
+            brownout: None,
+            collapse: None,
+            spread: Duration::ZERO,
+            latency: Duration::ZERO,
+            processes: 0,
+            replicas: 1,
+            pace_store: None,
+            store_lost_at: None,
+            feedback_delay: Duration::from_millis(100),
+            horizon: Duration::from_secs(3600),
+            max_events: 200_000_000,
+            seed: 1,
+        }
+    }
+}
+
+/// A time when the server takes less than its capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Brownout {
+    /// When it starts.
+    pub at: Duration,
+    /// How long it lasts.
+    pub lasting: Duration,
+    /// Requests the server accepts per calendar second meanwhile.
+    pub capacity: u32,
+}
