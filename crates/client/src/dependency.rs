@@ -3,6 +3,7 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
+use stormguard_core::call::Options;
 use stormguard_core::guard::Attempt;
 use stormguard_core::retry::{Failure, RetryError, Verdict};
 
@@ -84,7 +85,9 @@ impl Dependency {
                 result
             }
         };
-        guard.call(reported, |error| classify(error).0).await
+        guard
+            .call(reported, |error| classify(error).0, Options::default())
+            .await
     }
 }
 

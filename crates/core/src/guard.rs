@@ -29,11 +29,11 @@
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! use stormguard_core::call::Options;
 //! use stormguard_core::guard::Guard;
 //! use stormguard_core::policy::{RetryPolicy, ValidPolicy};
 //! use stormguard_core::retry::{Failure, Verdict};
 //!
-//! // The policy the daemon served for this service.
 //! // The policy the daemon served, checked before anything acts on it.
 //! let policy = ValidPolicy::try_from(RetryPolicy { max_retries: 2, ..RetryPolicy::default() }).unwrap();
 //! let guard = Guard::from_policy(&policy);
@@ -47,22 +47,21 @@
 //!             }
 //!         },
 //!         |failure| guard.retry_on().verdict(*failure),
+//!         Options::default(),
 //!     )
 //!     .await;
 //! assert_eq!(reply, Ok("200 OK"));
 //! # }
 //! ```
 
-use std::future::{pending, Future};
+use std::future::Future;
 use std::sync::Arc;
 
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
 use crate::breaker::{CallNotPermitted, CallOutcome, CircuitBreaker, Permit};
 use crate::budget::{RetryBudget, RetryThrottle};
-use crate::call::Controls;
+use crate::call::{run, Controls, Options};
 use crate::gate::SendGate;
 use crate::hedge::Hedge;
 use crate::policy::{RetryOn, ValidPolicy};
@@ -190,51 +189,19 @@ impl Guard {
         self.hedge.as_ref()
     }
 
-    /// Runs `operation` under the policy; `classify` judges each error.
-    pub async fn call<T, E, Op, Fut>(
+    /// Runs `operation` under the policy; `classify` judges each error, and
+    /// `options` say what else may end the call (a cancellation, a deadline)
+    /// and where its jitter comes from.
+    pub async fn call<T, E, Op, Fut, Cancel>(
         &self,
         operation: Op,
         classify: impl Fn(&E) -> Verdict,
+        options: Options<'_, Cancel>,
     ) -> Result<T, RetryError<E>>
     where
         Op: Fn(Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
-    {
-        let mut rng = SmallRng::from_rng(&mut rand::rng());
-        self.call_until(operation, classify, &mut rng, pending()).await
-    }
-
-    /// [`call`](Self::call) with a given random source, stopping as soon as `cancel` resolves.
-    pub async fn call_until<T, E, Op, Fut, R>(
-        &self,
-        operation: Op,
-        classify: impl Fn(&E) -> Verdict,
-        rng: &mut R,
-        cancel: impl Future<Output = ()>,
-    ) -> Result<T, RetryError<E>>
-    where
-        Op: Fn(Attempt) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        R: Rng + ?Sized,
-    {
-        self.call_by(operation, classify, rng, cancel, None).await
-    }
-
-    /// [`call_until`](Self::call_until), ending by `deadline` if the
-    /// policy's `maxElapsed` does not end it sooner: a wait for backoff or
-    /// for a turn past it ends the call at once.
-    pub async fn call_by<T, E, Op, Fut, R>(
-        &self,
-        operation: Op,
-        classify: impl Fn(&E) -> Verdict,
-        rng: &mut R,
-        cancel: impl Future<Output = ()>,
-        deadline: Option<Instant>,
-    ) -> Result<T, RetryError<E>>
-    where
-        Op: Fn(Attempt) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        R: Rng + ?Sized,
+        Cancel: Future<Output = ()>,
     {
         let (operation, classify) = (&operation, &classify);
         let attempt = |retry| async move {
@@ -250,7 +217,7 @@ impl Guard {
                     .map_err(|lost| lost.last),
             }
         };
-        Retry::drive(attempt, classify, rng, cancel, self, deadline).await
+        run(self, attempt, classify, options).await
     }
 }
 

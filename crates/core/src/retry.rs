@@ -1,6 +1,8 @@
-//! The retry loop: run an operation up to `1 + maxRetries` times, waiting the
-//! policy's backoff between attempts, within a per-try timeout and an overall
-//! deadline, until it succeeds, fails for good, or the caller cancels.
+//! The retry settings and what a retry loop decides with them: run an
+//! operation up to `1 + maxRetries` times, waiting the policy's backoff
+//! between attempts, within a per-try timeout and an overall deadline, until
+//! it succeeds, fails for good, or the caller cancels. The loop itself is
+//! [`call::run`](crate::call::run); the decisions here take no clock.
 //!
 //! Which failures are worth retrying is the caller's call ([`Verdict`]); for
 //! HTTP, [`RetryOn::verdict`] applies a policy's `retryOn` list to a
@@ -8,18 +10,11 @@
 //! policy's `maxDelay`.
 
 use std::fmt;
-use std::future::Future;
 use std::time::{Duration, SystemTime};
 
-use std::future::poll_fn;
-use std::pin::{pin, Pin};
-use std::task::Poll;
-
 use rand::Rng;
-use tokio::time::{sleep_until, timeout_at, Instant, Sleep};
 
 use crate::backoff::Backoff;
-use crate::call::{Answer, Answered, Call, Controls, Step, Unguarded};
 use crate::policy::{RetryCondition, RetryOn, ValidPolicy};
 
 /// What to do after a failed attempt.
@@ -172,115 +167,6 @@ impl Retry {
         }
     }
 
-    /// Runs `operation` (given the attempt number, 0 first) until it succeeds
-    /// or the loop gives up; `classify` judges each error.
-    pub async fn run<T, E, Op, Fut, R>(
-        &self,
-        operation: Op,
-        classify: impl Fn(&E) -> Verdict,
-        rng: &mut R,
-    ) -> Result<T, RetryError<E>>
-    where
-        Op: FnMut(u32) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        R: Rng + ?Sized,
-    {
-        self.run_until(operation, classify, rng, std::future::pending())
-            .await
-    }
-
-    /// [`run`](Self::run), stopping as soon as `cancel` resolves.
-    pub async fn run_until<T, E, Op, Fut, R>(
-        &self,
-        operation: Op,
-        classify: impl Fn(&E) -> Verdict,
-        rng: &mut R,
-        cancel: impl Future<Output = ()>,
-    ) -> Result<T, RetryError<E>>
-    where
-        Op: FnMut(u32) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        R: Rng + ?Sized,
-    {
-        Self::drive(operation, classify, rng, cancel, &Unguarded(self), None).await
-    }
-
-    /// The loop under `controls` (a guard's breaker, gate and budget),
-    /// ending by `deadline` if given; see [`Call`].
-    pub(crate) async fn drive<T, E, Op, Fut, R, C>(
-        operation: Op,
-        classify: impl Fn(&E) -> Verdict,
-        rng: &mut R,
-        cancel: impl Future<Output = ()>,
-        controls: &C,
-        deadline: Option<Instant>,
-    ) -> Result<T, RetryError<E>>
-    where
-        Op: FnMut(u32) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        R: Rng + ?Sized,
-        C: Controls,
-    {
-        let mut call = Call::begin_at(controls, Instant::now(), deadline);
-        let mut last = Cause::None;
-        let result = tokio::select! {
-            result = Self::attempts(operation, classify, rng, controls, &mut call, &mut last) => result,
-            () = cancel => Err(GaveUp::Cancelled),
-        };
-        result.map_err(|gave_up| RetryError {
-            attempts: call.attempts(),
-            gave_up,
-            last,
-        })
-    }
-
-    /// The loop itself; `call` and `last` are kept outside it so that a
-    /// cancellation can report them.
-    async fn attempts<T, E, Op, Fut, R, C>(
-        mut operation: Op,
-        classify: impl Fn(&E) -> Verdict,
-        rng: &mut R,
-        controls: &C,
-        call: &mut Call,
-        last: &mut Cause<E>,
-    ) -> Result<T, GaveUp>
-    where
-        Op: FnMut(u32) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        R: Rng + ?Sized,
-        C: Controls,
-    {
-        let mut timer = pin!(sleep_until(Instant::now()));
-        loop {
-            let send = match next_step(call, controls, timer.as_mut()).await {
-                Step::Send(send) => send,
-                Step::Stop(why) => return Err(why),
-                Step::Wait(_) => unreachable!("next_step waits out every wait"),
-            };
-            let outcome = match send.until {
-                Some(at) => timeout_at(at, operation(send.attempt)).await.ok(),
-                None => Some(operation(send.attempt).await),
-            };
-            let (answer, value) = match outcome {
-                Some(Ok(value)) => (Answer::Succeeded, Some(value)),
-                Some(Err(error)) => {
-                    let verdict = classify(&error);
-                    *last = Cause::Error(error);
-                    (Answer::Failed(verdict), None)
-                }
-                None => {
-                    *last = Cause::TimedOut;
-                    (Answer::TimedOut, None)
-                }
-            };
-            match call.answered_at(controls, send, answer, Instant::now(), rng) {
-                Answered::Succeeded => return Ok(value.expect("a success has a value")),
-                Answered::Stop(why) => return Err(why),
-                Answered::Retry(_) => {}
-            }
-        }
-    }
-
     /// After failed attempt `attempt` (0 first), judged `verdict`, with
     /// `elapsed` since the first began: the wait before the next attempt, or
     /// why there is none. The retry loop and the simulator both decide here;
@@ -335,39 +221,18 @@ pub enum AttemptOutcome {
     Ignored,
 }
 
-/// Runs `call` until it has an attempt to send or stops, waiting out
-/// backoffs on `timer` and turns in a gate's line on the task's waker.
-async fn next_step<C: Controls>(call: &mut Call, controls: &C, mut timer: Pin<&mut Sleep>) -> Step {
-    poll_fn(|cx| loop {
-        match call.next_at(controls, Instant::now(), Some(cx.waker())) {
-            Step::Wait(None) => return Poll::Pending,
-            Step::Wait(Some(until)) => {
-                timer.as_mut().reset(until);
-                if timer.as_mut().poll(cx).is_pending() {
-                    return Poll::Pending;
-                }
-            }
-            step => return Poll::Ready(step),
-        }
-    })
-    .await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::policy::{Jitter, RetryPolicy};
     use rand::rngs::SmallRng;
     use rand::SeedableRng;
-    use std::future::Ready;
-    use std::sync::{Arc, Mutex};
-    use tokio::time::sleep;
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
     }
 
-    /// 100 ms × 2^attempt, no jitter, 3 retries: attempts at 0, 100, 300, 700 ms.
+    /// 100 ms × 2^attempt, no jitter, 3 retries.
     fn retry() -> Retry {
         Retry::from_policy(
             &RetryPolicy {
@@ -379,158 +244,6 @@ mod tests {
         )
     }
 
-    fn rng() -> SmallRng {
-        SmallRng::seed_from_u64(1)
-    }
-
-    /// When each attempt started, relative to the first.
-    type Starts = Arc<Mutex<Vec<Duration>>>;
-
-    /// An operation that fails `failures` times with `error`, recording when each attempt started.
-    fn flaky(
-        failures: u32,
-        error: &'static str,
-    ) -> (Starts, impl FnMut(u32) -> Ready<Result<u32, &'static str>>) {
-        let start = Instant::now();
-        let starts = Arc::new(Mutex::new(Vec::new()));
-        let log = starts.clone();
-        let op = move |attempt: u32| {
-            log.lock().unwrap().push(start.elapsed());
-            std::future::ready(if attempt < failures {
-                Err(error)
-            } else {
-                Ok(attempt)
-            })
-        };
-        (starts, op)
-    }
-
-    fn always(_: &&str) -> Verdict {
-        Verdict::Retry { after: None }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn waits_the_exact_backoff_between_attempts() {
-        let (starts, op) = flaky(2, "busy");
-        let result = retry().run(op, always, &mut rng()).await;
-        assert_eq!(result, Ok(2));
-        assert_eq!(*starts.lock().unwrap(), [0, 100, 300].map(ms));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn makes_one_plus_max_retries_attempts_then_reports_the_last_error() {
-        let (starts, op) = flaky(u32::MAX, "down");
-        let error = retry().run(op, always, &mut rng()).await.unwrap_err();
-        assert_eq!(error.attempts, 4);
-        assert_eq!(error.gave_up, GaveUp::Exhausted);
-        assert_eq!(error.last, Cause::Error("down"));
-        assert_eq!(*starts.lock().unwrap(), [0, 100, 300, 700].map(ms));
-        assert_eq!(
-            error.to_string(),
-            "gave up after 4 attempt(s): every attempt failed; last error: down"
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_non_retryable_error_stops_at_once() {
-        let (starts, op) = flaky(u32::MAX, "bad request");
-        let error = retry().run(op, |_| Verdict::Fail, &mut rng()).await.unwrap_err();
-        assert_eq!((error.attempts, error.gave_up), (1, GaveUp::NotRetryable));
-        assert_eq!(starts.lock().unwrap().len(), 1);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn retry_after_lengthens_the_wait_up_to_max_delay() {
-        let (starts, op) = flaky(2, "429");
-        let asks = |seconds| {
-            move |_: &&str| Verdict::Retry {
-                after: Some(Duration::from_secs(seconds)),
-            }
-        };
-        retry().run(op, asks(2), &mut rng()).await.unwrap();
-        assert_eq!(*starts.lock().unwrap(), [0, 2000, 4000].map(ms));
-
-        let (starts, op) = flaky(1, "503");
-        retry().run(op, asks(3600), &mut rng()).await.unwrap();
-        assert_eq!(
-            *starts.lock().unwrap(),
-            [0, 10_000].map(ms),
-            "capped at maxDelay (10 s)"
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn per_try_timeout_ends_slow_attempts_and_retries_them() {
-        let r = Retry {
-            per_try_timeout: Some(ms(1000)),
-            ..retry()
-        };
-        let start = Instant::now();
-        let starts = Arc::new(Mutex::new(Vec::new()));
-        let op = |_| {
-            starts.lock().unwrap().push(start.elapsed());
-            async { std::future::pending::<Result<(), &str>>().await }
-        };
-        let error = r.run(op, always, &mut rng()).await.unwrap_err();
-        assert_eq!(
-            (error.attempts, error.gave_up, error.last),
-            (4, GaveUp::Exhausted, Cause::TimedOut)
-        );
-        assert_eq!(*starts.lock().unwrap(), [0, 1100, 2300, 3700].map(ms));
-
-        let no_timeout_retries = Retry {
-            retry_timeouts: false,
-            ..r
-        };
-        let error = no_timeout_retries
-            .run(|_| std::future::pending::<Result<(), &str>>(), always, &mut rng())
-            .await;
-        assert_eq!(error.unwrap_err().gave_up, GaveUp::NotRetryable);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn max_elapsed_is_a_deadline_for_the_whole_loop() {
-        let r = Retry {
-            max_retries: 100,
-            max_elapsed: Some(ms(1000)),
-            ..retry()
-        };
-        let start = Instant::now();
-        let (starts, op) = flaky(u32::MAX, "down");
-        let error = r.run(op, always, &mut rng()).await.unwrap_err();
-        assert_eq!(error.gave_up, GaveUp::Deadline);
-        assert_eq!(
-            *starts.lock().unwrap(),
-            [0, 100, 300, 700].map(ms),
-            "the next wait (800 ms) would pass 1 s"
-        );
-        assert_eq!(
-            start.elapsed(),
-            ms(700),
-            "gives up at once rather than sleep past the deadline"
-        );
-
-        let slow = |_| async {
-            sleep(ms(5000)).await;
-            Ok::<(), &str>(())
-        };
-        let error = r.run(slow, always, &mut rng()).await.unwrap_err();
-        assert_eq!((error.gave_up, error.last), (GaveUp::Deadline, Cause::TimedOut));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn cancellation_stops_the_loop_with_what_it_had() {
-        let (starts, op) = flaky(u32::MAX, "down");
-        let cancel = sleep(ms(250));
-        let error = retry()
-            .run_until(op, always, &mut rng(), cancel)
-            .await
-            .unwrap_err();
-        assert_eq!(error.gave_up, GaveUp::Cancelled);
-        assert_eq!((error.attempts, error.last), (2, Cause::Error("down")));
-        assert_eq!(starts.lock().unwrap().len(), 2);
-    }
-
     #[test]
     fn the_next_delay_is_decided_without_a_clock() {
         let r = Retry {
@@ -538,7 +251,7 @@ mod tests {
             ..retry()
         };
         let again = Verdict::Retry { after: None };
-        let rng = &mut rng();
+        let rng = &mut SmallRng::seed_from_u64(1);
         assert_eq!(r.next_delay(0, Duration::ZERO, again, ms(0), rng), Ok(ms(100)));
         assert_eq!(r.next_delay(2, ms(200), again, ms(300), rng), Ok(ms(400)));
         let asked = Verdict::Retry { after: Some(ms(250)) };

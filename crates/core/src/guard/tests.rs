@@ -5,6 +5,7 @@ use std::time::Duration;
 use tokio::time::{sleep, Instant};
 
 use crate::breaker::CircuitState;
+use crate::call::Options;
 use crate::policy::{
     BudgetPolicy, CircuitBreakerPolicy, GatePolicy, HedgingPolicy, Jitter, RetryPolicy, RetryThrottlingPolicy,
 };
@@ -48,6 +49,7 @@ async fn failing_call(guard: &Guard, failure: Failure) -> (RetryError<Failure>, 
                 async move { Err::<(), _>(failure) }
             },
             |f| guard.retry_on().verdict(*f),
+            Options::default(),
         )
         .await
         .unwrap_err();
@@ -235,6 +237,7 @@ async fn hedges_run_inside_each_attempt() {
                 }
             },
             |f| guard.retry_on().verdict(*f),
+            Options::default(),
         )
         .await;
     assert_eq!(reply, Ok(Attempt { retry: 1, hedge: 1 }));
@@ -292,6 +295,7 @@ async fn herd_by_caller(
                         }
                     },
                     |f| guard.retry_on().verdict(*f),
+                    Options::default(),
                 )
                 .await;
             result.map_err(|e| e.gave_up)
@@ -370,6 +374,7 @@ async fn a_call_dropped_while_in_line_leaves_it() {
     let call = guard.call(
         |_| async { Err::<(), _>(unavailable()) },
         |f| guard.retry_on().verdict(*f),
+        Options::default(),
     );
     let dropped = tokio::time::timeout(Duration::from_millis(500), call).await;
     assert!(dropped.is_err());

@@ -1,21 +1,4 @@
-//! One call's sequence of decisions, as a state machine that takes the time
-//! as an argument: ask for leave to send (the breaker, then the send gate),
-//! send, learn from the answer, decide whether and when to retry (backoff,
-//! deadline, budget), wait, and again.
-//!
-//! The async retry loop ([`Guard::call`](crate::guard::Guard::call)) and
-//! the herd simulator both drive a [`Call`], so they cannot differ in the
-//! order of decisions any more than in each decision. The driver owns the
-//! clock and the sending; the machine owns everything else:
-//!
-//! ```text
-//! next_at ──▶ Send ──(send it)──▶ answered_at ──▶ Succeeded | Stop
-//!    ▲  │                                │
-//!    │  └─▶ Wait(until) ──(wait)──┐      └─▶ Retry(delay) ──(wait)─┐
-//!    └────────────────────────────┴──────────────────────────────┘
-//! ```
-//!
-//! A call waiting in a send gate's line leaves it when dropped.
+//! The state machine of one call: see the [module docs](super).
 
 use std::sync::Arc;
 use std::task::Waker;
@@ -67,7 +50,7 @@ impl Controls for Unguarded<'_> {
     }
 }
 
-/// One call in progress; see the [module docs](self).
+/// One call in progress; see the [module docs](super).
 #[derive(Debug)]
 pub struct Call {
     start: Instant,
