@@ -74,7 +74,7 @@ OUTAGE, CAPACITY, LATENCY = 10, 200, "1ms"
 # (label, service in the policy file, callers' flags, simulate's flags)
 WAYS = [
     ("full jitter", "herd-jittered", [], []),
-    ("per-process gates", "herd-gated", ["--no-fleet-pacing"], []),
+    ("per-process gates", "herd-gated", ["--no-fleet-pacing"], ["--no-fleet-pacing"]),
     ("fleet", "herd-gated", [], ["--fleet"]),
 ]
 
@@ -204,7 +204,8 @@ def simulated(service, flags, processes, callers):
         text = subprocess.run(
             [BINARY, "simulate", "--json", "--seed", str(seed), "--policy", POLICY, "--service", service,
              "--clients", str(processes * callers), "--processes", str(processes),
-             "--capacity", str(CAPACITY), "--outage", f"{OUTAGE}s", "--latency", LATENCY, *flags],
+             "--capacity", str(CAPACITY), "--outage", f"{OUTAGE}s", "--latency", LATENCY,
+             *([] if "--replicas" in flags else ["--replicas", "1"]), *flags],
             check=True, capture_output=True, text=True).stdout
         run = json.loads(text)
         runs.append(run[-1] if isinstance(run, list) else run)

@@ -20,11 +20,13 @@ SEEDS = range(1, 6)
 
 
 def runs(binary, args):
-    """One simulate invocation's JSON per seed of SEEDS."""
+    """One simulate invocation's JSON per seed of SEEDS, through one daemon
+    unless `args` say how many replicas."""
+    one_daemon = [] if "--replicas" in args else ["--replicas", "1"]
     out = []
     for seed in SEEDS:
         text = subprocess.run(
-            [binary, "simulate", "--json", "--seed", str(seed), *args],
+            [binary, "simulate", "--json", "--seed", str(seed), *one_daemon, *args],
             check=True,
             capture_output=True,
             text=True,

@@ -2,7 +2,6 @@
 //! it without ever serving a broken one, and serves each service's resolved
 //! policy over HTTP. The binary's command line is in `main.rs`.
 
-pub mod flags;
 pub mod fleet;
 #[doc(hidden)]
 pub mod fuzzing;

@@ -5,7 +5,6 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use stormguard::flags::{count_in, duration_in, millis, secs};
 use stormguard::identity::{Mode, TokenRules};
 use stormguard::reports::ReportLimits;
 use stormguard::serve::{AdminSecret, ServeConfig};
@@ -13,7 +12,9 @@ use stormguard::server::Limits;
 use stormguard::tls::TlsFiles;
 use stormguard::watch::WatchConfig;
 use stormguard_toolkit::check::Verdict;
+use stormguard_toolkit::flags::{count_in, duration_in, millis, secs};
 use stormguard_toolkit::policy::{LoadLimits, DEFAULT_MAX_FLOW_COLLECTIONS, DEFAULT_MAX_POLICY_BYTES};
+use stormguard_toolkit::shape::ShapeFlags;
 use stormguard_toolkit::sim::{Modifiers, Named, Scenario};
 
 /// stormguard: stops retry storms. Serves validated, hot-reloaded retry
@@ -80,14 +81,8 @@ struct TuneArgs {
     /// Default: the policy file's `forecast:` block for the service, else 2s,10s,60s.
     #[arg(long, value_delimiter = ',', value_parser = duration_in(secs(0), secs(86_400)))]
     outages: Vec<Duration>,
-    /// Clients, each wanting one request served. Default: the policy file's
-    /// `forecast:` block for the service, else 1000.
-    #[arg(long, value_parser = count_in(1u32, 100_000))]
-    clients: Option<u32>,
-    /// Requests the server accepts per calendar second. Default: the policy
-    /// file's `forecast:` block for the service, else 200.
-    #[arg(long, value_parser = count_in(1u32, 1_000_000))]
-    capacity: Option<u32>,
+    #[command(flatten)]
+    shape: ShapeFlags,
     /// Clients first fail at random times in [0, spread) instead of all at t = 0.
     #[arg(long, default_value = "0s", value_parser = duration_in(secs(0), secs(86_400)))]
     spread: Duration,
@@ -97,7 +92,7 @@ struct TuneArgs {
     max_p99: Option<Duration>,
     /// The largest share of clients that may give up (or still be retrying
     /// after an hour), on every outage.
-    #[arg(long, default_value_t = 0.01, value_parser = stormguard::flags::share)]
+    #[arg(long, default_value_t = 0.01, value_parser = stormguard_toolkit::flags::share)]
     max_gave_up: f64,
     /// Never recommend the send gate (it needs the stormguard client library).
     #[arg(long)]
@@ -141,28 +136,23 @@ struct SimulateArgs {
     /// Run several strategies on the same scenario and print one table.
     #[arg(long)]
     compare: bool,
-    /// Clients, each wanting one request served.
-    #[arg(long, default_value_t = 1000, value_parser = count_in(1u32, 10_000_000))]
-    clients: u32,
-    /// Requests the server accepts per calendar second.
-    #[arg(long, default_value_t = 200, value_parser = count_in(0u32, 1_000_000_000))]
-    capacity: u32,
-    /// The server rejects everything from t = 0 until then.
-    #[arg(long, default_value = "10s", value_parser = duration_in(secs(0), secs(86_400)))]
-    outage: Duration,
+    #[command(flatten)]
+    shape: ShapeFlags,
+    /// The server rejects everything from t = 0 until then. Default: with
+    /// --policy, the first outage of the file's `forecast:` block for the
+    /// service, else 10s.
+    #[arg(long, value_parser = duration_in(secs(0), secs(86_400)))]
+    outage: Option<Duration>,
     /// A second outage, START:LASTING (e.g. 30s:5s): the server rejects everything again.
-    #[arg(long, value_parser = stormguard::flags::window)]
+    #[arg(long, value_parser = stormguard_toolkit::flags::window)]
     second_outage: Option<(Duration, Duration)>,
     /// A brownout, START:LASTING:CAPACITY (e.g. 20s:20s:50): the server takes
     /// only CAPACITY requests a second meanwhile.
-    #[arg(long, value_parser = stormguard::flags::brownout)]
+    #[arg(long, value_parser = stormguard_toolkit::flags::brownout)]
     brownout: Option<(Duration, Duration, u32)>,
     /// Clients first fail at random times in [0, spread) instead of all at t = 0.
     #[arg(long, default_value = "0s", value_parser = duration_in(secs(0), secs(86_400)))]
     spread: Duration,
-    /// Time from a request to its answer.
-    #[arg(long, default_value = "0s", value_parser = duration_in(secs(0), secs(3600)))]
-    latency: Duration,
     /// Give up after this many retries (clients that give up are counted).
     /// Default: until success; 2 in the collapse scenario.
     #[arg(long)]
@@ -183,30 +173,25 @@ struct SimulateArgs {
     #[arg(long)]
     gate: bool,
     /// Add the send gate and pace every process's gate through the daemon,
-    /// which learns one rate for the whole fleet and divides it by demand.
-    /// With --compare, each strategy runs without and with it, side by side.
+    /// which learns one rate for the whole fleet and divides it by demand
+    /// (a --policy whose gate is on is paced so already, as its fleet runs
+    /// it). With --compare, each strategy runs without and with it, side by side.
     #[arg(long)]
     fleet: bool,
-    /// Daemon replicas coordinating --fleet; each paces the processes that reach it.
-    #[arg(long, default_value_t = 1, value_parser = count_in(1u32, 1000))]
-    replicas: u32,
-    /// With --fleet: the replicas pace as one, sharing what they learn through
-    /// a store (as the daemon's replicas do through Redis with --pace-store).
-    #[arg(long, requires = "fleet")]
-    pace_store: bool,
-    /// With --pace-store: a replica's round trip to the store.
-    #[arg(long, default_value = "1ms", requires = "pace_store", value_parser = duration_in(secs(0), secs(10)))]
-    store_delay: Duration,
-    /// With --pace-store: the store stops answering at this time, for good
+    /// A --policy whose gate is on paces each process alone, as callers that
+    /// never ask the daemon for pace (the client's fleet pacing turned off).
+    #[arg(long, requires = "policy", conflicts_with = "fleet")]
+    no_fleet_pacing: bool,
+    /// With a shared pace store: a replica's round trip to it. Default: 1ms.
+    #[arg(long, value_parser = duration_in(secs(0), secs(10)))]
+    store_delay: Option<Duration>,
+    /// With a shared pace store: it stops answering at this time, for good
     /// (Redis killed), and each replica paces alone from then on.
-    #[arg(long, requires = "pace_store", value_parser = duration_in(secs(0), secs(86_400)))]
+    #[arg(long, value_parser = duration_in(secs(0), secs(86_400)))]
     store_lost_at: Option<Duration>,
     /// With --fleet: the time from a process's report to its grant taking effect.
     #[arg(long, default_value = "100ms", value_parser = duration_in(secs(0), secs(60)))]
     feedback_delay: Duration,
-    /// Processes the clients are dealt into, sharing a budget and breaker each (0: one per client).
-    #[arg(long, default_value_t = 0, value_parser = count_in(0u32, 10_000_000))]
-    processes: u32,
     /// Seed of the random source: the same seed gives the same run.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -368,6 +353,8 @@ struct CheckArgs {
     deny_warnings: bool,
     #[command(flatten)]
     policy_limits: PolicyLimits,
+    #[command(flatten)]
+    shape: ShapeFlags,
 }
 
 /// Bounds on a policy file, for `serve` (also on `/admin/validate`) and `check`.
@@ -400,7 +387,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Check(args) => {
             let (report, verdict) =
-                stormguard_toolkit::check::check(&args.path, args.policy_limits.load_limits());
+                stormguard_toolkit::check::check(&args.path, args.policy_limits.load_limits(), &args.shape);
             match verdict {
                 Verdict::Clean => {
                     print!("{report}");
@@ -455,11 +442,11 @@ fn render(args: RenderArgs) -> ExitCode {
 }
 
 fn tune(args: TuneArgs) -> ExitCode {
-    let mut herd = None;
+    let mut forecast = None;
     let current = match args.policy.as_deref().zip(args.service.as_deref()) {
         Some((path, service)) => match stormguard_toolkit::simulate::resolved_policy(path, service) {
-            Ok((policy, forecast)) => {
-                herd = forecast;
+            Ok((policy, stated)) => {
+                forecast = stated;
                 Some((path.display().to_string(), service.to_owned(), policy))
             }
             Err(message) => {
@@ -469,22 +456,21 @@ fn tune(args: TuneArgs) -> ExitCode {
         },
         None => None,
     };
-    let outages = match (&herd, args.outages.is_empty()) {
+    let outages = match (&forecast, args.outages.is_empty()) {
         (_, false) => args.outages,
         (Some(herd), true) => herd.outages.clone(),
         (None, true) => [2, 10, 60].map(secs).to_vec(),
     };
+    let herd = args.shape.apply(forecast.unwrap_or_default());
     let request = stormguard_toolkit::tune::Request {
         service: current
             .as_ref()
             .map(|(path, service, _)| (path.clone(), service.clone())),
         current: current.map_or_else(|| Named::FullJitter.policy(), |(_, _, policy)| policy),
         scenario: Scenario {
-            clients: args.clients.or(herd.as_ref().map(|h| h.clients)).unwrap_or(1000),
-            capacity: args.capacity.or(herd.as_ref().map(|h| h.capacity)).unwrap_or(200),
             spread: args.spread,
             seed: args.seed,
-            ..Scenario::default()
+            ..Scenario::forecast(&herd, outages[0])
         },
         outages,
         seeds: args.seeds,
@@ -524,13 +510,29 @@ fn simulate(mut args: SimulateArgs) -> ExitCode {
             args.strategies.push(Named::Immediate);
         }
         args.horizon = args.horizon.min(model.until);
-        args.outage = Duration::ZERO;
+        args.outage = Some(Duration::ZERO);
     }
+    let stated = match args.policy.as_deref().zip(args.service.as_deref()) {
+        Some((path, service)) => match stormguard_toolkit::simulate::resolved_policy(path, service) {
+            Ok((_, stated)) => stated,
+            Err(message) => {
+                eprintln!("{message}");
+                return ExitCode::from(1);
+            }
+        },
+        None => None,
+    };
+    let herd = args.shape.apply(stated.unwrap_or_default());
+    if args.store_lost_at.is_some() && !herd.fleet.pace_store {
+        eprintln!("--store-lost-at: the replicas share no pace store (give --pace-store, or paceStore: true in the file's forecast: block)");
+        return ExitCode::from(1);
+    }
+    let outage = args.outage.unwrap_or(herd.outages[0]);
+    let store = args
+        .store_delay
+        .unwrap_or(stormguard_toolkit::sim::STORE_ROUND_TRIP);
     let request = stormguard_toolkit::simulate::Request {
         scenario: Scenario {
-            clients: args.clients,
-            capacity: args.capacity,
-            outage: args.outage,
             second_outage: args.second_outage,
             collapse,
             brownout: args
@@ -541,15 +543,12 @@ fn simulate(mut args: SimulateArgs) -> ExitCode {
                     capacity,
                 }),
             spread: args.spread,
-            latency: args.latency,
-            processes: args.processes,
-            replicas: args.replicas,
-            pace_store: args.pace_store.then_some(args.store_delay),
+            pace_store: herd.fleet.pace_store.then_some(store),
             store_lost_at: args.store_lost_at,
             feedback_delay: args.feedback_delay,
             horizon: args.horizon,
             seed: args.seed,
-            ..Scenario::default()
+            ..Scenario::forecast(&herd, outage)
         },
         strategies: args.strategies,
         policy: args.policy.zip(args.service),
@@ -558,6 +557,7 @@ fn simulate(mut args: SimulateArgs) -> ExitCode {
             breaker: args.breaker,
             gate: args.gate,
             fleet: args.fleet,
+            gates_alone: args.no_fleet_pacing,
             max_retries: args.max_retries,
             per_try_timeout: args.per_try_timeout,
         },

@@ -2,6 +2,8 @@
 
 use std::process::{Command, Output};
 
+use serde_json::json;
+
 fn simulate(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_stormguard"))
         .arg("simulate")
@@ -211,6 +213,13 @@ fn compare_puts_gates_and_fleet_pacing_beside_each_strategy_with_the_same_keys()
         "--fleet",
         "--processes",
         "50",
+        // One daemon and no latency: the shape where one rate for the fleet
+        // beats a gate per process on waste too (with 1ms, they waste about
+        // the same and the fleet's gain is its p99).
+        "--replicas",
+        "1",
+        "--latency",
+        "0s",
         "--json",
     ]));
     let runs: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -270,4 +279,92 @@ fn the_collapse_scenario_reports_goodput_per_second() {
         goodput.iter().skip(40).all(|g| *g == 0),
         "collapsed long after the spike: {goodput:?}"
     );
+}
+
+/// A file whose `forecast:` block states its fleet, with a gated service.
+const STATED: &str = "defaults:\n  maxRetries: 20\n  maxElapsed: 60s\nservices:\n  orders:\n    gate: {enabled: true}\n\
+forecast:\n  clients: 200\n  outages: [4s]\n  processes: 20\n  replicas: 3\n  paceStore: true\n  latency: 5ms\n";
+
+#[test]
+fn check_simulate_and_tune_run_the_fleet_the_file_states_and_say_so_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("stated.yaml");
+    std::fs::write(&path, STATED).unwrap();
+    let path = path.to_str().unwrap();
+    let stated = "200 calls from 20 processes through 3 daemon replicas sharing a pace store, 5ms latency";
+
+    let check = command_stdout(&["check", path]);
+    assert!(check.contains(&format!("ran in: {stated}\n")), "{check}");
+    let text = stdout(&simulate(&["--policy", path, "--service", "orders"]));
+    assert!(
+        text.starts_with(&format!("scenario: {stated}; capacity 200/s, outage 4s")),
+        "{text}"
+    );
+    let run: serde_json::Value = serde_json::from_str(&stdout(&simulate(&[
+        "--policy",
+        path,
+        "--service",
+        "orders",
+        "--json",
+    ])))
+    .unwrap();
+    assert_eq!(run["shape"], stated);
+    assert_eq!(
+        run["strategy"], "orders+fleet",
+        "a gated policy paces through the daemon"
+    );
+    assert_eq!(
+        (
+            &run["processes"],
+            &run["replicas"],
+            &run["pace_store"],
+            &run["latency_seconds"]
+        ),
+        (&json!(20), &json!(3), &json!(true), &json!(0.005))
+    );
+    let tune: serde_json::Value = serde_json::from_str(&command_stdout(&[
+        "tune",
+        "--policy",
+        path,
+        "--service",
+        "orders",
+        "--seeds",
+        "1",
+        "--json",
+    ]))
+    .unwrap();
+    assert_eq!(tune["shape"], stated);
+
+    let flagged = [
+        "--replicas",
+        "1",
+        "--pace-store=false",
+        "--processes",
+        "0",
+        "--latency",
+        "0s",
+    ];
+    let overridden = "200 calls from a process per call (each with its own gate, budget and breaker) through 1 daemon, 0s latency";
+    let check = command_stdout(&[&["check", path][..], &flagged].concat());
+    assert!(check.contains(&format!("ran in: {overridden}\n")), "{check}");
+    let run: serde_json::Value = serde_json::from_str(&stdout(&simulate(
+        &[&["--policy", path, "--service", "orders", "--json"][..], &flagged].concat(),
+    )))
+    .unwrap();
+    assert_eq!(run["shape"], overridden);
+}
+
+/// The stdout of another stormguard command, which must succeed (check's
+/// exit 0 or 1 for warnings both count).
+fn command_stdout(args: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_stormguard"))
+        .args(args)
+        .output()
+        .expect("the stormguard binary runs");
+    assert!(
+        matches!(output.status.code(), Some(0 | 1)) && !output.stdout.is_empty(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
 }

@@ -46,10 +46,7 @@ fn full_jitter_with_budget_and_breaker(bencher: Bencher) {
     let modifiers = Modifiers {
         budget: true,
         breaker: true,
-        gate: false,
-        fleet: false,
-        per_try_timeout: None,
-        max_retries: None,
+        ..Modifiers::default()
     };
     let strategy = Strategy::named(Named::FullJitter, modifiers);
     let scenario = Scenario::default();

@@ -7,11 +7,13 @@
 use std::fmt::Write;
 use std::path::Path;
 
-use stormguard_core::policy::{GoDuration, PolicyDocument, RetryPolicy};
+use stormguard_core::policy::{ForecastScenario, GoDuration, PolicyDocument, RetryPolicy};
 
-use crate::lint::{lint, Lint};
+use crate::lint::{lint, Forecast, Lint};
 use crate::policy::load_file;
 use crate::policy::{ContentHash, Diagnostic, LoadLimits};
+use crate::shape::ShapeFlags;
+use crate::sim::Scenario;
 use crate::text::columns;
 
 /// What `check` found.
@@ -25,11 +27,13 @@ pub enum Verdict {
     Invalid,
 }
 
-/// Checks `path`; returns the report and the verdict.
-pub fn check(path: &Path, limits: LoadLimits) -> (String, Verdict) {
+/// Checks `path`, forecasting on the fleet its `forecast:` block states
+/// with `shape`'s flags in place of the keys they set; returns the report
+/// and the verdict.
+pub fn check(path: &Path, limits: LoadLimits, shape: &ShapeFlags) -> (String, Verdict) {
     match load_file(path, limits) {
         Ok((document, hash)) => {
-            let lint = lint(&document);
+            let lint = lint(&document, shape);
             let mut report = valid_report(path, &document, &hash);
             report.push_str(&lint_report(&lint));
             let verdict = if lint.warnings.is_empty() {
@@ -58,14 +62,20 @@ fn lint_report(lint: &Lint) -> String {
             }
         }
     }
+    let herd = ForecastScenario::default();
+    let outage = herd.outages[0];
     let _ = writeln!(
         out,
         "\nforecast: each service's policy against a herd of calls failing at once, and a service that takes \
-         CAPACITY requests a second once the outage ends (the file's `forecast:` block sets them; by default \
-         1000 calls, 200/s, a 10s outage)"
+         CAPACITY requests a second once the outage ends (the file's `forecast:` block sets them and the fleet; by \
+         default {}, {}/s, a {} outage)",
+        Scenario::forecast(&herd, outage).shape(),
+        herd.capacity,
+        GoDuration(outage)
     );
+    out.push_str(&shapes(&lint.forecasts));
     let mut rows = vec![[
-        "SERVICE", "OUTAGE", "CALLS", "CAPACITY", "WASTED", "P99", "DRAINED", "SERVED", "GAVE UP", "SENT BY",
+        "SERVICE", "OUTAGE", "CALLS", "CAPACITY", "WASTED", "P99", "DRAINED", "SERVED", "GAVE UP", "PACED",
     ]
     .map(str::to_owned)
     .to_vec()];
@@ -80,9 +90,11 @@ fn lint_report(lint: &Lint) -> String {
             format!("{:.1}s", f.drain_seconds),
             f.succeeded.to_string(),
             f.gave_up.to_string(),
-            f.paced_processes.map_or("a process per client".into(), |n| {
-                format!("{n} processes, paced through the daemon")
-            }),
+            if f.paced {
+                "through the daemon".into()
+            } else {
+                "no (no send gate)".into()
+            },
         ]);
     }
     out.push_str(&columns(&rows));
@@ -97,6 +109,26 @@ fn lint_report(lint: &Lint) -> String {
         }
     }
     out
+}
+
+/// The fleets the forecasts ran in, a line each: one for all services, or
+/// each with the services it is theirs.
+fn shapes(forecasts: &[Forecast]) -> String {
+    let mut fleets: Vec<(&str, Vec<&str>)> = Vec::new();
+    for f in forecasts {
+        match fleets.iter_mut().find(|(shape, _)| *shape == f.fleet.shape) {
+            Some((_, services)) if services.last() == Some(&f.service.as_str()) => {}
+            Some((_, services)) => services.push(&f.service),
+            None => fleets.push((&f.fleet.shape, vec![&f.service])),
+        }
+    }
+    match fleets.as_slice() {
+        [(shape, _)] => format!("ran in: {shape}\n"),
+        _ => fleets
+            .iter()
+            .map(|(shape, services)| format!("ran in: {shape}: {}\n", services.join(", ")))
+            .collect(),
+    }
 }
 
 fn invalid_report(errors: &[Diagnostic]) -> String {
@@ -189,6 +221,7 @@ mod tests {
         let (report, verdict) = check(
             Path::new("../../policies/retry-policy.yaml"),
             LoadLimits::default(),
+            &ShapeFlags::default(),
         );
         assert_eq!(verdict, Verdict::Warnings, "{report}");
         assert!(report.contains("storm-risk lint: 4 warnings"), "{report}");
@@ -220,7 +253,7 @@ mod tests {
             "defaults: {jitter: none, maxRetries: 10, initialDelay: 1s}\n",
         )
         .unwrap();
-        let (report, verdict) = check(&path, LoadLimits::default());
+        let (report, verdict) = check(&path, LoadLimits::default(), &ShapeFlags::default());
         assert_eq!(verdict, Verdict::Warnings);
         assert!(
             report.contains("storm-risk lint: 1 warning\nwarning[no-jitter] (defaults): "),
@@ -233,7 +266,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("bad.yaml");
         std::fs::write(&path, "defaults: {}\nforecast:\n  clients: 0\n  outages: [1h]\n").unwrap();
-        let (report, verdict) = check(&path, LoadLimits::default());
+        let (report, verdict) = check(&path, LoadLimits::default(), &ShapeFlags::default());
         assert_eq!(verdict, Verdict::Invalid);
         assert!(
             report.contains(":3:12: forecast.clients: must be between 1 and 10000"),
@@ -250,7 +283,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("bad.yaml");
         std::fs::write(&path, "defaults:\n  maxRetries: x\n  jitterFactor: 2\n").unwrap();
-        let (report, verdict) = check(&path, LoadLimits::default());
+        let (report, verdict) = check(&path, LoadLimits::default(), &ShapeFlags::default());
         assert_eq!(verdict, Verdict::Invalid);
         assert!(
             report.contains(":2:15: defaults.maxRetries: expected a whole number"),

@@ -4,12 +4,15 @@
 //! it does to a recovering server ([`sim`], [`simulate`]), search for a
 //! better one ([`tune`]), and render it as a mesh's retry configuration
 //! ([`render`]). The daemon calls the loader, the linter and the renderer;
-//! the command line calls the rest.
+//! the command line calls the rest, with its [`flags`] and the fleet's
+//! [`shape`] as the commands share them.
 
 pub mod check;
+pub mod flags;
 pub mod lint;
 pub mod policy;
 pub mod render;
+pub mod shape;
 pub mod sim;
 pub mod simulate;
 pub mod text;

@@ -12,10 +12,11 @@ use std::time::Duration;
 use serde::Serialize;
 use stormguard_core::backoff::Backoff;
 use stormguard_core::policy::{
-    did_you_mean, ForecastScenario, GoDuration, Jitter, PolicyDocument, RetryPolicy,
+    did_you_mean, FleetShape, ForecastScenario, GoDuration, Jitter, PolicyDocument, RetryPolicy,
 };
 
-use crate::sim::{self, Scenario, Summary, PACED_PROCESSES};
+use crate::shape::ShapeFlags;
+use crate::sim::{self, Fleet, Scenario, Summary};
 
 /// A single wait longer than this looks, from outside, like a hung pod (a zombie).
 pub const LONG_WAIT: Duration = Duration::from_secs(120);
@@ -77,8 +78,9 @@ pub struct Warning {
 }
 
 /// What a herd does to a service under its policy, in one outage of the
-/// service's forecast: `clients` calls failing at once, a service that
-/// takes `capacity` requests a second once the outage ends.
+/// service's forecast: `clients` calls failing at once from the fleet its
+/// forecast states, a service that takes `capacity` requests a second once
+/// the outage ends.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Forecast {
     /// The service (or `(defaults)`).
@@ -99,9 +101,12 @@ pub struct Forecast {
     pub succeeded: u32,
     /// Clients that gave up.
     pub gave_up: u32,
-    /// Processes the clients were dealt into when the policy's send gate is
-    /// on: they pace through the daemon. `None`: one process per client.
-    pub paced_processes: Option<u32>,
+    /// Whether the calls were paced through the daemon's replicas: the
+    /// policy's send gate is on.
+    pub paced: bool,
+    /// The fleet the calls came from.
+    #[serde(flatten)]
+    pub fleet: Fleet,
     /// What the figures mean, in words, and what to change.
     pub explanation: String,
 }
@@ -115,8 +120,9 @@ pub struct Lint {
     pub forecasts: Vec<Forecast>,
 }
 
-/// Lints `document`.
-pub fn lint(document: &PolicyDocument) -> Lint {
+/// Lints `document`, forecasting each service on the herd and fleet its
+/// `forecast:` block states, with `shape`'s flags in place of the keys they set.
+pub fn lint(document: &PolicyDocument, shape: &ShapeFlags) -> Lint {
     let mut warnings = Vec::new();
     let shortest = |herd: ForecastScenario| herd.outages.into_iter().min().unwrap_or_default();
     let outage = shortest(document.forecast.defaults());
@@ -146,7 +152,7 @@ pub fn lint(document: &PolicyDocument) -> Lint {
     warnings.sort_by(|a, b| (&a.service, a.rule).cmp(&(&b.service, b.rule)));
     Lint {
         warnings,
-        forecasts: forecasts(document),
+        forecasts: forecasts(document, shape),
     }
 }
 
@@ -452,8 +458,8 @@ impl<'a> Calls<'a> {
 
 /// Each service's policy against its forecast's herd, one entry per
 /// outage, each distinct run computed once.
-fn forecasts(document: &PolicyDocument) -> Vec<Forecast> {
-    type Run = (RetryPolicy, u32, u32, Duration);
+fn forecasts(document: &PolicyDocument, shape: &ShapeFlags) -> Vec<Forecast> {
+    type Run = (RetryPolicy, u32, u32, FleetShape, Duration);
     let mut done: Vec<(Run, Summary)> = Vec::new();
     let services = std::iter::once((
         DEFAULTS.to_string(),
@@ -466,20 +472,16 @@ fn forecasts(document: &PolicyDocument) -> Vec<Forecast> {
             document.resolve(name).policy,
             document.forecast.resolve(name),
         )
-    }));
+    }))
+    .map(|(service, policy, herd)| (service, policy, shape.apply(herd)));
     let mut out = Vec::new();
     for (service, policy, herd) in services {
         for &outage in &herd.outages {
-            let run: Run = (policy.clone(), herd.clients, herd.capacity, outage);
+            let run: Run = (policy.clone(), herd.clients, herd.capacity, herd.fleet, outage);
+            let scenario = Scenario::forecast(&herd, outage);
             let summary = match done.iter().find(|(r, _)| *r == run) {
                 Some((_, summary)) => summary.clone(),
                 None if done.len() < MAX_FORECASTS => {
-                    let scenario = Scenario {
-                        clients: herd.clients,
-                        capacity: herd.capacity,
-                        outage,
-                        ..Scenario::default()
-                    };
                     // A validated document's policies are valid: nothing to forecast otherwise.
                     let Ok(summary) = sim::forecast(&service, policy.clone(), &scenario) else {
                         continue;
@@ -500,7 +502,8 @@ fn forecasts(document: &PolicyDocument) -> Vec<Forecast> {
                 drain_seconds: summary.drain_seconds,
                 succeeded: summary.succeeded,
                 gave_up: summary.gave_up + summary.unfinished,
-                paced_processes: policy.gate.enabled.then_some(PACED_PROCESSES),
+                paced: policy.gate.enabled,
+                fleet: Fleet::from(&scenario),
             });
         }
     }

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use stormguard_core::policy::{ForecastScenario, PolicyDocument, RetryPolicy};
+use stormguard_core::policy::{ForecastScenario, GoDuration, PolicyDocument, RetryPolicy};
 
 use crate::policy::load_file;
 use crate::policy::LoadLimits;
@@ -85,10 +85,10 @@ fn variants(request: &Request) -> Vec<Modifiers> {
     out
 }
 
-/// The strategy of `service` in the file at `path`.
+/// The strategy of `service` in the file at `path`, as its fleet runs it.
 fn service_strategy(path: &Path, service: &str, modifiers: Modifiers) -> Result<Strategy, String> {
     let (label, policy) = resolve(&load(path)?.0, service)?;
-    Strategy::from_policy(&label, policy, modifiers).map_err(|e| format!("--service {service}: {e}"))
+    sim::deployed(&label, policy, modifiers).map_err(|e| format!("--service {service}: {e}"))
 }
 
 /// The resolved policy of `service` in the file at `path`, and its
@@ -137,8 +137,12 @@ fn render(request: &Request, summaries: &[Summary]) -> String {
     }
     let s = &request.scenario;
     let mut out = format!(
-        "scenario: {} clients, capacity {}/s, outage {:?}, spread {:?}, latency {:?}, seed {}\n\n",
-        s.clients, s.capacity, s.outage, s.spread, s.latency, s.seed
+        "scenario: {}; capacity {}/s, outage {}, spread {}, seed {}\n\n",
+        s.shape(),
+        s.capacity,
+        GoDuration(s.outage),
+        GoDuration(s.spread),
+        s.seed
     );
     if request.compare {
         out.push_str(&sim::table(summaries));

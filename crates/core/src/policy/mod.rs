@@ -18,8 +18,9 @@ mod validate;
 pub use document::{PolicyDocument, PolicySource, ResolvedPolicy, DOCUMENT_KEYS, MAX_CALLS};
 pub use duration::{millis, parse_duration, DurationError, GoDuration};
 pub use forecast::{
-    ForecastBlock, ForecastScenario, FORECAST_KEYS, MAX_FORECAST_CAPACITY, MAX_FORECAST_CLIENTS,
-    MAX_FORECAST_OUTAGE, MAX_FORECAST_OUTAGES,
+    FleetShape, ForecastBlock, ForecastScenario, FORECAST_KEYS, MAX_FORECAST_CAPACITY, MAX_FORECAST_CLIENTS,
+    MAX_FORECAST_LATENCY, MAX_FORECAST_OUTAGE, MAX_FORECAST_OUTAGES, MAX_FORECAST_PROCESSES,
+    MAX_FORECAST_REPLICAS,
 };
 pub use layer::{Layered, Leaf};
 pub use model::{

@@ -3,7 +3,7 @@ use crate::policy::{load_bytes, LoadLimits};
 
 fn lint_yaml(yaml: &str) -> Lint {
     let document = load_bytes("test.yaml", yaml.as_bytes(), LoadLimits::default()).expect("a valid policy");
-    lint(&document)
+    lint(&document, &ShapeFlags::default())
 }
 
 fn rules(lint: &Lint) -> Vec<(&str, &str)> {
@@ -265,23 +265,29 @@ fn each_service_gets_a_forecast_of_the_seed_scenario() {
 
 #[test]
 fn a_service_with_a_send_gate_is_forecast_paced_through_the_daemon() {
-    let yaml = "defaults:\n  maxRetries: 5\n  maxElapsed: 60s\nservices:\n  plain: {}\n  paced:\n    gate:\n      enabled: true\n";
+    let yaml = "defaults:\n  maxRetries: 10\n  maxElapsed: 60s\nservices:\n  plain: {}\n  paced:\n    gate:\n      enabled: true\n";
     let lint = lint_yaml(yaml);
     let forecast = |name: &str| lint.forecasts.iter().find(|f| f.service == name).unwrap();
     let (plain, paced) = (forecast("plain"), forecast("paced"));
-    assert_eq!(plain.paced_processes, None);
-    assert_eq!(paced.paced_processes, Some(PACED_PROCESSES));
+    assert!(!plain.paced && paced.paced);
+    for forecast in [plain, paced] {
+        assert_eq!(
+            forecast.fleet.shape,
+            "1000 calls from 50 processes through 2 daemon replicas pacing apart (no shared pace store), 1ms latency",
+            "the default fleet, for every policy"
+        );
+    }
     assert_eq!(
         (plain.succeeded, plain.gave_up),
         (0, 1000),
-        "5 retries are spent in the outage"
+        "10 jittered retries are spent in the outage"
     );
     assert!(
         paced.succeeded >= 990,
         "paced calls wait for turns within their 60 s: {paced:?}"
     );
     assert!(
-        paced.wasted * 5 < plain.wasted,
+        paced.wasted * 4 < plain.wasted,
         "{} vs {}",
         paced.wasted,
         plain.wasted

@@ -1,32 +1,51 @@
 //! A policy run as its service's fleet would run it: how `check` forecasts
-//! a service and how `tune` scores a candidate, so that the two agree.
+//! a service, how `simulate --policy` runs it and how `tune` scores a
+//! candidate, so that the three agree.
 
 use stormguard_core::policy::{InvalidPolicy, RetryPolicy};
 
 use super::{run, Modifiers, Scenario, Strategy, Summary};
 
-/// With a send gate, a forecast deals the clients into this many processes
-/// paced through the daemon: a gate is per process, and the daemon paces a
-/// fleet, so a process per client would forecast neither.
-pub const PACED_PROCESSES: u32 = 50;
+/// `policy`, labelled `label`, as its fleet runs it, with `modifiers`: a
+/// policy whose send gate is on paces through the daemon's replicas, as the
+/// client library's gate does (unless `modifiers.gates_alone`); otherwise
+/// as `modifiers` say.
+pub fn deployed(label: &str, policy: RetryPolicy, modifiers: Modifiers) -> Result<Strategy, InvalidPolicy> {
+    let fleet = modifiers.fleet || (policy.gate.enabled && !modifiers.gates_alone);
+    Strategy::from_policy(label, policy, Modifiers { fleet, ..modifiers })
+}
 
-/// Runs `policy`, labelled `label`, in `scenario`: with its send gate on,
-/// the clients are dealt into [`PACED_PROCESSES`] processes pacing through
-/// the daemon; otherwise as `scenario` says. An invalid policy runs nothing.
+/// Runs `policy`, labelled `label`, in `scenario` as its fleet would run it
+/// (see [`deployed`]). An invalid policy runs nothing.
 pub fn forecast(label: &str, policy: RetryPolicy, scenario: &Scenario) -> Result<Summary, InvalidPolicy> {
-    let paced = policy.gate.enabled;
-    let modifiers = Modifiers {
-        fleet: paced,
-        ..Modifiers::default()
-    };
-    let strategy = Strategy::from_policy(label, policy, modifiers)?;
-    let scenario = Scenario {
-        processes: if paced {
-            PACED_PROCESSES
-        } else {
-            scenario.processes
-        },
-        ..scenario.clone()
-    };
-    Ok(Summary::of(&run(&scenario, &strategy)))
+    let strategy = deployed(label, policy, Modifiers::default())?;
+    Ok(Summary::of(&run(scenario, &strategy)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stormguard_core::policy::GatePolicy;
+
+    #[test]
+    fn a_gated_policy_paces_through_the_daemon_unless_its_gates_are_alone() {
+        let gated = RetryPolicy {
+            gate: GatePolicy {
+                enabled: true,
+                ..GatePolicy::default()
+            },
+            ..RetryPolicy::default()
+        };
+        let fleet = |policy: &RetryPolicy, modifiers| deployed("s", policy.clone(), modifiers).unwrap().fleet;
+        assert!(fleet(&gated, Modifiers::default()));
+        let alone = Modifiers {
+            gates_alone: true,
+            ..Modifiers::default()
+        };
+        assert!(!fleet(&gated, alone));
+        assert!(
+            !fleet(&RetryPolicy::default(), Modifiers::default()),
+            "no gate, nothing to pace"
+        );
+    }
 }

@@ -15,10 +15,10 @@ mod time;
 
 pub use collapse::Collapse;
 pub use engine::{run, GaveUpCounts, Run};
-pub use forecast::{forecast, PACED_PROCESSES};
+pub use forecast::{deployed, forecast};
 pub use render::{histogram, summary, table};
 pub use report::Summary;
-pub use scenario::{Brownout, Scenario};
+pub use scenario::{Brownout, Fleet, Scenario, STORE_ROUND_TRIP};
 pub use strategy::{Modifiers, Named, Strategy};
 pub use svg::small_multiples;
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::engine::Run;
+use super::scenario::Fleet;
 
 /// The figures of one run, as `--json` prints them.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -20,6 +21,9 @@ pub struct Summary {
     pub outage_seconds: f64,
     /// The seed of the run.
     pub seed: u64,
+    /// The fleet the clients came from.
+    #[serde(flatten)]
+    pub fleet: Fleet,
     /// Requests that reached the server.
     pub total_requests: u64,
     /// Requests it accepted.
@@ -95,6 +99,7 @@ impl Summary {
             capacity: run.scenario.capacity,
             outage_seconds: run.scenario.outage.as_secs_f64(),
             seed: run.scenario.seed,
+            fleet: Fleet::from(&run.scenario),
             total_requests,
             accepted,
             wasted: total_requests - accepted,

@@ -1,8 +1,16 @@
 //! The world a strategy is tried in: the herd, the server, and the fleet's shape.
 
+use std::fmt::Write;
 use std::time::Duration;
 
+use serde::Serialize;
+use stormguard_core::policy::{ForecastScenario, GoDuration};
+
 use super::collapse::Collapse;
+
+/// A replica's round trip to a shared pace store, where nothing says
+/// otherwise: a store in the same cluster.
+pub const STORE_ROUND_TRIP: Duration = Duration::from_millis(1);
 
 /// The world a strategy is tried in; [`Scenario::default`] is the thundering herd.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,6 +77,82 @@ impl Default for Scenario {
             horizon: Duration::from_secs(3600),
             max_events: 200_000_000,
             seed: 1,
+        }
+    }
+}
+
+impl Scenario {
+    /// The world of a forecast's `outage`: its herd, its fleet, the rest as
+    /// [`Scenario::default`]. `check`, `simulate` and `tune` all build their
+    /// world here, so a fleet stated once is the fleet all three run.
+    pub fn forecast(herd: &ForecastScenario, outage: Duration) -> Self {
+        let fleet = &herd.fleet;
+        Self {
+            clients: herd.clients,
+            capacity: herd.capacity,
+            outage,
+            latency: fleet.latency,
+            processes: fleet.processes,
+            replicas: fleet.replicas,
+            pace_store: fleet.pace_store.then_some(STORE_ROUND_TRIP),
+            ..Self::default()
+        }
+    }
+
+    /// The herd and the fleet in one line, as every command prints the world
+    /// it ran: "1000 calls from 50 processes through 2 daemon replicas
+    /// pacing apart (no shared pace store), 1ms latency".
+    pub fn shape(&self) -> String {
+        let mut line = match self.collapse {
+            Some(_) => "calls arriving as the collapse scenario says".to_owned(),
+            None => format!("{} calls", self.clients),
+        };
+        match self.processes {
+            0 => line.push_str(" from a process per call (each with its own gate, budget and breaker)"),
+            n if self.collapse.is_some() => {
+                let _ = write!(line, " from {n} processes");
+            }
+            n => {
+                let _ = write!(line, " from {} processes", n.min(self.clients).max(1));
+            }
+        }
+        let _ = match (self.replicas, self.pace_store) {
+            (1, _) => write!(line, " through 1 daemon"),
+            (n, Some(_)) => write!(line, " through {n} daemon replicas sharing a pace store"),
+            (n, None) => write!(
+                line,
+                " through {n} daemon replicas pacing apart (no shared pace store)"
+            ),
+        };
+        let _ = write!(line, ", {} latency", GoDuration(self.latency));
+        line
+    }
+}
+
+/// The fleet a run was in, as every command's JSON states it (flattened
+/// into its object).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Fleet {
+    /// The herd and the fleet in one line, as the text output prints them.
+    pub shape: String,
+    /// Processes the calls came from (0: one per call).
+    pub processes: u32,
+    /// Daemon replicas the processes reached.
+    pub replicas: u32,
+    /// Whether the replicas shared their pace through a store.
+    pub pace_store: bool,
+    /// A request's round trip, in seconds.
+    pub latency_seconds: f64,
+}
+
+impl From<&Scenario> for Fleet {
+    fn from(s: &Scenario) -> Self {
+        Self {
+            shape: s.shape(),
+            processes: s.processes,
+            replicas: s.replicas,
+            pace_store: s.pace_store.is_some(),
+            latency_seconds: s.latency.as_secs_f64(),
         }
     }
 }

@@ -136,6 +136,10 @@ pub struct Modifiers {
     /// Turn on the send gate as `gate` does, and coordinate the gates of
     /// every process through the (simulated) daemon.
     pub fleet: bool,
+    /// A policy's own send gate paces its process alone, as callers that
+    /// never ask the daemon for pace do; else it paces through the daemon
+    /// (see [`deployed`](super::deployed)).
+    pub gates_alone: bool,
     /// Give up after this many retries.
     pub max_retries: Option<u32>,
     /// Time each attempt out after this long.
@@ -250,9 +254,8 @@ mod tests {
                 budget: true,
                 breaker: true,
                 gate: true,
-                fleet: false,
                 max_retries: Some(5),
-                per_try_timeout: None,
+                ..Modifiers::default()
             },
         );
         assert_eq!(s.label, "full-jitter+budget+breaker+gate+max5");

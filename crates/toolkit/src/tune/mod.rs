@@ -93,8 +93,21 @@ pub struct Tuning {
     pub searched: usize,
 }
 
+/// The largest herd `tune` searches for: every candidate runs it many times.
+pub const MAX_CLIENTS: u32 = 100_000;
+
 /// Runs the search; an error names what is wrong with the request.
 pub fn tune(request: &Request) -> Result<Tuning, String> {
+    let scenario = &request.scenario;
+    if scenario.clients > MAX_CLIENTS {
+        return Err(format!(
+            "--clients: tune searches herds of at most {MAX_CLIENTS} calls, found {}",
+            scenario.clients
+        ));
+    }
+    if scenario.capacity == 0 {
+        return Err("--capacity: a server that takes nothing leaves nothing to tune; give 1 or more".into());
+    }
     let family = Family {
         scenario: request.scenario.clone(),
         outages: request.outages.clone(),

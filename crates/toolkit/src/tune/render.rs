@@ -8,7 +8,7 @@ use serde::Serialize;
 use stormguard_core::policy::{GoDuration, Jitter, RetryPolicy};
 
 use super::{Bounds, Candidate, Figures, Tuning};
-use crate::sim::small_multiples;
+use crate::sim::{small_multiples, Fleet};
 use crate::text::columns;
 
 /// The report as text; `elapsed` is how long the search took.
@@ -75,8 +75,8 @@ fn world(t: &Tuning) -> String {
     };
     let outages: Vec<String> = r.outages.iter().map(|o| seconds(*o)).collect();
     format!(
-        "{} clients {arrival}, {} requests/s, outages of {}; means over seeds {}-{}",
-        s.clients,
+        "{} {arrival}; {} requests/s, outages of {}; means over seeds {}-{}",
+        s.shape(),
         s.capacity,
         outages.join(", "),
         s.seed,
@@ -202,6 +202,8 @@ pub fn json(t: &Tuning) -> String {
         policy_file: Option<&'a str>,
         clients: u32,
         capacity: u32,
+        #[serde(flatten)]
+        fleet: Fleet,
         spread_seconds: f64,
         outages_seconds: Vec<f64>,
         seeds: Vec<u64>,
@@ -219,6 +221,7 @@ pub fn json(t: &Tuning) -> String {
         policy_file: r.service.as_ref().map(|(p, _)| p.as_str()),
         clients: r.scenario.clients,
         capacity: r.scenario.capacity,
+        fleet: Fleet::from(&r.scenario),
         spread_seconds: r.scenario.spread.as_secs_f64(),
         outages_seconds: r.outages.iter().map(|o| o.as_secs_f64()).collect(),
         seeds: (0..u64::from(r.seeds)).map(|i| r.scenario.seed + i).collect(),
