@@ -279,6 +279,56 @@ fn the_collapse_scenario_reports_goodput_per_second() {
         goodput.iter().skip(40).all(|g| *g == 0),
         "collapsed long after the spike: {goodput:?}"
     );
+    for series in ["goodput_per_second", "requests_per_second", "accepted_per_second"] {
+        assert_eq!(
+            run[series].as_array().unwrap().len(),
+            80,
+            "{series} covers the scenario's 80 s, the collapse's zeros included"
+        );
+    }
+    assert_eq!(run["scenario"], "collapse");
+    assert_eq!(run["collapse"]["until_seconds"], 80.0);
+    assert_eq!(run["collapse"]["spike_calls_per_second"], 80.0);
+    assert_eq!(run["capacity"], serde_json::Value::Null, "no herd's capacity");
+}
+
+#[test]
+fn the_collapse_header_names_its_own_settings_and_a_gate_per_call() {
+    let text = stdout(&simulate(&[
+        "--scenario",
+        "collapse",
+        "--compare",
+        "--strategy",
+        "immediate",
+        "--gate",
+        "--processes",
+        "0",
+    ]));
+    let header = text.lines().next().unwrap();
+    assert!(
+        header.contains("from a process per call (each with its own gate, budget and breaker)"),
+        "{header}"
+    );
+    assert!(
+        header.contains("collapse: calls arrive at 40/s, at 80/s from 20s for 5s, until 1m20s"),
+        "{header}"
+    );
+    assert!(
+        !header.contains("capacity") && !header.contains("outage"),
+        "not the herd's header: {header}"
+    );
+    let herd = stdout(&simulate(&["--strategy", "exponential"]));
+    assert!(
+        herd.starts_with("scenario: 1000 calls from 50 processes"),
+        "{herd}"
+    );
+    assert!(
+        herd.lines()
+            .next()
+            .unwrap()
+            .contains("capacity 200/s, outage 10s"),
+        "{herd}"
+    );
 }
 
 /// A file whose `forecast:` block states its fleet, with a gated service.

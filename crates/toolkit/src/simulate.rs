@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use stormguard_core::policy::{ForecastScenario, GoDuration, PolicyDocument, RetryPolicy};
+use stormguard_core::policy::{ForecastScenario, PolicyDocument, RetryPolicy};
 
 use crate::policy::load_file;
 use crate::policy::LoadLimits;
@@ -136,14 +136,7 @@ fn render(request: &Request, summaries: &[Summary]) -> String {
         return json.expect("summaries are plain data") + "\n";
     }
     let s = &request.scenario;
-    let mut out = format!(
-        "scenario: {}; capacity {}/s, outage {}, spread {}, seed {}\n\n",
-        s.shape(),
-        s.capacity,
-        GoDuration(s.outage),
-        GoDuration(s.spread),
-        s.seed
-    );
+    let mut out = format!("scenario: {}; {}; seed {}\n\n", s.shape(), s.settings(), s.seed);
     if request.compare {
         out.push_str(&sim::table(summaries));
     } else {

@@ -10,28 +10,42 @@
 use std::time::Duration;
 
 use rand::Rng;
+use serde::Serialize;
 
 use super::time::nanos;
 
-/// The collapse scenario's settings; [`Collapse::brooker`] holds his.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// The collapse scenario's settings; [`Collapse::brooker`] holds his. In
+/// JSON, each duration is in seconds, its key ending `_seconds`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Collapse {
     /// New calls per second, outside the spike.
+    #[serde(rename = "calls_per_second")]
     pub rate: f64,
     /// New calls per second during the spike.
+    #[serde(rename = "spike_calls_per_second")]
     pub spike_rate: f64,
     /// When the spike starts.
+    #[serde(rename = "spike_at_seconds", serialize_with = "seconds")]
     pub spike_at: Duration,
     /// How long it lasts.
+    #[serde(rename = "spike_seconds", serialize_with = "seconds")]
     pub spike_for: Duration,
     /// When calls stop arriving.
+    #[serde(rename = "until_seconds", serialize_with = "seconds")]
     pub until: Duration,
     /// The server's time for a request when it is alone.
+    #[serde(rename = "service_seconds", serialize_with = "seconds")]
     pub service: Duration,
     /// What each request in progress adds to a new request's time.
+    #[serde(rename = "per_request_seconds", serialize_with = "seconds")]
     pub per_request: Duration,
     /// The mean one-way network delay (exponentially distributed).
+    #[serde(rename = "network_seconds", serialize_with = "seconds")]
     pub network: Duration,
+}
+
+fn seconds<S: serde::Serializer>(d: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_f64(d.as_secs_f64())
 }
 
 impl Collapse {

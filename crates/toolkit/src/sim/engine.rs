@@ -628,6 +628,23 @@ impl<'a> World<'a> {
         self.outcome.requests = self.server.requests;
         self.outcome.accepted = self.server.accepted;
         self.outcome.rejected_in_outage = self.server.rejected_in_outage;
+        // Every series covers the whole run, zeros included: a collapse's
+        // length is the scenario's, however early its last success.
+        let run = &mut self.outcome;
+        let scenario_seconds = match self.scenario.collapse {
+            Some(_) => self.scenario.horizon.as_secs_f64().ceil() as usize,
+            None => 0,
+        };
+        let seconds = [
+            run.requests.len(),
+            run.accepted.len(),
+            run.served.len(),
+            scenario_seconds,
+        ];
+        let seconds = seconds.into_iter().max().unwrap_or(0);
+        for series in [&mut run.requests, &mut run.accepted, &mut run.served] {
+            series.resize(seconds, 0);
+        }
         self.outcome
     }
 }

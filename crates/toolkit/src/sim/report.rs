@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::collapse::Collapse;
 use super::engine::Run;
 use super::scenario::Fleet;
 
@@ -13,10 +14,15 @@ use super::scenario::Fleet;
 pub struct Summary {
     /// The strategy's label.
     pub strategy: String,
-    /// Clients in the scenario.
+    /// The scenario: `herd` or `collapse`.
+    pub scenario: &'static str,
+    /// The collapse scenario's settings; `None` for a herd.
+    pub collapse: Option<Collapse>,
+    /// Clients in the scenario (in a collapse: the calls that arrived).
     pub clients: u32,
-    /// The server's capacity per second.
-    pub capacity: u32,
+    /// The server's capacity per second; `None` in a collapse, whose server
+    /// slows with its load instead.
+    pub capacity: Option<u32>,
     /// The outage, in seconds.
     pub outage_seconds: f64,
     /// The seed of the run.
@@ -86,7 +92,11 @@ impl Summary {
     pub fn of(run: &Run) -> Self {
         let total_requests: u64 = run.requests.iter().sum();
         let accepted: u64 = run.accepted.iter().sum();
-        let capacity = u64::from(run.scenario.capacity);
+        // A collapse's server has no fixed capacity to be over.
+        let capacity = match run.scenario.collapse {
+            Some(_) => u64::MAX,
+            None => u64::from(run.scenario.capacity),
+        };
         let recovered =
             run.scenario.outage.as_secs() as usize + usize::from(run.scenario.outage.subsec_nanos() > 0);
         let after = || run.requests.iter().zip(&run.accepted).enumerate().skip(recovered);
@@ -95,8 +105,14 @@ impl Summary {
         let at = |q: f64| times.get(((times.len() as f64 * q) as usize).min(times.len().saturating_sub(1)));
         Self {
             strategy: run.strategy.clone(),
+            scenario: if run.scenario.collapse.is_some() {
+                "collapse"
+            } else {
+                "herd"
+            },
+            collapse: run.scenario.collapse,
             clients: run.scenario.clients,
-            capacity: run.scenario.capacity,
+            capacity: run.scenario.collapse.is_none().then_some(run.scenario.capacity),
             outage_seconds: run.scenario.outage.as_secs_f64(),
             seed: run.scenario.seed,
             fleet: Fleet::from(&run.scenario),

@@ -104,7 +104,7 @@ impl Scenario {
     /// pacing apart (no shared pace store), 1ms latency".
     pub fn shape(&self) -> String {
         let mut line = match self.collapse {
-            Some(_) => "calls arriving as the collapse scenario says".to_owned(),
+            Some(_) => "calls".to_owned(),
             None => format!("{} calls", self.clients),
         };
         match self.processes {
@@ -124,8 +124,39 @@ impl Scenario {
                 " through {n} daemon replicas pacing apart (no shared pace store)"
             ),
         };
-        let _ = write!(line, ", {} latency", GoDuration(self.latency));
+        let _ = match self.collapse {
+            Some(model) => write!(
+                line,
+                ", {} network each way (exponential)",
+                GoDuration(model.network)
+            ),
+            None => write!(line, ", {} latency", GoDuration(self.latency)),
+        };
         line
+    }
+
+    /// What the server does and when, in words: the outage and capacity of
+    /// a herd, or the collapse scenario's own settings.
+    pub fn settings(&self) -> String {
+        match self.collapse {
+            None => format!(
+                "capacity {}/s, outage {}, spread {}",
+                self.capacity,
+                GoDuration(self.outage),
+                GoDuration(self.spread)
+            ),
+            Some(c) => format!(
+                "collapse: calls arrive at {}/s, at {}/s from {} for {}, until {}; the server takes {} \
+                 plus {} per request in progress, and finishes work its callers gave up on",
+                c.rate,
+                c.spike_rate,
+                GoDuration(c.spike_at),
+                GoDuration(c.spike_for),
+                GoDuration(c.until),
+                GoDuration(c.service),
+                GoDuration(c.per_request)
+            ),
+        }
     }
 }
 

@@ -48,10 +48,14 @@ pub fn small_multiples(summaries: &[Summary]) -> String {
         } else {
             String::new()
         };
+        let world = match first.capacity {
+            Some(capacity) => format!("{} clients, capacity {capacity}/s{outage}", first.clients),
+            None => format!("the collapse scenario, {} calls", first.clients),
+        };
         let _ = writeln!(
             svg,
-            r#"<text x="{LEFT}" y="22" font-size="14" font-weight="bold">Requests per second: {} clients, capacity {}/s{outage}, seed {}</text>"#,
-            first.clients, first.capacity, first.seed
+            r#"<text x="{LEFT}" y="22" font-size="14" font-weight="bold">Requests per second: {world}, seed {}</text>"#,
+            first.seed
         );
         let _ = writeln!(
             svg,
@@ -139,12 +143,14 @@ fn panel(svg: &mut String, s: &Summary, axes: &Axes, top: f64) {
             }
         }
     }
-    let capacity = bottom - axes.height(u64::from(s.capacity));
-    let _ = writeln!(
-        svg,
-        r##"<line x1="{LEFT}" y1="{capacity:.1}" x2="{}" y2="{capacity:.1}" stroke="#d62728" stroke-dasharray="5,3"/>"##,
-        WIDTH - RIGHT
-    );
+    if let Some(capacity) = s.capacity {
+        let capacity = bottom - axes.height(u64::from(capacity));
+        let _ = writeln!(
+            svg,
+            r##"<line x1="{LEFT}" y1="{capacity:.1}" x2="{}" y2="{capacity:.1}" stroke="#d62728" stroke-dasharray="5,3"/>"##,
+            WIDTH - RIGHT
+        );
+    }
     let _ = writeln!(
         svg,
         r##"<line x1="{LEFT}" y1="{bottom}" x2="{}" y2="{bottom}" stroke="#333333"/>"##,
