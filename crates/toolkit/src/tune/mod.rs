@@ -12,7 +12,14 @@
 //!    on every seed;
 //! 3. from the best of those, a local search that moves one setting a rung
 //!    at a time ([`space::neighbours`]) while a move improves the score.
+//!
+//! The search holds candidates to half the stated share of give-ups, so
+//! that what it recommends keeps the bound on other seeds too. Then, among
+//! the candidates within [`NEAR`] of the best's waste, it prefers the first
+//! whose bounds also hold on the fleets around the stated one
+//! ([`neighbours`]), and reports how the recommendation does on each.
 
+pub mod neighbours;
 pub mod render;
 mod score;
 mod space;
@@ -24,6 +31,7 @@ use std::time::Duration;
 
 use stormguard_core::policy::RetryPolicy;
 
+pub use neighbours::OnNeighbour;
 pub use render::{json, svg, text};
 pub use score::{Bounds, Family, Figures, Score};
 pub use space::Knobs;
@@ -34,6 +42,14 @@ use crate::sim::{Named, Scenario};
 const FINALISTS: usize = 4;
 /// Rounds of the local search at most (it stops earlier when no move helps).
 const MAX_ROUNDS: usize = 30;
+/// The share of the stated give-up bound the search holds candidates to:
+/// a bound met at its edge on five seeds is broken on the sixth.
+pub const GAVE_UP_MARGIN: f64 = 0.5;
+/// How much more waste than the best a candidate may have and still be
+/// preferred for holding its bounds on the neighbouring fleets.
+pub const NEAR: f64 = 0.10;
+/// Candidates tried on the neighbouring fleets at most, the best first.
+const MAX_ALTERNATIVES: usize = 4;
 
 /// What to tune, and against what.
 #[derive(Debug, Clone)]
@@ -72,6 +88,8 @@ pub struct Candidate {
     pub figures: Vec<Figures>,
     /// Its rank.
     pub score: Score,
+    /// How it does on the fleets around the stated one.
+    pub neighbours: Vec<OnNeighbour>,
 }
 
 /// What the search found.
@@ -79,7 +97,8 @@ pub struct Candidate {
 pub struct Tuning {
     /// What was asked.
     pub request: Request,
-    /// The bounds every candidate was held to.
+    /// The bounds asked for; the search held candidates to
+    /// [`GAVE_UP_MARGIN`] of its give-ups.
     pub bounds: Bounds,
     /// The current policy.
     pub current: Candidate,
@@ -118,18 +137,24 @@ pub fn tune(request: &Request) -> Result<Tuning, String> {
         .ok_or("the current policy is invalid; nothing was tuned")?;
     let reference = || family.figures(&Named::FullJitter.policy(), request.seeds);
     let bounds = Family::bounds(&current_figures, reference, request.max_p99, request.max_gave_up);
+    let with_margin = Bounds {
+        max_gave_up: bounds.max_gave_up * GAVE_UP_MARGIN,
+        ..bounds.clone()
+    };
     let mut search = Search {
         family: &family,
         base: &request.current,
-        bounds: &bounds,
+        bounds: &with_margin,
         seen: HashMap::new(),
         quick_runs: 0,
     };
+    let around = neighbours::around(&family, &request.current, request.max_p99, request.max_gave_up);
     let current = Candidate {
         knobs: Knobs::of(&request.current),
         policy: request.current.clone(),
-        score: score::Score::of_figures(&current_figures, &bounds),
+        score: score::Score::of_figures(&current_figures, &with_margin),
         figures: current_figures,
+        neighbours: neighbours::judge(&around, &request.current),
     };
     let starts = search.starts();
     let best = search.climb_all(&starts, request.gate);
@@ -140,8 +165,9 @@ pub fn tune(request: &Request) -> Result<Tuning, String> {
         }
         _ => None,
     };
-    let recommended = better(best, &current);
-    let without_gate = without_gate.map(|c| better(c, &current));
+    let recommended = search.holding(better(best, &current), &current, &around, |_| true);
+    let without_gate =
+        without_gate.map(|c| search.holding(better(c, &current), &current, &around, |k| !k.gate));
     let searched = search.seen.len() + search.quick_runs;
     Ok(Tuning {
         request: request.clone(),
@@ -179,6 +205,45 @@ struct Search<'a> {
 }
 
 impl Search<'_> {
+    /// `found`, or the first in rank of the candidates near it in waste
+    /// (`allowed`, better than `current`) whose bounds hold on every fleet
+    /// `around` the stated one, with how it does on each.
+    fn holding(
+        &self,
+        found: Candidate,
+        current: &Candidate,
+        around: &[neighbours::Neighbour],
+        allowed: impl Fn(&Knobs) -> bool,
+    ) -> Candidate {
+        if found.knobs == current.knobs && found.policy == current.policy {
+            return current.clone();
+        }
+        let mut near: Vec<&Candidate> = self
+            .seen
+            .values()
+            .flatten()
+            .filter(|c| c.knobs != found.knobs && allowed(&c.knobs))
+            .filter(|c| c.score.feasible() && c.score.rank(&current.score).is_lt())
+            .filter(|c| c.score.waste <= found.score.waste * (1.0 + NEAR))
+            .collect();
+        near.sort_by(|a, b| ranking(a, b));
+        let mut tried = Vec::new();
+        for candidate in std::iter::once(&found).chain(near.into_iter().take(MAX_ALTERNATIVES - 1)) {
+            let on = neighbours::judge(around, &candidate.policy);
+            if neighbours::hold_everywhere(&on) {
+                return Candidate {
+                    neighbours: on,
+                    ..candidate.clone()
+                };
+            }
+            tried.push(on);
+        }
+        Candidate {
+            neighbours: tried.swap_remove(0),
+            ..found
+        }
+    }
+
     /// Steps 1 and 2: the grid on one seed, then its best and the current
     /// settings on all seeds: the starting points of the local search.
     fn starts(&mut self) -> Vec<Candidate> {
@@ -244,6 +309,7 @@ impl Search<'_> {
                 policy,
                 figures,
                 score,
+                neighbours: Vec::new(),
             });
             self.seen.insert(knobs.key(), candidate);
         }

@@ -7,7 +7,7 @@ use std::fmt::Write;
 use serde::Serialize;
 use stormguard_core::policy::{GoDuration, Jitter, RetryPolicy};
 
-use super::{Bounds, Candidate, Figures, Tuning};
+use super::{Bounds, Candidate, Figures, OnNeighbour, Score, Tuning};
 use crate::sim::{small_multiples, Fleet};
 use crate::text::columns;
 
@@ -41,6 +41,7 @@ pub fn text(t: &Tuning, elapsed: std::time::Duration) -> String {
         }
     }
     out.push_str(&columns(&rows));
+    out.push_str(&around(t));
     let _ = writeln!(
         out,
         "\nsearched {} policies in {:.1}s: a coarse grid, then one setting at a time from the best; the same seeds for every policy",
@@ -69,13 +70,13 @@ fn world(t: &Tuning) -> String {
     let r = &t.request;
     let s = &r.scenario;
     let arrival = if s.spread.is_zero() {
-        "failing at once".to_owned()
+        "all failing at once".to_owned()
     } else {
         format!("failing over {}", GoDuration(s.spread))
     };
     let outages: Vec<String> = r.outages.iter().map(|o| seconds(*o)).collect();
     format!(
-        "{} {arrival}; {} requests/s, outages of {}; means over seeds {}-{}",
+        "{}, {arrival}; {} requests/s, outages of {}; means over seeds {}-{}",
         s.shape(),
         s.capacity,
         outages.join(", "),
@@ -92,9 +93,43 @@ fn bounds(b: &Bounds, given: bool) -> String {
         "p99 time to success no later than the current policy's (or, where it gives up on more, than full jitter's, retried until served)".to_owned()
     };
     format!(
-        "{p99}; at most {:.1}% of the clients give up",
-        b.max_gave_up * 100.0
+        "{p99}; at most {:.1}% of the clients give up (searched for at most {:.1}%, a margin for other seeds)",
+        b.max_gave_up * 100.0,
+        b.max_gave_up * super::GAVE_UP_MARGIN * 100.0
     )
+}
+
+/// How the recommended policy does on the fleets around the stated one,
+/// each against that fleet's bounds.
+fn around(t: &Tuning) -> String {
+    if t.recommended.neighbours.is_empty() {
+        return String::new();
+    }
+    let mut out = "\nthe recommendation on fleets around the stated one, each held to its own bounds \
+                   (the current policy's p99 on that fleet):\n"
+        .to_owned();
+    let mut rows = vec![["FLEET", "OUTAGE", "WASTED", "P99", "GAVE UP", "BOUNDS"]
+        .map(str::to_owned)
+        .to_vec()];
+    for on in &t.recommended.neighbours {
+        for (outage, f) in t.request.outages.iter().zip(&on.figures) {
+            rows.push(vec![
+                on.fleet.clone(),
+                seconds(*outage),
+                format!("{:.0}", f.wasted),
+                f.p99_seconds.map_or("-".into(), |p| format!("{p:.1}s")),
+                format!("{:.1}%", f.gave_up * 100.0),
+                if on.within_bounds { "hold" } else { "broken" }.to_owned(),
+            ]);
+        }
+    }
+    out.push_str(&columns(&rows));
+    if !super::neighbours::hold_everywhere(&t.recommended.neighbours) {
+        out.push_str(
+            "no candidate near the best holds its bounds on every one of these fleets; the recommendation is the best on the stated one\n",
+        );
+    }
+    out
 }
 
 /// What to do with the result, in words and as a block to paste.
@@ -215,7 +250,7 @@ pub fn json(t: &Tuning) -> String {
     }
     let r = &t.request;
     let complete = r.service.is_none();
-    let side = |c| side(&t.current.policy, c, complete);
+    let side = |c| side(t, c, complete);
     let report = Report {
         service: r.service.as_ref().map(|(_, s)| s.as_str()),
         policy_file: r.service.as_ref().map(|(p, _)| p.as_str()),
@@ -237,16 +272,20 @@ pub fn json(t: &Tuning) -> String {
 #[derive(Serialize)]
 struct Side<'a> {
     figures: &'a [Figures],
+    /// Whether it keeps the bounds asked for, on every outage.
     within_bounds: bool,
     /// The keys to set, in the policy file's words.
     settings: Vec<(&'static str, String)>,
+    /// How it does on the fleets around the stated one.
+    neighbours: &'a [OnNeighbour],
 }
 
-fn side<'a>(current: &RetryPolicy, c: &'a Candidate, complete: bool) -> Side<'a> {
+fn side<'a>(t: &Tuning, c: &'a Candidate, complete: bool) -> Side<'a> {
     Side {
         figures: &c.figures,
-        within_bounds: c.score.feasible(),
-        settings: changes(current, &c.policy, complete),
+        within_bounds: Score::of_figures(&c.figures, &t.bounds).feasible(),
+        settings: changes(&t.current.policy, &c.policy, complete),
+        neighbours: &c.neighbours,
     }
 }
 

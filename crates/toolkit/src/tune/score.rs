@@ -175,21 +175,30 @@ impl Family {
         seeds: u32,
         bounds: &Bounds,
     ) -> Vec<Option<(Vec<Figures>, Score)>> {
-        let next = AtomicUsize::new(0);
-        let out = Mutex::new(vec![None; policies.len()]);
-        let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-        std::thread::scope(|scope| {
-            for _ in 0..workers.min(policies.len()) {
-                scope.spawn(|| loop {
-                    let i = next.fetch_add(1, AtomicOrdering::Relaxed);
-                    let Some(policy) = policies.get(i) else { break };
-                    let scored = self.score(policy, seeds, bounds);
-                    out.lock().expect("no worker panics holding it")[i] = scored;
-                });
-            }
-        });
-        out.into_inner().expect("no worker panics holding it")
+        in_parallel(policies, |policy| self.score(policy, seeds, bounds))
     }
+}
+
+/// `work` on each of `items`, on every core, in the items' order.
+pub fn in_parallel<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let next = AtomicUsize::new(0);
+    let out: Mutex<Vec<Option<R>>> = Mutex::new(items.iter().map(|_| None).collect());
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::scope(|scope| {
+        for _ in 0..workers.min(items.len()) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, AtomicOrdering::Relaxed);
+                let Some(item) = items.get(i) else { break };
+                let done = work(item);
+                out.lock().expect("no worker panics holding it")[i] = Some(done);
+            });
+        }
+    });
+    out.into_inner()
+        .expect("no worker panics holding it")
+        .into_iter()
+        .map(|r| r.expect("every item is worked on"))
+        .collect()
 }
 
 fn means(summaries: &[Summary], outage: Duration, clients: u32) -> Figures {

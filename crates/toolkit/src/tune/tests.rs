@@ -98,3 +98,59 @@ fn the_changes_name_only_what_differs_in_the_files_words() {
     );
     assert_eq!(render::changes(&from, &from, true).len(), 8, "every searched key");
 }
+
+#[test]
+fn the_recommendation_keeps_a_margin_on_give_ups_and_is_reported_on_the_fleets_around() {
+    let request = Request {
+        outages: vec![Duration::from_secs(10)],
+        seeds: 2,
+        gate: true,
+        scenario: Scenario {
+            processes: 50,
+            replicas: 2,
+            latency: Duration::from_millis(1),
+            ..Scenario::default()
+        },
+        ..herd_request()
+    };
+    let t = tune(&request).unwrap();
+    for f in &t.recommended.figures {
+        assert!(f.gave_up <= 0.01 * GAVE_UP_MARGIN, "met with margin: {f:?}");
+    }
+    let fleets: Vec<&str> = t
+        .recommended
+        .neighbours
+        .iter()
+        .map(|n| n.fleet.as_str())
+        .collect();
+    assert_eq!(
+        fleets,
+        [
+            "half the processes (25)",
+            "double the processes (100)",
+            "one more replica (3)",
+            "5ms latency"
+        ]
+    );
+    assert!(
+        neighbours::hold_everywhere(&t.recommended.neighbours),
+        "{:?}",
+        t.recommended.neighbours
+    );
+    assert_eq!(
+        t.current.neighbours.len(),
+        4,
+        "the current policy is judged there too"
+    );
+    let text = text(&t, Duration::ZERO);
+    assert!(
+        text.contains("the recommendation on fleets around the stated one"),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&json(&t)).unwrap();
+    assert_eq!(json["recommended"]["neighbours"][3]["fleet"], "5ms latency");
+    assert!(json["recommended"]["neighbours"][3]["shape"]
+        .as_str()
+        .unwrap()
+        .ends_with("5ms latency"));
+}

@@ -1,0 +1,153 @@
+//! How a policy does on fleets near the one stated: half and double the
+//! processes, one more daemon replica, a slower network. A fleet's shape is
+//! an estimate; a recommendation that keeps its bounds only on the exact
+//! shape stated is a bet on a number nobody measured to the process.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use stormguard_core::policy::RetryPolicy;
+
+use super::score::{in_parallel, Bounds, Family, Figures, Score};
+use crate::sim::{Named, Scenario};
+
+/// The latency a neighbour tries when the stated one is below it.
+const SLOW_NETWORK: Duration = Duration::from_millis(5);
+
+/// A fleet near the stated one, with the bounds a policy keeps there: the
+/// current policy's p99 on that fleet, and the stated share of give-ups.
+#[derive(Debug, Clone)]
+pub struct Neighbour {
+    /// What differs from the stated fleet, in words.
+    pub label: String,
+    family: Family,
+    bounds: Bounds,
+}
+
+/// A policy's figures on one neighbouring fleet.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OnNeighbour {
+    /// What differs from the stated fleet, in words.
+    pub fleet: String,
+    /// The whole fleet in one line.
+    pub shape: String,
+    /// Per outage of the family.
+    pub figures: Vec<Figures>,
+    /// Whether it keeps that fleet's bounds on every outage.
+    pub within_bounds: bool,
+}
+
+/// The fleets around `family`'s, each with its bounds set by `current`
+/// (or full jitter's p99 where `current` gives up on too many), as
+/// [`Family::bounds`] sets them on the stated fleet.
+pub fn around(
+    family: &Family,
+    current: &RetryPolicy,
+    max_p99: Option<Duration>,
+    max_gave_up: f64,
+) -> Vec<Neighbour> {
+    let shapes = shapes(&family.scenario);
+    in_parallel(&shapes, |(label, scenario)| {
+        let family = Family {
+            scenario: scenario.clone(),
+            ..family.clone()
+        };
+        let current = family.figures(current, family.seeds).unwrap_or_default();
+        let reference = || family.figures(&Named::FullJitter.policy(), family.seeds);
+        let bounds = Family::bounds(&current, reference, max_p99, max_gave_up);
+        Neighbour {
+            label: label.clone(),
+            family,
+            bounds,
+        }
+    })
+}
+
+/// `policy` on each of `neighbours`; `None` if the policy is invalid.
+pub fn judge(neighbours: &[Neighbour], policy: &RetryPolicy) -> Vec<OnNeighbour> {
+    in_parallel(neighbours, |n| {
+        let figures = n.family.figures(policy, n.family.seeds).unwrap_or_default();
+        OnNeighbour {
+            fleet: n.label.clone(),
+            shape: n.family.scenario.shape(),
+            within_bounds: !figures.is_empty() && Score::of_figures(&figures, &n.bounds).feasible(),
+            figures,
+        }
+    })
+}
+
+/// Whether `on` keeps its bounds on every neighbour.
+pub fn hold_everywhere(on: &[OnNeighbour]) -> bool {
+    on.iter().all(|n| n.within_bounds)
+}
+
+/// The neighbouring scenarios of `stated`, each with its label.
+fn shapes(stated: &Scenario) -> Vec<(String, Scenario)> {
+    let with = |change: &dyn Fn(&mut Scenario)| {
+        let mut s = stated.clone();
+        change(&mut s);
+        s
+    };
+    let mut out = Vec::new();
+    let processes = stated.processes.min(stated.clients);
+    if processes > 1 {
+        let half = processes / 2;
+        out.push((
+            format!("half the processes ({half})"),
+            with(&|s| s.processes = half),
+        ));
+    }
+    if processes > 0 {
+        let double = processes.saturating_mul(2);
+        out.push((
+            format!("double the processes ({double})"),
+            with(&|s| s.processes = double),
+        ));
+    }
+    let more = stated.replicas + 1;
+    out.push((format!("one more replica ({more})"), with(&|s| s.replicas = more)));
+    let slower = if stated.latency < SLOW_NETWORK {
+        SLOW_NETWORK
+    } else {
+        stated.latency * 2
+    };
+    let label = format!("{} latency", stormguard_core::policy::GoDuration(slower));
+    out.push((label, with(&|s| s.latency = slower)));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_neighbours_are_half_and_double_the_processes_one_more_replica_and_a_slower_network() {
+        let stated = Scenario {
+            processes: 50,
+            replicas: 2,
+            latency: Duration::from_millis(1),
+            ..Scenario::default()
+        };
+        let labels: Vec<String> = shapes(&stated).into_iter().map(|(label, _)| label).collect();
+        assert_eq!(
+            labels,
+            [
+                "half the processes (25)",
+                "double the processes (100)",
+                "one more replica (3)",
+                "5ms latency"
+            ]
+        );
+        let slow = Scenario {
+            latency: Duration::from_millis(20),
+            processes: 0,
+            ..stated
+        };
+        let labels: Vec<String> = shapes(&slow).into_iter().map(|(label, _)| label).collect();
+        assert_eq!(
+            labels,
+            ["one more replica (3)", "40ms latency"],
+            "a process per call has no half"
+        );
+    }
+}
