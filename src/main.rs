@@ -479,7 +479,19 @@ fn tune(args: TuneArgs) -> ExitCode {
         gate: !args.without_gate,
     };
     let started = std::time::Instant::now();
-    let tuning = match stormguard_toolkit::tune::tune(&request) {
+    let shown = args
+        .json
+        .then(indicatif::ProgressBar::hidden)
+        .unwrap_or_else(progress_bar);
+    let progress = |p: stormguard_toolkit::tune::Progress| {
+        shown.set_message(format!(
+            "searched {} policies (a grid of {}): {}",
+            p.searched, p.grid, p.stage
+        ));
+    };
+    let tuned = stormguard_toolkit::tune::tune(&request, &progress);
+    shown.finish_and_clear();
+    let tuning = match tuned {
         Ok(tuning) => tuning,
         Err(message) => {
             eprintln!("{message}");
@@ -498,6 +510,21 @@ fn tune(args: TuneArgs) -> ExitCode {
         print!("{}", stormguard_toolkit::tune::text(&tuning, started.elapsed()));
     }
     ExitCode::SUCCESS
+}
+
+/// A spinner with the time elapsed and a message, on standard error, when
+/// both standard output and standard error are a terminal; hidden when the
+/// output goes to a file or a pipe.
+fn progress_bar() -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if !(std::io::stdout().is_terminal() && std::io::stderr().is_terminal()) {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new_spinner().with_style(
+        indicatif::ProgressStyle::with_template("{spinner} {elapsed} {msg}").expect("a valid template"),
+    );
+    bar.enable_steady_tick(Duration::from_millis(120));
+    bar
 }
 
 fn simulate(mut args: SimulateArgs) -> ExitCode {

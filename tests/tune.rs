@@ -186,3 +186,35 @@ fn the_files_forecast_block_sets_the_herd_unless_a_flag_does() {
     );
     assert_eq!(flagged["outages_seconds"], serde_json::json!([3.0]));
 }
+
+#[test]
+fn progress_shows_on_a_terminal_and_nowhere_else() {
+    let binary = env!("CARGO_BIN_EXE_stormguard");
+    let piped = stormguard(&["tune", "--outages", "2s", "--seeds", "1", "--without-gate"]);
+    assert!(piped.status.success());
+    assert!(
+        piped.stderr.is_empty(),
+        "nothing but the report when piped: {}",
+        String::from_utf8_lossy(&piped.stderr)
+    );
+    // util-linux's `script` runs the command on a terminal of its own and
+    // copies what it drew.
+    let on_a_terminal = Command::new("script")
+        .args([
+            "-qfec",
+            &format!("{binary} tune --outages 2s --seeds 1 --without-gate"),
+            "/dev/null",
+        ])
+        .output()
+        .expect("util-linux's script, to give tune a terminal");
+    let drawn = String::from_utf8_lossy(&on_a_terminal.stdout);
+    assert!(on_a_terminal.status.success(), "{drawn}");
+    assert!(
+        drawn.contains("policies (a grid of 200): the coarse grid"),
+        "{drawn}"
+    );
+    assert!(
+        drawn.contains("tune: the simulator's full-jitter herd"),
+        "{drawn}"
+    );
+}

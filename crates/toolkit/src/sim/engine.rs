@@ -13,8 +13,6 @@
 use std::cmp::Reverse;
 use std::time::Duration;
 
-use std::collections::HashMap;
-
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use stormguard_core::call::{Answer, Answered, Call, Send, Step as CallStep};
@@ -205,7 +203,7 @@ struct World<'a> {
 /// A process: the guard its clients share, and who holds which ticket in its gate's line.
 struct Process {
     guard: Guard,
-    line: HashMap<u64, u32>,
+    line: foldhash::HashMap<u64, u32>,
     /// With fleet pacing: where its exchange with the daemon stands.
     asking: Asking,
     /// When its pending exchange event is (as a client's `due`).
@@ -272,7 +270,7 @@ impl<'a> World<'a> {
                 .map(|_| Process {
                     guard: Guard::seeded_at(&strategy.policy, origin, rng.random())
                         .with_max_retries(strategy.max_retries),
-                    line: HashMap::new(),
+                    line: foldhash::HashMap::default(),
                     asking: Asking::Idle,
                     due: None,
                     asked: 0,

@@ -12,6 +12,10 @@
 //!    on every seed;
 //! 3. from the best of those, a local search that moves one setting a rung
 //!    at a time ([`space::neighbours`]) while a move improves the score.
+//!    Each round races the moves: all run on the first seed, and only those
+//!    that come within [`RACE_SLACK`] of the incumbent there run on every
+//!    seed (most moves of a round are clearly worse, and a run of a herd of
+//!    thousands is what a tune spends its time on).
 //!
 //! The search holds candidates to half the stated share of give-ups, so
 //! that what it recommends keeps the bound on other seeds too. Then, among
@@ -40,6 +44,8 @@ use crate::sim::{Named, Scenario};
 
 /// Grid candidates run on every seed after the coarse pass.
 const FINALISTS: usize = 4;
+/// Grid candidates kept, on the family's middle outage, to be run on all of them.
+const SCREENED: usize = 3 * FINALISTS;
 /// Rounds of the local search at most (it stops earlier when no move helps).
 const MAX_ROUNDS: usize = 30;
 /// The share of the stated give-up bound the search holds candidates to:
@@ -50,6 +56,13 @@ pub const GAVE_UP_MARGIN: f64 = 0.5;
 pub const NEAR: f64 = 0.10;
 /// Candidates tried on the neighbouring fleets at most, the best first.
 const MAX_ALTERNATIVES: usize = 4;
+/// How much more waste than the incumbent's a move may show on the first
+/// seed and still be run on every seed.
+pub const RACE_SLACK: f64 = 0.0;
+/// How much further outside the bounds than the incumbent a move may be on
+/// the first seed and still be run on every seed: one seed's share of
+/// give-ups is noisy near the bound (0.6 % on one seed, 0.4 % on five).
+const RACE_VIOLATION_SLACK: f64 = 0.02;
 
 /// What to tune, and against what.
 #[derive(Debug, Clone)]
@@ -115,8 +128,44 @@ pub struct Tuning {
 /// The largest herd `tune` searches for: every candidate runs it many times.
 pub const MAX_CLIENTS: u32 = 100_000;
 
-/// Runs the search; an error names what is wrong with the request.
-pub fn tune(request: &Request) -> Result<Tuning, String> {
+/// How far a search has got, for a display of its progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// What it is doing.
+    pub stage: Stage,
+    /// Policies run so far, on the first seed or on every seed.
+    pub searched: usize,
+    /// Policies in the coarse grid.
+    pub grid: usize,
+}
+
+/// A step of the search.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// The coarse grid and its best, on every seed.
+    Grid,
+    /// The local search from the best of the grid.
+    Climb,
+    /// The same without the send gate.
+    WithoutGate,
+    /// The recommendation on the fleets around the stated one.
+    Fleets,
+}
+
+impl std::fmt::Display for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Stage::Grid => "the coarse grid",
+            Stage::Climb => "one setting at a time from the best",
+            Stage::WithoutGate => "the same without the send gate",
+            Stage::Fleets => "the recommendation on the fleets around the stated one",
+        })
+    }
+}
+
+/// Runs the search, telling `progress` how far it has got after each batch
+/// of runs; an error names what is wrong with the request.
+pub fn tune(request: &Request, progress: &dyn Fn(Progress)) -> Result<Tuning, String> {
     let scenario = &request.scenario;
     if scenario.clients > MAX_CLIENTS {
         return Err(format!(
@@ -146,7 +195,11 @@ pub fn tune(request: &Request) -> Result<Tuning, String> {
         base: &request.current,
         bounds: &with_margin,
         seen: HashMap::new(),
+        raced: HashMap::new(),
         quick_runs: 0,
+        progress,
+        stage: Stage::Grid,
+        grid: 0,
     };
     let around = neighbours::around(&family, &request.current, request.max_p99, request.max_gave_up);
     let current = Candidate {
@@ -154,17 +207,21 @@ pub fn tune(request: &Request) -> Result<Tuning, String> {
         policy: request.current.clone(),
         score: score::Score::of_figures(&current_figures, &with_margin),
         figures: current_figures,
-        neighbours: neighbours::judge(&around, &request.current),
+        neighbours: around.iter().map(neighbours::Neighbour::current).collect(),
     };
     let starts = search.starts();
+    search.stage = Stage::Climb;
     let best = search.climb_all(&starts, request.gate);
     let without_gate = match (best.knobs.gate, current.knobs.gate) {
         (true, false) => {
+            search.stage = Stage::WithoutGate;
             let plain: Vec<Candidate> = starts.into_iter().filter(|c| !c.knobs.gate).collect();
             Some(search.climb_all(&plain, false))
         }
         _ => None,
     };
+    search.stage = Stage::Fleets;
+    search.report();
     let recommended = search.holding(better(best, &current), &current, &around, |_| true);
     let without_gate =
         without_gate.map(|c| search.holding(better(c, &current), &current, &around, |k| !k.gate));
@@ -200,11 +257,26 @@ struct Search<'a> {
     bounds: &'a Bounds,
     /// Every candidate run on every seed, by its knobs.
     seen: HashMap<[u64; 8], Option<Candidate>>,
+    /// Every move raced on the first seed, by its knobs, with its score there.
+    raced: HashMap<[u64; 8], Option<Score>>,
     /// Candidates run on one seed only (the grid).
     quick_runs: usize,
+    progress: &'a dyn Fn(Progress),
+    stage: Stage,
+    /// Policies in the coarse grid.
+    grid: usize,
 }
 
 impl Search<'_> {
+    /// Tells the progress display how far the search has got.
+    fn report(&self) {
+        (self.progress)(Progress {
+            stage: self.stage,
+            searched: self.seen.len() + self.quick_runs,
+            grid: self.grid,
+        });
+    }
+
     /// `found`, or the first in rank of the candidates near it in waste
     /// (`allowed`, better than `current`) whose bounds hold on every fleet
     /// `around` the stated one, with how it does on each.
@@ -248,14 +320,11 @@ impl Search<'_> {
     /// settings on all seeds: the starting points of the local search.
     fn starts(&mut self) -> Vec<Candidate> {
         let current = Knobs::of(self.base);
-        let grid = space::grid(&current);
-        let policies: Vec<RetryPolicy> = grid.iter().map(|k| k.apply(self.base)).collect();
-        let quick = self.family.score_all(&policies, 1, self.bounds);
-        self.quick_runs += grid.len();
+        let grid = self.screen(space::grid(&current));
+        self.quick(&grid);
         let mut ranked: Vec<(Knobs, Score)> = grid
-            .into_iter()
-            .zip(quick)
-            .filter_map(|(k, scored)| scored.map(|(_, score)| (k, score)))
+            .iter()
+            .filter_map(|k| self.raced[&k.key()].map(|score| (*k, score)))
             .collect();
         ranked.sort_by(|a, b| a.1.rank(&b.1).then(a.0.key().cmp(&b.0.key())));
         let mut finalists: Vec<Knobs> = ranked.iter().take(FINALISTS).map(|(k, _)| *k).collect();
@@ -279,7 +348,7 @@ impl Search<'_> {
     /// Step 3 from `from`: moves to the best neighbour while it ranks better.
     fn climb(&mut self, mut from: Candidate, gate: bool) -> Candidate {
         for _ in 0..MAX_ROUNDS {
-            let around = space::neighbours(&from.knobs, gate);
+            let around = self.race(&space::neighbours(&from.knobs, gate), &from.knobs);
             self.run(&around);
             let best = around
                 .iter()
@@ -291,6 +360,78 @@ impl Search<'_> {
             }
         }
         from
+    }
+
+    /// Those of `moves` worth running on every seed: each, and `incumbent`,
+    /// runs on the first seed (once: a move raced out stays out against the
+    /// same or a better incumbent), and a move is kept if it ranks better
+    /// there, or keeps the bounds nearly as well with less waste.
+    fn race(&mut self, moves: &[Knobs], incumbent: &Knobs) -> Vec<Knobs> {
+        self.quick(&[moves, std::slice::from_ref(incumbent)].concat());
+        let bar = self.raced[&incumbent.key()];
+        let promising = |score: &Option<Score>| match (score, bar) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            (Some(s), Some(bar)) => {
+                s.rank(&bar).is_lt()
+                    || (s.violation <= bar.violation + RACE_VIOLATION_SLACK && s.waste < bar.waste)
+            }
+        };
+        moves
+            .iter()
+            .filter(|k| self.seen.contains_key(&k.key()) || promising(&self.raced[&k.key()]))
+            .copied()
+            .collect()
+    }
+
+    /// Runs on the first seed, on every outage, those of `knobs` not run so yet.
+    fn quick(&mut self, knobs: &[Knobs]) {
+        let mut fresh: Vec<Knobs> = Vec::new();
+        for k in knobs {
+            if !self.raced.contains_key(&k.key()) && !fresh.iter().any(|f| f.key() == k.key()) {
+                fresh.push(*k);
+            }
+        }
+        let policies: Vec<RetryPolicy> = fresh.iter().map(|k| k.apply(self.base)).collect();
+        let scored = self.family.score_all(&policies, 1, self.bounds);
+        self.quick_runs += fresh.len();
+        for (knobs, scored) in fresh.iter().zip(scored) {
+            self.raced.insert(knobs.key(), scored.map(|(_, score)| score));
+        }
+        self.report();
+    }
+
+    /// The best [`SCREENED`] of `grid` on the family's middle outage, first
+    /// seed: a grid of hundreds is not worth every outage of the family.
+    fn screen(&mut self, grid: Vec<Knobs>) -> Vec<Knobs> {
+        self.grid = grid.len();
+        self.report();
+        let outages = &self.family.outages;
+        if outages.len() < 2 {
+            return grid;
+        }
+        let mut by_length: Vec<usize> = (0..outages.len()).collect();
+        by_length.sort_by_key(|&i| outages[i]);
+        let middle = by_length[outages.len() / 2];
+        let one = Family {
+            outages: vec![outages[middle]],
+            ..self.family.clone()
+        };
+        let bounds = Bounds {
+            max_p99_seconds: vec![self.bounds.max_p99_seconds[middle]],
+            ..self.bounds.clone()
+        };
+        let policies: Vec<RetryPolicy> = grid.iter().map(|k| k.apply(self.base)).collect();
+        let scored = one.score_all(&policies, 1, &bounds);
+        self.quick_runs += grid.len();
+        let mut ranked: Vec<(Knobs, Score)> = grid
+            .into_iter()
+            .zip(scored)
+            .filter_map(|(k, scored)| scored.map(|(_, score)| (k, score)))
+            .collect();
+        ranked.sort_by(|a, b| a.1.rank(&b.1).then(a.0.key().cmp(&b.0.key())));
+        self.report();
+        ranked.into_iter().take(SCREENED).map(|(k, _)| k).collect()
     }
 
     /// Runs on every seed those of `knobs` not run yet.
@@ -313,5 +454,6 @@ impl Search<'_> {
             });
             self.seen.insert(knobs.key(), candidate);
         }
+        self.report();
     }
 }

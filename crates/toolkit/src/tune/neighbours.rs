@@ -22,6 +22,8 @@ pub struct Neighbour {
     pub label: String,
     family: Family,
     bounds: Bounds,
+    /// The current policy there, run to set the bounds.
+    current: OnNeighbour,
 }
 
 /// A policy's figures on one neighbouring fleet.
@@ -52,28 +54,51 @@ pub fn around(
             scenario: scenario.clone(),
             ..family.clone()
         };
-        let current = family.figures(current, family.seeds).unwrap_or_default();
+        let figures = family.figures(current, family.seeds).unwrap_or_default();
         let reference = || family.figures(&Named::FullJitter.policy(), family.seeds);
-        let bounds = Family::bounds(&current, reference, max_p99, max_gave_up);
+        let bounds = Family::bounds(&figures, reference, max_p99, max_gave_up);
+        let current = on(label, &family, &bounds, figures);
         Neighbour {
             label: label.clone(),
             family,
             bounds,
+            current,
         }
     })
 }
 
+impl Neighbour {
+    /// The current policy on this fleet.
+    pub fn current(&self) -> OnNeighbour {
+        self.current.clone()
+    }
+}
+
 /// `policy` on each of `neighbours`; `None` if the policy is invalid.
 pub fn judge(neighbours: &[Neighbour], policy: &RetryPolicy) -> Vec<OnNeighbour> {
-    in_parallel(neighbours, |n| {
-        let figures = n.family.figures(policy, n.family.seeds).unwrap_or_default();
-        OnNeighbour {
-            fleet: n.label.clone(),
-            shape: n.family.scenario.shape(),
-            within_bounds: !figures.is_empty() && Score::of_figures(&figures, &n.bounds).feasible(),
-            figures,
-        }
-    })
+    let tasks: Vec<(usize, usize, u32)> = neighbours
+        .iter()
+        .enumerate()
+        .flat_map(|(n, neighbour)| neighbour.family.tasks().map(move |(o, i)| (n, o, i)))
+        .collect();
+    let mut runs = in_parallel(&tasks, |&(n, o, i)| neighbours[n].family.run(policy, o, i)).into_iter();
+    neighbours
+        .iter()
+        .map(|n| {
+            let per_fleet = n.family.tasks().count();
+            let figures = n.family.figures_of(runs.by_ref().take(per_fleet).collect());
+            on(&n.label, &n.family, &n.bounds, figures.unwrap_or_default())
+        })
+        .collect()
+}
+
+fn on(label: &str, family: &Family, bounds: &Bounds, figures: Vec<Figures>) -> OnNeighbour {
+    OnNeighbour {
+        fleet: label.to_owned(),
+        shape: family.scenario.shape(),
+        within_bounds: !figures.is_empty() && Score::of_figures(&figures, bounds).feasible(),
+        figures,
+    }
 }
 
 /// Whether `on` keeps its bounds on every neighbour.

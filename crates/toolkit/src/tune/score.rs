@@ -102,32 +102,47 @@ impl Family {
     /// The runs of `policy`, labelled `label`: per outage, one summary per seed.
     /// `None` if the policy is invalid.
     pub fn runs(&self, label: &str, policy: &RetryPolicy, seeds: u32) -> Option<Vec<Vec<Summary>>> {
-        self.outages
-            .iter()
-            .map(|&outage| {
-                (0..u64::from(seeds))
-                    .map(|i| {
-                        let scenario = Scenario {
-                            outage,
-                            seed: self.scenario.seed.wrapping_add(i),
-                            ..self.scenario.clone()
-                        };
-                        sim::forecast(label, policy.clone(), &scenario).ok()
-                    })
+        (0..self.outages.len())
+            .map(|o| {
+                (0..seeds)
+                    .map(|i| self.run_labelled(label, policy, o, i))
                     .collect()
             })
             .collect()
     }
 
+    /// One run of a candidate `policy`: outage `o` of the family, on its `i`th seed.
+    pub(super) fn run(&self, policy: &RetryPolicy, o: usize, i: u32) -> Option<Summary> {
+        self.run_labelled("candidate", policy, o, i)
+    }
+
+    fn run_labelled(&self, label: &str, policy: &RetryPolicy, o: usize, i: u32) -> Option<Summary> {
+        let scenario = Scenario {
+            outage: self.outages[o],
+            seed: self.scenario.seed.wrapping_add(u64::from(i)),
+            ..self.scenario.clone()
+        };
+        sim::forecast(label, policy.clone(), &scenario).ok()
+    }
+
     /// Means of `policy`'s figures per outage over the first `seeds` seeds.
     pub fn figures(&self, policy: &RetryPolicy, seeds: u32) -> Option<Vec<Figures>> {
         let runs = self.runs("candidate", policy, seeds)?;
-        Some(
-            runs.iter()
-                .zip(&self.outages)
-                .map(|(summaries, outage)| means(summaries, *outage, self.scenario.clients))
-                .collect(),
-        )
+        Some(self.means(&runs))
+    }
+
+    /// Every run of the family on its seeds, for one policy: (outage, seed) pairs
+    /// in the order [`figures_of`](Self::figures_of) reads them.
+    pub(super) fn tasks(&self) -> impl Iterator<Item = (usize, u32)> + '_ {
+        (0..self.outages.len()).flat_map(move |o| (0..self.seeds).map(move |i| (o, i)))
+    }
+
+    /// The figures of `runs`, per outage, one summary per seed each.
+    fn means(&self, runs: &[Vec<Summary>]) -> Vec<Figures> {
+        runs.iter()
+            .zip(&self.outages)
+            .map(|(summaries, outage)| means(summaries, *outage, self.scenario.clients))
+            .collect()
     }
 
     /// The bounds: `max_p99` on every outage if given; else, on each, what
@@ -168,14 +183,40 @@ impl Family {
         Some((figures, score))
     }
 
-    /// [`score`](Self::score) for each of `policies`, on every core.
+    /// [`score`](Self::score) for each of `policies`, on every core: each
+    /// run is a task of its own, so that a handful of policies keeps every
+    /// core busy too.
     pub fn score_all(
         &self,
         policies: &[RetryPolicy],
         seeds: u32,
         bounds: &Bounds,
     ) -> Vec<Option<(Vec<Figures>, Score)>> {
-        in_parallel(policies, |policy| self.score(policy, seeds, bounds))
+        let seeded = Family {
+            seeds,
+            ..self.clone()
+        };
+        let per_policy = self.outages.len() * seeds as usize;
+        let tasks: Vec<(usize, usize, u32)> = (0..policies.len())
+            .flat_map(|p| seeded.tasks().map(move |(o, i)| (p, o, i)))
+            .collect();
+        let mut summaries = in_parallel(&tasks, |&(p, o, i)| self.run(&policies[p], o, i)).into_iter();
+        (0..policies.len())
+            .map(|_| {
+                let figures = self.figures_of(summaries.by_ref().take(per_policy).collect())?;
+                let score = Score::of_figures(&figures, bounds);
+                Some((figures, score))
+            })
+            .collect()
+    }
+
+    /// The figures of one policy's runs, outage by outage and seed by seed
+    /// within each (as [`run`](Self::run) numbers them); `None` if any is.
+    pub(super) fn figures_of(&self, runs: Vec<Option<Summary>>) -> Option<Vec<Figures>> {
+        let runs: Vec<Summary> = runs.into_iter().collect::<Option<_>>()?;
+        let seeds = (runs.len() / self.outages.len().max(1)).max(1);
+        let by_outage: Vec<Vec<Summary>> = runs.chunks(seeds).map(<[Summary]>::to_vec).collect();
+        Some(self.means(&by_outage))
     }
 }
 

@@ -18,7 +18,7 @@ fn herd_request() -> Request {
 
 #[test]
 fn the_recommendation_halves_the_herds_waste_on_every_outage_and_serves_no_later() {
-    let t = tune(&herd_request()).unwrap();
+    let t = tune(&herd_request(), &|_| {}).unwrap();
     assert!(t.recommended.score.feasible());
     for (now, rec) in t.current.figures.iter().zip(&t.recommended.figures) {
         assert!(
@@ -42,7 +42,7 @@ fn the_same_seed_gives_the_same_recommendation() {
         seeds: 2,
         ..herd_request()
     };
-    let (a, b) = (tune(&request).unwrap(), tune(&request).unwrap());
+    let (a, b) = (tune(&request, &|_| {}).unwrap(), tune(&request, &|_| {}).unwrap());
     assert_eq!(a.recommended.knobs, b.recommended.knobs);
     assert_eq!(a.recommended.figures, b.recommended.figures);
     assert_eq!(json(&a), json(&b));
@@ -56,7 +56,7 @@ fn with_the_gate_allowed_it_is_recommended_and_the_best_without_it_is_given_too(
         gate: true,
         ..herd_request()
     };
-    let t = tune(&request).unwrap();
+    let t = tune(&request, &|_| {}).unwrap();
     assert!(t.recommended.policy.gate.enabled);
     let plain = t.without_gate.as_ref().expect("the best without the gate");
     assert!(!plain.policy.gate.enabled);
@@ -73,7 +73,7 @@ fn a_bound_nothing_can_keep_is_said_and_the_closest_is_given() {
         max_p99: Some(Duration::from_secs(5)),
         ..herd_request()
     };
-    let t = tune(&request).unwrap();
+    let t = tune(&request, &|_| {}).unwrap();
     assert!(!t.recommended.score.feasible());
     let text = text(&t, Duration::ZERO);
     assert!(text.contains("no policy found keeps every bound"), "{text}");
@@ -113,7 +113,7 @@ fn the_recommendation_keeps_a_margin_on_give_ups_and_is_reported_on_the_fleets_a
         },
         ..herd_request()
     };
-    let t = tune(&request).unwrap();
+    let t = tune(&request, &|_| {}).unwrap();
     for f in &t.recommended.figures {
         assert!(f.gave_up <= 0.01 * GAVE_UP_MARGIN, "met with margin: {f:?}");
     }
