@@ -218,3 +218,102 @@ fn progress_shows_on_a_terminal_and_nowhere_else() {
         "{drawn}"
     );
 }
+
+/// A file that states its fleet in a `forecast:` block, for a small herd.
+const STATED_FLEET: &str =
+    "defaults:\n  maxRetries: 3\n  initialDelay: 100ms\n  maxDelay: 10s\n  jitter: full\n\
+services:\n  orders: {}\n\
+forecast:\n  clients: 300\n  capacity: 60\n  outages: [10s]\n  processes: 10\n  latency: 1ms\n";
+
+#[test]
+fn the_recommendation_pasted_under_a_stated_fleet_gives_tunes_figures_in_simulate_and_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let shipped = dir.path().join("shipped.yaml");
+    std::fs::write(&shipped, STATED_FLEET).unwrap();
+    let tuned: serde_json::Value = serde_json::from_str(&stdout(&stormguard(&[
+        "tune",
+        "--policy",
+        shipped.to_str().unwrap(),
+        "--service",
+        "orders",
+        "--seeds",
+        "3",
+        "--json",
+    ])))
+    .unwrap();
+    let promised = &tuned["recommended"]["figures"][0];
+    let promised_wasted = promised["wasted"].as_f64().unwrap();
+    let promised_p99 = promised["p99_seconds"].as_f64().unwrap();
+    assert!(
+        tuned["recommended"]["within_bounds"].as_bool().unwrap(),
+        "{tuned}"
+    );
+
+    let mut block = String::new();
+    for pair in tuned["recommended"]["settings"].as_array().unwrap() {
+        block.push_str(&format!(
+            "    {}: {}\n",
+            pair[0].as_str().unwrap(),
+            pair[1].as_str().unwrap()
+        ));
+    }
+    let pasted = dir.path().join("pasted.yaml");
+    std::fs::write(
+        &pasted,
+        STATED_FLEET.replace("  orders: {}\n", &format!("  orders:\n{block}")),
+    )
+    .unwrap();
+    let pasted = pasted.to_str().unwrap();
+
+    // Seeds tune never ran, and no shape flag: the file's fleet alone.
+    let runs: Vec<serde_json::Value> = ["11", "12", "13", "14"]
+        .iter()
+        .map(|seed| {
+            let args = [
+                "simulate",
+                "--policy",
+                pasted,
+                "--service",
+                "orders",
+                "--seed",
+                seed,
+                "--json",
+            ];
+            serde_json::from_str(&stdout(&stormguard(&args))).unwrap()
+        })
+        .collect();
+    let mean = |key: &str| runs.iter().map(|r| r[key].as_f64().unwrap()).sum::<f64>() / runs.len() as f64;
+    assert_eq!(runs[0]["shape"], tuned["shape"], "the same fleet");
+    assert!(
+        (mean("wasted") / promised_wasted - 1.0).abs() <= 0.10,
+        "simulate wastes {} on other seeds, tune promised {promised_wasted}",
+        mean("wasted")
+    );
+    assert!(
+        (mean("p99_seconds") - promised_p99).abs() <= 1.5,
+        "simulate's p99 {} on other seeds, tune promised {promised_p99}",
+        mean("p99_seconds")
+    );
+    assert!(
+        runs.iter().all(|r| r["gave_up"].as_u64() <= Some(3)),
+        "at most 1 % of 300 give up"
+    );
+
+    let check = stormguard(&["check", pasted]);
+    let report = String::from_utf8_lossy(&check.stdout);
+    let row: Vec<&str> = report
+        .lines()
+        .find(|line| line.starts_with("orders ") && line.ends_with("through the daemon"))
+        .unwrap_or_else(|| panic!("the forecast of orders, paced: {report}"))
+        .split_whitespace()
+        .collect();
+    let check_wasted: f64 = row[4].parse().unwrap();
+    assert!(
+        (check_wasted / promised_wasted - 1.0).abs() <= 0.10,
+        "check forecasts {check_wasted}, tune promised {promised_wasted}: {report}"
+    );
+    assert!(
+        report.contains(&format!("ran in: {}", tuned["shape"].as_str().unwrap())),
+        "{report}"
+    );
+}
