@@ -19,6 +19,16 @@ fn stdout(output: &Output) -> String {
     String::from_utf8(output.stdout.clone()).unwrap()
 }
 
+/// `file` with `tuned`'s recommended settings pasted under its `orders: {}`.
+fn paste(file: &str, tuned: &serde_json::Value) -> String {
+    let mut block = String::new();
+    for pair in tuned["recommended"]["settings"].as_array().unwrap() {
+        let (key, value) = (pair[0].as_str().unwrap(), pair[1].as_str().unwrap());
+        block.push_str(&format!("    {key}: {value}\n"));
+    }
+    file.replace("  orders: {}\n", &format!("  orders:\n{block}"))
+}
+
 /// A policy file whose `orders` service retries three times, 100ms apart and up.
 const SHIPPED: &str = "defaults:\n  maxRetries: 3\n  initialDelay: 100ms\n  maxDelay: 10s\n  jitter: full\nservices:\n  orders: {}\n";
 
@@ -51,24 +61,12 @@ fn the_recommendation_pasted_into_the_file_gives_the_figures_tune_promised() {
     assert!(tuned["recommended"]["within_bounds"].as_bool().unwrap());
     assert!(recommended["gave_up"].as_f64().unwrap() <= 0.01);
 
-    let mut block = String::new();
-    for pair in tuned["recommended"]["settings"].as_array().unwrap() {
-        block.push_str(&format!(
-            "    {}: {}\n",
-            pair[0].as_str().unwrap(),
-            pair[1].as_str().unwrap()
-        ));
-    }
     assert!(
-        !block.is_empty(),
+        !tuned["recommended"]["settings"].as_array().unwrap().is_empty(),
         "a policy that gives up on everyone is not kept: {tuned}"
     );
     let pasted = dir.path().join("tuned.yaml");
-    std::fs::write(
-        &pasted,
-        SHIPPED.replace("  orders: {}\n", &format!("  orders:\n{block}")),
-    )
-    .unwrap();
+    std::fs::write(&pasted, paste(SHIPPED, &tuned)).unwrap();
     let pasted = pasted.to_str().unwrap();
     let check = stormguard(&["check", pasted]);
     assert_eq!(
@@ -249,20 +247,8 @@ fn the_recommendation_pasted_under_a_stated_fleet_gives_tunes_figures_in_simulat
         "{tuned}"
     );
 
-    let mut block = String::new();
-    for pair in tuned["recommended"]["settings"].as_array().unwrap() {
-        block.push_str(&format!(
-            "    {}: {}\n",
-            pair[0].as_str().unwrap(),
-            pair[1].as_str().unwrap()
-        ));
-    }
     let pasted = dir.path().join("pasted.yaml");
-    std::fs::write(
-        &pasted,
-        STATED_FLEET.replace("  orders: {}\n", &format!("  orders:\n{block}")),
-    )
-    .unwrap();
+    std::fs::write(&pasted, paste(STATED_FLEET, &tuned)).unwrap();
     let pasted = pasted.to_str().unwrap();
 
     // Seeds tune never ran, and no shape flag: the file's fleet alone.

@@ -222,18 +222,18 @@ pub enum AttemptOutcome {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::policy::{Jitter, RetryPolicy};
     use rand::rngs::SmallRng;
     use rand::SeedableRng;
 
-    fn ms(n: u64) -> Duration {
+    pub(crate) fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
     }
 
-    /// 100 ms × 2^attempt, no jitter, 3 retries.
-    fn retry() -> Retry {
+    /// 100 ms × 2^attempt, no jitter, 3 retries: attempts at 0, 100, 300, 700 ms.
+    pub(crate) fn retry() -> Retry {
         Retry::from_policy(
             &RetryPolicy {
                 jitter: Jitter::None,

@@ -11,24 +11,9 @@ use rand::SeedableRng;
 use tokio::time::{sleep, Instant};
 
 use super::{run, Options, Unguarded};
-use crate::policy::{Jitter, RetryPolicy};
+use crate::policy::RetryPolicy;
+use crate::retry::tests::{ms, retry};
 use crate::retry::{Cause, GaveUp, Retry, RetryError, Verdict};
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-/// 100 ms × 2^attempt, no jitter, 3 retries: attempts at 0, 100, 300, 700 ms.
-fn retry() -> Retry {
-    Retry::from_policy(
-        &RetryPolicy {
-            jitter: Jitter::None,
-            ..RetryPolicy::default()
-        }
-        .try_into()
-        .unwrap(),
-    )
-}
 
 fn rng() -> SmallRng {
     SmallRng::seed_from_u64(1)
