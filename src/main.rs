@@ -123,6 +123,12 @@ enum World {
     /// gave up on; callers time out after 3 s and try 3 times, at once.
     /// Replaces --clients, --capacity, --outage and --spread.
     Collapse,
+    /// Calls arriving at --rate a second for 60 s against a dependency that
+    /// fails --error-rate of requests at random and never runs out of
+    /// capacity: what retries and their budgets add to the load (the JSON's
+    /// `amplification`). Callers try 4 times unless --max-retries says.
+    /// Replaces --clients, --capacity, --outage and --spread.
+    Errors,
 }
 
 #[derive(Args)]
@@ -138,6 +144,13 @@ struct SimulateArgs {
     compare: bool,
     #[command(flatten)]
     shape: ShapeFlags,
+    /// With --scenario errors: first tries a second, in all. Default: 1000.
+    #[arg(long, value_parser = count_in(0.01f64, 1_000_000.0))]
+    rate: Option<f64>,
+    /// With --scenario errors: the share of requests the dependency fails,
+    /// at random, in [0, 1]. Default: 0.5.
+    #[arg(long, value_parser = stormguard_toolkit::flags::share)]
+    error_rate: Option<f64>,
     /// The server rejects everything from t = 0 until then. Default: with
     /// --policy, the first outage of the file's `forecast:` block for the
     /// service, else 10s.
@@ -539,6 +552,23 @@ fn simulate(mut args: SimulateArgs) -> ExitCode {
         args.horizon = args.horizon.min(model.until);
         args.outage = Some(Duration::ZERO);
     }
+    let errors = match (args.scenario, args.rate.or(args.error_rate)) {
+        (World::Errors, _) => Some(stormguard_toolkit::sim::Errors::new(
+            args.rate.unwrap_or(1000.0),
+            args.error_rate.unwrap_or(0.5),
+        )),
+        (_, Some(_)) => {
+            eprintln!("--rate and --error-rate: only with --scenario errors");
+            return ExitCode::from(1);
+        }
+        (_, None) => None,
+    };
+    if errors.is_some() {
+        // Three retries, as a client library's default: 1.875 attempts a
+        // call at 50 % errors with nothing to cap them.
+        args.max_retries.get_or_insert(3);
+        args.outage = Some(Duration::ZERO);
+    }
     let stated = match args.policy.as_deref().zip(args.service.as_deref()) {
         Some((path, service)) => match stormguard_toolkit::simulate::resolved_policy(path, service) {
             Ok((_, stated)) => stated,
@@ -562,6 +592,7 @@ fn simulate(mut args: SimulateArgs) -> ExitCode {
         scenario: Scenario {
             second_outage: args.second_outage,
             collapse,
+            errors,
             brownout: args
                 .brownout
                 .map(|(at, lasting, capacity)| stormguard_toolkit::sim::Brownout {

@@ -418,3 +418,43 @@ fn command_stdout(args: &[&str]) -> String {
     );
     String::from_utf8(output.stdout).unwrap()
 }
+
+/// The amplification of `simulate --scenario errors` at 200 first tries a
+/// second, 50 % errors, with `extra` flags; and the run's JSON.
+fn errors_run(extra: &[&str]) -> (f64, serde_json::Value) {
+    let args = [&["--scenario", "errors", "--rate", "200", "--json"][..], extra].concat();
+    let run: serde_json::Value = serde_json::from_str(&stdout(&simulate(&args))).unwrap();
+    (run["amplification"].as_f64().unwrap(), run)
+}
+
+#[test]
+fn the_errors_scenario_shows_per_process_budgets_binding_for_one_process_and_never_for_many() {
+    let (unbudgeted, run) = errors_run(&["--processes", "200"]);
+    assert!(
+        (unbudgeted - 1.875).abs() < 0.02,
+        "1 + .5 + .25 + .125 with 3 retries: {unbudgeted}"
+    );
+    assert_eq!(run["scenario"], "errors");
+    assert_eq!(run["errors"]["calls_per_second"], 200.0);
+    assert_eq!(run["errors"]["error_rate"], 0.5);
+    assert_eq!(run["capacity"], serde_json::Value::Null);
+    assert_eq!(
+        run["requests_per_second"].as_array().unwrap().len(),
+        61,
+        "the minute of arrivals, and the last retries"
+    );
+    let retries = run["retries_per_second"].as_f64().unwrap();
+    assert!((retries - 200.0 * 0.875).abs() < 5.0, "{retries}");
+
+    let (one, _) = errors_run(&["--processes", "1", "--budget"]);
+    assert!((one - 1.25).abs() < 0.02, "20 % and 10 a second of 200: {one}");
+    let (many, _) = errors_run(&["--processes", "200", "--budget"]);
+    assert!(
+        (many - unbudgeted).abs() < 0.01,
+        "200 floors of 10 a second never bind: {many} against {unbudgeted}"
+    );
+
+    let misplaced = simulate(&["--rate", "200"]);
+    assert_eq!(misplaced.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&misplaced.stderr).contains("--scenario errors"));
+}

@@ -12,7 +12,8 @@ use std::time::Duration;
 use rand::Rng;
 use serde::Serialize;
 
-use super::time::nanos;
+use super::arrivals::{exponential, poisson};
+use super::time::{nanos, seconds};
 
 /// The collapse scenario's settings; [`Collapse::brooker`] holds his. In
 /// JSON, each duration is in seconds, its key ending `_seconds`.
@@ -44,10 +45,6 @@ pub struct Collapse {
     pub network: Duration,
 }
 
-fn seconds<S: serde::Serializer>(d: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_f64(d.as_secs_f64())
-}
-
 impl Collapse {
     /// Brooker's numbers.
     pub fn brooker() -> Self {
@@ -66,31 +63,19 @@ impl Collapse {
     /// The arrival times of new calls, in nanoseconds.
     pub(super) fn arrivals(&self, rng: &mut impl Rng) -> Vec<u64> {
         let spike = self.spike_at.as_secs_f64()..(self.spike_at + self.spike_for).as_secs_f64();
-        let until = self.until.as_secs_f64();
-        let mut out = Vec::new();
-        let mut t = 0.0;
-        loop {
-            let rate = if spike.contains(&t) {
+        let rate = |t: f64| {
+            if spike.contains(&t) {
                 self.spike_rate
             } else {
                 self.rate
-            };
-            t += exponential(rng, 1.0 / rate);
-            if t >= until {
-                return out;
             }
-            out.push((t * 1e9) as u64);
-        }
+        };
+        poisson(rng, rate, self.until.as_secs_f64())
     }
 
     fn delay(&self, rng: &mut impl Rng) -> u64 {
         (exponential(rng, self.network.as_secs_f64()) * 1e9) as u64
     }
-}
-
-fn exponential(rng: &mut impl Rng, mean: f64) -> f64 {
-    let u: f64 = rng.random();
-    -mean * (1.0 - u).ln()
 }
 
 /// The server and the requests on their way: each request is on its way

@@ -153,10 +153,14 @@ impl Server {
         self.accepted[second] += 1;
     }
 
-    /// Counts a request at `t` and says whether it is accepted.
-    fn handle(&mut self, t: u64) -> bool {
+    /// Counts a request at `t` and says whether it is accepted; one the
+    /// dependency `fails` is not.
+    fn handle(&mut self, t: u64, fails: bool) -> bool {
         let second = self.second(t);
         self.requests[second] += 1;
+        if fails {
+            return false;
+        }
         if self
             .outages
             .iter()
@@ -230,9 +234,10 @@ impl<'a> World<'a> {
         let origin = Instant::now();
         let mut rng = SmallRng::seed_from_u64(scenario.seed);
         let spread = nanos(scenario.spread);
-        let starts: Vec<u64> = match &scenario.collapse {
-            Some(model) => model.arrivals(&mut rng),
-            None => (0..scenario.clients)
+        let starts: Vec<u64> = match (&scenario.collapse, &scenario.errors) {
+            (Some(model), _) => model.arrivals(&mut rng),
+            (None, Some(errors)) => errors.arrivals(&mut rng),
+            (None, None) => (0..scenario.clients)
                 .map(|_| {
                     if spread > 0 {
                         rng.random_range(0..spread)
@@ -281,7 +286,11 @@ impl<'a> World<'a> {
             busy: scenario.collapse.map(Busy::new),
             queue,
             server: Server {
-                capacity: u64::from(scenario.capacity),
+                // The errors scenario's dependency never runs out of capacity.
+                capacity: match scenario.errors {
+                    Some(_) => u64::MAX,
+                    None => u64::from(scenario.capacity),
+                },
                 outages: std::iter::once((0, nanos(scenario.outage)))
                     .chain(
                         scenario
@@ -503,7 +512,8 @@ impl<'a> World<'a> {
         match step {
             CallStep::Send(send) if self.busy.is_some() => self.send_request(t, id, send),
             CallStep::Send(send) => {
-                let accepted = self.server.handle(t);
+                let fails = self.scenario.errors.is_some_and(|e| e.fails(&mut self.rng));
+                let accepted = self.server.handle(t, fails);
                 match nanos(self.scenario.latency) {
                     0 => {
                         let answer = if accepted {
@@ -629,9 +639,10 @@ impl<'a> World<'a> {
         // Every series covers the whole run, zeros included: a collapse's
         // length is the scenario's, however early its last success.
         let run = &mut self.outcome;
-        let scenario_seconds = match self.scenario.collapse {
-            Some(_) => self.scenario.horizon.as_secs_f64().ceil() as usize,
-            None => 0,
+        let scenario_seconds = match (self.scenario.collapse, self.scenario.errors) {
+            (Some(_), _) => self.scenario.horizon.as_secs_f64().ceil() as usize,
+            (None, Some(errors)) => errors.until.as_secs_f64().ceil() as usize,
+            (None, None) => 0,
         };
         let seconds = [
             run.requests.len(),

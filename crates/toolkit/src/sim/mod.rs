@@ -2,8 +2,10 @@
 //! an outage, in virtual time, deterministic for a seed (a thundering herd
 //! without the 15-60 s of real time a run would take).
 
+mod arrivals;
 mod collapse;
 mod engine;
+mod errors;
 mod forecast;
 mod render;
 mod replicas;
@@ -15,6 +17,7 @@ mod time;
 
 pub use collapse::Collapse;
 pub use engine::{run, GaveUpCounts, Run};
+pub use errors::Errors;
 pub use forecast::{deployed, forecast};
 pub use render::{histogram, summary, table};
 pub use report::Summary;

@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::collapse::Collapse;
 use super::engine::Run;
+use super::errors::Errors;
 use super::scenario::Fleet;
 
 /// The figures of one run, as `--json` prints them.
@@ -14,14 +15,17 @@ use super::scenario::Fleet;
 pub struct Summary {
     /// The strategy's label.
     pub strategy: String,
-    /// The scenario: `herd` or `collapse`.
+    /// The scenario: `herd`, `collapse` or `errors`.
     pub scenario: &'static str,
-    /// The collapse scenario's settings; `None` for a herd.
+    /// The collapse scenario's settings; `None` otherwise.
     pub collapse: Option<Collapse>,
+    /// The errors scenario's settings; `None` otherwise.
+    pub errors: Option<Errors>,
     /// Clients in the scenario (in a collapse: the calls that arrived).
     pub clients: u32,
     /// The server's capacity per second; `None` in a collapse, whose server
-    /// slows with its load instead.
+    /// slows with its load instead, and in the errors scenario, whose never
+    /// runs out.
     pub capacity: Option<u32>,
     /// The outage, in seconds.
     pub outage_seconds: f64,
@@ -34,6 +38,12 @@ pub struct Summary {
     pub total_requests: u64,
     /// Requests it accepted.
     pub accepted: u64,
+    /// Attempts per first try: requests that reached the server ÷ clients.
+    pub amplification: f64,
+    /// Retries (requests beyond the first tries) per second: over the
+    /// arrivals' length in an open-loop scenario, else until the last
+    /// client finished.
+    pub retries_per_second: f64,
     /// Requests it rejected: retries that did nothing but add load.
     pub wasted: u64,
     /// Of those, rejected because the outage was still on.
@@ -92,10 +102,11 @@ impl Summary {
     pub fn of(run: &Run) -> Self {
         let total_requests: u64 = run.requests.iter().sum();
         let accepted: u64 = run.accepted.iter().sum();
-        // A collapse's server has no fixed capacity to be over.
-        let capacity = match run.scenario.collapse {
-            Some(_) => u64::MAX,
-            None => u64::from(run.scenario.capacity),
+        // A collapse's server has no fixed capacity to be over, nor has the
+        // errors scenario's.
+        let capacity = match (run.scenario.collapse, run.scenario.errors) {
+            (None, None) => u64::from(run.scenario.capacity),
+            _ => u64::MAX,
         };
         let recovered =
             run.scenario.outage.as_secs() as usize + usize::from(run.scenario.outage.subsec_nanos() > 0);
@@ -105,19 +116,24 @@ impl Summary {
         let at = |q: f64| times.get(((times.len() as f64 * q) as usize).min(times.len().saturating_sub(1)));
         Self {
             strategy: run.strategy.clone(),
-            scenario: if run.scenario.collapse.is_some() {
-                "collapse"
-            } else {
-                "herd"
+            scenario: match (&run.scenario.collapse, &run.scenario.errors) {
+                (Some(_), _) => "collapse",
+                (None, Some(_)) => "errors",
+                (None, None) => "herd",
             },
             collapse: run.scenario.collapse,
+            errors: run.scenario.errors,
             clients: run.scenario.clients,
-            capacity: run.scenario.collapse.is_none().then_some(run.scenario.capacity),
+            capacity: (run.scenario.collapse.is_none() && run.scenario.errors.is_none())
+                .then_some(run.scenario.capacity),
             outage_seconds: run.scenario.outage.as_secs_f64(),
             seed: run.scenario.seed,
             fleet: Fleet::from(&run.scenario),
             total_requests,
             accepted,
+            amplification: total_requests as f64 / f64::from(run.scenario.clients.max(1)),
+            retries_per_second: total_requests.saturating_sub(u64::from(run.scenario.clients)) as f64
+                / run_seconds(run),
             wasted: total_requests - accepted,
             wasted_during_outage: run.rejected_in_outage,
             wasted_after_outage: total_requests - accepted - run.rejected_in_outage,
@@ -146,4 +162,15 @@ impl Summary {
             goodput_per_second: run.served.clone(),
         }
     }
+}
+
+/// The seconds `retries_per_second` is over: the arrivals' length in an
+/// open-loop scenario, else until the last client finished (at least one).
+fn run_seconds(run: &Run) -> f64 {
+    let arrivals = match (run.scenario.collapse, run.scenario.errors) {
+        (Some(c), _) => Some(c.until),
+        (None, Some(e)) => Some(e.until),
+        (None, None) => None,
+    };
+    arrivals.map_or(run.drained, |until| until).as_secs_f64().max(1.0)
 }

@@ -7,6 +7,7 @@ use serde::Serialize;
 use stormguard_core::policy::{ForecastScenario, GoDuration};
 
 use super::collapse::Collapse;
+use super::errors::Errors;
 
 /// A replica's round trip to a shared pace store, where nothing says
 /// otherwise: a store in the same cluster.
@@ -28,6 +29,9 @@ pub struct Scenario {
     /// Instead of the clients, outage and capacity above: Brooker's
     /// metastable failure (see [`Collapse`]).
     pub collapse: Option<Collapse>,
+    /// Instead of the clients, outage and capacity above: calls at a
+    /// steady rate against a dependency failing a share of them (see [`Errors`]).
+    pub errors: Option<Errors>,
     /// Clients make their first attempt at a uniformly drawn time in [0, spread).
     pub spread: Duration,
     /// Time from sending a request to its answer.
@@ -67,6 +71,7 @@ impl Default for Scenario {
             second_outage: None,
             brownout: None,
             collapse: None,
+            errors: None,
             spread: Duration::ZERO,
             latency: Duration::ZERO,
             processes: 0,
@@ -103,13 +108,14 @@ impl Scenario {
     /// it ran: "1000 calls from 50 processes through 2 daemon replicas
     /// pacing apart (no shared pace store), 1ms latency".
     pub fn shape(&self) -> String {
-        let mut line = match self.collapse {
-            Some(_) => "calls".to_owned(),
-            None => format!("{} calls", self.clients),
+        let open_loop = self.collapse.is_some() || self.errors.is_some();
+        let mut line = match open_loop {
+            true => "calls".to_owned(),
+            false => format!("{} calls", self.clients),
         };
         match self.processes {
             0 => line.push_str(" from a process per call (each with its own gate, budget and breaker)"),
-            n if self.collapse.is_some() => {
+            n if open_loop => {
                 let _ = write!(line, " from {n} processes");
             }
             n => {
@@ -138,6 +144,15 @@ impl Scenario {
     /// What the server does and when, in words: the outage and capacity of
     /// a herd, or the collapse scenario's own settings.
     pub fn settings(&self) -> String {
+        if let Some(e) = self.errors {
+            return format!(
+                "errors: calls arrive at {}/s until {}, and the dependency fails {}% of requests at random \
+                 and never runs out of capacity",
+                e.rate,
+                GoDuration(e.until),
+                e.error_rate * 100.0
+            );
+        }
         match self.collapse {
             None => format!(
                 "capacity {}/s, outage {}, spread {}",

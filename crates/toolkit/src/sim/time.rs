@@ -6,3 +6,8 @@ use std::time::Duration;
 pub(super) fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
+
+/// Serialises `d` as seconds, for JSON keys ending `_seconds`.
+pub(super) fn seconds<S: serde::Serializer>(d: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_f64(d.as_secs_f64())
+}
