@@ -11,6 +11,7 @@ use stormguard::serve::{AdminSecret, ServeConfig};
 use stormguard::server::Limits;
 use stormguard::tls::TlsFiles;
 use stormguard::watch::WatchConfig;
+use stormguard_core::policy::ForecastScenario;
 use stormguard_toolkit::check::Verdict;
 use stormguard_toolkit::flags::{count_in, duration_in, millis, secs};
 use stormguard_toolkit::policy::{LoadLimits, DEFAULT_MAX_FLOW_COLLECTIONS, DEFAULT_MAX_POLICY_BYTES};
@@ -167,7 +168,8 @@ struct SimulateArgs {
     #[arg(long, default_value = "0s", value_parser = duration_in(secs(0), secs(86_400)))]
     spread: Duration,
     /// Give up after this many retries (clients that give up are counted).
-    /// Default: until success; 2 in the collapse scenario.
+    /// Default: until success; 2 in the collapse scenario; 3 in the errors
+    /// scenario, where a --policy keeps its own.
     #[arg(long)]
     max_retries: Option<u32>,
     /// Time each attempt out after this long. Default: the strategy's
@@ -425,7 +427,7 @@ fn main() -> ExitCode {
 
 fn render(args: RenderArgs) -> ExitCode {
     let policy = match stormguard_toolkit::simulate::resolved_policy(&args.policy, &args.service) {
-        Ok((policy, _)) => policy,
+        Ok(resolved) => resolved.policy,
         Err(message) => {
             eprintln!("{message}");
             return ExitCode::from(1);
@@ -455,12 +457,12 @@ fn render(args: RenderArgs) -> ExitCode {
 }
 
 fn tune(args: TuneArgs) -> ExitCode {
-    let mut forecast = None;
+    let mut stated = None;
     let current = match args.policy.as_deref().zip(args.service.as_deref()) {
         Some((path, service)) => match stormguard_toolkit::simulate::resolved_policy(path, service) {
-            Ok((policy, stated)) => {
-                forecast = stated;
-                Some((path.display().to_string(), service.to_owned(), policy))
+            Ok(resolved) => {
+                stated = Some((resolved.herd, resolved.outages));
+                Some((path.display().to_string(), service.to_owned(), resolved.policy))
             }
             Err(message) => {
                 eprintln!("{message}");
@@ -469,12 +471,13 @@ fn tune(args: TuneArgs) -> ExitCode {
         },
         None => None,
     };
-    let outages = match (&forecast, args.outages.is_empty()) {
+    let (herd, stated_outages) = stated.unwrap_or_default();
+    let outages = match (stated_outages, args.outages.is_empty()) {
         (_, false) => args.outages,
-        (Some(herd), true) => herd.outages.clone(),
+        (Some(outages), true) => outages,
         (None, true) => [2, 10, 60].map(secs).to_vec(),
     };
-    let herd = args.shape.apply(forecast.unwrap_or_default());
+    let herd = args.shape.apply(herd);
     let request = stormguard_toolkit::tune::Request {
         service: current
             .as_ref()
@@ -565,21 +568,23 @@ fn simulate(mut args: SimulateArgs) -> ExitCode {
     };
     if errors.is_some() {
         // Three retries, as a client library's default: 1.875 attempts a
-        // call at 50 % errors with nothing to cap them.
-        args.max_retries.get_or_insert(3);
+        // call at 50 % errors with nothing to cap them; a --policy keeps its own.
+        if args.policy.is_none() {
+            args.max_retries.get_or_insert(3);
+        }
         args.outage = Some(Duration::ZERO);
     }
     let stated = match args.policy.as_deref().zip(args.service.as_deref()) {
         Some((path, service)) => match stormguard_toolkit::simulate::resolved_policy(path, service) {
-            Ok((_, stated)) => stated,
+            Ok(resolved) => resolved.herd,
             Err(message) => {
                 eprintln!("{message}");
                 return ExitCode::from(1);
             }
         },
-        None => None,
+        None => ForecastScenario::default(),
     };
-    let herd = args.shape.apply(stated.unwrap_or_default());
+    let herd = args.shape.apply(stated);
     if args.store_lost_at.is_some() && !herd.fleet.pace_store {
         eprintln!("--store-lost-at: the replicas share no pace store (give --pace-store, or paceStore: true in the file's forecast: block)");
         return ExitCode::from(1);

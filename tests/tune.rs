@@ -183,6 +183,26 @@ fn the_files_forecast_block_sets_the_herd_unless_a_flag_does() {
         (Some(200), Some(50))
     );
     assert_eq!(flagged["outages_seconds"], serde_json::json!([3.0]));
+
+    let fleet_only = dir.path().join("fleet-only.yaml");
+    std::fs::write(&fleet_only, format!("{SHIPPED}forecast:\n  processes: 20\n")).unwrap();
+    let args = [
+        "tune",
+        "--policy",
+        fleet_only.to_str().unwrap(),
+        "--service",
+        "orders",
+    ];
+    let tuned: serde_json::Value = serde_json::from_str(&stdout(&stormguard(
+        &[&args[..], &["--seeds", "1", "--without-gate", "--json"]].concat(),
+    )))
+    .unwrap();
+    assert_eq!(
+        tuned["outages_seconds"],
+        serde_json::json!([2.0, 10.0, 60.0]),
+        "a block that states no outages leaves tune's own family"
+    );
+    assert_eq!(tuned["processes"], 20);
 }
 
 #[test]

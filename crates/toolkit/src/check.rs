@@ -33,7 +33,7 @@ pub enum Verdict {
 pub fn check(path: &Path, limits: LoadLimits, shape: &ShapeFlags) -> (String, Verdict) {
     match load_file(path, limits) {
         Ok((document, hash)) => {
-            let lint = lint(&document, shape);
+            let lint = lint(&document, &|herd| shape.apply(herd));
             let mut report = valid_report(path, &document, &hash);
             report.push_str(&lint_report(&lint));
             let verdict = if lint.warnings.is_empty() {

@@ -15,7 +15,6 @@ use stormguard_core::policy::{
     did_you_mean, FleetShape, ForecastScenario, GoDuration, Jitter, PolicyDocument, RetryPolicy,
 };
 
-use crate::shape::ShapeFlags;
 use crate::sim::{self, Fleet, Scenario, Summary};
 
 /// A single wait longer than this looks, from outside, like a hung pod (a zombie).
@@ -121,8 +120,9 @@ pub struct Lint {
 }
 
 /// Lints `document`, forecasting each service on the herd and fleet its
-/// `forecast:` block states, with `shape`'s flags in place of the keys they set.
-pub fn lint(document: &PolicyDocument, shape: &ShapeFlags) -> Lint {
+/// `forecast:` block states, as `reshape` changes them (the command line's
+/// overrides; the identity for the file as it stands).
+pub fn lint(document: &PolicyDocument, reshape: &dyn Fn(ForecastScenario) -> ForecastScenario) -> Lint {
     let mut warnings = Vec::new();
     let shortest = |herd: ForecastScenario| herd.outages.into_iter().min().unwrap_or_default();
     let outage = shortest(document.forecast.defaults());
@@ -152,7 +152,7 @@ pub fn lint(document: &PolicyDocument, shape: &ShapeFlags) -> Lint {
     warnings.sort_by(|a, b| (&a.service, a.rule).cmp(&(&b.service, b.rule)));
     Lint {
         warnings,
-        forecasts: forecasts(document, shape),
+        forecasts: forecasts(document, reshape),
     }
 }
 
@@ -458,7 +458,10 @@ impl<'a> Calls<'a> {
 
 /// Each service's policy against its forecast's herd, one entry per
 /// outage, each distinct run computed once.
-fn forecasts(document: &PolicyDocument, shape: &ShapeFlags) -> Vec<Forecast> {
+fn forecasts(
+    document: &PolicyDocument,
+    reshape: &dyn Fn(ForecastScenario) -> ForecastScenario,
+) -> Vec<Forecast> {
     type Run = (RetryPolicy, u32, u32, FleetShape, Duration);
     let mut done: Vec<(Run, Summary)> = Vec::new();
     let services = std::iter::once((
@@ -473,7 +476,7 @@ fn forecasts(document: &PolicyDocument, shape: &ShapeFlags) -> Vec<Forecast> {
             document.forecast.resolve(name),
         )
     }))
-    .map(|(service, policy, herd)| (service, policy, shape.apply(herd)));
+    .map(|(service, policy, herd)| (service, policy, reshape(herd)));
     let mut out = Vec::new();
     for (service, policy, herd) in services {
         for &outage in &herd.outages {

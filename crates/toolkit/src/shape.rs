@@ -10,7 +10,11 @@ use stormguard_core::policy::ForecastScenario;
 use crate::flags::{count_in, duration_in, secs};
 
 /// Overrides of a forecast's herd and fleet; each flag left out keeps what
-/// the policy file's `forecast:` block says, else the built-in default.
+/// the policy file's `forecast:` block says, else the built-in default. The
+/// flags reach further than a file may (herds of up to 10,000,000 calls, a
+/// process per call, up to 1000 replicas), for what-ifs: a file's bounds
+/// keep the daemon's checks quick, and an operator asking for more waits
+/// for it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Args)]
 pub struct ShapeFlags {
     /// Calls failing at once. Default: the policy file's `forecast:` block, else 1000.

@@ -2,6 +2,7 @@
 //! policy file) through the herd simulator and print what happened.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use stormguard_core::policy::{ForecastScenario, PolicyDocument, RetryPolicy};
 
@@ -91,20 +92,28 @@ fn service_strategy(path: &Path, service: &str, modifiers: Modifiers) -> Result<
     sim::deployed(&label, policy, modifiers).map_err(|e| format!("--service {service}: {e}"))
 }
 
-/// The resolved policy of `service` in the file at `path`, and its
-/// forecast's herd if the file's `forecast:` block sets one; or an error
-/// naming what is wrong (every error of an invalid file).
-pub fn resolved_policy(
-    path: &Path,
-    service: &str,
-) -> Result<(RetryPolicy, Option<ForecastScenario>), String> {
+/// A service's policy from a policy file, with its forecast.
+#[derive(Debug, Clone)]
+pub struct ServicePolicy {
+    /// The resolved policy.
+    pub policy: RetryPolicy,
+    /// The herd and the fleet the file's `forecast:` block states for the
+    /// service, the defaults filling in what it does not.
+    pub herd: ForecastScenario,
+    /// The outages the block states for the service, if it states any.
+    pub outages: Option<Vec<Duration>>,
+}
+
+/// The resolved policy of `service` in the file at `path`, with its
+/// forecast; or an error naming what is wrong (every error of an invalid file).
+pub fn resolved_policy(path: &Path, service: &str) -> Result<ServicePolicy, String> {
     let (document, _) = load(path)?;
     let (_, policy) = resolve(&document, service)?;
-    let herd = document
-        .forecast
-        .is_set()
-        .then(|| document.forecast.resolve(service));
-    Ok((policy, herd))
+    Ok(ServicePolicy {
+        policy,
+        herd: document.forecast.resolve(service),
+        outages: document.forecast.stated_outages(service),
+    })
 }
 
 fn load(path: &Path) -> Result<(PolicyDocument, crate::policy::ContentHash), String> {

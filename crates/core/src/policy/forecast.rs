@@ -157,6 +157,13 @@ impl ForecastBlock {
         }
     }
 
+    /// The outages the block states for `service` (its own, else the
+    /// block's), if it states any.
+    pub fn stated_outages(&self, service: &str) -> Option<Vec<Duration>> {
+        let own = self.services.get(service).and_then(|own| own.outages.clone());
+        own.or_else(|| self.defaults.outages.clone())
+    }
+
     /// Whether the file has a `forecast:` block with anything in it.
     pub fn is_set(&self) -> bool {
         *self != Self::default()
@@ -291,6 +298,12 @@ mod tests {
             }
         );
         assert_eq!(block.defaults().capacity, 200);
+        assert_eq!(block.stated_outages("checkout").map(|o| o.len()), Some(2));
+        assert_eq!(
+            ForecastBlock::default().stated_outages("checkout"),
+            None,
+            "not stated"
+        );
         assert_eq!(
             ForecastBlock::default().resolve("any"),
             ForecastScenario::default()

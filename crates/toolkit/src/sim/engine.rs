@@ -639,11 +639,14 @@ impl<'a> World<'a> {
         // Every series covers the whole run, zeros included: a collapse's
         // length is the scenario's, however early its last success.
         let run = &mut self.outcome;
-        let scenario_seconds = match (self.scenario.collapse, self.scenario.errors) {
-            (Some(_), _) => self.scenario.horizon.as_secs_f64().ceil() as usize,
-            (None, Some(errors)) => errors.until.as_secs_f64().ceil() as usize,
-            (None, None) => 0,
+        let arrivals = match (self.scenario.collapse, self.scenario.errors) {
+            (Some(collapse), _) => Some(collapse.until),
+            (None, Some(errors)) => Some(errors.until),
+            (None, None) => None,
         };
+        let scenario_seconds = arrivals.map_or(0, |until| {
+            until.min(self.scenario.horizon).as_secs_f64().ceil() as usize
+        });
         let seconds = [
             run.requests.len(),
             run.accepted.len(),

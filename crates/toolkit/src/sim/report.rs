@@ -21,7 +21,8 @@ pub struct Summary {
     pub collapse: Option<Collapse>,
     /// The errors scenario's settings; `None` otherwise.
     pub errors: Option<Errors>,
-    /// Clients in the scenario (in a collapse: the calls that arrived).
+    /// Clients in the scenario (in the collapse and errors scenarios: the
+    /// calls that arrived).
     pub clients: u32,
     /// The server's capacity per second; `None` in a collapse, whose server
     /// slows with its load instead, and in the errors scenario, whose never

@@ -108,20 +108,17 @@ impl Scenario {
     /// it ran: "1000 calls from 50 processes through 2 daemon replicas
     /// pacing apart (no shared pace store), 1ms latency".
     pub fn shape(&self) -> String {
-        let open_loop = self.collapse.is_some() || self.errors.is_some();
-        let mut line = match open_loop {
+        let mut line = match self.open_loop() {
             true => "calls".to_owned(),
             false => format!("{} calls", self.clients),
         };
-        match self.processes {
-            0 => line.push_str(" from a process per call (each with its own gate, budget and breaker)"),
-            n if open_loop => {
-                let _ = write!(line, " from {n} processes");
-            }
-            n => {
-                let _ = write!(line, " from {} processes", n.min(self.clients).max(1));
-            }
-        }
+        let _ = match self.processes_dealt() {
+            0 => write!(
+                line,
+                " from a process per call (each with its own gate, budget and breaker)"
+            ),
+            n => write!(line, " from {n} processes"),
+        };
         let _ = match (self.replicas, self.pace_store) {
             (1, _) => write!(line, " through 1 daemon"),
             (n, Some(_)) => write!(line, " through {n} daemon replicas sharing a pace store"),
@@ -139,6 +136,22 @@ impl Scenario {
             None => write!(line, ", {} latency", GoDuration(self.latency)),
         };
         line
+    }
+
+    /// Whether calls arrive over time (the collapse and errors scenarios)
+    /// rather than as a herd at once.
+    fn open_loop(&self) -> bool {
+        self.collapse.is_some() || self.errors.is_some()
+    }
+
+    /// The processes the calls are dealt into (0: one per call): in a herd,
+    /// no more than its calls, as a process without one holds none.
+    fn processes_dealt(&self) -> u32 {
+        match self.processes {
+            0 => 0,
+            n if self.open_loop() => n,
+            n => n.min(self.clients).max(1),
+        }
     }
 
     /// What the server does and when, in words: the outage and capacity of
@@ -187,18 +200,21 @@ pub struct Fleet {
     pub replicas: u32,
     /// Whether the replicas shared their pace through a store.
     pub pace_store: bool,
-    /// A request's round trip, in seconds.
+    /// A request's round trip, in seconds (in a collapse, the mean one-way
+    /// network delay).
     pub latency_seconds: f64,
 }
 
 impl From<&Scenario> for Fleet {
+    /// The fleet as [`Scenario::shape`] states it: processes beyond the
+    /// herd's calls hold none, and a collapse's network is its own.
     fn from(s: &Scenario) -> Self {
         Self {
             shape: s.shape(),
-            processes: s.processes,
+            processes: s.processes_dealt(),
             replicas: s.replicas,
             pace_store: s.pace_store.is_some(),
-            latency_seconds: s.latency.as_secs_f64(),
+            latency_seconds: s.collapse.map_or(s.latency, |c| c.network).as_secs_f64(),
         }
     }
 }

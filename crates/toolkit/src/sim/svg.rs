@@ -50,7 +50,7 @@ pub fn small_multiples(summaries: &[Summary]) -> String {
         };
         let world = match first.capacity {
             Some(capacity) => format!("{} clients, capacity {capacity}/s{outage}", first.clients),
-            None => format!("the collapse scenario, {} calls", first.clients),
+            None => format!("the {} scenario, {} calls", first.scenario, first.clients),
         };
         let _ = writeln!(
             svg,

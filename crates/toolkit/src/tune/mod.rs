@@ -7,15 +7,17 @@
 //! (common random numbers), so that two candidates differ by their
 //! settings and not by their luck:
 //! 1. a coarse grid of backoff shapes ([`space::grid`]), each run on the
-//!    first seed of every outage;
-//! 2. the best few of the grid, and the current policy's own settings, run
+//!    first seed of the family's middle outage, and the best dozen of those
+//!    on the first seed of every outage;
+//! 2. the best few of those, and the current policy's own settings, run
 //!    on every seed;
-//! 3. from the best of those, a local search that moves one setting a rung
-//!    at a time ([`space::neighbours`]) while a move improves the score.
-//!    Each round races the moves: all run on the first seed, and only those
-//!    that come within [`RACE_SLACK`] of the incumbent there run on every
-//!    seed (most moves of a round are clearly worse, and a run of a herd of
-//!    thousands is what a tune spends its time on).
+//! 3. from each of those, a local search that moves one setting a rung at
+//!    a time ([`space::neighbours`]) while a move improves the score. Each
+//!    round races the moves: all run on the first seed, and only those that
+//!    rank better than the incumbent there, or are nearly as far within the
+//!    bounds with less waste, run on every seed (most moves of a round are
+//!    clearly worse, and a run of a herd of thousands is what a tune spends
+//!    its time on).
 //!
 //! The search holds candidates to half the stated share of give-ups, so
 //! that what it recommends keeps the bound on other seeds too. Then, among
@@ -30,7 +32,7 @@ mod space;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use stormguard_core::policy::RetryPolicy;
@@ -56,9 +58,6 @@ pub const GAVE_UP_MARGIN: f64 = 0.5;
 pub const NEAR: f64 = 0.10;
 /// Candidates tried on the neighbouring fleets at most, the best first.
 const MAX_ALTERNATIVES: usize = 4;
-/// How much more waste than the incumbent's a move may show on the first
-/// seed and still be run on every seed.
-pub const RACE_SLACK: f64 = 0.0;
 /// How much further outside the bounds than the incumbent a move may be on
 /// the first seed and still be run on every seed: one seed's share of
 /// give-ups is noisy near the bound (0.6 % on one seed, 0.4 % on five).
@@ -72,7 +71,7 @@ pub struct Request {
     pub service: Option<(String, String)>,
     /// The policy to improve on.
     pub current: RetryPolicy,
-    /// Clients, capacity, spread and the first seed; each outage of
+    /// The herd, its fleet, spread and the first seed; each outage of
     /// `outages` replaces its outage in turn.
     pub scenario: Scenario,
     /// The outage family.
@@ -121,7 +120,7 @@ pub struct Tuning {
     /// the gate on: it needs the client library's gate, which not every
     /// caller has.
     pub without_gate: Option<Candidate>,
-    /// Policies tried: the grid's, run on one seed, and the rest, on all.
+    /// Distinct policies tried, on one outage and seed or more.
     pub searched: usize,
 }
 
@@ -133,7 +132,7 @@ pub const MAX_CLIENTS: u32 = 100_000;
 pub struct Progress {
     /// What it is doing.
     pub stage: Stage,
-    /// Policies run so far, on the first seed or on every seed.
+    /// Distinct policies run so far, on one outage and seed or more.
     pub searched: usize,
     /// Policies in the coarse grid.
     pub grid: usize,
@@ -196,7 +195,7 @@ pub fn tune(request: &Request, progress: &dyn Fn(Progress)) -> Result<Tuning, St
         bounds: &with_margin,
         seen: HashMap::new(),
         raced: HashMap::new(),
-        quick_runs: 0,
+        tried: HashSet::new(),
         progress,
         stage: Stage::Grid,
         grid: 0,
@@ -225,7 +224,7 @@ pub fn tune(request: &Request, progress: &dyn Fn(Progress)) -> Result<Tuning, St
     let recommended = search.holding(better(best, &current), &current, &around, |_| true);
     let without_gate =
         without_gate.map(|c| search.holding(better(c, &current), &current, &around, |k| !k.gate));
-    let searched = search.seen.len() + search.quick_runs;
+    let searched = search.tried.len();
     Ok(Tuning {
         request: request.clone(),
         bounds,
@@ -234,6 +233,14 @@ pub fn tune(request: &Request, progress: &dyn Fn(Progress)) -> Result<Tuning, St
         recommended,
         without_gate,
     })
+}
+
+impl Tuning {
+    /// Whether `c` keeps the bounds asked for on every outage (the search
+    /// held candidates to tighter ones, with a margin on give-ups).
+    pub fn keeps_bounds(&self, c: &Candidate) -> bool {
+        Score::of_figures(&c.figures, &self.bounds).feasible()
+    }
 }
 
 /// Better first; the knobs break ties, so that a search's result does not
@@ -259,8 +266,8 @@ struct Search<'a> {
     seen: HashMap<[u64; 8], Option<Candidate>>,
     /// Every move raced on the first seed, by its knobs, with its score there.
     raced: HashMap<[u64; 8], Option<Score>>,
-    /// Candidates run on one seed only (the grid).
-    quick_runs: usize,
+    /// Every policy run, on one outage and seed or more, by its knobs.
+    tried: HashSet<[u64; 8]>,
     progress: &'a dyn Fn(Progress),
     stage: Stage,
     /// Policies in the coarse grid.
@@ -272,7 +279,7 @@ impl Search<'_> {
     fn report(&self) {
         (self.progress)(Progress {
             stage: self.stage,
-            searched: self.seen.len() + self.quick_runs,
+            searched: self.tried.len(),
             grid: self.grid,
         });
     }
@@ -394,7 +401,7 @@ impl Search<'_> {
         }
         let policies: Vec<RetryPolicy> = fresh.iter().map(|k| k.apply(self.base)).collect();
         let scored = self.family.score_all(&policies, 1, self.bounds);
-        self.quick_runs += fresh.len();
+        self.tried.extend(fresh.iter().map(Knobs::key));
         for (knobs, scored) in fresh.iter().zip(scored) {
             self.raced.insert(knobs.key(), scored.map(|(_, score)| score));
         }
@@ -423,7 +430,7 @@ impl Search<'_> {
         };
         let policies: Vec<RetryPolicy> = grid.iter().map(|k| k.apply(self.base)).collect();
         let scored = one.score_all(&policies, 1, &bounds);
-        self.quick_runs += grid.len();
+        self.tried.extend(grid.iter().map(Knobs::key));
         let mut ranked: Vec<(Knobs, Score)> = grid
             .into_iter()
             .zip(scored)
@@ -444,6 +451,7 @@ impl Search<'_> {
         }
         let policies: Vec<RetryPolicy> = fresh.iter().map(|k| k.apply(self.base)).collect();
         let scored = self.family.score_all(&policies, self.family.seeds, self.bounds);
+        self.tried.extend(fresh.iter().map(Knobs::key));
         for ((knobs, policy), scored) in fresh.into_iter().zip(policies).zip(scored) {
             let candidate = scored.map(|(figures, score)| Candidate {
                 knobs,

@@ -74,7 +74,7 @@ impl Neighbour {
     }
 }
 
-/// `policy` on each of `neighbours`; `None` if the policy is invalid.
+/// `policy` on each of `neighbours` (no figures, and no bounds kept, if it is invalid).
 pub fn judge(neighbours: &[Neighbour], policy: &RetryPolicy) -> Vec<OnNeighbour> {
     let tasks: Vec<(usize, usize, u32)> = neighbours
         .iter()

@@ -7,7 +7,7 @@ use std::fmt::Write;
 use serde::Serialize;
 use stormguard_core::policy::{GoDuration, Jitter, RetryPolicy};
 
-use super::{Bounds, Candidate, Figures, OnNeighbour, Score, Tuning};
+use super::{Bounds, Candidate, Figures, OnNeighbour, Tuning};
 use crate::sim::{small_multiples, Fleet};
 use crate::text::columns;
 
@@ -137,14 +137,14 @@ fn advice(t: &Tuning) -> String {
     let mut out = String::new();
     if t.recommended.knobs == t.current.knobs && t.recommended.policy == t.current.policy {
         out.push_str("\nno policy found that does better within the bounds: keep the current one\n");
-        if !t.current.score.feasible() {
+        if !t.keeps_bounds(&t.current) {
             out.push_str(
                 "(the current policy itself breaks the bounds; loosen --max-p99 or --max-gave-up)\n",
             );
         }
         return out;
     }
-    if !t.recommended.score.feasible() {
+    if !t.keeps_bounds(&t.recommended) {
         out.push_str("\nno policy found keeps every bound; the closest:\n");
     }
     let _ = write!(out, "\nrecommended, {}", placement(t));
@@ -283,7 +283,7 @@ struct Side<'a> {
 fn side<'a>(t: &Tuning, c: &'a Candidate, complete: bool) -> Side<'a> {
     Side {
         figures: &c.figures,
-        within_bounds: Score::of_figures(&c.figures, &t.bounds).feasible(),
+        within_bounds: t.keeps_bounds(c),
         settings: changes(&t.current.policy, &c.policy, complete),
         neighbours: &c.neighbours,
     }

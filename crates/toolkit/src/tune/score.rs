@@ -176,14 +176,8 @@ impl Family {
         }
     }
 
-    /// Scores `policy`: its figures over the first `seeds` seeds, ranked against `bounds`.
-    pub fn score(&self, policy: &RetryPolicy, seeds: u32, bounds: &Bounds) -> Option<(Vec<Figures>, Score)> {
-        let figures = self.figures(policy, seeds)?;
-        let score = Score::of_figures(&figures, bounds);
-        Some((figures, score))
-    }
-
-    /// [`score`](Self::score) for each of `policies`, on every core: each
+    /// The figures of each of `policies` over the first `seeds` seeds, and
+    /// their score against `bounds`, on every core: each
     /// run is a task of its own, so that a handful of policies keeps every
     /// core busy too.
     pub fn score_all(
