@@ -179,6 +179,12 @@ struct SimulateArgs {
     /// Add the library's retry budget (default settings) to each strategy.
     #[arg(long)]
     budget: bool,
+    /// Add the library's retry budget (default settings) with its floor the
+    /// fleet's (minRetriesPerSecond for all the processes together): the
+    /// daemon divides it among the processes by their requests, each report
+    /// interval (10 s), a --feedback-delay after each report.
+    #[arg(long)]
+    fleet_budget: bool,
     /// Add the library's circuit breaker (default settings) to each strategy.
     #[arg(long)]
     breaker: bool,
@@ -621,6 +627,7 @@ fn simulate(mut args: SimulateArgs) -> ExitCode {
             gate: args.gate,
             fleet: args.fleet,
             gates_alone: args.no_fleet_pacing,
+            fleet_budget: args.fleet_budget,
             max_retries: args.max_retries,
             per_try_timeout: args.per_try_timeout,
         },

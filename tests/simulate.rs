@@ -453,6 +453,24 @@ fn the_errors_scenario_shows_per_process_budgets_binding_for_one_process_and_nev
         "200 floors of 10 a second never bind: {many} against {unbudgeted}"
     );
 
+    let (fleet, run) = errors_run(&["--processes", "200", "--fleet-budget"]);
+    assert_eq!(run["strategy"], "full-jitter+fleet-budget+max3");
+    assert!(
+        fleet <= one * 1.10,
+        "one floor for the fleet, divided by the daemon: {fleet} against one process's {one}"
+    );
+    let requests: Vec<f64> = run["requests_per_second"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_f64().unwrap())
+        .collect();
+    let settled = requests[11..60].iter().sum::<f64>() / (49.0 * 200.0);
+    assert!(
+        (settled / one - 1.0).abs() < 0.05,
+        "once the first report is answered (at 10 s) the fleet retries as one process: {settled} against {one}"
+    );
+
     let misplaced = simulate(&["--rate", "200"]);
     assert_eq!(misplaced.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&misplaced.stderr).contains("--scenario errors"));

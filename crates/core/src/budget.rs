@@ -40,7 +40,10 @@ const SLOTS: usize = 10;
 #[derive(Debug)]
 pub struct RetryBudget {
     ratio: f64,
-    reserve: f64,
+    /// `minRetriesPerSecond × ttl`, as `f64` bits: a fleet-scoped budget's
+    /// share of the floor is set from outside the call path.
+    reserve: AtomicU64,
+    ttl_seconds: f64,
     slot_nanos: u64,
     start: Instant,
     slots: [Slot; SLOTS],
@@ -119,7 +122,8 @@ impl RetryBudget {
         let ttl = policy.ttl.max(Duration::from_millis(SLOTS as u64));
         Self {
             ratio: policy.retry_ratio.max(0.0),
-            reserve: f64::from(policy.min_retries_per_second) * ttl.as_secs_f64(),
+            reserve: AtomicU64::new((f64::from(policy.min_retries_per_second) * ttl.as_secs_f64()).to_bits()),
+            ttl_seconds: ttl.as_secs_f64(),
             slot_nanos: u64::try_from((ttl / SLOTS as u32).as_nanos())
                 .unwrap_or(u64::MAX)
                 .max(1),
@@ -176,8 +180,16 @@ impl RetryBudget {
         }
     }
 
+    /// Sets the retries always allowed per second: a fleet-scoped budget's
+    /// share of the fleet's floor. Negative or not a number counts as 0.
+    pub fn set_min_retries_per_second(&self, per_second: f64) {
+        let per_second = if per_second > 0.0 { per_second } else { 0.0 };
+        self.reserve
+            .store((per_second * self.ttl_seconds).to_bits(), Relaxed);
+    }
+
     fn allowance(&self, requests: u64) -> f64 {
-        self.reserve + self.ratio * requests as f64
+        f64::from_bits(self.reserve.load(Relaxed)) + self.ratio * requests as f64
     }
 
     /// The window step at `now`. In whole nanoseconds: a u128 division would
@@ -303,6 +315,18 @@ mod tests {
         tokio::time::advance(Duration::from_secs(10)).await;
         assert_eq!(b.snapshot().requests, 0, "everything expired");
         assert_eq!(spend(&b), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_floor_set_from_outside_replaces_the_policys() {
+        let b = budget(0.0, 10);
+        assert_eq!(spend(&b), 100, "10 a second over the 10 s window");
+        tokio::time::advance(Duration::from_secs(11)).await;
+        b.set_min_retries_per_second(0.5);
+        assert_eq!(spend(&b), 5, "the fleet's part: half a retry a second");
+        tokio::time::advance(Duration::from_secs(11)).await;
+        b.set_min_retries_per_second(f64::NAN);
+        assert_eq!(spend(&b), 0, "nonsense counts as no floor");
     }
 
     /// Eight OS threads spend one budget at once: the allowance holds, give

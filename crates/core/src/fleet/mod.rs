@@ -26,9 +26,12 @@
 //! the controller then divides its part of the fleet's rate, and falls
 //! back to its own rate law when the store stops answering.
 //!
+//! A fleet-scoped retry budget's floor is divided here too ([`floor`]).
+//!
 //! Pure and time-injectable (`_at`), like the gate, so the simulator runs
 //! this very code with a feedback delay.
 
+pub mod floor;
 mod law;
 pub mod share;
 pub mod shared;

@@ -23,6 +23,7 @@ use stormguard_core::retry::{GaveUp, Verdict};
 use tokio::time::Instant;
 
 use super::collapse::{Busy, Next};
+use super::fleet_budget::FleetBudget;
 use super::replicas::{self, Replicas};
 use super::scenario::Scenario;
 use super::strategy::Strategy;
@@ -198,6 +199,8 @@ struct World<'a> {
     replicas: Option<Replicas<'a>>,
     /// The collapse scenario's server and requests.
     busy: Option<Busy>,
+    /// The daemon's division of a fleet-scoped budget's floor.
+    fleet_budget: Option<FleetBudget>,
     queue: Queue,
     server: Server,
     rng: SmallRng,
@@ -284,6 +287,10 @@ impl<'a> World<'a> {
             replicas: strategy.fleet.then(|| Replicas::new(scenario, &strategy.policy)),
             clients,
             busy: scenario.collapse.map(Busy::new),
+            fleet_budget: strategy.fleet_budget.then(|| {
+                let floor = f64::from(strategy.policy.budget.min_retries_per_second);
+                FleetBudget::new(floor, processes, scenario.feedback_delay)
+            }),
             queue,
             server: Server {
                 // The errors scenario's dependency never runs out of capacity.
@@ -340,6 +347,7 @@ impl<'a> World<'a> {
             if t > horizon || self.outcome.events >= max_events {
                 break;
             }
+            self.divide_budget_floor(t);
             self.handle(t, client);
         }
         let unfinished = self
@@ -348,6 +356,19 @@ impl<'a> World<'a> {
             .filter(|c| c.due.is_some() || c.ticket.is_some() || c.in_flight.is_some())
             .count();
         self.finish(unfinished)
+    }
+
+    /// With a fleet-scoped budget: the daemon's rounds due by `t`, and the
+    /// parts they hand the processes.
+    fn divide_budget_floor(&mut self, t: u64) {
+        let Some(parts) = self.fleet_budget.as_mut().and_then(|b| b.tick(t)) else {
+            return;
+        };
+        for (process, part) in self.processes.iter().zip(parts) {
+            if let Some(budget) = process.guard.budget() {
+                budget.set_min_retries_per_second(part);
+            }
+        }
     }
 
     fn at(&self, t: u64) -> Instant {
@@ -495,6 +516,11 @@ impl<'a> World<'a> {
         let now = self.at(t);
         let client = &mut self.clients[id as usize];
         let process = &mut self.processes[client.process];
+        if client.call.is_none() {
+            if let Some(budget) = &mut self.fleet_budget {
+                budget.count(client.process);
+            }
+        }
         let call = client
             .call
             .get_or_insert_with(|| Call::begin_at(&process.guard, now, None));

@@ -122,6 +122,9 @@ pub struct Strategy {
     pub max_retries: u32,
     /// Whether the processes' gates are paced by the daemon's fleet controller.
     pub fleet: bool,
+    /// Whether the budget's floor is the fleet's, divided among the
+    /// processes by the daemon.
+    pub fleet_budget: bool,
 }
 
 /// Changes applied on top of a strategy: the library's budget and breaker, a retry cap.
@@ -140,6 +143,9 @@ pub struct Modifiers {
     /// never ask the daemon for pace do; else it paces through the daemon
     /// (see [`deployed`](super::deployed)).
     pub gates_alone: bool,
+    /// Turn on the retry budget as `budget` does, with its floor the
+    /// fleet's: divided among the processes by the (simulated) daemon.
+    pub fleet_budget: bool,
     /// Give up after this many retries.
     pub max_retries: Option<u32>,
     /// Time each attempt out after this long.
@@ -162,12 +168,17 @@ impl Strategy {
         modifiers: Modifiers,
     ) -> Result<Self, InvalidPolicy> {
         let mut label = label.to_string();
-        if modifiers.budget && !policy.budget.enabled {
+        if (modifiers.budget || modifiers.fleet_budget) && !policy.budget.enabled {
             policy.budget = BudgetPolicy {
                 enabled: true,
                 ..BudgetPolicy::default()
             };
-            label.push_str("+budget");
+            if !modifiers.fleet_budget {
+                label.push_str("+budget");
+            }
+        }
+        if modifiers.fleet_budget {
+            label.push_str("+fleet-budget");
         }
         if modifiers.breaker && !policy.circuit_breaker.enabled {
             policy.circuit_breaker = CircuitBreakerPolicy {
@@ -202,6 +213,7 @@ impl Strategy {
             policy: policy.try_into()?,
             max_retries,
             fleet: modifiers.fleet,
+            fleet_budget: modifiers.fleet_budget,
         })
     }
 }
