@@ -259,6 +259,7 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
         metrics,
         reports,
         fleet: fleet.clone(),
+        budgets: Arc::new(crate::fleet_budget::FleetBudgets::new(pace_store.is_some())),
         admin,
         limits: config.limits,
         long_polls,

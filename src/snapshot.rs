@@ -15,7 +15,7 @@ use axum::http::HeaderValue;
 use bytes::Bytes;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use stormguard_core::policy::{PolicyDocument, ResolvedPolicy, RetryPolicy};
+use stormguard_core::policy::{BudgetPolicy, PolicyDocument, ResolvedPolicy, RetryPolicy};
 use stormguard_core::wire::SelectedPolicy;
 use tokio::sync::watch;
 
@@ -76,6 +76,7 @@ pub struct PolicySnapshot {
 struct ServiceAnswers {
     alone: Served,
     entry: Bytes,
+    budget: BudgetPolicy,
 }
 
 impl ServiceAnswers {
@@ -89,6 +90,7 @@ impl ServiceAnswers {
         Self {
             alone,
             entry: Bytes::from(entry),
+            budget: resolved.policy.budget.clone(),
         }
     }
 }
@@ -138,6 +140,11 @@ impl PolicySnapshot {
     /// The prepared response for `service`; the defaults for a service not in the file.
     pub fn service(&self, service: &str) -> &Served {
         &self.answers(service).alone
+    }
+
+    /// `service`'s resolved retry budget; the defaults' for a service not in the file.
+    pub fn budget(&self, service: &str) -> &BudgetPolicy {
+        &self.answers(service).budget
     }
 
     fn answers(&self, service: &str) -> &ServiceAnswers {

@@ -285,3 +285,45 @@ async fn a_store_behind_tls_is_reached_with_its_ca_and_refused_without() {
     );
     assert_eq!(refused.kind(), "tls");
 }
+
+#[tokio::test]
+async fn each_replica_hears_what_the_others_processes_claim_until_one_goes_quiet() {
+    use stormguard_core::fleet::floor::Claims;
+    let Some(redis) = Redis::start(None) else { return };
+    let (a, b, c) = (replica(&redis, "a"), replica(&redis, "b"), replica(&redis, "c"));
+    let window = Duration::from_millis(300);
+    let claims = |requests_per_second, processes| Claims {
+        requests_per_second,
+        processes,
+    };
+    assert_eq!(
+        a.share_claims("payments", claims(120.5, 3), window)
+            .await
+            .unwrap(),
+        claims(0.0, 0),
+        "nobody else yet"
+    );
+    b.share_claims("payments", claims(80.0, 2), window).await.unwrap();
+    assert_eq!(
+        c.share_claims("payments", claims(1.0, 1), window).await.unwrap(),
+        claims(200.5, 5)
+    );
+    assert_eq!(
+        a.share_claims("payments", claims(100.0, 3), window)
+            .await
+            .unwrap(),
+        claims(81.0, 3),
+        "its own word is replaced, not added"
+    );
+    assert_eq!(
+        a.share_claims("orders", claims(5.0, 1), window).await.unwrap(),
+        claims(0.0, 0),
+        "claims are per dependency"
+    );
+    tokio::time::sleep(window + Duration::from_millis(100)).await;
+    assert_eq!(
+        b.share_claims("payments", claims(80.0, 2), window).await.unwrap(),
+        claims(0.0, 0),
+        "quiet replicas no longer count"
+    );
+}

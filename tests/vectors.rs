@@ -108,24 +108,41 @@ fn vectors() -> Value {
 const BUDGET: &str = "clients/vectors/budget.json";
 
 /// Retry budgets (Finagle's) fed the same deposits and retries at the same
-/// times: each retry's verdict, for every client to reproduce.
+/// times: each retry's verdict, for every client to reproduce. A
+/// fleet-scoped budget's scenario also hands it the daemon's answers (its
+/// part of the floor, the processes sharing it) and the reports it could
+/// not deliver, which it takes as its floor as `LocalFloor` says.
 fn budget_vectors() -> Value {
     use rand::{Rng, SeedableRng};
     use stormguard_core::budget::RetryBudget;
-    use stormguard_core::policy::BudgetPolicy;
+    use stormguard_core::fleet::floor::{LocalFloor, Part};
+    use stormguard_core::policy::{BudgetPolicy, BudgetScope};
     use tokio::time::Instant;
 
-    let policies = [(0.2, 1, 10_000), (0.5, 0, 1_000), (0.1, 2, 60_000), (0.2, 0, 5)];
+    let process = BudgetScope::Process;
+    let fleet = BudgetScope::Fleet;
+    let policies = [
+        (0.2, 1, 10_000, process),
+        (0.5, 0, 1_000, process),
+        (0.1, 2, 60_000, process),
+        (0.2, 0, 5, process),
+        (0.2, 10, 10_000, fleet),
+        (0.05, 3, 2_000, fleet),
+    ];
+    // Parts a daemon hands out: shares of a fleet, more than the floor, less than nothing.
+    let answers = [(0.05, 200), (2.5, 4), (0.0, 12), (50.0, 1), (-1.0, 3), (1.0, 10)];
     let mut scenarios = Vec::new();
-    for (seed, (ratio, floor, ttl_ms)) in policies.into_iter().enumerate() {
+    for (seed, (ratio, floor, ttl_ms, scope)) in policies.into_iter().enumerate() {
         let policy = BudgetPolicy {
             enabled: true,
             retry_ratio: ratio,
             min_retries_per_second: floor,
             ttl: Duration::from_millis(ttl_ms),
+            scope,
         };
         let t0 = Instant::now();
         let budget = RetryBudget::new_at(&policy, t0);
+        let mut local = LocalFloor::new(f64::from(floor));
         let mut rng = rand::rngs::SmallRng::seed_from_u64(seed as u64);
         let step = (ttl_ms * 1_000_000 / 10).max(1_000_000);
         let mut at = 0u64;
@@ -133,7 +150,19 @@ fn budget_vectors() -> Value {
         for _ in 0..400 {
             at += rng.random_range(0..step / 2);
             let now = t0 + Duration::from_nanos(at);
-            if rng.random_bool(0.5) {
+            if scope == fleet && rng.random_bool(0.05) {
+                if rng.random_bool(0.7) {
+                    let (per_second, processes) = answers[rng.random_range(0..answers.len())];
+                    budget.set_min_retries_per_second(local.answered(Part {
+                        per_second,
+                        processes,
+                    }));
+                    ops.push(json!(["answer", at, per_second, processes]));
+                } else {
+                    budget.set_min_retries_per_second(local.unreachable());
+                    ops.push(json!(["unreachable", at]));
+                }
+            } else if rng.random_bool(0.5) {
                 budget.deposit_at(now);
                 ops.push(json!(["deposit", at]));
             } else {
@@ -144,11 +173,12 @@ fn budget_vectors() -> Value {
             "retryRatio": ratio,
             "minRetriesPerSecond": floor,
             "ttlNanos": ttl_ms * 1_000_000,
+            "scope": scope.name(),
             "ops": ops,
         }));
     }
     json!({
-        "about": "stormguard-core's retry budget: for each scenario, a budget created at time 0 and fed `deposit` (a first attempt) and `retry` (a retry asking the budget, with the verdict core gave) at the given nanoseconds. Regenerate with STORMGUARD_WRITE_VECTORS=1 cargo test --test vectors.",
+        "about": "stormguard-core's retry budget: for each scenario, a budget created at time 0 and fed `deposit` (a first attempt) and `retry` (a retry asking the budget, with the verdict core gave) at the given nanoseconds. A fleet-scoped budget also gets `answer` (the daemon's answer to a report: this process's part of the floor in retries a second, and the processes sharing it) and `unreachable` (a report not delivered); its floor is the part, at most the configured floor and at least 0, or while unreachable the configured floor divided by the processes last heard of (the whole floor before any answer). Regenerate with STORMGUARD_WRITE_VECTORS=1 cargo test --test vectors.",
         "scenarios": scenarios,
     })
 }

@@ -19,8 +19,11 @@
 //!
 //! The store also keeps what must be one across replicas about reporting
 //! instances (`instances.rs`): who owns each, and which report batches
-//! were counted. When it cannot be reached, each replica decides alone.
+//! were counted; and what each replica's processes claim of a fleet-scoped
+//! retry budget (`claims.rs`). When it cannot be reached, each replica
+//! decides alone.
 
+mod claims;
 mod instances;
 pub mod share;
 
@@ -114,6 +117,7 @@ pub struct PaceStore {
     publish: Script,
     bind: Script,
     batch: Script,
+    claims: Script,
 }
 
 /// What the daemon needs besides the address to reach the store.
@@ -160,6 +164,7 @@ impl PaceStore {
             publish: Script::new(include_str!("publish.lua")),
             bind: Script::new(include_str!("bind.lua")),
             batch: Script::new(include_str!("batch.lua")),
+            claims: Script::new(include_str!("claims.lua")),
         })
     }
 

@@ -33,6 +33,7 @@ pub use admin::{AdminAuth, AdminToken, TokenFile};
 pub use error::ApiError;
 
 use crate::fleet::Fleet;
+use crate::fleet_budget::FleetBudgets;
 use crate::identity::{Bindings, Callers};
 use crate::metrics::DaemonMetrics;
 use crate::pace_store::PaceStore;
@@ -85,6 +86,8 @@ pub struct Shared {
     pub reports: Arc<ClientMetrics>,
     /// The paced dependencies.
     pub fleet: Arc<Fleet>,
+    /// The fleet-scoped retry budgets' floors, divided.
+    pub budgets: Arc<FleetBudgets>,
     /// The admin bearer token, or none (the admin API answers 403).
     pub admin: AdminAuth,
     /// Request bounds.
@@ -234,6 +237,7 @@ async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
     let now = tokio::time::Instant::now();
     body.extend_from_slice(state.reports.encode(now).as_bytes());
     body.extend_from_slice(&state.fleet.encode(now));
+    body.extend_from_slice(&state.budgets.encode(now));
     let content_type = HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
     ([(header::CONTENT_TYPE, content_type)], body)
 }

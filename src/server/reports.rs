@@ -5,14 +5,20 @@
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::{Extension, Json};
-use stormguard_core::wire::ReportAnswer;
+use std::collections::BTreeMap;
+
+use stormguard_core::fleet::floor::KEPT_AT_LEAST;
+
+use stormguard_core::wire::{FloorPart, Report, ReportAnswer};
 use tokio::time::Instant;
 
 use super::body::LimitedBody;
 use super::caller;
 use super::error::ApiError;
 use super::{AppState, Peer, Shared};
+use crate::fleet_budget::{first_tries, is_fleet_scoped};
 use crate::reports::{decode_body, Batch};
+use crate::snapshot::PolicySnapshot;
 
 /// 202 with what was counted, what was refused and what the cardinality
 /// guard folded; 400 naming the bad field when nothing in the body can be
@@ -61,13 +67,61 @@ pub async fn receive(
         .iter()
         .map(|report| state.reports.ingest(report, listed, now))
         .collect();
+    let fleet_budgets = divide_floors(&state, &decoded.reports, &snapshot, now).await;
     let answer = ReportAnswer {
         accepted: decoded.reports.len(),
         duplicate: false,
         rejected: decoded.rejected,
         folded,
+        fleet_budgets,
     };
     Ok((StatusCode::ACCEPTED, Json(answer)))
+}
+
+/// Each reporting process's part of the floor of every fleet-scoped budget
+/// it reported about, after sharing what this replica's processes claim
+/// with the other replicas where it is time to.
+async fn divide_floors(
+    state: &Shared,
+    reports: &[Report<'_>],
+    snapshot: &PolicySnapshot,
+    now: Instant,
+) -> BTreeMap<String, FloorPart> {
+    let scoped: Vec<&Report<'_>> = reports
+        .iter()
+        .filter(|report| is_fleet_scoped(snapshot.budget(&report.service)))
+        .collect();
+    let mut due = Vec::new();
+    for report in &scoped {
+        let budget = snapshot.budget(&report.service);
+        if let Some(mine) = state.budgets.report(
+            &report.service,
+            &report.instance,
+            first_tries(report),
+            budget,
+            now,
+        ) {
+            due.push((&*report.service, mine));
+        }
+    }
+    if let Some(store) = &state.pace_store {
+        let shared = due.iter().map(|(service, mine)| async move {
+            let others = store.share_claims(service, *mine, KEPT_AT_LEAST).await;
+            if let Err(error) = &others {
+                state.fleet.store_failed(error.kind());
+                tracing::debug!("{error}; {service}'s retry budget floor divided by this replica's word");
+            }
+            state.budgets.heard(service, others.ok(), now);
+        });
+        futures_util::future::join_all(shared).await;
+    }
+    scoped
+        .iter()
+        .filter_map(|report| {
+            let part = state.budgets.part(&report.service, &report.instance, now)?;
+            Some((report.service.to_string(), FloorPart::from(part)))
+        })
+        .collect()
 }
 
 /// Whether batch `sequence` of `instance` was counted before: by this

@@ -3,10 +3,15 @@
 // ten steps, retries may be at most RetryRatio of the requests plus
 // MinRetriesPerSecond × TTL. Times are nanoseconds since the budget's
 // creation on a clock that does not go back.
+//
+// A fleet-scoped budget's MinRetriesPerSecond is the whole fleet's: the
+// daemon divides it among the processes, and LocalFloor says which floor a
+// process applies, from the daemon's answers, with SetMinRetriesPerSecond.
 package budget
 
 import (
 	"errors"
+	"math"
 	"sync"
 	"time"
 )
@@ -18,12 +23,16 @@ const (
 
 // Budget is shared by every call to one dependency.
 type Budget struct {
-	mu        sync.Mutex
-	ratio     float64
-	reserve   float64
-	slotNanos uint64
-	requests  [slots]count
-	retries   [slots]count
+	mu      sync.Mutex
+	ratio   float64
+	reserve float64
+	ttl     time.Duration
+	// configured is MinRetriesPerSecond as set; fleet, whether it is the fleet's.
+	configured float64
+	fleet      bool
+	slotNanos  uint64
+	requests   [slots]count
+	retries    [slots]count
 	// Denied counts the retries refused.
 	Denied uint64
 }
@@ -48,9 +57,11 @@ func New(retryRatio float64, minRetriesPerSecond uint32, ttl time.Duration) (*Bu
 		slotNanos = 1
 	}
 	return &Budget{
-		ratio:     retryRatio,
-		reserve:   float64(minRetriesPerSecond) * ttl.Seconds(),
-		slotNanos: slotNanos,
+		ratio:      retryRatio,
+		reserve:    float64(minRetriesPerSecond) * ttl.Seconds(),
+		ttl:        ttl,
+		configured: float64(minRetriesPerSecond),
+		slotNanos:  slotNanos,
 	}, nil
 }
 
@@ -81,6 +92,32 @@ func (b *Budget) TryRetry(now uint64) bool {
 	return false
 }
 
+// ScopeToFleet marks b's MinRetriesPerSecond as the fleet's floor, which
+// the daemon divides among the processes (the policy's budget.scope:
+// fleet): a reporter tracking b then sets b's floor from the daemon's
+// answers. Call it before b is shared.
+func (b *Budget) ScopeToFleet() {
+	b.fleet = true
+}
+
+// FleetFloor is b's configured MinRetriesPerSecond and whether it is the
+// fleet's (ScopeToFleet).
+func (b *Budget) FleetFloor() (configured float64, fleet bool) {
+	return b.configured, b.fleet
+}
+
+// SetMinRetriesPerSecond sets the retries always allowed per second: a
+// fleet-scoped budget's part of the fleet's floor. Below 0 or not a number
+// counts as 0.
+func (b *Budget) SetMinRetriesPerSecond(perSecond float64) {
+	if !(perSecond > 0) {
+		perSecond = 0
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.reserve = perSecond * b.ttl.Seconds()
+}
+
 // Refused is the number of retries refused so far (Denied, read under the
 // budget's lock, so it may be called while other calls use the budget).
 func (b *Budget) Refused() uint64 {
@@ -104,4 +141,41 @@ func (c *count) live(step uint64) uint64 {
 		return c.n
 	}
 	return 0
+}
+
+// LocalFloor is a process's floor under a fleet-scoped budget: the part the
+// daemon last gave it, or, while the daemon cannot be reached, the
+// configured floor divided by the fleet size it last heard (the whole floor
+// if it never heard one). Never more than the configured floor.
+type LocalFloor struct {
+	configured float64
+	processes  uint64
+}
+
+// NewLocalFloor is the floor of a budget whose MinRetriesPerSecond is configured.
+func NewLocalFloor(configured float64) LocalFloor {
+	return LocalFloor{configured: math.Max(configured, 0)}
+}
+
+// Initial is the floor before the daemon has answered: the whole configured one.
+func (f *LocalFloor) Initial() float64 {
+	return f.configured
+}
+
+// Answered takes the daemon's answer (this process's part, the processes
+// sharing the floor) and says the floor to apply.
+func (f *LocalFloor) Answered(perSecond float64, processes uint64) float64 {
+	f.processes = processes
+	if math.IsNaN(perSecond) {
+		return f.Unreachable()
+	}
+	return math.Min(math.Max(perSecond, 0), f.configured)
+}
+
+// Unreachable is the floor to apply while reports cannot be delivered.
+func (f *LocalFloor) Unreachable() float64 {
+	if f.processes == 0 {
+		return f.configured
+	}
+	return f.configured / float64(f.processes)
 }

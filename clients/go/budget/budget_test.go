@@ -18,25 +18,42 @@ func TestEveryVerdictIsCores(t *testing.T) {
 			RetryRatio          float64             `json:"retryRatio"`
 			MinRetriesPerSecond uint32              `json:"minRetriesPerSecond"`
 			TTLNanos            int64               `json:"ttlNanos"`
+			Scope               string              `json:"scope"`
 			Ops                 [][]json.RawMessage `json:"ops"`
 		} `json:"scenarios"`
 	}
 	if err := json.Unmarshal(text, &file); err != nil {
 		t.Fatal(err)
 	}
-	refused := 0
+	refused, answers, fleets := 0, 0, 0
 	for i, s := range file.Scenarios {
 		b, err := New(s.RetryRatio, s.MinRetriesPerSecond, time.Duration(s.TTLNanos))
 		if err != nil {
 			t.Fatal(err)
 		}
+		if s.Scope == "fleet" {
+			fleets++
+		}
+		floor := NewLocalFloor(float64(s.MinRetriesPerSecond))
 		for _, op := range s.Ops {
 			var kind string
 			var at uint64
 			json.Unmarshal(op[0], &kind)
 			json.Unmarshal(op[1], &at)
-			if kind == "deposit" {
+			switch kind {
+			case "deposit":
 				b.Deposit(at)
+				continue
+			case "answer":
+				var part float64
+				var processes uint64
+				json.Unmarshal(op[2], &part)
+				json.Unmarshal(op[3], &processes)
+				b.SetMinRetriesPerSecond(floor.Answered(part, processes))
+				answers++
+				continue
+			case "unreachable":
+				b.SetMinRetriesPerSecond(floor.Unreachable())
 				continue
 			}
 			var want bool
@@ -49,8 +66,8 @@ func TestEveryVerdictIsCores(t *testing.T) {
 			}
 		}
 	}
-	if refused == 0 {
-		t.Fatal("no scenario refuses a retry")
+	if refused == 0 || answers == 0 || fleets == 0 {
+		t.Fatalf("the vectors must refuse retries (%d) and hold fleet scenarios (%d) with answers (%d)", refused, fleets, answers)
 	}
 }
 

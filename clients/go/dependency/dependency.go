@@ -109,6 +109,7 @@ type budgetSettings struct {
 	ratio     float64
 	perSecond uint32
 	ttl       time.Duration
+	fleet     bool
 }
 
 // guard is the current policy, breaker, budget and gate, with their
@@ -169,7 +170,7 @@ func (d *Dependency) rebuild(etag string) {
 		d.breaker, d.breakerPolicy, d.breakerBorn = b, cb, now
 	}
 	ratio, perSecond, ttl, enabled := p.Budget()
-	settings := budgetSettings{ratio, perSecond, ttl}
+	settings := budgetSettings{ratio, perSecond, ttl, p.BudgetFleetScoped()}
 	switch {
 	case !enabled:
 		d.budget = nil
@@ -177,6 +178,8 @@ func (d *Dependency) rebuild(etag string) {
 		b, err := budget.New(ratio, perSecond, ttl)
 		if err != nil {
 			b = nil
+		} else if settings.fleet {
+			b.ScopeToFleet()
 		}
 		d.budget, d.budgetKey, d.budgetBorn = b, settings, now
 	}

@@ -69,6 +69,14 @@ func (p Policy) Budget() (retryRatio float64, minRetriesPerSecond uint32, ttl ti
 	return retryRatio, minRetriesPerSecond, ttl, enabled
 }
 
+// BudgetFleetScoped says whether the budget block's minRetriesPerSecond is
+// the whole fleet's (scope: fleet), divided among its processes by the
+// daemon, rather than each process's.
+func (p Policy) BudgetFleetScoped() bool {
+	scope, _ := p.block("budget")["scope"].(string)
+	return scope == "fleet"
+}
+
 // PerTryTimeout is the policy's perTryTimeoutMs, 0 when it sets none.
 func (p Policy) PerTryTimeout() time.Duration {
 	ms, _ := p["perTryTimeoutMs"].(float64)

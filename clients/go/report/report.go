@@ -142,6 +142,8 @@ type serviceCounts struct {
 	deniedTaken uint64
 	// deniedPending counts a replaced budget's denials not yet taken.
 	deniedPending uint64
+	// floor is a fleet-scoped budget's floor, while budget is one.
+	floor *fleetFloor
 }
 
 // batch is a batch taken and not yet answered: its number and its body.
@@ -278,6 +280,7 @@ func (r *Reporter) Track(service string, b *breaker.Breaker, bu *budget.Budget, 
 			counts.deniedPending += counts.budget.Refused() - counts.deniedTaken
 		}
 		counts.budget, counts.deniedTaken = bu, 0
+		counts.floor = followFloor(counts.floor, bu)
 	}
 }
 
@@ -323,17 +326,41 @@ func (r *Reporter) entry(service string) *serviceCounts {
 	return counts
 }
 
+// firstReport is when the first report goes, at most, while a fleet-scoped
+// budget waits for its part: a process takes its part of the fleet's floor
+// within a second or so of starting, rather than a whole interval later.
+const firstReport = time.Second
+
 func (r *Reporter) loop(ctx context.Context) {
 	defer close(r.loopDone)
-	ticker := time.NewTicker(r.config.Interval)
-	defer ticker.Stop()
+	interval := r.config.Interval
+	early := interval
+	if early > firstReport {
+		early = firstReport
+	}
+	if !sleep(ctx, early) {
+		return
+	}
+	if !r.awaitsPart() && !sleep(ctx, interval-early) {
+		return
+	}
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
 		_ = r.send(ctx) // an undelivered batch is kept for the next send
+		if !sleep(ctx, interval) {
+			return
+		}
+	}
+}
+
+// sleep waits d; false if ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
 	}
 }
 
@@ -366,6 +393,7 @@ func (r *Reporter) send(ctx context.Context) error {
 			return ctx.Err()
 		default:
 			r.count(func(s *Stats) { s.SendFailures++ })
+			r.unreachable()
 			return err
 		}
 	}
@@ -412,9 +440,11 @@ func (r *Reporter) deliver(ctx context.Context, b *batch) error {
 		return &UnavailableError{Reason: readErr.Error()}
 	}
 	var answer struct {
-		Rejected []json.RawMessage `json:"rejected"`
+		Rejected     []json.RawMessage    `json:"rejected"`
+		FleetBudgets map[string]floorPart `json:"fleetBudgets"`
 	}
 	_ = json.Unmarshal(body, &answer)
+	r.answered(answer.FleetBudgets)
 	r.count(func(s *Stats) {
 		s.BatchesSent++
 		s.ReportsRejected += uint64(len(answer.Rejected))

@@ -17,6 +17,11 @@ gate paces at that share while the grant lasts (see
 :mod:`stormguard_client.pace`); ``fleet_pacing=False`` leaves each gate to
 what this process alone learns.
 
+A dependency whose retry budget is fleet-scoped (``budget.scope: fleet``)
+takes its part of the fleet's floor from the answers to reports
+(:mod:`stormguard_client.floor`). Its first report goes a second after the
+reporter starts, so that it learns its part early, then one every interval.
+
 The daemon may be an ``https://`` one: ``tls`` (a
 :class:`~stormguard_client.DaemonTls`) names the CA to trust and the client
 certificate to present, and ``token_file`` the token to send with reports
@@ -36,6 +41,7 @@ import urllib.parse
 import urllib.request
 
 from .connect import Connection, TokenFile
+from .floor import FleetFloor
 from .pace import ASK_EVERY, ASK_TIMEOUT, PaceGrant, ask_body
 
 OUTCOMES = ("success", "error", "server_error")
@@ -44,6 +50,8 @@ MAX_ENDPOINT_LEN = 256
 MAX_SERVICE_LEN = 63
 OTHER = "other"
 _WARNED_LIMIT = 1000
+# When the first report goes, at most, while a fleet-scoped budget waits for its part.
+FIRST_REPORT = 1.0
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +143,8 @@ class _Service:
         self.denied_taken = 0
         # a replaced budget's denials not yet taken
         self.denied_pending = 0
+        # a fleet-scoped budget's floor
+        self.floor = None
 
 
 class Reporter:
@@ -251,6 +261,7 @@ class Reporter:
                 # still go in the next report, and the new one's count from zero.
                 if counts.budget is not None:
                     counts.denied_pending += max(counts.budget.denied - counts.denied_taken, 0)
+                counts.floor = FleetFloor.follow(counts.floor, budget)
                 counts.denied_taken = 0
             counts.breaker, counts.budget = breaker, budget
             counts.gate, counts.clock = gate, clock
@@ -314,7 +325,12 @@ class Reporter:
             self._pacer.join(timeout=ASK_TIMEOUT * 2)
 
     def _loop(self):
-        while not self._stop.wait(self.interval):
+        # The first report goes early while a fleet-scoped budget waits for
+        # its part, so that the process takes it within a second or so.
+        early = min(self.interval, FIRST_REPORT)
+        if self._stop.wait(early) or (not self._awaits_part() and self._stop.wait(self.interval - early)):
+            return
+        while True:
             with self._send_lock:
                 # stop() sets the event before it takes the lock: once it has
                 # flushed, nothing is sent from here.
@@ -326,6 +342,30 @@ class Reporter:
                     log.warning("stormguard reporter: %s; counts are kept for the next report", error)
                 except Exception:  # noqa: BLE001 - the thread must live on
                     log.exception("stormguard reporter: a send failed unexpectedly")
+            if self._stop.wait(self.interval):
+                return
+
+    def _awaits_part(self):
+        """Whether a fleet-scoped budget has not yet had its part."""
+        with self._lock:
+            return any(c.floor is not None and not c.floor.answered_once for c in self._services.values())
+
+    def _answered(self, parts):
+        """Hands each fleet-scoped budget the part of its floor the daemon gave."""
+        if not isinstance(parts, dict):
+            return
+        with self._lock:
+            for service, part in parts.items():
+                counts = self._services.get(service)
+                if counts is not None and counts.floor is not None and isinstance(part, dict):
+                    counts.floor.answered(part, counts.budget)
+
+    def _unreachable(self):
+        """Sets each fleet-scoped budget's fallback floor: a report was not delivered."""
+        with self._lock:
+            for counts in self._services.values():
+                if counts.floor is not None:
+                    counts.floor.unreachable(counts.budget)
 
     def _send(self):
         """The pending batch, then (if there was one) the counts aggregated
@@ -343,6 +383,7 @@ class Reporter:
             except ReportNotDelivered:
                 with self._lock:
                     self._stats.send_failures += 1
+                self._unreachable()
                 raise
             except ReportRefused:
                 self._pending = None
@@ -420,7 +461,9 @@ class Reporter:
                       sequence, status, text)
             raise ReportRefused(status, text)
         try:
-            rejected = json.loads(text).get("rejected") or []
+            answer = json.loads(text)
+            rejected = answer.get("rejected") or []
+            self._answered(answer.get("fleetBudgets"))
         except (ValueError, AttributeError):
             rejected = []
         for each in rejected:

@@ -11,7 +11,7 @@ import random
 
 from .backoff import Backoff
 from .breaker import BreakerPolicy, CircuitBreaker, millis_to_nanos
-from .budget import RetryBudget
+from .budget import SCOPES, RetryBudget
 from .gate import GatePolicy, SendGate
 from .policies import DEFAULT_POLICY
 from .retry_on import RetryOn
@@ -80,8 +80,8 @@ def per_try_timeout(policy):
 
 def budget(policy, now_ns=0):
     """A :class:`RetryBudget` from the policy's ``budget`` block (``enabled``,
-    ``retryRatio``, ``minRetriesPerSecond``, ``ttlMs``), its clock starting at
-    ``now_ns``; None when the block is not enabled."""
+    ``retryRatio``, ``minRetriesPerSecond``, ``ttlMs``, ``scope``), its clock
+    starting at ``now_ns``; None when the block is not enabled."""
     settings = block(policy, "budget")
     if settings["enabled"] is not True:
         if settings["enabled"] is not False:
@@ -95,7 +95,10 @@ def budget(policy, now_ns=0):
     ttl = millis_to_nanos("budget.ttlMs", settings["ttlMs"])
     if not 10**9 <= ttl <= 60 * 10**9:
         raise ValueError(f"budget.ttlMs must be 1000 to 60000, found {settings['ttlMs']!r}")
-    return RetryBudget(ratio, reserve, ttl, now_ns)
+    scope = settings.get("scope", "process")
+    if scope not in SCOPES:
+        raise ValueError(f"budget.scope must be one of {', '.join(SCOPES)}, found {scope!r}")
+    return RetryBudget(ratio, reserve, ttl, now_ns, scope)
 
 
 def breaker_policy(policy):

@@ -10,7 +10,12 @@
 //!
 //! While a dependency's send gate is on, the reporter also asks the daemon
 //! for this process's share of the rate the fleet may send it ([`pace`]).
+//! A dependency whose retry budget is fleet-scoped takes its part of the
+//! fleet's floor from the answers to reports ([`floor`]). The first report
+//! goes a second after the reporter starts, so that a process learns its
+//! part early, then one every interval.
 
+mod floor;
 mod pace;
 
 use std::borrow::Cow;
@@ -24,8 +29,10 @@ use bytes::Bytes;
 use stormguard_core::guard::Guard;
 use stormguard_core::policy::check_service_name;
 use stormguard_core::wire::{
-    check_endpoint, BudgetReport, EndpointCounts, Report, ReportAnswer, ReportBatch, StatusCounts,
+    check_endpoint, BudgetReport, EndpointCounts, FloorPart, Report, ReportAnswer, ReportBatch, StatusCounts,
 };
+
+use self::floor::FleetFloor;
 
 use crate::config::{check_daemon, check_instance_name, check_positive, check_service, ConfigError};
 use crate::connect::{Connection, DaemonTls, TokenFile};
@@ -137,6 +144,8 @@ struct ServiceCounts {
     denied_taken: u64,
     /// Denials of a budget since replaced, not yet taken.
     denied_pending: u64,
+    /// The floor of a fleet-scoped budget.
+    floor: Option<FleetFloor>,
 }
 
 impl ServiceCounts {
@@ -155,8 +164,23 @@ impl ServiceCounts {
                 self.denied_pending = self.denied_pending.saturating_add(untaken);
             }
             self.denied_taken = 0;
+            self.floor = FleetFloor::follow(self.floor.take(), guard);
         }
         self.guard = Some(guard.clone());
+    }
+
+    /// The daemon's answer gave this dependency `part` of its floor.
+    fn answered(&mut self, part: FloorPart) {
+        if let (Some(floor), Some(guard)) = (&mut self.floor, &self.guard) {
+            floor.answered(part.into(), guard);
+        }
+    }
+
+    /// A report could not be delivered.
+    fn unreachable(&mut self) {
+        if let (Some(floor), Some(guard)) = (&mut self.floor, &self.guard) {
+            floor.unreachable(guard);
+        }
     }
 
     /// The denials since they were last taken, and the budget left now.
@@ -258,7 +282,7 @@ impl Reporter {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, ServiceCounts>> {
-        self.inner.services.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.services()
     }
 
     /// Reports `service`'s breaker state and budget from `guard` (the latest wins).
@@ -346,16 +370,30 @@ impl Reporter {
     }
 }
 
+/// When the first report goes while a fleet-scoped budget waits for its
+/// part, at most: a process takes its part of the fleet's floor within a
+/// second or so of starting, rather than a whole interval later.
+const FIRST_REPORT: Duration = Duration::from_secs(1);
+
 async fn send_loop(inner: std::sync::Weak<Inner>) {
+    let Some(interval) = inner.upgrade().map(|i| i.config.interval) else {
+        return;
+    };
+    let early = interval.min(FIRST_REPORT);
+    tokio::time::sleep(early).await;
+    let Some(awaits) = inner.upgrade().map(|i| i.awaits_part()) else {
+        return;
+    };
+    if !awaits {
+        tokio::time::sleep(interval - early).await;
+    }
     loop {
-        let Some(interval) = inner.upgrade().map(|i| i.config.interval) else {
-            return;
-        };
-        tokio::time::sleep(interval).await;
-        let Some(inner) = inner.upgrade() else { return };
-        if let Err(error) = send(&inner).await {
+        let Some(strong) = inner.upgrade() else { return };
+        if let Err(error) = send(&strong).await {
             tracing::warn!(%error, "stormguard reporter: counts are kept for the next report");
         }
+        drop(strong);
+        tokio::time::sleep(interval).await;
     }
 }
 
@@ -377,6 +415,7 @@ async fn send(inner: &Inner) -> Result<(), SendError> {
         match delivered {
             Err(SendError::Unavailable(_)) => {
                 inner.stats().send_failures += 1;
+                inner.each_service(ServiceCounts::unreachable);
                 return delivered;
             }
             Err(_) => {
@@ -393,6 +432,31 @@ async fn send(inner: &Inner) -> Result<(), SendError> {
 impl Inner {
     fn stats(&self) -> std::sync::MutexGuard<'_, ReporterStats> {
         self.stats.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn services(&self) -> std::sync::MutexGuard<'_, HashMap<String, ServiceCounts>> {
+        self.services.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn each_service(&self, mut act: impl FnMut(&mut ServiceCounts)) {
+        self.services().values_mut().for_each(&mut act);
+    }
+
+    /// Whether a fleet-scoped budget has not yet had its part.
+    fn awaits_part(&self) -> bool {
+        self.services()
+            .values()
+            .any(|counts| counts.floor.is_some_and(|floor| !floor.answered_once()))
+    }
+
+    /// Hands each fleet-scoped budget the part of its floor the daemon gave.
+    fn answered(&self, parts: &BTreeMap<String, FloorPart>) {
+        let mut services = self.services();
+        for (service, part) in parts {
+            if let Some(counts) = services.get_mut(service) {
+                counts.answered(*part);
+            }
+        }
     }
 }
 
@@ -431,6 +495,7 @@ async fn deliver(inner: &Inner, pending: &Pending) -> Result<(), SendError> {
         });
     }
     let answer: ReportAnswer = response.json().await.unwrap_or_default();
+    inner.answered(&answer.fleet_budgets);
     for rejected in &answer.rejected {
         tracing::error!(path = %rejected.path, error = %rejected.error, "stormguard reporter: the daemon refused a report");
     }
@@ -442,7 +507,7 @@ async fn deliver(inner: &Inner, pending: &Pending) -> Result<(), SendError> {
 
 /// Takes the counts aggregated now into a numbered batch; `None` if there is nothing to report.
 fn take(inner: &Inner) -> Option<Pending> {
-    let mut services = inner.services.lock().unwrap_or_else(|e| e.into_inner());
+    let mut services = inner.services();
     if services.is_empty() {
         return None;
     }

@@ -274,6 +274,7 @@ mod tests {
             retry_ratio: ratio,
             min_retries_per_second: min_per_second,
             ttl: Duration::from_secs(10),
+            ..BudgetPolicy::default()
         })
     }
 

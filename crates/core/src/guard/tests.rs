@@ -180,6 +180,7 @@ async fn a_shared_budget_caps_retries_across_calls() {
         retry_ratio: 0.0,
         min_retries_per_second: 1,
         ttl: Duration::from_secs(10),
+        ..BudgetPolicy::default()
     };
     let guard = Guard::from_policy(&valid(p));
     let mut sent = 0;
@@ -388,6 +389,7 @@ async fn while_the_gate_paces_retries_wait_for_turns_instead_of_asking_the_budge
         retry_ratio: 0.0,
         min_retries_per_second: 0,
         ttl: Duration::from_secs(10),
+        ..BudgetPolicy::default()
     };
     let budgeted = RetryPolicy {
         budget: no_retries.clone(),

@@ -24,7 +24,7 @@ pub use forecast::{
 };
 pub use layer::{Layered, Leaf};
 pub use model::{
-    BudgetPolicy, BudgetPolicySpec, CircuitBreakerPolicy, CircuitBreakerPolicySpec, GatePolicy,
+    BudgetPolicy, BudgetPolicySpec, BudgetScope, CircuitBreakerPolicy, CircuitBreakerPolicySpec, GatePolicy,
     GatePolicySpec, HedgingPolicy, HedgingPolicySpec, Jitter, RetryCondition, RetryOn, RetryPolicy,
     RetryPolicySpec, RetryThrottlingPolicy, RetryThrottlingPolicySpec, SlidingWindow,
 };

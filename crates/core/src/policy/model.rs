@@ -71,6 +71,11 @@ policy_block! {
         /// How long a request counts towards the budget, from 1s to 60s.
         #[serde(rename = "ttlMs", with = "millis")]
         ttl: Duration = "ttl",
+        /// Whose floor `minRetriesPerSecond` is: each process's, or the
+        /// whole fleet's, divided among its processes by the daemon.
+        /// Missing from the JSON of a daemon that predates it: each process's.
+        #[serde(default)]
+        scope: BudgetScope = "scope",
     }
 }
 
@@ -191,6 +196,7 @@ impl Default for BudgetPolicy {
             retry_ratio: 0.2,
             min_retries_per_second: 10,
             ttl: Duration::from_secs(10),
+            scope: BudgetScope::Process,
         }
     }
 }
@@ -292,20 +298,6 @@ impl fmt::Display for Jitter {
 
 impl Leaf for Jitter {
     fn from_node(node: &Node, path: &KeyPath, errors: &mut Errors) -> Option<Self> {
-        let found = match node {
-            Node::Str(s) => s.as_str(),
-            other => {
-                errors.push(PolicyError::value(
-                    path,
-                    format!(
-                        "expected one of {}, found {}",
-                        Jitter::NAMES.join(", "),
-                        other.kind()
-                    ),
-                ));
-                return None;
-            }
-        };
         let all = [
             Jitter::None,
             Jitter::Proportional,
@@ -313,15 +305,66 @@ impl Leaf for Jitter {
             Jitter::Equal,
             Jitter::Decorrelated,
         ];
-        let jitter = all.into_iter().find(|j| j.name() == found);
-        if jitter.is_none() {
-            errors.push(PolicyError::value(
-                path,
-                unknown_name("jitter", found, Jitter::NAMES),
-            ));
-        }
-        jitter
+        named_leaf(node, path, errors, "jitter", Jitter::NAMES).map(|i| all[i])
     }
+}
+
+/// Whose floor a retry budget's `minRetriesPerSecond` is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BudgetScope {
+    /// Each process's: a fleet of N processes may retry N × the floor a
+    /// second, whatever its traffic (Finagle's, Linkerd's and Envoy's budgets).
+    #[default]
+    Process,
+    /// The fleet's: the daemon divides the floor among the processes that
+    /// call the service, in proportion to their requests, so the parts add
+    /// up to the floor. `retryRatio` stays a share of each process's own
+    /// requests, which adds up to the same share of the fleet's.
+    Fleet,
+}
+
+impl BudgetScope {
+    /// Every scope as written in a policy file.
+    pub const NAMES: &'static [&'static str] = &["process", "fleet"];
+
+    /// The name as written in a policy file.
+    pub fn name(self) -> &'static str {
+        match self {
+            BudgetScope::Process => "process",
+            BudgetScope::Fleet => "fleet",
+        }
+    }
+}
+
+impl fmt::Display for BudgetScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Leaf for BudgetScope {
+    fn from_node(node: &Node, path: &KeyPath, errors: &mut Errors) -> Option<Self> {
+        let all = [BudgetScope::Process, BudgetScope::Fleet];
+        named_leaf(node, path, errors, "scope", BudgetScope::NAMES).map(|i| all[i])
+    }
+}
+
+/// The index in `names` of the name `node` holds, or an error naming the
+/// closest one.
+fn named_leaf(node: &Node, path: &KeyPath, errors: &mut Errors, what: &str, names: &[&str]) -> Option<usize> {
+    let Node::Str(found) = node else {
+        errors.push(PolicyError::value(
+            path,
+            format!("expected one of {}, found {}", names.join(", "), node.kind()),
+        ));
+        return None;
+    };
+    let index = names.iter().position(|name| name == found);
+    if index.is_none() {
+        errors.push(PolicyError::value(path, unknown_name(what, found, names)));
+    }
+    index
 }
 
 fn unknown_name(what: &str, found: &str, names: &[&str]) -> String {
@@ -530,4 +573,4 @@ impl Leaf for SlidingWindow {
     }
 }
 
-layered_leaves!(Jitter, RetryOn, SlidingWindow);
+layered_leaves!(Jitter, BudgetScope, RetryOn, SlidingWindow);

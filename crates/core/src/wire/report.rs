@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::count;
 
 use crate::breaker::CircuitState;
+use crate::fleet::floor::Part;
 use crate::policy::check_service_name;
 
 /// Longest instance name (a Kubernetes pod name is at most 253 characters).
@@ -117,7 +118,7 @@ pub struct ReportBatch<'a, R> {
 }
 
 /// The daemon's answer to reports it read.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReportAnswer {
     /// Reports counted.
@@ -131,6 +132,39 @@ pub struct ReportAnswer {
     /// For each counted report, in order, what the cardinality guard folded.
     #[serde(default)]
     pub folded: Vec<Folded>,
+    /// For each reported dependency whose retry budget is fleet-scoped,
+    /// this process's part of the fleet's floor, by dependency.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub fleet_budgets: BTreeMap<String, FloorPart>,
+}
+
+/// A process's part of a fleet-scoped retry budget's floor: its budget's
+/// `minRetriesPerSecond` until the next answer.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FloorPart {
+    /// Retries a second always allowed to this process.
+    pub min_retries_per_second: f64,
+    /// Processes the floor is divided among, this one included.
+    pub processes: u64,
+}
+
+impl From<Part> for FloorPart {
+    fn from(part: Part) -> Self {
+        Self {
+            min_retries_per_second: part.per_second,
+            processes: part.processes,
+        }
+    }
+}
+
+impl From<FloorPart> for Part {
+    fn from(part: FloorPart) -> Self {
+        Self {
+            per_second: part.min_retries_per_second,
+            processes: part.processes,
+        }
+    }
 }
 
 /// A report the daemon refused, and why.

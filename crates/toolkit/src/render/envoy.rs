@@ -6,7 +6,7 @@
 //! the field names (`retry_policy`).
 
 use serde_json::{json, Map, Value};
-use stormguard_core::policy::{RetryCondition, RetryPolicy};
+use stormguard_core::policy::{BudgetScope, RetryCondition, RetryPolicy};
 
 use super::{conditions, proto_duration, Losses};
 
@@ -65,6 +65,12 @@ pub(super) fn render(policy: &RetryPolicy, lost: &mut Losses) -> Value {
             "budget.ttl",
             "Envoy's budget is a share of the requests active now; there is no window",
         );
+        if policy.budget.scope == BudgetScope::Fleet {
+            lost.lose(
+                "budget.scope",
+                "Envoy's budget is each proxy's: the fleet's floor becomes every proxy's, multiplied by the proxies",
+            );
+        }
     }
     if policy.retry_throttling.enabled {
         lost.lose(

@@ -101,6 +101,19 @@ fn envoy_puts_retries_on_the_route_and_the_budget_on_the_cluster() {
         20.0
     );
     assert_eq!(keys(&r), ["jitter", "budget.minRetriesPerSecond", "budget.ttl"]);
+    let mut fleet = shipped();
+    fleet.budget.scope = stormguard_core::policy::BudgetScope::Fleet;
+    let r = render(TARGET, &fleet, Format::Envoy);
+    assert_eq!(
+        keys(&r),
+        [
+            "jitter",
+            "budget.minRetriesPerSecond",
+            "budget.ttl",
+            "budget.scope"
+        ],
+        "a fleet's floor cannot be one per proxy"
+    );
 }
 
 #[test]

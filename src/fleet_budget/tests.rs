@@ -1,0 +1,138 @@
+use super::*;
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use stormguard_core::wire::{EndpointCounts, StatusCounts};
+
+fn fleet(floor: u32) -> BudgetPolicy {
+    BudgetPolicy {
+        min_retries_per_second: floor,
+        scope: BudgetScope::Fleet,
+        ..BudgetPolicy::default()
+    }
+}
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+#[test]
+fn only_an_enabled_fleet_scoped_budget_is_divided() {
+    assert!(is_fleet_scoped(&fleet(10)));
+    assert!(!is_fleet_scoped(&BudgetPolicy::default()));
+    let off = BudgetPolicy {
+        enabled: false,
+        ..fleet(10)
+    };
+    assert!(!is_fleet_scoped(&off));
+}
+
+#[test]
+fn first_tries_are_the_attempts_that_are_not_retries() {
+    let endpoint = |success, server_error, retries: &[(&'static str, u64)]| EndpointCounts {
+        endpoint: Cow::Borrowed("/x"),
+        requests: StatusCounts {
+            success,
+            error: 1,
+            server_error,
+        },
+        retries: retries
+            .iter()
+            .map(|(a, n)| (Cow::Borrowed(*a), *n))
+            .collect::<BTreeMap<_, _>>(),
+    };
+    let report = Report {
+        service: "payments".into(),
+        instance: "pod-1".into(),
+        caller: None,
+        endpoints: vec![endpoint(10, 5, &[("1", 4), ("2", 2)]), endpoint(3, 0, &[])],
+        in_flight: None,
+        circuit_state: None,
+        budget: None,
+        gate_on: None,
+    };
+    assert_eq!(first_tries(&report), (16 - 6) + 4);
+}
+
+#[test]
+fn processes_reporting_twice_split_the_floor_by_their_requests() {
+    let budgets = FleetBudgets::new(false);
+    let t0 = Instant::now();
+    for (instance, first) in [("a", 10), ("b", 30)] {
+        assert_eq!(budgets.report("payments", instance, first, &fleet(8), t0), None);
+    }
+    let later = t0 + secs(10);
+    for (instance, first) in [("a", 100), ("b", 300)] {
+        budgets.report("payments", instance, first, &fleet(8), later);
+    }
+    let part = |instance| budgets.part("payments", instance, later).unwrap();
+    assert_eq!(part("a").processes, 2);
+    assert!((part("a").per_second - 2.0).abs() < 1e-9, "{:?}", part("a"));
+    assert!((part("b").per_second - 6.0).abs() < 1e-9, "{:?}", part("b"));
+    assert_eq!(budgets.part("orders", "a", later), None, "not divided here");
+}
+
+#[test]
+fn a_sharing_replica_shares_at_most_once_a_second_and_counts_the_others() {
+    let budgets = FleetBudgets::new(true);
+    let t0 = Instant::now();
+    let mine = budgets.report("payments", "a", 50, &fleet(10), t0);
+    assert_eq!(
+        mine,
+        Some(Claims {
+            requests_per_second: 50.0,
+            processes: 1
+        })
+    );
+    assert!(
+        budgets.report("payments", "b", 50, &fleet(10), t0).is_some(),
+        "a process joined"
+    );
+    assert_eq!(
+        budgets.report("payments", "b", 70, &fleet(10), t0 + Duration::from_millis(500)),
+        None,
+        "shared this second"
+    );
+    assert!(budgets
+        .report("payments", "b", 25, &fleet(10), t0 + secs(1))
+        .is_some());
+    let others = Claims {
+        requests_per_second: 300.0,
+        processes: 6,
+    };
+    budgets.heard("payments", Some(others), t0 + secs(1));
+    let part = budgets.part("payments", "a", t0 + secs(1)).unwrap();
+    assert_eq!(part.processes, 8);
+    assert!((part.per_second - 10.0 * 50.0 / 400.0).abs() < 1e-9, "{part:?}");
+    budgets.heard("payments", None, t0 + secs(2));
+    assert_eq!(
+        budgets.part("payments", "a", t0 + secs(2)).unwrap().processes,
+        8,
+        "a store that stops answering leaves its last word standing"
+    );
+    budgets.report("payments", "a", 50, &fleet(10), t0 + secs(29));
+    budgets.report("payments", "b", 50, &fleet(10), t0 + secs(29));
+    assert_eq!(
+        budgets.part("payments", "a", t0 + secs(31)).unwrap().processes,
+        2,
+        "for 30 s"
+    );
+}
+
+#[test]
+fn the_families_show_the_division_and_forget_a_dependency_nobody_reports_about() {
+    let budgets = FleetBudgets::new(false);
+    let t0 = Instant::now();
+    budgets.report("payments", "a", 40, &fleet(10), t0);
+    budgets.part("payments", "a", t0);
+    let text = String::from_utf8(budgets.encode(t0)).unwrap();
+    for line in [
+        "stormguard_fleet_budget_min_retries_per_second{service=\"payments\"} 10",
+        "stormguard_fleet_budget_retry_ratio{service=\"payments\"} 0.2",
+        "stormguard_fleet_budget_processes{service=\"payments\"} 1",
+        "stormguard_fleet_budget_requests_per_second{service=\"payments\"} 40",
+    ] {
+        assert!(text.contains(line), "{line} in\n{text}");
+    }
+    let text = String::from_utf8(budgets.encode(t0 + KEPT_AT_LEAST)).unwrap();
+    assert!(!text.contains("payments"), "{text}");
+}

@@ -1,0 +1,192 @@
+//! A fleet-scoped retry budget, for real: Rust client processes (a
+//! `PolicyClient`, a `Reporter` and a `Dependency` each) report to the
+//! daemon, which divides the policy's floor among them by their requests
+//! and hands each its part in the answer to its report. Two replicas that
+//! share Redis divide one floor; without it each divides a whole one. A
+//! process that cannot reach the daemon retries by the fallback, never
+//! more than its local budget allows.
+
+mod common;
+
+use std::time::Duration;
+
+use common::redis::Redis;
+use common::{metrics, sample, Daemon};
+use stormguard_client::stormguard_core::retry::Failure;
+use stormguard_client::{ClientConfig, Dependency, PolicyClient, Reporter, ReporterConfig};
+
+/// The fleet's floor: 12 retries a second; the ratio 0, so that a budget's
+/// allowance is its floor alone, 10 s of it.
+const POLICY: &str = "\
+defaults:
+  maxRetries: 3
+services:
+  ledger:
+    budget:
+      scope: fleet
+      retryRatio: 0
+      minRetriesPerSecond: 12
+      ttl: 10s
+";
+const FLOOR: f64 = 12.0;
+const TTL_SECONDS: f64 = 10.0;
+
+fn policy_file() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.yaml");
+    std::fs::write(&path, POLICY).unwrap();
+    (dir, path)
+}
+
+/// One client process calling `ledger`.
+struct Process {
+    dependency: Dependency,
+    reporter: Reporter,
+}
+
+impl Process {
+    async fn start(daemon: &str, instance: &str) -> Process {
+        let policy = PolicyClient::start(ClientConfig {
+            startup_wait: Duration::from_secs(5),
+            ..ClientConfig::new(daemon, "ledger")
+        })
+        .await
+        .expect("a valid client configuration");
+        let reporter = Reporter::start(ReporterConfig {
+            interval: Duration::from_secs(3600),
+            timeout: Duration::from_millis(500),
+            ..ReporterConfig::new(daemon, instance)
+        })
+        .expect("a valid reporter configuration");
+        Process {
+            dependency: Dependency::new(policy, reporter.clone()),
+            reporter,
+        }
+    }
+
+    /// `n` calls that succeed at once: first tries only.
+    async fn calls(&self, n: usize) {
+        for _ in 0..n {
+            self.dependency
+                .call("/post", |_| async { Ok::<_, Failure>(()) })
+                .await
+                .expect("a call that succeeds");
+        }
+    }
+
+    /// The floor its budget holds now, in retries a second.
+    fn floor(&self) -> f64 {
+        let guard = self.dependency.policy().guard();
+        guard.budget().expect("a budget").snapshot().allowed / TTL_SECONDS
+    }
+}
+
+/// Each process makes its calls and reports, twice, more than a second
+/// apart (past the daemon's refresh of the claims' median).
+async fn two_rounds(processes: &[(&Process, usize)]) {
+    for _ in 0..2 {
+        for (process, calls) in processes {
+            process.calls(*calls).await;
+            process.reporter.flush().await.expect("the daemon is up");
+        }
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+    }
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-6 * b.max(1.0)
+}
+
+#[tokio::test]
+async fn the_daemon_divides_the_floor_by_requests_and_a_lost_daemon_leaves_an_even_part() {
+    let (_dir, path) = policy_file();
+    let mut daemon = Daemon::start(&path, &[]);
+    let busy = Process::start(&daemon.base, "pod-busy").await;
+    let quiet = [
+        Process::start(&daemon.base, "pod-quiet-1").await,
+        Process::start(&daemon.base, "pod-quiet-2").await,
+    ];
+    assert!(close(busy.floor(), FLOOR), "before any answer: the whole floor");
+    two_rounds(&[(&busy, 40), (&quiet[0], 10), (&quiet[1], 10)]).await;
+    // Rates over the time between reports: the busy one is about four
+    // times each quiet one (calls take time, so not exactly).
+    let parts = [busy.floor(), quiet[0].floor(), quiet[1].floor()];
+    let handed: f64 = parts.iter().sum();
+    assert!(
+        (handed - FLOOR).abs() < 0.2 * FLOOR,
+        "the parts add up to about the floor: {parts:?}"
+    );
+    assert!(
+        parts[0] > 2.0 * parts[1] && parts[0] > 2.0 * parts[2],
+        "{parts:?}"
+    );
+    let text = metrics(&daemon).await;
+    let family = |name: &str| sample(&text, &format!("{name}{{service=\"ledger\"}}"));
+    assert_eq!(family("stormguard_fleet_budget_processes"), Some(3.0));
+    assert_eq!(
+        family("stormguard_fleet_budget_min_retries_per_second"),
+        Some(FLOOR)
+    );
+    assert_eq!(family("stormguard_fleet_budget_retry_ratio"), Some(0.0));
+
+    daemon.kill();
+    busy.calls(1).await;
+    assert!(busy.reporter.flush().await.is_err(), "the daemon is gone");
+    assert!(
+        close(busy.floor(), FLOOR / 3.0),
+        "the floor over the 3 processes last heard of: {}",
+        busy.floor()
+    );
+}
+
+#[tokio::test]
+async fn a_process_that_never_reaches_the_daemon_retries_by_its_local_budget_at_most() {
+    let (_dir, path) = policy_file();
+    let mut daemon = Daemon::start(&path, &[]);
+    let lonely = Process::start(&daemon.base, "pod-lonely").await;
+    daemon.kill();
+    lonely.calls(1).await;
+    assert!(lonely.reporter.flush().await.is_err());
+    let guard = lonely.dependency.policy().guard();
+    let budget = guard.budget().unwrap();
+    let retries = (0..1000).take_while(|_| budget.try_retry()).count();
+    assert_eq!(
+        retries as f64,
+        FLOOR * TTL_SECONDS,
+        "the configured floor over the window, as a process-scoped budget's"
+    );
+}
+
+#[tokio::test]
+async fn replicas_that_share_a_store_divide_one_floor_and_alone_each_divides_a_whole_one() {
+    let Some(redis) = Redis::start(None) else {
+        return;
+    };
+    let (_dir, path) = policy_file();
+    let url = redis.url();
+    for (shared, expected_processes) in [(true, 4.0), (false, 2.0)] {
+        let store: &[&str] = if shared { &["--pace-store", &url] } else { &[] };
+        let replicas = [Daemon::start(&path, store), Daemon::start(&path, store)];
+        let mut processes = Vec::new();
+        for (i, replica) in replicas.iter().cycle().take(4).enumerate() {
+            processes.push(Process::start(&replica.base, &format!("pod-{shared}-{i}")).await);
+        }
+        let even: Vec<(&Process, usize)> = processes.iter().map(|p| (p, 10)).collect();
+        two_rounds(&even).await;
+        let parts: Vec<f64> = processes.iter().map(Process::floor).collect();
+        let handed: f64 = parts.iter().sum();
+        let expected = FLOOR * 4.0 / expected_processes;
+        assert!(
+            (handed - expected).abs() < 0.2 * FLOOR,
+            "shared: {shared}: {handed} handed out, {parts:?}"
+        );
+        for replica in &replicas {
+            let text = metrics(replica).await;
+            assert_eq!(
+                sample(&text, "stormguard_fleet_budget_processes{service=\"ledger\"}"),
+                Some(expected_processes),
+                "shared: {shared}"
+            );
+        }
+    }
+}
