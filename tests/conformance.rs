@@ -15,8 +15,10 @@ use libtest_mimic::{Arguments, Failed, Trial};
 use stormguard_client::stormguard_core::gate::{Signal, Turn};
 use stormguard_client::stormguard_core::guard::Guard;
 use stormguard_client::stormguard_core::policy::ValidPolicy;
+use stormguard_client::stormguard_core::retry::Failure;
 use stormguard_client::{
-    ClientConfig, DaemonTls, Outcome, PolicySource, PolicyWatch, Reporter, ReporterConfig,
+    ClientConfig, DaemonTls, Dependency, Outcome, PolicyClient, PolicySource, PolicyWatch, Reporter,
+    ReporterConfig,
 };
 
 const SCENARIOS: &str = include_str!("../clients/conformance.json");
@@ -49,6 +51,10 @@ const RUNS: &[(&str, Scenario)] = &[
         Box::pin(the_daemon_goes_while_pacing())
     }),
     ("a-refused-pace-ask", || Box::pin(a_refused_pace_ask())),
+    ("a-fleet-budget-divided", || Box::pin(a_fleet_budget_divided())),
+    ("a-fleet-budget-falls-back", || {
+        Box::pin(a_fleet_budget_falls_back())
+    }),
 ];
 
 fn main() {
@@ -614,5 +620,92 @@ async fn a_refused_pace_ask() {
         fleet_sample(&daemon, r#"stormguard_fleet_processes{service="payments"}"#).await,
         None,
         "the daemon paces nobody for payments"
+    );
+}
+
+/// The fleet-budget scenarios' policy file: payments's budget is the
+/// fleet's, 12 retries a second, with no ratio.
+fn fleet_budget_file() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("policy.yaml");
+    let text = "defaults:\n  maxRetries: 3\nservices:\n  payments:\n    maxRetries: 2\n    budget:\n      scope: fleet\n      retryRatio: 0\n      minRetriesPerSecond: 12\n";
+    std::fs::write(&file, text).unwrap();
+    (dir, file)
+}
+
+/// A process calling payments under the policy `served` serves, reporting
+/// to `daemon` as `instance` (an hour's interval), after one successful call.
+async fn budgeted_process(served: &Daemon, daemon: &str, instance: &str) -> (Dependency, Reporter) {
+    let policy = PolicyClient::start(quick(&served.base, &["payments"]))
+        .await
+        .expect("a valid client configuration");
+    let reporter = Reporter::start(ReporterConfig {
+        interval: Duration::from_secs(3600),
+        timeout: Duration::from_millis(500),
+        ..ReporterConfig::new(daemon, instance)
+    })
+    .expect("a valid reporter configuration");
+    let payments = Dependency::new(policy, reporter.clone());
+    payments
+        .call("/charge", |_| async { Ok::<_, Failure>(()) })
+        .await
+        .expect("a call that succeeds");
+    (payments, reporter)
+}
+
+/// The floor `payments`'s budget holds now, in retries a second: its window
+/// is 10 s and its ratio 0, so what it allows is 10 × the floor.
+fn floor(payments: &Dependency) -> f64 {
+    let guard = payments.policy().guard();
+    guard.budget().expect("a budget").snapshot().allowed / 10.0
+}
+
+fn near(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9
+}
+
+async fn a_fleet_budget_divided() {
+    let (_dir, file) = fleet_budget_file();
+    let daemon = serve(&file, &[]);
+    let (first, first_reporter) = budgeted_process(&daemon, &daemon.base, "pod-1").await;
+    let (second, second_reporter) = budgeted_process(&daemon, &daemon.base, "pod-2").await;
+    first_reporter.flush().await.expect("the daemon is up");
+    second_reporter.flush().await.expect("the daemon is up");
+    assert!(
+        near(floor(&first), 12.0),
+        "alone when it reported: {}",
+        floor(&first)
+    );
+    assert!(
+        near(floor(&second), 6.0),
+        "half, by one first try each: {}",
+        floor(&second)
+    );
+    let processes = r#"stormguard_fleet_budget_processes{service="payments"}"#;
+    assert_eq!(fleet_sample(&daemon, processes).await, Some(2.0));
+}
+
+async fn a_fleet_budget_falls_back() {
+    let (_dir, file) = fleet_budget_file();
+    let daemon = serve(&file, &[]);
+    let trick = Trick::FloorOnce {
+        service: "payments",
+        per_second: 2.5,
+        processes: 4,
+    };
+    let proxy = Proxy::start(&daemon.base, trick).await;
+    let (payments, reporter) = budgeted_process(&daemon, &proxy.base, "pod-1").await;
+    assert!(near(floor(&payments), 12.0), "the whole floor before any answer");
+    reporter.flush().await.expect("the proxy's answer");
+    assert!(
+        near(floor(&payments), 2.5),
+        "the daemon's part: {}",
+        floor(&payments)
+    );
+    assert!(reporter.flush().await.is_err(), "503");
+    assert!(
+        near(floor(&payments), 3.0),
+        "12 over the 4 processes last heard of: {}",
+        floor(&payments)
     );
 }

@@ -29,6 +29,14 @@ pub enum Trick {
     /// Answer the first pace ask, without forwarding it, with a grant of
     /// `rate` for `lease_ms`, and every later one 503.
     GrantOnce { rate: f64, lease_ms: u64 },
+    /// Answer the first report batch, without forwarding it, 202 with
+    /// `per_second` of `service`'s fleet-scoped budget among `processes`,
+    /// and every later one 503.
+    FloorOnce {
+        service: &'static str,
+        per_second: f64,
+        processes: u64,
+    },
 }
 
 /// What becomes of one request's answer.
@@ -137,6 +145,11 @@ async fn forward(
         }
     }
     let report = parts.method == Method::POST && path == "/v1/reports";
+    if report {
+        if let Some(answer) = floor_answer(inner) {
+            return Ok(answer);
+        }
+    }
     let (fate, target) = if report {
         report_fate(inner).await
     } else {
@@ -185,6 +198,24 @@ fn pace_answer(inner: &Inner) -> Option<Response> {
         Trick::GrantOnce { .. } => Some(StatusCode::SERVICE_UNAVAILABLE.into_response()),
         _ => None,
     }
+}
+
+/// The proxy's own answer to a report batch, if its trick makes one.
+fn floor_answer(inner: &Inner) -> Option<Response> {
+    let Trick::FloorOnce {
+        service,
+        per_second,
+        processes,
+    } = *inner.trick.lock().unwrap()
+    else {
+        return None;
+    };
+    if inner.reports.fetch_add(1, SeqCst) > 0 {
+        return Some(StatusCode::SERVICE_UNAVAILABLE.into_response());
+    }
+    let part = serde_json::json!({"minRetriesPerSecond": per_second, "processes": processes});
+    let answer = serde_json::json!({"accepted": 1, "fleetBudgets": {service: part}});
+    Some((StatusCode::ACCEPTED, axum::Json(answer)).into_response())
 }
 
 fn policy_fate(inner: &Inner) -> Fate {

@@ -118,6 +118,19 @@ func (b *Budget) SetMinRetriesPerSecond(perSecond float64) {
 	b.reserve = perSecond * b.ttl.Seconds()
 }
 
+// Allowed is how many retries the window allows in all at now: the floor's
+// share plus RetryRatio of the requests in the window.
+func (b *Budget) Allowed(now uint64) float64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	step := now / b.slotNanos
+	var requests uint64
+	for i := range b.requests {
+		requests += b.requests[i].live(step)
+	}
+	return b.reserve + b.ratio*float64(requests)
+}
+
 // Refused is the number of retries refused so far (Denied, read under the
 // budget's lock, so it may be called while other calls use the budget).
 func (b *Budget) Refused() uint64 {

@@ -40,6 +40,8 @@ var scenarios = map[string]func(t *testing.T){
 	"a-lease-expires":                  aLeaseExpires,
 	"the-daemon-goes-while-pacing":     theDaemonGoesWhilePacing,
 	"a-refused-pace-ask":               aRefusedPaceAsk,
+	"a-fleet-budget-divided":           aFleetBudgetDivided,
+	"a-fleet-budget-falls-back":        aFleetBudgetFallsBack,
 }
 
 // TestConformance runs every scenario of the file by its id; an id without

@@ -76,6 +76,10 @@ type proxy struct {
 	grantOnce string
 	// grantsGiven counts the pace asks it answered with grantOnce.
 	grantsGiven int
+	// floorOnce, when set, is the answer the proxy gives the first report
+	// batch itself (202); it answers every later one 503. Nothing reaches
+	// the daemon.
+	floorOnce string
 }
 
 // newProxy starts a fault proxy in front of daemon, closed with the test.
@@ -124,6 +128,9 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Method == http.MethodPost && r.URL.Path == "/v1/pace" && p.pace(w) {
+		return
+	}
+	if isBatch && p.floor(w, number) {
 		return
 	}
 	forward, err := http.NewRequestWithContext(r.Context(), r.Method, p.target+r.URL.RequestURI(), bytes.NewReader(body))
@@ -175,6 +182,24 @@ func (p *proxy) pace(w http.ResponseWriter) bool {
 		p.grantsGiven++
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(p.grantOnce))
+	default:
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	return true
+}
+
+// floor answers report batch number itself if the proxy answers with
+// floorOnce: whether it did.
+func (p *proxy) floor(w http.ResponseWriter, number int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.floorOnce == "":
+		return false
+	case number == 1:
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = w.Write([]byte(p.floorOnce))
 	default:
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}

@@ -59,6 +59,13 @@ class RetryBudget:
             self.denied += 1
             return False
 
+    def allowed(self, now_nanos):
+        """How many retries the window allows in all: the floor's share plus
+        ``retry_ratio`` of the requests in the window."""
+        with self._lock:
+            step = self._step(now_nanos)
+            return self._reserve + self._ratio * sum(_live(slot, step) for slot in self._requests)
+
     def set_min_retries_per_second(self, per_second):
         """Sets the retries always allowed per second: a fleet-scoped budget's
         part of the fleet's floor. Below 0 or not a number counts as 0."""

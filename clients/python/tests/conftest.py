@@ -130,7 +130,10 @@ class FaultProxy:
     - ``lose_report_batch = N``: the same for the Nth report batch (from 1);
     - ``grant_once = (rate, lease_ms)``: the first pace ask is answered by
       the proxy itself, not forwarded, with a grant of ``rate`` for
-      ``lease_ms`` (``askEveryMs`` 100), and every later one 503.
+      ``lease_ms`` (``askEveryMs`` 100), and every later one 503;
+    - ``floor_once = (service, per_second, processes)``: the first report
+      batch is answered by the proxy itself, 202 with that part of
+      ``service``'s fleet-scoped budget, and every later one 503.
 
     ``report_batches`` holds the body of every report batch, in order, and
     ``pace_asks`` of every pace ask; ``lost`` counts the answers lost and
@@ -142,6 +145,7 @@ class FaultProxy:
         self.lose_policy_answers = 0
         self.lose_report_batch = None
         self.grant_once = None
+        self.floor_once = None
         self.report_batches = []
         self.pace_asks = []
         self._granted = False
@@ -188,6 +192,8 @@ class FaultProxy:
             with self._lock:
                 self.report_batches.append(body)
                 number = len(self.report_batches)
+            if self.floor_once is not None:
+                return self._floor(handler, self.floor_once if number == 1 else None)
         status, headers, answer = self._forward(handler, body)
         with self._lock:
             lose = (policies and self.lose_policy_answers > 0) or (reports and number == self.lose_report_batch)
@@ -210,6 +216,15 @@ class FaultProxy:
         rate, lease_ms = grant
         grant = json.dumps({"rate": rate, "leaseMs": lease_ms, "askEveryMs": 100}).encode()
         return _answer(handler, 200, [("Content-Type", "application/json")], grant)
+
+    def _floor(self, handler, floor):
+        """Answers a report batch with ``floor`` (service, per_second, processes), or 503 if None."""
+        if floor is None:
+            return _answer(handler, 503, [("Content-Type", "application/json")], b'{"error":"unavailable"}')
+        service, per_second, processes = floor
+        part = {"minRetriesPerSecond": per_second, "processes": processes}
+        answer = json.dumps({"accepted": 1, "fleetBudgets": {service: part}}).encode()
+        return _answer(handler, 202, [("Content-Type", "application/json")], answer)
 
     def _corrupt(self, handler):
         with self._lock:

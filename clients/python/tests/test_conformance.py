@@ -19,6 +19,8 @@ CHARGE = requests_sample("/charge", "payments", "success")
 QUICK = {"min_poll_interval": 0.05, "retry_initial": 0.05, "retry_max": 0.2}
 GATED = POLICY.format(retries=2) + "    gate:\n      enabled: true\n"
 PROCESSES = 'stormguard_fleet_processes{service="payments"}'
+FLEET_BUDGET = POLICY.format(retries=2) + (
+    "    budget:\n      scope: fleet\n      retryRatio: 0\n      minRetriesPerSecond: 12\n")
 S = 1_000_000_000
 
 
@@ -317,6 +319,53 @@ def a_refused_pace_ask(daemon, tmp_path, fault_proxy):
     watch.stop()
 
 
+def budgeted_process(served, daemon_url, instance):
+    """A process calling payments under the policy the daemon at ``served``
+    serves, reporting to ``daemon_url`` as ``instance`` (an hour's
+    interval). Returns (payments, reporter, watch)."""
+    watch = PolicyWatch(served, ["payments"], **QUICK)
+    assert watch.start() == "daemon"
+    reporter = Reporter(daemon_url, instance, interval=3600, timeout=0.5).start()
+    payments = Dependency(watch, "payments", reporter)
+    assert payments.call("/charge", lambda timeout: 200) == 200
+    return payments, reporter, watch
+
+
+def floor(payments):
+    """The floor ``payments``'s budget holds now, in retries a second (its
+    window is 10 s and its ratio 0, so what it allows is 10 × the floor)."""
+    return payments.budget.allowed(time.monotonic_ns()) / 10
+
+
+def a_fleet_budget_divided(daemon, tmp_path, fault_proxy):
+    url, _, _ = daemon(policy=FLEET_BUDGET)
+    first, first_reporter, first_watch = budgeted_process(url, url, "pod-1")
+    second, second_reporter, second_watch = budgeted_process(url, url, "pod-2")
+    first_reporter.flush()
+    second_reporter.flush()
+    assert floor(first) == pytest.approx(12), "alone when it reported"
+    assert floor(second) == pytest.approx(6), "half, by one first try each"
+    assert metric(url, 'stormguard_fleet_budget_processes{service="payments"}') == 2
+    for reporter, watch in ((first_reporter, first_watch), (second_reporter, second_watch)):
+        reporter.stop()
+        watch.stop()
+
+
+def a_fleet_budget_falls_back(daemon, tmp_path, fault_proxy):
+    url, _, _ = daemon(policy=FLEET_BUDGET)
+    proxy = fault_proxy(url)
+    proxy.floor_once = ("payments", 2.5, 4)
+    payments, reporter, watch = budgeted_process(url, proxy.url, "pod-1")
+    assert floor(payments) == pytest.approx(12), "the whole floor before any answer"
+    reporter.flush()
+    assert floor(payments) == pytest.approx(2.5), "the daemon's part"
+    with pytest.raises(ReportNotDelivered):
+        reporter.flush()
+    assert floor(payments) == pytest.approx(3), "12 over the 4 processes last heard of"
+    reporter.stop()
+    watch.stop()
+
+
 IMPLEMENTATIONS = {
     "start-with-the-daemon-down": start_with_the_daemon_down,
     "start-from-the-cache": start_from_the_cache,
@@ -334,6 +383,8 @@ IMPLEMENTATIONS = {
     "a-lease-expires": a_lease_expires,
     "the-daemon-goes-while-pacing": the_daemon_goes_while_pacing,
     "a-refused-pace-ask": a_refused_pace_ask,
+    "a-fleet-budget-divided": a_fleet_budget_divided,
+    "a-fleet-budget-falls-back": a_fleet_budget_falls_back,
 }
 
 
