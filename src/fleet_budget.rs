@@ -1,7 +1,11 @@
-//! The daemon's side of fleet-scoped retry budgets: one
-//! [`Division`] per dependency whose budget says `scope: fleet`, fed by
-//! reports, and each process's part of the floor handed back in the answer
-//! to its report.
+//! The daemon's side of retry budgets across the fleet: what the
+//! processes calling each budgeted dependency claim (their request rates,
+//! from their reports), kept in one [`Division`] per dependency; for a
+//! fleet-scoped budget (`scope: fleet`), each process's part of the floor,
+//! handed back in the answer to its report; for every budget, the families
+//! that compare its floors with its ratio, and the lint that warns when a
+//! process-scoped budget's floors, times the processes seen reporting,
+//! allow more than its ratio.
 //!
 //! Why the report's answer: a process reports every dependency it calls,
 //! gated or not, every interval, so the channel exists wherever a budget
@@ -10,12 +14,12 @@
 //! answer, an interval later.
 //!
 //! With a shared store, each replica tells the others what its processes
-//! claim at most once per [`SHARE_EVERY`] per dependency, and at once when
-//! a process joins or leaves (once per process: cheap even when a whole
-//! fleet starts), and divides the floor over every replica's claims: the
-//! parts add up to one floor. Each process's part is exact from its second
-//! report on in a fleet whose request rates hold, within a second of the
-//! rates' changes otherwise.
+//! claim of a fleet-scoped budget at most once per [`SHARE_EVERY`] per
+//! dependency, and at once when a process joins or leaves (once per
+//! process: cheap even when a whole fleet starts), and divides the floor
+//! over every replica's claims: the parts add up to one floor. Each
+//! process's part is exact from its second report on in a fleet whose
+//! request rates hold, within a second of the rates' changes otherwise.
 //! Without one (or while it does not answer, once what it last said is
 //! [`KEPT_AT_LEAST`] old), each replica divides the whole floor among the
 //! processes it hears from: with R replicas the fleet may retry up to R
@@ -31,7 +35,7 @@ use stormguard_core::policy::{BudgetPolicy, BudgetScope};
 use stormguard_core::wire::Report;
 use tokio::time::Instant;
 
-/// Fleet-scoped dependencies divided at once, at most; reports about more
+/// Budgeted dependencies followed at once, at most; reports about more
 /// get no part (their processes keep their own fallback).
 pub const MAX_DEPENDENCIES: usize = 1000;
 /// How often a replica shares its processes' claims on one dependency with
@@ -56,11 +60,10 @@ pub fn first_tries(report: &Report<'_>) -> u64 {
     })
 }
 
-/// One dependency's division, and what the other replicas claim.
+/// One dependency's claims, and what the other replicas claim.
 struct Divided {
     division: Division<String>,
-    floor: f64,
-    ratio: f64,
+    budget: BudgetPolicy,
     others: Claims,
     /// When the store last told what the other replicas claim.
     heard: Option<Instant>,
@@ -77,9 +80,27 @@ impl Divided {
             _ => Claims::default(),
         }
     }
+
+    /// Retries a second the floors of this replica's processes allow: its
+    /// share of a fleet-scoped floor (summed over the replicas, the fleet's).
+    fn local_floors(&mut self, now: Instant) -> f64 {
+        let mine = self.division.claims(now);
+        let floor = f64::from(self.budget.min_retries_per_second);
+        if self.budget.scope == BudgetScope::Process {
+            return floor * mine.processes as f64;
+        }
+        let all = mine + self.others(now);
+        if all.requests_per_second > 0.0 {
+            floor * mine.requests_per_second / all.requests_per_second
+        } else if all.processes > 0 {
+            floor * mine.processes as f64 / all.processes as f64
+        } else {
+            0.0
+        }
+    }
 }
 
-/// Every fleet-scoped dependency reported about, and the families about them.
+/// Every budgeted dependency reported about, and the families about them.
 pub struct FleetBudgets {
     divided: Mutex<HashMap<String, Divided>>,
     families: Families,
@@ -88,7 +109,7 @@ pub struct FleetBudgets {
 }
 
 impl FleetBudgets {
-    /// No dependency divided yet; `shares` when the replicas share a store.
+    /// No dependency followed yet; `shares` when the replicas share a store.
     pub fn new(shares: bool) -> Self {
         Self {
             divided: Mutex::default(),
@@ -101,9 +122,10 @@ impl FleetBudgets {
         self.divided.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// `instance` reported `first_tries` to `service`, whose budget is
-    /// fleet-scoped, at `now`. What this replica's processes claim, when it
-    /// is time to share that with the other replicas.
+    /// `instance` reported `first_tries` to `service`, whose resolved budget
+    /// is `budget`, at `now`. What this replica's processes claim, when the
+    /// budget is fleet-scoped and it is time to share that with the other
+    /// replicas.
     pub fn report(
         &self,
         service: &str,
@@ -112,6 +134,9 @@ impl FleetBudgets {
         budget: &BudgetPolicy,
         now: Instant,
     ) -> Option<Claims> {
+        if !budget.enabled {
+            return None;
+        }
         let mut divided = self.lock();
         self.sweep(&mut divided, now);
         if !divided.contains_key(service) && divided.len() >= MAX_DEPENDENCIES {
@@ -119,18 +144,16 @@ impl FleetBudgets {
         }
         let entry = divided.entry(service.to_string()).or_insert_with(|| Divided {
             division: Division::new(),
-            floor: 0.0,
-            ratio: 0.0,
+            budget: budget.clone(),
             others: Claims::default(),
             heard: None,
             shared: None,
             reported: now,
         });
-        entry.floor = f64::from(budget.min_retries_per_second);
-        entry.ratio = budget.retry_ratio;
+        entry.budget = budget.clone();
         entry.reported = now;
         entry.division.report(&instance.to_string(), first_tries, now);
-        if !self.shares {
+        if !(self.shares && is_fleet_scoped(budget)) {
             return None;
         }
         let mine = entry.division.claims(now);
@@ -153,23 +176,39 @@ impl FleetBudgets {
         }
     }
 
-    /// `instance`'s part of `service`'s floor at `now`; `None` for a
-    /// dependency not divided here.
+    /// `instance`'s part of `service`'s floor at `now`; `None` unless its
+    /// budget is fleet-scoped and followed here.
     pub fn part(&self, service: &str, instance: &str, now: Instant) -> Option<Part> {
         let mut divided = self.lock();
         let entry = divided.get_mut(service)?;
+        if !is_fleet_scoped(&entry.budget) {
+            return None;
+        }
+        let floor = f64::from(entry.budget.min_retries_per_second);
         let others = entry.others(now);
-        let part = entry
-            .division
-            .part(&instance.to_string(), entry.floor, others, now);
-        let all = entry.division.claims(now) + others;
-        self.families.observe(service, entry, all);
-        Some(part)
+        Some(entry.division.part(&instance.to_string(), floor, others, now))
+    }
+
+    /// What the processes this replica hears from claim of each budgeted
+    /// dependency at `now`, by dependency: for the lint.
+    pub fn seen(&self, now: Instant) -> Vec<(String, Claims)> {
+        let mut divided = self.lock();
+        self.sweep(&mut divided, now);
+        divided
+            .iter_mut()
+            .map(|(service, entry)| (service.clone(), entry.division.claims(now)))
+            .collect()
     }
 
     /// The families, in the text exposition format.
     pub fn encode(&self, now: Instant) -> Vec<u8> {
-        self.sweep(&mut self.lock(), now);
+        {
+            let mut divided = self.lock();
+            self.sweep(&mut divided, now);
+            for (service, entry) in divided.iter_mut() {
+                self.families.observe(service, entry, now);
+            }
+        }
         let mut out = Vec::new();
         TextEncoder::new()
             .encode(&self.families.registry.gather(), &mut out)
@@ -189,19 +228,22 @@ impl FleetBudgets {
     }
 }
 
+/// Each family is this replica's view: summed over the replicas, the
+/// fleet's (the ratio and the configured floor aside).
 struct Families {
     registry: Registry,
     floor: GaugeVec,
     ratio: GaugeVec,
     processes: GaugeVec,
     requests: GaugeVec,
+    floors: GaugeVec,
 }
 
 impl Families {
     fn new() -> Self {
         let registry = Registry::new();
-        let gauge = |name: &str, help: &str| {
-            let family = GaugeVec::new(Opts::new(name, help), &["service"]).expect("valid family");
+        let gauge = |name: &str, help: &str, labels: &[&str]| {
+            let family = GaugeVec::new(Opts::new(name, help), labels).expect("valid family");
             registry
                 .register(Box::new(family.clone()))
                 .expect("each family is registered once");
@@ -209,41 +251,72 @@ impl Families {
         };
         Self {
             floor: gauge(
-                "stormguard_fleet_budget_min_retries_per_second",
-                "A fleet-scoped retry budget's floor: retries a second the whole fleet may always make, divided among its processes.",
+                "stormguard_budget_min_retries_per_second",
+                "A retry budget's configured floor, retries a second: each process's (scope process) or the whole fleet's (scope fleet).",
+                &["service", "scope"],
             ),
             ratio: gauge(
-                "stormguard_fleet_budget_retry_ratio",
-                "A fleet-scoped retry budget's ratio: retries allowed per request, fleet-wide.",
+                "stormguard_budget_retry_ratio",
+                "A retry budget's ratio: retries allowed per first try.",
+                &["service"],
             ),
             processes: gauge(
-                "stormguard_fleet_budget_processes",
-                "Processes the floor of a fleet-scoped retry budget is divided among, over every replica this one hears of.",
+                "stormguard_budget_processes",
+                "Processes calling the service with its retry budget on that reported to this replica.",
+                &["service"],
             ),
             requests: gauge(
-                "stormguard_fleet_budget_requests_per_second",
-                "First tries a second the processes sharing a fleet-scoped retry budget claim, each bounded by four times the median's.",
+                "stormguard_budget_requests_per_second",
+                "First tries a second those processes claim, each bounded by four times the median's.",
+                &["service"],
+            ),
+            floors: gauge(
+                "stormguard_budget_floor_retries_per_second",
+                "Retries a second the floors of those processes allow whatever their traffic: each process's floor for a process-scoped budget, their parts of the fleet's for a fleet-scoped one.",
+                &["service"],
             ),
             registry,
         }
     }
 
-    fn observe(&self, service: &str, entry: &Divided, all: Claims) {
+    fn observe(&self, service: &str, entry: &mut Divided, now: Instant) {
+        let mine = entry.division.claims(now);
+        let scope = entry.budget.scope.name();
+        let _ = self.floor.remove_label_values(&[service, other_scope(scope)]);
+        self.floor
+            .with_label_values(&[service, scope])
+            .set(f64::from(entry.budget.min_retries_per_second));
         let labels = [service];
-        self.floor.with_label_values(&labels).set(entry.floor);
-        self.ratio.with_label_values(&labels).set(entry.ratio);
+        self.ratio
+            .with_label_values(&labels)
+            .set(entry.budget.retry_ratio);
         self.processes
             .with_label_values(&labels)
-            .set(all.processes as f64);
+            .set(mine.processes as f64);
         self.requests
             .with_label_values(&labels)
-            .set(all.requests_per_second);
+            .set(mine.requests_per_second);
+        self.floors
+            .with_label_values(&labels)
+            .set(entry.local_floors(now));
     }
 
     fn forget(&self, service: &str) {
-        for family in [&self.floor, &self.ratio, &self.processes, &self.requests] {
+        for scope in BudgetScope::NAMES {
+            let _ = self.floor.remove_label_values(&[service, scope]);
+        }
+        for family in [&self.ratio, &self.processes, &self.requests, &self.floors] {
             let _ = family.remove_label_values(&[service]);
         }
+    }
+}
+
+/// The scope label a budget's floor no longer has.
+fn other_scope(scope: &str) -> &'static str {
+    if scope == BudgetScope::Fleet.name() {
+        BudgetScope::Process.name()
+    } else {
+        BudgetScope::Fleet.name()
     }
 }
 

@@ -681,7 +681,7 @@ async fn a_fleet_budget_divided() {
         "half, by one first try each: {}",
         floor(&second)
     );
-    let processes = r#"stormguard_fleet_budget_processes{service="payments"}"#;
+    let processes = r#"stormguard_budget_processes{service="payments"}"#;
     assert_eq!(fleet_sample(&daemon, processes).await, Some(2.0));
 }
 

@@ -122,12 +122,11 @@ async fn the_daemon_divides_the_floor_by_requests_and_a_lost_daemon_leaves_an_ev
     );
     let text = metrics(&daemon).await;
     let family = |name: &str| sample(&text, &format!("{name}{{service=\"ledger\"}}"));
-    assert_eq!(family("stormguard_fleet_budget_processes"), Some(3.0));
-    assert_eq!(
-        family("stormguard_fleet_budget_min_retries_per_second"),
-        Some(FLOOR)
-    );
-    assert_eq!(family("stormguard_fleet_budget_retry_ratio"), Some(0.0));
+    assert_eq!(family("stormguard_budget_processes"), Some(3.0));
+    assert_eq!(family("stormguard_budget_floor_retries_per_second"), Some(FLOOR));
+    assert_eq!(family("stormguard_budget_retry_ratio"), Some(0.0));
+    let floor = r#"stormguard_budget_min_retries_per_second{scope="fleet",service="ledger"}"#;
+    assert_eq!(sample(&text, floor), Some(FLOOR));
 
     daemon.kill();
     busy.calls(1).await;
@@ -164,7 +163,7 @@ async fn replicas_that_share_a_store_divide_one_floor_and_alone_each_divides_a_w
     };
     let (_dir, path) = policy_file();
     let url = redis.url();
-    for (shared, expected_processes) in [(true, 4.0), (false, 2.0)] {
+    for (shared, dividing) in [(true, 4.0), (false, 2.0)] {
         let store: &[&str] = if shared { &["--pace-store", &url] } else { &[] };
         let replicas = [Daemon::start(&path, store), Daemon::start(&path, store)];
         let mut processes = Vec::new();
@@ -175,18 +174,76 @@ async fn replicas_that_share_a_store_divide_one_floor_and_alone_each_divides_a_w
         two_rounds(&even).await;
         let parts: Vec<f64> = processes.iter().map(Process::floor).collect();
         let handed: f64 = parts.iter().sum();
-        let expected = FLOOR * 4.0 / expected_processes;
+        let expected = FLOOR * 4.0 / dividing;
         assert!(
             (handed - expected).abs() < 0.2 * FLOOR,
             "shared: {shared}: {handed} handed out, {parts:?}"
         );
+        let mut floors = 0.0;
         for replica in &replicas {
             let text = metrics(replica).await;
+            let family = |name: &str| sample(&text, &format!("{name}{{service=\"ledger\"}}"));
             assert_eq!(
-                sample(&text, "stormguard_fleet_budget_processes{service=\"ledger\"}"),
-                Some(expected_processes),
-                "shared: {shared}"
+                family("stormguard_budget_processes"),
+                Some(2.0),
+                "each replica's own processes"
             );
+            floors += family("stormguard_budget_floor_retries_per_second").unwrap();
         }
+        assert!(
+            (floors - expected).abs() < 0.2 * FLOOR,
+            "the floors the replicas hand out, summed: {floors} (shared: {shared})"
+        );
     }
+}
+
+#[tokio::test]
+async fn per_process_floors_that_never_bind_are_warned_with_the_processes_seen() {
+    use stormguard_client::Outcome;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.yaml");
+    let text = "defaults:\n  maxRetries: 3\nservices:\n  orders:\n    maxRetries: 2\n";
+    std::fs::write(&path, text).unwrap();
+    let daemon = Daemon::start(&path, &[]);
+    for pod in ["pod-1", "pod-2", "pod-3"] {
+        let reporter = Reporter::start(ReporterConfig {
+            interval: Duration::from_secs(3600),
+            ..ReporterConfig::new(&daemon.base, pod)
+        })
+        .unwrap();
+        reporter.record("orders", "/order", 0, Outcome::Success);
+        reporter.flush().await.expect("the daemon is up");
+    }
+    let status = common::admin_status(&daemon).await;
+    let warnings = status["warnings"].as_array().expect("a list of warnings");
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0]["service"], "orders");
+    assert_eq!(warnings[0]["rule"], "process-floors");
+    let message = warnings[0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("the 3 processes seen calling it may retry 30 a second"),
+        "{message}"
+    );
+
+    let fleet = format!("{text}    budget: {{scope: fleet}}\n");
+    let validated: serde_json::Value = reqwest::Client::new()
+        .post(daemon.url("/admin/validate"))
+        .bearer_auth(common::TOKEN)
+        .body(fleet)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let rules: Vec<&str> = validated["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w["rule"].as_str())
+        .collect();
+    assert!(
+        !rules.contains(&"process-floors"),
+        "a fleet-scoped floor binds: {rules:?}"
+    );
 }

@@ -453,7 +453,7 @@ fn the_errors_scenario_shows_per_process_budgets_binding_for_one_process_and_nev
         "200 floors of 10 a second never bind: {many} against {unbudgeted}"
     );
 
-    let (fleet, run) = errors_run(&["--processes", "200", "--fleet-budget"]);
+    let (fleet, run) = errors_run(&["--processes", "200", "--fleet-budget", "--pace-store"]);
     assert_eq!(run["strategy"], "full-jitter+fleet-budget+max3");
     assert!(
         fleet <= one * 1.10,
@@ -468,7 +468,31 @@ fn the_errors_scenario_shows_per_process_budgets_binding_for_one_process_and_nev
     let settled = requests[11..60].iter().sum::<f64>() / (49.0 * 200.0);
     assert!(
         (settled / one - 1.0).abs() < 0.05,
-        "once the first report is answered (at 10 s) the fleet retries as one process: {settled} against {one}"
+        "once every process has its part the fleet retries as one process: {settled} against {one}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("policy.yaml");
+    let text = "defaults:\n  maxRetries: 3\nservices:\n  ledger:\n    budget:\n      scope: fleet\n";
+    std::fs::write(&file, text).unwrap();
+    let file = file.to_str().unwrap();
+    let stated = [
+        "--processes",
+        "200",
+        "--pace-store",
+        "--policy",
+        file,
+        "--service",
+        "ledger",
+    ];
+    let (from_file, _) = errors_run(&stated);
+    assert!(
+        (from_file / fleet - 1.0).abs() < 0.01,
+        "a file's fleet-scoped budget is divided as --fleet-budget's (its backoff is the file's): {from_file} against {fleet}"
+    );
+    let (alone, _) = errors_run(&["--processes", "200", "--fleet-budget"]);
+    assert!(
+        fleet < alone && alone < many,
+        "two replicas without a store each divide a whole floor: {alone}, between {fleet} and {many}"
     );
 
     let misplaced = simulate(&["--rate", "200"]);

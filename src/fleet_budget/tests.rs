@@ -119,20 +119,60 @@ fn a_sharing_replica_shares_at_most_once_a_second_and_counts_the_others() {
 }
 
 #[test]
-fn the_families_show_the_division_and_forget_a_dependency_nobody_reports_about() {
+fn the_families_show_each_budgets_floors_and_forget_a_dependency_nobody_reports_about() {
     let budgets = FleetBudgets::new(false);
     let t0 = Instant::now();
     budgets.report("payments", "a", 40, &fleet(10), t0);
-    budgets.part("payments", "a", t0);
+    for instance in ["a", "b", "c"] {
+        budgets.report("orders", instance, 5, &BudgetPolicy::default(), t0);
+    }
     let text = String::from_utf8(budgets.encode(t0)).unwrap();
     for line in [
-        "stormguard_fleet_budget_min_retries_per_second{service=\"payments\"} 10",
-        "stormguard_fleet_budget_retry_ratio{service=\"payments\"} 0.2",
-        "stormguard_fleet_budget_processes{service=\"payments\"} 1",
-        "stormguard_fleet_budget_requests_per_second{service=\"payments\"} 40",
+        "stormguard_budget_min_retries_per_second{scope=\"fleet\",service=\"payments\"} 10",
+        "stormguard_budget_retry_ratio{service=\"payments\"} 0.2",
+        "stormguard_budget_processes{service=\"payments\"} 1",
+        "stormguard_budget_requests_per_second{service=\"payments\"} 40",
+        "stormguard_budget_floor_retries_per_second{service=\"payments\"} 10",
+        "stormguard_budget_min_retries_per_second{scope=\"process\",service=\"orders\"} 10",
+        "stormguard_budget_processes{service=\"orders\"} 3",
+        "stormguard_budget_floor_retries_per_second{service=\"orders\"} 30",
     ] {
         assert!(text.contains(line), "{line} in\n{text}");
     }
+    assert_eq!(
+        budgets.part("orders", "a", t0),
+        None,
+        "a process-scoped budget gets no part"
+    );
     let text = String::from_utf8(budgets.encode(t0 + KEPT_AT_LEAST)).unwrap();
-    assert!(!text.contains("payments"), "{text}");
+    assert!(!text.contains("payments") && !text.contains("orders"), "{text}");
+}
+
+#[test]
+fn a_replica_tells_what_it_sees_of_every_budgeted_dependency() {
+    let budgets = FleetBudgets::new(false);
+    let t0 = Instant::now();
+    for p in 0..200 {
+        budgets.report("orders", &format!("pod-{p}"), 5, &BudgetPolicy::default(), t0);
+    }
+    budgets.report("ledger", "pod-0", 5, &fleet(10), t0);
+    let off = BudgetPolicy {
+        enabled: false,
+        ..BudgetPolicy::default()
+    };
+    budgets.report("search", "pod-0", 5, &off, t0);
+    let mut seen = budgets.seen(t0);
+    seen.sort_by(|a, b| a.0.cmp(&b.0));
+    let claims = |requests_per_second, processes| Claims {
+        requests_per_second,
+        processes,
+    };
+    assert_eq!(
+        seen,
+        [
+            ("ledger".to_string(), claims(5.0, 1)),
+            ("orders".to_string(), claims(1000.0, 200))
+        ],
+        "a dependency without a budget is not followed"
+    );
 }

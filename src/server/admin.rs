@@ -14,7 +14,7 @@ use super::error::{admit, ApiError};
 use super::AppState;
 use crate::reload::{rfc3339, ReloadOutcome, Trigger};
 use crate::stamp::FileStamp;
-use stormguard_toolkit::lint::lint;
+use stormguard_toolkit::lint::{lint, live_risks};
 use stormguard_toolkit::policy::{load_bytes, ContentHash};
 
 /// The admin bearer token, kept only as its hash so that comparing it takes
@@ -124,9 +124,11 @@ pub async fn require_token(State(state): State<AppState>, request: Request, next
     }
 }
 
-/// `GET /admin/status`: what is served, since when, and how the last reload went.
+/// `GET /admin/status`: what is served, since when, how the last reload
+/// went, and the risks only the fleet's reports show.
 pub async fn status(State(state): State<AppState>) -> Json<serde_json::Value> {
     let snapshot = state.store.current();
+    let seen = state.budgets.seen(tokio::time::Instant::now());
     Json(json!({
         "version": snapshot.hash.to_string(),
         "versionNumber": snapshot.hash.version_number(),
@@ -134,6 +136,7 @@ pub async fn status(State(state): State<AppState>) -> Json<serde_json::Value> {
         "source": snapshot.source.display().to_string(),
         "services": snapshot.document.services.keys().collect::<Vec<_>>(),
         "lastReload": state.reloader.last(),
+        "warnings": live_risks(&snapshot.document, &seen),
     }))
 }
 
@@ -157,7 +160,8 @@ pub async fn reload(State(state): State<AppState>) -> Result<Json<serde_json::Va
 }
 
 /// `POST /admin/validate`: a dry run of the posted YAML, with the same errors
-/// as `check`, and for a valid policy the storm-risk lint and forecasts.
+/// as `check`, and for a valid policy the storm-risk lint and forecasts,
+/// and the risks it would have for the fleet this daemon hears from.
 pub async fn validate(
     State(state): State<AppState>,
     LimitedBody(body): LimitedBody,
@@ -169,9 +173,13 @@ pub async fn validate(
         "too many validations are running; try again after Retry-After, or raise --max-validations",
     )?;
     let limits = state.limits.policy;
+    let seen = state.budgets.seen(tokio::time::Instant::now());
     let checked = tokio::task::spawn_blocking(move || {
         let loaded = load_bytes("request body", &body, limits).map(|document| {
-            let lint = lint(&document, &|herd| herd);
+            let mut lint = lint(&document, &|herd| herd);
+            lint.warnings.extend(live_risks(&document, &seen));
+            lint.warnings
+                .sort_by(|a, b| (&a.service, a.rule).cmp(&(&b.service, b.rule)));
             (document, lint)
         });
         (loaded, body)

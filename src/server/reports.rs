@@ -16,7 +16,7 @@ use super::body::LimitedBody;
 use super::caller;
 use super::error::ApiError;
 use super::{AppState, Peer, Shared};
-use crate::fleet_budget::{first_tries, is_fleet_scoped};
+use crate::fleet_budget::first_tries;
 use crate::reports::{decode_body, Batch};
 use crate::snapshot::PolicySnapshot;
 
@@ -80,19 +80,16 @@ pub async fn receive(
 
 /// Each reporting process's part of the floor of every fleet-scoped budget
 /// it reported about, after sharing what this replica's processes claim
-/// with the other replicas where it is time to.
+/// with the other replicas where it is time to. Every budgeted report's
+/// claim is kept, for the families and the lint.
 async fn divide_floors(
     state: &Shared,
     reports: &[Report<'_>],
     snapshot: &PolicySnapshot,
     now: Instant,
 ) -> BTreeMap<String, FloorPart> {
-    let scoped: Vec<&Report<'_>> = reports
-        .iter()
-        .filter(|report| is_fleet_scoped(snapshot.budget(&report.service)))
-        .collect();
     let mut due = Vec::new();
-    for report in &scoped {
+    for report in reports {
         let budget = snapshot.budget(&report.service);
         if let Some(mine) = state.budgets.report(
             &report.service,
@@ -115,7 +112,7 @@ async fn divide_floors(
         });
         futures_util::future::join_all(shared).await;
     }
-    scoped
+    reports
         .iter()
         .filter_map(|report| {
             let part = state.budgets.part(&report.service, &report.instance, now)?;

@@ -63,7 +63,7 @@ func aFleetBudgetDivided(t *testing.T) {
 	if !near(floor(first), 12) || !near(floor(second), 6) {
 		t.Fatalf("floors %v and %v: want 12 (alone when it reported) and 6 (half, by one first try each)", floor(first), floor(second))
 	}
-	if n := metric(t, daemon, `stormguard_fleet_budget_processes{service="payments"}`); n != 2 {
+	if n := metric(t, daemon, `stormguard_budget_processes{service="payments"}`); n != 2 {
 		t.Fatalf("the daemon divides among %v processes", n)
 	}
 }

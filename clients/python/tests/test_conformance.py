@@ -345,7 +345,7 @@ def a_fleet_budget_divided(daemon, tmp_path, fault_proxy):
     second_reporter.flush()
     assert floor(first) == pytest.approx(12), "alone when it reported"
     assert floor(second) == pytest.approx(6), "half, by one first try each"
-    assert metric(url, 'stormguard_fleet_budget_processes{service="payments"}') == 2
+    assert metric(url, 'stormguard_budget_processes{service="payments"}') == 2
     for reporter, watch in ((first_reporter, first_watch), (second_reporter, second_watch)):
         reporter.stop()
         watch.stop()

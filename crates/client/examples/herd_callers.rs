@@ -13,6 +13,12 @@
 //! alone. Once every caller is done it prints one JSON line: the calls that
 //! succeeded and gave up, the attempts sent, and each success's time from
 //! the start in seconds.
+//!
+//! With `--rate R --seconds S` the calls arrive instead, one at a time from
+//! `--start-at`, at random (a Poisson process seeded by `--seed`) at R a
+//! second for S seconds: the open-loop callers of `stormguard simulate
+//! --scenario errors` (`bench/fleet_budget.py`). `--report-every` sets the
+//! reporter's interval (2 s unless given).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -55,6 +61,21 @@ async fn attempt(http: &reqwest::Client, url: &str) -> Result<(), Failure> {
     }
 }
 
+/// Arrival times of a Poisson process of `rate` a second over `seconds`.
+fn poisson(rate: f64, seconds: f64, seed: u64) -> Vec<Duration> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    let mut at = 0.0;
+    let mut arrivals = Vec::new();
+    loop {
+        at += -(1.0 - rng.random::<f64>()).ln() / rate;
+        if at >= seconds {
+            return arrivals;
+        }
+        arrivals.push(Duration::from_secs_f64(at));
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -69,12 +90,23 @@ async fn main() {
             .parse()
             .expect("--start-at takes Unix ms"),
     );
+    let report_every = flag(&args, "--report-every").map_or(Duration::from_secs(2), |v| {
+        Duration::from_secs_f64(v.parse().expect("--report-every takes seconds"))
+    });
+    let arrivals = flag(&args, "--rate").map(|rate| {
+        let rate: f64 = rate.parse().expect("--rate takes calls a second");
+        let seconds: f64 = required(&args, "--seconds")
+            .parse()
+            .expect("--seconds takes seconds");
+        let seed = flag(&args, "--seed").map_or(1, |v| v.parse().expect("--seed takes a number"));
+        poisson(rate, seconds, seed)
+    });
 
     let policy = PolicyClient::start(ClientConfig::new(&daemon, &service))
         .await
         .expect("a valid client configuration");
     let reporter = Reporter::start(ReporterConfig {
-        interval: Duration::from_secs(2),
+        interval: report_every,
         fleet_pacing: !args.iter().any(|a| a == "--no-fleet-pacing"),
         ..ReporterConfig::new(&daemon, &instance)
     })
@@ -83,9 +115,13 @@ async fn main() {
     let http = reqwest::Client::new();
     let attempts = Arc::new(AtomicU64::new(0));
 
+    // Every call at once, or each at its arrival.
+    let arrivals = arrivals.unwrap_or_else(|| vec![Duration::ZERO; callers]);
+    let callers = arrivals.len();
     tokio::time::sleep(start.saturating_sub(since_epoch())).await;
     let mut running = tokio::task::JoinSet::new();
-    for _ in 0..callers {
+    for arrival in arrivals {
+        tokio::time::sleep((start + arrival).saturating_sub(since_epoch())).await;
         let (calls, http, url, attempts) = (calls.clone(), http.clone(), url.clone(), attempts.clone());
         running.spawn(async move {
             let result = calls

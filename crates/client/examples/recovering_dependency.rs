@@ -12,6 +12,11 @@
 //! It prints the address it listens on, then serves `GET /call` (the
 //! dependency) and `GET /stats` (what it received and accepted, in total and
 //! per second since the start).
+//!
+//! With `--error-rate E` it also refuses (503) a share E of the requests it
+//! receives after the outage, at random: with `--outage 0` and a capacity it never
+//! reaches, the dependency of `stormguard simulate --scenario errors`
+//! (`bench/fleet_budget.py`).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -29,6 +34,8 @@ struct Dependency {
     start: Duration,
     outage: Duration,
     capacity: u64,
+    /// The share of requests refused at random, in [0, 1].
+    error_rate: f64,
     /// The calendar second being served and what it has accepted so far.
     second: Mutex<(u64, u64)>,
     received: Vec<AtomicU64>,
@@ -45,6 +52,9 @@ impl Dependency {
         let slot = (second as usize).min(SECONDS_KEPT);
         self.received[slot].fetch_add(1, Relaxed);
         if since < self.outage {
+            return false;
+        }
+        if self.error_rate > 0.0 && rand::random::<f64>() < self.error_rate {
             return false;
         }
         let mut current = self.second.lock().unwrap_or_else(|e| e.into_inner());
@@ -107,6 +117,12 @@ async fn main() {
         start: Duration::from_millis(number(&args, "--start-at", now_ms)),
         outage: Duration::from_secs(number(&args, "--outage", 10)),
         capacity: number(&args, "--capacity", 200),
+        error_rate: flag(&args, "--error-rate").map_or(0.0, |v| {
+            v.parse::<f64>()
+                .ok()
+                .filter(|e| (0.0..=1.0).contains(e))
+                .unwrap_or_else(|| panic!("--error-rate takes a share from 0 to 1, not {v:?}"))
+        }),
         second: Mutex::new((0, 0)),
         received: (0..=SECONDS_KEPT).map(|_| AtomicU64::new(0)).collect(),
         accepted: (0..=SECONDS_KEPT).map(|_| AtomicU64::new(0)).collect(),

@@ -330,3 +330,37 @@ fn each_outage_of_a_services_forecast_is_run_and_explained() {
         .explanation
         .starts_with("every call fails: it does not retry"));
 }
+
+#[test]
+fn per_process_floors_that_outweigh_the_ratio_over_the_processes_seen_are_warned() {
+    let yaml = "services:\n  orders: {}\n  ledger:\n    budget: {scope: fleet}\n  quiet:\n    budget: {minRetriesPerSecond: 0}\n";
+    let document = load_bytes("test.yaml", yaml.as_bytes(), LoadLimits::default()).unwrap();
+    let claims = |processes, requests_per_second| Claims {
+        requests_per_second,
+        processes,
+    };
+    let seen = [
+        ("orders".to_string(), claims(200, 1000.0)),
+        ("ledger".to_string(), claims(200, 1000.0)),
+        ("quiet".to_string(), claims(200, 1000.0)),
+        ("unlisted".to_string(), claims(3, 1000.0)),
+        ("alone".to_string(), claims(1, 1.0)),
+    ];
+    let warnings = live_risks(&document, &seen);
+    let found: Vec<(&str, &str)> = warnings
+        .iter()
+        .map(|w| (w.service.as_str(), w.rule.code()))
+        .collect();
+    assert_eq!(
+        found,
+        [("orders", "process-floors")],
+        "the fleet-scoped, the floorless, the few and the lone process bind"
+    );
+    assert_eq!(
+        warnings[0].message,
+        "the budget's floor of 10 retries a second is each process's: the 200 processes seen calling it may \
+         retry 2000 a second in all whatever their traffic, while its ratio allows 200 a second at the 1000 \
+         first tries a second they send, so the budget never binds when the service fails; set \
+         `budget.scope: fleet` to share one floor among them, or lower minRetriesPerSecond"
+    );
+}

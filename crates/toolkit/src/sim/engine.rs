@@ -289,7 +289,14 @@ impl<'a> World<'a> {
             busy: scenario.collapse.map(Busy::new),
             fleet_budget: strategy.fleet_budget.then(|| {
                 let floor = f64::from(strategy.policy.budget.min_retries_per_second);
-                FleetBudget::new(floor, processes, scenario.feedback_delay)
+                let shared = scenario.pace_store.is_some();
+                FleetBudget::new(
+                    floor,
+                    processes,
+                    scenario.replicas,
+                    shared,
+                    scenario.feedback_delay,
+                )
             }),
             queue,
             server: Server {
@@ -361,7 +368,8 @@ impl<'a> World<'a> {
     /// With a fleet-scoped budget: the daemon's rounds due by `t`, and the
     /// parts they hand the processes.
     fn divide_budget_floor(&mut self, t: u64) {
-        let Some(parts) = self.fleet_budget.as_mut().and_then(|b| b.tick(t)) else {
+        let now = self.at(t);
+        let Some(parts) = self.fleet_budget.as_mut().and_then(|b| b.tick(t, now)) else {
             return;
         };
         for (process, part) in self.processes.iter().zip(parts) {

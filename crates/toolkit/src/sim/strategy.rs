@@ -5,8 +5,8 @@ use std::fmt;
 use std::time::Duration;
 
 use stormguard_core::policy::{
-    BudgetPolicy, CircuitBreakerPolicy, GatePolicy, InvalidPolicy, Jitter, RetryPolicy, ValidPolicy,
-    MAX_RETRIES,
+    BudgetPolicy, BudgetScope, CircuitBreakerPolicy, GatePolicy, InvalidPolicy, Jitter, RetryPolicy,
+    ValidPolicy, MAX_RETRIES,
 };
 
 /// A named strategy: the four of the thundering-herd comparison, and their kin.
@@ -122,8 +122,8 @@ pub struct Strategy {
     pub max_retries: u32,
     /// Whether the processes' gates are paced by the daemon's fleet controller.
     pub fleet: bool,
-    /// Whether the budget's floor is the fleet's, divided among the
-    /// processes by the daemon.
+    /// Whether the budget's floor is the fleet's (`budget.scope: fleet`,
+    /// or `--fleet-budget`), divided among the processes by the daemon.
     pub fleet_budget: bool,
 }
 
@@ -178,6 +178,7 @@ impl Strategy {
             }
         }
         if modifiers.fleet_budget {
+            policy.budget.scope = BudgetScope::Fleet;
             label.push_str("+fleet-budget");
         }
         if modifiers.breaker && !policy.circuit_breaker.enabled {
@@ -208,12 +209,13 @@ impl Strategy {
         }
         let max_retries = policy.max_retries;
         policy.max_retries = max_retries.min(MAX_RETRIES);
+        let fleet_budget = policy.budget.enabled && policy.budget.scope == BudgetScope::Fleet;
         Ok(Self {
             label,
             policy: policy.try_into()?,
             max_retries,
             fleet: modifiers.fleet,
-            fleet_budget: modifiers.fleet_budget,
+            fleet_budget,
         })
     }
 }
