@@ -247,3 +247,38 @@ async fn per_process_floors_that_never_bind_are_warned_with_the_processes_seen()
         "a fleet-scoped floor binds: {rules:?}"
     );
 }
+
+#[tokio::test]
+async fn a_fleet_scoped_budget_reports_a_second_after_start_and_a_process_scoped_one_waits() {
+    let (_dir, path) = policy_file();
+    let daemon = Daemon::start(&path, &[]);
+    let first = Process::start(&daemon.base, "pod-1").await;
+    first.calls(1).await;
+    first.reporter.flush().await.expect("the daemon is up");
+    let second = Process::start(&daemon.base, "pod-2").await;
+    second.calls(1).await;
+    assert!(close(second.floor(), FLOOR), "no answer yet");
+    let halved = common::eventually(Duration::from_secs(4), || {
+        let floor = second.floor();
+        async move { close(floor, FLOOR / 2.0).then_some(()) }
+    })
+    .await;
+    assert!(
+        halved.is_some(),
+        "the first report went within seconds, not the hour of its interval: {}",
+        second.floor()
+    );
+
+    let quiet = Reporter::start(ReporterConfig {
+        interval: Duration::from_secs(3600),
+        ..ReporterConfig::new(&daemon.base, "pod-3")
+    })
+    .unwrap();
+    quiet.record("orders", "/order", 0, stormguard_client::Outcome::Success);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        quiet.stats().batches_sent,
+        0,
+        "nothing waits for a part: the interval holds"
+    );
+}

@@ -422,3 +422,54 @@ func TestATLSFileThatCannotBeUsedIsNamedAtStart(t *testing.T) {
 		}
 	}
 }
+
+// TestAFleetScopedBudgetReportsASecondAfterStartAndTakesItsPart: with an
+// hour's interval, a reporter tracking a fleet-scoped budget sends its first
+// report within about a second, and the budget takes the part the answer
+// gives; one tracking only a process-scoped budget waits for its interval.
+func TestAFleetScopedBudgetReportsASecondAfterStartAndTakesItsPart(t *testing.T) {
+	var mu sync.Mutex
+	batches := 0
+	daemon := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		batches++
+		mu.Unlock()
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = w.Write([]byte(`{"accepted": 1, "fleetBudgets": {"ledger": {"minRetriesPerSecond": 2.5, "processes": 4}}}`))
+	}))
+	defer daemon.Close()
+	sent := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return batches
+	}
+
+	quiet := started(t, Config{Daemon: daemon.URL, Instance: "pod-quiet", Interval: time.Hour})
+	own, err := budget.New(0, 12, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet.Track("orders", nil, own, nil, time.Now())
+	time.Sleep(2500 * time.Millisecond)
+	if n := sent(); n != 0 {
+		t.Fatalf("a process-scoped budget waits for the interval, yet %d batches went", n)
+	}
+
+	fleet, err := budget.New(0, 12, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fleet.ScopeToFleet()
+	r := started(t, Config{Daemon: daemon.URL, Instance: "pod-1", Interval: time.Hour})
+	r.Track("ledger", nil, fleet, nil, time.Now())
+	if f := fleet.Allowed(0) / 10; f != 12 {
+		t.Fatalf("before any answer the floor is %v, not the whole 12", f)
+	}
+	deadline := time.Now().Add(4 * time.Second)
+	for fleet.Allowed(0)/10 != 2.5 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if f := fleet.Allowed(0) / 10; f != 2.5 {
+		t.Fatalf("the floor is %v after %d batches: the first report did not go early or its part was not taken", f, sent())
+	}
+}

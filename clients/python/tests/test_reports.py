@@ -467,3 +467,40 @@ def test_reports_say_whether_the_gate_is_on():
     assert reports["svc"]["gateOn"] is True and "gateOn" not in reports["plain"], "no gate, no gateOn"
     clock[0] = 2 * 10**9
     assert taken(r)["reports"][0]["gateOn"] is False, "quiet for quietMs: off"
+
+
+class FloorStandIn(Serving):
+    """A stand-in daemon that answers every report batch with a part of
+    ledger's fleet-scoped floor, and counts the batches."""
+
+    def __init__(self):
+        self.batches = 0
+        super().__init__()
+
+    def answer(self, request):
+        request.rfile.read(int(request.headers["Content-Length"]))
+        self.batches += 1
+        part = {"minRetriesPerSecond": 2.5, "processes": 4}
+        return 202, json.dumps({"accepted": 1, "fleetBudgets": {"ledger": part}}).encode()
+
+
+@pytest.fixture
+def floor_stand_in():
+    yield from serving(FloorStandIn)
+
+
+def test_a_fleet_scoped_budget_reports_a_second_after_start_and_takes_its_part(floor_stand_in):
+    server = floor_stand_in()
+    quiet = Reporter(server.url, "pod-quiet", interval=3600).start()
+    quiet.track("orders", budget=RetryBudget(0, 12, 10 * 10**9))
+    time.sleep(2.5)
+    assert server.batches == 0, "a process-scoped budget waits for the interval"
+
+    fleet = RetryBudget(0, 12, 10 * 10**9, scope="fleet")
+    r = Reporter(server.url, "pod-1", interval=3600).start()
+    r.track("ledger", budget=fleet)
+    assert fleet.allowed(0) / 10 == 12, "the whole floor before any answer"
+    assert eventually(lambda: fleet.allowed(0) / 10 == 2.5, within=4), \
+        f"the first report went early and its part was taken: {fleet.allowed(0) / 10} after {server.batches} batches"
+    quiet.stop()
+    r.stop()
