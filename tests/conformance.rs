@@ -9,16 +9,15 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
+use common::budgeted::Budgeted;
 use common::proxy::{Proxy, Trick};
 use common::{eventually, metrics, sample, Daemon};
 use libtest_mimic::{Arguments, Failed, Trial};
 use stormguard_client::stormguard_core::gate::{Signal, Turn};
 use stormguard_client::stormguard_core::guard::Guard;
 use stormguard_client::stormguard_core::policy::ValidPolicy;
-use stormguard_client::stormguard_core::retry::Failure;
 use stormguard_client::{
-    ClientConfig, DaemonTls, Dependency, Outcome, PolicyClient, PolicySource, PolicyWatch, Reporter,
-    ReporterConfig,
+    ClientConfig, DaemonTls, Outcome, PolicySource, PolicyWatch, Reporter, ReporterConfig,
 };
 
 const SCENARIOS: &str = include_str!("../clients/conformance.json");
@@ -635,29 +634,10 @@ fn fleet_budget_file() -> (tempfile::TempDir, PathBuf) {
 
 /// A process calling payments under the policy `served` serves, reporting
 /// to `daemon` as `instance` (an hour's interval), after one successful call.
-async fn budgeted_process(served: &Daemon, daemon: &str, instance: &str) -> (Dependency, Reporter) {
-    let policy = PolicyClient::start(quick(&served.base, &["payments"]))
-        .await
-        .expect("a valid client configuration");
-    let reporter = Reporter::start(ReporterConfig {
-        interval: Duration::from_secs(3600),
-        timeout: Duration::from_millis(500),
-        ..ReporterConfig::new(daemon, instance)
-    })
-    .expect("a valid reporter configuration");
-    let payments = Dependency::new(policy, reporter.clone());
-    payments
-        .call("/charge", |_| async { Ok::<_, Failure>(()) })
-        .await
-        .expect("a call that succeeds");
-    (payments, reporter)
-}
-
-/// The floor `payments`'s budget holds now, in retries a second: its window
-/// is 10 s and its ratio 0, so what it allows is 10 × the floor.
-fn floor(payments: &Dependency) -> f64 {
-    let guard = payments.policy().guard();
-    guard.budget().expect("a budget").snapshot().allowed / 10.0
+async fn budgeted_process(served: &Daemon, daemon: &str, instance: &str) -> Budgeted {
+    let process = Budgeted::start(&served.base, daemon, "payments", instance).await;
+    process.calls(1).await;
+    process
 }
 
 fn near(a: f64, b: f64) -> bool {
@@ -667,19 +647,19 @@ fn near(a: f64, b: f64) -> bool {
 async fn a_fleet_budget_divided() {
     let (_dir, file) = fleet_budget_file();
     let daemon = serve(&file, &[]);
-    let (first, first_reporter) = budgeted_process(&daemon, &daemon.base, "pod-1").await;
-    let (second, second_reporter) = budgeted_process(&daemon, &daemon.base, "pod-2").await;
-    first_reporter.flush().await.expect("the daemon is up");
-    second_reporter.flush().await.expect("the daemon is up");
+    let first = budgeted_process(&daemon, &daemon.base, "pod-1").await;
+    let second = budgeted_process(&daemon, &daemon.base, "pod-2").await;
+    first.reporter.flush().await.expect("the daemon is up");
+    second.reporter.flush().await.expect("the daemon is up");
     assert!(
-        near(floor(&first), 12.0),
+        near(first.floor(), 12.0),
         "alone when it reported: {}",
-        floor(&first)
+        first.floor()
     );
     assert!(
-        near(floor(&second), 6.0),
+        near(second.floor(), 6.0),
         "half, by one first try each: {}",
-        floor(&second)
+        second.floor()
     );
     let processes = r#"stormguard_budget_processes{service="payments"}"#;
     assert_eq!(fleet_sample(&daemon, processes).await, Some(2.0));
@@ -694,18 +674,18 @@ async fn a_fleet_budget_falls_back() {
         processes: 4,
     };
     let proxy = Proxy::start(&daemon.base, trick).await;
-    let (payments, reporter) = budgeted_process(&daemon, &proxy.base, "pod-1").await;
-    assert!(near(floor(&payments), 12.0), "the whole floor before any answer");
-    reporter.flush().await.expect("the proxy's answer");
+    let payments = budgeted_process(&daemon, &proxy.base, "pod-1").await;
+    assert!(near(payments.floor(), 12.0), "the whole floor before any answer");
+    payments.reporter.flush().await.expect("the proxy's answer");
     assert!(
-        near(floor(&payments), 2.5),
+        near(payments.floor(), 2.5),
         "the daemon's part: {}",
-        floor(&payments)
+        payments.floor()
     );
-    assert!(reporter.flush().await.is_err(), "503");
+    assert!(payments.reporter.flush().await.is_err(), "503");
     assert!(
-        near(floor(&payments), 3.0),
+        near(payments.floor(), 3.0),
         "12 over the 4 processes last heard of: {}",
-        floor(&payments)
+        payments.floor()
     );
 }

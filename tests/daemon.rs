@@ -4,7 +4,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{admin_status, etag_of, eventually, metrics, sample, ConfigMapDir, Daemon, SEED_POLICY, TOKEN};
+use common::{
+    admin, admin_status, etag_of, eventually, metrics, sample, ConfigMapDir, Daemon, SEED_POLICY, TOKEN,
+};
 use reqwest::StatusCode;
 use serde_json::Value;
 
@@ -33,12 +35,6 @@ async fn expect_served(daemon: &Daemon, service: &str, value: u64, within: Durat
         "{what}: {service} never got maxRetries {value} within {within:?}; log:\n{}",
         daemon.log()
     );
-}
-
-fn admin(daemon: &Daemon, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-    reqwest::Client::new()
-        .request(method, daemon.url(path))
-        .bearer_auth(TOKEN)
 }
 
 #[tokio::test]

@@ -10,10 +10,10 @@ mod common;
 
 use std::time::Duration;
 
+use common::budgeted::Budgeted;
 use common::redis::Redis;
-use common::{metrics, sample, Daemon};
-use stormguard_client::stormguard_core::retry::Failure;
-use stormguard_client::{ClientConfig, Dependency, PolicyClient, Reporter, ReporterConfig};
+use common::{admin, metrics, sample, Daemon};
+use stormguard_client::{Reporter, ReporterConfig};
 
 /// The fleet's floor: 12 retries a second; the ratio 0, so that a budget's
 /// allowance is its floor alone, 10 s of it.
@@ -38,52 +38,14 @@ fn policy_file() -> (tempfile::TempDir, std::path::PathBuf) {
     (dir, path)
 }
 
-/// One client process calling `ledger`.
-struct Process {
-    dependency: Dependency,
-    reporter: Reporter,
-}
-
-impl Process {
-    async fn start(daemon: &str, instance: &str) -> Process {
-        let policy = PolicyClient::start(ClientConfig {
-            startup_wait: Duration::from_secs(5),
-            ..ClientConfig::new(daemon, "ledger")
-        })
-        .await
-        .expect("a valid client configuration");
-        let reporter = Reporter::start(ReporterConfig {
-            interval: Duration::from_secs(3600),
-            timeout: Duration::from_millis(500),
-            ..ReporterConfig::new(daemon, instance)
-        })
-        .expect("a valid reporter configuration");
-        Process {
-            dependency: Dependency::new(policy, reporter.clone()),
-            reporter,
-        }
-    }
-
-    /// `n` calls that succeed at once: first tries only.
-    async fn calls(&self, n: usize) {
-        for _ in 0..n {
-            self.dependency
-                .call("/post", |_| async { Ok::<_, Failure>(()) })
-                .await
-                .expect("a call that succeeds");
-        }
-    }
-
-    /// The floor its budget holds now, in retries a second.
-    fn floor(&self) -> f64 {
-        let guard = self.dependency.policy().guard();
-        guard.budget().expect("a budget").snapshot().allowed / TTL_SECONDS
-    }
+/// A process calling `ledger`, its policy from and its reports to `daemon`.
+async fn process(daemon: &str, instance: &str) -> Budgeted {
+    Budgeted::start(daemon, daemon, "ledger", instance).await
 }
 
 /// Each process makes its calls and reports, twice, more than a second
 /// apart (past the daemon's refresh of the claims' median).
-async fn two_rounds(processes: &[(&Process, usize)]) {
+async fn two_rounds(processes: &[(&Budgeted, usize)]) {
     for _ in 0..2 {
         for (process, calls) in processes {
             process.calls(*calls).await;
@@ -101,10 +63,10 @@ fn close(a: f64, b: f64) -> bool {
 async fn the_daemon_divides_the_floor_by_requests_and_a_lost_daemon_leaves_an_even_part() {
     let (_dir, path) = policy_file();
     let mut daemon = Daemon::start(&path, &[]);
-    let busy = Process::start(&daemon.base, "pod-busy").await;
+    let busy = process(&daemon.base, "pod-busy").await;
     let quiet = [
-        Process::start(&daemon.base, "pod-quiet-1").await,
-        Process::start(&daemon.base, "pod-quiet-2").await,
+        process(&daemon.base, "pod-quiet-1").await,
+        process(&daemon.base, "pod-quiet-2").await,
     ];
     assert!(close(busy.floor(), FLOOR), "before any answer: the whole floor");
     two_rounds(&[(&busy, 40), (&quiet[0], 10), (&quiet[1], 10)]).await;
@@ -142,7 +104,7 @@ async fn the_daemon_divides_the_floor_by_requests_and_a_lost_daemon_leaves_an_ev
 async fn a_process_that_never_reaches_the_daemon_retries_by_its_local_budget_at_most() {
     let (_dir, path) = policy_file();
     let mut daemon = Daemon::start(&path, &[]);
-    let lonely = Process::start(&daemon.base, "pod-lonely").await;
+    let lonely = process(&daemon.base, "pod-lonely").await;
     daemon.kill();
     lonely.calls(1).await;
     assert!(lonely.reporter.flush().await.is_err());
@@ -168,11 +130,11 @@ async fn replicas_that_share_a_store_divide_one_floor_and_alone_each_divides_a_w
         let replicas = [Daemon::start(&path, store), Daemon::start(&path, store)];
         let mut processes = Vec::new();
         for (i, replica) in replicas.iter().cycle().take(4).enumerate() {
-            processes.push(Process::start(&replica.base, &format!("pod-{shared}-{i}")).await);
+            processes.push(process(&replica.base, &format!("pod-{shared}-{i}")).await);
         }
-        let even: Vec<(&Process, usize)> = processes.iter().map(|p| (p, 10)).collect();
+        let even: Vec<(&Budgeted, usize)> = processes.iter().map(|p| (p, 10)).collect();
         two_rounds(&even).await;
-        let parts: Vec<f64> = processes.iter().map(Process::floor).collect();
+        let parts: Vec<f64> = processes.iter().map(Budgeted::floor).collect();
         let handed: f64 = parts.iter().sum();
         let expected = FLOOR * 4.0 / dividing;
         assert!(
@@ -226,9 +188,7 @@ async fn per_process_floors_that_never_bind_are_warned_with_the_processes_seen()
     );
 
     let fleet = format!("{text}    budget: {{scope: fleet}}\n");
-    let validated: serde_json::Value = reqwest::Client::new()
-        .post(daemon.url("/admin/validate"))
-        .bearer_auth(common::TOKEN)
+    let validated: serde_json::Value = admin(&daemon, reqwest::Method::POST, "/admin/validate")
         .body(fleet)
         .send()
         .await
@@ -252,10 +212,10 @@ async fn per_process_floors_that_never_bind_are_warned_with_the_processes_seen()
 async fn a_fleet_scoped_budget_reports_a_second_after_start_and_a_process_scoped_one_waits() {
     let (_dir, path) = policy_file();
     let daemon = Daemon::start(&path, &[]);
-    let first = Process::start(&daemon.base, "pod-1").await;
+    let first = process(&daemon.base, "pod-1").await;
     first.calls(1).await;
     first.reporter.flush().await.expect("the daemon is up");
-    let second = Process::start(&daemon.base, "pod-2").await;
+    let second = process(&daemon.base, "pod-2").await;
     second.calls(1).await;
     assert!(close(second.floor(), FLOOR), "no answer yet");
     let halved = common::eventually(Duration::from_secs(4), || {

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod budgeted;
 pub mod certs;
 pub mod faults;
 pub mod issuer;
@@ -265,11 +266,16 @@ pub async fn etag_of(url: &str) -> String {
         .to_owned()
 }
 
+/// A request to the daemon's admin API, with the test token.
+pub fn admin(daemon: &Daemon, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+    reqwest::Client::new()
+        .request(method, daemon.url(path))
+        .bearer_auth(TOKEN)
+}
+
 /// The daemon's `GET /admin/status`, with the test token.
 pub async fn admin_status(daemon: &Daemon) -> serde_json::Value {
-    reqwest::Client::new()
-        .get(daemon.url("/admin/status"))
-        .bearer_auth(TOKEN)
+    admin(daemon, reqwest::Method::GET, "/admin/status")
         .send()
         .await
         .unwrap()
