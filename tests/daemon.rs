@@ -628,13 +628,7 @@ async fn sighup_reloads_and_shows_the_errors_again() {
     let daemon = Daemon::start(&path, WATCH_ONLY);
     std::fs::write(&path, "defaults: {maxRetries: -1}\n").unwrap();
     let last_trigger = || async {
-        let status: Value = admin(&daemon, reqwest::Method::GET, "/admin/status")
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let status = admin_status(&daemon).await;
         status["lastReload"]["trigger"].as_str().unwrap().to_owned()
     };
     assert!(eventually(Duration::from_secs(3), || async {
