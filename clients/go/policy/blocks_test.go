@@ -30,6 +30,9 @@ func TestMissingBlocksAndKeysTakeTheDefaults(t *testing.T) {
 	if ratio != 0.2 || perSecond != 10 || ttl != 10*time.Second || !on {
 		t.Fatal(ratio, perSecond, ttl, on)
 	}
+	if p.BudgetFleetScoped() || !(Policy{"budget": map[string]any{"scope": "fleet"}}).BudgetFleetScoped() {
+		t.Fatal("budget.scope: the default is each process's, fleet when the policy says so")
+	}
 	if _, enabled := (Policy{"circuitBreaker": map[string]any{"enabled": true, "minimumCalls": "many"}}).CircuitBreaker(); enabled {
 		t.Fatal("an unreadable block is enabled")
 	}

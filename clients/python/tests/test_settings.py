@@ -13,6 +13,7 @@ def test_an_empty_policy_reads_as_the_defaults():
     assert settings.retry_on({}).retries_status(429) and settings.retry_on({}).retries_failure("reset")
     budget = settings.budget({})
     assert budget is not None and budget._ratio == 0.2 and budget._slot_nanos == 1_000_000_000
+    assert budget.scope == "process" and settings.budget({"budget": {"scope": "fleet"}}).scope == "fleet"
     assert settings.breaker({}) is None, "disabled by default"
     assert settings.breaker_policy({}).open_timeout_ns == 30 * 10**9
 
@@ -34,6 +35,7 @@ def test_a_bad_value_is_refused_naming_its_key():
     for policy, key in [({"maxRetries": 101}, "maxRetries"), ({"budget": {"retryRatio": -1}}, "budget.retryRatio"),
                         ({"budget": {"ttlMs": 500}}, "budget.ttlMs"),
                         ({"budget": {"minRetriesPerSecond": 1.5}}, "budget.minRetriesPerSecond"),
+                        ({"budget": {"scope": "cluster"}}, "budget.scope"),
                         ({"circuitBreaker": {"enabled": True, "halfOpenMaxCalls": 0}}, "circuitBreaker.halfOpenMaxCalls"),
                         ({"perTryTimeoutMs": -5}, "perTryTimeoutMs"), ({"delaysMs": [1, "x"]}, r"delaysMs\[1\]")]:
         with pytest.raises(ValueError, match=key):
