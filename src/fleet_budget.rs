@@ -122,19 +122,24 @@ impl FleetBudgets {
         self.divided.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// `instance` reported `first_tries` to `service`, whose resolved budget
-    /// is `budget`, at `now`. What this replica's processes claim, when the
-    /// budget is fleet-scoped and it is time to share that with the other
-    /// replicas.
+    /// `instance` reported `first_tries` over `span` (as it says, if it
+    /// does) to `service`, whose resolved budget is `budget`, at `now`; `labelled` when the service has a label of its
+    /// own in the report families (listed in the policy file, or under the
+    /// cap on unlisted ones). A process-scoped budget is followed only then,
+    /// so that its families stay within the same bounds; a fleet-scoped one
+    /// always, up to [`MAX_DEPENDENCIES`], for its parts. What this
+    /// replica's processes claim, when the budget is fleet-scoped and it is
+    /// time to share that with the other replicas.
     pub fn report(
         &self,
         service: &str,
         instance: &str,
-        first_tries: u64,
+        (first_tries, span): (u64, Option<Duration>),
         budget: &BudgetPolicy,
+        labelled: bool,
         now: Instant,
     ) -> Option<Claims> {
-        if !budget.enabled {
+        if !budget.enabled || !(labelled || is_fleet_scoped(budget)) {
             return None;
         }
         let mut divided = self.lock();
@@ -152,7 +157,9 @@ impl FleetBudgets {
         });
         entry.budget = budget.clone();
         entry.reported = now;
-        entry.division.report(&instance.to_string(), first_tries, now);
+        entry
+            .division
+            .report(&instance.to_string(), first_tries, span, now);
         if !(self.shares && is_fleet_scoped(budget)) {
             return None;
         }

@@ -646,7 +646,7 @@ fn near(a: f64, b: f64) -> bool {
 
 async fn a_fleet_budget_divided() {
     let (_dir, file) = fleet_budget_file();
-    let daemon = serve(&file, &[]);
+    let mut daemon = serve(&file, &[]);
     let first = budgeted_process(&daemon, &daemon.base, "pod-1").await;
     let second = budgeted_process(&daemon, &daemon.base, "pod-2").await;
     first.reporter.flush().await.expect("the daemon is up");
@@ -656,13 +656,20 @@ async fn a_fleet_budget_divided() {
         "alone when it reported: {}",
         first.floor()
     );
+    let part = second.floor();
     assert!(
-        near(second.floor(), 6.0),
-        "half, by one first try each: {}",
-        second.floor()
+        part > 0.0 && part < 12.0,
+        "its part of 12 between the two: {part}"
     );
     let processes = r#"stormguard_budget_processes{service="payments"}"#;
     assert_eq!(fleet_sample(&daemon, processes).await, Some(2.0));
+    daemon.kill();
+    assert!(second.reporter.flush().await.is_err(), "the daemon is gone");
+    assert!(
+        near(second.floor(), 6.0),
+        "12 over the 2 processes last heard of: {}",
+        second.floor()
+    );
 }
 
 async fn a_fleet_budget_falls_back() {

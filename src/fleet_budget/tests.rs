@@ -49,6 +49,7 @@ fn first_tries_are_the_attempts_that_are_not_retries() {
         circuit_state: None,
         budget: None,
         gate_on: None,
+        span_ms: None,
     };
     assert_eq!(first_tries(&report), (16 - 6) + 4);
 }
@@ -58,11 +59,14 @@ fn processes_reporting_twice_split_the_floor_by_their_requests() {
     let budgets = FleetBudgets::new(false);
     let t0 = Instant::now();
     for (instance, first) in [("a", 10), ("b", 30)] {
-        assert_eq!(budgets.report("payments", instance, first, &fleet(8), t0), None);
+        assert_eq!(
+            budgets.report("payments", instance, (first, None), &fleet(8), true, t0),
+            None
+        );
     }
     let later = t0 + secs(10);
     for (instance, first) in [("a", 100), ("b", 300)] {
-        budgets.report("payments", instance, first, &fleet(8), later);
+        budgets.report("payments", instance, (first, None), &fleet(8), true, later);
     }
     let part = |instance| budgets.part("payments", instance, later).unwrap();
     assert_eq!(part("a").processes, 2);
@@ -75,7 +79,7 @@ fn processes_reporting_twice_split_the_floor_by_their_requests() {
 fn a_sharing_replica_shares_at_most_once_a_second_and_counts_the_others() {
     let budgets = FleetBudgets::new(true);
     let t0 = Instant::now();
-    let mine = budgets.report("payments", "a", 50, &fleet(10), t0);
+    let mine = budgets.report("payments", "a", (50, None), &fleet(10), true, t0);
     assert_eq!(
         mine,
         Some(Claims {
@@ -84,16 +88,25 @@ fn a_sharing_replica_shares_at_most_once_a_second_and_counts_the_others() {
         })
     );
     assert!(
-        budgets.report("payments", "b", 50, &fleet(10), t0).is_some(),
+        budgets
+            .report("payments", "b", (50, None), &fleet(10), true, t0)
+            .is_some(),
         "a process joined"
     );
     assert_eq!(
-        budgets.report("payments", "b", 70, &fleet(10), t0 + Duration::from_millis(500)),
+        budgets.report(
+            "payments",
+            "b",
+            (70, None),
+            &fleet(10),
+            true,
+            t0 + Duration::from_millis(500)
+        ),
         None,
         "shared this second"
     );
     assert!(budgets
-        .report("payments", "b", 25, &fleet(10), t0 + secs(1))
+        .report("payments", "b", (25, None), &fleet(10), true, t0 + secs(1))
         .is_some());
     let others = Claims {
         requests_per_second: 300.0,
@@ -109,8 +122,8 @@ fn a_sharing_replica_shares_at_most_once_a_second_and_counts_the_others() {
         8,
         "a store that stops answering leaves its last word standing"
     );
-    budgets.report("payments", "a", 50, &fleet(10), t0 + secs(29));
-    budgets.report("payments", "b", 50, &fleet(10), t0 + secs(29));
+    budgets.report("payments", "a", (50, None), &fleet(10), true, t0 + secs(29));
+    budgets.report("payments", "b", (50, None), &fleet(10), true, t0 + secs(29));
     assert_eq!(
         budgets.part("payments", "a", t0 + secs(31)).unwrap().processes,
         2,
@@ -122,9 +135,9 @@ fn a_sharing_replica_shares_at_most_once_a_second_and_counts_the_others() {
 fn the_families_show_each_budgets_floors_and_forget_a_dependency_nobody_reports_about() {
     let budgets = FleetBudgets::new(false);
     let t0 = Instant::now();
-    budgets.report("payments", "a", 40, &fleet(10), t0);
+    budgets.report("payments", "a", (40, None), &fleet(10), true, t0);
     for instance in ["a", "b", "c"] {
-        budgets.report("orders", instance, 5, &BudgetPolicy::default(), t0);
+        budgets.report("orders", instance, (5, None), &BudgetPolicy::default(), true, t0);
     }
     let text = String::from_utf8(budgets.encode(t0)).unwrap();
     for line in [
@@ -153,14 +166,21 @@ fn a_replica_tells_what_it_sees_of_every_budgeted_dependency() {
     let budgets = FleetBudgets::new(false);
     let t0 = Instant::now();
     for p in 0..200 {
-        budgets.report("orders", &format!("pod-{p}"), 5, &BudgetPolicy::default(), t0);
+        budgets.report(
+            "orders",
+            &format!("pod-{p}"),
+            (5, None),
+            &BudgetPolicy::default(),
+            true,
+            t0,
+        );
     }
-    budgets.report("ledger", "pod-0", 5, &fleet(10), t0);
+    budgets.report("ledger", "pod-0", (5, None), &fleet(10), true, t0);
     let off = BudgetPolicy {
         enabled: false,
         ..BudgetPolicy::default()
     };
-    budgets.report("search", "pod-0", 5, &off, t0);
+    budgets.report("search", "pod-0", (5, None), &off, true, t0);
     let mut seen = budgets.seen(t0);
     seen.sort_by(|a, b| a.0.cmp(&b.0));
     let claims = |requests_per_second, processes| Claims {
@@ -175,4 +195,19 @@ fn a_replica_tells_what_it_sees_of_every_budgeted_dependency() {
         ],
         "a dependency without a budget is not followed"
     );
+}
+
+#[test]
+fn a_process_scoped_budget_is_followed_only_for_a_service_with_a_label_of_its_own() {
+    let budgets = FleetBudgets::new(false);
+    let t0 = Instant::now();
+    budgets.report("folded", "pod-0", (5, None), &BudgetPolicy::default(), false, t0);
+    budgets.report("shared", "pod-0", (5, None), &fleet(10), false, t0);
+    let seen: Vec<String> = budgets.seen(t0).into_iter().map(|(service, _)| service).collect();
+    assert_eq!(
+        seen,
+        ["shared"],
+        "a fleet-scoped budget is divided whatever its label; a process-scoped one folded into other is not followed"
+    );
+    assert!(budgets.part("shared", "pod-0", t0).is_some());
 }

@@ -6,10 +6,11 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::{Extension, Json};
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use stormguard_core::fleet::floor::KEPT_AT_LEAST;
 
-use stormguard_core::wire::{FloorPart, Report, ReportAnswer};
+use stormguard_core::wire::{FloorPart, Folded, Report, ReportAnswer};
 use tokio::time::Instant;
 
 use super::body::LimitedBody;
@@ -62,12 +63,12 @@ pub async fn receive(
     state.reports.rejected(decoded.rejected.len());
     let snapshot = state.store.current();
     let listed = |service: &str| snapshot.document.services.contains_key(service);
-    let folded = decoded
+    let folded: Vec<Folded> = decoded
         .reports
         .iter()
         .map(|report| state.reports.ingest(report, listed, now))
         .collect();
-    let fleet_budgets = divide_floors(&state, &decoded.reports, &snapshot, now).await;
+    let fleet_budgets = divide_floors(&state, &decoded.reports, &folded, &snapshot, now).await;
     let answer = ReportAnswer {
         accepted: decoded.reports.len(),
         duplicate: false,
@@ -85,19 +86,20 @@ pub async fn receive(
 async fn divide_floors(
     state: &Shared,
     reports: &[Report<'_>],
+    folded: &[Folded],
     snapshot: &PolicySnapshot,
     now: Instant,
 ) -> BTreeMap<String, FloorPart> {
     let mut due = Vec::new();
-    for report in reports {
+    for (report, folded) in reports.iter().zip(folded) {
         let budget = snapshot.budget(&report.service);
-        if let Some(mine) = state.budgets.report(
-            &report.service,
-            &report.instance,
-            first_tries(report),
-            budget,
-            now,
-        ) {
+        let tries = (first_tries(report), report.span_ms.map(Duration::from_millis));
+        let labelled = !folded.service;
+        if let Some(mine) =
+            state
+                .budgets
+                .report(&report.service, &report.instance, tries, budget, labelled, now)
+        {
             due.push((&*report.service, mine));
         }
     }

@@ -1,7 +1,5 @@
 //! A client process calling one dependency under a retry budget: a
-//! `PolicyClient`, a `Reporter` with an hour's interval (its reports go when
-//! the test flushes them, or early for a fleet-scoped budget) and a
-//! `Dependency`.
+//! `PolicyClient`, a `Reporter` and a `Dependency`.
 
 use std::time::Duration;
 
@@ -15,20 +13,28 @@ pub struct Budgeted {
 
 impl Budgeted {
     /// A process taking `service`'s policy from the daemon at `served` and
-    /// reporting to `daemon` as `instance`.
+    /// reporting to `daemon` as `instance` when the test flushes (its first
+    /// report held for the hour of its interval too).
     pub async fn start(served: &str, daemon: &str, service: &str, instance: &str) -> Budgeted {
+        let held = ReporterConfig {
+            interval: Duration::from_secs(3600),
+            first_report: Duration::from_secs(3600),
+            timeout: Duration::from_millis(500),
+            ..ReporterConfig::new(daemon, instance)
+        };
+        Self::reporting(served, service, held).await
+    }
+
+    /// A process taking `service`'s policy from the daemon at `served` and
+    /// reporting as `config` says.
+    pub async fn reporting(served: &str, service: &str, config: ReporterConfig) -> Budgeted {
         let policy = PolicyClient::start(ClientConfig {
             startup_wait: Duration::from_secs(5),
             ..ClientConfig::new(served, service)
         })
         .await
         .expect("a valid client configuration");
-        let reporter = Reporter::start(ReporterConfig {
-            interval: Duration::from_secs(3600),
-            timeout: Duration::from_millis(500),
-            ..ReporterConfig::new(daemon, instance)
-        })
-        .expect("a valid reporter configuration");
+        let reporter = Reporter::start(config).expect("a valid reporter configuration");
         Budgeted {
             dependency: Dependency::new(policy, reporter.clone()),
             reporter,

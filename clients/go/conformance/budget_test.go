@@ -19,12 +19,12 @@ import (
 const fleetBudgetText = "defaults:\n  maxRetries: 3\nservices:\n  payments:\n    maxRetries: 2\n    budget:\n      scope: fleet\n      retryRatio: 0\n      minRetriesPerSecond: 12\n"
 
 // budgetedProcess is a process calling payments under the policy served
-// serves, reporting to daemon as instance (an hour's interval), after one
-// successful call.
+// serves, reporting to daemon as instance when the test flushes (an hour's
+// interval, and its first report held as long), after one successful call.
 func budgetedProcess(t *testing.T, served, daemon, instance string) (*dependency.Dependency, *report.Reporter) {
 	t.Helper()
 	w := watch(t, policy.Config{Daemon: served, Services: []string{"payments"}, WatchWait: 2 * time.Second, MinPollInterval: 50 * time.Millisecond})
-	r := startReporter(t, report.Config{Daemon: daemon, Instance: instance, Interval: time.Hour, Timeout: 500 * time.Millisecond})
+	r := startReporter(t, report.Config{Daemon: daemon, Instance: instance, Interval: time.Hour, FirstReport: time.Hour, Timeout: 500 * time.Millisecond})
 	d := dependency.New(w, "payments", r)
 	if err := d.Call(context.Background(), "/charge", func(context.Context) (int, error) { return 200, nil }); err != nil {
 		t.Fatal(err)
@@ -51,7 +51,7 @@ func fleetBudgetFile(t *testing.T) string {
 
 func aFleetBudgetDivided(t *testing.T) {
 	port := freePort(t)
-	serve(t, port, fleetBudgetFile(t))
+	cmd := serve(t, port, fleetBudgetFile(t))
 	daemon := daemonURL(port)
 	first, firstReporter := budgetedProcess(t, daemon, daemon, "pod-1")
 	second, secondReporter := budgetedProcess(t, daemon, daemon, "pod-2")
@@ -60,11 +60,23 @@ func aFleetBudgetDivided(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if !near(floor(first), 12) || !near(floor(second), 6) {
-		t.Fatalf("floors %v and %v: want 12 (alone when it reported) and 6 (half, by one first try each)", floor(first), floor(second))
+	if f := floor(first); !near(f, 12) {
+		t.Fatalf("pod-1's floor is %v, not 12: it was alone when it reported", f)
+	}
+	if f := floor(second); !(f > 0 && f < 12) {
+		t.Fatalf("pod-2's floor is %v, not its part of 12 between the two", f)
 	}
 	if n := metric(t, daemon, `stormguard_budget_processes{service="payments"}`); n != 2 {
 		t.Fatalf("the daemon divides among %v processes", n)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	var unavailable *report.UnavailableError
+	if err := secondReporter.Flush(context.Background()); !errors.As(err, &unavailable) {
+		t.Fatalf("a flush to a killed daemon: %v", err)
+	}
+	if f := floor(second); !near(f, 6) {
+		t.Fatalf("with the daemon gone pod-2's floor is %v, not 12 over the 2 processes last heard of", f)
 	}
 }
 

@@ -59,10 +59,15 @@ type Config struct {
 	// on, the reporter asks the daemon for this process's share of the rate
 	// the whole fleet may send it, and the gate paces at that share.
 	DisableFleetPacing bool
+	// FirstReport is how soon the first report goes while a fleet-scoped
+	// retry budget waits for its part of the fleet's floor (1 s when zero;
+	// at most Interval): until it comes, the budget has the whole floor.
+	FirstReport time.Duration
 }
 
 // Defaults fills the zero settings: reports every 10 s, 10 s for a send,
-// 100 endpoints per dependency and 100 dependencies.
+// 100 endpoints per dependency and 100 dependencies, the first report a
+// second after start while a fleet-scoped budget waits for its part.
 func (c Config) Defaults() Config {
 	if c.Interval == 0 {
 		c.Interval = 10 * time.Second
@@ -75,6 +80,9 @@ func (c Config) Defaults() Config {
 	}
 	if c.MaxServices == 0 {
 		c.MaxServices = 100
+	}
+	if c.FirstReport == 0 {
+		c.FirstReport = time.Second
 	}
 	return c
 }
@@ -97,7 +105,7 @@ func (c Config) Check() error {
 	for _, d := range []struct {
 		name  string
 		value time.Duration
-	}{{"interval", c.Interval}, {"timeout", c.Timeout}} {
+	}{{"interval", c.Interval}, {"timeout", c.Timeout}, {"firstReport", c.FirstReport}} {
 		if d.value <= 0 {
 			return fmt.Errorf("%s must be more than zero", d.name)
 		}

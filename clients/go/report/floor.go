@@ -1,16 +1,30 @@
 package report
 
-import "github.com/stormguard/stormguard/clients/go/budget"
+import (
+	"encoding/json"
+
+	"github.com/stormguard/stormguard/clients/go/budget"
+)
 
 // A fleet-scoped retry budget's floor in this process: the part of the
 // fleet's floor the daemon gave in its last answer to a report, or, while
 // reports cannot be delivered, the fallback budget.LocalFloor says. The
 // part arrives with the report's answer, off the call path.
 
-// floorPart is one entry of the answer's fleetBudgets.
+// floorPart is one entry of the answer's fleetBudgets; a field missing or
+// unreadable is nil, and the entry is left out.
 type floorPart struct {
-	MinRetriesPerSecond float64 `json:"minRetriesPerSecond"`
-	Processes           uint64  `json:"processes"`
+	MinRetriesPerSecond *float64 `json:"minRetriesPerSecond"`
+	Processes           *uint64  `json:"processes"`
+}
+
+// readPart is the part an answer's entry holds, if it holds one.
+func readPart(entry json.RawMessage) (floorPart, bool) {
+	var part floorPart
+	if err := json.Unmarshal(entry, &part); err != nil || part.MinRetriesPerSecond == nil || part.Processes == nil {
+		return floorPart{}, false
+	}
+	return part, true
 }
 
 // fleetFloor is one dependency's floor, while its budget is fleet-scoped.
@@ -43,16 +57,17 @@ func followFloor(previous *fleetFloor, b *budget.Budget) *fleetFloor {
 }
 
 // answered hands each fleet-scoped budget the part of its floor the daemon gave.
-func (r *Reporter) answered(parts map[string]floorPart) {
+func (r *Reporter) answered(parts map[string]json.RawMessage) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for service, part := range parts {
+	for service, entry := range parts {
 		counts := r.services[service]
-		if counts == nil || counts.floor == nil || counts.budget == nil {
+		part, ok := readPart(entry)
+		if !ok || counts == nil || counts.floor == nil || counts.budget == nil {
 			continue
 		}
 		floor := counts.floor
-		floor.applied = floor.local.Answered(part.MinRetriesPerSecond, part.Processes)
+		floor.applied = floor.local.Answered(*part.MinRetriesPerSecond, *part.Processes)
 		floor.answered = true
 		counts.budget.SetMinRetriesPerSecond(floor.applied)
 	}

@@ -111,6 +111,8 @@ type Reporter struct {
 	mu       sync.Mutex
 	services map[string]*serviceCounts
 	next     uint64 // the next batch's sequence
+	// takenAt is when the counts were last taken: what the next batch covers starts there.
+	takenAt time.Time
 
 	// sending holds a token while a send is under way: one at a time. It
 	// also guards pending.
@@ -196,6 +198,7 @@ func Start(config Config) (*Reporter, error) {
 		// A random start: a restarted process under the same name does not
 		// repeat the numbers of its previous run.
 		next:     binary.LittleEndian.Uint64(seed[:]) >> 1,
+		takenAt:  time.Now(),
 		sending:  make(chan struct{}, 1),
 		stopLoop: cancel,
 		loopDone: make(chan struct{}),
@@ -326,17 +329,12 @@ func (r *Reporter) entry(service string) *serviceCounts {
 	return counts
 }
 
-// firstReport is when the first report goes, at most, while a fleet-scoped
-// budget waits for its part: a process takes its part of the fleet's floor
-// within a second or so of starting, rather than a whole interval later.
-const firstReport = time.Second
-
 func (r *Reporter) loop(ctx context.Context) {
 	defer close(r.loopDone)
 	interval := r.config.Interval
 	early := interval
-	if early > firstReport {
-		early = firstReport
+	if early > r.config.FirstReport {
+		early = r.config.FirstReport
 	}
 	if !sleep(ctx, early) {
 		return
@@ -440,8 +438,8 @@ func (r *Reporter) deliver(ctx context.Context, b *batch) error {
 		return &UnavailableError{Reason: readErr.Error()}
 	}
 	var answer struct {
-		Rejected     []json.RawMessage    `json:"rejected"`
-		FleetBudgets map[string]floorPart `json:"fleetBudgets"`
+		Rejected     []json.RawMessage          `json:"rejected"`
+		FleetBudgets map[string]json.RawMessage `json:"fleetBudgets"`
 	}
 	_ = json.Unmarshal(body, &answer)
 	r.answered(answer.FleetBudgets)
@@ -467,6 +465,9 @@ type wireReport struct {
 	InFlight     uint64         `json:"inFlight"`
 	CircuitState string         `json:"circuitState,omitempty"`
 	Budget       *wireBudget    `json:"budget,omitempty"`
+	// SpanMs is the time the counts cover, for a fleet-scoped budget's
+	// dependency: the daemon takes the process's request rate from it.
+	SpanMs *uint64 `json:"spanMs,omitempty"`
 }
 
 type wireEndpoint struct {
@@ -500,6 +501,9 @@ func (r *Reporter) take() *batch {
 	sort.Strings(names)
 	out := wireBatch{Instance: r.config.Instance, Sequence: r.next, Reports: make([]wireReport, 0, len(names))}
 	r.next++
+	now := time.Now()
+	spanMs := uint64(now.Sub(r.takenAt).Milliseconds())
+	r.takenAt = now
 	for _, name := range names {
 		counts := r.services[name]
 		report := wireReport{
@@ -510,6 +514,9 @@ func (r *Reporter) take() *batch {
 		}
 		if counts.inFlight > 0 {
 			report.InFlight = uint64(counts.inFlight)
+		}
+		if counts.floor != nil {
+			report.SpanMs = &spanMs
 		}
 		endpoints := make([]string, 0, len(counts.endpoints))
 		for e := range counts.endpoints {

@@ -473,3 +473,39 @@ func TestAFleetScopedBudgetReportsASecondAfterStartAndTakesItsPart(t *testing.T)
 		t.Fatalf("the floor is %v after %d batches: the first report did not go early or its part was not taken", f, sent())
 	}
 }
+
+// TestAnAnswersUnreadablePartsAreLeftOutAndAFleetScopedReportSaysItsSpan:
+// only well-formed entries of fleetBudgets are applied, and a fleet-scoped
+// dependency's report says the time its counts cover.
+func TestAnAnswersUnreadablePartsAreLeftOutAndAFleetScopedReportSaysItsSpan(t *testing.T) {
+	r := reporter(t, "http://127.0.0.1:9", 10, 10)
+	budgets := map[string]*budget.Budget{}
+	for _, service := range []string{"ledger", "orders", "search", "stock"} {
+		b, err := budget.New(0, 12, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.ScopeToFleet()
+		budgets[service] = b
+		r.Track(service, nil, b, nil, time.Now())
+	}
+	var parts map[string]json.RawMessage
+	answer := `{"ledger": {"minRetriesPerSecond": 2.5, "processes": 4}, "orders": {"minRetriesPerSecond": null, "processes": 4},
+		"search": {"minRetriesPerSecond": 1, "processes": -1}, "stock": {"processes": 4}}`
+	if err := json.Unmarshal([]byte(answer), &parts); err != nil {
+		t.Fatal(err)
+	}
+	r.answered(parts)
+	for service, want := range map[string]float64{"ledger": 2.5, "orders": 12, "search": 12, "stock": 12} {
+		if got := budgets[service].Allowed(0) / 10; got != want {
+			t.Errorf("%s: floor %v, want %v", service, got, want)
+		}
+	}
+	time.Sleep(20 * time.Millisecond)
+	for _, report := range reports(taken(t, r)) {
+		span, ok := report["spanMs"].(float64)
+		if !ok || span < 20 {
+			t.Errorf("%s: spanMs %v", report["service"], report["spanMs"])
+		}
+	}
+}

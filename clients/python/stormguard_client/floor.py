@@ -34,15 +34,14 @@ class FleetFloor:
 
     def answered(self, part, budget):
         """The daemon's answer gave ``part`` (``minRetriesPerSecond``,
-        ``processes``); anything unreadable in it counts as no answer."""
-        try:
-            per_second = float(part["minRetriesPerSecond"])
-            processes = int(part["processes"])
-        except (KeyError, TypeError, ValueError, OverflowError):
+        ``processes``); a part with a field missing, not a finite number, or
+        a count that is not a whole number from 0 counts as no answer."""
+        per_second, processes = part.get("minRetriesPerSecond"), part.get("processes")
+        number = isinstance(per_second, (int, float)) and not isinstance(per_second, bool)
+        count = isinstance(processes, int) and not isinstance(processes, bool)
+        if not (number and math.isfinite(per_second) and count and processes >= 0):
             return
-        if math.isinf(per_second):
-            return
-        self.applied = self._local.answered(per_second, processes)
+        self.applied = self._local.answered(float(per_second), processes)
         self.answered_once = True
         budget.set_min_retries_per_second(self.applied)
 

@@ -50,7 +50,7 @@ MAX_ENDPOINT_LEN = 256
 MAX_SERVICE_LEN = 63
 OTHER = "other"
 _WARNED_LIMIT = 1000
-# When the first report goes, at most, while a fleet-scoped budget waits for its part.
+# How soon the first report goes by default while a fleet-scoped budget waits for its part.
 FIRST_REPORT = 1.0
 
 log = logging.getLogger(__name__)
@@ -162,10 +162,13 @@ class Reporter:
     are followed. None sends no token. ``tls`` (a
     :class:`~stormguard_client.DaemonTls`, or None) is the CA and client
     certificate towards an ``https://`` daemon; a TLS file that cannot be
-    used raises ValueError (a TlsFileError) naming it."""
+    used raises ValueError (a TlsFileError) naming it. ``first_report`` is
+    how soon, in seconds, the first report goes while a fleet-scoped budget
+    waits for its part of the fleet's floor (at most ``interval``)."""
 
     def __init__(self, daemon, instance, caller=None, interval=10.0, timeout=10.0,
-                 max_endpoints=100, max_services=100, token_file=None, tls=None, fleet_pacing=True):
+                 max_endpoints=100, max_services=100, token_file=None, tls=None, fleet_pacing=True,
+                 first_report=FIRST_REPORT):
         parsed = urllib.parse.urlsplit(daemon) if isinstance(daemon, str) else None
         if parsed is None or parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise ValueError(f"daemon: {daemon!r} is not an http(s) URL")
@@ -176,7 +179,7 @@ class Reporter:
             problem = check_service_name(caller)
             if problem:
                 raise ValueError(f"caller: {problem}")
-        for name, value in (("interval", interval), ("timeout", timeout)):
+        for name, value in (("interval", interval), ("timeout", timeout), ("first_report", first_report)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"{name} must be above 0 seconds, not {value!r}")
         for name, value in (("max_endpoints", max_endpoints), ("max_services", max_services)):
@@ -195,7 +198,10 @@ class Reporter:
         self.max_endpoints = max_endpoints
         self.max_services = max_services
         self.fleet_pacing = fleet_pacing
+        self.first_report = first_report
         self._services = {}
+        # When the counts were last taken: what the next batch covers starts there.
+        self._taken_at = time.monotonic()
         self._lock = threading.Lock()
         # Held for a whole send: sends go one at a time, and _pending is theirs.
         self._send_lock = threading.Lock()
@@ -327,7 +333,7 @@ class Reporter:
     def _loop(self):
         # The first report goes early while a fleet-scoped budget waits for
         # its part, so that the process takes it within a second or so.
-        early = min(self.interval, FIRST_REPORT)
+        early = min(self.interval, self.first_report)
         if self._stop.wait(early) or (not self._awaits_part() and self._stop.wait(self.interval - early)):
             return
         while True:
@@ -398,6 +404,8 @@ class Reporter:
         with self._lock:
             if not self._services:
                 return None
+            now = time.monotonic()
+            span_ms, self._taken_at = int((now - self._taken_at) * 1000), now
             reports = []
             for name, counts in self._services.items():
                 endpoints, counts.endpoints = counts.endpoints, {}
@@ -418,6 +426,8 @@ class Reporter:
                     report["circuitState"] = str(counts.breaker.state)
                 if counts.gate is not None:
                     report["gateOn"] = counts.gate.is_on_at(counts.clock())
+                if counts.floor is not None:
+                    report["spanMs"] = span_ms
                 if counts.budget is not None or counts.denied_pending:
                     since, counts.denied_pending = counts.denied_pending, 0
                     if counts.budget is not None:
@@ -461,7 +471,7 @@ class Reporter:
                       sequence, status, text)
             raise ReportRefused(status, text)
         try:
-            answer = json.loads(text)
+            answer = json.loads(text, parse_constant=_not_json)
             rejected = answer.get("rejected") or []
             self._answered(answer.get("fleetBudgets"))
         except (ValueError, AttributeError):
@@ -531,6 +541,11 @@ class Reporter:
             now = clock()
             gate.lease(grant.rate, now + grant.lease_ns, now)
         return grant
+
+
+def _not_json(constant):
+    """``NaN`` and ``Infinity`` are not JSON: an answer holding one is not read."""
+    raise ValueError(f"{constant} is not JSON")
 
 
 def _read(answer):

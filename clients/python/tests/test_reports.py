@@ -504,3 +504,20 @@ def test_a_fleet_scoped_budget_reports_a_second_after_start_and_takes_its_part(f
         f"the first report went early and its part was taken: {fleet.allowed(0) / 10} after {server.batches} batches"
     quiet.stop()
     r.stop()
+
+
+def test_an_answers_unreadable_parts_are_left_out_and_a_fleet_scoped_report_says_its_span():
+    r = reporter()
+    budgets = {}
+    for service in ("ledger", "orders", "search", "stock", "cart"):
+        budgets[service] = RetryBudget(0, 12, 10 * 10**9, scope="fleet")
+        r.track(service, budget=budgets[service])
+    r._answered({"ledger": {"minRetriesPerSecond": 2.5, "processes": 4},
+                 "orders": {"minRetriesPerSecond": None, "processes": 4},
+                 "search": {"minRetriesPerSecond": 1, "processes": -1},
+                 "stock": {"processes": 4},
+                 "cart": {"minRetriesPerSecond": 1e400, "processes": 4.0}})
+    floors = {service: budget.allowed(0) / 10 for service, budget in budgets.items()}
+    assert floors == {"ledger": 2.5, "orders": 12, "search": 12, "stock": 12, "cart": 12}
+    time.sleep(0.02)
+    assert all(report["spanMs"] >= 20 for report in taken(r)["reports"])

@@ -11,9 +11,11 @@
 //! While a dependency's send gate is on, the reporter also asks the daemon
 //! for this process's share of the rate the fleet may send it ([`pace`]).
 //! A dependency whose retry budget is fleet-scoped takes its part of the
-//! fleet's floor from the answers to reports ([`floor`]). The first report
-//! goes a second after the reporter starts, so that a process learns its
-//! part early, then one every interval.
+//! fleet's floor from the answers to reports ([`floor`]), and its reports
+//! say the time their counts cover, from which the daemon takes the
+//! process's request rate. While such a budget waits for its first part,
+//! the first report goes a second after the reporter starts
+//! (`first_report`) rather than an interval later.
 
 mod floor;
 mod pace;
@@ -76,12 +78,18 @@ pub struct ReporterConfig {
     pub token_file: Option<PathBuf>,
     /// TLS towards an `https://` daemon: the CA to trust, a client certificate.
     pub tls: DaemonTls,
+    /// How soon the first report goes while a fleet-scoped budget waits for
+    /// its part of the fleet's floor (at most `interval`): until it comes, the
+    /// budget has the whole floor.
+    pub first_report: Duration,
 }
 
 impl ReporterConfig {
     /// Reports every 10 s as `instance` (for a pod: `$HOSTNAME`), giving a
     /// send 10 s, keeping at most 100 endpoints per dependency and 100
-    /// dependencies between sends, with fleet pacing on.
+    /// dependencies between sends, with fleet pacing on, and the first
+    /// report a second after start while a fleet-scoped budget waits for
+    /// its part.
     pub fn new(daemon: impl Into<String>, instance: impl Into<String>) -> Self {
         Self {
             daemon: daemon.into().trim_end_matches('/').to_string(),
@@ -94,6 +102,7 @@ impl ReporterConfig {
             fleet_pacing: true,
             token_file: None,
             tls: DaemonTls::default(),
+            first_report: Duration::from_secs(1),
         }
     }
 
@@ -213,6 +222,8 @@ struct Inner {
     services: Mutex<HashMap<String, ServiceCounts>>,
     /// The batch being sent; holding the lock is what makes sends one at a time.
     outbox: tokio::sync::Mutex<Option<Pending>>,
+    /// When the counts were last taken: the start of what the next batch covers.
+    taken_at: Mutex<std::time::Instant>,
     next_sequence: AtomicU64,
     stats: Mutex<ReporterStats>,
 }
@@ -266,6 +277,7 @@ impl Reporter {
             config,
             services: Mutex::default(),
             outbox: tokio::sync::Mutex::new(None),
+            taken_at: Mutex::new(std::time::Instant::now()),
             // A random start: a restarted process under the same name does
             // not repeat the numbers of its previous run.
             next_sequence: AtomicU64::new(rand::random::<u64>() >> 1),
@@ -370,16 +382,14 @@ impl Reporter {
     }
 }
 
-/// When the first report goes while a fleet-scoped budget waits for its
-/// part, at most: a process takes its part of the fleet's floor within a
-/// second or so of starting, rather than a whole interval later.
-const FIRST_REPORT: Duration = Duration::from_secs(1);
-
 async fn send_loop(inner: std::sync::Weak<Inner>) {
-    let Some(interval) = inner.upgrade().map(|i| i.config.interval) else {
+    let Some((interval, first)) = inner
+        .upgrade()
+        .map(|i| (i.config.interval, i.config.first_report))
+    else {
         return;
     };
-    let early = interval.min(FIRST_REPORT);
+    let early = interval.min(first);
     tokio::time::sleep(early).await;
     let Some(awaits) = inner.upgrade().map(|i| i.awaits_part()) else {
         return;
@@ -512,6 +522,13 @@ fn take(inner: &Inner) -> Option<Pending> {
         return None;
     }
     let caller = inner.config.caller.as_deref().map(Cow::Borrowed);
+    let span_ms = {
+        let mut taken_at = inner.taken_at.lock().unwrap_or_else(|e| e.into_inner());
+        let now = std::time::Instant::now();
+        let span = now.saturating_duration_since(*taken_at);
+        *taken_at = now;
+        u64::try_from(span.as_millis()).unwrap_or(u64::MAX)
+    };
     let mut reports = Vec::with_capacity(services.len());
     for (name, counts) in services.iter_mut() {
         let endpoints = std::mem::take(&mut counts.endpoints);
@@ -524,6 +541,7 @@ fn take(inner: &Inner) -> Option<Pending> {
             circuit_state: None,
             budget: None,
             gate_on: None,
+            span_ms: counts.floor.is_some().then_some(span_ms),
         };
         if let Some(guard) = &counts.guard {
             report.circuit_state = guard.breaker().map(|b| b.state());
@@ -715,6 +733,37 @@ mod tests {
         assert_eq!(first["instance"], "pod");
         assert_eq!(first["reports"][0]["endpoints"][0]["requests"]["server_error"], 1);
         assert_eq!(second["reports"][0]["endpoints"].as_array().unwrap().len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_fleet_scoped_budgets_report_says_the_time_its_counts_cover() {
+        use stormguard_core::policy::{BudgetScope, RetryPolicy, ValidPolicy};
+        let r = reporter(10, 10);
+        let mut fleet = RetryPolicy::default();
+        fleet.budget.scope = BudgetScope::Fleet;
+        r.track(
+            "ledger",
+            &Guard::from_policy(&ValidPolicy::try_from(fleet).unwrap()),
+        );
+        r.track("orders", &Guard::from_policy(&ValidPolicy::default()));
+        std::thread::sleep(Duration::from_millis(20));
+        let batch = taken(&r);
+        for report in batch["reports"].as_array().unwrap() {
+            match report["service"].as_str().unwrap() {
+                "ledger" => assert!(report["spanMs"].as_u64().unwrap() >= 20, "{report}"),
+                _ => assert!(report.get("spanMs").is_none(), "{report}"),
+            }
+        }
+        let next = taken(&r);
+        let ledger = next["reports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["service"] == "ledger");
+        assert!(
+            ledger.unwrap()["spanMs"].as_u64().unwrap() < 20,
+            "from the last take on"
+        );
     }
 
     #[tokio::test]

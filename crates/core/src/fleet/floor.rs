@@ -6,8 +6,9 @@
 //! makes the parts add up to the fleet's.
 //!
 //! The daemon keeps a [`Division`] per dependency, fed by reports: each
-//! report's first tries over the time since the process's previous report
-//! is its request rate, its *claim*. A process's [`Part`] is the floor
+//! report's first tries over the time they cover (as the sender says, or
+//! else the time since the process's previous report) is its request rate,
+//! its *claim*. A process's [`Part`] is the floor
 //! times its claim over every claim. Replicas that share a store add the
 //! other replicas' [`Claims`] to the sum, so the parts they hand out add
 //! up to one floor; without a store each replica divides a whole floor
@@ -16,6 +17,13 @@
 //! A claim is bounded: a rate above [`MAX_CLAIM`] times the median
 //! process's counts as that much, so one process reporting more than it
 //! sends takes a bounded part, not the others' floors.
+//!
+//! A part is answered as soon as a process reports, from the claims known
+//! then: while a fleet joins (the daemon or the fleet just started), the
+//! k-th process heard from gets about `floor ÷ k`, so the parts add up to
+//! about `floor × ln n` for that first interval (6 floors for 200
+//! processes, against 200 before any answer). Waiting for a full interval
+//! of reports would leave every process the whole floor meanwhile.
 //!
 //! A process applies its part through a [`LocalFloor`], which also says
 //! what to retry by while the daemon cannot be reached.
@@ -33,8 +41,9 @@ pub const MAX_CLAIM: f64 = 4.0;
 /// Processes a division keeps claims for, at most; one more is answered an
 /// equal part without being kept.
 pub const MAX_PROCESSES: usize = 10_000;
-/// The span a process's first report is taken to cover: clients send their
-/// first report a second after they start, then every report interval.
+/// The span a process's first report is taken to cover when it does not
+/// say: clients with a fleet-scoped budget send their first report a second
+/// after they start (and say what it covers).
 pub const FIRST_SPAN: Duration = Duration::from_secs(1);
 /// A claim is dropped once its process has been silent for three of its
 /// report intervals, and never sooner than this.
@@ -73,7 +82,9 @@ fn cap(rates: &[f64]) -> Option<f64> {
 /// `floor × counted ÷ total`, or an equal part among `processes` when
 /// nobody made a request.
 fn share(floor: f64, counted: f64, total: f64, processes: u64) -> f64 {
-    if total > 0.0 {
+    // A running sum of claims that all went to 0 may be left a rounding
+    // error above it.
+    if total > 1e-9 {
         floor * counted / total
     } else {
         floor / processes.max(1) as f64
@@ -158,22 +169,23 @@ impl<K: Hash + Eq + Clone> Division<K> {
         Self::default()
     }
 
-    /// `process` reported `first_tries` at `now`: its claim becomes its
-    /// rate since its previous report ([`FIRST_SPAN`] for its first).
-    /// False when the division is full and the process is new: it is not kept.
-    pub fn report(&mut self, process: &K, first_tries: u64, now: Instant) -> bool {
+    /// `process` reported `first_tries` made over `span` (the time its
+    /// counts cover, as the sender says) at `now`: its claim becomes their
+    /// rate. Without a span, the time since its previous report, or
+    /// [`FIRST_SPAN`] for its first. False when the division is full and
+    /// the process is new: it is not kept.
+    pub fn report(&mut self, process: &K, first_tries: u64, span: Option<Duration>, now: Instant) -> bool {
         let known = self
             .claims
             .get(process)
             .filter(|claim| now < claim.kept_until())
             .copied();
+        let rate = |span: Duration| first_tries as f64 / span.max(Duration::from_millis(1)).as_secs_f64();
         let claim = match known {
             Some(previous) => {
-                let span = now
-                    .saturating_duration_since(previous.seen)
-                    .max(Duration::from_millis(1));
+                let span = span.unwrap_or_else(|| now.saturating_duration_since(previous.seen));
                 let claim = Claim {
-                    rate: first_tries as f64 / span.as_secs_f64(),
+                    rate: rate(span),
                     seen: now,
                     span,
                 };
@@ -185,15 +197,27 @@ impl<K: Hash + Eq + Clone> Division<K> {
                 claim
             }
             None => {
-                if !self.claims.contains_key(process) && self.claims.len() >= MAX_PROCESSES {
+                let fresh = !self.claims.contains_key(process);
+                if fresh && self.claims.len() >= MAX_PROCESSES {
                     return false;
                 }
-                self.summary = None;
-                Claim {
-                    rate: first_tries as f64 / FIRST_SPAN.as_secs_f64(),
+                let span = span.unwrap_or(FIRST_SPAN);
+                let claim = Claim {
+                    rate: rate(span),
                     seen: now,
-                    span: FIRST_SPAN,
+                    span,
+                };
+                // A joining process adds to the sum as it stands (its cap a
+                // second stale at most): a whole fleet joining costs a pass
+                // over the claims per second, not one per process.
+                match &mut self.summary {
+                    Some(summary) if fresh && summary.claims.processes > 0 => {
+                        summary.claims.requests_per_second += claim.rate.min(summary.cap);
+                        summary.claims.processes += 1;
+                    }
+                    _ => self.summary = None,
                 }
+                claim
             }
         };
         self.claims.insert(process.clone(), claim);

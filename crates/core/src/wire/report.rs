@@ -55,6 +55,17 @@ pub struct Report<'a> {
     /// only a daemon that knows this field serves such a policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gate_on: Option<bool>,
+    /// The time the counts cover, in milliseconds: since the sender took
+    /// its previous report. Sent for a dependency whose retry budget is
+    /// fleet-scoped (which only a daemon that knows this field serves), so
+    /// that the daemon takes the sender's request rate from it rather than
+    /// from when reports arrive.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "count::optional"
+    )]
+    pub span_ms: Option<u64>,
 }
 
 /// One endpoint's counts.
@@ -133,9 +144,33 @@ pub struct ReportAnswer {
     #[serde(default)]
     pub folded: Vec<Folded>,
     /// For each reported dependency whose retry budget is fleet-scoped,
-    /// this process's part of the fleet's floor, by dependency.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    /// this process's part of the fleet's floor, by dependency. An entry
+    /// that is not a part (a field missing, not a number, a negative count)
+    /// is left out, the others kept.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "readable_parts"
+    )]
     pub fleet_budgets: BTreeMap<String, FloorPart>,
+}
+
+/// The entries of `fleetBudgets` that are parts.
+fn readable_parts<'de, D: serde::Deserializer<'de>>(d: D) -> Result<BTreeMap<String, FloorPart>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Entry {
+        Part(FloorPart),
+        Other(serde::de::IgnoredAny),
+    }
+    let entries = BTreeMap::<String, Entry>::deserialize(d)?;
+    Ok(entries
+        .into_iter()
+        .filter_map(|(service, entry)| match entry {
+            Entry::Part(part) if part.min_retries_per_second.is_finite() => Some((service, part)),
+            _ => None,
+        })
+        .collect())
 }
 
 /// A process's part of a fleet-scoped retry budget's floor: its budget's
@@ -391,6 +426,7 @@ mod tests {
                 remaining_ratio: Some(0.4),
             }),
             gate_on: Some(true),
+            span_ms: None,
         };
         let json = serde_json::to_string(&report).unwrap();
         assert!(json.contains(r#""circuitState":"half-open""#), "{json}");
@@ -434,5 +470,36 @@ mod tests {
         assert_eq!(FieldError::at("service", "bad").within("[3]").path, "[3].service");
         assert_eq!(FieldError::at(".", "bad").within("[3]").path, "[3]");
         assert_eq!(FieldError::at("service", "bad").within("").path, "service");
+    }
+
+    #[test]
+    fn an_answer_keeps_the_parts_it_can_read_and_leaves_out_the_rest() {
+        let answer: ReportAnswer = serde_json::from_str(
+            r#"{"accepted": 3, "rejected": [], "folded": [], "fleetBudgets": {
+                "ledger": {"minRetriesPerSecond": 2.5, "processes": 4},
+                "orders": {"minRetriesPerSecond": null, "processes": 4},
+                "search": {"minRetriesPerSecond": 1, "processes": -1},
+                "stock": {"processes": 4},
+                "cart": "half",
+                "later": {"minRetriesPerSecond": 0.5, "processes": 2, "since": 1}}}"#,
+        )
+        .expect("an answer with unreadable parts is still an answer");
+        assert_eq!(answer.accepted, 3);
+        let parts: Vec<&str> = answer.fleet_budgets.keys().map(String::as_str).collect();
+        assert_eq!(
+            parts,
+            ["later", "ledger"],
+            "fields it does not know are no reason to drop a part"
+        );
+        assert_eq!(
+            answer.fleet_budgets["ledger"],
+            FloorPart {
+                min_retries_per_second: 2.5,
+                processes: 4
+            }
+        );
+        let report: Report<'_> =
+            serde_json::from_str(r#"{"service": "ledger", "instance": "pod-1", "spanMs": 10000.0}"#).unwrap();
+        assert_eq!(report.span_ms, Some(10_000));
     }
 }

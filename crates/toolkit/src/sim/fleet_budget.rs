@@ -31,6 +31,8 @@ pub(super) struct FleetBudget {
     divisions: Vec<Division<usize>>,
     /// The next report round, in nanoseconds.
     next_round: u64,
+    /// The time the next round's counts cover.
+    span: Duration,
     delay: u64,
     /// Each process's first tries since its last report.
     requests: Vec<u64>,
@@ -54,6 +56,7 @@ impl FleetBudget {
             floor: per_second,
             divisions: (0..divisions).map(|_| Division::new()).collect(),
             next_round: nanos(FIRST_SPAN),
+            span: FIRST_SPAN,
             delay: nanos(feedback_delay),
             requests: vec![0; processes],
             pending: VecDeque::new(),
@@ -75,6 +78,7 @@ impl FleetBudget {
             self.pending
                 .push_back((self.next_round.saturating_add(self.delay), parts));
             self.next_round = self.next_round.saturating_add(nanos(REPORT_EVERY));
+            self.span = REPORT_EVERY;
         }
         match self.pending.front() {
             Some((at, _)) if t >= *at => self.pending.pop_front().map(|(_, parts)| parts),
@@ -89,7 +93,7 @@ impl FleetBudget {
         (0..self.requests.len())
             .map(|p| {
                 let division = &mut self.divisions[p % replicas];
-                division.report(&p, std::mem::take(&mut self.requests[p]), at);
+                division.report(&p, std::mem::take(&mut self.requests[p]), Some(self.span), at);
                 division.part(&p, self.floor, Claims::default(), at).per_second
             })
             .collect()

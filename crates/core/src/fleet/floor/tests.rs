@@ -43,7 +43,7 @@ fn rounds(division: &mut Division<usize>, rates: &[u64], rounds: u32, t0: Instan
         let at = t0 + Duration::from_secs(10 * u64::from(round));
         for (p, rate) in rates.iter().enumerate() {
             let span = if round == 0 { 1 } else { 10 };
-            division.report(&p, rate * span, at);
+            division.report(&p, rate * span, None, at);
             parts.push(division.part(&p, 10.0, Claims::default(), at));
         }
     }
@@ -73,11 +73,11 @@ fn a_fleet_heard_from_twice_has_parts_that_add_up_to_the_floor() {
 fn a_claim_is_a_rate_over_the_time_between_reports() {
     let t0 = Instant::now();
     let mut division = Division::new();
-    division.report(&"busy", 10, t0);
-    division.report(&"quiet", 1, t0);
+    division.report(&"busy", 10, None, t0);
+    division.report(&"quiet", 1, None, t0);
     let later = t0 + secs(10.0);
-    division.report(&"busy", 300, later);
-    division.report(&"quiet", 100, later);
+    division.report(&"busy", 300, None, later);
+    division.report(&"quiet", 100, None, later);
     let busy = division.part(&"busy", 8.0, Claims::default(), later).per_second;
     let quiet = division.part(&"quiet", 8.0, Claims::default(), later).per_second;
     assert!(
@@ -90,7 +90,7 @@ fn a_claim_is_a_rate_over_the_time_between_reports() {
 fn other_replicas_claims_shrink_this_replicas_parts() {
     let t0 = Instant::now();
     let mut division = Division::new();
-    division.report(&"a", 50, t0);
+    division.report(&"a", 50, None, t0);
     let others = Claims {
         requests_per_second: 150.0,
         processes: 3,
@@ -111,13 +111,13 @@ fn other_replicas_claims_shrink_this_replicas_parts() {
 fn a_silent_process_is_forgotten_after_three_intervals_or_thirty_seconds() {
     let t0 = Instant::now();
     let mut division = Division::new();
-    division.report(&"gone", 10, t0);
-    division.report(&"here", 10, t0);
+    division.report(&"gone", 10, None, t0);
+    division.report(&"here", 10, None, t0);
     for s in [10.0, 20.0, 29.0] {
-        division.report(&"here", 100, t0 + secs(s));
+        division.report(&"here", 100, None, t0 + secs(s));
     }
     assert_eq!(division.claims(t0 + secs(29.5)).processes, 2, "kept for 30 s");
-    division.report(&"here", 100, t0 + secs(31.0));
+    division.report(&"here", 100, None, t0 + secs(31.0));
     assert_eq!(division.claims(t0 + secs(31.0)).processes, 1, "forgotten after");
     let part = division.part(&"here", 10.0, Claims::default(), t0 + secs(31.0));
     assert!((part.per_second - 10.0).abs() < 1e-9, "{part:?}");
@@ -128,9 +128,9 @@ fn a_full_division_answers_a_newcomer_an_equal_part_without_keeping_it() {
     let t0 = Instant::now();
     let mut division = Division::new();
     for p in 0..MAX_PROCESSES {
-        assert!(division.report(&p, 1, t0));
+        assert!(division.report(&p, 1, None, t0));
     }
-    assert!(!division.report(&MAX_PROCESSES, 1_000_000, t0));
+    assert!(!division.report(&MAX_PROCESSES, 1_000_000, None, t0));
     let part = division.part(&MAX_PROCESSES, 10_001.0, Claims::default(), t0);
     assert!((part.per_second - 1.0).abs() < 1e-9, "{part:?}");
     assert_eq!(division.claims(t0).processes, MAX_PROCESSES as u64);
@@ -166,17 +166,78 @@ fn the_parts_add_up_to_the_floor_however_the_claims_move_between_refreshes() {
     let t0 = Instant::now();
     let mut division = Division::new();
     for p in 0..4 {
-        division.report(&p, 10, t0);
+        division.report(&p, 10, None, t0);
     }
+    assert_eq!(division.claims(t0).processes, 4, "the sum is cached from here on");
     // Each process's second report, 100 ms later: rates ten times the first
     // guess, before the cached sum's refresh.
     let at = t0 + secs(0.1);
     let mut handed = 0.0;
     for p in 0..4 {
-        division.report(&p, 1 + p as u64, at);
+        division.report(&p, 1 + p as u64, None, at);
     }
     for p in 0..4 {
         handed += division.part(&p, 10.0, Claims::default(), at).per_second;
     }
     assert!((handed - 10.0).abs() < 1e-9, "{handed}");
+}
+
+#[test]
+fn processes_joining_between_refreshes_count_in_the_sum_at_once() {
+    let t0 = Instant::now();
+    let mut division = Division::new();
+    division.report(&0, 10, None, t0);
+    assert_eq!(division.claims(t0).processes, 1);
+    for p in 1..4 {
+        division.report(&p, 10, None, t0 + secs(0.1));
+    }
+    let at = t0 + secs(0.1);
+    assert_eq!(
+        division.claims(at),
+        Claims {
+            requests_per_second: 40.0,
+            processes: 4
+        }
+    );
+    let handed: f64 = (0..4)
+        .map(|p| division.part(&p, 10.0, Claims::default(), at).per_second)
+        .sum();
+    assert!((handed - 10.0).abs() < 1e-9, "{handed}");
+}
+
+#[test]
+fn claims_that_all_went_to_nothing_share_the_floor_equally() {
+    let t0 = Instant::now();
+    let mut division = Division::new();
+    for p in 0..3 {
+        division.report(&p, 7, None, t0);
+    }
+    division.claims(t0);
+    for p in 0..3 {
+        division.report(&p, 0, None, t0 + secs(0.3));
+    }
+    let part = division.part(&0, 9.0, Claims::default(), t0 + secs(0.3));
+    assert!((part.per_second - 3.0).abs() < 1e-9, "{part:?}");
+}
+
+#[test]
+fn a_span_the_sender_states_beats_the_time_between_arrivals() {
+    let t0 = Instant::now();
+    let mut division = Division::new();
+    // Both report 10 s of traffic; b's report comes late, as a batch kept
+    // through an outage and sent with the next one, 1 ms apart.
+    division.report(&"a", 100, Some(secs(10.0)), t0);
+    division.report(&"b", 100, Some(secs(10.0)), t0);
+    division.report(&"b", 100, Some(secs(10.0)), t0 + secs(0.001));
+    let a = division.part(&"a", 10.0, Claims::default(), t0 + secs(0.001));
+    assert!((a.per_second - 5.0).abs() < 1e-9, "{a:?}");
+    let mut by_arrival = Division::new();
+    by_arrival.report(&"a", 100, None, t0);
+    by_arrival.report(&"b", 100, None, t0);
+    by_arrival.report(&"b", 100, None, t0 + secs(0.001));
+    let a = by_arrival.part(&"a", 10.0, Claims::default(), t0 + secs(0.001));
+    assert!(
+        a.per_second < 2.5,
+        "without a span b's claim is its 100 over a millisecond, capped: {a:?}"
+    );
 }
