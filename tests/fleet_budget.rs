@@ -87,7 +87,10 @@ async fn the_daemon_divides_the_floor_by_requests_and_a_lost_daemon_leaves_an_ev
     let family = |name: &str| sample(&text, &format!("{name}{{service=\"ledger\"}}"));
     assert_eq!(family("stormguard_budget_processes"), Some(3.0));
     let floors = family("stormguard_budget_floor_retries_per_second").unwrap();
-    assert!(close(floors, FLOOR), "one daemon hands out the whole floor: {floors}");
+    assert!(
+        close(floors, FLOOR),
+        "one daemon hands out the whole floor: {floors}"
+    );
     assert_eq!(family("stormguard_budget_retry_ratio"), Some(0.0));
     let floor = r#"stormguard_budget_min_retries_per_second{scope="fleet",service="ledger"}"#;
     assert_eq!(sample(&text, floor), Some(FLOOR));
