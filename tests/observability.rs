@@ -79,7 +79,37 @@ fn every_promql_expression_parses() {
             checked += 1;
         }
     }
+    for path in DASHBOARDS {
+        for annotation in dashboard_annotations(path) {
+            let expr = instantiate(annotation["expr"].as_str().unwrap(), "payment-service");
+            promql_parser::parser::parse(&expr)
+                .unwrap_or_else(|e| panic!("{path} annotation {:?}: {e}\n{expr}", annotation["name"]));
+            checked += 1;
+        }
+    }
     assert!(checked > 30, "{checked} expressions");
+}
+
+/// A dashboard's annotations.
+fn dashboard_annotations(path: &str) -> Vec<Json> {
+    json(path)["annotations"]["list"].as_array().unwrap().clone()
+}
+
+#[test]
+fn both_dashboards_mark_policy_changes_and_failed_reloads() {
+    for path in DASHBOARDS {
+        let annotations = dashboard_annotations(path);
+        let names: Vec<&str> = annotations.iter().map(|a| a["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["Policy changed", "Policy reload failed"], "{path}");
+        for annotation in &annotations {
+            assert_eq!(annotation["datasource"]["uid"], "${datasource}", "{path}");
+            assert_eq!(annotation["enable"], true, "{path}");
+            assert!(
+                annotation["expr"].as_str().is_some_and(|e| !e.is_empty()),
+                "{path}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -300,3 +300,97 @@ async fn calm_fires_nothing_a_storm_fires_the_seed_alerts_and_every_panel_has_da
         assert!(!result.is_empty(), "{panel}: no data for {expr}");
     }
 }
+
+/// Each annotation of both dashboards, as (dashboard and name, query), its
+/// variables filled in.
+fn annotation_queries() -> Vec<(String, String)> {
+    let mut queries = Vec::new();
+    for path in [
+        "dashboards/stormguard-overview.json",
+        "dashboards/stormguard-service.json",
+    ] {
+        let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        for annotation in dashboard["annotations"]["list"].as_array().unwrap() {
+            let expr = annotation["expr"]
+                .as_str()
+                .unwrap()
+                .replace("$__rate_interval", "1m");
+            queries.push((format!("{path}: {}", annotation["name"]), expr));
+        }
+    }
+    queries
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+impl Prometheus {
+    /// When `expr` first had a value from `start` to now, second by second.
+    async fn first_point(&self, expr: &str, start: f64) -> Option<f64> {
+        let (start, end) = (start.to_string(), unix_now().to_string());
+        let query = [("query", expr), ("start", &start), ("end", &end), ("step", "1")];
+        let answer = self.get("/api/v1/query_range", &query).await?;
+        assert_eq!(answer["status"], "success", "{expr}: {answer}");
+        answer["data"]["result"]
+            .as_array()?
+            .iter()
+            .flat_map(|series| series["values"].as_array().cloned().unwrap_or_default())
+            .filter_map(|point| point[0].as_f64())
+            .reduce(f64::min)
+    }
+}
+
+#[tokio::test]
+async fn both_dashboards_mark_a_policy_change_and_a_refused_edit_when_they_happen() {
+    let mut configmap = common::ConfigMapDir::new(SEED_POLICY);
+    let daemon = Daemon::start(&configmap.policy(), &["--debounce", "20ms"]);
+    let target = daemon.base.trim_start_matches("http://").to_string();
+    let Some(prometheus) = start_prometheus(&target) else {
+        return;
+    };
+    let scraped = eventually(Duration::from_secs(30), || async {
+        let up = prometheus
+            .get("/api/v1/query", &[("query", "up{job=\"stormguard\"} == 1")])
+            .await?;
+        (!up["data"]["result"].as_array()?.is_empty()).then_some(())
+    })
+    .await;
+    assert!(scraped.is_some(), "Prometheus never scraped the daemon");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let start = unix_now();
+    let reload = |result: &'static str| {
+        let daemon = &daemon;
+        async move {
+            eventually(Duration::from_secs(10), || async move {
+                let status = common::admin_status(daemon).await;
+                (status["lastReload"]["result"] == result && status["lastReload"]["trigger"] == "watch")
+                    .then_some(unix_now())
+            })
+            .await
+            .expect("the daemon reloads the edited file")
+        }
+    };
+    configmap.update(&SEED_POLICY.replace("maxRetries: 5", "maxRetries: 6"));
+    let changed_at = reload("success").await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    configmap.update("defaults:\n  maxRetries: many\n");
+    let refused_at = reload("failure").await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+
+    for (annotation, expr) in annotation_queries() {
+        let at = if annotation.ends_with("\"Policy changed\"") {
+            changed_at
+        } else {
+            refused_at
+        };
+        let first = prometheus.first_point(&expr, start).await;
+        assert!(
+            first.is_some_and(|first| first >= at - 2.0 && first <= at + 3.0),
+            "{annotation}: {expr} first marks {first:?}, the event was at {at}"
+        );
+    }
+}
