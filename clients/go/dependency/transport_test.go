@@ -1,0 +1,154 @@
+package dependency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stormguard/stormguard/clients/go/internal/daemontest"
+	"github.com/stormguard/stormguard/clients/go/policy"
+)
+
+// ExampleDependency_Transport guards an *http.Client in one line: a
+// dependency that answers 503 once is retried under the policy, and the
+// caller sees the 200. (With no daemon to ask, the policy is the built-in
+// default: 3 retries from 100 ms.)
+func ExampleDependency_Transport() {
+	var calls atomic.Int64
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if calls.Add(1) == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		fmt.Fprint(w, "charged")
+	}))
+	defer server.Close()
+	watch, _ := policy.Start(context.Background(), policy.Config{
+		Daemon: "http://127.0.0.1:9", Services: []string{"payments"},
+		StartupWait: 100 * time.Millisecond, Logger: log.New(io.Discard, "", 0),
+	})
+	defer watch.Stop()
+
+	payments := New(watch, "payments", nil)
+	client := &http.Client{Transport: payments.Transport(nil)}
+
+	response, err := client.Get(server.URL + "/charge")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer response.Body.Close()
+	body, _ := io.ReadAll(response.Body)
+	fmt.Println(response.StatusCode, string(body), calls.Load(), "attempts")
+	// Output: 200 charged 2 attempts
+}
+
+const transportPolicy = `defaults:
+  maxRetries: 3
+services:
+  payments:
+    maxRetries: 2
+    initialDelay: 1ms
+    maxDelay: 5ms
+    jitter: none
+    perTryTimeout: 100ms
+    retryOn: [5xx, timeout, connect-failure]
+`
+
+// guarded is a client guarded by a dependency under transportPolicy, served
+// by the real daemon.
+func guarded(t *testing.T) *http.Client {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(file, []byte(transportPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port := daemontest.FreePort(t)
+	daemontest.Serve(t, port, file)
+	watch, err := policy.Start(context.Background(), policy.Config{Daemon: fmt.Sprintf("http://127.0.0.1:%d", port), Services: []string{"payments"}})
+	if err != nil || watch.Source() != policy.FromDaemon {
+		t.Fatalf("%v %v", err, watch.Source())
+	}
+	t.Cleanup(watch.Stop)
+	return &http.Client{Transport: New(watch, "payments", nil).Transport(nil)}
+}
+
+func TestABodyIsSentAgainWithEveryRetryAndTheLastAnswerIsReturnedWhole(t *testing.T) {
+	var mu sync.Mutex
+	var bodies []string
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, string(body))
+		n := len(bodies)
+		mu.Unlock()
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "still down (%d)", n)
+	}))
+	defer server.Close()
+	client := guarded(t)
+	// A reader without GetBody: read once, sent three times.
+	request, _ := http.NewRequest(http.MethodPost, server.URL+"/charge", io.NopCloser(strings.NewReader("order 7")))
+	response, err := client.Do(request)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer response.Body.Close()
+	body, _ := io.ReadAll(response.Body)
+	if response.StatusCode != http.StatusServiceUnavailable || string(body) != "still down (3)" {
+		t.Fatalf("%d %q: the last attempt's answer, whole", response.StatusCode, body)
+	}
+	if strings.Join(bodies, "|") != "order 7|order 7|order 7" {
+		t.Fatalf("bodies sent: %q", bodies)
+	}
+}
+
+func TestThePerTryTimeoutBoundsTheWaitForHeadersNotTheBody(t *testing.T) {
+	var calls atomic.Int64
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if calls.Add(1) == 1 {
+			time.Sleep(300 * time.Millisecond) // past the 100 ms per-try timeout
+		}
+		w.(http.Flusher).Flush()
+		time.Sleep(200 * time.Millisecond) // the body comes after the per-try timeout
+		fmt.Fprint(w, "late but whole")
+	}))
+	defer server.Close()
+	response, err := guarded(t).Get(server.URL + "/slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer response.Body.Close()
+	body, err := io.ReadAll(response.Body)
+	if err != nil || string(body) != "late but whole" || calls.Load() != 2 {
+		t.Fatalf("%q %v after %d attempts", body, err, calls.Load())
+	}
+}
+
+func TestTheRequestsDeadlineEndsTheCallAndACallWithoutAnAnswerIsItsError(t *testing.T) {
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		time.Sleep(time.Second)
+	}))
+	defer server.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+	defer cancel()
+	request, _ := http.NewRequestWithContext(ctx, http.MethodGet, server.URL+"/hang", nil)
+	_, err := guarded(t).Do(request)
+	var call *CallError
+	if !errors.As(err, &call) || call.Reason != Cancelled {
+		t.Fatalf("%v: want the call's error, cancelled by the request's deadline", err)
+	}
+	if call.Attempts < 2 {
+		t.Fatalf("%d attempts: the per-try timeout should have retried within the deadline", call.Attempts)
+	}
+}
