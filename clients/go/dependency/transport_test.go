@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -19,39 +18,6 @@ import (
 	"github.com/stormguard/stormguard/clients/go/internal/daemontest"
 	"github.com/stormguard/stormguard/clients/go/policy"
 )
-
-// ExampleDependency_Transport guards an *http.Client in one line: a
-// dependency that answers 503 once is retried under the policy, and the
-// caller sees the 200. (With no daemon to ask, the policy is the built-in
-// default: 3 retries from 100 ms.)
-func ExampleDependency_Transport() {
-	var calls atomic.Int64
-	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		if calls.Add(1) == 1 {
-			w.WriteHeader(http.StatusServiceUnavailable)
-		}
-		fmt.Fprint(w, "charged")
-	}))
-	defer server.Close()
-	watch, _ := policy.Start(context.Background(), policy.Config{
-		Daemon: "http://127.0.0.1:9", Services: []string{"payments"},
-		StartupWait: 100 * time.Millisecond, Logger: log.New(io.Discard, "", 0),
-	})
-	defer watch.Stop()
-
-	payments := New(watch, "payments", nil)
-	client := &http.Client{Transport: payments.Transport(nil)}
-
-	response, err := client.Get(server.URL + "/charge")
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer response.Body.Close()
-	body, _ := io.ReadAll(response.Body)
-	fmt.Println(response.StatusCode, string(body), calls.Load(), "attempts")
-	// Output: 200 charged 2 attempts
-}
 
 const transportPolicy = `defaults:
   maxRetries: 3
