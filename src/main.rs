@@ -46,6 +46,30 @@ enum Command {
     /// Print a service's resolved policy in gRPC's, Envoy's, Istio's or
     /// Linkerd's retry settings, and what that dialect cannot express.
     Render(RenderArgs),
+    /// Show what changing a policy file does before it ships: per service,
+    /// each resolved key that changes and where its new value comes from,
+    /// services added and removed, lint warnings new and cleared, and the
+    /// forecast before and after (exit 0; 1 if a file is invalid; 2 if a
+    /// forecast worsens past --threshold or a warning appears).
+    Diff(DiffArgs),
+}
+
+#[derive(Args)]
+struct DiffArgs {
+    /// The policy file as it is.
+    old: PathBuf,
+    /// The policy file as it would be.
+    new: PathBuf,
+    /// How much worse a forecast may get (waste, or p99 while serving no
+    /// more calls) before the change counts as worsening it: 0.1 is 10 %.
+    #[arg(long, default_value_t = 0.1, value_parser = stormguard_toolkit::flags::share)]
+    threshold: f64,
+    /// Print JSON: `services` (each with `entry`, `keys`, `forecasts`),
+    /// `warnings_added`, `warnings_cleared`, `threshold`.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    policy_limits: PolicyLimits,
 }
 
 #[derive(Args)]
@@ -428,7 +452,27 @@ fn main() -> ExitCode {
         Command::Simulate(args) => simulate(args),
         Command::Tune(args) => tune(args),
         Command::Render(args) => render(args),
+        Command::Diff(args) => diff(args),
     }
+}
+
+fn diff(args: DiffArgs) -> ExitCode {
+    let limits = args.policy_limits.load_limits();
+    let load = |path: &PathBuf| {
+        stormguard_toolkit::policy::load_file(path, limits)
+            .map(|(document, _)| document)
+            .map_err(|errors| eprint!("{}", stormguard_toolkit::check::invalid_report(&errors)))
+    };
+    let (Ok(old), Ok(new)) = (load(&args.old), load(&args.new)) else {
+        return ExitCode::from(1);
+    };
+    let diff = stormguard_toolkit::diff::diff(&old, &new, args.threshold);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&diff).expect("plain data"));
+    } else {
+        print!("{}", stormguard_toolkit::diff::render(&diff));
+    }
+    ExitCode::from(if diff.worsens() { 2 } else { 0 })
 }
 
 fn render(args: RenderArgs) -> ExitCode {

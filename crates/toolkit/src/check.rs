@@ -131,7 +131,8 @@ fn shapes(forecasts: &[Forecast]) -> String {
     }
 }
 
-fn invalid_report(errors: &[Diagnostic]) -> String {
+/// Every error of an invalid file, one a line, and how many.
+pub fn invalid_report(errors: &[Diagnostic]) -> String {
     let mut out = String::new();
     for error in errors {
         let _ = writeln!(out, "error: {error}");

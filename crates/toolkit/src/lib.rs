@@ -8,6 +8,7 @@
 //! [`shape`] as the commands share them.
 
 pub mod check;
+pub mod diff;
 pub mod flags;
 pub mod lint;
 pub mod policy;

@@ -507,4 +507,33 @@ mod tests {
         let back: ResolvedPolicy = serde_json::from_value(json).unwrap();
         assert_eq!(back, resolved);
     }
+
+    #[test]
+    fn a_resolved_policy_is_written_key_by_key_as_a_file_writes_it() {
+        use crate::policy::Layered;
+        let mut written = Vec::new();
+        RetryPolicy::default().written("", &mut written);
+        let value = |key: &str| {
+            written
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.as_str())
+                .unwrap_or_else(|| panic!("{key} is not written"))
+        };
+        assert_eq!(value("initialDelay"), "100ms");
+        assert_eq!(value("maxElapsed"), "0s");
+        assert_eq!(value("delays"), "[]");
+        assert_eq!(value("retryOn"), "[connect-failure, timeout, reset, 5xx, 429]");
+        assert_eq!(value("budget.scope"), "process");
+        assert_eq!(value("circuitBreaker.slidingWindow"), "100");
+        assert_eq!(value("jitterFactor"), "0.5");
+        let mut keys = Vec::new();
+        RetryPolicy::all_keys("", &mut keys);
+        let names: Vec<&String> = written.iter().map(|(k, _)| k).collect();
+        assert_eq!(
+            names,
+            keys.iter().collect::<Vec<_>>(),
+            "every key, once, in file order"
+        );
+    }
 }

@@ -27,12 +27,19 @@ pub trait Layered: Sized {
 
     /// Appends every dotted key path this part has, under `prefix`.
     fn all_keys(prefix: &str, out: &mut Vec<String>);
+
+    /// Appends every dotted key path under `prefix` with its value as a
+    /// policy file writes it (`initialDelay`, `200ms`).
+    fn written(&self, prefix: &str, out: &mut Vec<(String, String)>);
 }
 
 /// A single value in a policy: decoded from one node, replaced whole by a layer.
 pub trait Leaf: Sized + Clone + std::fmt::Debug + PartialEq {
     /// Decodes a non-null node; `None` after pushing an error if it is wrong.
     fn from_node(node: &Node, path: &KeyPath, errors: &mut Errors) -> Option<Self>;
+
+    /// The value as a policy file writes it.
+    fn write(&self) -> String;
 }
 
 /// Implements [`Layered`] for leaf types: a layer either sets the value or not.
@@ -55,6 +62,10 @@ macro_rules! layered_leaves {
 
             fn all_keys(prefix: &str, out: &mut Vec<String>) {
                 out.push(prefix.to_owned());
+            }
+
+            fn written(&self, prefix: &str, out: &mut Vec<(String, String)>) {
+                out.push((prefix.to_owned(), <$ty as $crate::policy::layer::Leaf>::write(self)));
             }
 
             fn decode(
@@ -125,7 +136,17 @@ fn all_keys(prefix: &str, out: &mut Vec<String>) {
                 )*
             }
 
-                        fn decode(
+            fn written(&self, prefix: &str, out: &mut Vec<(String, String)>) {
+                $(
+                    $crate::policy::layer::Layered::written(
+                        &self.$field,
+                        &$crate::policy::layer::join_key(prefix, $key),
+                        out,
+                    );
+                )*
+            }
+
+            fn decode(
                 node: &$crate::policy::tree::Node,
                 path: &$crate::policy::tree::KeyPath,
                 errors: &mut $crate::policy::tree::Errors,
@@ -184,6 +205,10 @@ impl Leaf for u32 {
             }
         }
     }
+
+    fn write(&self) -> String {
+        self.to_string()
+    }
 }
 
 impl Leaf for f64 {
@@ -204,6 +229,10 @@ impl Leaf for f64 {
             }
         }
     }
+
+    fn write(&self) -> String {
+        self.to_string()
+    }
 }
 
 impl Leaf for bool {
@@ -215,6 +244,10 @@ impl Leaf for bool {
                 None
             }
         }
+    }
+
+    fn write(&self) -> String {
+        self.to_string()
     }
 }
 
@@ -244,12 +277,20 @@ impl Leaf for Duration {
             }
         }
     }
+
+    fn write(&self) -> String {
+        GoDuration(*self).to_string()
+    }
 }
 
 /// An optional limit, such as a timeout: `0s` means no limit.
 impl Leaf for Option<Duration> {
     fn from_node(node: &Node, path: &KeyPath, errors: &mut Errors) -> Option<Self> {
         Duration::from_node(node, path, errors).map(|d| (!d.is_zero()).then_some(d))
+    }
+
+    fn write(&self) -> String {
+        self.unwrap_or_default().write()
     }
 }
 
@@ -266,6 +307,11 @@ impl Leaf for Vec<Duration> {
             .filter_map(|(i, item)| Duration::from_node(item, &path.index(i), errors))
             .collect();
         (errors.len() == before).then_some(delays)
+    }
+
+    fn write(&self) -> String {
+        let delays: Vec<String> = self.iter().map(Leaf::write).collect();
+        format!("[{}]", delays.join(", "))
     }
 }
 

@@ -307,6 +307,10 @@ impl Leaf for Jitter {
         ];
         named_leaf(node, path, errors, "jitter", Jitter::NAMES).map(|i| all[i])
     }
+
+    fn write(&self) -> String {
+        self.name().to_string()
+    }
 }
 
 /// Whose floor a retry budget's `minRetriesPerSecond` is.
@@ -347,6 +351,10 @@ impl Leaf for BudgetScope {
     fn from_node(node: &Node, path: &KeyPath, errors: &mut Errors) -> Option<Self> {
         let all = [BudgetScope::Process, BudgetScope::Fleet];
         named_leaf(node, path, errors, "scope", BudgetScope::NAMES).map(|i| all[i])
+    }
+
+    fn write(&self) -> String {
+        self.name().to_string()
     }
 }
 
@@ -515,6 +523,11 @@ impl Leaf for RetryOn {
         }
         (errors.len() == before).then_some(RetryOn(conditions))
     }
+
+    fn write(&self) -> String {
+        let conditions: Vec<String> = self.0.iter().map(ToString::to_string).collect();
+        format!("[{}]", conditions.join(", "))
+    }
 }
 
 fn retry_condition(node: &Node, path: &KeyPath, errors: &mut Errors) -> Option<RetryCondition> {
@@ -569,6 +582,13 @@ impl Leaf for SlidingWindow {
                 ));
                 None
             }
+        }
+    }
+
+    fn write(&self) -> String {
+        match self {
+            SlidingWindow::Count { calls } => calls.to_string(),
+            SlidingWindow::Time { duration } => duration.write(),
         }
     }
 }
