@@ -126,6 +126,21 @@ impl Prometheus {
     }
 }
 
+/// A Prometheus scraping `daemon`, once it has scraped it; `None` where
+/// prometheus is missing outside CI.
+async fn scraping(daemon: &Daemon) -> Option<Prometheus> {
+    let prometheus = start_prometheus(daemon.base.trim_start_matches("http://"))?;
+    let scraped = eventually(Duration::from_secs(30), || async {
+        let up = prometheus
+            .get("/api/v1/query", &[("query", "up{job=\"stormguard\"} == 1")])
+            .await?;
+        (!up["data"]["result"].as_array()?.is_empty()).then_some(())
+    })
+    .await;
+    assert!(scraped.is_some(), "Prometheus never scraped the daemon");
+    Some(prometheus)
+}
+
 /// A report for `payment-service`: `retries` retries per `requests` attempts, the breaker in `state`.
 fn report(instance: &str, requests: u64, retries: u64, state: &str, gate_on: bool) -> Value {
     json!({
@@ -195,22 +210,40 @@ async fn post_until(
     }
 }
 
-fn dashboard_queries() -> Vec<(String, String)> {
-    let mut queries = Vec::new();
-    for path in [
+/// Both dashboards, with their paths.
+fn dashboards() -> Vec<(&'static str, Value)> {
+    [
         "dashboards/stormguard-overview.json",
         "dashboards/stormguard-service.json",
-    ] {
-        let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    ]
+    .into_iter()
+    .map(|path| {
+        (
+            path,
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap(),
+        )
+    })
+    .collect()
+}
+
+/// A dashboard query as Prometheus receives it, its variables filled in.
+fn instantiate(expr: &Value) -> String {
+    expr.as_str()
+        .unwrap()
+        .replace("$__rate_interval", "1m")
+        .replace("$service", "payment-service")
+}
+
+fn dashboard_queries() -> Vec<(String, String)> {
+    let mut queries = Vec::new();
+    for (path, dashboard) in dashboards() {
         for panel in dashboard["panels"].as_array().unwrap() {
             // Rows group panels and query nothing.
             for target in panel["targets"].as_array().into_iter().flatten() {
-                let expr = target["expr"]
-                    .as_str()
-                    .unwrap()
-                    .replace("$__rate_interval", "1m")
-                    .replace("$service", "payment-service");
-                queries.push((format!("{path}: {}", panel["title"]), expr));
+                queries.push((
+                    format!("{path}: {}", panel["title"]),
+                    instantiate(&target["expr"]),
+                ));
             }
         }
     }
@@ -229,19 +262,9 @@ async fn calm_fires_nothing_a_storm_fires_the_seed_alerts_and_every_panel_has_da
     assert_ne!(paced, SEED_POLICY);
     std::fs::write(&policy, paced).unwrap();
     let daemon = Daemon::start(&policy, &[]);
-    let target = daemon.base.trim_start_matches("http://").to_string();
-    let Some(prometheus) = start_prometheus(&target) else {
+    let Some(prometheus) = scraping(&daemon).await else {
         return;
     };
-
-    let scraped = eventually(Duration::from_secs(30), || async {
-        let up = prometheus
-            .get("/api/v1/query", &[("query", "up{job=\"stormguard\"} == 1")])
-            .await?;
-        (!up["data"]["result"].as_array()?.is_empty()).then_some(())
-    })
-    .await;
-    assert!(scraped.is_some(), "Prometheus never scraped the daemon");
 
     // Calm: 5 % retries, breakers closed, for long enough that any alert
     // whose condition held would have fired (every `for:` is 3 s here).
@@ -305,17 +328,12 @@ async fn calm_fires_nothing_a_storm_fires_the_seed_alerts_and_every_panel_has_da
 /// variables filled in.
 fn annotation_queries() -> Vec<(String, String)> {
     let mut queries = Vec::new();
-    for path in [
-        "dashboards/stormguard-overview.json",
-        "dashboards/stormguard-service.json",
-    ] {
-        let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    for (path, dashboard) in dashboards() {
         for annotation in dashboard["annotations"]["list"].as_array().unwrap() {
-            let expr = annotation["expr"]
-                .as_str()
-                .unwrap()
-                .replace("$__rate_interval", "1m");
-            queries.push((format!("{path}: {}", annotation["name"]), expr));
+            queries.push((
+                format!("{path}: {}", annotation["name"]),
+                instantiate(&annotation["expr"]),
+            ));
         }
     }
     queries
@@ -348,18 +366,9 @@ impl Prometheus {
 async fn both_dashboards_mark_a_policy_change_and_a_refused_edit_when_they_happen() {
     let mut configmap = common::ConfigMapDir::new(SEED_POLICY);
     let daemon = Daemon::start(&configmap.policy(), &["--debounce", "20ms"]);
-    let target = daemon.base.trim_start_matches("http://").to_string();
-    let Some(prometheus) = start_prometheus(&target) else {
+    let Some(prometheus) = scraping(&daemon).await else {
         return;
     };
-    let scraped = eventually(Duration::from_secs(30), || async {
-        let up = prometheus
-            .get("/api/v1/query", &[("query", "up{job=\"stormguard\"} == 1")])
-            .await?;
-        (!up["data"]["result"].as_array()?.is_empty()).then_some(())
-    })
-    .await;
-    assert!(scraped.is_some(), "Prometheus never scraped the daemon");
     tokio::time::sleep(Duration::from_secs(3)).await;
     let start = unix_now();
     let reload = |result: &'static str| {
