@@ -2,6 +2,7 @@
 //! snapshot changes only when a new file is proven good; a bad file leaves
 //! the last good policy serving and its errors in the status and metrics.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -10,6 +11,7 @@ use serde::Serialize;
 
 use crate::metrics::{DaemonMetrics, RELOAD_FAILURE, RELOAD_SUCCESS};
 use crate::snapshot::{PolicySnapshot, PolicyStore};
+use stormguard_toolkit::diff::{changes, ServiceChange};
 use stormguard_toolkit::policy::{load_bytes, read_capped, ContentHash, Diagnostic, LoadLimits};
 
 /// What asked for a reload.
@@ -60,6 +62,26 @@ pub struct LastReload {
     pub errors: Vec<Diagnostic>,
 }
 
+/// Reloads applied that `/admin/history` keeps, newest first.
+pub const HISTORY: usize = 20;
+
+/// A policy the daemon started serving, for `/admin/history`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedReload {
+    /// When (RFC 3339).
+    pub at: String,
+    /// The served file's version (its hash).
+    pub version: String,
+    /// The file it came from.
+    pub source: String,
+    /// What asked for it.
+    pub trigger: Trigger,
+    /// What changed from the policy served before, service by service
+    /// (`stormguard diff`'s, without forecasts); empty at start-up.
+    pub services: Vec<ServiceChange>,
+}
+
 /// Reloads, one at a time, and keeps the status of the last one.
 pub struct Reloader {
     store: Arc<PolicyStore>,
@@ -69,6 +91,8 @@ pub struct Reloader {
     /// Held for a whole reload so reloads never interleave.
     attempt: tokio::sync::Mutex<Attempt>,
     last: Mutex<LastReload>,
+    /// The last [`HISTORY`] policies served, newest first.
+    history: Mutex<VecDeque<AppliedReload>>,
 }
 
 /// The last input a reload finished with, and whether it loaded.
@@ -93,9 +117,17 @@ impl Reloader {
         path: PathBuf,
         limits: LoadLimits,
     ) -> Self {
-        let hash = store.current().hash;
+        let current = store.current();
+        let hash = current.hash;
         metrics.policy_served(&hash);
         metrics.reload_attempted(true, unix_now());
+        let started = AppliedReload {
+            at: rfc3339(current.loaded_at),
+            version: hash.to_string(),
+            source: current.source.display().to_string(),
+            trigger: Trigger::Startup,
+            services: Vec::new(),
+        };
         Self {
             store,
             metrics,
@@ -111,7 +143,18 @@ impl Reloader {
                 trigger: Trigger::Startup,
                 errors: Vec::new(),
             }),
+            history: Mutex::new(VecDeque::from([started])),
         }
+    }
+
+    /// The last [`HISTORY`] policies served, newest first.
+    pub fn history(&self) -> Vec<AppliedReload> {
+        self.history
+            .lock()
+            .expect("history lock")
+            .iter()
+            .cloned()
+            .collect()
     }
 
     /// The policy file's path.
@@ -173,8 +216,19 @@ impl Reloader {
 
     fn apply(&self, trigger: Trigger, snapshot: PolicySnapshot) -> ReloadOutcome {
         let hash = snapshot.hash;
-        if hash != self.store.current().hash {
+        let served = self.store.current();
+        if hash != served.hash {
+            let applied = AppliedReload {
+                at: rfc3339(snapshot.loaded_at),
+                version: hash.to_string(),
+                source: snapshot.source.display().to_string(),
+                trigger,
+                services: changes(&served.document, &snapshot.document),
+            };
             self.store.swap(snapshot);
+            let mut history = self.history.lock().expect("history lock");
+            history.push_front(applied);
+            history.truncate(HISTORY);
         }
         self.metrics.policy_served(&hash);
         self.record(trigger, Vec::new());
@@ -282,6 +336,25 @@ mod tests {
         fn exposition(&self) -> String {
             String::from_utf8(self.metrics.encode()).unwrap()
         }
+    }
+
+    #[tokio::test]
+    async fn the_history_keeps_the_last_twenty_policies_served_newest_first() {
+        let f = fixture("defaults: {maxRetries: 0}\n");
+        for retries in 1..=(HISTORY as u32 + 4) {
+            f.write(&format!("defaults: {{maxRetries: {retries}}}\n"));
+            f.reloader.reload(Trigger::Admin).await;
+        }
+        let history = f.reloader.history();
+        assert_eq!(history.len(), HISTORY);
+        let changed = |i: usize| history[i].services[0].keys[0].new.clone();
+        assert_eq!(changed(0), "24", "newest first");
+        assert_eq!(
+            changed(HISTORY - 1),
+            "5",
+            "the oldest kept; the start-up entry is gone"
+        );
+        assert!(history.iter().all(|h| h.services.len() == 1));
     }
 
     #[tokio::test]

@@ -232,3 +232,50 @@ async fn futures_join(
     }
     out
 }
+
+#[tokio::test]
+async fn the_history_lists_each_policy_served_with_what_it_changed_newest_first() {
+    let mut configmap = common::ConfigMapDir::new(SEED_POLICY);
+    let daemon = Daemon::start(&configmap.policy(), &["--debounce", "20ms"]);
+    let history = || async {
+        let answer: serde_json::Value = common::admin(&daemon, reqwest::Method::GET, "/admin/history")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        answer["reloads"].as_array().unwrap().clone()
+    };
+    let started = history().await;
+    assert_eq!(started.len(), 1);
+    assert_eq!(started[0]["trigger"], "startup");
+    assert_eq!(started[0]["services"], serde_json::json!([]));
+
+    let edited = SEED_POLICY.replace("  maxRetries: 3 ", "  maxRetries: 4 ");
+    assert_ne!(edited, SEED_POLICY);
+    configmap.update(&edited);
+    let reloads = common::eventually(std::time::Duration::from_secs(10), || async {
+        let reloads = history().await;
+        (reloads.len() == 2).then_some(reloads)
+    })
+    .await
+    .expect("the edit is served and listed");
+    assert_eq!(reloads[0]["trigger"], "watch", "newest first");
+    assert_ne!(reloads[0]["version"], reloads[1]["version"]);
+    assert_eq!(
+        reloads[0]["services"][0],
+        serde_json::json!({
+            "service": "(defaults)",
+            "entry": "kept",
+            "keys": [{"key": "maxRetries", "old": "3", "new": "4", "from": "defaults"}],
+            "forecasts": [],
+        }),
+        "every service of the seed file overrides maxRetries: only the defaults change"
+    );
+    assert_eq!(reloads[0]["services"].as_array().unwrap().len(), 1);
+
+    configmap.update("defaults:\n  maxRetries: many\n");
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(history().await.len(), 2, "a refused edit serves nothing new");
+}

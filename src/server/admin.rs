@@ -140,6 +140,12 @@ pub async fn status(State(state): State<AppState>) -> Json<serde_json::Value> {
     }))
 }
 
+/// `GET /admin/history`: the last policies served, newest first, each with
+/// what changed from the one before, service by service.
+pub async fn history(State(state): State<AppState>) -> Json<serde_json::Value> {
+    Json(json!({ "reloads": state.reloader.history() }))
+}
+
 /// `POST /admin/reload`: reload now; 422 with the errors if the file is bad.
 pub async fn reload(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
     match state.reloader.reload(Trigger::Admin).await {

@@ -144,7 +144,12 @@ pub const PUBLIC_PATHS: [&str; 9] = [
 ];
 
 /// The admin API's paths, in the order [`router`] gives them handlers.
-pub const ADMIN_PATHS: [&str; 3] = ["/admin/status", "/admin/reload", "/admin/validate"];
+pub const ADMIN_PATHS: [&str; 4] = [
+    "/admin/status",
+    "/admin/history",
+    "/admin/reload",
+    "/admin/validate",
+];
 
 /// The API's contract, as `GET /openapi.yaml` serves it.
 pub const OPENAPI: &str = include_str!("../../docs/openapi.yaml");
@@ -167,9 +172,10 @@ pub fn router(state: AppState, which: Routes) -> Router {
         get(openapi.layer(openapi_yaml)),
     ];
     let admin = middleware::from_fn_with_state(state.clone(), admin::require_token);
-    let [status, reload, validate] = ADMIN_PATHS.map(track);
-    let admin: [MethodRouter<AppState>; 3] = [
+    let [status, history, reload, validate] = ADMIN_PATHS.map(track);
+    let admin: [MethodRouter<AppState>; 4] = [
         get(admin::status.layer(admin.clone()).layer(status)),
+        get(admin::history.layer(admin.clone()).layer(history)),
         post(admin::reload.layer(admin.clone()).layer(reload)),
         post(admin::validate.layer(admin).layer(validate)),
     ];

@@ -139,6 +139,22 @@ impl Diff {
 /// or p99 grows by more than `threshold` (0.1 = 10 %) or more calls give up.
 pub fn diff(old: &PolicyDocument, new: &PolicyDocument, threshold: f64) -> Diff {
     let (old_lint, new_lint) = (lint(old, &|herd| herd), lint(new, &|herd| herd));
+    let mut services = changes(old, new);
+    for change in &mut services {
+        change.forecasts = forecast_changes(&change.service, (old, &old_lint), (new, &new_lint), threshold);
+    }
+    let (warnings_added, warnings_cleared) = warnings(&old_lint, &new_lint);
+    Diff {
+        services,
+        warnings_added,
+        warnings_cleared,
+        threshold,
+    }
+}
+
+/// The services whose resolved policy or entry changes, the defaults
+/// first, without forecasts: cheap enough for every reload.
+pub fn changes(old: &PolicyDocument, new: &PolicyDocument) -> Vec<ServiceChange> {
     let names: BTreeSet<&String> = old.services.keys().chain(new.services.keys()).collect();
     let mut services = Vec::new();
     let defaults = compare(
@@ -157,16 +173,7 @@ pub fn diff(old: &PolicyDocument, new: &PolicyDocument, threshold: f64) -> Diff 
         let pair = (&old.resolve(name), &new.resolve(name));
         services.extend(compare(name, entry, pair, new));
     }
-    for change in &mut services {
-        change.forecasts = forecast_changes(&change.service, (old, &old_lint), (new, &new_lint), threshold);
-    }
-    let (warnings_added, warnings_cleared) = warnings(&old_lint, &new_lint);
-    Diff {
-        services,
-        warnings_added,
-        warnings_cleared,
-        threshold,
-    }
+    services
 }
 
 /// The policy every service neither file lists gets.
