@@ -121,6 +121,9 @@ func replayable(request *http.Request) (func() (io.ReadCloser, error), error) {
 	case request.Body == nil || request.Body == http.NoBody:
 		return nil, nil
 	case request.GetBody != nil:
+		// Each attempt takes a fresh copy; the body given is closed, as a
+		// RoundTripper must.
+		request.Body.Close()
 		return request.GetBody, nil
 	}
 	data, err := io.ReadAll(request.Body)

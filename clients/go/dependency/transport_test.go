@@ -118,3 +118,37 @@ func TestTheRequestsDeadlineEndsTheCallAndACallWithoutAnAnswerIsItsError(t *test
 		t.Fatalf("%d attempts: the per-try timeout should have retried within the deadline", call.Attempts)
 	}
 }
+
+// closeCounter counts the closes of a request body.
+type closeCounter struct {
+	io.Reader
+	closed atomic.Int64
+}
+
+func (c *closeCounter) Close() error {
+	c.closed.Add(1)
+	return nil
+}
+
+func TestTheRequestsOwnBodyIsClosedAsARoundTripperMust(t *testing.T) {
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+	}))
+	defer server.Close()
+	client := guarded(t)
+	for _, replayable := range []bool{true, false} {
+		body := &closeCounter{Reader: strings.NewReader("order 7")}
+		request, _ := http.NewRequest(http.MethodPost, server.URL+"/charge", body)
+		if replayable {
+			request.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader("order 7")), nil }
+		}
+		response, err := client.Do(request)
+		if err != nil {
+			t.Fatal(err)
+		}
+		response.Body.Close()
+		if body.closed.Load() == 0 {
+			t.Fatalf("with GetBody %v: the body given was never closed", replayable)
+		}
+	}
+}
