@@ -11,7 +11,7 @@ use stormguard::serve::{AdminSecret, ServeConfig};
 use stormguard::server::Limits;
 use stormguard::tls::TlsFiles;
 use stormguard::watch::WatchConfig;
-use stormguard_core::policy::ForecastScenario;
+use stormguard_core::policy::{ForecastScenario, PolicyDocument};
 use stormguard_toolkit::check::Verdict;
 use stormguard_toolkit::flags::{count_in, duration_in, millis, secs};
 use stormguard_toolkit::policy::{LoadLimits, DEFAULT_MAX_FLOW_COLLECTIONS, DEFAULT_MAX_POLICY_BYTES};
@@ -49,17 +49,23 @@ enum Command {
     /// Show what changing a policy file does before it ships: per service,
     /// each resolved key that changes and where its new value comes from,
     /// services added and removed, lint warnings new and cleared, and the
-    /// forecast before and after (exit 0; 1 if a file is invalid; 2 if a
-    /// forecast worsens past --threshold or a warning appears).
+    /// forecast before and after; either side may be a running daemon's URL
+    /// (exit 0; 1 if a side is invalid or cannot be read; 2 if a forecast
+    /// worsens past --threshold or a warning appears).
     Diff(DiffArgs),
 }
 
 #[derive(Args)]
 struct DiffArgs {
-    /// The policy file as it is.
-    old: PathBuf,
-    /// The policy file as it would be.
-    new: PathBuf,
+    /// The policy as it is: a file, or a running daemon's URL
+    /// (`http://localhost:8080`), whose `GET /v1/policies` is read.
+    old: String,
+    /// The policy as it would be: a file, or a running daemon's URL.
+    new: String,
+    /// PEM CA certificates an `https://` daemon's certificate must chain
+    /// to, in place of the public web CAs.
+    #[arg(long)]
+    ca_file: Option<PathBuf>,
     /// How much worse a forecast may get (waste, or p99 while serving no
     /// more calls) before the change counts as worsening it: 0.1 is 10 %.
     #[arg(long, default_value_t = 0.1, value_parser = stormguard_toolkit::flags::share)]
@@ -457,13 +463,7 @@ fn main() -> ExitCode {
 }
 
 fn diff(args: DiffArgs) -> ExitCode {
-    let limits = args.policy_limits.load_limits();
-    let load = |path: &PathBuf| {
-        stormguard_toolkit::policy::load_file(path, limits)
-            .map(|(document, _)| document)
-            .map_err(|errors| eprint!("{}", stormguard_toolkit::check::invalid_report(&errors)))
-    };
-    let (Ok(old), Ok(new)) = (load(&args.old), load(&args.new)) else {
+    let Ok((old, new)) = diff_sides(&args) else {
         return ExitCode::from(1);
     };
     let diff = stormguard_toolkit::diff::diff(&old, &new, args.threshold);
@@ -473,6 +473,86 @@ fn diff(args: DiffArgs) -> ExitCode {
         print!("{}", stormguard_toolkit::diff::render(&diff));
     }
     ExitCode::from(if diff.worsens() { 2 } else { 0 })
+}
+
+/// The two sides of a diff: files first, so that a daemon's side takes a
+/// file's forecast, call graph and reporters. Each problem is printed.
+fn diff_sides(args: &DiffArgs) -> Result<(PolicyDocument, PolicyDocument), ()> {
+    let limits = args.policy_limits.load_limits();
+    let is_daemon = |side: &str| side.starts_with("http://") || side.starts_with("https://");
+    let mut sides = [&args.old, &args.new].map(|side| {
+        (!is_daemon(side)).then(|| {
+            stormguard_toolkit::policy::load_file(side.as_ref(), limits)
+                .map(|(document, _)| document)
+                .map_err(|errors| eprint!("{}", stormguard_toolkit::check::invalid_report(&errors)))
+        })
+    });
+    let compared = sides
+        .iter()
+        .flatten()
+        .find_map(|side| side.as_ref().ok())
+        .cloned();
+    for (slot, side) in sides.iter_mut().zip([&args.old, &args.new]) {
+        if slot.is_none() {
+            *slot = Some(
+                daemon_policies(side, args.ca_file.as_deref(), compared.as_ref())
+                    .map_err(|problem| eprintln!("{side}: {problem}")),
+            );
+        }
+    }
+    let [Some(old), Some(new)] = sides else {
+        unreachable!("every side is a file or a daemon")
+    };
+    Ok((old?, new?))
+}
+
+/// What the daemon at `url` serves, as the policy file that would serve it.
+fn daemon_policies(
+    url: &str,
+    ca_file: Option<&std::path::Path>,
+    compared: Option<&PolicyDocument>,
+) -> Result<PolicyDocument, String> {
+    let mut client = reqwest::Client::builder().timeout(Duration::from_secs(10));
+    if let Some(path) = ca_file {
+        let pem = std::fs::read(path).map_err(|e| format!("--ca-file {}: {e}", path.display()))?;
+        let certificates = reqwest::Certificate::from_pem_bundle(&pem)
+            .map_err(|e| format!("--ca-file {}: {e}", path.display()))?;
+        client = certificates
+            .into_iter()
+            .fold(client.tls_built_in_root_certs(false), |client, ca| {
+                client.add_root_certificate(ca)
+            });
+    }
+    let client = client.build().map_err(|e| e.to_string())?;
+    let endpoint = format!(
+        "{}/v1/policies",
+        url.trim_end_matches('/').trim_end_matches("/v1/policies")
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let body = runtime.block_on(async {
+        let failed = |e: reqwest::Error| format!("GET {endpoint}: {}", with_causes(&e));
+        let response = client.get(&endpoint).send().await.map_err(failed)?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(format!("GET {endpoint} answered {status}"));
+        }
+        response.bytes().await.map_err(failed)
+    })?;
+    stormguard_toolkit::diff::served_document(&endpoint, &body, compared).map_err(|e| e.to_string())
+}
+
+/// `error` and what caused it, down to the root (`connection refused`).
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        text = format!("{text}: {next}");
+        cause = next.source();
+    }
+    text
 }
 
 fn render(args: RenderArgs) -> ExitCode {

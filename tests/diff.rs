@@ -1,8 +1,14 @@
 //! `stormguard diff` end to end: the real binary on pairs of policy files,
-//! its text, its JSON and the exit codes a pipeline gates on.
+//! and on a file against a running daemon, over HTTP and HTTPS; its text,
+//! its JSON and the exit codes a pipeline gates on.
+
+mod common;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
+
+use common::certs::Ca;
+use common::{ConfigMapDir, Daemon};
 
 fn files(old: &str, new: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
@@ -14,12 +20,24 @@ fn files(old: &str, new: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
 
 fn diff(old: &str, new: &str, extra: &[&str]) -> Output {
     let (_dir, a, b) = files(old, new);
+    run_diff(a.as_ref(), b.as_ref(), extra)
+}
+
+fn run_diff(old: &std::ffi::OsStr, new: &std::ffi::OsStr, extra: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_stormguard"))
         .arg("diff")
-        .args([&a, &b])
+        .args([old, new])
         .args(extra)
         .output()
         .expect("the stormguard binary runs")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
 
 const BASE: &str = "\
@@ -103,5 +121,79 @@ fn an_invalid_file_is_named_and_exits_1_and_the_same_file_changes_nothing() {
     assert_eq!(
         String::from_utf8(same.stdout).unwrap(),
         "no service's resolved policy changes\n"
+    );
+}
+
+#[test]
+fn a_file_against_the_running_daemon_shows_what_applying_it_changes() {
+    let live = ConfigMapDir::new(BASE);
+    let daemon = Daemon::start(&live.policy(), &[]);
+    let edited = BASE.replace("    initialDelay: 50ms\n", "    initialDelay: 80ms\n");
+    let (_dir, _, file) = files(BASE, &edited);
+    let out = run_diff(daemon.base.as_ref(), file.as_ref(), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let keys: Vec<&str> = stdout.lines().filter(|l| !l.contains("forecast")).collect();
+    assert_eq!(keys, ["inventory", "  initialDelay: 50ms -> 80ms (override)"]);
+
+    let (_dir, same, _) = files(BASE, BASE);
+    let unchanged = run_diff(same.as_ref(), daemon.url("/").as_ref(), &[]);
+    assert_eq!(
+        (
+            unchanged.status.code(),
+            String::from_utf8_lossy(&unchanged.stdout).as_ref()
+        ),
+        (Some(0), "no service's resolved policy changes\n"),
+        "the daemon serves the file: {}",
+        text(&unchanged)
+    );
+}
+
+#[test]
+fn a_daemon_that_cannot_be_read_is_named_and_exits_1() {
+    let (_dir, file, _) = files(BASE, BASE);
+    let address = common::free_loopback_address();
+    let down = run_diff(format!("http://{address}").as_ref(), file.as_ref(), &[]);
+    assert_eq!(down.status.code(), Some(1));
+    assert!(
+        text(&down).contains(&format!("GET http://{address}/v1/policies")),
+        "{}",
+        text(&down)
+    );
+    let live = ConfigMapDir::new(BASE);
+    let daemon = Daemon::start(&live.policy(), &[]);
+    let not_policies = run_diff(daemon.url("/healthz").as_ref(), file.as_ref(), &[]);
+    assert_eq!(not_policies.status.code(), Some(1), "{}", text(&not_policies));
+}
+
+#[test]
+fn an_https_daemon_is_read_with_its_ca_and_refused_without_it() {
+    let ca = Ca::new("stormguard diff test CA");
+    let server = ca.server();
+    let secret = ConfigMapDir::with_files(&[
+        ("tls.crt", &server.cert),
+        ("tls.key", &server.key),
+        ("ca.crt", &ca.pem()),
+    ]);
+    let live = ConfigMapDir::new(BASE);
+    let [cert, key, ca_file] =
+        ["tls.crt", "tls.key", "ca.crt"].map(|f| secret.root().join(f).display().to_string());
+    let daemon = Daemon::start(&live.policy(), &["--tls-cert", &cert, "--tls-key", &key]);
+    let port = daemon.base.rsplit(':').next().unwrap();
+    let url = format!("https://localhost:{port}");
+    let (_dir, file, _) = files(BASE, BASE);
+    let trusted = run_diff(url.as_ref(), file.as_ref(), &["--ca-file", &ca_file]);
+    assert_eq!(trusted.status.code(), Some(0), "{}", text(&trusted));
+    let untrusted = run_diff(url.as_ref(), file.as_ref(), &[]);
+    assert_eq!(
+        untrusted.status.code(),
+        Some(1),
+        "a private CA is not a public one"
+    );
+    let missing = run_diff(url.as_ref(), file.as_ref(), &["--ca-file", "/nonexistent/ca.crt"]);
+    assert!(
+        text(&missing).contains("--ca-file /nonexistent/ca.crt"),
+        "{}",
+        text(&missing)
     );
 }

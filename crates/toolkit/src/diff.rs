@@ -18,6 +18,9 @@ use stormguard_core::policy::{Layered, PolicyDocument, ResolvedPolicy, RetryPoli
 
 use crate::lint::{lint, Forecast, Lint, Warning, DEFAULTS};
 
+mod served;
+pub use served::{served_document, ServedError};
+
 /// How a service's entry changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
