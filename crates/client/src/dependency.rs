@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use stormguard_core::call::Options;
 use stormguard_core::guard::Attempt;
-use stormguard_core::retry::{Failure, RetryError, Verdict};
+use stormguard_core::retry::{Cause, Failure, RetryError, Verdict};
+use tokio::time::Instant;
 
 use crate::policy::PolicyClient;
 use crate::report::{Outcome, Reporter};
@@ -56,6 +57,68 @@ impl Dependency {
         Op: Fn(Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
+        self.guarded(endpoint, operation, classify, None).await
+    }
+
+    /// Sends a request to `endpoint` whose every attempt gets a response or
+    /// an error ([`Sent`]), as a client stack does: the answer is the last
+    /// response, whatever its status (a 503 the policy stopped retrying is
+    /// returned as the 503), and the error only when no attempt was
+    /// answered. A request that cannot be sent again (`resendable` false)
+    /// is not retried. The call ends by `deadline`, if given.
+    pub(crate) async fn send<R, E, Op, Fut>(
+        &self,
+        endpoint: &str,
+        operation: Op,
+        resendable: bool,
+        deadline: Option<Instant>,
+    ) -> Result<R, RetryError<E>>
+    where
+        Op: Fn(Attempt) -> Fut,
+        Fut: Future<Output = Result<R, Sent<R, E>>>,
+    {
+        let retry_on = self.policy.guard().retry_on().clone();
+        let classify = move |sent: &Sent<R, E>| {
+            let failure = sent.failure();
+            let verdict = if resendable {
+                retry_on.verdict(failure)
+            } else {
+                Verdict::Fail
+            };
+            (verdict, outcome_of(&failure))
+        };
+        let RetryError {
+            attempts,
+            gave_up,
+            last,
+        } = match self.guarded(endpoint, operation, classify, deadline).await {
+            Ok(response) => return Ok(response),
+            Err(error) => error,
+        };
+        let last = match last {
+            Cause::Error(Sent::Answered(response, _)) => return Ok(response),
+            Cause::Error(Sent::Failed(error, _)) => Cause::Error(error),
+            Cause::TimedOut => Cause::TimedOut,
+            Cause::None => Cause::None,
+        };
+        Err(RetryError {
+            attempts,
+            gave_up,
+            last,
+        })
+    }
+
+    async fn guarded<T, E, Op, Fut>(
+        &self,
+        endpoint: &str,
+        operation: Op,
+        classify: impl Fn(&E) -> (Verdict, Outcome),
+        deadline: Option<Instant>,
+    ) -> Result<T, RetryError<E>>
+    where
+        Op: Fn(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
         let guard = self.policy.guard();
         let service = self.policy.service();
         self.reporter.track(service, &guard);
@@ -85,9 +148,29 @@ impl Dependency {
                 result
             }
         };
-        guard
-            .call(reported, |error| classify(error).0, Options::default())
-            .await
+        let options = match deadline {
+            Some(at) => Options::default().deadline(at),
+            None => Options::default(),
+        };
+        guard.call(reported, |error| classify(error).0, options).await
+    }
+}
+
+/// What one attempt through a client stack gave that is not the answer
+/// wanted: a response the policy reads as a failure, or the stack's error;
+/// each with the [`Failure`] it stands for.
+pub(crate) enum Sent<R, E> {
+    /// A response, such as a 503.
+    Answered(R, Failure),
+    /// No response: the stack's error.
+    Failed(E, Failure),
+}
+
+impl<R, E> Sent<R, E> {
+    fn failure(&self) -> Failure {
+        match self {
+            Sent::Answered(_, failure) | Sent::Failed(_, failure) => *failure,
+        }
     }
 }
 

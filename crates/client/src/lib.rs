@@ -14,9 +14,32 @@
 //!   shutdown; while the daemon is unreachable it keeps aggregating, in
 //!   bounded memory, and sends the sum later.
 //! - [`Dependency`] ties the two together for one dependency: a call runs
-//!   under the current policy (breaker, budget, retries with backoff and
-//!   jitter, hedging: `stormguard_core::guard`) and every attempt is
-//!   reported.
+//!   under the current policy (breaker, send gate, budget, retries with
+//!   backoff and jitter, hedging: `stormguard_core::guard`) and every
+//!   attempt is reported. It guards a client stack as it stands: as
+//!   `reqwest-middleware` middleware, or as a tower [`Layer`](GuardLayer)
+//!   around a hyper client or a tonic channel ([`GrpcStatus`] reads gRPC's
+//!   statuses). [`Stormguard`] starts the watch and the reporter together.
+//!
+//! ```no_run
+//! # async fn adopt(channel: tonic::transport::Channel) -> Result<(), Box<dyn std::error::Error>> {
+//! use stormguard_client::{reqwest_middleware::ClientBuilder, GrpcStatus, Stormguard};
+//!
+//! let stormguard = Stormguard::start("http://stormguard.infra:8080", ["payment-service", "ledger"]).await?;
+//! let payments = stormguard.dependency("payment-service").expect("watched");
+//! let http = ClientBuilder::new(reqwest::Client::new()).with(payments).build();
+//! let receipt = http.post("http://payment-service/charge").send().await?;
+//! let ledger = stormguard.dependency("ledger").expect("watched").layer().classify(GrpcStatus);
+//! let channel = tower::ServiceBuilder::new().layer(ledger).service(channel); // LedgerClient::new(channel)
+//! stormguard.shutdown().await; // at shutdown: the last counts go to the daemon
+//! # drop((receipt, channel));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A call that is not an HTTP request through a client stack runs through
+//! [`Dependency::call`]: the closure sends one attempt and says how it
+//! failed.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -57,15 +80,23 @@
 //! # }
 //! ```
 
+mod classify;
 mod config;
 mod connect;
 mod dependency;
+mod layer;
+mod middleware;
 mod policy;
 mod report;
+mod start;
 
+pub use classify::{failure_of, Classify, GrpcStatus, HttpStatus};
 pub use config::ConfigError;
 pub use connect::DaemonTls;
 pub use dependency::Dependency;
+pub use layer::{GuardError, GuardLayer, Guarded, ResendBody};
 pub use policy::{ClientConfig, PolicyClient, PolicySource, PolicyWatch};
 pub use report::{Outcome, Reporter, ReporterConfig, ReporterStats, SendError};
+pub use reqwest_middleware;
+pub use start::Stormguard;
 pub use stormguard_core;
