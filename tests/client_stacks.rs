@@ -18,7 +18,7 @@ use axum::http::{StatusCode, Uri};
 use common::{eventually, metrics, sample, ConfigMapDir, Daemon};
 use http_body_util::{BodyExt, Full};
 use stormguard_client::stormguard_core::retry::GaveUp;
-use stormguard_client::{reqwest_middleware, Stormguard};
+use stormguard_client::{reqwest_middleware, GrpcStatus, Stormguard};
 use tower::{Service, ServiceExt};
 use tower_layer::Layer;
 
@@ -266,4 +266,37 @@ async fn the_grpc_example_retries_unavailable_through_a_tonic_channel() {
         Some(2.0)
     );
     assert_eq!(reported(&daemon, "ledger", endpoint, "success").await, Some(1.0));
+}
+
+#[tokio::test]
+async fn a_grpc_timeout_ends_the_call_before_a_retry_would_start() {
+    let configmap = ConfigMapDir::new(&POLICY.replace(
+        "  ledger: {}\n",
+        "  ledger:\n    initialDelay: 2s\n    maxDelay: 2s\n    jitter: none\n",
+    ));
+    let daemon = Daemon::start(&configmap.policy(), &[]);
+    let (address, asked) = grpc_health::restarting_server().await.unwrap();
+    let stormguard = Stormguard::start(&daemon.base, ["ledger"]).await.unwrap();
+    let ledger = stormguard
+        .dependency("ledger")
+        .unwrap()
+        .layer()
+        .classify(GrpcStatus);
+    let channel = tonic::transport::Channel::from_shared(format!("http://{address}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = tonic_health::pb::health_client::HealthClient::new(ledger.layer(channel));
+    let mut request = tonic::Request::new(tonic_health::pb::HealthCheckRequest {
+        service: "ledger".into(),
+    });
+    request.set_timeout(Duration::from_millis(300));
+    let status = client.check(request).await.unwrap_err();
+    assert_eq!(
+        (status.code(), asked.load(std::sync::atomic::Ordering::Relaxed)),
+        (tonic::Code::Unavailable, 1),
+        "a retry 2 s later would pass the request's 300 ms: the first answer is the call's"
+    );
+    stormguard.shutdown().await;
 }

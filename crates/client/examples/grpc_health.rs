@@ -62,7 +62,7 @@ pub async fn run(daemon: &str) -> Result<Checked, Box<dyn std::error::Error>> {
 
 /// A health server on a free loopback port whose first two checks are
 /// answered `UNAVAILABLE`; its address, and the count of checks it was asked.
-async fn restarting_server() -> std::io::Result<(std::net::SocketAddr, Arc<AtomicU32>)> {
+pub async fn restarting_server() -> std::io::Result<(std::net::SocketAddr, Arc<AtomicU32>)> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let address = listener.local_addr()?;
     let (reporter, _) = health_reporter();
