@@ -13,18 +13,18 @@ U64_MAX = (1 << 64) - 1
 JITTERS = ("none", "proportional", "full", "equal", "decorrelated")
 
 
-def _saturating(value):
+def _saturating(value: int) -> int:
     return min(value, U64_MAX)
 
 
-def _uniform(draw, low, high):
+def _uniform(draw: int, low: int, high: int) -> int:
     """A draw from [low, high] by one 64x64-bit multiply (Lemire's method
     without its rejection step, as the Rust library draws)."""
     span = high - low + 1
     return low + ((draw * span) >> 64)
 
 
-def _power(base, exponent):
+def _power(base: float, exponent: int) -> float:
     """base ** exponent by repeated squaring, in the order the Rust library
     multiplies, so that the floating-point result is the same bit for bit."""
     result = 1.0
@@ -36,7 +36,7 @@ def _power(base, exponent):
     return result
 
 
-def _exponential(initial, multiplier, attempt, cap):
+def _exponential(initial: int, multiplier: float, attempt: int, cap: int) -> int:
     if initial == 0:
         return 0
     if attempt > 1024:
@@ -45,7 +45,7 @@ def _exponential(initial, multiplier, attempt, cap):
     return int(grown) if grown < float(cap) else cap
 
 
-def _spread(base, factor):
+def _spread(base: int, factor: float) -> int:
     fixed = int(min(max(factor, 0.0), 1.0) * 4294967296.0)
     return (base * fixed) >> 32
 
@@ -59,9 +59,9 @@ class Backoff:
     multiplier: float
     jitter: str
     jitter_factor: float = 0.0
-    delays_nanos: tuple = field(default_factory=tuple)
+    delays_nanos: tuple[int, ...] = field(default_factory=tuple)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.jitter not in JITTERS:
             raise ValueError(f"jitter must be one of {', '.join(JITTERS)}, not {self.jitter!r}")
         for name in ("initial_nanos", "max_nanos"):
@@ -69,7 +69,7 @@ class Backoff:
             if not 0 <= value <= U64_MAX:
                 raise ValueError(f"{name} must be 0 to 2^64-1 nanoseconds, not {value}")
 
-    def base(self, attempt):
+    def base(self, attempt: int) -> int:
         """The delay before retry ``attempt`` (0 = the first), before jitter."""
         if self.delays_nanos:
             base = self.delays_nanos[min(attempt, len(self.delays_nanos) - 1)]
@@ -77,7 +77,7 @@ class Backoff:
             base = _exponential(self.initial_nanos, self.multiplier, attempt, self.max_nanos)
         return min(base, self.max_nanos)
 
-    def delay(self, attempt, previous_nanos, draw):
+    def delay(self, attempt: int, previous_nanos: int, draw: int) -> int:
         """The delay before retry ``attempt``, in nanoseconds, given the
         previous delay (0 before the first retry) and 64 random bits."""
         if not 0 <= draw <= U64_MAX:

@@ -22,8 +22,10 @@ back (``time.monotonic_ns``).
 import enum
 import math
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Literal, TypeAlias
 
 BUCKETS = 20
 U32_MAX = (1 << 32) - 1
@@ -32,6 +34,8 @@ MAX_TIMEOUT_NANOS = 24 * 3600 * 10**9
 KEYS = ("enabled", "consecutiveFailures", "failureRateThreshold", "slowCallRateThreshold",
         "slowCallDurationMs", "minimumCalls", "slidingWindow", "openTimeoutMs",
         "halfOpenMaxCalls", "successThreshold")
+Window: TypeAlias = tuple[Literal["count", "time"], int]
+"""A sliding window: ``("count", calls)`` or ``("time", duration_ns)``."""
 
 
 class CircuitState(enum.StrEnum):
@@ -42,7 +46,7 @@ class CircuitState(enum.StrEnum):
     OPEN = "open"
 
     @property
-    def metric(self):
+    def metric(self) -> int:
         """The state's number for metrics: 0 closed, 1 half-open, 2 open."""
         return {"closed": 0, "half-open": 1, "open": 2}[self.value]
 
@@ -52,13 +56,13 @@ class CallNotPermitted(Exception):
     (open, or half-open with every trial slot taken) and ``retry_in_ns`` the
     time until the breaker admits trial calls (0 when half-open)."""
 
-    def __init__(self, state, retry_in_ns):
+    def __init__(self, state: CircuitState, retry_in_ns: int) -> None:
         super().__init__(f"circuit breaker is {state}; calls are refused for {retry_in_ns} ns")
         self.state = state
         self.retry_in_ns = retry_in_ns
 
 
-def millis_to_nanos(key, millis):
+def millis_to_nanos(key: str, millis: object) -> int:
     """Milliseconds as a policy serves them (possibly fractional) to whole
     nanoseconds, as Rust's ``Duration::try_from_secs_f64(ms / 1e3)`` rounds
     them (to the nearest, ties to even). Raises ValueError naming ``key``."""
@@ -70,13 +74,13 @@ def millis_to_nanos(key, millis):
     return round(Fraction(seconds) * 1_000_000_000)
 
 
-def _whole(key, value):
+def _whole(key: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{key} must be a whole number, not {value!r}")
     return value
 
 
-def _rate(key, value):
+def _rate(key: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{key} must be a number, not {value!r}")
     return float(value)
@@ -93,13 +97,13 @@ class BreakerPolicy:
     slow_call_rate_threshold: float = 1.0
     slow_call_duration_ns: int = 60_000_000_000
     minimum_calls: int = 100
-    sliding_window: tuple = ("count", 100)
+    sliding_window: Window = ("count", 100)
     open_timeout_ns: int = 30_000_000_000
     half_open_max_calls: int = 10
     success_threshold: int = 3
 
     @classmethod
-    def from_json(cls, block, defaults=None):
+    def from_json(cls, block: object, defaults: Mapping[str, object] | None = None) -> "BreakerPolicy":
         """The policy of a ``circuitBreaker`` JSON block; a key it lacks is
         taken from ``defaults`` (another such block), if given. Raises
         ValueError naming a key that is missing or of the wrong type."""
@@ -116,6 +120,7 @@ class BreakerPolicy:
         if not isinstance(window, dict) or window.get("type") not in ("count", "time"):
             raise ValueError(f"circuitBreaker.slidingWindow must be {{type: count, calls}} or "
                              f"{{type: time, durationMs}}, not {window!r}")
+        shape: Window
         if window["type"] == "count":
             shape = ("count", _whole("circuitBreaker.slidingWindow.calls", window.get("calls")))
         else:
@@ -133,19 +138,19 @@ class BreakerPolicy:
             success_threshold=_whole("circuitBreaker.successThreshold", merged["successThreshold"]),
         )
 
-    def check(self):
+    def check(self) -> None:
         """Raises ValueError naming the first setting outside the range the
         daemon's validation allows."""
-        def within(key, value, low, high):
+        def within(key: str, value: int, low: int, high: int) -> None:
             if not low <= value <= high:
                 raise ValueError(f"circuitBreaker.{key} must be {low} to {high}, found {value}")
 
-        def within_ms(key, nanos, low, high):
+        def within_ms(key: str, nanos: int, low: int, high: int) -> None:
             if not low <= nanos <= high:
                 raise ValueError(f"circuitBreaker.{key} must be {low / 1e6:g} to {high / 1e6:g} ms, "
                                  f"found {nanos / 1e6:g}")
 
-        def above(key, value):
+        def above(key: str, value: float) -> None:
             if not 0.0 < value <= 1.0:
                 raise ValueError(f"circuitBreaker.{key} must be above 0 and at most 1, found {value}")
 
@@ -169,16 +174,16 @@ class BreakerPolicy:
 class _CountWindow:
     """A ring of the last N outcomes, with running totals [calls, failures, slow]."""
 
-    def __init__(self, calls):
+    def __init__(self, calls: int) -> None:
         self.capacity = max(calls, 1)
         self.clear()
 
-    def clear(self):
-        self._outcomes = [None] * self.capacity
+    def clear(self) -> None:
+        self._outcomes: list[tuple[int, int] | None] = [None] * self.capacity
         self._next = 0
         self._tally = [0, 0, 0]
 
-    def record(self, now, failed, slow):
+    def record(self, now: int, failed: bool, slow: bool) -> None:
         old = self._outcomes[self._next]
         if old is not None:
             self._tally[0] -= 1
@@ -190,28 +195,29 @@ class _CountWindow:
         self._tally[2] += int(slow)
         self._next = (self._next + 1) % self.capacity
 
-    def tally(self, now):
-        return tuple(self._tally)
+    def tally(self, now: int) -> tuple[int, int, int]:
+        calls, failures, slow = self._tally
+        return calls, failures, slow
 
 
 class _TimeWindow:
     """The calls of the last ``duration``, in BUCKETS steps of ``duration // BUCKETS``."""
 
-    capacity = None
+    capacity: int | None = None
 
-    def __init__(self, duration_ns, now):
+    def __init__(self, duration_ns: int, now: int) -> None:
         self._start = now
         self._step = max(duration_ns // BUCKETS, 1)
         self.clear()
 
-    def clear(self):
+    def clear(self) -> None:
         # Per bucket: [step, calls, failures, slow].
         self._buckets = [[0, 0, 0, 0] for _ in range(BUCKETS)]
 
-    def _step_at(self, now):
+    def _step_at(self, now: int) -> int:
         return max(now - self._start, 0) // self._step
 
-    def record(self, now, failed, slow):
+    def record(self, now: int, failed: bool, slow: bool) -> None:
         step = self._step_at(now)
         bucket = self._buckets[step % BUCKETS]
         if bucket[0] != step:
@@ -220,14 +226,14 @@ class _TimeWindow:
         bucket[2] += int(failed)
         bucket[3] += int(slow)
 
-    def tally(self, now):
+    def tally(self, now: int) -> tuple[int, int, int]:
         step = self._step_at(now)
         total = [0, 0, 0]
         for bucket in self._buckets:
             if bucket[0] <= step and step - bucket[0] < BUCKETS:
                 for i in range(3):
                     total[i] += bucket[i + 1]
-        return tuple(total)
+        return total[0], total[1], total[2]
 
 
 class Permit:
@@ -235,7 +241,7 @@ class Permit:
     :meth:`record`, or :meth:`cancel` it if the call was cancelled (it then
     counts for nothing and frees its trial slot)."""
 
-    def __init__(self, breaker, generation, trial, started_ns):
+    def __init__(self, breaker: "CircuitBreaker", generation: int, trial: bool, started_ns: int) -> None:
         self._breaker = breaker
         self._generation = generation
         self._started = started_ns
@@ -243,18 +249,18 @@ class Permit:
         self.trial = trial
         """Whether this is a half-open trial call."""
 
-    def record(self, failed, now_ns):
+    def record(self, failed: bool, now_ns: int) -> None:
         """Records how the call went (``failed`` true for a connect error, a
         timeout, a 5xx); its duration since the permit decides whether it was slow."""
         self._finish()
         self._breaker._record(self._generation, self._started, bool(failed), now_ns)
 
-    def cancel(self):
+    def cancel(self) -> None:
         """The call was cancelled unrecorded: it counts for nothing."""
         self._finish()
         self._breaker._release(self._generation, self.trial)
 
-    def _finish(self):
+    def _finish(self) -> None:
         if self._done:
             raise RuntimeError("this permit was already recorded or cancelled")
         self._done = True
@@ -263,7 +269,7 @@ class Permit:
 class CircuitBreaker:
     """A circuit breaker shared by every thread that calls one dependency."""
 
-    def __init__(self, policy, now_ns=0):
+    def __init__(self, policy: BreakerPolicy, now_ns: int = 0) -> None:
         policy.check()
         self.policy = policy
         kind, size = policy.sliding_window
@@ -281,11 +287,11 @@ class CircuitBreaker:
         """Calls refused since the breaker was created."""
 
     @property
-    def state(self):
+    def state(self) -> CircuitState:
         """The state now (the move from open to half-open waits for the next call)."""
         return self._state
 
-    def acquire(self, now_ns):
+    def acquire(self, now_ns: int) -> Permit:
         """A permit to make a call now; raises CallNotPermitted if the breaker refuses."""
         with self._lock:
             if self._state == CircuitState.OPEN:
@@ -302,7 +308,7 @@ class CircuitBreaker:
                 self._trials_in_flight += 1
             return Permit(self, self._generation, trial, now_ns)
 
-    def _record(self, generation, started, failed, now):
+    def _record(self, generation: int, started: int, failed: bool, now: int) -> None:
         with self._lock:
             if generation != self._generation:
                 return
@@ -312,7 +318,7 @@ class CircuitBreaker:
             elif self._state == CircuitState.HALF_OPEN:
                 self._record_trial(failed or slow, now)
 
-    def _record_closed(self, failed, slow, now):
+    def _record_closed(self, failed: bool, slow: bool, now: int) -> None:
         policy = self.policy
         self._consecutive_failures = min(self._consecutive_failures + 1, U32_MAX) if failed else 0
         self._window.record(now, failed, slow)
@@ -320,7 +326,7 @@ class CircuitBreaker:
         if in_a_row or self._rates_exceeded(now):
             self._transition(CircuitState.OPEN, now)
 
-    def _rates_exceeded(self, now):
+    def _rates_exceeded(self, now: int) -> bool:
         """Whether the window holds enough calls and too many failed or were
         slow. A count window smaller than minimumCalls is judged once full."""
         calls, failures, slow = self._window.tally(now)
@@ -331,7 +337,7 @@ class CircuitBreaker:
         return (failures / calls >= self.policy.failure_rate_threshold
                 or slow / calls >= self.policy.slow_call_rate_threshold)
 
-    def _record_trial(self, bad, now):
+    def _record_trial(self, bad: bool, now: int) -> None:
         self._trials_in_flight = max(self._trials_in_flight - 1, 0)
         if bad:
             self._transition(CircuitState.OPEN, now)
@@ -340,12 +346,12 @@ class CircuitBreaker:
         if self._trial_successes >= self.policy.success_threshold:
             self._transition(CircuitState.CLOSED, now)
 
-    def _release(self, generation, trial):
+    def _release(self, generation: int, trial: bool) -> None:
         with self._lock:
             if trial and generation == self._generation:
                 self._trials_in_flight = max(self._trials_in_flight - 1, 0)
 
-    def _transition(self, to, now):
+    def _transition(self, to: CircuitState, now: int) -> None:
         self._state = to
         self._generation += 1
         self.transitions += 1

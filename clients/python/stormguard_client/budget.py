@@ -20,7 +20,8 @@ MIN_TTL_NANOS = 10_000_000
 class RetryBudget:
     """A budget shared by every call to one dependency."""
 
-    def __init__(self, retry_ratio, min_retries_per_second, ttl_nanos, now_nanos=0, scope="process"):
+    def __init__(self, retry_ratio: float, min_retries_per_second: float, ttl_nanos: int, now_nanos: int = 0,
+                 scope: str = "process") -> None:
         if retry_ratio < 0 or min_retries_per_second < 0 or ttl_nanos <= 0:
             raise ValueError("retry_ratio and min_retries_per_second must be 0 or more, ttl_nanos above 0")
         if scope not in SCOPES:
@@ -41,13 +42,13 @@ class RetryBudget:
         self._lock = threading.Lock()
         self.denied = 0
 
-    def deposit(self, now_nanos):
+    def deposit(self, now_nanos: int) -> None:
         """Counts a first attempt."""
         with self._lock:
             step = self._step(now_nanos)
             _add(self._requests[step % SLOTS], step)
 
-    def try_retry(self, now_nanos):
+    def try_retry(self, now_nanos: int) -> bool:
         """Takes one retry from the budget if it allows one; counts a refusal otherwise."""
         with self._lock:
             step = self._step(now_nanos)
@@ -59,25 +60,25 @@ class RetryBudget:
             self.denied += 1
             return False
 
-    def allowed(self, now_nanos):
+    def allowed(self, now_nanos: int) -> float:
         """How many retries the window allows in all: the floor's share plus
         ``retry_ratio`` of the requests in the window."""
         with self._lock:
             step = self._step(now_nanos)
             return self._reserve + self._ratio * sum(_live(slot, step) for slot in self._requests)
 
-    def set_min_retries_per_second(self, per_second):
+    def set_min_retries_per_second(self, per_second: float) -> None:
         """Sets the retries always allowed per second: a fleet-scoped budget's
         part of the fleet's floor. Below 0 or not a number counts as 0."""
         per_second = per_second if per_second > 0 else 0.0
         with self._lock:
             self._reserve = float(per_second) * self._ttl_seconds
 
-    def _step(self, now_nanos):
+    def _step(self, now_nanos: int) -> int:
         return max(now_nanos - self._start, 0) // self._slot_nanos
 
 
-def _add(slot, step):
+def _add(slot: list[int], step: int) -> None:
     """Counts one at `step`; a count for an older step than the one held goes
     to the step held, as the Rust library's does."""
     if step > slot[0]:
@@ -86,7 +87,7 @@ def _add(slot, step):
         slot[1] += 1
 
 
-def _live(slot, step):
+def _live(slot: list[int], step: int) -> int:
     return slot[1] if step - slot[0] < SLOTS else 0
 
 
@@ -96,15 +97,15 @@ class LocalFloor:
     divided by the fleet size it last heard (the whole floor if it never heard
     one). Never more than the configured floor."""
 
-    def __init__(self, configured):
+    def __init__(self, configured: float) -> None:
         self._configured = max(float(configured), 0.0)
         self._processes = 0
 
-    def initial(self):
+    def initial(self) -> float:
         """The floor before the daemon has answered: the whole configured one."""
         return self._configured
 
-    def answered(self, per_second, processes):
+    def answered(self, per_second: float, processes: int) -> float:
         """Takes the daemon's answer (this process's part, the processes sharing
         the floor) and says the floor to apply."""
         self._processes = max(int(processes), 0)
@@ -112,6 +113,6 @@ class LocalFloor:
             return self.unreachable()
         return min(max(float(per_second), 0.0), self._configured)
 
-    def unreachable(self):
+    def unreachable(self) -> float:
         """The floor to apply while reports cannot be delivered."""
         return self._configured / max(self._processes, 1)

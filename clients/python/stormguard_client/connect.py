@@ -22,18 +22,23 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
+from typing import NoReturn, TypeAlias
 
 TLS_RECHECK = 60.0
 """Seconds between two reads of the TLS files to see whether they changed."""
 
 log = logging.getLogger(__name__)
 
+Path: TypeAlias = str | os.PathLike[str]
+"""A file's path."""
+
 
 class TlsFileError(ValueError):
     """A TLS file (CA, client certificate or key) cannot be read or used;
     the message is ``"<file>: <what is wrong>"``."""
 
-    def __init__(self, file, problem):
+    def __init__(self, file: Path | None, problem: str) -> None:
         super().__init__(f"{file}: {problem}")
         self.file = file
         self.problem = problem
@@ -47,23 +52,23 @@ class DaemonTls:
     (str or path-like); none is read for an ``http://`` daemon's sake, but
     all are checked when the watch or reporter is made."""
 
-    ca_file: object = None
+    ca_file: Path | None = None
     """PEM CA certificates the daemon's certificate must chain to, in place of
     the system's (e.g. the ``ca.crt`` of the daemon's cert-manager Secret)."""
-    cert_file: object = None
+    cert_file: Path | None = None
     """PEM certificate chain this process presents, for a daemon that requires
     client certificates; needs ``key_file``."""
-    key_file: object = None
+    key_file: Path | None = None
     """PEM private key of ``cert_file`` (not encrypted)."""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("ca_file", "cert_file", "key_file"):
             path = getattr(self, name)
             if path is not None and not isinstance(path, (str, os.PathLike)):
                 raise ValueError(f"{name} must be a path, not {path!r}")
 
     @property
-    def files(self):
+    def files(self) -> bool:
         """Whether any file is set."""
         return any(f is not None for f in (self.ca_file, self.cert_file, self.key_file))
 
@@ -72,12 +77,12 @@ class DaemonTls:
 class _Contents:
     """What :class:`DaemonTls`'s files held when last read (None: not set)."""
 
-    ca: object
-    cert: object
-    key: object
+    ca: bytes | None
+    cert: bytes | None
+    key: bytes | None
 
 
-def _read_file(path):
+def _read_file(path: Path | None) -> bytes | None:
     if path is None:
         return None
     try:
@@ -86,16 +91,16 @@ def _read_file(path):
         raise TlsFileError(path, f"cannot be read: {error.strerror or error}") from error
 
 
-def read_tls(tls):
+def read_tls(tls: DaemonTls) -> _Contents:
     """Each of ``tls``'s files' contents, now. Raises TlsFileError."""
     return _Contents(_read_file(tls.ca_file), _read_file(tls.cert_file), _read_file(tls.key_file))
 
 
-def _no_password():
+def _no_password() -> NoReturn:
     raise TlsFileError("key_file", "is encrypted; give the key without a passphrase")
 
 
-def build_context(tls, contents):
+def build_context(tls: DaemonTls, contents: _Contents) -> ssl.SSLContext | None:
     """An SSL context from ``contents`` (as read from ``tls``'s files), or
     None when no file is set (the system's CAs, no client certificate).
     Raises TlsFileError naming the file that cannot be used."""
@@ -112,27 +117,28 @@ def build_context(tls, contents):
             raise TlsFileError(tls.ca_file, str(error)) from error
     else:
         context = ssl.create_default_context()
-    if (tls.cert_file is None) != (tls.key_file is None):
-        raise TlsFileError(tls.cert_file or tls.key_file, "a client certificate needs both cert_file and key_file")
-    if tls.cert_file is not None:
-        _load_identity(context, tls, contents)
+    cert_file, key_file = tls.cert_file, tls.key_file
+    if (cert_file is None) != (key_file is None):
+        raise TlsFileError(cert_file or key_file, "a client certificate needs both cert_file and key_file")
+    if cert_file is not None and key_file is not None:
+        _load_identity(context, cert_file, key_file, contents)
     return context
 
 
-def _load_identity(context, tls, contents):
+def _load_identity(context: ssl.SSLContext, cert_file: Path, key_file: Path, contents: _Contents) -> None:
     """Loads the client certificate and its key. ssl loads them from their
     paths only, so what was read is checked first, for errors that name the
     file; a rotation between the two shows at the next check as a change."""
-    if b"-----BEGIN CERTIFICATE-----" not in contents.cert:
-        raise TlsFileError(tls.cert_file, "no CERTIFICATE block")
-    if b"PRIVATE KEY-----" not in contents.key:
-        raise TlsFileError(tls.key_file, "no PRIVATE KEY block")
+    if b"-----BEGIN CERTIFICATE-----" not in (contents.cert or b""):
+        raise TlsFileError(cert_file, "no CERTIFICATE block")
+    if b"PRIVATE KEY-----" not in (contents.key or b""):
+        raise TlsFileError(key_file, "no PRIVATE KEY block")
     try:
-        context.load_cert_chain(tls.cert_file, tls.key_file, password=_no_password)
+        context.load_cert_chain(cert_file, key_file, password=_no_password)
     except TlsFileError as error:
-        raise TlsFileError(tls.key_file, error.problem) from None
+        raise TlsFileError(key_file, error.problem) from None
     except (ssl.SSLError, OSError, ValueError) as error:
-        raise TlsFileError(tls.cert_file, f"with its key file {tls.key_file}: {error}") from error
+        raise TlsFileError(cert_file, f"with its key file {key_file}: {error}") from error
 
 
 class Connection:
@@ -141,7 +147,7 @@ class Connection:
     that cannot be used keeps the context in use, and is logged. Raises
     TlsFileError, naming the file, when the files cannot be used at first."""
 
-    def __init__(self, tls=None, *, clock=time.monotonic):
+    def __init__(self, tls: DaemonTls | None = None, *, clock: Callable[[], float] = time.monotonic) -> None:
         if tls is None:
             tls = DaemonTls()
         if not isinstance(tls, DaemonTls):
@@ -153,7 +159,7 @@ class Connection:
         self._context = build_context(tls, self._contents)
         self._checked = clock()
 
-    def context(self):
+    def context(self) -> ssl.SSLContext | None:
         """The SSL context to connect with now (None: urllib's default)."""
         if not self.tls.files:
             return None
@@ -163,16 +169,17 @@ class Connection:
                 self._follow_files()
             return self._context
 
-    def open(self, request, timeout):
-        """``urllib.request.urlopen`` of ``request`` with the current context."""
-        return urllib.request.urlopen(request, timeout=timeout, context=self.context())
+    def open(self, request: urllib.request.Request, timeout: float) -> http.client.HTTPResponse:
+        """``urllib.request.urlopen`` of ``request`` (an http(s) one) with the current context."""
+        answer: http.client.HTTPResponse = urllib.request.urlopen(request, timeout=timeout, context=self.context())
+        return answer
 
-    def kept(self, daemon):
+    def kept(self, daemon: str) -> "KeptConnection":
         """A :class:`KeptConnection` to ``daemon`` (its base URL) with this
         connection's TLS."""
         return KeptConnection(daemon, self)
 
-    def _follow_files(self):
+    def _follow_files(self) -> None:
         """Builds the context again if the files' contents changed. Holds the lock."""
         try:
             contents = read_tls(self.tls)
@@ -194,14 +201,14 @@ class TokenFile:
     cannot be read, or holds no token, is logged once per distinct error
     (not at every send), and the request goes without a token."""
 
-    def __init__(self, path=None):
+    def __init__(self, path: Path | None = None) -> None:
         if path is not None and not isinstance(path, (str, os.PathLike)):
             raise ValueError(f"token_file must be a path, not {path!r}")
         self.path = pathlib.Path(path) if path is not None else None
         self._lock = threading.Lock()
-        self._last_error = None
+        self._last_error: str | None = None
 
-    def token(self):
+    def token(self) -> str | None:
         """The token the file holds now (whitespace around it stripped), or
         None when there is no file or it cannot be read or is empty."""
         if self.path is None:
@@ -221,7 +228,7 @@ class TokenFile:
             self._last_error = error
         return token if error is None else None
 
-    def authorize(self, request):
+    def authorize(self, request: urllib.request.Request) -> urllib.request.Request:
         """Adds ``Authorization: Bearer <token>`` to ``request`` (a
         urllib.request.Request) when the file holds a token; without one the
         request goes as it is (a daemon that requires tokens answers 401,
@@ -242,15 +249,15 @@ class KeptConnection:
     would be counted, and given a share, by each. Not thread-safe: one
     thread asks."""
 
-    def __init__(self, daemon, connection):
+    def __init__(self, daemon: str, connection: Connection) -> None:
         url = urllib.parse.urlsplit(daemon)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"the daemon's address must be http:// or https://, not {daemon!r}")
-        self._url, self._base_path = url, url.path.rstrip("/")
+        self._url, self._host, self._base_path = url, url.hostname, url.path.rstrip("/")
         self._connection = connection
-        self._open = None
+        self._open: http.client.HTTPConnection | None = None
 
-    def post(self, path, body, headers, timeout):
+    def post(self, path: str, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int, bytes]:
         """POSTs ``body`` to ``path`` with ``headers``: (status, body). A kept
         connection the daemon closed meanwhile is made again once; other
         failures raise OSError or http.client.HTTPException, and the next
@@ -274,14 +281,14 @@ class KeptConnection:
                     raise
         raise AssertionError("unreachable: the second attempt returns or raises")
 
-    def close(self):
+    def close(self) -> None:
         """Closes the kept connection, if any."""
         if self._open is not None:
             self._open.close()
             self._open = None
 
-    def _connect(self, timeout):
-        host, port = self._url.hostname, self._url.port
+    def _connect(self, timeout: float) -> http.client.HTTPConnection:
+        host, port = self._host, self._url.port
         if self._url.scheme == "https":
             context = self._connection.context() or ssl.create_default_context()
             return http.client.HTTPSConnection(host, port, timeout=timeout, context=context)

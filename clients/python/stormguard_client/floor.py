@@ -5,21 +5,22 @@ arrives with the report's answer, off the call path: a call only reads the
 floor its budget holds."""
 
 import math
+from collections.abc import Mapping
 
-from .budget import LocalFloor
+from .budget import LocalFloor, RetryBudget
 
 
 class FleetFloor:
     """One dependency's floor, while its budget is fleet-scoped."""
 
-    def __init__(self, configured):
+    def __init__(self, configured: float) -> None:
         self.configured = configured
         self._local = LocalFloor(configured)
         self.applied = self._local.initial()
         self.answered_once = False
 
     @staticmethod
-    def follow(previous, budget):
+    def follow(previous: "FleetFloor | None", budget: RetryBudget | None) -> "FleetFloor | None":
         """The floor for ``budget``, following ``previous`` (the floor of the
         budget it replaces) while the configured floor is the same: a new
         policy version does not forget the daemon's last word. None unless
@@ -32,20 +33,20 @@ class FleetFloor:
         budget.set_min_retries_per_second(floor.applied)
         return floor
 
-    def answered(self, part, budget):
+    def answered(self, part: Mapping[str, object], budget: RetryBudget) -> None:
         """The daemon's answer gave ``part`` (``minRetriesPerSecond``,
         ``processes``); a part with a field missing, not a finite number, or
         a count that is not a whole number from 0 counts as no answer."""
         per_second, processes = part.get("minRetriesPerSecond"), part.get("processes")
-        number = isinstance(per_second, (int, float)) and not isinstance(per_second, bool)
-        count = isinstance(processes, int) and not isinstance(processes, bool)
-        if not (number and math.isfinite(per_second) and count and processes >= 0):
+        if isinstance(per_second, bool) or not isinstance(per_second, (int, float)) or not math.isfinite(per_second):
+            return
+        if isinstance(processes, bool) or not isinstance(processes, int) or processes < 0:
             return
         self.applied = self._local.answered(float(per_second), processes)
         self.answered_once = True
         budget.set_min_retries_per_second(self.applied)
 
-    def unreachable(self, budget):
+    def unreachable(self, budget: RetryBudget) -> None:
         """A report could not be delivered."""
         self.applied = self._local.unreachable()
         budget.set_min_retries_per_second(self.applied)

@@ -39,8 +39,10 @@ import enum
 import math
 import random
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import ClassVar
 
 from .breaker import MAX_DELAY_NANOS, millis_to_nanos
 
@@ -84,7 +86,7 @@ class NoTurn(Exception):
     ``attempts`` how many attempts the call had sent before, and ``status``
     the last one's HTTP status (None if it had none)."""
 
-    def __init__(self, waited_ns, attempts=0, status=None):
+    def __init__(self, waited_ns: int, attempts: int = 0, status: int | None = None) -> None:
         super().__init__(f"the send gate had no turn for the attempt before the deadline "
                          f"(waited {waited_ns} ns in line, after {attempts} attempt(s))")
         self.waited_ns = waited_ns
@@ -110,14 +112,16 @@ class Claim:
 
     verdict: str
     at_ns: int | None = None
+    GO: ClassVar["Claim"]
+    BEHIND: ClassVar["Claim"]
 
     @classmethod
-    def at(cls, at_ns):
+    def at(cls, at_ns: int) -> "Claim":
         """The claim of the first in line whose turn is due at ``at_ns``."""
         return cls("at", at_ns)
 
     @property
-    def go(self):
+    def go(self) -> bool:
         """Whether the attempt may be sent now."""
         return self.verdict == "go"
 
@@ -140,7 +144,7 @@ class Tally:
     waiting: int = 0
 
 
-def _number(key, value):
+def _number(key: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{key} must be a number, not {value!r}")
     return float(value)
@@ -160,7 +164,7 @@ class GatePolicy:
     quiet_ns: int = 5_000_000_000
 
     @classmethod
-    def from_json(cls, block, defaults=None):
+    def from_json(cls, block: object, defaults: Mapping[str, object] | None = None) -> "GatePolicy":
         """The policy of a ``gate`` JSON block; a key it lacks is taken from
         ``defaults`` (another such block), if given. Raises ValueError naming
         a key that is missing or of the wrong type."""
@@ -183,10 +187,10 @@ class GatePolicy:
             quiet_ns=millis_to_nanos("gate.quietMs", merged["quietMs"]),
         )
 
-    def check(self):
+    def check(self) -> None:
         """Raises ValueError naming the first setting outside the range the
         daemon's validation allows."""
-        def above(key, value, high):
+        def above(key: str, value: float, high: float) -> None:
             if not 0.0 < value <= high:
                 raise ValueError(f"gate.{key} must be above 0 and at most {high:g}, found {value}")
 
@@ -202,14 +206,14 @@ class GatePolicy:
                              f"found {self.quiet_ns / 1e6:g}")
 
 
-def _secs(nanos):
+def _secs(nanos: int) -> float:
     """Nanoseconds as seconds, rounded as Rust's ``Duration::as_secs_f64``
     rounds them (whole seconds plus the fraction, not nanos / 1e9)."""
     whole, fraction = divmod(nanos, NANOS_PER_SECOND)
     return float(whole) + fraction / 1e9
 
 
-def _cbrt(x):
+def _cbrt(x: float) -> float:
     """The cube root of ``x`` correctly rounded (to the nearest double), as
     the Rust library computes CUBIC's k. The C library's ``cbrt`` (which
     ``math.cbrt`` calls) may be a unit in the last place off; its result is
@@ -234,7 +238,7 @@ def _cbrt(x):
         return root
 
 
-def _nanos(seconds):
+def _nanos(seconds: float) -> int:
     """Seconds to whole nanoseconds, to the nearest (ties to even), as Rust's
     ``Duration::from_secs_f64`` rounds them."""
     return round(Fraction(seconds) * NANOS_PER_SECOND)
@@ -244,12 +248,12 @@ class _Delivered:
     """How many attempts were accepted over the last three seconds (BBR's
     delivery rate), in tenths of a second counted from ``origin``."""
 
-    def __init__(self, now):
+    def __init__(self, now: int) -> None:
         self.tenths = [0] * TENTHS
         self.current = 0
         self.origin = now
 
-    def roll(self, now):
+    def roll(self, now: int) -> None:
         """Moves to the tenth holding ``now``, emptying those that have passed."""
         tenth = max(now - self.origin, 0) // TENTH_NANOS
         passed = min(max(tenth - self.current, 0), TENTHS)
@@ -257,21 +261,21 @@ class _Delivered:
             self.tenths[(self.current + i) % TENTHS] = 0
         self.current = max(self.current, tenth)
 
-    def count(self, accepted, now):
+    def count(self, accepted: int, now: int) -> None:
         """Counts ``accepted`` attempts accepted at ``now``."""
         self.roll(now)
         slot = self.current % TENTHS
         self.tenths[slot] = min(self.tenths[slot] + accepted, U32_MAX)
 
-    def per_second(self):
+    def per_second(self) -> float:
         """Accepted over the last second, per second."""
         return self.second_ending(0)
 
-    def second_ending(self, back):
+    def second_ending(self, back: int) -> float:
         """Accepted over the second that ended ``back`` tenths ago."""
         return float(sum(self.tenths[(self.current + TENTHS - i) % TENTHS] for i in range(back, back + 10)))
 
-    def peak(self):
+    def peak(self) -> float:
         """The most accepted in any second of the last three."""
         return max([0.0] + [self.second_ending(back) for back in range(TENTHS - 10 + 1)])
 
@@ -281,11 +285,13 @@ class _Rate:
     lowest rate until something is accepted, slow start, then CUBIC after
     overloads."""
 
-    def __init__(self, policy, now):
+    def __init__(self, policy: "GatePolicy", now: int) -> None:
         self.now = policy.min_rate
         self.phase = "probing"
-        # CUBIC's curve after a cut: back to `max` k seconds after `since`.
-        self.max = self.since = self.k = None
+        # CUBIC's curve after a cut: back to `max` k seconds after `since`;
+        # set by the first cut, and read only after it (in phase "cubic").
+        self.max = self.k = 0.0
+        self.since = now
         # When the rate was last cut: an overload of an attempt sent before
         # then was answered under the old rate, and does not cut it again.
         self.last_cut = now
@@ -295,13 +301,13 @@ class _Rate:
         self.slow = False
         self.delivered = _Delivered(now)
 
-    def phase_name(self):
+    def phase_name(self) -> str:
         """The phase as :attr:`SendGate.phase` names it."""
         if self.phase == "cubic" and self.now >= self.max:
             return "regrown"
         return self.phase
 
-    def overloaded(self, policy, sent, now, timed_out):
+    def overloaded(self, policy: "GatePolicy", sent: int, now: int, timed_out: bool) -> None:
         """An attempt sent at ``sent`` was refused (or, if ``timed_out``, got
         no answer in time) at ``now``."""
         self.delivered.roll(now)
@@ -326,7 +332,7 @@ class _Rate:
             self.phase = "cubic"
         self.now = cut
 
-    def accepted(self, policy, now):
+    def accepted(self, policy: "GatePolicy", now: int) -> None:
         """An attempt was accepted at ``now``."""
         self.delivered.count(1, now)
         if self.phase == "probing":
@@ -349,7 +355,7 @@ class _Lease:
 
     __slots__ = ("rate", "until", "since", "cut")
 
-    def __init__(self, rate, until, since):
+    def __init__(self, rate: float, until: int, since: int) -> None:
         self.rate, self.until, self.since, self.cut = rate, until, since, False
 
 
@@ -359,12 +365,12 @@ class _Pacer:
     a faster pace speeds up what is left of the wait rather than granting at
     once every turn it would have earned since the last one."""
 
-    def __init__(self, credit, now):
+    def __init__(self, credit: float, now: int) -> None:
         self.credit = credit
         self.at = now
-        self.lease = None
+        self.lease: _Lease | None = None
 
-    def overloaded(self, beta, sent):
+    def overloaded(self, beta: float, sent: int) -> None:
         """The first refusal of an attempt sent under the current lease cuts
         it by ``beta`` until the next grant, which knows of it."""
         lease = self.lease
@@ -372,17 +378,17 @@ class _Pacer:
             lease.rate *= beta
             lease.cut = True
 
-    def pace(self, own):
+    def pace(self, own: float) -> float:
         """The pace at the last accrual: the lease's while it lasts, else ``own``."""
         lease = self.lease
         return lease.rate if lease is not None and self.at < lease.until else own
 
-    def pace_at(self, own, now):
+    def pace_at(self, own: float, now: int) -> float:
         """The pace at ``now``: the lease's if it still runs, else ``own``."""
         lease = self.lease
         return lease.rate if lease is not None and now < lease.until else own
 
-    def accrue(self, own, now):
+    def accrue(self, own: float, now: int) -> None:
         """Accrues credit up to ``now``: at the lease's rate until it ends, then at ``own``."""
         if now <= self.at:
             return
@@ -398,14 +404,14 @@ class _Pacer:
         self.at = now
         self.credit = min(self.credit, 1.0 + self.pace(own) * LAG)
 
-    def take(self):
+    def take(self) -> bool:
         """Spends a turn if one has accrued (accrue first)."""
         ready = self.credit >= 1.0 - EPSILON
         if ready:
             self.credit = max(self.credit - 1.0, 0.0)
         return ready
 
-    def due(self, own):
+    def due(self, own: float) -> int:
         """When a turn will have accrued at the present pace (accrue first);
         no later than the lease's end, when the pace changes."""
         missing = 1.0 - self.credit
@@ -424,7 +430,7 @@ class SendGate:
     number in [0, 1): each turn-on's first credit, so that processes that
     failed together do not probe together."""
 
-    def __init__(self, policy, now_ns=0, draw=random.random):
+    def __init__(self, policy: GatePolicy, now_ns: int = 0, draw: Callable[[], float] = random.random) -> None:
         policy.check()
         self.policy = policy
         self._draw = draw
@@ -436,8 +442,8 @@ class SendGate:
         # off `quiet` after the later of the two.
         self._last_trouble = now_ns
         # The line, first ticket first: ticket numbers, and each waiter's waker.
-        self._line = []
-        self._wakers = {}
+        self._line: list[int] = []
+        self._wakers: dict[int, Callable[[], object] | None] = {}
         self._next_ticket = 0
         # Since the last tally: turns given, accepted, overloaded, timed out.
         self._counts = [0, 0, 0, 0]
@@ -445,11 +451,11 @@ class SendGate:
     # --- what the gate is doing ---------------------------------------------
 
     @property
-    def is_on(self):
+    def is_on(self) -> bool:
         """Whether the gate paces attempts now."""
         return self._on
 
-    def is_on_at(self, now_ns):
+    def is_on_at(self, now_ns: int) -> bool:
         """Whether the gate paces attempts at ``now_ns``: it turns off here if
         it has been quiet long enough and nobody waits, as it would at the
         next turn."""
@@ -459,14 +465,14 @@ class SendGate:
             return not self._turn_off_if_quiet(now_ns)
 
     @property
-    def rate(self):
+    def rate(self) -> float | None:
         """The rate the gate paces at, in attempts per second (the fleet's
         grant while one lasts, else its own), as of its last accrual; None
         while off. See :meth:`rate_at` for the rate at a given time."""
         with self._lock:
             return self._pacer.pace(self._rate.now) if self._on else None
 
-    def rate_at(self, now_ns):
+    def rate_at(self, now_ns: int) -> float | None:
         """The rate the gate paces at ``now_ns``: the fleet's grant if its
         lease still runs then, else its own; None while off. Unlike
         :attr:`rate`, which tells the pace as of the gate's last turn or
@@ -475,13 +481,13 @@ class SendGate:
             return self._pacer.pace_at(self._rate.now, now_ns) if self._on else None
 
     @property
-    def own_rate(self):
+    def own_rate(self) -> float | None:
         """The rate learned from this process's own outcomes; None while off."""
         with self._lock:
             return self._rate.now if self._on else None
 
     @property
-    def phase(self):
+    def phase(self) -> str:
         """Where the gate's own rate is in its law: "off", or while on
         "probing", "slow_start", "cubic" (after a cut, below the rate it was
         cut at) or "regrown" (back at or past it)."""
@@ -489,25 +495,26 @@ class SendGate:
             return self._rate.phase_name() if self._on else "off"
 
     @property
-    def credit(self):
+    def credit(self) -> float:
         """Turns' credit as of the gate's last accrual."""
         with self._lock:
             return self._pacer.credit
 
     @property
-    def waiting(self):
+    def waiting(self) -> int:
         """Attempts waiting in line."""
         with self._lock:
             return len(self._line)
 
-    def tally(self):
+    def tally(self) -> Tally:
         """What the gate saw since the last tally, and who waits now."""
         with self._lock:
-            tally = Tally(*self._counts, waiting=len(self._line))
+            sent, accepted, overloaded, timed_out = self._counts
+            tally = Tally(sent, accepted, overloaded, timed_out, waiting=len(self._line))
             self._counts = [0, 0, 0, 0]
             return tally
 
-    def first_in_line(self):
+    def first_in_line(self) -> tuple[int, int] | None:
         """The number of the first ticket in line and when its turn is due
         (nanoseconds), or None if nobody waits."""
         with self._lock:
@@ -517,7 +524,7 @@ class SendGate:
 
     # --- turns --------------------------------------------------------------
 
-    def turn(self, now_ns):
+    def turn(self, now_ns: int) -> Ticket | None:
         """A turn for an attempt asking at ``now_ns``: None to send it now, or
         a :class:`Ticket` to :meth:`claim` its turn with until it says go (or
         to :meth:`leave` the line with)."""
@@ -525,7 +532,7 @@ class SendGate:
             return None
         return self._paced_turn(now_ns, None)
 
-    def rejoin(self, place, now_ns):
+    def rejoin(self, place: int, now_ns: int) -> Ticket | None:
         """:meth:`turn` for a call that has waited in line before, under
         ticket number ``place``: it waits at that place again, ahead of calls
         that came after it. The line is first come, first served by call,
@@ -535,7 +542,7 @@ class SendGate:
             return None
         return self._paced_turn(now_ns, place)
 
-    def _paced_turn(self, now, place):
+    def _paced_turn(self, now: int, place: int | None) -> Ticket | None:
         with self._lock:
             ahead = bool(self._line) and (place is None or self._line[0] < place)
             if self._turn_off_if_quiet(now) or (not ahead and self._give_turn(now)):
@@ -549,7 +556,7 @@ class SendGate:
             self._wakers[place] = None
             return Ticket(place)
 
-    def claim(self, ticket, now_ns, waker=None):
+    def claim(self, ticket: Ticket, now_ns: int, waker: Callable[[], object] | None = None) -> Claim:
         """The holder of ``ticket`` asks for its turn at ``now_ns``: a
         :class:`Claim`. ``waker``, if given, is called (once, with no
         arguments) when the answer may have changed: the line moved, or the
@@ -569,7 +576,7 @@ class SendGate:
                 return Claim.at(self._pacer.due(self._rate.now))
             return Claim.BEHIND
 
-    def leave(self, ticket):
+    def leave(self, ticket: Ticket) -> None:
         """The holder of ``ticket`` gives up its place (its deadline passed,
         or it was cancelled)."""
         number = ticket.number
@@ -584,7 +591,7 @@ class SendGate:
 
     # --- learning -----------------------------------------------------------
 
-    def record(self, signal, sent_ns, now_ns):
+    def record(self, signal: Signal | str, sent_ns: int, now_ns: int) -> None:
         """Learns from the outcome (a :class:`Signal`), at ``now_ns``, of an
         attempt sent at ``sent_ns``."""
         if signal == Signal.ACCEPTED and not self._on:
@@ -592,7 +599,7 @@ class SendGate:
         with self._lock:
             self._learn(Signal(signal), sent_ns, now_ns)
 
-    def lease(self, rate, until_ns, now_ns):
+    def lease(self, rate: float, until_ns: int, now_ns: int) -> None:
         """Paces at ``rate`` until ``until_ns`` instead of the gate's own
         rate: the fleet's grant. Ignored while the gate is off, or if
         ``rate`` is not a positive number; at most the policy's maxRate."""
@@ -604,7 +611,7 @@ class SendGate:
             self._pacer.lease = _Lease(min(rate, self.policy.max_rate), until_ns, now_ns)
             self._wake_first()
 
-    def _learn(self, signal, sent, now):
+    def _learn(self, signal: Signal, sent: int, now: int) -> None:
         policy = self.policy
         timed_out = signal == Signal.TIMED_OUT
         if signal != Signal.ACCEPTED and not self._on:
@@ -634,7 +641,7 @@ class SendGate:
 
     # --- under the lock -----------------------------------------------------
 
-    def _turn_off_if_quiet(self, now):
+    def _turn_off_if_quiet(self, now: int) -> bool:
         """Turns the gate off if nothing has been refused and nobody has
         waited for ``quiet``, and nobody waits now; whether it did."""
         off = max(now - self._last_trouble, 0) >= self.policy.quiet_ns and not self._line
@@ -642,14 +649,14 @@ class SendGate:
             self._on = False
         return off
 
-    def _give_turn(self, now):
+    def _give_turn(self, now: int) -> bool:
         """Gives a turn if one has accrued by ``now``."""
         self._pacer.accrue(self._rate.now, now)
         given = self._pacer.take()
         self._counts[0] += int(given)
         return given
 
-    def _wake_first(self):
+    def _wake_first(self) -> None:
         if self._line:
             waker = self._wakers[self._line[0]]
             self._wakers[self._line[0]] = None

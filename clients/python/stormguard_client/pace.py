@@ -12,7 +12,10 @@ the :class:`~stormguard_client.Reporter`'s pacing thread.
 """
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+from .gate import Tally
 
 ASK_EVERY = 0.1
 """Seconds between two rounds of asks until a grant says otherwise."""
@@ -28,7 +31,7 @@ not trusted beyond a minute without asking again."""
 _U64_MAX = (1 << 64) - 1
 
 
-def ask_body(service, instance, tally):
+def ask_body(service: str, instance: str, tally: Tally) -> bytes:
     """The JSON body of an ask for ``service`` by ``instance`` from a gate's
     ``tally`` (a :class:`~stormguard_client.gate.Tally`): what the gate saw
     since the last ask, and who waits now."""
@@ -43,7 +46,7 @@ def ask_body(service, instance, tally):
     }, separators=(",", ":")).encode()
 
 
-def _millis(grant, key):
+def _millis(grant: Mapping[str, object], key: str) -> int:
     value = grant.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _U64_MAX:
         raise ValueError(f"{key} must be a whole number of milliseconds, not {value!r}")
@@ -64,7 +67,7 @@ class PaceGrant:
     """How often to ask while the gate is on, in milliseconds."""
 
     @classmethod
-    def from_json(cls, text):
+    def from_json(cls, text: str | bytes) -> "PaceGrant":
         """The grant in a 2xx answer's body (bytes or str). Raises ValueError
         when it is not a grant: not JSON, a field missing or of the wrong
         type (fields it does not know are left alone, for later daemons)."""
@@ -81,12 +84,12 @@ class PaceGrant:
         return cls(rate, _millis(grant, "leaseMs"), _millis(grant, "askEveryMs"))
 
     @property
-    def lease_ns(self):
+    def lease_ns(self) -> int:
         """The lease in nanoseconds, at most :data:`LONGEST_LEASE_NS`."""
         return min(self.lease_ms * 1_000_000, LONGEST_LEASE_NS)
 
     @property
-    def ask_every(self):
+    def ask_every(self) -> float:
         """Seconds until the next round of asks, within :data:`FASTEST` and
         :data:`SLOWEST`, whatever the daemon says."""
         return min(max(self.ask_every_ms / 1000, FASTEST), SLOWEST)

@@ -39,9 +39,14 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable, Iterator
+from typing import NoReturn
 
-from .connect import Connection, TokenFile
+from .breaker import CircuitBreaker
+from .budget import RetryBudget
+from .connect import Connection, DaemonTls, Path, TokenFile
 from .floor import FleetFloor
+from .gate import SendGate
 from .pace import ASK_EVERY, ASK_TIMEOUT, PaceGrant, ask_body
 
 OUTCOMES = ("success", "error", "server_error")
@@ -56,7 +61,7 @@ FIRST_REPORT = 1.0
 log = logging.getLogger(__name__)
 
 
-def check_service_name(name):
+def check_service_name(name: object) -> str | None:
     """Why the daemon would refuse ``name`` as a service (a DNS-1123 label),
     or None if it would not."""
     if not isinstance(name, str):
@@ -74,7 +79,7 @@ def check_service_name(name):
     return f"service name {name!r} {problem} (service names are DNS-1123 labels, like Kubernetes Service names)"
 
 
-def check_instance(instance):
+def check_instance(instance: object) -> str | None:
     """Why the daemon would refuse ``instance`` (1 to 253 characters), or None."""
     if not isinstance(instance, str) or not 1 <= len(instance) <= MAX_INSTANCE_LEN:
         length = len(instance) if isinstance(instance, str) else instance
@@ -82,7 +87,7 @@ def check_instance(instance):
     return None
 
 
-def check_endpoint(endpoint):
+def check_endpoint(endpoint: object) -> str | None:
     """Why the daemon would refuse ``endpoint`` (1 to 256 characters), or None."""
     if not isinstance(endpoint, str) or not 1 <= len(endpoint) <= MAX_ENDPOINT_LEN:
         return f"must be 1 to {MAX_ENDPOINT_LEN} characters"
@@ -95,7 +100,7 @@ class ReportNotDelivered(Exception):
     the same sequence number. ``status`` is the daemon's answer, or None
     when there was none."""
 
-    def __init__(self, message, status=None):
+    def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
 
@@ -103,7 +108,7 @@ class ReportNotDelivered(Exception):
 class ReportRefused(Exception):
     """The daemon refused a batch whole (a 4xx but 429): it was dropped."""
 
-    def __init__(self, status, body):
+    def __init__(self, status: int, body: str) -> None:
         super().__init__(f"the stormguard daemon refused the report ({status}): {body}")
         self.status = status
         self.body = body
@@ -131,20 +136,20 @@ class _Service:
     """One dependency: counts per endpoint, what to report its states from
     (and its gate to pace), calls in flight."""
 
-    def __init__(self):
-        # endpoint -> [[success, error, server_error], {retry: count}]
-        self.endpoints = {}
+    def __init__(self) -> None:
+        # endpoint -> ([success, error, server_error], {retry: count})
+        self.endpoints: dict[str, tuple[list[int], dict[int, int]]] = {}
         self.in_flight = 0
-        self.breaker = None
-        self.budget = None
-        self.gate = None
+        self.breaker: CircuitBreaker | None = None
+        self.budget: RetryBudget | None = None
+        self.gate: SendGate | None = None
         # The clock the gate keeps time by: its nanoseconds are the calls'.
         self.clock = time.monotonic_ns
         self.denied_taken = 0
         # a replaced budget's denials not yet taken
         self.denied_pending = 0
         # a fleet-scoped budget's floor
-        self.floor = None
+        self.floor: FleetFloor | None = None
 
 
 class Reporter:
@@ -166,9 +171,10 @@ class Reporter:
     how soon, in seconds, the first report goes while a fleet-scoped budget
     waits for its part of the fleet's floor (at most ``interval``)."""
 
-    def __init__(self, daemon, instance, caller=None, interval=10.0, timeout=10.0,
-                 max_endpoints=100, max_services=100, token_file=None, tls=None, fleet_pacing=True,
-                 first_report=FIRST_REPORT):
+    def __init__(self, daemon: str, instance: str, caller: str | None = None, interval: float = 10.0,
+                 timeout: float = 10.0, max_endpoints: int = 100, max_services: int = 100,
+                 token_file: Path | None = None, tls: DaemonTls | None = None, fleet_pacing: bool = True,
+                 first_report: float = FIRST_REPORT) -> None:
         parsed = urllib.parse.urlsplit(daemon) if isinstance(daemon, str) else None
         if parsed is None or parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise ValueError(f"daemon: {daemon!r} is not an http(s) URL")
@@ -199,25 +205,25 @@ class Reporter:
         self.max_services = max_services
         self.fleet_pacing = fleet_pacing
         self.first_report = first_report
-        self._services = {}
+        self._services: dict[str, _Service] = {}
         # When the counts were last taken: what the next batch covers starts there.
         self._taken_at = time.monotonic()
         self._lock = threading.Lock()
         # Held for a whole send: sends go one at a time, and _pending is theirs.
         self._send_lock = threading.Lock()
-        self._pending = None
+        self._pending: tuple[int, bytes] | None = None
         # A random start: a restarted process under the same name does not
         # repeat the numbers of its previous run.
         self._next_sequence = random.SystemRandom().getrandbits(63)
         self._stats = ReporterStats()
-        self._warned = set()
+        self._warned: set[str] = set()
         self._stop = threading.Event()
-        self._thread = None
-        self._pacer = None
+        self._thread: threading.Thread | None = None
+        self._pacer: threading.Thread | None = None
 
     # --- counting -----------------------------------------------------------
 
-    def record(self, service, endpoint, retry, outcome):
+    def record(self, service: str, endpoint: str, retry: int, outcome: str) -> None:
         """Counts one attempt at ``service``'s ``endpoint``; ``retry`` is 0 for
         a first try; ``outcome`` is "success" (an answer but a 5xx), "error"
         (no answer) or "server_error" (a 5xx). An endpoint past
@@ -232,13 +238,13 @@ class Reporter:
                 return
             fits = endpoint in counts.endpoints or len(counts.endpoints) < self.max_endpoints
             key = endpoint if fits and check_endpoint(endpoint) is None else OTHER
-            tally = counts.endpoints.setdefault(key, [[0, 0, 0], {}])
+            tally = counts.endpoints.setdefault(key, ([0, 0, 0], {}))
             tally[0][OUTCOMES.index(outcome)] += 1
             if retry > 0:
                 tally[1][retry] = tally[1].get(retry, 0) + 1
 
     @contextlib.contextmanager
-    def in_flight(self, service):
+    def in_flight(self, service: str) -> Iterator[None]:
         """Counts a call to ``service`` in flight for the ``with`` block."""
         with self._lock:
             counts = self._entry(service)
@@ -251,7 +257,8 @@ class Reporter:
                 with self._lock:
                     counts.in_flight -= 1
 
-    def track(self, service, breaker=None, budget=None, gate=None, clock=time.monotonic_ns):
+    def track(self, service: str, breaker: CircuitBreaker | None = None, budget: RetryBudget | None = None,
+              gate: SendGate | None = None, clock: Callable[[], int] = time.monotonic_ns) -> None:
         """Reports ``service``'s breaker state, the retries its budget denied
         since the last report and whether its send gate is on, and paces the
         gate while it is (the latest breaker, budget and gate win).
@@ -272,7 +279,7 @@ class Reporter:
             counts.breaker, counts.budget = breaker, budget
             counts.gate, counts.clock = gate, clock
 
-    def _entry(self, service):
+    def _entry(self, service: str) -> "_Service | None":
         counts = self._services.get(service)
         if counts is not None:
             return counts
@@ -290,12 +297,12 @@ class Reporter:
     # --- sending ------------------------------------------------------------
 
     @property
-    def stats(self):
+    def stats(self) -> ReporterStats:
         """What has been sent so far (a copy)."""
         with self._lock:
             return dataclasses.replace(self._stats)
 
-    def start(self):
+    def start(self) -> "Reporter":
         """Starts sending every ``interval`` in a daemon thread, and with
         ``fleet_pacing`` asking for paced dependencies' shares in another;
         returns self."""
@@ -308,14 +315,14 @@ class Reporter:
             self._pacer.start()
         return self
 
-    def flush(self):
+    def flush(self) -> None:
         """Sends the pending batch, if any, then the counts aggregated now,
         and waits for the answers. Raises ReportNotDelivered (the batch is
         kept and goes first next time) or ReportRefused (it was dropped)."""
         with self._send_lock:
             self._send()
 
-    def stop(self):
+    def stop(self) -> None:
         """Stops the periodic sends and the pace asks, then sends what is
         pending and what is aggregated now (a failure is logged). A send
         that was under way is not lost: its batch, if unanswered, is still
@@ -330,7 +337,7 @@ class Reporter:
         if self._pacer is not None:
             self._pacer.join(timeout=ASK_TIMEOUT * 2)
 
-    def _loop(self):
+    def _loop(self) -> None:
         # The first report goes early while a fleet-scoped budget waits for
         # its part, so that the process takes it within a second or so.
         early = min(self.interval, self.first_report)
@@ -351,29 +358,30 @@ class Reporter:
             if self._stop.wait(self.interval):
                 return
 
-    def _awaits_part(self):
+    def _awaits_part(self) -> bool:
         """Whether a fleet-scoped budget has not yet had its part."""
         with self._lock:
             return any(c.floor is not None and not c.floor.answered_once for c in self._services.values())
 
-    def _answered(self, parts):
+    def _answered(self, parts: object) -> None:
         """Hands each fleet-scoped budget the part of its floor the daemon gave."""
         if not isinstance(parts, dict):
             return
         with self._lock:
             for service, part in parts.items():
                 counts = self._services.get(service)
-                if counts is not None and counts.floor is not None and isinstance(part, dict):
+                if counts is not None and counts.floor is not None and counts.budget is not None \
+                        and isinstance(part, dict):
                     counts.floor.answered(part, counts.budget)
 
-    def _unreachable(self):
+    def _unreachable(self) -> None:
         """Sets each fleet-scoped budget's fallback floor: a report was not delivered."""
         with self._lock:
             for counts in self._services.values():
-                if counts.floor is not None:
+                if counts.floor is not None and counts.budget is not None:
                     counts.floor.unreachable(counts.budget)
 
-    def _send(self):
+    def _send(self) -> None:
         """The pending batch, then (if there was one) the counts aggregated
         now; stops at the first batch not delivered. Holds the send lock."""
         resent = self._pending is not None
@@ -398,7 +406,7 @@ class Reporter:
                 raise
             self._pending = None
 
-    def _take(self):
+    def _take(self) -> tuple[int, bytes] | None:
         """The counts aggregated now as a numbered batch (sequence, body), or
         None when no dependency has been counted."""
         with self._lock:
@@ -406,7 +414,7 @@ class Reporter:
                 return None
             now = time.monotonic()
             span_ms, self._taken_at = int((now - self._taken_at) * 1000), now
-            reports = []
+            reports: list[dict[str, object]] = []
             for name, counts in self._services.items():
                 endpoints, counts.endpoints = counts.endpoints, {}
                 report = {
@@ -441,7 +449,7 @@ class Reporter:
         batch = {"instance": self.instance, "sequence": sequence, "reports": reports}
         return sequence, json.dumps(batch, separators=(",", ":")).encode()
 
-    def _deliver(self, sequence, body):
+    def _deliver(self, sequence: int, body: bytes) -> None:
         """One POST of a batch; returns once the daemon counted it (now or before)."""
         request = urllib.request.Request(f"{self.daemon}/v1/reports", data=body, method="POST",
                                          headers={"Content-Type": "application/json"})
@@ -460,20 +468,20 @@ class Reporter:
             raise ReportNotDelivered(f"the stormguard daemon did not take the report: it answered {status}", status)
         if status == 401:
             # Nothing was counted, and the next send reads the token file again.
-            text = text.decode(errors="replace")
+            said = text.decode(errors="replace")
             log.error("stormguard reporter: the daemon refused the service-account token (401): %s; "
-                      "the batch is kept", text)
+                      "the batch is kept", said)
             raise ReportNotDelivered(
-                f"the stormguard daemon did not take the report: it refused the token (401): {text}", status)
+                f"the stormguard daemon did not take the report: it refused the token (401): {said}", status)
         if not 200 <= status < 300:
-            text = text.decode(errors="replace")
+            said = text.decode(errors="replace")
             log.error("stormguard reporter: the daemon refused report batch %d (%d): %s; it is dropped",
-                      sequence, status, text)
-            raise ReportRefused(status, text)
+                      sequence, status, said)
+            raise ReportRefused(status, said)
         try:
-            answer = json.loads(text, parse_constant=_not_json)
-            rejected = answer.get("rejected") or []
-            self._answered(answer.get("fleetBudgets"))
+            reply = json.loads(text, parse_constant=_not_json)
+            rejected = reply.get("rejected") or []
+            self._answered(reply.get("fleetBudgets"))
         except (ValueError, AttributeError):
             rejected = []
         for each in rejected:
@@ -484,7 +492,7 @@ class Reporter:
 
     # --- fleet pacing -------------------------------------------------------
 
-    def _pace_loop(self):
+    def _pace_loop(self) -> None:
         """Asks for every tracked dependency whose gate is on, every
         ``askEveryMs`` from the start of one round of asks to the next, or
         as soon as a round that took longer is done."""
@@ -505,14 +513,14 @@ class Reporter:
         finally:
             self._pace_connection.close()
 
-    def _paced(self):
+    def _paced(self) -> list[tuple[str, SendGate, Callable[[], int]]]:
         """The tracked dependencies whose gate is on now: (service, gate, clock)."""
         with self._lock:
             tracked = [(name, counts.gate, counts.clock) for name, counts in self._services.items()
                        if counts.gate is not None]
         return [(name, gate, clock) for name, gate, clock in tracked if gate.is_on_at(clock())]
 
-    def _ask(self, service, gate, clock):
+    def _ask(self, service: str, gate: SendGate, clock: Callable[[], int]) -> PaceGrant | None:
         """One ask for ``service`` with what ``gate`` saw since the last; leases
         the grant to the gate and returns it, or None when there was none."""
         body = ask_body(service, self.instance, gate.tally())
@@ -520,7 +528,7 @@ class Reporter:
         token = self._token.token()
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
-        grant = None
+        grant: PaceGrant | None = None
         try:
             status, answer = self._pace_connection.post("/v1/pace", body, headers, ASK_TIMEOUT)
             if 200 <= status < 300:
@@ -543,12 +551,12 @@ class Reporter:
         return grant
 
 
-def _not_json(constant):
+def _not_json(constant: str) -> NoReturn:
     """``NaN`` and ``Infinity`` are not JSON: an answer holding one is not read."""
     raise ValueError(f"{constant} is not JSON")
 
 
-def _read(answer):
+def _read(answer: http.client.HTTPResponse | urllib.error.HTTPError) -> bytes:
     """The body of an answer, or what of it came before the connection failed."""
     try:
         return answer.read()

@@ -4,13 +4,15 @@ Implemented), ``gateway-error`` is 502 to 504, a number is that status, and
 ``connect-failure``, ``timeout`` and ``reset`` are the failures without one.
 """
 
+from collections.abc import Iterable
+
 FAILURES = ("connect-failure", "timeout", "reset")
 
 
 class RetryOn:
     """A policy's ``retryOn``."""
 
-    def __init__(self, conditions):
+    def __init__(self, conditions: Iterable[object]) -> None:
         self._conditions = list(conditions)
         for condition in self._conditions:
             valid = condition in FAILURES or condition in ("5xx", "gateway-error") or (
@@ -18,7 +20,7 @@ class RetryOn:
             if not valid:
                 raise ValueError(f"retryOn: {condition!r} is not a condition this client knows")
 
-    def retries_status(self, status):
+    def retries_status(self, status: int) -> bool:
         """Whether an answer with HTTP ``status`` is retried."""
         for condition in self._conditions:
             if condition == "5xx" and 500 <= status < 600 and status != 501:
@@ -29,7 +31,7 @@ class RetryOn:
                 return True
         return False
 
-    def retries_failure(self, failure):
+    def retries_failure(self, failure: str) -> bool:
         """Whether a failure without a status (one of FAILURES) is retried."""
         if failure not in FAILURES:
             raise ValueError(f"failure must be one of {', '.join(FAILURES)}, not {failure!r}")

@@ -8,8 +8,9 @@ range raises ValueError naming its key.
 
 import math
 import random
+from collections.abc import Callable, Mapping
 
-from .backoff import Backoff
+from .backoff import JITTERS, Backoff
 from .breaker import BreakerPolicy, CircuitBreaker, millis_to_nanos
 from .budget import SCOPES, RetryBudget
 from .gate import GatePolicy, SendGate
@@ -18,13 +19,16 @@ from .retry_on import RetryOn
 
 MAX_RETRIES = 100
 
+__all__ = ["backoff", "block", "breaker", "breaker_policy", "budget", "gate", "gate_policy", "max_retries",
+           "millis_to_nanos", "per_try_timeout", "retry_on", "value"]
 
-def value(policy, key):
+
+def value(policy: Mapping[str, object], key: str) -> object:
     """``policy[key]``, or the built-in default's if the policy lacks it."""
     return policy[key] if key in policy else DEFAULT_POLICY[key]
 
 
-def block(policy, key):
+def block(policy: Mapping[str, object], key: str) -> dict[str, object]:
     """A block (``budget``, ``circuitBreaker``, ...) of ``policy``, each key
     it lacks filled in from the built-in default's block."""
     given = policy.get(key)
@@ -33,7 +37,7 @@ def block(policy, key):
     return {**DEFAULT_POLICY[key], **(given or {})}
 
 
-def max_retries(policy):
+def max_retries(policy: Mapping[str, object]) -> int:
     """The policy's ``maxRetries``: retries after the first try, 0 to 100."""
     retries = value(policy, "maxRetries")
     if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
@@ -41,33 +45,43 @@ def max_retries(policy):
     return retries
 
 
-def backoff(policy):
+def backoff(policy: Mapping[str, object]) -> Backoff:
     """The policy's delay law (``initialDelayMs``, ``maxDelayMs``, ``multiplier``,
     ``jitter``, ``jitterFactor``, ``delaysMs``) as a :class:`Backoff`."""
     delays = value(policy, "delaysMs") or []
     if not isinstance(delays, list):
         raise ValueError(f"delaysMs must be a list of milliseconds, not {delays!r}")
-    multiplier = value(policy, "multiplier")
-    factor = value(policy, "jitterFactor")
-    for key, number in (("multiplier", multiplier), ("jitterFactor", factor)):
-        if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
-            raise ValueError(f"{key} must be a finite number, not {number!r}")
+    multiplier = _finite("multiplier", value(policy, "multiplier"))
+    factor = _finite("jitterFactor", value(policy, "jitterFactor"))
+    jitter = value(policy, "jitter")
+    if not isinstance(jitter, str):
+        raise ValueError(f"jitter must be one of {', '.join(JITTERS)}, not {jitter!r}")
     return Backoff(
         initial_nanos=millis_to_nanos("initialDelayMs", value(policy, "initialDelayMs")),
         max_nanos=millis_to_nanos("maxDelayMs", value(policy, "maxDelayMs")),
-        multiplier=float(multiplier),
-        jitter=value(policy, "jitter"),
-        jitter_factor=float(factor),
+        multiplier=multiplier,
+        jitter=jitter,
+        jitter_factor=factor,
         delays_nanos=tuple(millis_to_nanos(f"delaysMs[{i}]", d) for i, d in enumerate(delays)),
     )
 
 
-def retry_on(policy):
+def retry_on(policy: Mapping[str, object]) -> RetryOn:
     """The policy's ``retryOn`` as a :class:`RetryOn`."""
-    return RetryOn(value(policy, "retryOn"))
+    conditions = value(policy, "retryOn")
+    if not isinstance(conditions, list):
+        raise ValueError(f"retryOn must be a list of conditions, not {conditions!r}")
+    return RetryOn(conditions)
 
 
-def per_try_timeout(policy):
+def _finite(key: str, number: object) -> float:
+    """``number`` as a float; raises ValueError naming ``key`` unless it is a finite number."""
+    if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
+        raise ValueError(f"{key} must be a finite number, not {number!r}")
+    return float(number)
+
+
+def per_try_timeout(policy: Mapping[str, object]) -> float | None:
     """The policy's ``perTryTimeoutMs`` in seconds (a float), or None for no timeout."""
     millis = value(policy, "perTryTimeoutMs")
     if millis is None:
@@ -78,7 +92,7 @@ def per_try_timeout(policy):
     return nanos / 1e9
 
 
-def budget(policy, now_ns=0):
+def budget(policy: Mapping[str, object], now_ns: int = 0) -> RetryBudget | None:
     """A :class:`RetryBudget` from the policy's ``budget`` block (``enabled``,
     ``retryRatio``, ``minRetriesPerSecond``, ``ttlMs``, ``scope``), its clock
     starting at ``now_ns``; None when the block is not enabled."""
@@ -101,7 +115,7 @@ def budget(policy, now_ns=0):
     return RetryBudget(ratio, reserve, ttl, now_ns, scope)
 
 
-def breaker_policy(policy):
+def breaker_policy(policy: Mapping[str, object]) -> BreakerPolicy:
     """The policy's ``circuitBreaker`` block as a :class:`BreakerPolicy`."""
     given = policy.get("circuitBreaker")
     if given is not None and not isinstance(given, dict):
@@ -109,14 +123,14 @@ def breaker_policy(policy):
     return BreakerPolicy.from_json(given or {}, defaults=DEFAULT_POLICY["circuitBreaker"])
 
 
-def breaker(policy, now_ns=0):
+def breaker(policy: Mapping[str, object], now_ns: int = 0) -> CircuitBreaker | None:
     """A :class:`CircuitBreaker` from the policy's ``circuitBreaker`` block,
     its clock starting at ``now_ns``; None when the block is not enabled."""
     settings = breaker_policy(policy)
     return CircuitBreaker(settings, now_ns) if settings.enabled else None
 
 
-def gate_policy(policy):
+def gate_policy(policy: Mapping[str, object]) -> GatePolicy:
     """The policy's ``gate`` block as a :class:`GatePolicy`."""
     given = policy.get("gate")
     if given is not None and not isinstance(given, dict):
@@ -124,7 +138,7 @@ def gate_policy(policy):
     return GatePolicy.from_json(given or {}, defaults=DEFAULT_POLICY["gate"])
 
 
-def gate(policy, now_ns=0, draw=random.random):
+def gate(policy: Mapping[str, object], now_ns: int = 0, draw: Callable[[], float] = random.random) -> SendGate | None:
     """A :class:`SendGate` from the policy's ``gate`` block, created off at
     ``now_ns``, drawing each turn-on's first credit from ``draw``; None when
     the block is not enabled."""

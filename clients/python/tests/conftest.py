@@ -3,6 +3,7 @@ ports, waiting for a condition, reading a metric, and a loopback fault proxy."""
 
 import http.client
 import http.server
+import importlib
 import json
 import os
 import pathlib
@@ -18,6 +19,15 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 BINARY = pathlib.Path(os.environ.get("STORMGUARD_BINARY", ROOT / "target" / "debug" / "stormguard"))
 POLICY = "defaults:\n  maxRetries: 3\nservices:\n  payments:\n    maxRetries: {retries}\n"
+
+
+def needs_httpx():
+    """The httpx module, for the tests of the ``httpx`` extra: they are
+    skipped where it is not installed, but fail under CI (``CI`` set),
+    which installs it, rather than pass unseen."""
+    if os.environ.get("CI"):
+        return importlib.import_module("httpx")
+    return pytest.importorskip("httpx", reason="the httpx extra is not installed: pip install 'clients/python[httpx]'")
 
 
 def free_port():

@@ -1,0 +1,262 @@
+"""One call to a dependency, decided with no I/O: the plan both flavours of
+:class:`~stormguard_client.Dependency` drive (see
+:mod:`stormguard_client.plans`). In the order of the Rust library's guard
+(outermost first):
+
+1. the circuit breaker: every attempt needs its permit; a refusal ends the
+   call at once (CallNotPermitted), sending nothing;
+2. the send gate: while the dependency is unwell, an attempt with a permit
+   waits in line for its turn, up to the call's deadline; a call that gets
+   no turn before it ends (NoTurn), its attempt not sent. The gate stands
+   after the breaker so that a call the breaker would refuse does not wait
+   for nothing, and an attempt that waited its turn is sent. A retry waits
+   at the call's old place in line, ahead of calls that came after it;
+3. the retry budget: a first try deposits, a retry needs its leave. While
+   the gate paces, retries wait for turns instead, without a backoff: the
+   gate bounds the load they add to what the dependency accepts;
+4. the retry loop: ``maxRetries``, ``retryOn``, the backoff delay (drawn
+   with the shared delay law), ``perTryTimeoutMs`` and ``maxElapsedMs``
+   (and the caller's own bound on the call, if it gives one).
+
+The plan yields :class:`Attempt` (send one, answer with its
+:class:`Outcome`), :class:`Sleep` (back off) and :class:`WaitInLine` (wait
+for the gate), and returns the last attempt's status or raises its
+exception.
+"""
+
+import random
+import urllib.error
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Generic, Protocol, TypeAlias, TypeVar, Union, cast
+
+from .breaker import Permit
+from .gate import NoTurn, SendGate, Signal, Ticket
+
+if TYPE_CHECKING:
+    from .controls import Controls
+
+Clock: TypeAlias = Callable[[], int]
+"""Nanoseconds on a clock that never goes back (``time.monotonic_ns``)."""
+FailureOf: TypeAlias = Callable[[Exception], "str | None"]
+"""The retryOn failure an attempt's exception stands for (see :func:`failure_of`)."""
+Record: TypeAlias = Callable[[int, str], None]
+"""Counts an attempt: its retry number (0 for the first try) and outcome."""
+
+
+class Wakeup(Protocol):
+    """What a call waiting in a gate's line is woken with: the gate calls
+    :meth:`set` (from any thread) when the line moves or the rate grows.
+    ``threading.Event`` is one; the asyncio flavour has its own."""
+
+    def set(self) -> None:
+        """Wakes the waiter."""
+
+    def clear(self) -> None:
+        """Forgets an earlier wake."""
+
+
+W = TypeVar("W", bound=Wakeup)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """Send an attempt, bounded by ``timeout`` seconds (None: no bound);
+    answer with its :class:`Outcome`."""
+
+    timeout: float | None
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """Back off for ``seconds`` before the next attempt; answer None."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class WaitInLine(Generic[W]):
+    """Wait in the send gate's line until ``wakeup`` is set or ``seconds``
+    pass (None: without end); answer None. A wait cut short by an exception
+    (a cancellation) goes to the plan with :meth:`Run.fail
+    <stormguard_client.plans.Run.fail>`, which takes the call out of line."""
+
+    wakeup: W
+    seconds: float | None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What came of an attempt: the HTTP status it returned, or the
+    exception it raised."""
+
+    status: int | None = None
+    error: Exception | None = None
+
+
+Step: TypeAlias = Union[Attempt, Sleep, WaitInLine[W]]
+"""A step of a call's plan."""
+CallPlan: TypeAlias = Generator[Step[W], "Outcome | None", int]
+"""A call's plan: its steps, answered with an attempt's outcome or None,
+ending with the last status."""
+
+
+def failure_of(error: Exception) -> str | None:
+    """The retryOn failure an exception from an attempt stands for:
+    "connect-failure", "timeout" or "reset"; None if it is not a network
+    failure (not an OSError). A URLError is judged by its reason."""
+    if isinstance(error, urllib.error.URLError) and isinstance(error.reason, OSError):
+        error = error.reason
+    if isinstance(error, ConnectionRefusedError):
+        return "connect-failure"
+    if isinstance(error, TimeoutError):
+        return "timeout"
+    if isinstance(error, OSError):
+        return "reset"
+    return None
+
+
+def call_plan(c: "Controls", *, clock: Clock, rng: random.Random, new_wakeup: Callable[[], W], record: Record,
+              failure: FailureOf = failure_of, timeout: float | None = None) -> CallPlan[W]:
+    """The plan of one call under ``c``: ``record`` counts each attempt,
+    ``failure`` judges an attempt's exception, ``new_wakeup`` makes what a
+    wait in the gate's line is woken with, and ``timeout`` (seconds, or
+    None) bounds the call as ``maxElapsedMs`` does, whichever ends first."""
+    start = clock()
+    deadline = _deadline(start, c.max_elapsed_ns, timeout)
+    if c.budget is not None:
+        c.budget.deposit(start)
+    retry, previous = 0, 0
+    # The call's place in the gate's line, from the first time it waited.
+    place: int | None = None
+    status: int | None = None
+    error: Exception | None = None
+    while True:
+        permit = c.breaker.acquire(clock()) if c.breaker is not None else None
+        sent: int | None = None
+        if c.gate is not None:
+            try:
+                sent, place, waited = yield from _turn(c.gate, place, deadline, clock, new_wakeup)
+            except BaseException:
+                if permit is not None:
+                    permit.cancel()
+                raise
+            if sent is None:
+                if permit is not None:
+                    permit.cancel()
+                raise NoTurn(waited, retry, status) from error
+        per_try = c.per_try_timeout
+        if deadline is not None:
+            left = max(deadline - clock(), 1) / 1e9
+            per_try = left if per_try is None else min(per_try, left)
+        try:
+            outcome = yield Attempt(per_try)
+        except BaseException:
+            if permit is not None:
+                permit.cancel()
+            raise
+        if outcome is None:
+            raise TypeError("an Attempt is answered with its Outcome")
+        status, error = outcome.status, outcome.error
+        if isinstance(error, urllib.error.HTTPError):
+            status = error.code
+        now = clock()
+        failed: str | None = None
+        if status is not None:
+            kind = "server_error" if status >= 500 else "success"
+            retryable = c.retry_on.retries_status(status)
+        else:
+            failed = failure(error) if error is not None else None
+            kind = "error"
+            retryable = failed is not None and c.retry_on.retries_failure(failed)
+        if permit is not None:
+            _settle(permit, status is not None and status < 500 and not retryable, retryable, now)
+        if c.gate is not None and sent is not None:
+            c.gate.record(_signal(failed, retryable), sent, now)
+        record(retry, kind)
+        if not retryable or retry >= c.max_retries:
+            return _end(status, error)
+        delay = c.backoff.delay(retry, previous, rng.getrandbits(64))
+        if deadline is not None and now + delay >= deadline:
+            return _end(status, error)
+        # While the gate paces, it bounds what retries add to the load,
+        # and more tightly than a budget's fixed share; it also spaces
+        # them. So a retry waits for its turn instead of asking the
+        # budget, and instead of backing off.
+        if c.gate is None or not c.gate.is_on:
+            if c.budget is not None and not c.budget.try_retry(now):
+                return _end(status, error)
+            yield Sleep(delay / 1e9)
+        retry, previous = retry + 1, delay
+
+
+def _deadline(start: int, max_elapsed_ns: int | None, timeout: float | None) -> int | None:
+    """When the call must be over: ``maxElapsedMs`` or the caller's
+    ``timeout`` after ``start``, whichever comes first; None for neither."""
+    ends = [start + max_elapsed_ns] if max_elapsed_ns is not None else []
+    if timeout is not None:
+        ends.append(start + max(round(timeout * 1e9), 0))
+    return min(ends) if ends else None
+
+
+def _turn(gate: SendGate, place: int | None, deadline: int | None, clock: Clock,
+          new_wakeup: Callable[[], W]) -> Generator[WaitInLine[W], object, tuple[int | None, int | None, int]]:
+    """Waits for ``gate`` to give the call's next attempt a turn, at the
+    call's old ``place`` in line if it has one: (when the turn came, the
+    call's place, how long it waited), the first None if no turn came
+    before ``deadline``. The call leaves the line unless it got its turn."""
+    now = clock()
+    ticket: Ticket | None = gate.turn(now) if place is None else gate.rejoin(place, now)
+    if ticket is None:
+        return now, place, 0
+    place = ticket.number if place is None else place
+    entered, woken = now, new_wakeup()
+    try:
+        while deadline is None or now < deadline:
+            # Cleared before the claim, so that a wake after it is kept.
+            woken.clear()
+            claim = gate.claim(ticket, now, woken.set)
+            if claim.go:
+                ticket = None
+                return now, place, now - entered
+            until = claim.at_ns
+            if deadline is not None:
+                until = deadline if until is None else min(until, deadline)
+            yield WaitInLine(woken, None if until is None else max(until - now, 1) / 1e9)
+            now = clock()
+        return None, place, now - entered
+    finally:
+        if ticket is not None:
+            gate.leave(ticket)
+
+
+def _settle(permit: Permit, answered: bool, retryable: bool, now: int) -> None:
+    """Tells the breaker how an attempt went, as the Rust library does: an
+    answer counts as a success, a failure the policy retries counts against
+    the dependency, and one it does not retry (a 501, an exception retryOn
+    leaves out) counts for nothing."""
+    if answered:
+        permit.record(False, now)
+    elif retryable:
+        permit.record(True, now)
+    else:
+        permit.cancel()
+
+
+def _signal(failure: str | None, retryable: bool) -> Signal:
+    """What an attempt's outcome tells the send gate, as the Rust library
+    maps it: a timeout says the dependency is slow; another failure the
+    policy retries, that it is overloaded; anything else (an answer, or a
+    failure that says nothing of its load) that it accepts."""
+    if failure == "timeout":
+        return Signal.TIMED_OUT
+    return Signal.OVERLOADED if retryable else Signal.ACCEPTED
+
+
+def _end(status: int | None, error: Exception | None) -> int:
+    """The call's end: the last exception raised again, else the last status
+    (None only from an attempt that returned None against its type, handed
+    back as it came)."""
+    if error is not None:
+        raise error
+    return cast(int, status)
