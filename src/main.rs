@@ -178,10 +178,20 @@ struct SimulateArgs {
     /// With --scenario errors: first tries a second, in all. Default: 1000.
     #[arg(long, value_parser = count_in(0.01f64, 1_000_000.0))]
     rate: Option<f64>,
-    /// With --scenario errors: the share of requests the dependency fails,
-    /// at random, in [0, 1]. Default: 0.5.
+    /// The share of requests the dependency fails at random, whatever its
+    /// load, in [0, 1]. With --scenario errors, the scenario's (default 0.5);
+    /// with a herd, on top of its outage and capacity (a dependency that
+    /// recovers and then fails a share at random). Default: 0.
     #[arg(long, value_parser = stormguard_toolkit::flags::share)]
     error_rate: Option<f64>,
+    /// The dependency is this many backends behind a round-robin load
+    /// balancer; --down of them refuse every request at once, and the
+    /// capacity is the rest's share of it.
+    #[arg(long, value_parser = count_in(1u32, 1_000))]
+    backends: Option<u32>,
+    /// With --backends: how many are down, for the whole run (fewer than --backends).
+    #[arg(long, requires = "backends", value_parser = count_in(0u32, 999))]
+    down: Option<u32>,
     /// The server rejects everything from t = 0 until then. Default: with
     /// --policy, the first outage of the file's `forecast:` block for the
     /// service, else 10s.
@@ -685,16 +695,32 @@ fn simulate(mut args: SimulateArgs) -> ExitCode {
         args.horizon = args.horizon.min(model.until);
         args.outage = Some(Duration::ZERO);
     }
-    let errors = match (args.scenario, args.rate.or(args.error_rate)) {
-        (World::Errors, _) => Some(stormguard_toolkit::sim::Errors::new(
+    let errors = match (args.scenario, args.rate, args.error_rate) {
+        (World::Errors, _, _) => Some(stormguard_toolkit::sim::Errors::new(
             args.rate.unwrap_or(1000.0),
             args.error_rate.unwrap_or(0.5),
         )),
-        (_, Some(_)) => {
-            eprintln!("--rate and --error-rate: only with --scenario errors");
+        (_, Some(_), _) => {
+            eprintln!("--rate: only with --scenario errors");
             return ExitCode::from(1);
         }
-        (_, None) => None,
+        (World::Collapse, _, Some(_)) => {
+            eprintln!("--error-rate: not with --scenario collapse, whose server fails by its load alone");
+            return ExitCode::from(1);
+        }
+        _ => None,
+    };
+    let backends = match (args.backends, args.down.unwrap_or(0)) {
+        (Some(count), down) if down >= count => {
+            eprintln!("--down {down}: must be fewer than --backends {count}");
+            return ExitCode::from(1);
+        }
+        (Some(_), _) if collapse.is_some() => {
+            eprintln!("--backends: not with --scenario collapse, whose server fails by its load alone");
+            return ExitCode::from(1);
+        }
+        (Some(count), down) => Some(stormguard_toolkit::sim::Backends { count, down }),
+        (None, _) => None,
     };
     if errors.is_some() {
         // Three retries, as a client library's default: 1.875 attempts a
@@ -728,6 +754,12 @@ fn simulate(mut args: SimulateArgs) -> ExitCode {
             second_outage: args.second_outage,
             collapse,
             errors,
+            random_failures: if errors.is_none() {
+                args.error_rate.unwrap_or(0.0)
+            } else {
+                0.0
+            },
+            backends,
             brownout: args
                 .brownout
                 .map(|(at, lasting, capacity)| stormguard_toolkit::sim::Brownout {

@@ -499,3 +499,55 @@ fn the_errors_scenario_shows_per_process_budgets_binding_for_one_process_and_nev
     assert_eq!(misplaced.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&misplaced.stderr).contains("--scenario errors"));
 }
+
+#[test]
+fn the_mixed_and_partial_worlds_are_stated_and_their_bad_settings_refused() {
+    let mixed: serde_json::Value = serde_json::from_str(&stdout(&simulate(&[
+        "--error-rate",
+        "0.1",
+        "--backends",
+        "4",
+        "--down",
+        "1",
+        "--json",
+    ])))
+    .unwrap();
+    assert_eq!(mixed["random_failures"], 0.1);
+    assert_eq!(mixed["backends"], json!({"count": 4, "down": 1}));
+    assert_eq!(mixed["served_share"], 1.0, "retried until success");
+    let text = stdout(&simulate(&[
+        "--error-rate",
+        "0.1",
+        "--backends",
+        "4",
+        "--down",
+        "1",
+    ]));
+    assert!(
+        text.contains("10% of requests fail at random")
+            && text.contains("1 of 4 backends behind a round-robin balancer are down"),
+        "{text}"
+    );
+    for (args, says) in [
+        (
+            &["--backends", "3", "--down", "3"][..],
+            "--down 3: must be fewer than --backends 3",
+        ),
+        (
+            &["--scenario", "collapse", "--error-rate", "0.1"][..],
+            "--error-rate: not with --scenario collapse",
+        ),
+        (
+            &["--scenario", "collapse", "--backends", "2"][..],
+            "--backends: not with --scenario collapse",
+        ),
+    ] {
+        let refused = simulate(args);
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+    let orphan = simulate(&["--down", "1"]);
+    assert_eq!(orphan.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&orphan.stderr).contains("--backends"));
+}

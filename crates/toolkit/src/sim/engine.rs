@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use super::collapse::{Busy, Next};
 use super::fleet_budget::FleetBudget;
 use super::replicas::{self, Replicas};
-use super::scenario::Scenario;
+use super::scenario::{Backends, Scenario};
 use super::strategy::Strategy;
 use super::time::nanos;
 
@@ -119,9 +119,13 @@ enum InFlight {
 }
 
 /// The herd's server: a count per calendar second since t = 0, with
-/// its outages and brownout.
+/// its outages and brownout, its random failures and its backends down.
 struct Server {
     capacity: u64,
+    /// The share of requests it fails at random, whatever its load.
+    random_failures: f64,
+    /// The backends behind its balancer, and the requests dealt so far.
+    backends: Option<(Backends, u64)>,
     /// When it rejects everything: [start, end) in nanoseconds.
     outages: Vec<(u64, u64)>,
     /// When it takes less: [start, end) and the capacity then.
@@ -154,13 +158,20 @@ impl Server {
         self.accepted[second] += 1;
     }
 
-    /// Counts a request at `t` and says whether it is accepted; one the
-    /// dependency `fails` is not.
-    fn handle(&mut self, t: u64, fails: bool) -> bool {
+    /// Counts a request at `t` and says whether it is accepted: not if it
+    /// fails at random, goes to a backend that is down, falls in an outage,
+    /// or finds the second's capacity used.
+    fn handle(&mut self, t: u64, rng: &mut impl Rng) -> bool {
         let second = self.second(t);
         self.requests[second] += 1;
-        if fails {
+        if self.random_failures > 0.0 && rng.random::<f64>() < self.random_failures {
             return false;
+        }
+        if let Some((backends, dealt)) = &mut self.backends {
+            *dealt += 1;
+            if backends.down_for(*dealt - 1) {
+                return false;
+            }
         }
         if self
             .outages
@@ -173,6 +184,10 @@ impl Server {
         let capacity = match self.brownout {
             Some((start, end, capacity)) if (start..end).contains(&t) => capacity,
             _ => self.capacity,
+        };
+        let capacity = match self.backends {
+            Some((backends, _)) => backends.capacity_up(capacity),
+            None => capacity,
         };
         let accept = self.accepted[second] < capacity;
         self.accepted[second] += u64::from(accept);
@@ -305,6 +320,8 @@ impl<'a> World<'a> {
                     Some(_) => u64::MAX,
                     None => u64::from(scenario.capacity),
                 },
+                random_failures: scenario.failure_share(),
+                backends: scenario.backends.map(|b| (b, 0)),
                 outages: std::iter::once((0, nanos(scenario.outage)))
                     .chain(
                         scenario
@@ -546,8 +563,7 @@ impl<'a> World<'a> {
         match step {
             CallStep::Send(send) if self.busy.is_some() => self.send_request(t, id, send),
             CallStep::Send(send) => {
-                let fails = self.scenario.errors.is_some_and(|e| e.fails(&mut self.rng));
-                let accepted = self.server.handle(t, fails);
+                let accepted = self.server.handle(t, &mut self.rng);
                 match nanos(self.scenario.latency) {
                     0 => {
                         let answer = if accepted {

@@ -39,9 +39,4 @@ impl Errors {
     pub(super) fn arrivals(&self, rng: &mut impl Rng) -> Vec<u64> {
         poisson(rng, |_| self.rate, self.until.as_secs_f64())
     }
-
-    /// Whether the dependency fails the request it is answering now.
-    pub(super) fn fails(&self, rng: &mut impl Rng) -> bool {
-        rng.random::<f64>() < self.error_rate
-    }
 }

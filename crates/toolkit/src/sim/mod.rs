@@ -23,7 +23,7 @@ pub use fleet_budget::REPORT_EVERY;
 pub use forecast::{deployed, forecast};
 pub use render::{histogram, summary, table};
 pub use report::Summary;
-pub use scenario::{Brownout, Fleet, Scenario, STORE_ROUND_TRIP};
+pub use scenario::{Backends, Brownout, Fleet, Scenario, STORE_ROUND_TRIP};
 pub use strategy::{Modifiers, Named, Strategy};
 pub use svg::small_multiples;
 

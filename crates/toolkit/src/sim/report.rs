@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::collapse::Collapse;
 use super::engine::Run;
 use super::errors::Errors;
-use super::scenario::Fleet;
+use super::scenario::{Backends, Fleet};
 
 /// The figures of one run, as `--json` prints them.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -30,6 +30,12 @@ pub struct Summary {
     pub capacity: Option<u32>,
     /// The outage, in seconds.
     pub outage_seconds: f64,
+    /// The share of requests the server failed at random, whatever its
+    /// load (the errors scenario's error rate, or the mixed world's).
+    pub random_failures: f64,
+    /// The backends behind the server's balancer and how many were down;
+    /// `None` for one server.
+    pub backends: Option<Backends>,
     /// The seed of the run.
     pub seed: u64,
     /// The fleet the clients came from.
@@ -74,6 +80,10 @@ pub struct Summary {
     pub drain_seconds: f64,
     /// Clients served.
     pub succeeded: u32,
+    /// Clients served, as a share of the clients (of the calls that arrived,
+    /// in an open-loop scenario): what a script compares with and without a
+    /// gate.
+    pub served_share: f64,
     /// Clients that gave up.
     pub gave_up: u32,
     /// Of those: out of retries, refused by the budget, by the breaker, past maxElapsed.
@@ -128,6 +138,8 @@ impl Summary {
             capacity: (run.scenario.collapse.is_none() && run.scenario.errors.is_none())
                 .then_some(run.scenario.capacity),
             outage_seconds: run.scenario.outage.as_secs_f64(),
+            random_failures: run.scenario.failure_share(),
+            backends: run.scenario.backends,
             seed: run.scenario.seed,
             fleet: Fleet::from(&run.scenario),
             total_requests,
@@ -150,6 +162,7 @@ impl Summary {
             last_success_seconds: (!times.is_empty()).then_some(run.last_success.as_secs_f64()),
             drain_seconds: run.drained.as_secs_f64(),
             succeeded: times.len() as u32,
+            served_share: times.len() as f64 / f64::from(run.scenario.clients.max(1)),
             gave_up: run.gave_up.total(),
             gave_up_exhausted: run.gave_up.exhausted,
             gave_up_budget: run.gave_up.budget,

@@ -32,6 +32,14 @@ pub struct Scenario {
     /// Instead of the clients, outage and capacity above: calls at a
     /// steady rate against a dependency failing a share of them (see [`Errors`]).
     pub errors: Option<Errors>,
+    /// The share of requests the server fails at random, whatever its load,
+    /// on top of its outages and capacity (a bad replica behind a load
+    /// balancer, a flaky disk): the mixed world. The errors scenario states
+    /// its own share instead.
+    pub random_failures: f64,
+    /// The server is this many backends behind a round-robin load balancer,
+    /// some of them down (see [`Backends`]): the partial world.
+    pub backends: Option<Backends>,
     /// Clients make their first attempt at a uniformly drawn time in [0, spread).
     pub spread: Duration,
     /// Time from sending a request to its answer.
@@ -72,6 +80,8 @@ impl Default for Scenario {
             brownout: None,
             collapse: None,
             errors: None,
+            random_failures: 0.0,
+            backends: None,
             spread: Duration::ZERO,
             latency: Duration::ZERO,
             processes: 0,
@@ -154,9 +164,35 @@ impl Scenario {
         }
     }
 
+    /// The share of requests the server fails at random, whatever its load:
+    /// the errors scenario's, else the mixed world's.
+    pub fn failure_share(&self) -> f64 {
+        self.errors.map_or(self.random_failures, |e| e.error_rate)
+    }
+
     /// What the server does and when, in words: the outage and capacity of
-    /// a herd, or the collapse scenario's own settings.
+    /// a herd, or the collapse scenario's own settings, then the random
+    /// failures and backends down if any.
     pub fn settings(&self) -> String {
+        let mut line = self.server_settings();
+        if self.errors.is_none() && self.random_failures > 0.0 {
+            let _ = write!(
+                line,
+                "; {}% of requests fail at random",
+                self.random_failures * 100.0
+            );
+        }
+        if let Some(b) = self.backends {
+            let _ = write!(
+                line,
+                "; {} of {} backends behind a round-robin balancer are down and refuse at once",
+                b.down, b.count
+            );
+        }
+        line
+    }
+
+    fn server_settings(&self) -> String {
         if let Some(e) = self.errors {
             return format!(
                 "errors: calls arrive at {}/s until {}, and the dependency fails {}% of requests at random \
@@ -228,4 +264,29 @@ pub struct Brownout {
     pub lasting: Duration,
     /// Requests the server accepts per calendar second meanwhile.
     pub capacity: u32,
+}
+
+/// A server that is several backends behind a load balancer that deals
+/// requests round-robin (Envoy's and HAProxy's default), some of them down:
+/// a down backend refuses at once, and the capacity is the backends' that
+/// are up (each an equal part of the server's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Backends {
+    /// Backends in all, at least 1.
+    pub count: u32,
+    /// Of those, down from t = 0 for the whole run; fewer than `count`.
+    pub down: u32,
+}
+
+impl Backends {
+    /// Whether the `n`-th request (from 0) goes to a backend that is down.
+    pub fn down_for(&self, n: u64) -> bool {
+        n % u64::from(self.count) < u64::from(self.down)
+    }
+
+    /// What is left of `capacity` with the down backends' parts taken out.
+    pub fn capacity_up(&self, capacity: u64) -> u64 {
+        let up = u64::from(self.count - self.down);
+        capacity.saturating_mul(up) / u64::from(self.count)
+    }
 }

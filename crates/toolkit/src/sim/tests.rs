@@ -488,3 +488,69 @@ fn gates_pull_callers_with_deadlines_out_of_the_collapse() {
         "calls waiting past their deadline end with no turn"
     );
 }
+
+/// Calls against a server with room for all of them from t = 0, tried once:
+/// whatever fails, fails for the world's reasons and not for capacity.
+fn tried_once(scenario: Scenario) -> Summary {
+    let strategy = Strategy::named(
+        Named::FullJitter,
+        Modifiers {
+            max_retries: Some(0),
+            ..Modifiers::default()
+        },
+    );
+    Summary::of(&run(
+        &Scenario {
+            clients: 10_000,
+            capacity: 100_000,
+            outage: Duration::ZERO,
+            spread: Duration::from_secs(10),
+            ..scenario
+        },
+        &strategy,
+    ))
+}
+
+#[test]
+fn the_mixed_world_fails_its_share_at_random_on_top_of_the_herd() {
+    let s = tried_once(Scenario {
+        random_failures: 0.2,
+        ..Scenario::default()
+    });
+    let refused = s.wasted as f64 / s.total_requests as f64;
+    assert!((refused - 0.2).abs() < 0.02, "{refused}");
+    assert_eq!(s.random_failures, 0.2);
+    assert!((s.served_share - 0.8).abs() < 0.02, "{}", s.served_share);
+    assert!(Scenario {
+        random_failures: 0.2,
+        ..Scenario::default()
+    }
+    .settings()
+    .contains("20% of requests fail at random"));
+}
+
+#[test]
+fn a_backend_down_behind_a_round_robin_balancer_refuses_its_turn_and_takes_its_capacity() {
+    let backends = Some(Backends { count: 4, down: 1 });
+    let s = tried_once(Scenario {
+        backends,
+        ..Scenario::default()
+    });
+    assert_eq!(s.wasted, 2_500, "every fourth request, exactly");
+    assert_eq!(s.served_share, 0.75);
+    assert_eq!(s.backends, backends);
+    // Capacity: the three backends up take three quarters of 20 a second,
+    // and a flood of retries fills it every second until the herd is served.
+    let herd = Summary::of(&run(
+        &Scenario {
+            clients: 100,
+            capacity: 20,
+            backends,
+            ..Scenario::default()
+        },
+        &Strategy::named(Named::Constant, Modifiers::default()),
+    ));
+    let after_outage = &herd.accepted_per_second[10..16];
+    assert_eq!(after_outage, [15; 6], "{:?}", herd.accepted_per_second);
+    assert_eq!(herd.succeeded, 100);
+}
