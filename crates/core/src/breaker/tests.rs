@@ -378,9 +378,11 @@ mod model {
     proptest! {
         #[test]
         fn the_breaker_follows_the_model(ops in prop::collection::vec(op(), 1..300)) {
-            // Rates never trigger here: the window is never full enough.
+            // Rates never trigger here: the window is never full enough. And
+            // no run is excused as chance: any failure rate is past the threshold.
             let policy = CircuitBreakerPolicy {
                 consecutive_failures: IN_A_ROW,
+                failure_rate_threshold: f64::MIN_POSITIVE,
                 minimum_calls: 10_000,
                 sliding_window: SlidingWindow::Count { calls: 10_000 },
                 open_timeout: ms(OPEN_MS),
@@ -454,4 +456,93 @@ mod model {
             }
         }
     }
+}
+
+/// Opens after 5 failures in a row, rates over the last 100 calls: the
+/// defaults' triggers.
+fn runs_policy() -> CircuitBreakerPolicy {
+    CircuitBreakerPolicy {
+        enabled: true,
+        ..CircuitBreakerPolicy::default()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_that_a_dependency_failing_at_random_makes_by_chance_does_not_open_it() {
+    let b = CircuitBreaker::new(&runs_policy());
+    // 30 % of calls failing, spread out: three in every ten.
+    for i in 0..90 {
+        let outcome = if i % 10 < 3 {
+            CallOutcome::Failure
+        } else {
+            CallOutcome::Success
+        };
+        call(&b, outcome);
+    }
+    for _ in 0..9 {
+        call(&b, CallOutcome::Failure);
+    }
+    assert_eq!(
+        b.state(),
+        CircuitState::Closed,
+        "nine in a row at 30 %: 0.3^9 = 2e-5, more than one in 100,000"
+    );
+    call(&b, CallOutcome::Failure);
+    assert_eq!(b.state(), CircuitState::Open, "ten in a row: 0.3^10 = 6e-6");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dependency_that_was_answering_and_goes_down_still_opens_it_after_five() {
+    let b = CircuitBreaker::new(&runs_policy());
+    for _ in 0..200 {
+        call(&b, CallOutcome::Success);
+    }
+    for _ in 0..4 {
+        call(&b, CallOutcome::Failure);
+    }
+    assert_eq!(b.state(), CircuitState::Closed);
+    call(&b, CallOutcome::Failure);
+    assert_eq!(
+        b.state(),
+        CircuitState::Open,
+        "no failure before the run: none by chance"
+    );
+
+    let fresh = CircuitBreaker::new(&runs_policy());
+    for _ in 0..5 {
+        call(&fresh, CallOutcome::Failure);
+    }
+    assert_eq!(
+        fresh.state(),
+        CircuitState::Open,
+        "nothing before the run to excuse it"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_at_a_failure_rate_past_the_threshold_opens_it_whatever_its_odds() {
+    let b = CircuitBreaker::new(&runs_policy());
+    // 60 % failing, never more than three in a row.
+    for i in 0..20 {
+        let outcome = match i % 10 {
+            0 | 2 | 4 | 6 | 8 | 9 => CallOutcome::Failure,
+            _ => CallOutcome::Success,
+        };
+        call(&b, outcome);
+    }
+    call(&b, CallOutcome::Success);
+    for _ in 0..4 {
+        call(&b, CallOutcome::Failure);
+    }
+    assert_eq!(
+        b.state(),
+        CircuitState::Closed,
+        "21 calls: the rate is not judged yet"
+    );
+    call(&b, CallOutcome::Failure);
+    assert_eq!(
+        b.state(),
+        CircuitState::Open,
+        "over half failing before the run: past the 50 % threshold"
+    );
 }
