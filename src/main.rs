@@ -37,7 +37,7 @@ enum Command {
     /// Simulate a thundering herd against a recovering server, in virtual time:
     /// what a retry strategy or a service's policy does to it (by default 1000 clients
     /// failing at once, 200 requests/s, a 10 s outage).
-    Simulate(SimulateArgs),
+    Simulate(Box<SimulateArgs>),
     /// Search retry policies in the simulator for one that wastes fewer
     /// requests over a family of outages than a service's policy (or the
     /// simulator's full-jitter herd), serving its callers no later; print
@@ -465,7 +465,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Serve(args) => serve(*args),
-        Command::Simulate(args) => simulate(args),
+        Command::Simulate(args) => simulate(*args),
         Command::Tune(args) => tune(args),
         Command::Render(args) => render(args),
         Command::Diff(args) => diff(args),
