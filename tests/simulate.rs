@@ -502,27 +502,13 @@ fn the_errors_scenario_shows_per_process_budgets_binding_for_one_process_and_nev
 
 #[test]
 fn the_mixed_and_partial_worlds_are_stated_and_their_bad_settings_refused() {
-    let mixed: serde_json::Value = serde_json::from_str(&stdout(&simulate(&[
-        "--error-rate",
-        "0.1",
-        "--backends",
-        "4",
-        "--down",
-        "1",
-        "--json",
-    ])))
-    .unwrap();
+    let world = ["--error-rate", "0.1", "--backends", "4", "--down", "1"];
+    let mixed: serde_json::Value =
+        serde_json::from_str(&stdout(&simulate(&[&world[..], &["--json"]].concat()))).unwrap();
     assert_eq!(mixed["random_failures"], 0.1);
     assert_eq!(mixed["backends"], json!({"count": 4, "down": 1}));
     assert_eq!(mixed["served_share"], 1.0, "retried until success");
-    let text = stdout(&simulate(&[
-        "--error-rate",
-        "0.1",
-        "--backends",
-        "4",
-        "--down",
-        "1",
-    ]));
+    let text = stdout(&simulate(&world));
     assert!(
         text.contains("10% of requests fail at random")
             && text.contains("1 of 4 backends behind a round-robin balancer are down"),
