@@ -184,6 +184,11 @@ struct SimulateArgs {
     /// recovers and then fails a share at random). Default: 0.
     #[arg(long, value_parser = stormguard_toolkit::flags::share)]
     error_rate: Option<f64>,
+    /// The HTTP status the random failures are answered with: 503 (the
+    /// default) says overload to a send gate, and 500 is an error that the
+    /// default gate.overloadOn does not count.
+    #[arg(long, default_value_t = 503, value_parser = count_in(500u16, 599))]
+    error_status: u16,
     /// The dependency is this many backends behind a round-robin load
     /// balancer; --down of them refuse every request at once, and the
     /// capacity is the rest's share of it.
@@ -760,6 +765,7 @@ fn simulate(mut args: SimulateArgs) -> ExitCode {
                 0.0
             },
             backends,
+            random_failure_status: args.error_status,
             brownout: args
                 .brownout
                 .map(|(at, lasting, capacity)| stormguard_toolkit::sim::Brownout {

@@ -30,6 +30,9 @@ defaults:
 services:
   payments: {}
   ledger: {}
+  inventory:
+    gate:
+      enabled: true
 ";
 
 /// A dependency on loopback that answers each request with the next of
@@ -141,6 +144,40 @@ async fn a_hyper_client_through_the_layer_is_retried_with_its_body_and_reported(
         reported(&daemon, "payments", "/charge", &["server_error", "success"]).await,
         [Some(2.0), Some(1.0)]
     );
+}
+
+#[tokio::test]
+async fn a_500_is_an_error_the_send_gate_counts_as_answered_and_a_503_an_overload() {
+    let (_configmap, daemon) = daemon();
+    let stormguard = Stormguard::start(&daemon.base, ["inventory"]).await.unwrap();
+    let inventory = stormguard.dependency("inventory").unwrap();
+    let gate_on = || {
+        inventory
+            .policy()
+            .guard()
+            .gate()
+            .expect("the policy's gate")
+            .is_on()
+    };
+    let mut client = inventory.layer().layer(hyper_client());
+    for (statuses, paced) in [(&[500, 500][..], false), (&[503][..], true)] {
+        let server = dependency(statuses).await;
+        let response = client
+            .ready()
+            .await
+            .unwrap()
+            .call(post(format!("{}/stock", server.base), "sku-7"))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{statuses:?} retried");
+        assert_eq!(server.sent().len(), statuses.len() + 1);
+        assert_eq!(
+            gate_on(),
+            paced,
+            "after {statuses:?}: the default gate.overloadOn hears 503, not 500"
+        );
+    }
+    stormguard.shutdown().await;
 }
 
 #[tokio::test]

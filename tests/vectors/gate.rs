@@ -159,6 +159,7 @@ fn scenario(shape: &Shape, seed: u64) -> (Value, BTreeSet<&'static str>) {
         scale: shape.scale,
         ramp: shape.ramp,
         quiet: Duration::from_millis(shape.quiet_ms),
+        ..GatePolicy::default()
     };
     let policy = ValidPolicy::try_from(RetryPolicy {
         gate: gate_policy.clone(),

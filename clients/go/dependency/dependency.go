@@ -8,7 +8,11 @@
 // every retry needs its leave; failures the policy's retryOn names are
 // retried, up to maxRetries, after the policy's backoff delay; while the
 // gate is on, a retry waits for its turn instead, asking neither the
-// budget nor the backoff. perTryTimeoutMs bounds each attempt. When the
+// budget nor the backoff. The gate hears a failed attempt as an overload
+// only if the policy retries it and gate.overloadOn covers it (by default
+// a refused connection, a timeout, 429 or 503), or its answer carried a
+// Retry-After; an error the dependency answered with (a 500, say) says
+// nothing of its load. perTryTimeoutMs bounds each attempt. When the
 // watch delivers a new policy, the breaker, the budget and the gate are
 // rebuilt from it if their blocks changed (an unchanged block keeps its
 // state, as Guard::updated does).
@@ -121,6 +125,7 @@ type guard struct {
 	budget      *budget.Budget
 	budgetBorn  time.Time
 	gate        *gate.Gate
+	gatePolicy  gate.Policy
 	gateBorn    time.Time
 }
 
@@ -152,7 +157,7 @@ func (d *Dependency) guard() guard {
 	if etag := d.watch.ETag(); !d.built || etag != d.etag {
 		d.rebuild(etag)
 	}
-	return guard{d.current, d.breaker, d.breakerBorn, d.budget, d.budgetBorn, d.gate, d.gateBorn}
+	return guard{d.current, d.breaker, d.breakerBorn, d.budget, d.budgetBorn, d.gate, d.gatePolicy, d.gateBorn}
 }
 
 func (d *Dependency) rebuild(etag string) {
@@ -252,6 +257,22 @@ func settle(permit *breaker.Permit, answered, retryable bool, now uint64) {
 // attempt is answered with a status under 500 that the policy does not
 // retry, and a *CallError otherwise.
 func (d *Dependency) Call(ctx context.Context, endpoint string, attempt func(ctx context.Context) (status int, err error)) error {
+	return d.call(ctx, endpoint, func(ctx context.Context) (answer, error) {
+		status, err := attempt(ctx)
+		return answer{status: status}, err
+	})
+}
+
+// answer is what an attempt was answered: its HTTP status (0 if none), and
+// whether the answer carried a Retry-After the Rust library can read.
+type answer struct {
+	status     int
+	retryAfter bool
+}
+
+// call is Call, with attempts that say whether their answer carried a
+// Retry-After.
+func (d *Dependency) call(ctx context.Context, endpoint string, attempt func(ctx context.Context) (answer, error)) error {
 	g := d.guard()
 	if d.reporter != nil {
 		done := d.reporter.InFlight(d.service)
@@ -297,7 +318,8 @@ func (d *Dependency) Call(ctx context.Context, endpoint string, attempt func(ctx
 		if perTry > 0 {
 			attemptCtx, cancel = context.WithTimeout(ctx, perTry)
 		}
-		status, err := attempt(attemptCtx)
+		answered, err := attempt(attemptCtx)
+		status := answered.status
 		timedOut := err != nil && errors.Is(attemptCtx.Err(), context.DeadlineExceeded)
 		cancel()
 		lastStatus = status
@@ -319,19 +341,22 @@ func (d *Dependency) Call(ctx context.Context, endpoint string, attempt func(ctx
 			return gaveUp(Cancelled, retry+1, 0, ctx.Err())
 		}
 		var retryable bool
+		var failure string
 		if err != nil {
-			retryable = g.policy.RetriesFailure(Failure(err))
+			failure = Failure(err)
+			retryable = g.policy.RetriesFailure(failure)
 		} else {
 			retryable = g.policy.RetriesStatus(status)
 		}
-		answered := err == nil && status < 500 && !retryable
+		succeeded := err == nil && status < 500 && !retryable
 		if permit != nil {
-			settle(permit, answered, retryable, since(g.breakerBorn))
+			settle(permit, succeeded, retryable, since(g.breakerBorn))
 		}
 		if g.gate != nil {
-			g.gate.Record(signal(timedOut, retryable), sent, since(g.gateBorn))
+			end := ending{timedOut: timedOut, retryable: retryable, status: status, failure: failure, retryAfter: answered.retryAfter}
+			g.gate.Record(signal(g.gatePolicy, end), sent, since(g.gateBorn))
 		}
-		if answered {
+		if succeeded {
 			return nil
 		}
 		switch {
@@ -361,15 +386,35 @@ func (d *Dependency) Call(ctx context.Context, endpoint string, attempt func(ctx
 	}
 }
 
-// signal is what an attempt's outcome tells the send gate, as the Rust
-// library judges it: no answer within the per-try timeout is a timeout, a
-// failure the policy retries is an overload, and anything else (an answer,
-// or a failure that says nothing about load) is accepted.
-func signal(timedOut, retryable bool) gate.Signal {
+// ending is how an attempt ended, as the send gate hears it.
+type ending struct {
+	// timedOut: no answer within the per-try timeout.
+	timedOut bool
+	// retryable: the policy retries the failure.
+	retryable bool
+	// status is the answer's HTTP status, 0 if none came.
+	status int
+	// failure names the failure without a status (see Failure), "" if an
+	// answer came.
+	failure string
+	// retryAfter: the answer carried a Retry-After.
+	retryAfter bool
+}
+
+// signal is what an attempt's ending tells the send gate under the gate's
+// policy p, as the Rust library judges it: no answer within the per-try
+// timeout is a timeout if p's overloadOn lists timeout; a failure the
+// policy retries is an overload if overloadOn covers it or its answer
+// carried a Retry-After (gate.Policy.Overloads). Anything else (an answer,
+// an error the dependency answered with, such as a 500, or a failure the
+// policy does not retry) says nothing of its load and is accepted.
+func signal(p gate.Policy, end ending) gate.Signal {
 	switch {
-	case timedOut:
-		return gate.TimedOut
-	case retryable:
+	case end.timedOut:
+		if p.OverloadedByTimeouts() {
+			return gate.TimedOut
+		}
+	case end.retryable && p.Overloads(end.status, end.failure, end.retryAfter):
 		return gate.Overloaded
 	}
 	return gate.Accepted

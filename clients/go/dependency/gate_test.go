@@ -138,3 +138,88 @@ func TestAGateACallTurnedOnIsPacedByTheDaemon(t *testing.T) {
 		t.Fatalf("%+v", s)
 	}
 }
+
+// TestAnErrorTheDependencyAnswersLeavesTheGateOffAndAnOverloadTurnsItOn:
+// under the default gate.overloadOn, calls answered 500 (retried, as
+// retryOn [5xx] says) leave the gate off: a 500 says nothing of the
+// dependency's load. 503s turn it on; so, through the Transport, do 500s
+// that carry a Retry-After.
+func TestAnErrorTheDependencyAnswersLeavesTheGateOffAndAnOverloadTurnsItOn(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(file, []byte(gatedPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	watch, err := policy.Start(context.Background(), policy.Config{Daemon: serve(t, file), Services: []string{"payments"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Stop()
+	var status atomic.Int64
+	status.Store(http.StatusInternalServerError)
+	var calls atomic.Int64
+	payments := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		if r.URL.Path == "/wait" {
+			w.Header().Set("Retry-After", "1")
+		}
+		w.WriteHeader(int(status.Load()))
+	}))
+	defer payments.Close()
+
+	dependency := New(watch, "payments", nil)
+	g := dependency.Gate()
+	if g == nil {
+		t.Fatal("the policy's gate is off")
+	}
+	for i := 0; i < 5; i++ {
+		// Bounded, so that a gate turned on fails the test at once: its
+		// retries would wait for a turn never due.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := dependency.Call(ctx, "/charge", attempt(payments.URL))
+		cancel()
+		var gaveUp *CallError
+		if !errors.As(err, &gaveUp) || gaveUp.Reason != Exhausted || gaveUp.Attempts != 4 || gaveUp.Status != 500 {
+			t.Fatalf("%v", err)
+		}
+		if g.On() {
+			t.Fatalf("call %d: 500s turned the gate on", i+1)
+		}
+	}
+	if sent := calls.Load(); sent != 20 {
+		t.Fatalf("%d attempts sent, want 20", sent)
+	}
+
+	status.Store(http.StatusServiceUnavailable)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := dependency.Call(ctx, "/charge", attempt(payments.URL)); err == nil {
+		t.Fatal("a 503 succeeded")
+	}
+	if !g.On() {
+		t.Fatal("503s left the gate off")
+	}
+
+	// A 500 that asks for a wait says overload: the Transport reads the
+	// Retry-After, which Call's attempts cannot give.
+	status.Store(http.StatusInternalServerError)
+	waits := New(watch, "payments", nil)
+	client := &http.Client{Transport: waits.Transport(nil)}
+	request, _ := http.NewRequest(http.MethodGet, payments.URL+"/charge", nil)
+	if answer, err := client.Do(request); err != nil || answer.StatusCode != 500 {
+		t.Fatalf("%v %v", answer, err)
+	} else {
+		answer.Body.Close()
+	}
+	if waits.Gate().On() {
+		t.Fatal("500s without a Retry-After turned the gate on")
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	request, _ = http.NewRequestWithContext(ctx, http.MethodGet, payments.URL+"/wait", nil)
+	if answer, err := client.Do(request); err == nil {
+		answer.Body.Close()
+	}
+	if !waits.Gate().On() {
+		t.Fatal("500s with a Retry-After left the gate off")
+	}
+}

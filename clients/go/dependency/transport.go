@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -21,7 +23,8 @@ const drainLimit = 64 << 10
 //
 // Each request is one call: attempts, retries, backoff, budget, breaker and
 // send gate as Call runs them, reported under the request's URL path as the
-// endpoint. The request's context bounds it all: its deadline ends retries
+// endpoint; a retried answer with a Retry-After tells the send gate the
+// dependency is overloaded, whatever its status. The request's context bounds it all: its deadline ends retries
 // and a wait in the gate's line (NoTurn). The answer is the last attempt's
 // response, whatever its status, as a plain transport gives it: a 503 that
 // was retried until the policy stopped is returned as the 503. A call that
@@ -48,17 +51,17 @@ func (t *transport) RoundTrip(request *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	var last *http.Response
-	callErr := t.dependency.Call(request.Context(), request.URL.Path, func(attemptCtx context.Context) (int, error) {
+	callErr := t.dependency.call(request.Context(), request.URL.Path, func(attemptCtx context.Context) (answer, error) {
 		if last != nil {
 			discard(last)
 			last = nil
 		}
 		response, err := t.attempt(request, body, attemptCtx)
 		if err != nil {
-			return 0, err
+			return answer{}, err
 		}
 		last = response
-		return response.StatusCode, nil
+		return answer{status: response.StatusCode, retryAfter: readableRetryAfter(response.Header.Get("Retry-After"))}, nil
 	})
 	if last != nil && request.Context().Err() == nil {
 		return last, nil
@@ -112,6 +115,21 @@ func (t *transport) attempt(request *http.Request, body func() (io.ReadCloser, e
 	}
 	response.Body = &cancelOnClose{ReadCloser: response.Body, cancel: cancel}
 	return response, nil
+}
+
+// readableRetryAfter says whether a Retry-After value can be read, as the
+// Rust library's parse_retry_after reads it: delay-seconds or an HTTP date.
+func readableRetryAfter(value string) bool {
+	value = strings.TrimSpace(value)
+	if value == "" {
+		return false
+	}
+	// Rust's u64 parsing takes one leading '+'.
+	if _, err := strconv.ParseUint(strings.TrimPrefix(value, "+"), 10, 64); err == nil {
+		return true
+	}
+	_, err := http.ParseTime(value)
+	return err == nil
 }
 
 // replayable is how to get the request's body for each attempt: nil when

@@ -78,10 +78,12 @@ type Signal uint8
 
 // The signals.
 const (
-	// Accepted: answered well, or failed in a way that says nothing about load.
+	// Accepted: answered well, or failed in a way that says nothing about
+	// load (an error the dependency answered with, such as a 500).
 	Accepted Signal = iota
-	// Overloaded: overloaded or down (429, 503, a refused connection, any
-	// failure the policy retries).
+	// Overloaded: overloaded or down: a failure the policy retries that
+	// Policy.OverloadOn covers (by default a refused connection, a timeout,
+	// 429 or 503), or an answer with a Retry-After (see Policy.Overloads).
 	Overloaded
 	// TimedOut: no answer in time. Unlike a refusal, the dependency may
 	// still be working on it: the rate is cut to what it has lately been

@@ -6,6 +6,8 @@ import (
 	"math"
 	"strconv"
 	"time"
+
+	"github.com/stormguard/stormguard/clients/go/retryon"
 )
 
 // Policy is a policy's gate block.
@@ -27,6 +29,35 @@ type Policy struct {
 	// Quiet is how long without an overload and without a caller having
 	// to wait turns the gate off, 1ms to 1h.
 	Quiet time.Duration
+	// OverloadOn is which of the failures the policy retries say the
+	// dependency is overloaded or down (gate.overloadOn, written as retryOn
+	// is; the policy's default, which policy.Policy.Gate fills in, is
+	// retryon.Overload(): connect-failure, timeout, 429 and 503; the zero
+	// value lists none): those turn the gate on and cut its rate. Any other (a 500, say) is an error the
+	// dependency answered with, which says nothing of its load: the gate
+	// counts it as answered. An answer with a Retry-After always says
+	// overload. See Overloads.
+	OverloadOn retryon.Conditions
+}
+
+// Overloads says whether a failed attempt that the policy retries says the
+// dependency is overloaded or down, as the Rust library's GatePolicy::judge
+// decides: status is the answer's HTTP status, or 0 when no answer came and
+// failure names the failure ("connect-failure", "timeout" or "reset");
+// retryAfter says whether the answer carried a Retry-After. An answer that
+// asks for a wait always says overload; otherwise OverloadOn must cover the
+// status, or the failure.
+func (p Policy) Overloads(status int, failure string, retryAfter bool) bool {
+	if status != 0 {
+		return retryAfter || p.OverloadOn.CoversStatus(status)
+	}
+	return p.OverloadOn.CoversFailure(failure)
+}
+
+// OverloadedByTimeouts says whether an attempt that timed out says the
+// dependency is overloaded or down: whether OverloadOn lists timeout.
+func (p Policy) OverloadedByTimeouts() bool {
+	return p.OverloadOn.CoversFailure("timeout")
 }
 
 // Check says what is wrong with p, naming the key, or nil.
@@ -76,9 +107,11 @@ func (p Policy) Check() error {
 }
 
 // FromMap reads a gate block as the daemon serves it (enabled, minRate,
-// maxRate, beta, scale, ramp, quietMs; milliseconds may be fractional). A
-// key that is missing keeps its value in p; a key of the wrong type is an
-// error naming it.
+// maxRate, beta, scale, ramp, quietMs, overloadOn; milliseconds may be
+// fractional; overloadOn is a list of conditions as retryOn is, see
+// package retryon). A key that is missing keeps its value in p; a key of
+// the wrong type, or an overloadOn entry that is not a condition or is
+// listed twice, is an error naming it.
 func (p Policy) FromMap(block map[string]any) (Policy, error) {
 	var err error
 	number := func(key string) (float64, bool) {
@@ -115,6 +148,14 @@ func (p Policy) FromMap(block map[string]any) (Policy, error) {
 			err = fmt.Errorf("gate.quietMs must be milliseconds from 0, found %v", f)
 		} else {
 			p.Quiet = time.Duration(math.Round(f * 1e6))
+		}
+	}
+	if v, ok := block["overloadOn"]; ok && err == nil {
+		conditions, bad := retryon.Parse("gate.overloadOn", v)
+		if bad != nil {
+			err = bad
+		} else {
+			p.OverloadOn = conditions
 		}
 	}
 	return p, err

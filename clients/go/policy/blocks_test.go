@@ -7,6 +7,7 @@ import (
 
 	"github.com/stormguard/stormguard/clients/go/breaker"
 	"github.com/stormguard/stormguard/clients/go/gate"
+	"github.com/stormguard/stormguard/clients/go/retryon"
 )
 
 func TestMissingBlocksAndKeysTakeTheDefaults(t *testing.T) {
@@ -40,7 +41,7 @@ func TestMissingBlocksAndKeysTakeTheDefaults(t *testing.T) {
 		t.Fatal("perTryTimeoutMs")
 	}
 	g, enabled := p.Gate()
-	defaults := gate.Policy{MinRate: 0.5, MaxRate: 100_000, Beta: 0.7, Scale: 0.4, Ramp: 16, Quiet: 5 * time.Second}
+	defaults := gate.Policy{MinRate: 0.5, MaxRate: 100_000, Beta: 0.7, Scale: 0.4, Ramp: 16, Quiet: 5 * time.Second, OverloadOn: retryon.Overload()}
 	if enabled || g != defaults {
 		t.Fatalf("%+v", g)
 	}
@@ -54,5 +55,60 @@ func TestMissingBlocksAndKeysTakeTheDefaults(t *testing.T) {
 	}
 	if _, enabled := (Policy{"gate": map[string]any{"enabled": true, "beta": "high"}}).Gate(); enabled {
 		t.Fatal("an unreadable gate block is enabled")
+	}
+}
+
+// TestGateOverloadOnIsReadAsRetryOnIs: gate.overloadOn defaults to
+// [connect-failure, timeout, 429, 503]; a list the policy serves replaces
+// it; a condition that is not one, or one listed twice, makes the block
+// unreadable, with an error naming gate.overloadOn.
+func TestGateOverloadOnIsReadAsRetryOnIs(t *testing.T) {
+	g, _ := Policy{"gate": map[string]any{"enabled": true}}.Gate()
+	if g.OverloadOn != retryon.Overload() || g.OverloadOn.String() != "[connect-failure, timeout, 429, 503]" {
+		t.Fatalf("the default overloadOn is %v", g.OverloadOn)
+	}
+	for status, overloads := range map[int]bool{429: true, 503: true, 500: false, 502: false, 504: false} {
+		if g.Overloads(status, "", false) != overloads {
+			t.Errorf("by default, a retried %d overloads: %v", status, !overloads)
+		}
+	}
+	if !g.Overloads(0, "connect-failure", false) || !g.Overloads(0, "timeout", false) || g.Overloads(0, "reset", false) || !g.OverloadedByTimeouts() {
+		t.Error("by default, connect failures and timeouts overload, resets do not")
+	}
+
+	var read Policy
+	if err := json.Unmarshal([]byte(`{"gate": {"enabled": true, "overloadOn": ["5xx", "reset", 429]}}`), &read); err != nil {
+		t.Fatal(err)
+	}
+	g, enabled := read.Gate()
+	if !enabled || g.OverloadOn.String() != "[reset, 5xx, 429]" {
+		t.Fatalf("%v %v", enabled, g.OverloadOn)
+	}
+	if !g.Overloads(500, "", false) || g.Overloads(501, "", false) || !g.Overloads(0, "reset", false) || g.Overloads(0, "timeout", false) || g.OverloadedByTimeouts() {
+		t.Errorf("overloadOn %v", g.OverloadOn)
+	}
+	if g, _ := (Policy{"gate": map[string]any{"overloadOn": []any{}}}).Gate(); g.OverloadOn != (retryon.Conditions{}) || g.Overloads(503, "", false) || !g.Overloads(500, "", true) {
+		t.Error("an empty overloadOn: only a Retry-After says overload")
+	}
+
+	for list, want := range map[string]string{
+		`["connect-failure", "5xxx"]`: `gate.overloadOn[1]: unknown retry condition "5xxx"; expected one of: connect-failure, timeout, reset, 5xx, gateway-error`,
+		`[503, "timeout", 503]`:       `gate.overloadOn[2]: 503 is listed twice`,
+		`["5xx", "5xx"]`:              `gate.overloadOn[1]: 5xx is listed twice`,
+		`[200]`:                       `gate.overloadOn[0]: status 200 is not an error status; retry only on 400 to 599`,
+		`[503.5]`:                     `gate.overloadOn[0]: expected a condition (connect-failure, timeout, reset, 5xx, gateway-error) or a status code, found number 503.5`,
+		`"5xx"`:                       `gate.overloadOn: expected a list of conditions (e.g. [5xx, 429]), found string "5xx"`,
+		`null`:                        `gate.overloadOn: expected a list of conditions (e.g. [5xx, 429]), found null`,
+	} {
+		var g gate.Policy
+		err := json.Unmarshal([]byte(`{"overloadOn": `+list+`}`), &g)
+		if err == nil || err.Error() != want {
+			t.Errorf("overloadOn: %s: %v, want %s", list, err, want)
+		}
+		var block map[string]any
+		_ = json.Unmarshal([]byte(`{"enabled": true, "overloadOn": `+list+`}`), &block)
+		if g, enabled := (Policy{"gate": block}).Gate(); enabled || g.OverloadOn != retryon.Overload() {
+			t.Errorf("overloadOn: %s: an unreadable gate block is enabled, overloadOn %v", list, g.OverloadOn)
+		}
 	}
 }

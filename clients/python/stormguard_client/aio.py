@@ -25,7 +25,7 @@ import types
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
-from .calls import Attempt, Clock, FailureOf, Outcome, Sleep, Step, failure_of
+from .calls import Attempt, Clock, FailureOf, Outcome, Sleep, Step, answered, failure_of
 from .controls import Guard, PolicySource
 from .plans import Run
 from .reports import Reporter
@@ -41,6 +41,9 @@ __all__ = ["AsyncAttempt", "AsyncDependency", "AsyncPolicyWatch", "LoopWakeup"]
 AsyncAttempt: TypeAlias = Callable[[float | None], Awaitable[int]]
 """An attempt: a coroutine function that sends one request within
 ``timeout`` seconds (None: no bound) and returns its HTTP status, or raises."""
+_AsyncAttempt: TypeAlias = Callable[[float | None], Awaitable[int | Outcome]]
+"""An attempt that may also say whether its answer carried a
+``Retry-After`` (an Outcome): the httpx transport's."""
 A = TypeVar("A")
 T = TypeVar("T")
 V = TypeVar("V")
@@ -112,6 +115,11 @@ class AsyncDependency(Guard):
         as a timeout (it raised TimeoutError). A cancelled call cancels the
         attempt under way, gives back its breaker permit, leaves the gate's
         line, and raises CancelledError."""
+        return await self._call(endpoint, attempt, timeout=timeout, failure=failure)
+
+    async def _call(self, endpoint: str, attempt: _AsyncAttempt, *, timeout: float | None,
+                    failure: FailureOf) -> int:
+        """:meth:`call`, its attempts answering with a status or an Outcome."""
         with self._calling(endpoint, LoopWakeup, failure, timeout) as run:
             while not run.done:
                 await run.perform_async(lambda step: self._perform(step, attempt))
@@ -126,7 +134,7 @@ class AsyncDependency(Guard):
 
         return AsyncGuardedTransport(self, inner)
 
-    async def _perform(self, step: Step[LoopWakeup], attempt: AsyncAttempt) -> Outcome | None:
+    async def _perform(self, step: Step[LoopWakeup], attempt: _AsyncAttempt) -> Outcome | None:
         if isinstance(step, Attempt):
             return await _attempted(attempt, step.timeout)
         if isinstance(step, Sleep):
@@ -136,12 +144,12 @@ class AsyncDependency(Guard):
         return None
 
 
-async def _attempted(attempt: AsyncAttempt, timeout: float | None) -> Outcome:
+async def _attempted(attempt: _AsyncAttempt, timeout: float | None) -> Outcome:
     """Awaits ``attempt(timeout)``, cancelled past ``timeout``: what came of
     it. A cancellation of the call is not an outcome: it goes on."""
     try:
         async with asyncio.timeout(timeout):
-            return Outcome(status=await attempt(timeout))
+            return answered(await attempt(timeout))
     except Exception as error:  # noqa: BLE001 - the plan judges it, and raises it again
         return Outcome(error=error)
 

@@ -10,7 +10,10 @@
    no turn before it ends (NoTurn), its attempt not sent. The gate stands
    after the breaker so that a call the breaker would refuse does not wait
    for nothing, and an attempt that waited its turn is sent. A retry waits
-   at the call's old place in line, ahead of calls that came after it;
+   at the call's old place in line, ahead of calls that came after it. The
+   gate hears of each attempt it let through (see :func:`_signal`): only a
+   failure ``gate.overloadOn`` names, or an answer that asked for a wait,
+   says the dependency is overloaded;
 3. the retry budget: a first try deposits, a retry needs its leave. While
    the gate paces, retries wait for turns instead, without a backoff: the
    gate bounds the load they add to what the dependency accepts;
@@ -24,7 +27,11 @@ for the gate), and returns the last attempt's status or raises its
 exception.
 """
 
+import datetime
+import email.message
 import random
+import re
+import time
 import urllib.error
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -32,6 +39,7 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeAlias, TypeVar, Union, 
 
 from .breaker import Permit
 from .gate import NoTurn, SendGate, Signal, Ticket
+from .retry_on import RetryOn
 
 if TYPE_CHECKING:
     from .controls import Controls
@@ -88,10 +96,21 @@ class WaitInLine(Generic[W]):
 @dataclass(frozen=True)
 class Outcome:
     """What came of an attempt: the HTTP status it returned, or the
-    exception it raised."""
+    exception it raised; and ``retry_after``, the seconds its answer's
+    ``Retry-After`` asked to wait (None: it had none, or none readable). An
+    ``urllib.error.HTTPError`` raised stands for its status and its
+    ``Retry-After`` header."""
 
     status: int | None = None
     error: Exception | None = None
+    retry_after: float | None = None
+
+
+def answered(answer: "int | Outcome") -> Outcome:
+    """What an attempt's answer says came of it: an HTTP status, or the
+    Outcome itself (one that also says whether the answer carried a
+    ``Retry-After``, as the httpx transports' attempts give it)."""
+    return answer if isinstance(answer, Outcome) else Outcome(status=answer)
 
 
 Step: TypeAlias = Union[Attempt, Sleep, WaitInLine[W]]
@@ -114,6 +133,67 @@ def failure_of(error: Exception) -> str | None:
     if isinstance(error, OSError):
         return "reset"
     return None
+
+
+_WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_DAY, _MONTH = "|".join(_WEEKDAYS), "|".join(_MONTHS)
+_TIME = r"(?P<hour>[0-9]{2}):(?P<minute>[0-9]{2}):(?P<second>[0-9]{2})"
+# The three forms of an HTTP date (RFC 9110, 5.6.7), as the Rust library's
+# httpdate reads them: IMF-fixdate, RFC 850 (a two-digit year: before 70 is
+# 20xx) and asctime (its day padded with a space).
+_HTTP_DATES = tuple(re.compile(form, re.ASCII) for form in (
+    rf"(?P<weekday>{_DAY}), (?P<day>[0-9]{{2}}) (?P<month>{_MONTH}) (?P<year>[0-9]{{4}}) {_TIME} GMT",
+    rf"(?P<weekday>{_DAY})[a-z]*, (?P<day>[0-9]{{2}})-(?P<month>{_MONTH})-(?P<year>[0-9]{{2}}) {_TIME} GMT",
+    rf"(?P<weekday>{_DAY}) (?P<month>{_MONTH}) (?P<day> [0-9]|[0-9]{{2}}) {_TIME} (?P<year>[0-9]{{4}})",
+))
+_LONG_WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+
+
+def parse_retry_after(value: str, now: float | None = None) -> float | None:
+    """The seconds a ``Retry-After`` value asks to wait, as the Rust library
+    reads it: delay-seconds, or an HTTP date (in one of its three forms,
+    its weekday the date's, 1970 to 9999) after ``now`` (seconds since the
+    epoch; the wall clock's by default), a date in the past meaning none;
+    None for anything unreadable."""
+    value = value.strip()
+    if re.fullmatch(r"\+?[0-9]+", value, flags=re.ASCII):
+        seconds = int(value)
+        return float(seconds) if seconds < 1 << 64 else None
+    at = _http_date(value)
+    if at is None:
+        return None
+    return max(at - (time.time() if now is None else now), 0.0)
+
+
+def _http_date(value: str) -> float | None:
+    """An HTTP date as seconds since the epoch; None if it is not one."""
+    for form in _HTTP_DATES:
+        if (found := form.fullmatch(value)) is not None:
+            break
+    else:
+        return None
+    weekday, year = found["weekday"], int(found["year"])
+    if len(found["year"]) == 2:
+        year += 2000 if year < 70 else 1900
+        if found[0].split(",")[0] != _LONG_WEEKDAYS[_WEEKDAYS.index(weekday)]:
+            return None
+    hour, minute, second = int(found["hour"]), int(found["minute"]), int(found["second"])
+    if not 1970 <= year <= 9999 or hour > 23 or minute > 59 or second > 59:
+        return None
+    try:
+        at = datetime.datetime(year, _MONTHS.index(found["month"]) + 1, int(found["day"]), hour, minute, second,
+                               tzinfo=datetime.timezone.utc)
+    except ValueError:
+        return None
+    return at.timestamp() if at.weekday() == _WEEKDAYS.index(weekday) else None
+
+
+def _asked_to_wait(error: urllib.error.HTTPError) -> float | None:
+    """The seconds an HTTPError's ``Retry-After`` header asked to wait, if any."""
+    headers: email.message.Message | None = error.headers
+    value = headers.get("Retry-After") if headers is not None else None
+    return parse_retry_after(value) if isinstance(value, str) else None
 
 
 def call_plan(c: "Controls", *, clock: Clock, rng: random.Random, new_wakeup: Callable[[], W], record: Record,
@@ -157,9 +237,9 @@ def call_plan(c: "Controls", *, clock: Clock, rng: random.Random, new_wakeup: Ca
             raise
         if outcome is None:
             raise TypeError("an Attempt is answered with its Outcome")
-        status, error = outcome.status, outcome.error
+        status, error, retry_after = outcome.status, outcome.error, outcome.retry_after
         if isinstance(error, urllib.error.HTTPError):
-            status = error.code
+            status, retry_after = error.code, _asked_to_wait(error)
         now = clock()
         failed: str | None = None
         if status is not None:
@@ -172,7 +252,7 @@ def call_plan(c: "Controls", *, clock: Clock, rng: random.Random, new_wakeup: Ca
         if permit is not None:
             _settle(permit, status is not None and status < 500 and not retryable, retryable, now)
         if c.gate is not None and sent is not None:
-            c.gate.record(_signal(failed, retryable), sent, now)
+            c.gate.record(_signal(c.gate.policy.overload_on, failed, status, retry_after, retryable), sent, now)
         record(retry, kind)
         if not retryable or retry >= c.max_retries:
             return _end(status, error)
@@ -243,14 +323,32 @@ def _settle(permit: Permit, answered: bool, retryable: bool, now: int) -> None:
         permit.cancel()
 
 
-def _signal(failure: str | None, retryable: bool) -> Signal:
+def _signal(overload_on: RetryOn, failure: str | None, status: int | None, retry_after: float | None,
+            retryable: bool) -> Signal:
     """What an attempt's outcome tells the send gate, as the Rust library
-    maps it: a timeout says the dependency is slow; another failure the
-    policy retries, that it is overloaded; anything else (an answer, or a
-    failure that says nothing of its load) that it accepts."""
+    maps it, under the gate's ``overloadOn``: the attempt failed with
+    ``failure`` (a retryOn failure, or None) or was answered with
+    ``status`` (whose ``Retry-After`` asked to wait ``retry_after``
+    seconds, or None), and the policy retries it if ``retryable``.
+
+    - A timeout says the dependency is slow (TIMED_OUT) if ``overloadOn``
+      names ``timeout``; if not, it says nothing of its load (ACCEPTED).
+    - A failure the policy retries says the dependency is overloaded or
+      down (OVERLOADED) if ``overloadOn`` covers it or its answer asked for
+      a wait (``Retry-After``); if not, it is an error the dependency
+      answered with (a 500, say), which says nothing of its load
+      (ACCEPTED).
+    - Anything else (an answer, a failure the policy does not retry) is
+      ACCEPTED."""
     if failure == "timeout":
-        return Signal.TIMED_OUT
-    return Signal.OVERLOADED if retryable else Signal.ACCEPTED
+        return Signal.TIMED_OUT if "timeout" in overload_on else Signal.ACCEPTED
+    if not retryable:
+        return Signal.ACCEPTED
+    if status is not None:
+        overloaded = retry_after is not None or overload_on.covers_status(status)
+    else:
+        overloaded = failure is not None and overload_on.covers_failure(failure)
+    return Signal.OVERLOADED if overloaded else Signal.ACCEPTED
 
 
 def _end(status: int | None, error: Exception | None) -> int:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeAlias
 
 from .breaker import CallNotPermitted
-from .calls import Attempt, Clock, FailureOf, Outcome, Sleep, Step, failure_of
+from .calls import Attempt, Clock, FailureOf, Outcome, Sleep, Step, answered, failure_of
 from .controls import Guard, PolicySource
 from .gate import NoTurn
 from .reports import Reporter
@@ -28,6 +28,9 @@ __all__ = ["CallNotPermitted", "Dependency", "NoTurn", "failure_of"]
 BlockingAttempt: TypeAlias = Callable[[float | None], int]
 """An attempt: sends one request within ``timeout`` seconds (None: no
 bound), returns its HTTP status or raises."""
+_Attempt: TypeAlias = Callable[[float | None], int | Outcome]
+"""An attempt that may also say whether its answer carried a
+``Retry-After`` (an Outcome): the httpx transport's."""
 
 
 class Dependency(Guard):
@@ -65,6 +68,10 @@ class Dependency(Guard):
         ``timeout`` (seconds) bounds the whole call as ``maxElapsedMs``
         does, whichever ends first; ``failure`` names the retryOn failure an
         attempt's exception stands for (:func:`failure_of` by default)."""
+        return self._call(endpoint, attempt, timeout=timeout, failure=failure)
+
+    def _call(self, endpoint: str, attempt: _Attempt, *, timeout: float | None, failure: FailureOf) -> int:
+        """:meth:`call`, its attempts answering with a status or an Outcome."""
         with self._calling(endpoint, threading.Event, failure, timeout) as run:
             while not run.done:
                 run.perform(lambda step: self._perform(step, attempt))
@@ -79,7 +86,7 @@ class Dependency(Guard):
 
         return GuardedTransport(self, inner)
 
-    def _perform(self, step: Step[threading.Event], attempt: BlockingAttempt) -> Outcome | None:
+    def _perform(self, step: Step[threading.Event], attempt: _Attempt) -> Outcome | None:
         if isinstance(step, Attempt):
             return _attempted(attempt, step.timeout)
         if isinstance(step, Sleep):
@@ -89,10 +96,10 @@ class Dependency(Guard):
         return None
 
 
-def _attempted(attempt: BlockingAttempt, timeout: float | None) -> Outcome:
+def _attempted(attempt: _Attempt, timeout: float | None) -> Outcome:
     """Runs ``attempt(timeout)``: what came of it. What is not an Exception
     (an interrupt) is no outcome: it goes on, through the plan."""
     try:
-        return Outcome(status=attempt(timeout))
+        return answered(attempt(timeout))
     except Exception as error:  # noqa: BLE001 - the plan judges it, and raises it again
         return Outcome(error=error)

@@ -6,7 +6,11 @@ the rate it can take rather than all at once.
 
 - **Off while healthy.** Asking for a turn reads one flag; outcomes that say
   nothing is wrong are ignored. The first outcome that says the dependency
-  is overloaded or down turns the gate on.
+  is overloaded or down turns the gate on: a failure the policy retries
+  that ``gate.overloadOn`` names (by default a refused connection, a
+  timeout, a 429 or a 503), or one whose answer asked for a wait
+  (``Retry-After``). Any other failure (a 500, say) is an error the
+  dependency answered with, which says nothing of its load.
 - **On: paced turns, first come first served.** Turns are ``1 / rate``
   apart, paced rather than let through in bursts. An attempt that cannot go
   at once takes a :class:`Ticket` and waits in line; only the first in line
@@ -40,11 +44,12 @@ import math
 import random
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import ClassVar
 
 from .breaker import MAX_DELAY_NANOS, millis_to_nanos
+from .retry_on import RetryOn
 
 NANOS_PER_SECOND = 1_000_000_000
 # How much more than one turn of credit may build up: what accrues over this
@@ -63,7 +68,7 @@ TENTHS = 30
 # when it probes for more bandwidth).
 GAIN = 1.25
 U32_MAX = (1 << 32) - 1
-KEYS = ("enabled", "minRate", "maxRate", "beta", "scale", "ramp", "quietMs")
+KEYS = ("enabled", "minRate", "maxRate", "beta", "scale", "ramp", "quietMs", "overloadOn")
 
 
 class Signal(enum.StrEnum):
@@ -71,13 +76,19 @@ class Signal(enum.StrEnum):
     name ("accepted", "overloaded", "timed_out")."""
 
     ACCEPTED = "accepted"
-    """Answered well, or failed in a way that says nothing about load."""
+    """Answered well, or failed in a way that says nothing about load: a
+    failure the policy does not retry, or an error the dependency answered
+    with (a 500, say) that ``gate.overloadOn`` leaves out and that asked
+    for no wait; also a timeout, when ``overloadOn`` leaves ``timeout``
+    out."""
     OVERLOADED = "overloaded"
-    """Overloaded or down: a 429, a 503, a refused connection, any failure
-    the policy retries."""
+    """Overloaded or down: a failure the policy retries that
+    ``gate.overloadOn`` names (by default a refused connection, a 429 or a
+    503), or whose answer asked for a wait (``Retry-After``)."""
     TIMED_OUT = "timed_out"
-    """No answer in time: the dependency may still be working on it, so the
-    rate is cut to what it has lately been seen to accept."""
+    """No answer in time, when ``gate.overloadOn`` names ``timeout``: the
+    dependency may still be working on it, so the rate is cut to what it
+    has lately been seen to accept."""
 
 
 class NoTurn(Exception):
@@ -153,7 +164,13 @@ def _number(key: str, value: object) -> float:
 @dataclass(frozen=True)
 class GatePolicy:
     """A policy's ``gate`` block: rates in attempts per second, ``quiet_ns``
-    in nanoseconds."""
+    in nanoseconds, and ``overload_on`` (``overloadOn``, written as
+    ``retryOn`` is): which of the failures the policy retries say the
+    dependency is overloaded or down, and so turn the gate on and cut its
+    rate. Any other is an error the dependency answered with (a 500, say),
+    which says nothing of its load: the gate counts it as accepted, as the
+    AWS SDKs' adaptive mode feeds only throttling errors to its rate. An
+    answer that asked for a wait (``Retry-After``) always says overload."""
 
     enabled: bool = False
     min_rate: float = 0.5
@@ -162,6 +179,7 @@ class GatePolicy:
     scale: float = 0.4
     ramp: float = 16.0
     quiet_ns: int = 5_000_000_000
+    overload_on: RetryOn = field(default_factory=RetryOn.overload)
 
     @classmethod
     def from_json(cls, block: object, defaults: Mapping[str, object] | None = None) -> "GatePolicy":
@@ -185,7 +203,14 @@ class GatePolicy:
             scale=_number("gate.scale", merged["scale"]),
             ramp=_number("gate.ramp", merged["ramp"]),
             quiet_ns=millis_to_nanos("gate.quietMs", merged["quietMs"]),
+            overload_on=RetryOn.from_json(merged["overloadOn"], "gate.overloadOn"),
         )
+
+    @property
+    def overloaded_by_timeouts(self) -> bool:
+        """Whether a timed-out attempt says the dependency is overloaded or
+        down (``overloadOn`` names ``timeout``)."""
+        return "timeout" in self.overload_on
 
     def check(self) -> None:
         """Raises ValueError naming the first setting outside the range the

@@ -33,6 +33,10 @@ extra: ``pip install 'stormguard-client[httpx]'``.
   included), so that every attempt sends it whole; a retried attempt's
   response is drained (up to 64 KiB) and closed, so that its connection
   can carry the next attempt.
+- An answer's ``Retry-After`` (delay-seconds or an HTTP date, as the Rust
+  library reads it) tells the send gate that a failure the policy retries
+  says the dependency is overloaded, whatever its status (see
+  ``gate.overloadOn``).
 - httpx's network errors count as the failures ``retryOn`` names
   (:func:`failure_of`): a connection that could not be made is a
   ``connect-failure``, any of httpx's timeouts a ``timeout``, a connection
@@ -42,6 +46,7 @@ extra: ``pip install 'stormguard-client[httpx]'``.
 import contextlib
 import itertools
 
+from .calls import Outcome, parse_retry_after
 from .calls import failure_of as _network_failure
 from .dependency import Dependency
 
@@ -115,16 +120,19 @@ class _Exchange:
         return httpx.Request(request.method, request.url, headers=request.headers, stream=request.stream,
                              extensions={**request.extensions, "timeout": self._sent_with})
 
-    def answered(self, response: httpx.Response) -> int:
-        """Keeps an attempt's response as the last: its status, for the
-        plan. Its body is read under the request's own timeouts: httpx's
-        transports read them from the request sent when the body is read,
-        so they are put back in place (a transport that copied them keeps
-        the cap, each read bounded as the headers were)."""
+    def answered(self, response: httpx.Response) -> Outcome:
+        """Keeps an attempt's response as the last: its status, and the wait
+        its ``Retry-After`` asks for, for the plan. Its body is read under
+        the request's own timeouts: httpx's transports read them from the
+        request sent when the body is read, so they are put back in place
+        (a transport that copied them keeps the cap, each read bounded as
+        the headers were)."""
         for kind in TIMEOUTS:
             self._sent_with[kind] = self._own.get(kind)
         self.last = response
-        return response.status_code
+        retry_after = response.headers.get("Retry-After")
+        return Outcome(status=response.status_code,
+                       retry_after=parse_retry_after(retry_after) if retry_after is not None else None)
 
     def retire(self) -> httpx.Response | None:
         """The last response, no longer the answer: the next attempt's will be."""
@@ -165,13 +173,13 @@ class GuardedTransport(httpx.BaseTransport):
         request.read()
         exchange = _Exchange(request)
 
-        def attempt(timeout: float | None) -> int:
+        def attempt(timeout: float | None) -> Outcome:
             if (retried := exchange.retire()) is not None:
                 _discard(retried)
             return exchange.answered(self.inner.handle_request(exchange.attempt(cap=timeout)))
 
         try:
-            self.dependency.call(exchange.endpoint, attempt, timeout=exchange.bound, failure=failure_of)
+            self.dependency._call(exchange.endpoint, attempt, timeout=exchange.bound, failure=failure_of)
         except Exception as error:  # noqa: BLE001 - the caller gets the last answer, or this
             return exchange.ended(error)
         except BaseException:
@@ -202,14 +210,14 @@ class AsyncGuardedTransport(httpx.AsyncBaseTransport):
         await request.aread()
         exchange = _Exchange(request)
 
-        async def attempt(timeout: float | None) -> int:
+        async def attempt(timeout: float | None) -> Outcome:
             if (retried := exchange.retire()) is not None:
                 await _discard_async(retried)
             # The call cuts the attempt short at ``timeout``, headers not in.
             return exchange.answered(await self.inner.handle_async_request(exchange.attempt()))
 
         try:
-            await self.dependency.call(exchange.endpoint, attempt, timeout=exchange.bound, failure=failure_of)
+            await self.dependency._call(exchange.endpoint, attempt, timeout=exchange.bound, failure=failure_of)
         except Exception as error:  # noqa: BLE001 - the caller gets the last answer, or this
             return exchange.ended(error)
         except BaseException:

@@ -1,9 +1,10 @@
 """Reading a policy as :class:`~stormguard_client.PolicyWatch` hands it out
 (its JSON, as the daemon serves it) into the pieces that act on it: the
 retry count, the delay law, ``retryOn``, the per-try timeout, the retry
-budget, the circuit breaker and the send gate. A key the policy lacks is
-taken from the built-in defaults (``default_policy.json``); a value out of
-range raises ValueError naming its key.
+budget, the circuit breaker and the send gate (with its ``overloadOn``). A
+key the policy lacks is taken from the built-in defaults
+(``default_policy.json``); a value out of range raises ValueError naming
+its key.
 """
 
 import math
@@ -68,10 +69,7 @@ def backoff(policy: Mapping[str, object]) -> Backoff:
 
 def retry_on(policy: Mapping[str, object]) -> RetryOn:
     """The policy's ``retryOn`` as a :class:`RetryOn`."""
-    conditions = value(policy, "retryOn")
-    if not isinstance(conditions, list):
-        raise ValueError(f"retryOn must be a list of conditions, not {conditions!r}")
-    return RetryOn(conditions)
+    return RetryOn.from_json(value(policy, "retryOn"), "retryOn")
 
 
 def _finite(key: str, number: object) -> float:
@@ -131,7 +129,8 @@ def breaker(policy: Mapping[str, object], now_ns: int = 0) -> CircuitBreaker | N
 
 
 def gate_policy(policy: Mapping[str, object]) -> GatePolicy:
-    """The policy's ``gate`` block as a :class:`GatePolicy`."""
+    """The policy's ``gate`` block as a :class:`GatePolicy`, its
+    ``overloadOn`` read as ``retryOn`` is (see :class:`RetryOn`)."""
     given = policy.get("gate")
     if given is not None and not isinstance(given, dict):
         raise ValueError(f"gate must be an object, not {given!r}")

@@ -14,6 +14,7 @@ import flavours
 from conftest import eventually, metric, requests_sample
 from stormguard_client import Dependency, Reporter
 from stormguard_client.aio import AsyncDependency, AsyncPolicyWatch
+from stormguard_client.gate import Tally
 from test_dependency import POLICY, S, NoCredit, VirtualTime, Watch
 
 BREAKER = {"enabled": True, "consecutiveFailures": 1, "openTimeoutMs": 1000, "halfOpenMaxCalls": 1,
@@ -35,11 +36,18 @@ def in_virtual_time(flavour, watch, reporter=None, rng=None):
     """A dependency of ``flavour`` ("sync" or "async") on a virtual clock,
     with a ``call(endpoint, attempt, **options)`` that takes a plain
     attempt in both: (dependency's call, its VirtualTime)."""
+    _, call, clock = dependency_in_virtual_time(flavour, watch, reporter, rng)
+    return call, clock
+
+
+def dependency_in_virtual_time(flavour, watch, reporter=None, rng=None):
+    """:func:`in_virtual_time`, the dependency itself first: (dependency,
+    its call, its VirtualTime)."""
     if flavour == "sync":
         clock = VirtualTime()
         dependency = Dependency(watch, "payments", reporter, clock=clock.clock, sleep=clock.sleep, wait=clock.wait,
                                 rng=rng)
-        return dependency.call, clock
+        return dependency, dependency.call, clock
     clock = AsyncVirtualTime()
     dependency = AsyncDependency(watch, "payments", reporter, clock=clock.clock, sleep=clock.sleep,
                                  wait=clock.wait, rng=rng)
@@ -50,7 +58,7 @@ def in_virtual_time(flavour, watch, reporter=None, rng=None):
 
         return asyncio.run(dependency.call(endpoint, attempted, **options))
 
-    return call, clock
+    return dependency, call, clock
 
 
 def answering(*answers):
@@ -135,6 +143,25 @@ def test_both_flavours_decide_alike_step_for_step(script):
         assert len(timeouts[1]) == 6, "no bound: every retry"
     if script.startswith("a failure"):
         assert results == [200]
+
+
+@pytest.mark.parametrize("flavour", flavours.NAMES)
+def test_in_both_flavours_500s_leave_the_gate_off_and_503s_turn_it_on(flavour):
+    policy = {"maxRetries": 3, "jitter": "none", "gate": {"enabled": True}}
+    dependency, call, clock = dependency_in_virtual_time(flavour, Watch(**policy), rng=NoCredit(7))
+    for _ in range(3):
+        assert call("/charge", answering(500, 500, 500, 500)) == 500
+    gate = dependency.gate
+    assert not gate.is_on and gate.tally() == Tally(), "twelve retried 500s: errors the dependency answered with"
+    assert len(clock.sleeps) == 9 and clock.waits == [], "each retry backed off; none waited for a turn"
+    assert call("/charge", answering(503, 503, 200)) == 200
+    assert gate.is_on and gate.tally() == Tally(sent=2, accepted=1, overloaded=2), "the first 503 turned it on"
+    assert len(clock.sleeps) == 9 and clock.waits == [2.0, 2.0], "the retries waited for turns"
+
+    policy["gate"] = {"enabled": True, "overloadOn": ["5xx"]}
+    dependency, call, _ = dependency_in_virtual_time(flavour, Watch(**policy), rng=NoCredit(7))
+    assert call("/charge", answering(500, 200)) == 200
+    assert dependency.gate.is_on, "overloadOn: [5xx]: a 500 is an overload"
 
 
 # --- what only the asyncio flavour does -----------------------------------

@@ -1,6 +1,7 @@
 """Calls to a dependency under the policy the real daemon serves, reported
 back to it."""
 
+import email.message
 import http.server
 import json
 import random
@@ -13,9 +14,11 @@ import pytest
 
 from conftest import eventually, free_port, metric, requests_sample
 from stormguard_client import CallNotPermitted, Dependency, NoTurn, PolicyWatch, Reporter
+from stormguard_client.calls import _signal, parse_retry_after
 from stormguard_client.dependency import failure_of
-from stormguard_client.gate import Tally
+from stormguard_client.gate import Signal, Tally
 from stormguard_client.policies import DEFAULT_POLICY
+from stormguard_client.retry_on import RetryOn
 
 POLICY = """\
 defaults:
@@ -275,14 +278,16 @@ def test_while_the_gate_paces_a_retry_waits_for_its_turn_at_its_place_not_for_a_
     assert unpaced.budget.denied == 1, "without the gate, the budget turns the retry away"
 
 
+def raises(error):
+    """An attempt that raises ``error``."""
+    def attempt(timeout):
+        raise error
+    return attempt
+
+
 def test_each_outcome_tells_the_gate_what_it_says_about_the_dependency():
     clock = VirtualTime()
     dependency = gated(clock, maxRetries=0)
-
-    def raises(error):
-        def attempt(timeout):
-            raise error
-        return attempt
 
     with pytest.raises(TimeoutError):
         dependency.call("/charge", raises(TimeoutError("timed out")))
@@ -295,8 +300,101 @@ def test_each_outcome_tells_the_gate_what_it_says_about_the_dependency():
     assert dependency.call("/charge", lambda timeout: 429) == 429
     with pytest.raises(ConnectionRefusedError):
         dependency.call("/charge", raises(ConnectionRefusedError()))
-    assert gate.tally() == Tally(sent=5, accepted=3, overloaded=2), \
-        "an answer or a failure retryOn leaves out is accepted; a retried failure is an overload"
+    assert dependency.call("/charge", lambda timeout: 500) == 500
+    assert gate.tally() == Tally(sent=6, accepted=4, overloaded=2), \
+        "an answer, a failure retryOn leaves out or one overloadOn leaves out (a 500) is accepted; " \
+        "a retried failure overloadOn names is an overload"
+
+
+def http_error(status, retry_after=None):
+    """The HTTPError urllib raises for ``status``, its Retry-After header ``retry_after`` if given."""
+    headers = email.message.Message()
+    if retry_after is not None:
+        headers["Retry-After"] = retry_after
+    return urllib.error.HTTPError("http://payments/charge", status, "error", headers, None)
+
+
+OVERLOAD = RetryOn.overload()
+# Each: overloadOn, then the attempt's failure, status, Retry-After (seconds)
+# and whether the policy retries it, then what the gate hears.
+SIGNALS = {
+    "a retried 500 is an error the dependency answered with": (OVERLOAD, None, 500, None, True, Signal.ACCEPTED),
+    "a retried 502 too": (OVERLOAD, None, 502, None, True, Signal.ACCEPTED),
+    "a retried 503 is an overload": (OVERLOAD, None, 503, None, True, Signal.OVERLOADED),
+    "a retried 429 is an overload": (OVERLOAD, None, 429, None, True, Signal.OVERLOADED),
+    "a 500 that asks for a wait is an overload": (OVERLOAD, None, 500, 2.0, True, Signal.OVERLOADED),
+    "a 500 that asks for no wait at all still asked": (OVERLOAD, None, 500, 0.0, True, Signal.OVERLOADED),
+    "a refused connection is an overload": (OVERLOAD, "connect-failure", None, None, True, Signal.OVERLOADED),
+    "a reset is not, by default": (OVERLOAD, "reset", None, None, True, Signal.ACCEPTED),
+    "a timeout says the dependency is slow": (OVERLOAD, "timeout", None, None, True, Signal.TIMED_OUT),
+    "a timeout not retried says so too": (OVERLOAD, "timeout", None, None, False, Signal.TIMED_OUT),
+    "a timeout says nothing when overloadOn leaves it out": (RetryOn([503]), "timeout", None, None, True,
+                                                            Signal.ACCEPTED),
+    "a 500 is an overload when overloadOn lists 5xx": (RetryOn(["5xx"]), None, 500, None, True, Signal.OVERLOADED),
+    "a 503 is not when overloadOn leaves it out": (RetryOn([429]), None, 503, None, True, Signal.ACCEPTED),
+    "nor is anything when overloadOn is empty": (RetryOn([]), None, 503, None, True, Signal.ACCEPTED),
+    "a refused connection is not when left out": (RetryOn([503]), "connect-failure", None, None, True,
+                                                  Signal.ACCEPTED),
+    "a 503 not retried is accepted": (OVERLOAD, None, 503, None, False, Signal.ACCEPTED),
+    "even when it asks for a wait": (OVERLOAD, None, 503, 1.0, False, Signal.ACCEPTED),
+    "a refused connection not retried is accepted": (OVERLOAD, "connect-failure", None, None, False,
+                                                      Signal.ACCEPTED),
+    "an answer is accepted": (OVERLOAD, None, 200, None, False, Signal.ACCEPTED),
+    "an exception that is no network failure is accepted": (OVERLOAD, None, None, None, False, Signal.ACCEPTED),
+}
+
+
+@pytest.mark.parametrize("case", SIGNALS)
+def test_what_the_gate_hears_of_an_attempt_follows_overload_on(case):
+    overload_on, failure, status, retry_after, retryable, heard = SIGNALS[case]
+    assert _signal(overload_on, failure, status, retry_after, retryable) == heard
+
+
+def test_retry_after_is_read_as_core_reads_it():
+    now = 784_111_777.0  # Sun, 06 Nov 1994 08:49:37 GMT
+    assert parse_retry_after("120", now) == 120.0 and parse_retry_after(" 0 ", now) == 0.0
+    assert parse_retry_after("+5", now) == 5.0, "Rust's u64 parsing takes a leading +"
+    for date in ("Sun, 06 Nov 1994 08:51:37 GMT", "Sunday, 06-Nov-94 08:51:37 GMT", "Sun Nov  6 08:51:37 1994"):
+        assert parse_retry_after(date, now) == 120.0, date
+    assert parse_retry_after("Sun, 06 Nov 1994 08:49:00 GMT", now) == 0.0, "a date past: now"
+    for unreadable in ("", "soon", "-5", "1.5", str(1 << 64), "Mon, 06 Nov 1994 08:51:37 GMT",
+                       "Sun, 06 Nov 1994 08:51:37 +0000", "06 Nov 1994 08:51:37 GMT", "Sun, 31 Nov 1994 08:51:37 GMT",
+                       "Sun, 06 Nov 1994 24:00:00 GMT", "Sun, 06-Nov-94 08:51:37 GMT", "Wed, 31 Dec 1969 23:59:59 GMT"):
+        assert parse_retry_after(unreadable, now) is None, unreadable
+
+
+def test_a_retried_500_leaves_the_gate_off_and_a_503_turns_it_on():
+    clock = VirtualTime()
+    dependency = gated(clock, maxRetries=3)
+    assert dependency.call("/charge", lambda timeout: 500) == 500
+    gate = dependency.gate
+    assert not gate.is_on and gate.tally() == Tally(), "four 500s: errors, not overload"
+    assert len(clock.sleeps) == 3 and clock.waits == [], "retried after backoffs, not paced"
+    with pytest.raises(urllib.error.HTTPError):
+        dependency.call("/charge", raises(http_error(500, "soon")))
+    assert not gate.is_on, "a Retry-After that cannot be read asks for no wait"
+    with pytest.raises(urllib.error.HTTPError):
+        dependency.call("/charge", raises(http_error(500, "1")))
+    assert gate.is_on, "a 500 that asks for a wait says overload"
+    assert gate.tally().overloaded == 4, "each of the four, from the first"
+
+    answers = iter([503, 200])
+    dependency = gated(clock, maxRetries=3)
+    assert dependency.call("/charge", lambda timeout: next(answers)) == 200
+    assert dependency.gate.is_on and dependency.gate.tally() == Tally(sent=1, accepted=1, overloaded=1)
+
+
+def test_overload_on_names_what_turns_the_gate_on():
+    clock = VirtualTime()
+    dependency = gated(clock, maxRetries=0, gate={"enabled": True, "overloadOn": [503]})
+    with pytest.raises(TimeoutError):
+        dependency.call("/charge", raises(TimeoutError("timed out")))
+    with pytest.raises(ConnectionRefusedError):
+        dependency.call("/charge", raises(ConnectionRefusedError()))
+    assert not dependency.gate.is_on, "overloadOn leaves timeouts and refused connections out"
+    dependency = gated(clock, maxRetries=0, gate={"enabled": True, "overloadOn": ["5xx"]})
+    assert dependency.call("/charge", lambda timeout: 500) == 500
+    assert dependency.gate.is_on and dependency.gate.tally() == Tally(overloaded=1), "5xx: a 500 is an overload"
 
 
 def test_a_waiting_call_is_woken_when_the_line_moves():

@@ -12,6 +12,7 @@ import pytest
 from conftest import free_port, metric, needs_httpx, requests_sample
 from stormguard_client import CallNotPermitted, Dependency, PolicyWatch, Reporter
 from stormguard_client.aio import AsyncDependency
+from test_dependency import Watch
 
 httpx = needs_httpx()
 
@@ -216,6 +217,28 @@ def test_an_answer_whose_retry_the_breaker_refuses_is_returned(flavour, payments
     with pytest.raises(CallNotPermitted):
         send(dependency, "GET", server.url + "/charge")
     assert len(server.bodies) == 1, "refused without a request"
+
+
+@FLAVOURS
+def test_a_retried_answer_that_asks_for_a_wait_turns_the_gate_on_whatever_its_status(flavour, loopback):
+    retry_after = {1: None, 2: "soon", 3: "1"}
+
+    def behave(handler, n):
+        handler.send_response(500)
+        if retry_after[n] is not None:
+            handler.send_header("Retry-After", retry_after[n])
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+
+    server = loopback(behave)
+    kind = Dependency if flavour == "sync" else AsyncDependency
+    dependency = kind(Watch(maxRetries=0, gate={"enabled": True}), "payments")
+    assert send(dependency, "GET", server.url + "/charge") == (500, "")
+    assert not dependency.gate.is_on, "a 500: an error the dependency answered with"
+    assert send(dependency, "GET", server.url + "/charge") == (500, "")
+    assert not dependency.gate.is_on, "a Retry-After that cannot be read asks for no wait"
+    assert send(dependency, "GET", server.url + "/charge") == (500, "")
+    assert dependency.gate.is_on, "a 500 that asks for a wait says the dependency is overloaded"
 
 
 def test_a_cancelled_request_cancels_its_call(payments, loopback):

@@ -21,3 +21,19 @@ def test_every_status_and_failure_is_decided_as_core_decides(case):
 def test_an_unknown_condition_is_refused_naming_it():
     with pytest.raises(ValueError, match="'6xx'"):
         RetryOn(["6xx"])
+
+
+def test_a_condition_listed_twice_is_refused_naming_the_list():
+    with pytest.raises(ValueError, match=r"^retryOn: 429 is listed twice$"):
+        RetryOn(["5xx", 429, 429])
+    with pytest.raises(ValueError, match=r"^gate\.overloadOn: 'timeout' is listed twice$"):
+        RetryOn(["timeout", 503, "timeout"], key="gate.overloadOn")
+
+
+def test_the_overload_conditions_are_cores_default():
+    overload = RetryOn.overload()
+    assert list(overload) == ["connect-failure", "timeout", 429, 503]
+    assert [s for s in range(100, 600) if overload.covers_status(s)] == [429, 503]
+    assert [f for f in FAILURES if overload.covers_failure(f)] == ["connect-failure", "timeout"]
+    assert "timeout" in overload and 503 in overload and "503" not in overload and "5xx" not in overload
+    assert overload == RetryOn(["connect-failure", "timeout", 429, 503]) != RetryOn([503])

@@ -1,9 +1,12 @@
 """Reading the pieces of a policy, with the built-in defaults for what it lacks."""
 
+import re
+
 import pytest
 
 from stormguard_client import settings
 from stormguard_client.policies import DEFAULT_POLICY
+from stormguard_client.retry_on import RetryOn
 
 
 def test_an_empty_policy_reads_as_the_defaults():
@@ -42,3 +45,19 @@ def test_a_bad_value_is_refused_naming_its_key():
             for read in (settings.max_retries, settings.budget, settings.breaker, settings.per_try_timeout,
                          settings.backoff):
                 read(policy)
+
+
+def test_the_gates_overload_on_is_read_as_retry_on_is():
+    assert settings.gate_policy({}).overload_on == RetryOn(["connect-failure", "timeout", 429, 503]), "the default"
+    explicit = settings.gate_policy({"gate": {"enabled": True, "overloadOn": ["5xx", 429, "reset"]}})
+    assert explicit.overload_on == RetryOn(["5xx", 429, "reset"])
+    assert explicit.overload_on.covers_status(500) and not explicit.overload_on.covers_status(501)
+    assert not explicit.overloaded_by_timeouts and settings.gate_policy({}).overloaded_by_timeouts
+    assert settings.gate_policy({"gate": {"overloadOn": []}}).overload_on == RetryOn([]), "none: nothing is overload"
+    for overload_on, message in [(["timeout", "6xx"], "gate.overloadOn: '6xx' is not a condition this client knows"),
+                                 ([503, "timeout", 503], "gate.overloadOn: 503 is listed twice"),
+                                 ("503", "gate.overloadOn must be a list of conditions, not '503'")]:
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            settings.gate_policy({"gate": {"enabled": True, "overloadOn": overload_on}})
+    with pytest.raises(ValueError, match=r"^retryOn: 'reset' is listed twice$"):
+        settings.retry_on({"retryOn": ["reset", "5xx", "reset"]})

@@ -38,9 +38,8 @@ impl Dependency {
         Fut: Future<Output = Result<T, Failure>>,
     {
         let guard = self.policy.guard();
-        let retry_on = guard.retry_on().clone();
         self.call_with(endpoint, operation, move |failure| {
-            (retry_on.verdict(*failure), outcome_of(failure))
+            (guard.verdict(*failure), outcome_of(failure))
         })
         .await
     }
@@ -77,11 +76,11 @@ impl Dependency {
         Op: Fn(Attempt) -> Fut,
         Fut: Future<Output = Result<R, Sent<R, E>>>,
     {
-        let retry_on = self.policy.guard().retry_on().clone();
+        let guard = self.policy.guard();
         let classify = move |sent: &Sent<R, E>| {
             let failure = sent.failure();
             let verdict = if resendable {
-                retry_on.verdict(failure)
+                guard.verdict(failure)
             } else {
                 Verdict::Fail
             };

@@ -65,7 +65,7 @@ use crate::call::{run, Controls, Options};
 use crate::gate::SendGate;
 use crate::hedge::Hedge;
 use crate::policy::{RetryOn, ValidPolicy};
-use crate::retry::{AttemptOutcome, GaveUp, Retry, RetryError, Verdict};
+use crate::retry::{AttemptOutcome, Failure, GaveUp, Retry, RetryError, Verdict};
 
 /// Which request an operation is asked to send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,6 +162,13 @@ impl Guard {
     /// The policy's `retryOn` list, whose [`verdict`](RetryOn::verdict) classifies HTTP failures.
     pub fn retry_on(&self) -> &RetryOn {
         &self.retry_on
+    }
+
+    /// What to do after an HTTP attempt failed with `failure`: retried if
+    /// `retryOn` lists it, and heard by the send gate as overload only if
+    /// `gate.overloadOn` does (see [`GatePolicy::judge`](crate::policy::GatePolicy::judge)).
+    pub fn verdict(&self, failure: Failure) -> Verdict {
+        self.policy.gate.judge(self.retry_on.verdict(failure), failure)
     }
 
     /// The retry budget, if the policy enables one.

@@ -15,13 +15,23 @@ use std::time::{Duration, SystemTime};
 use rand::Rng;
 
 use crate::backoff::Backoff;
-use crate::policy::{RetryCondition, RetryOn, ValidPolicy};
+use crate::policy::{GatePolicy, RetryCondition, RetryOn, ValidPolicy};
 
 /// What to do after a failed attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
-    /// Try again; if the server said when (`Retry-After`), wait at least that long.
+    /// Try again; if the server said when (`Retry-After`), wait at least
+    /// that long. The failure says the dependency is overloaded or down:
+    /// the send gate paces for it.
     Retry {
+        /// The server's `Retry-After`, if it sent one.
+        after: Option<Duration>,
+    },
+    /// Try again, as [`Retry`](Verdict::Retry), but the failure is an error
+    /// the dependency answered with (a 500, say) and says nothing of its
+    /// load: the send gate counts the attempt as answered. See
+    /// [`GatePolicy::judge`].
+    RetryError {
         /// The server's `Retry-After`, if it sent one.
         after: Option<Duration>,
     },
@@ -48,20 +58,51 @@ pub enum Failure {
 }
 
 impl RetryOn {
-    /// Whether `failure` is retried under this list: the default list retries
-    /// connect errors, timeouts, resets, 429 and every 5xx but 501.
-    pub fn verdict(&self, failure: Failure) -> Verdict {
-        let retry = match failure {
+    /// Whether a listed condition covers `failure`.
+    pub fn covers(&self, failure: Failure) -> bool {
+        match failure {
             Failure::Connect => self.contains(RetryCondition::ConnectFailure),
             Failure::Timeout => self.contains(RetryCondition::Timeout),
             Failure::Reset => self.contains(RetryCondition::Reset),
             Failure::Status { code, .. } => self.covers_status(code),
-        };
-        match (retry, failure) {
+        }
+    }
+
+    /// Whether `failure` is retried under this list: the default list retries
+    /// connect errors, timeouts, resets, 429 and every 5xx but 501.
+    pub fn verdict(&self, failure: Failure) -> Verdict {
+        match (self.covers(failure), failure) {
             (false, _) => Verdict::Fail,
             (true, Failure::Status { retry_after, .. }) => Verdict::Retry { after: retry_after },
             (true, _) => Verdict::Retry { after: None },
         }
+    }
+}
+
+impl GatePolicy {
+    /// `verdict`, on `failure`, as the send gate should hear it: a retried
+    /// failure that `overloadOn` does not cover, and that asks for no wait
+    /// (`Retry-After`), is an error the dependency answered with
+    /// ([`Verdict::RetryError`]), not a sign of overload.
+    pub fn judge(&self, verdict: Verdict, failure: Failure) -> Verdict {
+        let asked_to_wait = matches!(
+            failure,
+            Failure::Status {
+                retry_after: Some(_),
+                ..
+            }
+        );
+        match verdict {
+            Verdict::Retry { after } if !asked_to_wait && !self.overload_on.covers(failure) => {
+                Verdict::RetryError { after }
+            }
+            verdict => verdict,
+        }
+    }
+
+    /// Whether a timed-out attempt says the dependency is overloaded or down.
+    pub fn overloaded_by_timeouts(&self) -> bool {
+        self.overload_on.contains(RetryCondition::Timeout)
     }
 }
 
@@ -179,8 +220,9 @@ impl Retry {
         elapsed: Duration,
         rng: &mut R,
     ) -> Result<Duration, GaveUp> {
-        let Verdict::Retry { after } = verdict else {
-            return Err(GaveUp::NotRetryable);
+        let after = match verdict {
+            Verdict::Retry { after } | Verdict::RetryError { after } => after,
+            Verdict::Fail => return Err(GaveUp::NotRetryable),
         };
         if attempt >= self.max_retries {
             return Err(GaveUp::Exhausted);

@@ -252,8 +252,13 @@ impl Call {
         let gate = controls.gate();
         if let Some(gate) = gate {
             let signal = match (outcome, answer) {
-                (AttemptOutcome::Failed, Answer::TimedOut) => Signal::TimedOut,
-                (AttemptOutcome::Failed, _) => Signal::Overloaded,
+                (AttemptOutcome::Failed, Answer::TimedOut) if gate.policy().overloaded_by_timeouts() => {
+                    Signal::TimedOut
+                }
+                (AttemptOutcome::Failed, Answer::Failed(Verdict::Retry { .. })) => Signal::Overloaded,
+                // An error the dependency answered with, or a timeout the
+                // policy does not count as overload, says nothing of its load.
+                (AttemptOutcome::Failed, _) => Signal::Accepted,
                 (AttemptOutcome::Succeeded | AttemptOutcome::Ignored, _) => Signal::Accepted,
             };
             gate.record_at(signal, send.sent, now);
@@ -277,7 +282,7 @@ impl Call {
         // unless the dependency asked for a wait (Retry-After).
         let paced = gate.is_some_and(|gate| gate.is_on());
         let wait = match verdict {
-            Verdict::Retry { after } if paced => after.unwrap_or_default(),
+            Verdict::Retry { after } | Verdict::RetryError { after } if paced => after.unwrap_or_default(),
             _ => delay,
         };
         if self.deadline.is_some_and(|deadline| now + wait >= deadline) {

@@ -181,6 +181,11 @@ impl SendGate {
         }
     }
 
+    /// The gate's settings.
+    pub fn policy(&self) -> &GatePolicy {
+        &self.policy
+    }
+
     /// Whether the gate paces attempts now.
     #[inline]
     pub fn is_on(&self) -> bool {

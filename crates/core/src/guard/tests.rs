@@ -7,7 +7,8 @@ use tokio::time::{sleep, Instant};
 use crate::breaker::CircuitState;
 use crate::call::Options;
 use crate::policy::{
-    BudgetPolicy, CircuitBreakerPolicy, GatePolicy, HedgingPolicy, Jitter, RetryPolicy, RetryThrottlingPolicy,
+    BudgetPolicy, CircuitBreakerPolicy, GatePolicy, HedgingPolicy, Jitter, RetryCondition, RetryOn,
+    RetryPolicy, RetryThrottlingPolicy,
 };
 use crate::retry::{Cause, Failure, GaveUp};
 
@@ -48,7 +49,7 @@ async fn failing_call(guard: &Guard, failure: Failure) -> (RetryError<Failure>, 
                 seen.borrow_mut().push(attempt);
                 async move { Err::<(), _>(failure) }
             },
-            |f| guard.retry_on().verdict(*f),
+            |f| guard.verdict(*f),
             Options::default(),
         )
         .await
@@ -237,7 +238,7 @@ async fn hedges_run_inside_each_attempt() {
                     _ => Ok(attempt),
                 }
             },
-            |f| guard.retry_on().verdict(*f),
+            |f| guard.verdict(*f),
             Options::default(),
         )
         .await;
@@ -295,7 +296,7 @@ async fn herd_by_caller(
                             }
                         }
                     },
-                    |f| guard.retry_on().verdict(*f),
+                    |f| guard.verdict(*f),
                     Options::default(),
                 )
                 .await;
@@ -440,4 +441,85 @@ async fn while_the_gate_paces_a_refused_call_keeps_its_place_and_waits_no_backof
         Some(probers[0]),
         "the longest in line is served first"
     );
+}
+
+/// [`gated`] with two retries, and the gate hearing overload in `overload_on`.
+fn gated_hearing(overload_on: Option<RetryOn>) -> Guard {
+    let mut p = gated();
+    p.max_retries = 2;
+    if let Some(overload_on) = overload_on {
+        p.gate.overload_on = overload_on;
+    }
+    Guard::from_policy(&valid(p))
+}
+
+fn status(code: u16, retry_after: Option<Duration>) -> Failure {
+    Failure::Status { code, retry_after }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_gate_hears_overload_only_in_what_overload_on_lists() {
+    let on_after = |guard: &Guard| guard.gate().unwrap().is_on();
+    let cases = [
+        (
+            None,
+            status(500, None),
+            false,
+            "a 500 is an error the service answered with",
+        ),
+        (None, status(503, None), true, "a 503 says it is overloaded"),
+        (None, status(429, None), true, "so does a 429"),
+        (None, Failure::Connect, true, "and a refused connection"),
+        (
+            None,
+            status(500, Some(ms(10))),
+            true,
+            "a Retry-After always asks for a wait",
+        ),
+        (
+            Some(vec![RetryCondition::ServerError]),
+            status(500, None),
+            true,
+            "5xx listed: a 500 too",
+        ),
+        (
+            Some(vec![RetryCondition::Status(429)]),
+            status(503, None),
+            false,
+            "503 not listed",
+        ),
+    ];
+    for (overload_on, failure, paced, why) in cases {
+        let guard = gated_hearing(overload_on.map(RetryOn));
+        let (error, attempts) = failing_call(&guard, failure).await;
+        assert_eq!(attempts.len(), 3, "{why}: retried as retryOn says");
+        assert_eq!(error.gave_up, GaveUp::Exhausted, "{why}");
+        assert_eq!(on_after(&guard), paced, "{why}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timeout_turns_the_gate_on_only_if_overload_on_lists_timeouts() {
+    for (overload_on, paced) in [
+        (None, true),
+        (Some(RetryOn(vec![RetryCondition::Status(503)])), false),
+    ] {
+        let mut p = gated();
+        p.max_retries = 1;
+        p.per_try_timeout = Some(ms(50));
+        if let Some(overload_on) = overload_on {
+            p.gate.overload_on = overload_on;
+        }
+        let guard = Guard::from_policy(&valid(p));
+        let error = guard
+            .call(
+                |_| std::future::pending::<Result<(), Failure>>(),
+                |f| guard.verdict(*f),
+                Options::default(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(error.last, Cause::TimedOut);
+        assert_eq!(guard.gate().unwrap().is_on(), paced);
+    }
 }

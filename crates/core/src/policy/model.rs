@@ -162,6 +162,14 @@ policy_block! {
         /// without a caller having to wait (1ms to 1h).
         #[serde(rename = "quietMs", with = "millis")]
         quiet: Duration = "quiet",
+        /// Which of the failures `retryOn` retries say the service is
+        /// overloaded or down, written as `retryOn` is: those turn the gate
+        /// on and cut its rate. Any other (a 500, say) is an error the
+        /// service answered with, which says nothing of its load: the gate
+        /// counts it as answered, as the AWS SDKs' adaptive mode feeds only
+        /// throttling errors to its rate. An answer with `Retry-After`
+        /// always says overload.
+        overload_on: RetryOn = "overloadOn",
     }
 }
 
@@ -243,6 +251,7 @@ impl Default for GatePolicy {
             scale: 0.4,
             ramp: 16.0,
             quiet: Duration::from_secs(5),
+            overload_on: RetryOn::overload(),
         }
     }
 }
@@ -486,6 +495,20 @@ impl Default for RetryOn {
 }
 
 impl RetryOn {
+    /// The failures that say a service is overloaded or down, by the
+    /// conventions of HTTP and gRPC: a refused connection, a timeout, 429
+    /// Too Many Requests and 503 Service Unavailable (gRPC's
+    /// RESOURCE_EXHAUSTED and UNAVAILABLE, as gateways map them). A 500 is
+    /// an error, not a sign of load.
+    pub fn overload() -> Self {
+        Self(vec![
+            RetryCondition::ConnectFailure,
+            RetryCondition::Timeout,
+            RetryCondition::Status(429),
+            RetryCondition::Status(503),
+        ])
+    }
+
     /// Whether any listed condition covers a response with this HTTP status.
     pub fn covers_status(&self, status: u16) -> bool {
         self.0.iter().any(|c| c.covers_status(status))

@@ -19,7 +19,7 @@ use stormguard_core::call::{Answer, Answered, Call, Send, Step as CallStep};
 use stormguard_core::fleet::{self, Grant};
 use stormguard_core::gate::Tally;
 use stormguard_core::guard::Guard;
-use stormguard_core::retry::{GaveUp, Verdict};
+use stormguard_core::retry::{Failure, GaveUp};
 use tokio::time::Instant;
 
 use super::collapse::{Busy, Next};
@@ -111,8 +111,9 @@ struct Client {
 /// What became of an attempt in flight.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum InFlight {
-    /// The server said at once: its answer arrives at the client's next event.
-    Decided(bool),
+    /// The server said at once: its answer (`None` accepted, else the
+    /// status it refused with) arrives at the client's next event.
+    Decided(Option<u16>),
     /// Request `.0` is on its way (the collapse scenario): the client's next
     /// event is its timeout, unless the answer comes first.
     Awaiting(u32),
@@ -122,8 +123,10 @@ enum InFlight {
 /// its outages and brownout, its random failures and its backends down.
 struct Server {
     capacity: u64,
-    /// The share of requests it fails at random, whatever its load.
+    /// The share of requests it fails at random, whatever its load, and
+    /// the status they are answered with.
     random_failures: f64,
+    random_status: u16,
     /// The backends behind its balancer, and the requests dealt so far.
     backends: Option<(Backends, u64)>,
     /// When it rejects everything: [start, end) in nanoseconds.
@@ -158,19 +161,20 @@ impl Server {
         self.accepted[second] += 1;
     }
 
-    /// Counts a request at `t` and says whether it is accepted: not if it
-    /// fails at random, goes to a backend that is down, falls in an outage,
-    /// or finds the second's capacity used.
-    fn handle(&mut self, t: u64, rng: &mut impl Rng) -> bool {
+    /// Counts a request at `t` and says whether it is refused, and with
+    /// what status: if it fails at random (`random_status`), or with a 503
+    /// if it goes to a backend that is down, falls in an outage, or finds
+    /// the second's capacity used.
+    fn handle(&mut self, t: u64, rng: &mut impl Rng) -> Option<u16> {
         let second = self.second(t);
         self.requests[second] += 1;
         if self.random_failures > 0.0 && rng.random::<f64>() < self.random_failures {
-            return false;
+            return Some(self.random_status);
         }
         if let Some((backends, dealt)) = &mut self.backends {
             *dealt += 1;
             if backends.down_for(*dealt - 1) {
-                return false;
+                return Some(UNAVAILABLE);
             }
         }
         if self
@@ -179,7 +183,7 @@ impl Server {
             .any(|(start, end)| (*start..*end).contains(&t))
         {
             self.rejected_in_outage += 1;
-            return false;
+            return Some(UNAVAILABLE);
         }
         let capacity = match self.brownout {
             Some((start, end, capacity)) if (start..end).contains(&t) => capacity,
@@ -191,9 +195,13 @@ impl Server {
         };
         let accept = self.accepted[second] < capacity;
         self.accepted[second] += u64::from(accept);
-        accept
+        (!accept).then_some(UNAVAILABLE)
     }
 }
+
+/// What a server out of capacity, in an outage, or a balancer with no
+/// backend up answers: 503 Service Unavailable.
+const UNAVAILABLE: u16 = 503;
 
 /// Runs `strategy` in `scenario`.
 pub fn run(scenario: &Scenario, strategy: &Strategy) -> Run {
@@ -321,6 +329,7 @@ impl<'a> World<'a> {
                     None => u64::from(scenario.capacity),
                 },
                 random_failures: scenario.failure_share(),
+                random_status: scenario.random_failure_status,
                 backends: scenario.backends.map(|b| (b, 0)),
                 outages: std::iter::once((0, nanos(scenario.outage)))
                     .chain(
@@ -434,8 +443,7 @@ impl<'a> World<'a> {
         self.outcome.events += 1;
         if let Some((send, in_flight)) = client.in_flight.take() {
             let answer = match in_flight {
-                InFlight::Decided(true) => Answer::Succeeded,
-                InFlight::Decided(false) => Answer::Failed(Verdict::Retry { after: None }),
+                InFlight::Decided(refused) => self.answer_of(id, refused),
                 InFlight::Awaiting(_) => Answer::TimedOut,
             };
             self.answer(t, id, send, answer);
@@ -563,18 +571,14 @@ impl<'a> World<'a> {
         match step {
             CallStep::Send(send) if self.busy.is_some() => self.send_request(t, id, send),
             CallStep::Send(send) => {
-                let accepted = self.server.handle(t, &mut self.rng);
+                let refused = self.server.handle(t, &mut self.rng);
                 match nanos(self.scenario.latency) {
                     0 => {
-                        let answer = if accepted {
-                            Answer::Succeeded
-                        } else {
-                            Answer::Failed(Verdict::Retry { after: None })
-                        };
+                        let answer = self.answer_of(id, refused);
                         self.answer(t, id, send, answer);
                     }
                     latency => {
-                        self.clients[id as usize].in_flight = Some((send, InFlight::Decided(accepted)));
+                        self.clients[id as usize].in_flight = Some((send, InFlight::Decided(refused)));
                         self.schedule(t.saturating_add(latency), id);
                     }
                 }
@@ -583,6 +587,19 @@ impl<'a> World<'a> {
             CallStep::Wait(None) => {}
             CallStep::Stop(why) => self.give_up(t, id, why),
         }
+    }
+
+    /// The answer a client hears: accepted, or refused with a status its
+    /// policy judges (retried or not, and whether its gate hears overload).
+    fn answer_of(&self, id: u32, refused: Option<u16>) -> Answer {
+        let Some(code) = refused else {
+            return Answer::Succeeded;
+        };
+        let guard = &self.processes[self.clients[id as usize].process].guard;
+        Answer::Failed(guard.verdict(Failure::Status {
+            code,
+            retry_after: None,
+        }))
     }
 
     /// The collapse scenario: the attempt travels to the server as a

@@ -33,6 +33,8 @@ pub struct Summary {
     /// The share of requests the server failed at random, whatever its
     /// load (the errors scenario's error rate, or the mixed world's).
     pub random_failures: f64,
+    /// The HTTP status those failures were answered with.
+    pub random_failure_status: u16,
     /// The backends behind the server's balancer and how many were down;
     /// `None` for one server.
     pub backends: Option<Backends>,
@@ -139,6 +141,7 @@ impl Summary {
                 .then_some(run.scenario.capacity),
             outage_seconds: run.scenario.outage.as_secs_f64(),
             random_failures: run.scenario.failure_share(),
+            random_failure_status: run.scenario.random_failure_status,
             backends: run.scenario.backends,
             seed: run.scenario.seed,
             fleet: Fleet::from(&run.scenario),

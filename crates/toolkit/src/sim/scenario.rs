@@ -37,6 +37,10 @@ pub struct Scenario {
     /// balancer, a flaky disk): the mixed world. The errors scenario states
     /// its own share instead.
     pub random_failures: f64,
+    /// The HTTP status random failures are answered with: 503 (a sign of
+    /// overload to a gate, by default) or an error such as 500, which a
+    /// gate's `overloadOn` may not count.
+    pub random_failure_status: u16,
     /// The server is this many backends behind a round-robin load balancer,
     /// some of them down (see [`Backends`]): the partial world.
     pub backends: Option<Backends>,
@@ -81,6 +85,7 @@ impl Default for Scenario {
             collapse: None,
             errors: None,
             random_failures: 0.0,
+            random_failure_status: 503,
             backends: None,
             spread: Duration::ZERO,
             latency: Duration::ZERO,

@@ -554,3 +554,37 @@ fn a_backend_down_behind_a_round_robin_balancer_refuses_its_turn_and_takes_its_c
     assert_eq!(after_outage, [15; 6], "{:?}", herd.accepted_per_second);
     assert_eq!(herd.succeeded, 100);
 }
+
+#[test]
+fn random_500s_cost_a_gated_fleet_nothing() {
+    let errors = |status: u16, gate: bool, fleet: bool| {
+        let scenario = Scenario {
+            errors: Some(Errors {
+                until: Duration::from_secs(10),
+                ..Errors::new(300.0, 0.1)
+            }),
+            random_failure_status: status,
+            outage: Duration::ZERO,
+            processes: 10,
+            latency: Duration::from_millis(1),
+            horizon: Duration::from_secs(120),
+            ..Scenario::default()
+        };
+        let modifiers = Modifiers {
+            gate,
+            fleet,
+            max_retries: Some(3),
+            ..Modifiers::default()
+        };
+        Summary::of(&run(&scenario, &Strategy::named(Named::FullJitter, modifiers)))
+    };
+    let ungated = errors(500, false, false);
+    for fleet in [false, true] {
+        let gated = errors(500, true, fleet);
+        assert_eq!(
+            (gated.succeeded, gated.p99_seconds, gated.total_requests),
+            (ungated.succeeded, ungated.p99_seconds, ungated.total_requests),
+            "a 500 is an error, not overload: the gate never turns on (fleet: {fleet})"
+        );
+    }
+}
