@@ -2,7 +2,7 @@
 a policy's ``retryOn`` (the failures it retries) and its ``gate.overloadOn``
 (which of those say the dependency is overloaded or down), both written
 alike. ``5xx`` is every 5xx but 501 (no retry can fix Not Implemented),
-``gateway-error`` is 502 to 504, a number is that status, and
+``gateway-error`` is 502 to 504, a number from 400 to 599 is that status, and
 ``connect-failure``, ``timeout`` and ``reset`` are the failures without
 one. A condition may be listed once.
 """
@@ -10,6 +10,8 @@ one. A condition may be listed once.
 from collections.abc import Iterable, Iterator
 
 FAILURES = ("connect-failure", "timeout", "reset")
+LOWEST_STATUS, HIGHEST_STATUS = 400, 599
+"""The statuses a list may name: errors, as the daemon's validation allows."""
 OVERLOAD: tuple[str | int, ...] = ("connect-failure", "timeout", 429, 503)
 """``gate.overloadOn``'s default: the failures that say a service is
 overloaded or down, by the conventions of HTTP (a refused connection, a
@@ -25,9 +27,11 @@ class RetryOn:
     def __init__(self, conditions: Iterable[object], key: str = "retryOn") -> None:
         self._conditions = tuple(conditions)
         for i, condition in enumerate(self._conditions):
-            valid = condition in FAILURES or condition in ("5xx", "gateway-error") or (
-                isinstance(condition, int) and not isinstance(condition, bool) and 100 <= condition <= 599)
-            if not valid:
+            if isinstance(condition, int) and not isinstance(condition, bool):
+                if not LOWEST_STATUS <= condition <= HIGHEST_STATUS:
+                    raise ValueError(f"{key}: status {condition} is not an error status; "
+                                     f"retry only on {LOWEST_STATUS} to {HIGHEST_STATUS}")
+            elif condition not in FAILURES and condition not in ("5xx", "gateway-error"):
                 raise ValueError(f"{key}: {condition!r} is not a condition this client knows")
             if condition in self._conditions[:i]:
                 raise ValueError(f"{key}: {condition!r} is listed twice")

@@ -37,3 +37,15 @@ def test_the_overload_conditions_are_cores_default():
     assert [f for f in FAILURES if overload.covers_failure(f)] == ["connect-failure", "timeout"]
     assert "timeout" in overload and 503 in overload and "503" not in overload and "5xx" not in overload
     assert overload == RetryOn(["connect-failure", "timeout", 429, 503]) != RetryOn([503])
+
+
+@pytest.mark.parametrize("status", [100, 200, 304, 399, 600, 999])
+def test_a_status_that_is_not_an_error_is_refused_as_the_daemon_refuses_it(status):
+    # The daemon and the Go client retry only on 400 to 599: a policy that
+    # lists 200 must not read differently here.
+    with pytest.raises(ValueError, match=rf"^gate\.overloadOn: status {status} is not an error status; retry only on 400 to 599$"):
+        RetryOn([503, status], key="gate.overloadOn")
+
+
+def test_the_error_statuses_at_either_end_are_conditions():
+    assert 400 in RetryOn([400, 599]) and 599 in RetryOn([400, 599])
