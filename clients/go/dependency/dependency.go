@@ -50,9 +50,12 @@ const (
 	Exhausted Reason = "exhausted"
 	// Cancelled: the caller's context ended.
 	Cancelled Reason = "cancelled"
-	// NoTurn: the send gate had no turn for the attempt before the
-	// context's deadline.
+	// NoTurn: the send gate had no turn for the attempt before the call's
+	// deadline: the context's, or the policy's maxElapsed.
 	NoTurn Reason = "no-turn"
+	// Deadline: the policy's maxElapsed passed, or would have before the
+	// next retry's backoff ended.
+	Deadline Reason = "deadline"
 )
 
 // CallError is a call that did not succeed.
@@ -66,7 +69,8 @@ type CallError struct {
 	// Status is the last attempt's HTTP status (0 if it got none).
 	Status int
 	// Err is the last attempt's error, the breaker's *breaker.NotPermitted,
-	// or the context's error (context.DeadlineExceeded for NoTurn).
+	// or the context's error (context.DeadlineExceeded for NoTurn and, when
+	// the policy's maxElapsed cut the last attempt short, for Deadline).
 	Err error
 }
 
@@ -255,7 +259,10 @@ func settle(permit *breaker.Permit, answered, retryable bool, now uint64) {
 // Call runs a call to endpoint: attempt sends one attempt and answers its
 // HTTP status, or an error when no answer came. It returns nil once an
 // attempt is answered with a status under 500 that the policy does not
-// retry, and a *CallError otherwise.
+// retry, and a *CallError otherwise. The policy's maxElapsed bounds the
+// attempts and the waits in the gate's line together, as ctx's deadline
+// does: a call it ends gives up with Deadline, or NoTurn while it waits
+// for a turn.
 func (d *Dependency) Call(ctx context.Context, endpoint string, attempt func(ctx context.Context) (status int, err error)) error {
 	return d.call(ctx, endpoint, func(ctx context.Context) (answer, error) {
 		status, err := attempt(ctx)
@@ -287,6 +294,15 @@ func (d *Dependency) call(ctx context.Context, endpoint string, attempt func(ctx
 	retries := g.policy.Retries()
 	delays := g.policy.Backoff()
 	perTry := g.policy.PerTryTimeout()
+	// The policy's maxElapsed bounds the attempts and the waits in line
+	// together, as the caller's context does.
+	start, maxElapsed := time.Now(), g.policy.MaxElapsed()
+	callCtx := ctx
+	if maxElapsed > 0 {
+		var cancel context.CancelFunc
+		callCtx, cancel = context.WithDeadline(ctx, start.Add(maxElapsed))
+		defer cancel()
+	}
 	line := &place{gate: g.gate, born: g.gateBorn}
 	var previous uint64
 	var lastStatus int
@@ -303,7 +319,7 @@ func (d *Dependency) call(ctx context.Context, endpoint string, attempt func(ctx
 		}
 		// The breaker first, so that a call it refuses does not wait in
 		// line for nothing, and an attempt that waited its turn is sent.
-		if err := line.turn(ctx); err != nil {
+		if err := line.turn(callCtx); err != nil {
 			if permit != nil {
 				permit.Cancel()
 			}
@@ -314,9 +330,9 @@ func (d *Dependency) call(ctx context.Context, endpoint string, attempt func(ctx
 			return gaveUp(reason, retry, lastStatus, err)
 		}
 		sent := since(g.gateBorn)
-		attemptCtx, cancel := ctx, context.CancelFunc(func() {})
+		attemptCtx, cancel := callCtx, context.CancelFunc(func() {})
 		if perTry > 0 {
-			attemptCtx, cancel = context.WithTimeout(ctx, perTry)
+			attemptCtx, cancel = context.WithTimeout(callCtx, perTry)
 		}
 		answered, err := attempt(attemptCtx)
 		status := answered.status
@@ -359,6 +375,10 @@ func (d *Dependency) call(ctx context.Context, endpoint string, attempt func(ctx
 		if succeeded {
 			return nil
 		}
+		if callCtx.Err() != nil {
+			// The policy's maxElapsed cut the attempt short.
+			return gaveUp(Deadline, retry+1, status, err)
+		}
 		switch {
 		case !retryable:
 			return gaveUp(NotRetryable, retry+1, status, err)
@@ -366,6 +386,9 @@ func (d *Dependency) call(ctx context.Context, endpoint string, attempt func(ctx
 			return gaveUp(Exhausted, retry+1, status, err)
 		}
 		previous = delays.Delay(retry, previous, d.draw())
+		if maxElapsed > 0 && time.Since(start)+time.Duration(previous) >= maxElapsed {
+			return gaveUp(Deadline, retry+1, status, err)
+		}
 		// While the gate paces, it bounds what retries add to the load,
 		// and more tightly than the budget's fixed share; its pace also
 		// spaces the attempts. A retry then waits for its turn instead of

@@ -223,3 +223,57 @@ func TestAnErrorTheDependencyAnswersLeavesTheGateOffAndAnOverloadTurnsItOn(t *te
 		t.Fatal("500s with a Retry-After left the gate off")
 	}
 }
+
+// TestThePolicysMaxElapsedEndsACallWithoutAContextDeadline: a call whose
+// context has no deadline still ends when the policy's maxElapsed passes:
+// with Deadline while it backs off between retries, and with NoTurn while
+// it waits in the gate's line, long before its retries run out.
+func TestThePolicysMaxElapsedEndsACallWithoutAContextDeadline(t *testing.T) {
+	const bounded = `services:
+  payments:
+    maxRetries: 100
+    maxElapsed: 300ms
+    initialDelay: 20ms
+    maxDelay: 20ms
+    jitter: none
+    retryOn: [5xx]
+    budget: {enabled: false}
+    circuitBreaker: {enabled: false}
+  gated:
+    maxRetries: 100
+    maxElapsed: 300ms
+    initialDelay: 20ms
+    retryOn: [5xx]
+    budget: {enabled: false}
+    circuitBreaker: {enabled: false}
+    gate: {enabled: true, minRate: 0.001, maxRate: 10, quiet: 1h}
+`
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(file, []byte(bounded), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	watch, err := policy.Start(context.Background(), policy.Config{Daemon: serve(t, file), Services: []string{"payments", "gated"}, WatchWait: 5 * time.Second, MinPollInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Stop()
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer down.Close()
+
+	err = New(watch, "payments", nil).Call(context.Background(), "/charge", attempt(down.URL))
+	var gaveUp *CallError
+	if !errors.As(err, &gaveUp) || gaveUp.Reason != Deadline || gaveUp.Status != 503 {
+		t.Fatalf("%v", err)
+	}
+	// 20 ms apart, 300 ms allow about 15 attempts of the 101 the retries would.
+	if gaveUp.Attempts < 2 || gaveUp.Attempts > 50 {
+		t.Fatalf("%d attempts", gaveUp.Attempts)
+	}
+
+	err = New(watch, "gated", nil).Call(context.Background(), "/charge", attempt(down.URL))
+	if !errors.As(err, &gaveUp) || gaveUp.Reason != NoTurn || !errors.Is(err, context.DeadlineExceeded) || gaveUp.Attempts > 2 {
+		t.Fatalf("%v", err)
+	}
+}

@@ -77,6 +77,16 @@ func (p Policy) BudgetFleetScoped() bool {
 	return scope == "fleet"
 }
 
+// MaxElapsed is the policy's maxElapsedMs, the bound on a call's attempts
+// and waits together; 0 when it sets none.
+func (p Policy) MaxElapsed() time.Duration {
+	ms, _ := p["maxElapsedMs"].(float64)
+	if ms <= 0 {
+		return 0
+	}
+	return time.Duration(ms * float64(time.Millisecond))
+}
+
 // PerTryTimeout is the policy's perTryTimeoutMs, 0 when it sets none.
 func (p Policy) PerTryTimeout() time.Duration {
 	ms, _ := p["perTryTimeoutMs"].(float64)

@@ -37,6 +37,9 @@ func TestMissingBlocksAndKeysTakeTheDefaults(t *testing.T) {
 	if _, enabled := (Policy{"circuitBreaker": map[string]any{"enabled": true, "minimumCalls": "many"}}).CircuitBreaker(); enabled {
 		t.Fatal("an unreadable block is enabled")
 	}
+	if (Policy{"maxElapsedMs": 1500.0}).MaxElapsed() != 1500*time.Millisecond || (Policy{"maxElapsedMs": nil}).MaxElapsed() != 0 {
+		t.Fatal("maxElapsedMs")
+	}
 	if (Policy{"perTryTimeoutMs": 250.0}).PerTryTimeout() != 250*time.Millisecond || p.PerTryTimeout() != 0 {
 		t.Fatal("perTryTimeoutMs")
 	}
