@@ -42,8 +42,22 @@ process); with `--replicas` and `--pace-store` it also runs the same fleet
 all in Rust, and the mixed fleet must waste within 1.3x of its simulation,
 reach p99 within 0.5 s of it, and waste within 1.1x of the all-Rust fleet.
 
+With `--errors SHARE` it runs instead a healthy dependency that fails SHARE
+of requests at random (503) and never runs out of capacity, the world of
+`stormguard simulate --scenario errors`: open-loop callers, `--rate` calls a
+second in all (300 unless given) arriving at random for 60 s, dealt to the
+processes, under bench/real-fleet.yaml's `errors-jittered` (no gate) and
+`errors-gated` (the gate on), where a call gives up a minute after it
+arrives. Three ways: no gate, per-process gates, the fleet through one
+daemon. For each it prints the share of calls served and the p50 and p99
+time to success from each call's arrival, beside the simulation's means.
+Targets: each real run's p99 within its simulation's + 0.5 s; each gated way
+serves at least 99 % of what no gate serves, with a p99 at most 1.2x no
+gate's + 0.1 s.
+
 Usage: bench/real_fleet.py [--processes N] [--callers N] [--runs N] [--json FILE]
        [--languages L,L,...] [--replicas N [--pace-store] [--kill-store-at S] [--kill-replica-at S]]
+       [--errors SHARE [--rate R]]
 It builds what it runs first (release: the daemon and the Rust client's
 examples; the Go example with `go build` when Go is dealt processes).
 """
@@ -71,6 +85,14 @@ HERDS = {
 POLICY = os.path.join(ROOT, "bench", "real-fleet.yaml")
 SEEDS = range(1, 6)
 OUTAGE, CAPACITY, LATENCY = 10, 200, "1ms"
+# The --errors world: a capacity no run reaches, and the simulator's length
+# of its errors scenario.
+UNLIMITED, ERRORS_SECONDS = 1_000_000, 60
+ERROR_WAYS = [
+    ("no gate", "errors-jittered", [], ["--replicas", "1"]),
+    ("per-process gates", "errors-gated", ["--no-fleet-pacing"], ["--no-fleet-pacing"]),
+    ("fleet, one daemon", "errors-gated", [], ["--replicas", "1"]),
+]
 # (label, service in the policy file, callers' flags, simulate's flags)
 WAYS = [
     ("full jitter", "herd-jittered", [], []),
@@ -85,10 +107,15 @@ def percentile(values, q):
     return ordered[max(0, int(q * len(ordered) + 0.999999) - 1)] if ordered else float("nan")
 
 
-def start_dependency(start_at_ms):
+def start_dependency(start_at_ms, errors=None):
+    """The project's loopback dependency: the herd's (down for OUTAGE, then
+    CAPACITY a calendar second), or with `errors` one that fails that share
+    at random and never runs out of capacity."""
+    world = (["--outage", str(OUTAGE), "--capacity", str(CAPACITY)] if errors is None
+             else ["--outage", "0", "--capacity", str(UNLIMITED), "--error-rate", str(errors)])
     dependency = subprocess.Popen(
         [os.path.join(EXAMPLES, "recovering_dependency"), "--listen", "127.0.0.1:0",
-         "--start-at", str(start_at_ms), "--outage", str(OUTAGE), "--capacity", str(CAPACITY)],
+         "--start-at", str(start_at_ms), *world],
         stdout=subprocess.PIPE, text=True)
     return dependency, dependency.stdout.readline().strip()
 
@@ -144,29 +171,31 @@ class Fleet:
             process.wait()
 
 
-def real_run(service, flags, processes, callers, fleet=None, languages=("rust",)):
+def real_run(service, flags, processes, callers, fleet=None, languages=("rust",), errors=None):
     """One run of the real fleet, its processes dealt in turn to
     `languages`' clients: wasted, p50, p99, gave up, the dependency's
-    per-second counts, and what Redis did if there was one."""
+    per-second counts, and what Redis did if there was one. With `errors`,
+    the dependency fails that share at random, and `flags` make the calls
+    arrive (open loop) rather than `callers` calls at once."""
     fleet = fleet or Fleet()
     python_path = os.path.join(ROOT, "clients", "python")
     environment = {**os.environ, "PYTHONPATH": python_path + os.pathsep + os.environ.get("PYTHONPATH", "")}
     start_at = int(time.time() * 1000) + 3000
     daemon_url = fleet.start(start_at)
-    dependency, address = start_dependency(start_at)
+    dependency, address = start_dependency(start_at, errors)
     herd = []
     try:
         herd += [
             subprocess.Popen(
                 [*HERDS[languages[i % len(languages)]], "--daemon", daemon_url,
                  "--service", service, "--instance", f"pod-{i}", "--dependency", address,
-                 "--callers", str(callers), "--start-at", str(start_at), *flags],
+                 "--callers", str(callers), "--start-at", str(start_at), "--seed", str(i + 1), *flags],
                 stdout=subprocess.PIPE, text=True, env=environment)
             for i in range(processes)
         ]
         results = []
         for process in herd:
-            out, _ = process.communicate(timeout=600)
+            out, _ = process.communicate(timeout=900)
             if process.returncode != 0:
                 raise RuntimeError(f"a client process failed ({process.returncode})")
             results.append(json.loads(out.strip().splitlines()[-1]))
@@ -185,8 +214,10 @@ def real_run(service, flags, processes, callers, fleet=None, languages=("rust",)
         scripts, total = (after - before for after, before in zip(commands, fleet.commands_before))
         redis = {"seconds": paced_for, "scripts_per_second": scripts / paced_for,
                  "commands_per_second": total / paced_for}
+    succeeded = sum(r["succeeded"] for r in results)
     return {
         "redis": redis,
+        "served_share": succeeded / max(succeeded + sum(r["gave_up"] for r in results), 1),
         "wasted": stats["received"] - stats["accepted"],
         "p50_seconds": percentile(seconds, 0.50),
         "p99_seconds": percentile(seconds, 0.99),
@@ -210,6 +241,57 @@ def simulated(service, flags, processes, callers):
         run = json.loads(text)
         runs.append(run[-1] if isinstance(run, list) else run)
     return {key: statistics.mean(r[key] for r in runs) for key in ("wasted", "p50_seconds", "p99_seconds", "gave_up")}
+
+
+def simulated_errors(service, flags, processes, errors, rate):
+    """Means over SEEDS of the simulator's errors scenario for the same set-up."""
+    runs = []
+    for seed in SEEDS:
+        text = subprocess.run(
+            [BINARY, "simulate", "--json", "--seed", str(seed), "--policy", POLICY, "--service", service,
+             "--scenario", "errors", "--error-rate", str(errors), "--rate", str(rate),
+             "--processes", str(processes), "--latency", LATENCY, "--horizon", "30m", *flags],
+            check=True, capture_output=True, text=True).stdout
+        runs.append(json.loads(text))
+    return {key: statistics.mean(r[key] or 0.0 for r in runs) for key in ("served_share", "p50_seconds", "p99_seconds")}
+
+
+def errors_world(opts):
+    """No gate, per-process gates and the fleet through one daemon against
+    a dependency failing `--errors` at random, real beside simulated."""
+    per_process = opts.rate / opts.processes
+    mixed = f" ({'+'.join(opts.languages)})" if list(opts.languages) != ["rust"] else ""
+    print(f"{opts.processes} processes{mixed}, {opts.rate:g} calls a second in all arriving at random for "
+          f"{ERRORS_SECONDS} s; the dependency fails {opts.errors:.0%} at random (503) and never runs out of "
+          f"capacity; a call gives up 60 s after it arrives; real: mean of {opts.runs} run(s), simulated: mean "
+          f"of seeds {SEEDS.start}-{SEEDS.stop - 1}, latency {LATENCY}")
+    print()
+    print(f"{'':20} {'served':>17} {'p50 s':>17} {'p99 s':>17}")
+    print(f"{'':20} {'real':>8} {'sim':>8} {'real':>8} {'sim':>8} {'real':>8} {'sim':>8}")
+    report, means, targets = {}, {}, []
+    arrivals = ["--rate", f"{per_process:g}", "--seconds", str(ERRORS_SECONDS)]
+    for label, service, flags, sim_flags in ERROR_WAYS:
+        reals = [real_run(service, [*arrivals, *flags], opts.processes, 0, languages=opts.languages,
+                          errors=opts.errors) for _ in range(opts.runs)]
+        sim = simulated_errors(service, sim_flags, opts.processes, opts.errors, opts.rate)
+        real = {key: statistics.mean(r[key] for r in reals) for key in sim}
+        report[label], means[label] = {"real": reals, "simulated": sim}, real
+        print(f"{label:20} {real['served_share']:8.2%} {sim['served_share']:8.2%} {real['p50_seconds']:8.3f} "
+              f"{sim['p50_seconds']:8.3f} {real['p99_seconds']:8.3f} {sim['p99_seconds']:8.3f}")
+        worst = max(r["p99_seconds"] for r in reals)
+        targets.append((f"{label}: real p99 {worst:.3f} s, simulated {sim['p99_seconds']:.3f} s (within + 0.5 s)",
+                        worst <= sim["p99_seconds"] + 0.5))
+    print()
+    base = means["no gate"]
+    for label in [label for label, *_ in ERROR_WAYS[1:]]:
+        got = means[label]
+        targets.append((f"{label}: served {got['served_share']:.2%} of calls, no gate {base['served_share']:.2%} "
+                        f"(at least 99 % of it)", got["served_share"] >= 0.99 * base["served_share"]))
+        limit = 1.2 * base["p99_seconds"] + 0.1
+        targets.append((f"{label}: p99 {got['p99_seconds']:.3f} s (at most 1.2x no gate's + 0.1 s: {limit:.3f} s)",
+                        got["p99_seconds"] <= limit))
+    met = all([verdict(what, ok) for what, ok in targets])
+    return report, met
 
 
 def build(languages):
@@ -332,7 +414,16 @@ def main():
                         help="with --replicas: also a run with Redis killed this long after the callers start")
     parser.add_argument("--kill-replica-at", type=float, metavar="SECONDS",
                         help="with --replicas: also a run with the first daemon killed this long after the start")
+    parser.add_argument("--errors", type=float, metavar="SHARE",
+                        help="instead of the herd: open-loop callers against a dependency failing SHARE at random")
+    parser.add_argument("--rate", type=float, default=300, help="with --errors: calls a second, in all")
     opts = parser.parse_args()
+    if opts.errors is not None and not 0 < opts.errors < 1:
+        parser.error(f"--errors takes a share between 0 and 1, not {opts.errors:g}")
+    if opts.errors is not None and opts.replicas is not None:
+        parser.error("--errors runs through one daemon; it does not go with --replicas")
+    if opts.rate <= 0:
+        parser.error(f"--rate takes calls a second above 0, not {opts.rate:g}")
     if opts.replicas is None and (opts.pace_store or opts.kill_store_at is not None
                                   or opts.kill_replica_at is not None):
         parser.error("--pace-store, --kill-store-at and --kill-replica-at go with --replicas N")
@@ -342,7 +433,10 @@ def main():
     if unknown or not opts.languages:
         parser.error(f"--languages: {', '.join(unknown) or 'none given'}: each is one of {', '.join(HERDS)}")
     build(opts.languages)
-    report, met = replicas(opts) if opts.replicas else one_daemon(opts)
+    if opts.errors is not None:
+        report, met = errors_world(opts)
+    else:
+        report, met = replicas(opts) if opts.replicas else one_daemon(opts)
     if opts.json:
         with open(opts.json, "w") as f:
             json.dump(report, f, indent=1)

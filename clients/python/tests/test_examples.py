@@ -73,3 +73,26 @@ def test_a_status_retry_on_leaves_out_gives_up_at_once(daemon, dependency):
     result = herd(url, refusing, "--no-fleet-pacing")
     assert (result["succeeded"], result["gave_up"], result["attempts"], result["seconds"]) == (0, 5, 5, [])
     assert answered == [404] * 5
+
+
+def test_open_loop_calls_arrive_over_time_and_are_timed_from_their_arrival(daemon, dependency):
+    url, _, _ = daemon(policy=POLICY)
+    serving, answered = dependency(200)
+    started = time.monotonic()
+    result = herd(url, serving, "--rate", "40", "--seconds", "1.5", "--seed", "3")
+    calls = result["succeeded"]
+    assert 30 <= calls <= 95 and result["gave_up"] == 0, result
+    assert result["attempts"] == calls and len(answered) == calls
+    assert time.monotonic() - started >= 1.5, "the last call arrives late in the second and a half"
+    # Timed from each call's arrival, not from the start: none waits long.
+    assert all(0.0 <= s < 1.0 for s in result["seconds"]), result["seconds"]
+
+
+def test_open_loop_needs_the_seconds_calls_arrive_for(daemon, dependency):
+    url, _, _ = daemon(policy=POLICY)
+    serving, _ = dependency(200)
+    done = subprocess.run(
+        [sys.executable, str(HERD), "--daemon", url, "--service", "herd", "--instance", "pod-1",
+         "--dependency", serving, "--start-at", "0", "--rate", "5"],
+        capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--seconds is required with --rate" in done.stderr, done.stderr

@@ -12,13 +12,13 @@
 //! `--no-fleet-pacing` keeps each send gate to what this process learns
 //! alone. Once every caller is done it prints one JSON line: the calls that
 //! succeeded and gave up, the attempts sent, and each success's time from
-//! the start in seconds.
+//! its call's arrival (the start, unless `--rate` is given) in seconds.
 //!
 //! With `--rate R --seconds S` the calls arrive instead, one at a time from
 //! `--start-at`, at random (a Poisson process seeded by `--seed`) at R a
 //! second for S seconds: the open-loop callers of `stormguard simulate
-//! --scenario errors` (`bench/fleet_budget.py`). `--report-every` sets the
-//! reporter's interval (2 s unless given).
+//! --scenario errors` (`bench/fleet_budget.py`, `bench/real_fleet.py --errors`).
+//! `--report-every` sets the reporter's interval (2 s unless given).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -132,7 +132,7 @@ async fn main() {
                 .await;
             result
                 .ok()
-                .map(|()| since_epoch().saturating_sub(start).as_secs_f64())
+                .map(|()| since_epoch().saturating_sub(start + arrival).as_secs_f64())
         });
     }
     let mut seconds = Vec::with_capacity(callers);

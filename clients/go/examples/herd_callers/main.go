@@ -11,7 +11,13 @@
 // --no-fleet-pacing keeps each send gate to what this process learns
 // alone. Once every caller is done it prints one JSON line: the calls that
 // succeeded and gave up, the attempts sent, and each success's time from
-// the start in seconds.
+// its call's arrival (the start, unless --rate is given) in seconds.
+//
+// With --rate R --seconds S the calls arrive instead, one at a time from
+// --start-at, at random (a Poisson process seeded by --seed) at R a
+// second for S seconds: the open-loop callers of `stormguard simulate
+// --scenario errors` (bench/fleet_budget.py, bench/real_fleet.py --errors).
+// --report-every sets the reporter's interval (2 s unless given).
 package main
 
 import (
@@ -21,6 +27,8 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
+	"math/rand"
 	"net/http"
 	"os"
 	"sync"
@@ -41,15 +49,36 @@ type result struct {
 	Seconds   []float64 `json:"seconds"`
 }
 
+// poisson is the arrival times of a Poisson process of rate a second over
+// seconds.
+func poisson(rate, seconds float64, seed int64) []time.Duration {
+	random := rand.New(rand.NewSource(seed))
+	var at float64
+	var arrivals []time.Duration
+	for {
+		at += -math.Log(1-random.Float64()) / rate
+		if at >= seconds {
+			return arrivals
+		}
+		arrivals = append(arrivals, time.Duration(at*float64(time.Second)))
+	}
+}
+
 func main() {
 	daemon := flag.String("daemon", "", "the stormguard daemon's base URL (required)")
 	service := flag.String("service", "", "the dependency's name in the daemon's policies (required)")
 	instance := flag.String("instance", "", "this process's name in reports (required)")
 	target := flag.String("dependency", "", "the dependency's base URL; callers GET {dependency}/call (required)")
-	callers := flag.Int("callers", 50, "the callers, each wanting one call served")
+	callers := flag.Int("callers", 50, "the callers, each wanting one call served (ignored with --rate)")
 	startAt := flag.Int64("start-at", 0, "when the callers start, in Unix milliseconds (required)")
 	alone := flag.Bool("no-fleet-pacing", false, "keep each send gate to what this process learns alone")
+	rate := flag.Float64("rate", 0, "calls a second arriving at random from --start-at, instead of --callers all at once")
+	seconds := flag.Float64("seconds", 0, "how long calls arrive for, in seconds (required with --rate)")
+	seed := flag.Int64("seed", 1, "the seed of the arrivals' randomness, with --rate")
+	reportEvery := flag.Float64("report-every", 2, "the seconds between reports")
 	flag.Parse()
+	given := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	for _, required := range []struct{ name, value string }{{"--daemon", *daemon}, {"--service", *service}, {"--instance", *instance}, {"--dependency", *target}} {
 		if required.value == "" {
 			log.Fatalf("%s is required", required.name)
@@ -59,30 +88,58 @@ func main() {
 		log.Fatal("--start-at is required")
 	}
 	start := time.UnixMilli(*startAt)
+	if !(*reportEvery > 0) || math.IsInf(*reportEvery, 0) {
+		log.Fatalf("--report-every takes a positive number of seconds, not %v", *reportEvery)
+	}
+	interval := time.Duration(*reportEvery * float64(time.Second))
+	// Every call at once, or each at its arrival.
+	var arrivals []time.Duration
+	if given["rate"] {
+		if !given["seconds"] {
+			log.Fatal("--seconds is required with --rate")
+		}
+		if !(*rate > 0) || math.IsInf(*rate, 0) {
+			log.Fatalf("--rate takes a positive number of calls a second, not %v", *rate)
+		}
+		if !(*seconds >= 0) || math.IsInf(*seconds, 0) {
+			log.Fatalf("--seconds takes a number of seconds, not %v", *seconds)
+		}
+		arrivals = poisson(*rate, *seconds, *seed)
+	} else {
+		arrivals = make([]time.Duration, *callers)
+	}
 
 	watch, err := policy.Start(context.Background(), policy.Config{Daemon: *daemon, Services: []string{*service}})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer watch.Stop()
-	reporter, err := report.Start(report.Config{Daemon: *daemon, Instance: *instance, Interval: 2 * time.Second, DisableFleetPacing: *alone})
+	reporter, err := report.Start(report.Config{Daemon: *daemon, Instance: *instance, Interval: interval, DisableFleetPacing: *alone})
 	if err != nil {
 		log.Fatal(err)
 	}
 	calls := dependency.New(watch, *service, reporter)
 	// A connection kept for every caller, as the Rust client's pool keeps
-	// them, rather than the two a host gets by default.
+	// them, rather than the two a host gets by default; open loop, one for
+	// every arrival up to 1,000, since only the calls in flight at once
+	// hold one.
 	transport := http.DefaultTransport.(*http.Transport).Clone()
-	transport.MaxIdleConnsPerHost = *callers
+	idle := len(arrivals)
+	if given["rate"] && idle > 1000 {
+		idle = 1000
+	}
+	transport.MaxIdleConnsPerHost = idle
 	client := &http.Client{Transport: transport}
 	url := *target + "/call"
 
 	var attempts atomic.Uint64
 	var mu sync.Mutex
-	out := result{Instance: *instance, Seconds: make([]float64, 0, *callers)}
+	out := result{Instance: *instance, Seconds: make([]float64, 0, len(arrivals))}
 	time.Sleep(time.Until(start))
 	var running sync.WaitGroup
-	for i := 0; i < *callers; i++ {
+	for _, arrival := range arrivals {
+		arrived := start.Add(arrival)
+		time.Sleep(time.Until(arrived))
 		running.Add(1)
 		go func() {
 			defer running.Done()
@@ -93,7 +150,7 @@ func main() {
 				last = status
 				return status, err
 			})
-			took := time.Since(start).Seconds()
+			took := time.Since(arrived).Seconds()
 			mu.Lock()
 			defer mu.Unlock()
 			// A status under 500 the policy does not retry ends the call,
