@@ -262,7 +262,8 @@ func settle(permit *breaker.Permit, answered, retryable bool, now uint64) {
 // retry, and a *CallError otherwise. The policy's maxElapsed bounds the
 // attempts and the waits in the gate's line together, as ctx's deadline
 // does: a call it ends gives up with Deadline, or NoTurn while it waits
-// for a turn.
+// for a turn. Its attempts answer a status only; Transport also reads each
+// answer's Retry-After, which lengthens the wait before the next attempt.
 func (d *Dependency) Call(ctx context.Context, endpoint string, attempt func(ctx context.Context) (status int, err error)) error {
 	return d.call(ctx, endpoint, func(ctx context.Context) (answer, error) {
 		status, err := attempt(ctx)
@@ -270,11 +271,13 @@ func (d *Dependency) Call(ctx context.Context, endpoint string, attempt func(ctx
 	})
 }
 
-// answer is what an attempt was answered: its HTTP status (0 if none), and
-// whether the answer carried a Retry-After the Rust library can read.
+// answer is what an attempt was answered: its HTTP status (0 if none),
+// whether the answer carried a Retry-After the Rust library can read, and
+// the wait it asked for.
 type answer struct {
 	status     int
 	retryAfter bool
+	after      time.Duration
 }
 
 // call is Call, with attempts that say whether their answer carried a
@@ -385,21 +388,35 @@ func (d *Dependency) call(ctx context.Context, endpoint string, attempt func(ctx
 		case retry >= retries:
 			return gaveUp(Exhausted, retry+1, status, err)
 		}
+		// The backoff's delay, lengthened to what the answer's Retry-After
+		// asked, never beyond maxDelay.
 		previous = delays.Delay(retry, previous, d.draw())
+		if asked := uint64(answered.after); asked > previous {
+			previous = min64(asked, uint64(delays.Max))
+		}
 		if maxElapsed > 0 && time.Since(start)+time.Duration(previous) >= maxElapsed {
 			return gaveUp(Deadline, retry+1, status, err)
 		}
 		// While the gate paces, it bounds what retries add to the load,
 		// and more tightly than the budget's fixed share; its pace also
 		// spaces the attempts. A retry then waits for its turn instead of
-		// asking the budget, and instead of a backoff.
-		if g.gate != nil && g.gate.On() {
-			continue
+		// asking the budget, and instead of a backoff, unless the
+		// dependency asked for a wait (Retry-After).
+		paced := g.gate != nil && g.gate.On()
+		wait := time.Duration(previous)
+		if paced {
+			wait = answered.after
 		}
-		if g.budget != nil && !g.budget.TryRetry(since(g.budgetBorn)) {
+		if maxElapsed > 0 && wait > 0 && time.Since(start)+wait >= maxElapsed {
+			return gaveUp(Deadline, retry+1, status, err)
+		}
+		if !paced && g.budget != nil && !g.budget.TryRetry(since(g.budgetBorn)) {
 			return gaveUp(BudgetExhausted, retry+1, status, err)
 		}
-		timer := time.NewTimer(time.Duration(previous))
+		if wait <= 0 {
+			continue
+		}
+		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
@@ -441,4 +458,11 @@ func signal(p gate.Policy, end ending) gate.Signal {
 		return gate.Overloaded
 	}
 	return gate.Accepted
+}
+
+func min64(a, b uint64) uint64 {
+	if a < b {
+		return a
+	}
+	return b
 }

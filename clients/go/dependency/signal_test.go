@@ -2,6 +2,7 @@ package dependency
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stormguard/stormguard/clients/go/gate"
 	"github.com/stormguard/stormguard/clients/go/policy"
@@ -66,7 +67,7 @@ func TestARetryAfterIsReadAsTheRustLibraryReadsIt(t *testing.T) {
 		"1.5":                               false,
 		"soon":                              false,
 	} {
-		if readableRetryAfter(value) != readable {
+		if _, ok := parseRetryAfter(value, time.Now()); ok != readable {
 			t.Errorf("Retry-After %q readable: %v", value, !readable)
 		}
 	}

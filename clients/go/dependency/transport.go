@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // drainLimit is how much of a retried attempt's body is read before it is
@@ -61,7 +63,8 @@ func (t *transport) RoundTrip(request *http.Request) (*http.Response, error) {
 			return answer{}, err
 		}
 		last = response
-		return answer{status: response.StatusCode, retryAfter: readableRetryAfter(response.Header.Get("Retry-After"))}, nil
+		after, asked := parseRetryAfter(response.Header.Get("Retry-After"), time.Now())
+		return answer{status: response.StatusCode, retryAfter: asked, after: after}, nil
 	})
 	if last != nil && request.Context().Err() == nil {
 		return last, nil
@@ -117,19 +120,29 @@ func (t *transport) attempt(request *http.Request, body func() (io.ReadCloser, e
 	return response, nil
 }
 
-// readableRetryAfter says whether a Retry-After value can be read, as the
-// Rust library's parse_retry_after reads it: delay-seconds or an HTTP date.
-func readableRetryAfter(value string) bool {
+// parseRetryAfter is the wait a Retry-After value asks for at now, and
+// whether it can be read, as the Rust library's parse_retry_after reads it:
+// delay-seconds, or an HTTP date (one in the past asks for no wait).
+func parseRetryAfter(value string, now time.Time) (time.Duration, bool) {
 	value = strings.TrimSpace(value)
 	if value == "" {
-		return false
+		return 0, false
 	}
 	// Rust's u64 parsing takes one leading '+'.
-	if _, err := strconv.ParseUint(strings.TrimPrefix(value, "+"), 10, 64); err == nil {
-		return true
+	if seconds, err := strconv.ParseUint(strings.TrimPrefix(value, "+"), 10, 64); err == nil {
+		if seconds > uint64(math.MaxInt64/int64(time.Second)) {
+			return time.Duration(math.MaxInt64), true
+		}
+		return time.Duration(seconds) * time.Second, true
 	}
-	_, err := http.ParseTime(value)
-	return err == nil
+	at, err := http.ParseTime(value)
+	if err != nil {
+		return 0, false
+	}
+	if wait := at.Sub(now); wait > 0 {
+		return wait, true
+	}
+	return 0, true
 }
 
 // replayable is how to get the request's body for each attempt: nil when

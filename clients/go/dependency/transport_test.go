@@ -152,3 +152,58 @@ func TestTheRequestsOwnBodyIsClosedAsARoundTripperMust(t *testing.T) {
 		}
 	}
 }
+
+// TestARetryWaitsWhatRetryAfterAskedUpToTheMaxDelay: as the Rust library
+// waits, the backoff's 1 ms is lengthened to the answer's Retry-After, and
+// a Retry-After past maxDelay waits maxDelay.
+func TestARetryWaitsWhatRetryAfterAskedUpToTheMaxDelay(t *testing.T) {
+	const asked = `services:
+  payments:
+    maxRetries: 1
+    initialDelay: 1ms
+    maxDelay: 1500ms
+    jitter: none
+    retryOn: [5xx]
+    budget: {enabled: false}
+    circuitBreaker: {enabled: false}
+`
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(file, []byte(asked), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	watch, err := policy.Start(context.Background(), policy.Config{Daemon: serve(t, file), Services: []string{"payments"}})
+	if err != nil || watch.Source() != policy.FromDaemon {
+		t.Fatalf("%v %v", err, watch.Source())
+	}
+	defer watch.Stop()
+	client := &http.Client{Transport: New(watch, "payments", nil).Transport(nil)}
+	for _, c := range []struct {
+		retryAfter    string
+		least, atMost time.Duration
+	}{
+		{"1", 900 * time.Millisecond, 30 * time.Second},
+		{"3600", 1400 * time.Millisecond, 30 * time.Second},
+	} {
+		var mu sync.Mutex
+		var arrived []time.Time
+		server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			mu.Lock()
+			arrived = append(arrived, time.Now())
+			first := len(arrived) == 1
+			mu.Unlock()
+			if first {
+				w.Header().Set("Retry-After", c.retryAfter)
+				w.WriteHeader(http.StatusServiceUnavailable)
+			}
+		}))
+		response, err := client.Get(server.URL + "/charge")
+		server.Close()
+		if err != nil || response.StatusCode != http.StatusOK {
+			t.Fatalf("Retry-After %s: %v %v", c.retryAfter, response, err)
+		}
+		response.Body.Close()
+		if gap := arrived[1].Sub(arrived[0]); gap < c.least || gap > c.atMost {
+			t.Fatalf("Retry-After %s: the retry came %v after the first try", c.retryAfter, gap)
+		}
+	}
+}

@@ -256,17 +256,25 @@ def call_plan(c: "Controls", *, clock: Clock, rng: random.Random, new_wakeup: Ca
         record(retry, kind)
         if not retryable or retry >= c.max_retries:
             return _end(status, error)
-        delay = c.backoff.delay(retry, previous, rng.getrandbits(64))
+        # The backoff's delay, lengthened to what the answer's Retry-After
+        # asked, never beyond maxDelay.
+        asked = round(retry_after * 1e9) if retry_after is not None else 0
+        delay = min(max(c.backoff.delay(retry, previous, rng.getrandbits(64)), asked), c.backoff.max_nanos)
         if deadline is not None and now + delay >= deadline:
             return _end(status, error)
         # While the gate paces, it bounds what retries add to the load,
         # and more tightly than a budget's fixed share; it also spaces
         # them. So a retry waits for its turn instead of asking the
-        # budget, and instead of backing off.
-        if c.gate is None or not c.gate.is_on:
-            if c.budget is not None and not c.budget.try_retry(now):
-                return _end(status, error)
-            yield Sleep(delay / 1e9)
+        # budget, and instead of backing off, unless the dependency asked
+        # for a wait (Retry-After).
+        paced = c.gate is not None and c.gate.is_on
+        wait = asked if paced else delay
+        if deadline is not None and now + wait >= deadline:
+            return _end(status, error)
+        if not paced and c.budget is not None and not c.budget.try_retry(now):
+            return _end(status, error)
+        if wait > 0:
+            yield Sleep(wait / 1e9)
         retry, previous = retry + 1, delay
 
 

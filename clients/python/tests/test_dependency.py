@@ -461,3 +461,26 @@ def test_the_reporter_is_told_the_gate_and_reads_it_on_the_calls_clock():
     dependency.watch.current = {**dependency.watch.current, "gate": {"enabled": False}}
     dependency.call("/charge", lambda timeout: 200)
     assert "gateOn" not in json.loads(reporter._take()[1])["reports"][0], "a new policy without a gate"
+
+
+def test_a_retry_waits_at_least_what_retry_after_asked_and_no_more_than_max_delay():
+    # As the Rust library waits: the backoff's delay lengthened to the
+    # answer's Retry-After, never beyond maxDelay.
+    clock = VirtualTime()
+    dependency = Dependency(Watch(maxRetries=2, jitter="none", initialDelayMs=100, maxDelayMs=5000,
+                                  budget={"enabled": False}), "payments",
+                            clock=clock.clock, sleep=clock.sleep, wait=clock.wait)
+    for asked, slept in (("2", [2.0, 2.0]), ("0", [0.1, 0.2]), ("60", [5.0, 5.0]), ("soon", [0.1, 0.2])):
+        clock.sleeps.clear()
+        with pytest.raises(urllib.error.HTTPError):
+            dependency.call("/charge", raises(http_error(503, asked)))
+        assert clock.sleeps == slept, asked
+
+
+def test_while_paced_a_retry_waits_what_retry_after_asked_before_its_turn():
+    clock = VirtualTime()
+    dependency = gated(clock, maxRetries=1, budget={"enabled": False})
+    with pytest.raises(urllib.error.HTTPError):
+        dependency.call("/charge", raises(http_error(503, "3")))
+    assert dependency.gate.is_on
+    assert clock.sleeps == [3.0], "no backoff while paced, but the wait the dependency asked for"
