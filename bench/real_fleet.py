@@ -43,7 +43,7 @@ all in Rust, and the mixed fleet must waste within 1.3x of its simulation,
 reach p99 within 0.5 s of it, and waste within 1.1x of the all-Rust fleet.
 
 With `--errors SHARE` it runs instead a healthy dependency that fails SHARE
-of requests at random (503) and never runs out of capacity, the world of
+of requests at random (503, or `--error-status`) and never runs out of capacity, the world of
 `stormguard simulate --scenario errors`: open-loop callers, `--rate` calls a
 second in all (300 unless given) arriving at random for 60 s, dealt to the
 processes, under bench/real-fleet.yaml's `errors-jittered` (no gate) and
@@ -57,7 +57,7 @@ gate's + 0.1 s.
 
 Usage: bench/real_fleet.py [--processes N] [--callers N] [--runs N] [--json FILE]
        [--languages L,L,...] [--replicas N [--pace-store] [--kill-store-at S] [--kill-replica-at S]]
-       [--errors SHARE [--rate R]]
+       [--errors SHARE [--rate R] [--error-status S]]
 It builds what it runs first (release: the daemon and the Rust client's
 examples; the Go example with `go build` when Go is dealt processes).
 """
@@ -107,12 +107,13 @@ def percentile(values, q):
     return ordered[max(0, int(q * len(ordered) + 0.999999) - 1)] if ordered else float("nan")
 
 
-def start_dependency(start_at_ms, errors=None):
+def start_dependency(start_at_ms, errors=None, status=503):
     """The project's loopback dependency: the herd's (down for OUTAGE, then
     CAPACITY a calendar second), or with `errors` one that fails that share
-    at random and never runs out of capacity."""
+    at random, answering `status`, and never runs out of capacity."""
     world = (["--outage", str(OUTAGE), "--capacity", str(CAPACITY)] if errors is None
-             else ["--outage", "0", "--capacity", str(UNLIMITED), "--error-rate", str(errors)])
+             else ["--outage", "0", "--capacity", str(UNLIMITED), "--error-rate", str(errors),
+                   "--error-status", str(status)])
     dependency = subprocess.Popen(
         [os.path.join(EXAMPLES, "recovering_dependency"), "--listen", "127.0.0.1:0",
          "--start-at", str(start_at_ms), *world],
@@ -171,18 +172,19 @@ class Fleet:
             process.wait()
 
 
-def real_run(service, flags, processes, callers, fleet=None, languages=("rust",), errors=None):
+def real_run(service, flags, processes, callers, fleet=None, languages=("rust",), errors=None, status=503):
     """One run of the real fleet, its processes dealt in turn to
     `languages`' clients: wasted, p50, p99, gave up, the dependency's
     per-second counts, and what Redis did if there was one. With `errors`,
-    the dependency fails that share at random, and `flags` make the calls
-    arrive (open loop) rather than `callers` calls at once."""
+    the dependency fails that share at random, answering `status`, and
+    `flags` make the calls arrive (open loop) rather than `callers` calls
+    at once."""
     fleet = fleet or Fleet()
     python_path = os.path.join(ROOT, "clients", "python")
     environment = {**os.environ, "PYTHONPATH": python_path + os.pathsep + os.environ.get("PYTHONPATH", "")}
     start_at = int(time.time() * 1000) + 3000
     daemon_url = fleet.start(start_at)
-    dependency, address = start_dependency(start_at, errors)
+    dependency, address = start_dependency(start_at, errors, status)
     herd = []
     try:
         herd += [
@@ -243,13 +245,14 @@ def simulated(service, flags, processes, callers):
     return {key: statistics.mean(r[key] for r in runs) for key in ("wasted", "p50_seconds", "p99_seconds", "gave_up")}
 
 
-def simulated_errors(service, flags, processes, errors, rate):
+def simulated_errors(service, flags, processes, errors, status, rate):
     """Means over SEEDS of the simulator's errors scenario for the same set-up."""
     runs = []
     for seed in SEEDS:
         text = subprocess.run(
             [BINARY, "simulate", "--json", "--seed", str(seed), "--policy", POLICY, "--service", service,
-             "--scenario", "errors", "--error-rate", str(errors), "--rate", str(rate),
+             "--scenario", "errors", "--error-rate", str(errors), "--error-status", str(status),
+             "--rate", str(rate),
              "--processes", str(processes), "--latency", LATENCY, "--horizon", "30m", *flags],
             check=True, capture_output=True, text=True).stdout
         runs.append(json.loads(text))
@@ -262,7 +265,7 @@ def errors_world(opts):
     per_process = opts.rate / opts.processes
     mixed = f" ({'+'.join(opts.languages)})" if list(opts.languages) != ["rust"] else ""
     print(f"{opts.processes} processes{mixed}, {opts.rate:g} calls a second in all arriving at random for "
-          f"{ERRORS_SECONDS} s; the dependency fails {opts.errors:.0%} at random (503) and never runs out of "
+          f"{ERRORS_SECONDS} s; the dependency fails {opts.errors:.0%} at random ({opts.error_status}) and never runs out of "
           f"capacity; a call gives up 60 s after it arrives; real: mean of {opts.runs} run(s), simulated: mean "
           f"of seeds {SEEDS.start}-{SEEDS.stop - 1}, latency {LATENCY}")
     print()
@@ -272,8 +275,8 @@ def errors_world(opts):
     arrivals = ["--rate", f"{per_process:g}", "--seconds", str(ERRORS_SECONDS)]
     for label, service, flags, sim_flags in ERROR_WAYS:
         reals = [real_run(service, [*arrivals, *flags], opts.processes, 0, languages=opts.languages,
-                          errors=opts.errors) for _ in range(opts.runs)]
-        sim = simulated_errors(service, sim_flags, opts.processes, opts.errors, opts.rate)
+                          errors=opts.errors, status=opts.error_status) for _ in range(opts.runs)]
+        sim = simulated_errors(service, sim_flags, opts.processes, opts.errors, opts.error_status, opts.rate)
         real = {key: statistics.mean(r[key] for r in reals) for key in sim}
         report[label], means[label] = {"real": reals, "simulated": sim}, real
         print(f"{label:20} {real['served_share']:8.2%} {sim['served_share']:8.2%} {real['p50_seconds']:8.3f} "
@@ -417,6 +420,9 @@ def main():
     parser.add_argument("--errors", type=float, metavar="SHARE",
                         help="instead of the herd: open-loop callers against a dependency failing SHARE at random")
     parser.add_argument("--rate", type=float, default=300, help="with --errors: calls a second, in all")
+    parser.add_argument("--error-status", type=int, default=503,
+                        help="with --errors: what the random failures are answered (503, which the gate's default "
+                             "overloadOn hears as overload; 500, an error it counts as answered)")
     opts = parser.parse_args()
     if opts.errors is not None and not 0 < opts.errors < 1:
         parser.error(f"--errors takes a share between 0 and 1, not {opts.errors:g}")
@@ -424,6 +430,8 @@ def main():
         parser.error("--errors runs through one daemon; it does not go with --replicas")
     if opts.rate <= 0:
         parser.error(f"--rate takes calls a second above 0, not {opts.rate:g}")
+    if not 400 <= opts.error_status <= 599:
+        parser.error(f"--error-status takes an error status from 400 to 599, not {opts.error_status}")
     if opts.replicas is None and (opts.pace_store or opts.kill_store_at is not None
                                   or opts.kill_replica_at is not None):
         parser.error("--pace-store, --kill-store-at and --kill-replica-at go with --replicas N")

@@ -13,10 +13,11 @@
 //! dependency) and `GET /stats` (what it received and accepted, in total and
 //! per second since the start).
 //!
-//! With `--error-rate E` it also refuses (503) a share E of the requests it
-//! receives after the outage, at random: with `--outage 0` and a capacity it never
-//! reaches, the dependency of `stormguard simulate --scenario errors`
-//! (`bench/fleet_budget.py`).
+//! With `--error-rate E` it also fails a share E of the requests it
+//! receives after the outage, at random, answering `--error-status` (503
+//! unless given): with `--outage 0` and a capacity it never reaches, the
+//! dependency of `stormguard simulate --scenario errors`
+//! (`bench/fleet_budget.py`, `bench/real_fleet.py --errors`).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -34,8 +35,10 @@ struct Dependency {
     start: Duration,
     outage: Duration,
     capacity: u64,
-    /// The share of requests refused at random, in [0, 1].
+    /// The share of requests failed at random, in [0, 1].
     error_rate: f64,
+    /// What those are answered.
+    error_status: StatusCode,
     /// The calendar second being served and what it has accepted so far.
     second: Mutex<(u64, u64)>,
     received: Vec<AtomicU64>,
@@ -43,40 +46,38 @@ struct Dependency {
 }
 
 impl Dependency {
-    /// Whether a request arriving at `now` (since the Unix epoch) is accepted.
-    fn admit(&self, now: Duration) -> bool {
+    /// What a request arriving at `now` (since the Unix epoch) is answered:
+    /// 200, 503 during the outage or past the second's capacity, or the
+    /// error status for the share failed at random.
+    fn answer(&self, now: Duration) -> StatusCode {
         let Some(since) = now.checked_sub(self.start) else {
-            return false;
+            return StatusCode::SERVICE_UNAVAILABLE;
         };
         let second = since.as_secs();
         let slot = (second as usize).min(SECONDS_KEPT);
         self.received[slot].fetch_add(1, Relaxed);
         if since < self.outage {
-            return false;
+            return StatusCode::SERVICE_UNAVAILABLE;
         }
         if self.error_rate > 0.0 && rand::random::<f64>() < self.error_rate {
-            return false;
+            return self.error_status;
         }
         let mut current = self.second.lock().unwrap_or_else(|e| e.into_inner());
         if current.0 != second {
             *current = (second, 0);
         }
         if current.1 >= self.capacity {
-            return false;
+            return StatusCode::SERVICE_UNAVAILABLE;
         }
         current.1 += 1;
         self.accepted[slot].fetch_add(1, Relaxed);
-        true
+        StatusCode::OK
     }
 }
 
 async fn call(State(dependency): State<Arc<Dependency>>) -> StatusCode {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-    if dependency.admit(now) {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    }
+    dependency.answer(now)
 }
 
 async fn stats(State(dependency): State<Arc<Dependency>>) -> Json<serde_json::Value> {
@@ -122,6 +123,13 @@ async fn main() {
                 .ok()
                 .filter(|e| (0.0..=1.0).contains(e))
                 .unwrap_or_else(|| panic!("--error-rate takes a share from 0 to 1, not {v:?}"))
+        }),
+        error_status: flag(&args, "--error-status").map_or(StatusCode::SERVICE_UNAVAILABLE, |v| {
+            v.parse::<u16>()
+                .ok()
+                .filter(|code| (400..=599).contains(code))
+                .and_then(|code| StatusCode::from_u16(code).ok())
+                .unwrap_or_else(|| panic!("--error-status takes an error status from 400 to 599, not {v:?}"))
         }),
         second: Mutex::new((0, 0)),
         received: (0..=SECONDS_KEPT).map(|_| AtomicU64::new(0)).collect(),
