@@ -152,7 +152,10 @@ fn advice(t: &Tuning) -> String {
     if let Some(plain) = &t.without_gate {
         out.push_str(
             "\nThe recommendation turns on the send gate, which paces callers through the stormguard client\n\
-             library (and the daemon, with its reporter running). For callers without it, the best found:\n",
+             library (and the daemon, with its reporter running). It reads refused connections, timeouts,\n\
+             429s and 503s as overload (gate.overloadOn): if the dependency answers 503 for reasons other\n\
+             than load (a bad replica behind a balancer), leave 503 out of overloadOn, or the gate will pace\n\
+             a healthy dependency down by the share it fails. For callers without the library, the best found:\n",
         );
         out.push_str(&block(t, plain));
     }

@@ -63,6 +63,11 @@ fn with_the_gate_allowed_it_is_recommended_and_the_best_without_it_is_given_too(
     assert!(t.recommended.figures[0].wasted < plain.figures[0].wasted);
     let text = text(&t, Duration::ZERO);
     assert!(text.contains("gate: {enabled: true}"), "{text}");
+    assert!(
+        text.contains("if the dependency answers 503 for reasons other\nthan load")
+            && text.contains("leave 503 out of overloadOn"),
+        "a recommended gate comes with what it reads as overload: {text}"
+    );
 }
 
 #[test]
