@@ -1,54 +1,22 @@
 package retryon
 
 import (
-	"encoding/json"
-	"os"
-	"reflect"
 	"testing"
+
+	"github.com/stormguard/stormguard/clients/go/internal/vectortest"
 )
 
 // TestEveryListCoreServesIsReadAndCoversWhatCoreCovers replays the shared
 // retryOn vectors, which stormguard-core generates, through Parse: each
 // list is valid, and covers the statuses and failures core says it does.
 func TestEveryListCoreServesIsReadAndCoversWhatCoreCovers(t *testing.T) {
-	text, err := os.ReadFile("../../vectors/retry-on.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var file struct {
-		Cases []struct {
-			RetryOn  []any    `json:"retryOn"`
-			Statuses []int    `json:"statuses"`
-			Failures []string `json:"failures"`
-		} `json:"cases"`
-	}
-	if err := json.Unmarshal(text, &file); err != nil {
-		t.Fatal(err)
-	}
-	if len(file.Cases) == 0 {
-		t.Fatal("no cases")
-	}
-	for _, c := range file.Cases {
+	for _, c := range vectortest.RetryOn(t) {
 		conditions, err := Parse("retryOn", c.RetryOn)
 		if err != nil {
 			t.Errorf("%v: %v", c.RetryOn, err)
 			continue
 		}
-		statuses := []int{}
-		for s := 100; s < 600; s++ {
-			if conditions.CoversStatus(s) {
-				statuses = append(statuses, s)
-			}
-		}
-		failures := []string{}
-		for _, f := range Failures {
-			if conditions.CoversFailure(f) {
-				failures = append(failures, f)
-			}
-		}
-		if !reflect.DeepEqual(statuses, c.Statuses) || !reflect.DeepEqual(failures, c.Failures) {
-			t.Errorf("%v: %v %v, core says %v %v", c.RetryOn, statuses, failures, c.Statuses, c.Failures)
-		}
+		c.Check(t, Failures, conditions.CoversStatus, conditions.CoversFailure)
 	}
 }
 
