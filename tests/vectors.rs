@@ -373,6 +373,9 @@ fn the_committed_gate_vectors_are_what_core_decides() {
         "cubic",
         "regrown",
         "turned_off",
+        "watching",
+        "answering",
+        "refusal_not_overload",
     ] {
         assert!(
             seen.contains(phase),

@@ -10,7 +10,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use stormguard_core::gate::{Claim, SendGate, Signal, Ticket, Turn};
-use stormguard_core::policy::{GatePolicy, RetryPolicy, ValidPolicy};
+use stormguard_core::policy::{GatePolicy, OverloadWhen, RetryPolicy, ValidPolicy};
 use tokio::time::Instant;
 
 pub const PATH: &str = "clients/vectors/gate.json";
@@ -26,6 +26,11 @@ enum Health {
     Capacity(u32),
     /// Answers nothing in time.
     Slow,
+    /// Refuses this share of attempts at random, whatever the rate.
+    Random(f64),
+    /// Accepts this many a calendar second, and of those refuses the
+    /// share at random.
+    CapacityAndRandom(u32, f64),
 }
 
 /// A scenario: the gate's settings and the dependency's health from each
@@ -40,9 +45,10 @@ struct Shape {
     health: &'static [(u64, Health)],
     /// Milliseconds between an attempt and its answer: from, to.
     latency: (u64, u64),
+    overload_when: OverloadWhen,
 }
 
-const SHAPES: [Shape; 5] = [
+const SHAPES: [Shape; 7] = [
     // The default gate: an outage, a recovery at 40 a second, healthy again.
     Shape {
         min_rate: 0.5,
@@ -58,6 +64,7 @@ const SHAPES: [Shape; 5] = [
             (11_000, Health::Up),
         ],
         latency: (2, 20),
+        overload_when: OverloadWhen::AnyRefusal,
     },
     // A quick ramp against a low capacity: cuts and regrowth, twice.
     Shape {
@@ -76,6 +83,7 @@ const SHAPES: [Shape; 5] = [
             (14_000, Health::Up),
         ],
         latency: (1, 10),
+        overload_when: OverloadWhen::AnyRefusal,
     },
     // A slow dependency: timeouts, then refusals, then health.
     Shape {
@@ -93,6 +101,7 @@ const SHAPES: [Shape; 5] = [
             (10_000, Health::Up),
         ],
         latency: (5, 60),
+        overload_when: OverloadWhen::AnyRefusal,
     },
     // A low ceiling: the rate pinned at maxRate.
     Shape {
@@ -108,6 +117,7 @@ const SHAPES: [Shape; 5] = [
             (5_000, Health::Up),
         ],
         latency: (1, 5),
+        overload_when: OverloadWhen::AnyRefusal,
     },
     // Flapping: down and up in turn, the gate turning on and off.
     Shape {
@@ -125,6 +135,49 @@ const SHAPES: [Shape; 5] = [
             (6_000, Health::Up),
         ],
         latency: (1, 15),
+        overload_when: OverloadWhen::AnyRefusal,
+    },
+    // `most-refused`: random failures that refuse too few to say overload
+    // (watching), a share that outnumbers the acceptances (on, judging the
+    // dependency to answer), an outage (on at once, probing) and a
+    // recovery that fails a share at random.
+    Shape {
+        min_rate: 0.5,
+        max_rate: 10_000.0,
+        beta: 0.7,
+        scale: 0.4,
+        ramp: 8.0,
+        quiet_ms: 500,
+        health: &[
+            (0, Health::Up),
+            (300, Health::Random(0.2)),
+            (2_500, Health::Random(0.8)),
+            (5_000, Health::Up),
+            (7_000, Health::Down),
+            (10_000, Health::CapacityAndRandom(25, 0.3)),
+            (14_000, Health::Up),
+        ],
+        latency: (1, 15),
+        overload_when: OverloadWhen::MostRefused,
+    },
+    // `most-refused` from a dependency down at the start, slow for a
+    // while, then failing half at random.
+    Shape {
+        min_rate: 1.0,
+        max_rate: 500.0,
+        beta: 0.5,
+        scale: 2.0,
+        ramp: 20.0,
+        quiet_ms: 300,
+        health: &[
+            (0, Health::Down),
+            (1_500, Health::Random(0.5)),
+            (5_000, Health::Slow),
+            (6_000, Health::Capacity(20)),
+            (9_000, Health::Random(0.1)),
+        ],
+        latency: (1, 10),
+        overload_when: OverloadWhen::MostRefused,
     },
 ];
 
@@ -140,7 +193,7 @@ pub fn vectors() -> (Value, BTreeSet<&'static str>) {
         scenarios.push(scenario);
         seen.extend(visited);
     }
-    let about = "stormguard-core's send gate: for each scenario, a gate with the policy's `gate` block (as the daemon serves it), created off at time 0 and fed, at the given nanoseconds: `turn` (an attempt asks for a turn: \"now\" or [\"queued\", ticket]), `rejoin` (a call that waited under ticket `place` asks again: the same verdicts), `claim` (a ticket's holder claims: \"go\", [\"at\", nanoseconds when to claim again] or \"behind\"), `leave` (a ticket's holder gives up its place), `record` (the outcome, \"accepted\", \"overloaded\" or \"timed_out\", of an attempt sent at `sent`; when it turns the gate on, `draw` is the random first credit, in [0, 1), the gate drew), `lease` (the fleet grants `rate` until `until`) and `tally` (what the gate saw since the last tally: sent, accepted, overloaded, timed out, waiting). Each op ends with the gate's state after it: [on, the rate it paces at or null, its own rate or null, tickets waiting, its phase, its credit]. Phases: off, probing, slow_start, cubic (after a cut, below the rate cut from), regrown (back at or past it). Regenerate with STORMGUARD_WRITE_VECTORS=1 cargo test --test vectors.";
+    let about = "stormguard-core's send gate: for each scenario, a gate with the policy's `gate` block (as the daemon serves it), created off at time 0 and fed, at the given nanoseconds: `turn` (an attempt asks for a turn: \"now\" or [\"queued\", ticket]), `rejoin` (a call that waited under ticket `place` asks again: the same verdicts), `claim` (a ticket's holder claims: \"go\", [\"at\", nanoseconds when to claim again] or \"behind\"), `leave` (a ticket's holder gives up its place), `record` (the outcome, \"accepted\", \"overloaded\" or \"timed_out\", of an attempt sent at `sent`; when it turns the gate on, `draw` is the random first credit, in [0, 1), the gate drew), `lease` (the fleet grants `rate` until `until`) and `tally` (what the gate saw since the last tally: sent, accepted, overloaded, timed out, waiting). Each op ends with the gate's state after it: [on, the rate it paces at or null, its own rate or null, tickets waiting, its phase, its credit, watching (off, counting answers since a refusal under overloadWhen: most-refused), answering (on under most-refused, judging the dependency to answer: a refusal cuts only while refusals outnumber acceptances)]. Phases: off, probing, slow_start, cubic (after a cut, below the rate cut from), regrown (back at or past it). Regenerate with STORMGUARD_WRITE_VECTORS=1 cargo test --test vectors.";
     (json!({ "about": about, "scenarios": scenarios }), seen)
 }
 
@@ -159,6 +212,7 @@ fn scenario(shape: &Shape, seed: u64) -> (Value, BTreeSet<&'static str>) {
         scale: shape.scale,
         ramp: shape.ramp,
         quiet: Duration::from_millis(shape.quiet_ms),
+        overload_when: shape.overload_when,
         ..GatePolicy::default()
     };
     let policy = ValidPolicy::try_from(RetryPolicy {
@@ -186,22 +240,31 @@ fn scenario(shape: &Shape, seed: u64) -> (Value, BTreeSet<&'static str>) {
         flying.sort_by_key(|f| f.answer);
         while flying.first().is_some_and(|f| f.answer <= at) {
             let attempt = flying.remove(0);
-            let (signal, name) = match health_at(shape, attempt.answer) {
-                Health::Up => (Signal::Accepted, "accepted"),
-                Health::Down => (Signal::Overloaded, "overloaded"),
-                Health::Slow => (Signal::TimedOut, "timed_out"),
-                Health::Capacity(per_second) => {
-                    let second = attempt.answer / 1_000_000_000;
-                    if accepted_in_second.0 != second {
-                        accepted_in_second = (second, 0);
-                    }
-                    if accepted_in_second.1 < per_second {
-                        accepted_in_second.1 += 1;
-                        (Signal::Accepted, "accepted")
-                    } else {
-                        (Signal::Overloaded, "overloaded")
-                    }
+            let accepted = (Signal::Accepted, "accepted");
+            let refused = (Signal::Overloaded, "overloaded");
+            let mut within = |per_second: u32| {
+                let second = attempt.answer / 1_000_000_000;
+                if accepted_in_second.0 != second {
+                    accepted_in_second = (second, 0);
                 }
+                let within = accepted_in_second.1 < per_second;
+                accepted_in_second.1 += u32::from(within);
+                within
+            };
+            let (signal, name) = match health_at(shape, attempt.answer) {
+                Health::Up => accepted,
+                Health::Down => refused,
+                Health::Slow => (Signal::TimedOut, "timed_out"),
+                Health::Capacity(per_second) if within(per_second) => accepted,
+                Health::Capacity(_) => refused,
+                Health::Random(share) if rng.random_bool(share) => refused,
+                Health::Random(_) => accepted,
+                Health::CapacityAndRandom(per_second, share)
+                    if within(per_second) && !rng.random_bool(share) =>
+                {
+                    accepted
+                }
+                Health::CapacityAndRandom(..) => refused,
             };
             let (was_on, before) = (gate.is_on(), gate.own_rate());
             gate.record_at(signal, t0 + Duration::from_nanos(attempt.sent), now);
@@ -211,6 +274,9 @@ fn scenario(shape: &Shape, seed: u64) -> (Value, BTreeSet<&'static str>) {
             }
             if signal == Signal::Overloaded && was_on && gate.own_rate() < before {
                 ops.seen.insert("beta_cut");
+            }
+            if signal == Signal::Overloaded && gate.is_answering() && gate.own_rate() >= before {
+                ops.seen.insert("refusal_not_overload");
             }
             ops.push(&gate, op);
         }
@@ -323,6 +389,12 @@ impl Recorder {
         }
         self.was_on = on;
         self.seen.insert(phase_of(&state));
+        if gate.is_watching() {
+            self.seen.insert("watching");
+        }
+        if gate.is_answering() {
+            self.seen.insert("answering");
+        }
         self.ops.push(json!([op, state]));
     }
 }
@@ -365,7 +437,7 @@ fn nanos(when: Instant, t0: Instant) -> u64 {
     when.saturating_duration_since(t0).as_nanos() as u64
 }
 
-/// [on, pace rate, own rate, waiting, phase, credit].
+/// [on, pace rate, own rate, waiting, phase, credit, watching, answering].
 fn state_of(gate: &SendGate) -> Value {
     json!([
         gate.is_on(),
@@ -374,6 +446,8 @@ fn state_of(gate: &SendGate) -> Value {
         gate.waiting(),
         gate.phase(),
         gate.credit(),
+        gate.is_watching(),
+        gate.is_answering(),
     ])
 }
 

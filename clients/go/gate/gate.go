@@ -26,6 +26,18 @@
 //     rate grows no faster than 1.25 times that most.
 //   - Off again once nothing has been refused and nobody has had to wait
 //     for Quiet.
+//   - Under Policy.OverloadWhen MostRefused, for a dependency that fails
+//     a share of requests at random (which the above would pace down by
+//     that share, every second), a refusal says overload only once
+//     refusals outnumber acceptances over the last second by more than
+//     chance would (Google's client-side throttling, K = 2), or when
+//     nothing has been accepted for three seconds (the dependency is down:
+//     on at once, probing, as above). Until then the gate watches: off,
+//     counting answers; if they come to show overload, it turns on at
+//     twice what the dependency delivered. Once something is accepted, the
+//     rate is never below twice what was accepted over the last second,
+//     and a refusal cuts it only while refusals outnumber acceptances. A
+//     timeout turns the gate on at once either way.
 //
 // Times are nanoseconds since the gate's creation on a clock that does not
 // go back; decisions take the time as an argument, so a test drives the
@@ -84,6 +96,9 @@ const (
 	// Overloaded: overloaded or down: a failure the policy retries that
 	// Policy.OverloadOn covers (by default a refused connection, a timeout,
 	// 429 or 503), or an answer with a Retry-After (see Policy.Overloads).
+	// Under Policy.OverloadWhen MostRefused the gate reads a refusal as
+	// overload only once refusals outnumber acceptances, or nothing has
+	// been accepted for three seconds.
 	Overloaded
 	// TimedOut: no answer in time. Unlike a refusal, the dependency may
 	// still be working on it: the rate is cut to what it has lately been
@@ -125,6 +140,15 @@ type Tally struct {
 type Gate struct {
 	policy Policy
 	on     atomic.Bool
+	// watching says the gate is off but has heard a refusal under
+	// MostRefused: outcomes are counted until they show overload (the gate
+	// turns on) or Quiet passes without another refusal.
+	watching atomic.Bool
+	// lastAccepted is, under MostRefused, the tenth of a second (since the
+	// gate's creation, plus one; 0: never) of the last accepted attempt:
+	// whether the dependency was lately accepting. It is stored at most
+	// once a tenth while healthy, so noting it costs a healthy call a load.
+	lastAccepted atomic.Uint64
 
 	mu sync.Mutex
 	// rate is the rate learned from this process's own outcomes.
@@ -142,7 +166,30 @@ type Gate struct {
 	// draw draws each turn-on's first credit, so that processes that
 	// failed together do not probe together.
 	draw func() float64
+	// watch is, while watching, what the dependency answered since
+	// watching began.
+	watch answers
 }
+
+// downAfterTenths is how long, in tenths of a second, the dependency must
+// have accepted nothing under MostRefused for a refusal to turn the gate
+// on at once, as for a dependency that is down: as long as the gate's
+// counts go back.
+const downAfterTenths = 30
+
+// watched is what an outcome heard while off says.
+type watched uint8
+
+const (
+	// stillAnswering: not overload (yet); the gate stays off.
+	stillAnswering watched = iota
+	// down: nothing accepted lately, or a timeout: the gate turns on
+	// probing.
+	down
+	// outnumbered: refusals have come to outnumber acceptances; the gate
+	// turns on judging the dependency to answer.
+	outnumbered
+)
 
 type waiter struct {
 	ticket Ticket
@@ -161,7 +208,7 @@ func New(p Policy, draw func() float64) (*Gate, error) {
 	if draw == nil {
 		draw = rand.New(rand.NewSource(time.Now().UnixNano())).Float64
 	}
-	return &Gate{policy: p, rate: probingRate(p, 0), draw: draw}, nil
+	return &Gate{policy: p, rate: probingRate(p, 0), draw: draw, watch: newAnswers(0)}, nil
 }
 
 // On says whether the gate paces attempts now.
@@ -178,6 +225,24 @@ func (g *Gate) OnAt(now uint64) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return !g.turnOffIfQuiet(now)
+}
+
+// Watching says whether the gate is off but counting what the dependency
+// answers since a refusal (under Policy.OverloadWhen MostRefused): it
+// turns on if refusals come to outnumber acceptances.
+func (g *Gate) Watching() bool { return g.watching.Load() }
+
+// Answering says whether the gate is on judging the dependency to answer
+// rather than to be overloaded (under Policy.OverloadWhen MostRefused,
+// once something has been accepted): a refusal then cuts the rate only
+// while refusals outnumber acceptances. False while off.
+func (g *Gate) Answering() bool {
+	if !g.On() {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.rate.answering
 }
 
 // Rate is the rate the gate paced at as of its last turn or outcome, in
@@ -358,44 +423,128 @@ func (g *Gate) Leave(ticket Ticket) {
 
 // Record learns from the outcome, at now, of an attempt sent at sent.
 func (g *Gate) Record(signal Signal, sent, now uint64) {
-	if signal == Accepted && !g.On() {
-		return
+	if signal == Accepted {
+		if g.policy.OverloadWhen == MostRefused {
+			g.noteAccepted(now)
+		}
+		if !g.On() && !g.Watching() {
+			return
+		}
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	p := g.policy
 	timedOut := signal == TimedOut
-	switch {
-	case signal != Accepted && !g.On():
-		g.rate = probingRate(p, now)
-		// The rate is at its lowest already; this only notes whether the
-		// dependency is slow.
-		g.rate.overloaded(p, sent, now, timedOut)
-		g.pacer = pacer{credit: g.draw(), at: now}
-		g.lastTrouble = now
-		// The failure that turned it on is the first the fleet hears of.
-		g.tally = Tally{Overloaded: 1}
-		if timedOut {
-			g.tally.TimedOut = 1
+	if !g.On() {
+		switch g.watched(signal, now) {
+		case down:
+			g.turnOn(signal, sent, now)
+		case outnumbered:
+			g.rate = answeringRate(p, g.watch, now)
+			g.startPacing(signal, now)
 		}
-		g.on.Store(true)
-	case signal != Accepted:
+		return
+	}
+	if signal != Accepted {
 		g.tally.Overloaded++
 		if timedOut {
 			g.tally.TimedOut++
+		} else {
+			g.rate.refused(1, now)
 		}
-		g.lastTrouble = now
 		g.pacer.accrue(g.rate.now, now)
-		g.rate.overloaded(p, sent, now, timedOut)
-		g.pacer.overloaded(p.Beta, sent)
-	default:
-		g.tally.Accepted++
-		g.pacer.accrue(g.rate.now, now)
-		g.rate.accepted(p, now)
-		g.turnOffIfQuiet(now)
-		// The first in line may be due sooner now.
-		g.wakeFirst()
+		// A refusal the rate judges random is no trouble: it cuts nothing
+		// and does not keep the gate on.
+		if g.rate.overloaded(p, sent, now, timedOut) {
+			g.lastTrouble = now
+			g.pacer.overloaded(p.Beta, sent)
+		}
+		return
 	}
+	g.tally.Accepted++
+	g.pacer.accrue(g.rate.now, now)
+	g.rate.accepted(p, now)
+	g.turnOffIfQuiet(now)
+	// The first in line may be due sooner now.
+	g.wakeFirst()
+}
+
+// noteAccepted notes that something was accepted at now: a store at most
+// once a tenth of a second.
+func (g *Gate) noteAccepted(now uint64) {
+	t := now/tenth + 1
+	if g.lastAccepted.Load() != t {
+		g.lastAccepted.Store(t)
+	}
+}
+
+// acceptedLately says whether anything was accepted within
+// downAfterTenths of now.
+func (g *Gate) acceptedLately(now uint64) bool {
+	last := g.lastAccepted.Load()
+	if last == 0 {
+		return false
+	}
+	t := now/tenth + 1
+	return t < last || t-last < downAfterTenths
+}
+
+// watched counts an outcome heard while off (a refusal, or anything while
+// watching), and says what it shows. A timeout turns the gate on at once,
+// and so does any refusal unless the policy says MostRefused. Then a
+// refusal starts watching, and turns the gate on at once only if nothing
+// was accepted lately; while watching, outcomes are counted until they
+// show overload, and watching ends after Quiet without a refusal.
+func (g *Gate) watched(signal Signal, now uint64) watched {
+	if g.policy.OverloadWhen == AnyRefusal && signal != Accepted {
+		return down
+	}
+	switch signal {
+	case Accepted:
+		g.watch.accept(1, now)
+		if now >= g.lastTrouble && now-g.lastTrouble >= uint64(g.policy.Quiet) {
+			g.watching.Store(false)
+		}
+		return stillAnswering
+	case TimedOut:
+		return down
+	}
+	if !g.Watching() {
+		g.watch = newAnswers(now)
+		g.watching.Store(true)
+	}
+	g.watch.refuse(1, now)
+	g.lastTrouble = now
+	switch {
+	case !g.acceptedLately(now) && !g.watch.anyAccepted():
+		return down
+	case g.watch.showOverload():
+		return outnumbered
+	}
+	return stillAnswering
+}
+
+// turnOn turns the gate on at now for a dependency that accepts nothing:
+// it probes at the lowest rate.
+func (g *Gate) turnOn(signal Signal, sent, now uint64) {
+	g.rate = probingRate(g.policy, now)
+	// The rate is at its lowest already; this only notes whether the
+	// dependency is slow.
+	g.rate.overloaded(g.policy, sent, now, signal == TimedOut)
+	g.startPacing(signal, now)
+}
+
+// startPacing starts pacing at now, at the rate set, after signal.
+func (g *Gate) startPacing(signal Signal, now uint64) {
+	g.pacer = pacer{credit: g.draw(), at: now}
+	g.lastTrouble = now
+	// The failure that turned it on is the first the fleet hears of.
+	g.tally = Tally{Overloaded: 1}
+	if signal == TimedOut {
+		g.tally.TimedOut = 1
+	}
+	g.watching.Store(false)
+	g.on.Store(true)
 }
 
 // turnOffIfQuiet turns the gate off if nothing has been refused and nobody

@@ -424,3 +424,239 @@ func TestAClaimAtTheTimeGivenGoesThoughTheWaitWasRoundedDown(t *testing.T) {
 	claim(t, g, first, 0, At, 333_333_333)
 	claim(t, g, first, 333_333_333, Go, 0)
 }
+
+// mostRefused is a gate under overloadWhen: most-refused, otherwise the
+// built-in default (as changed), whose first credit is 0.
+func mostRefused(t *testing.T, change ...func(*Policy)) *Gate {
+	t.Helper()
+	p := defaults()
+	p.OverloadWhen = MostRefused
+	for _, c := range change {
+		c(&p)
+	}
+	g, err := New(p, func() float64 { return 0 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// answer records count outcomes of signal, spread evenly over the millis
+// after from, each answered as it was sent, as the Rust tests do.
+func answer(g *Gate, signal Signal, count int, from float64, millis uint64) {
+	for i := 0; i < count; i++ {
+		now := at(from) + millis*uint64(i)/uint64(count)*1_000_000
+		g.Record(signal, now, now)
+	}
+}
+
+func TestUnderMostRefusedARefusalAmongAcceptancesOnlyStartsWatching(t *testing.T) {
+	g := mostRefused(t)
+	answer(g, Accepted, 30, 0, 900)
+	if g.Watching() {
+		t.Fatal("watching before any refusal")
+	}
+	g.Record(Overloaded, at(0.95), at(0.95))
+	if g.On() || !g.Watching() || g.Answering() || g.Phase() != "off" {
+		t.Fatal("one refusal in 31 is no overload: the gate watches, off")
+	}
+	if _, wait := g.Turn(at(0.96)); wait {
+		t.Fatal("a watching gate made an attempt wait")
+	}
+	// A tenth refused for a second, as a bad replica would.
+	for i := 0; i < 40; i++ {
+		now := at(1 + float64(i)*0.025)
+		signal := Accepted
+		if i%10 == 0 {
+			signal = Overloaded
+		}
+		g.Record(signal, now, now)
+	}
+	if g.On() || !g.Watching() {
+		t.Fatal("a tenth refused at random turned the gate on")
+	}
+	if tally := g.Tally(); tally != (Tally{}) {
+		t.Fatalf("the fleet hears nothing of a gate that stayed off: %+v", tally)
+	}
+	// Quiet (5 s) after the last refusal, at 1.75 s: watching ends.
+	g.Record(Accepted, at(6.7), at(6.7))
+	if !g.Watching() {
+		t.Fatal("watching ended before the quiet time")
+	}
+	g.Record(Accepted, at(6.75), at(6.75))
+	if g.Watching() || g.On() {
+		t.Fatal("still watching after the quiet time")
+	}
+
+	anyRefusal := newGate(t)
+	answer(anyRefusal, Accepted, 30, 0, 900)
+	anyRefusal.Record(Overloaded, at(0.95), at(0.95))
+	if !anyRefusal.On() || anyRefusal.Watching() || anyRefusal.Answering() || anyRefusal.Phase() != "probing" {
+		t.Fatal("under any-refusal, the same refusal turns the gate on, probing")
+	}
+}
+
+func TestUnderMostRefusedRefusalsThatOutnumberAcceptancesTurnItOnAtTwiceWhatIsDelivered(t *testing.T) {
+	g := mostRefused(t)
+	answer(g, Accepted, 20, 0, 500)
+	g.Record(Overloaded, at(0.5), at(0.5))
+	if !g.Watching() {
+		t.Fatal("not watching")
+	}
+	// Then far more refused than accepted: 12 accepted, and refusals until
+	// they outnumber them by three standard deviations: 32 of 44. The 20
+	// accepted before watching began are not counted.
+	answer(g, Accepted, 12, 0.55, 400)
+	refused := 1
+	for !g.On() {
+		if refused > 100 {
+			t.Fatal("refusals that outnumber acceptances never turned the gate on")
+		}
+		now := at(0.6 + float64(refused)*0.005)
+		g.Record(Overloaded, now, now)
+		refused++
+	}
+	if refused != 32 {
+		t.Fatalf("on after %d refusals in all, want 32", refused)
+	}
+	if !g.Answering() || g.Watching() || g.Phase() != "slow_start" {
+		t.Fatal("it accepts some: judged to answer, growing as in slow start", g.Answering(), g.Watching(), g.Phase())
+	}
+	if own, _ := g.OwnRate(); own != 24 {
+		t.Fatalf("twice the 12 accepted since watching began, not the lowest rate: %v", own)
+	}
+	if tally := g.Tally(); tally != (Tally{Overloaded: 1}) {
+		t.Fatalf("the refusal that turned it on is the first the fleet hears of: %+v", tally)
+	}
+	// The refusals go on outnumbering the acceptances: each cuts, as
+	// overload, to what was accepted.
+	g.Record(Overloaded, at(0.9), at(0.9))
+	if own, _ := g.OwnRate(); own != 12 || g.Phase() != "cubic" || !g.Answering() {
+		t.Fatal(own, g.Phase(), g.Answering())
+	}
+}
+
+func TestUnderMostRefusedADependencyThatAcceptsNothingIsProbedThenJudgedByItsShare(t *testing.T) {
+	g := mostRefused(t)
+	g.Record(Overloaded, 0, 0)
+	if !g.On() || g.Watching() || g.Answering() {
+		t.Fatal("nothing ever accepted: down, on at once")
+	}
+	if r := paceOf(t, g); r != 0.5 || g.Phase() != "probing" {
+		t.Fatalf("probing at the lowest rate: %v %s", r, g.Phase())
+	}
+	g.Record(Overloaded, at(0.5), at(0.5))
+	if r := paceOf(t, g); r != 0.5 || g.Answering() {
+		t.Fatal("a refusal while probing is overload:", r)
+	}
+	// It answers again, and fails a tenth at random.
+	g.Record(Accepted, at(1), at(1))
+	if !g.Answering() || g.Phase() != "slow_start" {
+		t.Fatal("something got through: judged to answer")
+	}
+	answer(g, Accepted, 50, 1, 500)
+	before, _ := g.OwnRate()
+	for i := 0; i < 10; i++ {
+		now := at(1.5 + float64(i)*0.05)
+		g.Record(Overloaded, now, now)
+		g.Record(Accepted, now, now)
+	}
+	if own, _ := g.OwnRate(); own < before || g.Phase() != "slow_start" {
+		t.Fatalf("ten refusals among 61 acceptances cut nothing: %v then %v, %s", before, own, g.Phase())
+	}
+	if tally := g.Tally(); tally.Overloaded != 12 || tally.Accepted != 61 {
+		t.Fatalf("a refusal judged random is still told to the fleet: %+v", tally)
+	}
+	// Then it refuses far more than it accepts: that is overload.
+	answer(g, Overloaded, 200, 2, 200)
+	if own, _ := g.OwnRate(); own >= before || g.Phase() == "slow_start" {
+		t.Fatalf("refusals that outnumber acceptances cut it: %v then %v, %s", before, own, g.Phase())
+	}
+}
+
+func TestUnderMostRefusedARefusalThreeSecondsAfterTheLastAcceptanceTurnsItOnAtOnce(t *testing.T) {
+	g := mostRefused(t)
+	answer(g, Accepted, 10, 0, 1000)
+	// The last acceptance at 0.9 s, in the tenth from 0.9 s: 2.9 s later,
+	// within three seconds by the tenth, the dependency was lately accepting.
+	g.Record(Overloaded, at(3.85), at(3.85))
+	if g.On() || !g.Watching() {
+		t.Fatal("accepted lately: watching")
+	}
+	g.Record(Overloaded, at(3.9), at(3.9))
+	if !g.On() || g.Answering() || g.Phase() != "probing" {
+		t.Fatal("nothing accepted for three seconds: down, on at once, probing")
+	}
+	if r := paceOf(t, g); r != 0.5 {
+		t.Fatal(r)
+	}
+}
+
+func TestATimeoutTurnsTheGateOnAtOnceUnderMostRefusedToo(t *testing.T) {
+	g := mostRefused(t)
+	answer(g, Accepted, 30, 0, 900)
+	g.Record(TimedOut, 0, at(1))
+	if !g.On() || g.Watching() || g.Answering() || g.Phase() != "probing" {
+		t.Fatal("a timeout turns the gate on at once")
+	}
+	if tally := g.Tally(); tally != (Tally{Overloaded: 1, TimedOut: 1}) {
+		t.Fatalf("%+v", tally)
+	}
+}
+
+func TestAnAnsweringGateRisesToTwiceWhatIsDelivered(t *testing.T) {
+	g := mostRefused(t, func(p *Policy) { p.Ramp = 1 })
+	g.Record(Overloaded, 0, 0)
+	// The first acceptance ends probing; then the dependency accepts more
+	// within a second than slow start adds (one turn a second each).
+	for i := 0; i < 100; i++ {
+		g.Record(Accepted, at(0.2), at(0.2))
+	}
+	if own, _ := g.OwnRate(); own != 200 {
+		t.Fatalf("twice the 100 accepted, past slow start's 0.5 + 100: %v", own)
+	}
+	anyRefusal := newGate(t)
+	anyRefusal.Record(Overloaded, 0, 0)
+	for i := 0; i < 100; i++ {
+		anyRefusal.Record(Accepted, at(0.2), at(0.2))
+	}
+	if own, _ := anyRefusal.OwnRate(); own != 100.5 || anyRefusal.Answering() {
+		t.Fatalf("under any-refusal, slow start alone: %v", own)
+	}
+}
+
+func TestOverloadWhenIsReadByNameAndAnythingElseIsNamed(t *testing.T) {
+	var p Policy
+	if err := p.UnmarshalJSON([]byte(`{"enabled": true, "overloadWhen": "most-refused"}`)); err != nil || p.OverloadWhen != MostRefused {
+		t.Fatalf("%+v %v", p, err)
+	}
+	if err := p.UnmarshalJSON([]byte(`{"minRate": 2}`)); err != nil || p.OverloadWhen != MostRefused {
+		t.Fatal("a missing overloadWhen keeps its value", p.OverloadWhen, err)
+	}
+	if err := p.UnmarshalJSON([]byte(`{"overloadWhen": "any-refusal"}`)); err != nil || p.OverloadWhen != AnyRefusal {
+		t.Fatal(p.OverloadWhen, err)
+	}
+	if (Policy{}).OverloadWhen != AnyRefusal || AnyRefusal.String() != "any-refusal" || MostRefused.String() != "most-refused" {
+		t.Fatal("the zero value is any-refusal, the default")
+	}
+	for value, want := range map[string]string{
+		`"most_refused"`:   `gate.overloadWhen: unknown overloadWhen value "most_refused"; expected one of: any-refusal, most-refused`,
+		`""`:               `gate.overloadWhen: unknown overloadWhen value ""; expected one of: any-refusal, most-refused`,
+		`1`:                `gate.overloadWhen: expected one of any-refusal, most-refused, found 1`,
+		`["most-refused"]`: `gate.overloadWhen: expected one of any-refusal, most-refused, found ["most-refused"]`,
+		`null`:             `gate.overloadWhen: expected one of any-refusal, most-refused, found null`,
+	} {
+		p := defaults()
+		if err := p.UnmarshalJSON([]byte(`{"overloadWhen": ` + value + `}`)); err == nil || err.Error() != want {
+			t.Errorf("overloadWhen %s: %v, want %s", value, err, want)
+		}
+		if p.OverloadWhen != AnyRefusal {
+			t.Errorf("overloadWhen %s: read as %s", value, p.OverloadWhen)
+		}
+	}
+	p = defaults()
+	p.OverloadWhen = 2
+	if _, err := New(p, nil); err == nil || err.Error() != "gate.overloadWhen must be one of any-refusal, most-refused, found OverloadWhen(2)" {
+		t.Fatal(err)
+	}
+}

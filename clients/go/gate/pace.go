@@ -200,3 +200,14 @@ func maxFloat(a, b float64) float64 {
 	}
 	return a
 }
+
+// clampFloat is Rust's f64::clamp: x, but at least lo and at most hi.
+func clampFloat(x, lo, hi float64) float64 {
+	switch {
+	case x < lo:
+		return lo
+	case x > hi:
+		return hi
+	}
+	return x
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/stormguard/stormguard/clients/go/retryon"
@@ -38,6 +39,64 @@ type Policy struct {
 	// counts it as answered. An answer with a Retry-After always says
 	// overload. See Overloads.
 	OverloadOn retryon.Conditions
+	// OverloadWhen is when the refusals OverloadOn names say overload
+	// (gate.overloadWhen): at the first (AnyRefusal, the default and the
+	// zero value), or only once they outnumber acceptances or nothing is
+	// accepted (MostRefused), for a dependency that fails a share of
+	// requests at random. A TimedOut signal turns the gate on at once
+	// either way.
+	OverloadWhen OverloadWhen
+}
+
+// OverloadWhen is when the send gate takes the refusals it hears for
+// overload.
+type OverloadWhen uint8
+
+// The values of gate.overloadWhen.
+const (
+	// AnyRefusal: at the first. A refusal turns the gate on, and every
+	// refusal cuts its rate (never below what was accepted over the last
+	// second). For a dependency that refuses only when it is overloaded.
+	AnyRefusal OverloadWhen = iota
+	// MostRefused: only once refusals outnumber acceptances by more than
+	// chance would (Google's client-side throttling, K = 2), or nothing
+	// has been accepted for three seconds (the dependency is down). A
+	// dependency that fails a share of requests at random keeps its
+	// throughput; an overload that still accepts about half of what it is
+	// sent is not paced.
+	MostRefused
+)
+
+// OverloadWhenNames is every value of gate.overloadWhen as a policy
+// writes it, in the order of the constants.
+var OverloadWhenNames = []string{"any-refusal", "most-refused"}
+
+// String is the value as a policy writes it: "any-refusal" or
+// "most-refused".
+func (w OverloadWhen) String() string {
+	if int(w) < len(OverloadWhenNames) {
+		return OverloadWhenNames[w]
+	}
+	return fmt.Sprintf("OverloadWhen(%d)", uint8(w))
+}
+
+// parseOverloadWhen reads gate.overloadWhen as a policy serves it: one of
+// OverloadWhenNames. Anything else is an error naming the key and the
+// values allowed, as the Rust library's policy errors do.
+func parseOverloadWhen(v any) (OverloadWhen, error) {
+	allowed := strings.Join(OverloadWhenNames, ", ")
+	name, isString := v.(string)
+	if !isString {
+		// Shown as the policy wrote it: null, not Go's <nil>.
+		written, _ := json.Marshal(v)
+		return AnyRefusal, fmt.Errorf("gate.overloadWhen: expected one of %s, found %s", allowed, written)
+	}
+	for i, known := range OverloadWhenNames {
+		if name == known {
+			return OverloadWhen(i), nil
+		}
+	}
+	return AnyRefusal, fmt.Errorf("gate.overloadWhen: unknown overloadWhen value %q; expected one of: %s", name, allowed)
 }
 
 // Overloads says whether a failed attempt that the policy retries says the
@@ -81,6 +140,12 @@ func (p Policy) Check() error {
 		}
 		return nil
 	}
+	overloadWhen := func() error {
+		if int(p.OverloadWhen) >= len(OverloadWhenNames) {
+			return fmt.Errorf("gate.overloadWhen must be one of %s, found %s", strings.Join(OverloadWhenNames, ", "), p.OverloadWhen)
+		}
+		return nil
+	}
 	quiet := func() error {
 		if p.Quiet < time.Millisecond || p.Quiet > time.Hour {
 			return fmt.Errorf("gate.quiet must be between %s and %s, found %s", time.Millisecond, time.Hour, p.Quiet)
@@ -98,6 +163,7 @@ func (p Policy) Check() error {
 		above("scale", p.Scale, 0, 1000),
 		above("ramp", p.Ramp, 0, 1000),
 		quiet(),
+		overloadWhen(),
 	} {
 		if err != nil {
 			return err
@@ -107,11 +173,13 @@ func (p Policy) Check() error {
 }
 
 // FromMap reads a gate block as the daemon serves it (enabled, minRate,
-// maxRate, beta, scale, ramp, quietMs, overloadOn; milliseconds may be
-// fractional; overloadOn is a list of conditions as retryOn is, see
-// package retryon). A key that is missing keeps its value in p; a key of
-// the wrong type, or an overloadOn entry that is not a condition or is
-// listed twice, is an error naming it.
+// maxRate, beta, scale, ramp, quietMs, overloadOn, overloadWhen;
+// milliseconds may be fractional; overloadOn is a list of conditions as
+// retryOn is, see package retryon; overloadWhen is one of
+// OverloadWhenNames). A key that is missing keeps its value in p; a key of
+// the wrong type, an overloadOn entry that is not a condition or is
+// listed twice, or an overloadWhen that is not one of its values, is an
+// error naming it.
 func (p Policy) FromMap(block map[string]any) (Policy, error) {
 	var err error
 	number := func(key string) (float64, bool) {
@@ -156,6 +224,14 @@ func (p Policy) FromMap(block map[string]any) (Policy, error) {
 			err = bad
 		} else {
 			p.OverloadOn = conditions
+		}
+	}
+	if v, ok := block["overloadWhen"]; ok && err == nil {
+		when, bad := parseOverloadWhen(v)
+		if bad != nil {
+			err = bad
+		} else {
+			p.OverloadWhen = when
 		}
 	}
 	return p, err

@@ -4,18 +4,17 @@ package gate
 // until something is accepted, a slow start that a refusal ends at what
 // the dependency accepted over the last second, then CUBIC after
 // overloads, never cut below the rate the dependency has just been seen to
-// accept.
+// accept. Under overloadWhen: most-refused, once the dependency is seen to
+// answer, a refusal cuts only while refusals outnumber acceptances, and the
+// rate never falls below twice what it delivers.
 
-// tenths is how many tenths of a second of acceptances are kept: three
-// seconds, the longest a timeout's cut looks back.
-const tenths = 30
+// answeringGain is how far past what it delivers the rate always
+// reaches while the dependency is judged to answer: Google's K.
+const answeringGain = 2.0
 
 // gain is how far past what a slow dependency delivers the rate may grow:
 // BBR's gain when it probes for more bandwidth.
 const gain = 1.25
-
-// tenth is a tenth of a second in nanoseconds.
-const tenth = 100_000_000
 
 type phase uint8
 
@@ -46,79 +45,36 @@ type rate struct {
 	// and answers come late, so the rate grows no faster than gain times
 	// what it delivers. A refusal clears it: a dependency that refuses at
 	// once is answering, not stuck.
-	slow      bool
-	delivered delivered
-}
-
-// delivered is how many attempts were accepted over the last seconds
-// (BBR's delivery rate), counted in tenths of a second.
-type delivered struct {
-	// tenths is accepted per tenth, the current one at current % tenths.
-	tenths [tenths]uint32
-	// current is the current tenth, counted from origin.
-	current uint64
-	origin  uint64
-}
-
-// roll moves to the tenth holding now, emptying those that have passed.
-func (d *delivered) roll(now uint64) {
-	var t uint64
-	if now > d.origin {
-		t = (now - d.origin) / tenth
-	}
-	var passed uint64
-	if t > d.current {
-		passed = t - d.current
-	}
-	if passed > tenths {
-		passed = tenths
-	}
-	for i := uint64(1); i <= passed; i++ {
-		d.tenths[(d.current+i)%tenths] = 0
-	}
-	if t > d.current {
-		d.current = t
-	}
-}
-
-func (d *delivered) count(accepted uint32, now uint64) {
-	d.roll(now)
-	slot := &d.tenths[d.current%tenths]
-	if *slot > ^uint32(0)-accepted {
-		*slot = ^uint32(0)
-	} else {
-		*slot += accepted
-	}
-}
-
-// perSecond is how many were accepted over the last second.
-func (d *delivered) perSecond() float64 {
-	return d.secondEnding(0)
-}
-
-// secondEnding is how many were accepted over the second that ended back
-// tenths ago.
-func (d *delivered) secondEnding(back uint64) float64 {
-	var sum float64
-	for i := back; i < back+10; i++ {
-		sum += float64(d.tenths[(d.current+tenths-i)%tenths])
-	}
-	return sum
-}
-
-// peak is the most accepted in any second of the last three (BBR's
-// windowed maximum of the delivery rate).
-func (d *delivered) peak() float64 {
-	var most float64
-	for back := uint64(0); back <= tenths-10; back++ {
-		most = maxFloat(most, d.secondEnding(back))
-	}
-	return most
+	slow bool
+	// answers is what the dependency answered over the last three
+	// seconds: what it delivers, and whether its refusals show overload.
+	answers answers
+	// answering, under overloadWhen: most-refused, says the dependency has
+	// accepted something since the gate turned on (or was accepting when
+	// it did): a refusal then cuts only while refusals outnumber
+	// acceptances, and the rate is never below answeringGain times what it
+	// delivers, as Google's client-side throttling admits K = 2 times the
+	// accepts. A dependency failing a share up to a half at random is never
+	// paced below what it answers.
+	answering bool
 }
 
 // probingRate is the rate of a gate that has just turned on at now.
 func probingRate(p Policy, now uint64) rate {
-	return rate{now: p.MinRate, phase: probing, lastCut: now, delivered: delivered{origin: now}}
+	return rate{now: p.MinRate, phase: probing, lastCut: now, answers: newAnswers(now)}
+}
+
+// answeringRate is the rate of a gate that turns on at now, under
+// overloadWhen: most-refused, because refusals came to outnumber
+// acceptances while the dependency still accepted some (seen counts
+// them): judging it to answer, at answeringGain times what it delivers,
+// growing as in slow start. The lowest rate would starve a dependency
+// that still answers most of what it is sent.
+func answeringRate(p Policy, seen answers, now uint64) rate {
+	r := probingRate(p, now)
+	r.phase, r.answers, r.answering = slowStart, seen, true
+	r.now = clampFloat(answeringGain*seen.delivered(), p.MinRate, p.MaxRate)
+	return r
 }
 
 // phaseName is where the rate is in its law: probing, slow_start, cubic
@@ -136,25 +92,36 @@ func (r *rate) phaseName() string {
 	}
 }
 
+// refused counts n attempts refused at now; overloaded judges what they
+// say.
+func (r *rate) refused(n uint32, now uint64) {
+	r.answers.refuse(n, now)
+}
+
 // overloaded learns that an attempt sent at sent was refused (or, if
-// timedOut, got no answer in time) at now.
-func (r *rate) overloaded(p Policy, sent, now uint64, timedOut bool) {
-	r.delivered.roll(now)
+// timedOut, got no answer in time) at now, and says whether that shows the
+// dependency overloaded: if not, nothing is cut (see rate.answering).
+// refused has counted a refusal already.
+func (r *rate) overloaded(p Policy, sent, now uint64, timedOut bool) bool {
+	r.answers.roll(now)
+	if !timedOut && r.refusalIsRandom() {
+		return false
+	}
 	r.slow = timedOut
 	if sent < r.lastCut {
-		return
+		return true
 	}
 	r.lastCut = now
 	var cut float64
 	if timedOut {
 		// The dependency may still be busy with what timed out: send no
 		// more than a share of the most it has lately managed to answer.
-		peak := minFloat(r.delivered.peak(), r.now)
+		peak := minFloat(r.answers.peak(), r.now)
 		cut = maxFloat(peak*p.Beta, p.MinRate)
 	} else {
 		// Refusals that follow the last accepted attempt of a burst would
 		// otherwise cut again and again; what was just accepted can be sent.
-		delivered := minFloat(r.delivered.perSecond(), r.now)
+		delivered := minFloat(r.answers.delivered(), r.now)
 		// Slow start grew the rate ahead of the answers: a share of it is
 		// no measure of the dependency, what it accepted is.
 		kept := 0.0
@@ -178,15 +145,26 @@ func (r *rate) overloaded(p Policy, sent, now uint64, timedOut bool) {
 		r.phase, r.max, r.k, r.since = cubic, max, k, now
 	}
 	r.now = cut
+	return true
+}
+
+// refusalIsRandom says whether a refusal says nothing of overload: while
+// the dependency is judged to answer, until refusals outnumber
+// acceptances.
+func (r *rate) refusalIsRandom() bool {
+	return r.answering && !r.answers.showOverload()
 }
 
 // accepted learns that an attempt was accepted at now.
 func (r *rate) accepted(p Policy, now uint64) {
-	r.delivered.count(1, now)
+	r.answers.accept(1, now)
 	var grown float64
 	switch r.phase {
 	case probing:
 		r.phase = slowStart
+		// Something got through: under most-refused, refusals count as
+		// overload from now on only while they outnumber acceptances.
+		r.answering = p.OverloadWhen == MostRefused
 		grown = r.now + p.Ramp
 	case slowStart:
 		grown = r.now + p.Ramp
@@ -201,13 +179,10 @@ func (r *rate) accepted(p Policy, now uint64) {
 		grown = maxFloat(r.now, float64(p.Scale*(x*x*x))+r.max)
 	}
 	if r.slow {
-		grown = minFloat(grown, maxFloat(gain*r.delivered.peak(), r.now))
+		grown = minFloat(grown, maxFloat(gain*r.answers.peak(), r.now))
 	}
-	switch {
-	case grown < p.MinRate:
-		grown = p.MinRate
-	case grown > p.MaxRate:
-		grown = p.MaxRate
+	if r.answering {
+		grown = maxFloat(grown, answeringGain*r.answers.delivered())
 	}
-	r.now = grown
+	r.now = clampFloat(grown, p.MinRate, p.MaxRate)
 }

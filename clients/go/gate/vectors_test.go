@@ -12,7 +12,9 @@ import (
 // TestEveryVerdictIsCores replays the shared vectors, which stormguard-core
 // generates: every turn's and claim's verdict, every tally, and the
 // state after every op (on, both rates, the line's length, the phase, the
-// credit) must be the Rust gate's, the floats bit for bit.
+// credit, whether it watches and whether it judges the dependency to
+// answer) must be the Rust gate's, the floats bit for bit. Scenarios run
+// under both values of gate.overloadWhen.
 func TestEveryVerdictIsCores(t *testing.T) {
 	text, err := os.ReadFile("../../vectors/gate.json")
 	if err != nil {
@@ -34,6 +36,7 @@ func TestEveryVerdictIsCores(t *testing.T) {
 	}
 	seen := map[string]int{}
 	for i, s := range file.Scenarios {
+		seen["overloadWhen "+s.Policy.Gate.OverloadWhen.String()]++
 		var draw *float64
 		g, err := New(s.Policy.Gate, func() float64 {
 			if draw == nil {
@@ -90,11 +93,15 @@ func TestEveryVerdictIsCores(t *testing.T) {
 					fail("unknown signal")
 				}
 				draw = op.Draw
+				before, wasOn := g.OwnRate()
 				g.Record(signal, op.Sent, op.At)
 				if draw != nil {
 					fail("the Rust gate drew a first credit here; this one did not")
 				}
 				seen["record "+op.Signal]++
+				if after, _ := g.OwnRate(); signal == Overloaded && wasOn && g.Answering() && after >= before {
+					seen["refusal not overload"]++
+				}
 			case "lease":
 				g.Lease(op.Rate, op.Until, op.At)
 				seen["lease"]++
@@ -116,6 +123,12 @@ func TestEveryVerdictIsCores(t *testing.T) {
 			if wasOn && !want.On {
 				seen["turned off"]++
 			}
+			if want.Watching {
+				seen["watching"]++
+			}
+			if want.Answering {
+				seen["answering"]++
+			}
 			wasOn = want.On
 			seen["phase "+want.Phase]++
 		}
@@ -125,6 +138,8 @@ func TestEveryVerdictIsCores(t *testing.T) {
 		"turn now", "turn queued", "rejoin queued", "claim go", "claim at", "claim behind", "leave", "lease", "tally",
 		"record accepted", "record overloaded", "record timed_out", "turned off",
 		"phase off", "phase probing", "phase slow_start", "phase cubic", "phase regrown",
+		"overloadWhen any-refusal", "overloadWhen most-refused", "watching", "answering",
+		"refusal not overload",
 	} {
 		if seen[needed] == 0 {
 			t.Errorf("no op in the vectors gives %q: %v", needed, seen)
@@ -152,22 +167,34 @@ type vectorOp struct {
 	} `json:"tally"`
 }
 
-// vectorState is [on, pace rate or null, own rate or null, waiting, phase, credit].
+// vectorState is [on, pace rate or null, own rate or null, waiting, phase,
+// credit, watching, answering].
 type vectorState struct {
-	On      bool
-	Rate    *float64
-	Own     *float64
-	Waiting int
-	Phase   string
-	Credit  float64
+	On        bool
+	Rate      *float64
+	Own       *float64
+	Waiting   int
+	Phase     string
+	Credit    float64
+	Watching  bool
+	Answering bool
 }
 
 func (s *vectorState) UnmarshalJSON(text []byte) error {
-	return json.Unmarshal(text, &[]any{&s.On, &s.Rate, &s.Own, &s.Waiting, &s.Phase, &s.Credit})
+	fields := []any{&s.On, &s.Rate, &s.Own, &s.Waiting, &s.Phase, &s.Credit, &s.Watching, &s.Answering}
+	read := fields
+	if err := json.Unmarshal(text, &read); err != nil {
+		return err
+	}
+	// A state of another length would leave fields unread, or unchecked.
+	if len(read) != len(fields) {
+		return fmt.Errorf("a state of %d fields, expected %d", len(read), len(fields))
+	}
+	return nil
 }
 
 func (s vectorState) String() string {
-	text, _ := json.Marshal([]any{s.On, s.Rate, s.Own, s.Waiting, s.Phase, s.Credit})
+	text, _ := json.Marshal([]any{s.On, s.Rate, s.Own, s.Waiting, s.Phase, s.Credit, s.Watching, s.Answering})
 	return string(text)
 }
 
@@ -177,11 +204,15 @@ func (s vectorState) same(o vectorState) bool {
 		return (a == nil) == (b == nil) && (a == nil || math.Float64bits(*a) == math.Float64bits(*b))
 	}
 	return s.On == o.On && sameRate(s.Rate, o.Rate) && sameRate(s.Own, o.Own) && s.Waiting == o.Waiting &&
-		s.Phase == o.Phase && math.Float64bits(s.Credit) == math.Float64bits(o.Credit)
+		s.Phase == o.Phase && math.Float64bits(s.Credit) == math.Float64bits(o.Credit) &&
+		s.Watching == o.Watching && s.Answering == o.Answering
 }
 
 func stateOf(g *Gate) vectorState {
-	s := vectorState{On: g.On(), Waiting: g.Waiting(), Phase: g.Phase(), Credit: g.Credit()}
+	s := vectorState{
+		On: g.On(), Waiting: g.Waiting(), Phase: g.Phase(), Credit: g.Credit(),
+		Watching: g.Watching(), Answering: g.Answering(),
+	}
 	if rate, on := g.Rate(); on {
 		s.Rate = &rate
 	}

@@ -115,3 +115,32 @@ func TestGateOverloadOnIsReadAsRetryOnIs(t *testing.T) {
 		}
 	}
 }
+
+// TestGateOverloadWhenDefaultsToAnyRefusal: gate.overloadWhen defaults to
+// any-refusal (the built-in default says so); most-refused is read; any
+// other value makes the block unreadable, with an error naming the key and
+// the values allowed.
+func TestGateOverloadWhenDefaultsToAnyRefusal(t *testing.T) {
+	if g, _ := (Policy{"gate": map[string]any{"enabled": true}}).Gate(); g.OverloadWhen != gate.AnyRefusal {
+		t.Fatalf("the default overloadWhen is %v", g.OverloadWhen)
+	}
+	var read Policy
+	if err := json.Unmarshal([]byte(`{"gate": {"enabled": true, "overloadWhen": "most-refused"}}`), &read); err != nil {
+		t.Fatal(err)
+	}
+	g, enabled := read.Gate()
+	if !enabled || g.OverloadWhen != gate.MostRefused {
+		t.Fatalf("%v %v", enabled, g.OverloadWhen)
+	}
+	if _, err := gate.New(g, nil); err != nil {
+		t.Fatal(err)
+	}
+	bad := Policy{"gate": map[string]any{"enabled": true, "overloadWhen": "sometimes"}}
+	if g, enabled := bad.Gate(); enabled || g.OverloadWhen != gate.AnyRefusal {
+		t.Fatalf("an unreadable gate block is enabled, overloadWhen %v", g.OverloadWhen)
+	}
+	_, err := gate.Policy{}.FromMap(bad["gate"].(map[string]any))
+	if want := `gate.overloadWhen: unknown overloadWhen value "sometimes"; expected one of: any-refusal, most-refused`; err == nil || err.Error() != want {
+		t.Fatalf("%v, want %s", err, want)
+	}
+}

@@ -11,6 +11,19 @@ the rate it can take rather than all at once.
   timeout, a 429 or a 503), or one whose answer asked for a wait
   (``Retry-After``). Any other failure (a 500, say) is an error the
   dependency answered with, which says nothing of its load.
+- **Or once refusals outnumber acceptances.** Under ``gate.overloadWhen:
+  most-refused`` (``any-refusal``, the default, is the above) a refusal
+  heard while off starts *watching*: the gate stays off and counts what
+  the dependency answers, and turns on only once refusals outnumber
+  acceptances over a second by more than chance would (as Google's
+  client-side throttling holds nothing back until requests exceed K = 2
+  times the accepts), judging the dependency to *answer*, at twice what it
+  delivers. A refusal when nothing has been accepted for three seconds (the
+  dependency is down), or a timeout, turns it on at once, probing; once
+  something is accepted, refusals cut the rate only while they outnumber
+  acceptances, and the rate never falls below twice what the dependency
+  delivers. A service that fails a share of requests at random keeps its
+  throughput. Watching ends after ``quietMs`` without a refusal.
 - **On: paced turns, first come first served.** Turns are ``1 / rate``
   apart, paced rather than let through in bursts. An attempt that cannot go
   at once takes a :class:`Ticket` and waits in line; only the first in line
@@ -31,7 +44,8 @@ the rate it can take rather than all at once.
   refusal shows it answering at once the rate then grows no faster than
   1.25 times that most.
 - **Off again** once nothing has been refused and nobody has had to wait
-  for ``quietMs``.
+  for ``quietMs`` (under ``most-refused``, a refusal that does not say
+  overload is no trouble).
 
 Decisions take the time as an argument (``now`` in nanoseconds, on any
 clock that does not go back, such as ``time.monotonic_ns``), so that tests
@@ -48,6 +62,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import ClassVar
 
+from .answers import TENTH_NANOS, Answers
 from .breaker import MAX_DELAY_NANOS, millis_to_nanos
 from .retry_on import RetryOn
 
@@ -60,15 +75,27 @@ LAG = 0.002
 # credit is rounded to whole nanoseconds, and must not bring a claim back a
 # rounding error short of its turn.
 EPSILON = 1e-9
-# Accepted attempts are counted in tenths of a second, three seconds of them:
-# the longest a timeout's cut looks back.
-TENTH_NANOS = 100_000_000
-TENTHS = 30
 # How far past what a slow dependency delivers the rate may grow (BBR's gain
 # when it probes for more bandwidth).
 GAIN = 1.25
-U32_MAX = (1 << 32) - 1
-KEYS = ("enabled", "minRate", "maxRate", "beta", "scale", "ramp", "quietMs", "overloadOn")
+# While the dependency is judged to answer, how far past what it delivers the
+# rate always reaches: Google's K.
+ANSWERING_GAIN = 2.0
+# Under most-refused, how long (in tenths of a second, as the answers are
+# counted) the dependency must have accepted nothing for a refusal to turn
+# the gate on at once, as for a dependency that is down: as long as the
+# gate's counts go back.
+DOWN_AFTER_TENTHS = 30
+OVERLOAD_WHEN_NAMES = ("any-refusal", "most-refused")
+"""``gate.overloadWhen``'s values, as written in a policy: when the refusals
+``overloadOn`` names say overload. ``any-refusal`` (the default): at the
+first, and every refusal cuts the rate (never below what was accepted over
+the last second), for a service that refuses only when it is overloaded.
+``most-refused``: only once refusals outnumber acceptances by more than
+chance would (Google's client-side throttling, K = 2), or nothing has been
+accepted for three seconds (the service is down), for a service that fails
+a share of requests at random."""
+KEYS = ("enabled", "minRate", "maxRate", "beta", "scale", "ramp", "quietMs", "overloadOn", "overloadWhen")
 
 
 class Signal(enum.StrEnum):
@@ -170,7 +197,12 @@ class GatePolicy:
     rate. Any other is an error the dependency answered with (a 500, say),
     which says nothing of its load: the gate counts it as accepted, as the
     AWS SDKs' adaptive mode feeds only throttling errors to its rate. An
-    answer that asked for a wait (``Retry-After``) always says overload."""
+    answer that asked for a wait (``Retry-After``) always says overload.
+    ``overload_when`` (``overloadWhen``, one of :data:`OVERLOAD_WHEN_NAMES`)
+    says when those refusals say overload: at the first
+    (``any-refusal``), or only once they outnumber acceptances or nothing
+    is accepted (``most-refused``), for a service that fails a share of
+    requests at random."""
 
     enabled: bool = False
     min_rate: float = 0.5
@@ -180,6 +212,7 @@ class GatePolicy:
     ramp: float = 16.0
     quiet_ns: int = 5_000_000_000
     overload_on: RetryOn = field(default_factory=RetryOn.overload)
+    overload_when: str = "any-refusal"
 
     @classmethod
     def from_json(cls, block: object, defaults: Mapping[str, object] | None = None) -> "GatePolicy":
@@ -195,6 +228,10 @@ class GatePolicy:
                 raise ValueError(f"gate.{key} is missing")
         if not isinstance(merged["enabled"], bool):
             raise ValueError(f"gate.enabled must be true or false, not {merged['enabled']!r}")
+        overload_when = merged["overloadWhen"]
+        if not isinstance(overload_when, str) or overload_when not in OVERLOAD_WHEN_NAMES:
+            raise ValueError(f"gate.overloadWhen must be one of {', '.join(OVERLOAD_WHEN_NAMES)}, "
+                             f"not {overload_when!r}")
         return cls(
             enabled=merged["enabled"],
             min_rate=_number("gate.minRate", merged["minRate"]),
@@ -204,6 +241,7 @@ class GatePolicy:
             ramp=_number("gate.ramp", merged["ramp"]),
             quiet_ns=millis_to_nanos("gate.quietMs", merged["quietMs"]),
             overload_on=RetryOn.from_json(merged["overloadOn"], "gate.overloadOn"),
+            overload_when=overload_when,
         )
 
     @property
@@ -211,6 +249,12 @@ class GatePolicy:
         """Whether a timed-out attempt says the dependency is overloaded or
         down (``overloadOn`` names ``timeout``)."""
         return "timeout" in self.overload_on
+
+    @property
+    def most_refused(self) -> bool:
+        """Whether refusals say overload only once they outnumber acceptances
+        (``overloadWhen: most-refused``)."""
+        return self.overload_when == "most-refused"
 
     def check(self) -> None:
         """Raises ValueError naming the first setting outside the range the
@@ -229,6 +273,9 @@ class GatePolicy:
         if not 1_000_000 <= self.quiet_ns <= MAX_DELAY_NANOS:
             raise ValueError(f"gate.quietMs must be 1 to {MAX_DELAY_NANOS // 1_000_000} ms, "
                              f"found {self.quiet_ns / 1e6:g}")
+        if self.overload_when not in OVERLOAD_WHEN_NAMES:
+            raise ValueError(f"gate.overloadWhen must be one of {', '.join(OVERLOAD_WHEN_NAMES)}, "
+                             f"found {self.overload_when!r}")
 
 
 def _secs(nanos: int) -> float:
@@ -269,42 +316,6 @@ def _nanos(seconds: float) -> int:
     return round(Fraction(seconds) * NANOS_PER_SECOND)
 
 
-class _Delivered:
-    """How many attempts were accepted over the last three seconds (BBR's
-    delivery rate), in tenths of a second counted from ``origin``."""
-
-    def __init__(self, now: int) -> None:
-        self.tenths = [0] * TENTHS
-        self.current = 0
-        self.origin = now
-
-    def roll(self, now: int) -> None:
-        """Moves to the tenth holding ``now``, emptying those that have passed."""
-        tenth = max(now - self.origin, 0) // TENTH_NANOS
-        passed = min(max(tenth - self.current, 0), TENTHS)
-        for i in range(1, passed + 1):
-            self.tenths[(self.current + i) % TENTHS] = 0
-        self.current = max(self.current, tenth)
-
-    def count(self, accepted: int, now: int) -> None:
-        """Counts ``accepted`` attempts accepted at ``now``."""
-        self.roll(now)
-        slot = self.current % TENTHS
-        self.tenths[slot] = min(self.tenths[slot] + accepted, U32_MAX)
-
-    def per_second(self) -> float:
-        """Accepted over the last second, per second."""
-        return self.second_ending(0)
-
-    def second_ending(self, back: int) -> float:
-        """Accepted over the second that ended ``back`` tenths ago."""
-        return float(sum(self.tenths[(self.current + TENTHS - i) % TENTHS] for i in range(back, back + 10)))
-
-    def peak(self) -> float:
-        """The most accepted in any second of the last three."""
-        return max([0.0] + [self.second_ending(back) for back in range(TENTHS - 10 + 1)])
-
-
 class _Rate:
     """The rate a gate paces at, and what it has learned: probing at the
     lowest rate until something is accepted, slow start, then CUBIC after
@@ -324,7 +335,28 @@ class _Rate:
         # slow dependency, so the rate grows no faster than GAIN times what it
         # delivers. A refusal clears it: a dependency that refuses is answering.
         self.slow = False
-        self.delivered = _Delivered(now)
+        self.answers = Answers(now)
+        # Under most-refused, whether the dependency has accepted something
+        # since the gate turned on (or was accepting when it did): a refusal
+        # then cuts only while refusals outnumber acceptances, and the rate is
+        # never below ANSWERING_GAIN times what it delivers, as Google's
+        # client-side throttling admits K = 2 times the accepts. A dependency
+        # failing a share up to a half at random is never paced below what it
+        # answers.
+        self.answering = False
+
+    @classmethod
+    def answering_from(cls, policy: "GatePolicy", answers: Answers, now: int) -> "_Rate":
+        """The rate of a gate that turns on at ``now``, under most-refused,
+        because refusals came to outnumber acceptances while the dependency
+        still accepted some (``answers`` counts them): judging it to answer,
+        at ANSWERING_GAIN times what it delivers, growing as in slow start."""
+        rate = cls(policy, now)
+        rate.phase = "slow_start"
+        rate.answers = answers.copy()
+        rate.answering = True
+        rate.now = min(max(ANSWERING_GAIN * answers.delivered(), policy.min_rate), policy.max_rate)
+        return rate
 
     def phase_name(self) -> str:
         """The phase as :attr:`SendGate.phase` names it."""
@@ -332,18 +364,27 @@ class _Rate:
             return "regrown"
         return self.phase
 
-    def overloaded(self, policy: "GatePolicy", sent: int, now: int, timed_out: bool) -> None:
+    def refused(self, count: int, now: int) -> None:
+        """Counts ``count`` attempts refused at ``now``; :meth:`overloaded`
+        judges what they say."""
+        self.answers.refused(count, now)
+
+    def overloaded(self, policy: "GatePolicy", sent: int, now: int, timed_out: bool) -> bool:
         """An attempt sent at ``sent`` was refused (or, if ``timed_out``, got
-        no answer in time) at ``now``."""
-        self.delivered.roll(now)
+        no answer in time) at ``now``; whether that says the dependency is
+        overloaded (if not, nothing is cut: see ``answering``).
+        :meth:`refused` has counted a refusal already."""
+        self.answers.roll(now)
+        if not timed_out and self._refusal_is_random():
+            return False
         self.slow = timed_out
         if sent < self.last_cut:
-            return
+            return True
         self.last_cut = now
         if timed_out:
-            cut = max(min(self.delivered.peak(), self.now) * policy.beta, policy.min_rate)
+            cut = max(min(self.answers.peak(), self.now) * policy.beta, policy.min_rate)
         else:
-            delivered = min(self.delivered.per_second(), self.now)
+            delivered = min(self.answers.delivered(), self.now)
             # Slow start grew the rate ahead of the answers: a share of it is
             # no measure of the dependency, what it accepted is.
             kept = 0.0 if self.phase == "slow_start" else self.now * policy.beta
@@ -356,12 +397,21 @@ class _Rate:
             self.since = now
             self.phase = "cubic"
         self.now = cut
+        return True
+
+    def _refusal_is_random(self) -> bool:
+        """Whether a refusal says nothing of overload: while the dependency is
+        judged to answer, until refusals outnumber acceptances."""
+        return self.answering and not self.answers.shows_overload()
 
     def accepted(self, policy: "GatePolicy", now: int) -> None:
         """An attempt was accepted at ``now``."""
-        self.delivered.count(1, now)
+        self.answers.accepted(1, now)
         if self.phase == "probing":
             self.phase = "slow_start"
+            # Something got through: under most-refused, refusals count as
+            # overload from now on only while they outnumber acceptances.
+            self.answering = policy.most_refused
             grown = self.now + policy.ramp
         elif self.phase == "slow_start":
             grown = self.now + policy.ramp
@@ -370,7 +420,9 @@ class _Rate:
             # x * x * x, as Rust's powi(3) computes it, bit for bit.
             grown = max(self.now, policy.scale * (x * x * x) + self.max)
         if self.slow:
-            grown = min(grown, max(GAIN * self.delivered.peak(), self.now))
+            grown = min(grown, max(GAIN * self.answers.peak(), self.now))
+        if self.answering:
+            grown = max(grown, ANSWERING_GAIN * self.answers.delivered())
         self.now = min(max(grown, policy.min_rate), policy.max_rate)
 
 
@@ -449,6 +501,17 @@ class _Pacer:
         return due
 
 
+class _Watched(enum.Enum):
+    """What a refusal heard while off says."""
+
+    ANSWERING = "answering"
+    """Not yet overload: the gate stays off."""
+    DOWN = "down"
+    """Nothing accepted lately: the dependency is down."""
+    OVERLOADED = "overloaded"
+    """Refusals have come to outnumber acceptances."""
+
+
 class SendGate:
     """The gate of one dependency in one process, shared by every thread
     that calls it; created off at ``now_ns``. ``draw`` returns a random
@@ -472,6 +535,17 @@ class SendGate:
         self._next_ticket = 0
         # Since the last tally: turns given, accepted, overloaded, timed out.
         self._counts = [0, 0, 0, 0]
+        # Off, but a refusal has been heard under most-refused: outcomes are
+        # counted (in `_watch`, since watching began) until they show overload
+        # (the gate turns on) or `quiet` passes without another refusal.
+        self._watching = False
+        self._watch = Answers(now_ns)
+        # Under most-refused, the tenth of a second (counted from `_origin`,
+        # plus one; 0: never) of the last accepted attempt: whether the
+        # dependency was lately accepting. At most a store a tenth while
+        # healthy.
+        self._last_accepted = 0
+        self._origin = now_ns
 
     # --- what the gate is doing ---------------------------------------------
 
@@ -510,6 +584,21 @@ class SendGate:
         """The rate learned from this process's own outcomes; None while off."""
         with self._lock:
             return self._rate.now if self._on else None
+
+    @property
+    def is_watching(self) -> bool:
+        """Whether the gate is off but counting outcomes since a refusal
+        (under ``overloadWhen: most-refused``)."""
+        return self._watching
+
+    @property
+    def is_answering(self) -> bool:
+        """Whether the gate judges the dependency to answer rather than to be
+        overloaded (under ``overloadWhen: most-refused``, once something was
+        accepted): a refusal then cuts the rate only while refusals
+        outnumber acceptances. False while off."""
+        with self._lock:
+            return self._on and self._rate.answering
 
     @property
     def phase(self) -> str:
@@ -619,10 +708,28 @@ class SendGate:
     def record(self, signal: Signal | str, sent_ns: int, now_ns: int) -> None:
         """Learns from the outcome (a :class:`Signal`), at ``now_ns``, of an
         attempt sent at ``sent_ns``."""
-        if signal == Signal.ACCEPTED and not self._on:
-            return
+        if signal == Signal.ACCEPTED:
+            if self.policy.most_refused:
+                self._note_accepted(now_ns)
+            if not self._on and not self._watching:
+                return
         with self._lock:
             self._learn(Signal(signal), sent_ns, now_ns)
+
+    def _note_accepted(self, now: int) -> None:
+        """Notes that something was accepted at ``now``: a store at most once
+        a tenth of a second."""
+        tenth = self._tenth(now) + 1
+        if self._last_accepted != tenth:
+            self._last_accepted = tenth
+
+    def _tenth(self, now: int) -> int:
+        return max(now - self._origin, 0) // TENTH_NANOS
+
+    def _accepted_lately(self, now: int) -> bool:
+        """Whether anything was accepted within DOWN_AFTER_TENTHS of ``now``."""
+        last = self._last_accepted
+        return last != 0 and max(self._tenth(now) + 1 - last, 0) < DOWN_AFTER_TENTHS
 
     def lease(self, rate: float, until_ns: int, now_ns: int) -> None:
         """Paces at ``rate`` until ``until_ns`` instead of the gate's own
@@ -638,24 +745,24 @@ class SendGate:
 
     def _learn(self, signal: Signal, sent: int, now: int) -> None:
         policy = self.policy
-        timed_out = signal == Signal.TIMED_OUT
-        if signal != Signal.ACCEPTED and not self._on:
-            self._rate = _Rate(policy, now)
-            # The rate is at its lowest already; this only notes whether the
-            # dependency is slow.
-            self._rate.overloaded(policy, sent, now, timed_out)
-            self._pacer = _Pacer(self._draw(), now)
-            self._last_trouble = now
-            # The failure that turned it on is the first the daemon hears of.
-            self._counts = [0, 0, 1, int(timed_out)]
-            self._on = True
-        elif signal != Signal.ACCEPTED:
+        if not self._on:
+            watched = self._watched(signal, now)
+            if watched is _Watched.DOWN:
+                self._turn_on(signal, sent, now)
+            elif watched is _Watched.OVERLOADED:
+                self._rate = _Rate.answering_from(policy, self._watch, now)
+                self._start_pacing(signal, now)
+            return
+        if signal != Signal.ACCEPTED:
+            timed_out = signal == Signal.TIMED_OUT
             self._counts[2] += 1
             self._counts[3] += int(timed_out)
-            self._last_trouble = now
+            if not timed_out:
+                self._rate.refused(1, now)
             self._pacer.accrue(self._rate.now, now)
-            self._rate.overloaded(policy, sent, now, timed_out)
-            self._pacer.overloaded(policy.beta, sent)
+            if self._rate.overloaded(policy, sent, now, timed_out):
+                self._last_trouble = now
+                self._pacer.overloaded(policy.beta, sent)
         else:
             self._counts[1] += 1
             self._pacer.accrue(self._rate.now, now)
@@ -665,6 +772,52 @@ class SendGate:
             self._wake_first()
 
     # --- under the lock -----------------------------------------------------
+
+    def _watched(self, signal: Signal, now: int) -> _Watched | None:
+        """Counts an outcome heard while off (a refusal, or anything while
+        watching), and says what a refusal shows. A timeout turns the gate
+        on at once, and so does any refusal unless the policy says
+        most-refused. Then a refusal starts watching, and turns the gate on
+        at once only if nothing was accepted lately; while watching,
+        outcomes are counted until they show overload, and watching ends
+        after ``quiet`` without a refusal."""
+        if not self.policy.most_refused and signal != Signal.ACCEPTED:
+            return _Watched.DOWN
+        if signal == Signal.ACCEPTED:
+            self._watch.accepted(1, now)
+            if max(now - self._last_trouble, 0) >= self.policy.quiet_ns:
+                self._watching = False
+            return None
+        if signal == Signal.TIMED_OUT:
+            return _Watched.DOWN
+        if not self._watching:
+            self._watch = Answers(now)
+            self._watching = True
+        self._watch.refused(1, now)
+        self._last_trouble = now
+        if not self._accepted_lately(now) and not self._watch.any_accepted():
+            return _Watched.DOWN
+        if self._watch.shows_overload():
+            return _Watched.OVERLOADED
+        return _Watched.ANSWERING
+
+    def _turn_on(self, signal: Signal, sent: int, now: int) -> None:
+        """Turns the gate on at ``now`` for a dependency that accepts nothing:
+        it probes at the lowest rate."""
+        self._rate = _Rate(self.policy, now)
+        # The rate is at its lowest already; this only notes whether the
+        # dependency is slow.
+        self._rate.overloaded(self.policy, sent, now, signal == Signal.TIMED_OUT)
+        self._start_pacing(signal, now)
+
+    def _start_pacing(self, signal: Signal, now: int) -> None:
+        """Starts pacing at ``now``, at the rate set, after ``signal``."""
+        self._pacer = _Pacer(self._draw(), now)
+        self._last_trouble = now
+        # The failure that turned it on is the first the daemon hears of.
+        self._counts = [0, 0, 1, int(signal == Signal.TIMED_OUT)]
+        self._watching = False
+        self._on = True
 
     def _turn_off_if_quiet(self, now: int) -> bool:
         """Turns the gate off if nothing has been refused and nobody has

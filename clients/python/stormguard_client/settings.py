@@ -1,10 +1,10 @@
 """Reading a policy as :class:`~stormguard_client.PolicyWatch` hands it out
 (its JSON, as the daemon serves it) into the pieces that act on it: the
 retry count, the delay law, ``retryOn``, the per-try timeout, the retry
-budget, the circuit breaker and the send gate (with its ``overloadOn``). A
-key the policy lacks is taken from the built-in defaults
-(``default_policy.json``); a value out of range raises ValueError naming
-its key.
+budget, the circuit breaker and the send gate (with its ``overloadOn`` and
+``overloadWhen``). A key the policy lacks is taken from the built-in
+defaults (``default_policy.json``); a value out of range raises ValueError
+naming its key.
 """
 
 import math
@@ -130,7 +130,9 @@ def breaker(policy: Mapping[str, object], now_ns: int = 0) -> CircuitBreaker | N
 
 def gate_policy(policy: Mapping[str, object]) -> GatePolicy:
     """The policy's ``gate`` block as a :class:`GatePolicy`, its
-    ``overloadOn`` read as ``retryOn`` is (see :class:`RetryOn`)."""
+    ``overloadOn`` read as ``retryOn`` is (see :class:`RetryOn`) and its
+    ``overloadWhen`` one of :data:`~stormguard_client.gate.OVERLOAD_WHEN_NAMES`
+    (``any-refusal``, the default, or ``most-refused``)."""
     given = policy.get("gate")
     if given is not None and not isinstance(given, dict):
         raise ValueError(f"gate must be an object, not {given!r}")

@@ -4,6 +4,7 @@ and its behaviour case by case."""
 import json
 import math
 import pathlib
+import re
 import threading
 from fractions import Fraction
 
@@ -20,11 +21,12 @@ MS = 1_000_000
 
 def _id(scenario):
     gate = scenario["policy"]["gate"]
-    return f"{scenario['seed']}-{gate['minRate']}-{gate['maxRate']}-{gate['beta']}"
+    return f"{scenario['seed']}-{gate['minRate']}-{gate['maxRate']}-{gate['beta']}-{gate['overloadWhen']}"
 
 
 def _state(gate):
-    return [gate.is_on, gate.rate, gate.own_rate, gate.waiting, gate.phase, gate.credit]
+    return [gate.is_on, gate.rate, gate.own_rate, gate.waiting, gate.phase, gate.credit, gate.is_watching,
+            gate.is_answering]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=_id)
@@ -68,6 +70,11 @@ def test_the_scenarios_visit_every_op_phase_and_verdict():
               for op in ops if op["op"] == "claim"}
     assert claims == {"go", "at", "behind"}
     assert sum("draw" in op for op in ops) >= 5, "the gates turn on (and off) again"
+    assert {s["policy"]["gate"]["overloadWhen"] for s in SCENARIOS} == {"any-refusal", "most-refused"}
+    assert any(state[6] for state in states), "a gate off but watching after a refusal"
+    assert any(state[7] for state in states), "a gate on, judging the dependency to answer"
+    assert not any(state[6] or state[7] for s in SCENARIOS if s["policy"]["gate"]["overloadWhen"] == "any-refusal"
+                   for _, state in s["ops"]), "any-refusal neither watches nor judges"
 
 
 # --- behaviour, case by case -----------------------------------------------
@@ -382,6 +389,134 @@ def test_the_policy_block_parses_with_the_defaults_and_refuses_a_bad_setting():
         GatePolicy.from_json({k: v for k, v in block.items() if k != "ramp"})
     with pytest.raises(ValueError, match="gate.beta must be a number"):
         GatePolicy.from_json(dict(block, beta="0.7"))
+
+
+def test_the_overload_when_setting_parses_and_refuses_any_other_value():
+    block = dict(DEFAULT_POLICY["gate"], enabled=True)
+    assert GatePolicy.from_json(block).overload_when == "any-refusal"
+    assert GatePolicy.from_json(dict(block, overloadWhen="most-refused")).most_refused
+    for bad in ("most_refused", "Most-Refused", "", 1, None, ["most-refused"]):
+        message = f"gate.overloadWhen must be one of any-refusal, most-refused, not {bad!r}"
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            GatePolicy.from_json(dict(block, overloadWhen=bad))
+    with pytest.raises(ValueError, match="gate.overloadWhen is missing"):
+        GatePolicy.from_json({k: v for k, v in block.items() if k != "overloadWhen"})
+    with pytest.raises(ValueError, match=r"^gate.overloadWhen must be one of any-refusal, most-refused, found 'x'$"):
+        SendGate(GatePolicy(enabled=True, overload_when="x"))
+
+
+# --- overloadWhen ------------------------------------------------------------
+
+
+def accept(gate, at):
+    gate.record(Signal.ACCEPTED, at, at)
+
+
+def test_under_any_refusal_a_refusal_after_acceptances_turns_it_on_at_once_as_before():
+    g = gate()
+    for i in range(10):
+        accept(g, secs(0.05 * i))
+    overload(g, secs(0.5))
+    assert g.is_on and g.phase == "probing" and g.rate == 0.5
+    assert not g.is_watching and not g.is_answering
+    accept(g, secs(0.6))
+    assert g.phase == "slow_start" and not g.is_answering, "only most-refused judges the dependency to answer"
+    overload(g, secs(0.7))
+    assert g.phase == "cubic", "every refusal cuts"
+
+
+def test_under_most_refused_a_refusal_after_acceptances_only_watches():
+    g = gate(overload_when="most-refused")
+    for i in range(10):
+        accept(g, secs(0.05 * i))
+    overload(g, secs(0.5))
+    assert not g.is_on and g.phase == "off" and g.rate is None
+    assert g.is_watching and not g.is_answering
+    assert g.turn(secs(0.5)) is None, "off: every turn at once"
+    assert g.tally() == Tally(), "nothing counts while off"
+    accept(g, secs(0.5) + g.policy.quiet_ns - 1)
+    assert g.is_watching, "not yet quiet"
+    accept(g, secs(0.5) + g.policy.quiet_ns)
+    assert not g.is_watching and not g.is_on, "quiet since the refusal: watching ends"
+
+
+def test_under_most_refused_refusals_that_outnumber_acceptances_turn_it_on_at_twice_the_delivered_rate():
+    g = gate(overload_when="most-refused")
+    accept(g, secs(0.1))
+    overload(g, secs(0.5))
+    assert g.is_watching, "accepting lately: watching"
+    for _ in range(10):
+        accept(g, secs(0.6))
+    refused = 1
+    while not g.is_on:
+        overload(g, secs(0.7))
+        refused += 1
+        assert refused <= 29, "refusals well past the acceptances turn it on"
+    # Ten accepted since watching began: 28 refused are within three standard
+    # deviations of them (18 < 3 x sqrt(38)), 29 are not (19 > 3 x sqrt(39)).
+    assert refused == 29
+    assert g.is_answering and not g.is_watching and g.phase == "slow_start"
+    assert g.rate == 20.0, "twice the 10 delivered over the last second"
+    assert g.tally() == Tally(overloaded=1), "the refusal that turned it on"
+
+
+def test_under_most_refused_a_refusal_with_nothing_accepted_for_three_seconds_turns_it_on_probing():
+    never = gate(overload_when="most-refused")
+    overload(never, secs(0.1))
+    assert never.is_on and never.phase == "probing" and never.rate == 0.5 and not never.is_answering
+    g = gate(overload_when="most-refused")
+    accept(g, secs(0.05))
+    overload(g, secs(2.95))
+    assert not g.is_on and g.is_watching, "accepted 2.9 s ago: lately"
+    h = gate(overload_when="most-refused")
+    accept(h, secs(0.05))
+    overload(h, secs(3.05))
+    assert h.is_on and h.phase == "probing" and not h.is_watching and not h.is_answering, "3 s without an acceptance"
+    timed_out = gate(overload_when="most-refused")
+    accept(timed_out, secs(0.05))
+    timed_out.record(Signal.TIMED_OUT, secs(0.1), secs(0.2))
+    assert timed_out.is_on and timed_out.phase == "probing", "a timeout turns it on at once"
+
+
+def test_under_most_refused_a_tenth_refused_after_the_first_acceptance_does_not_cut_the_rate():
+    g = gate(overload_when="most-refused")
+    overload(g)
+    assert g.is_on and not g.is_answering, "probing: nothing accepted yet"
+    assert g.tally() == Tally(overloaded=1)
+    accept(g, secs(1.0))
+    assert g.is_answering and g.phase == "slow_start"
+    assert g.rate == 2.0, "0.5 + 1 ramped, but at least twice the one delivered"
+    # Within the second: 90 more accepted, and every tenth answer refused.
+    for i in range(1, 101):
+        at = secs(1.0 + 0.009 * i)
+        before = g.rate
+        if i % 10 == 0:
+            overload(g, at)
+            assert g.rate == before, f"refusal {i // 10} of a tenth: no cut"
+        else:
+            accept(g, at)
+            assert g.rate >= before
+    assert g.phase == "slow_start" and g.is_answering
+    assert g.rate == 2.0 * 91, "twice the 91 delivered over the last second"
+    t = g.tally()
+    assert (t.accepted, t.overloaded) == (91, 10)
+    accept(g, 5 * S)
+    assert not g.is_on, "refusals that say no overload are no trouble: quiet since it turned on"
+
+
+def test_under_most_refused_refusals_that_come_to_outnumber_acceptances_cut_again():
+    g = gate(overload_when="most-refused")
+    overload(g)
+    for _ in range(10):
+        accept(g, secs(1.0))
+    assert g.is_answering and g.rate == 20.0
+    refused = 0
+    while g.phase == "slow_start":
+        overload(g, secs(1.1))
+        refused += 1
+    assert refused == 29, "10 accepted: 29 refused are beyond chance (19 > 3 x sqrt(39)), 28 are not"
+    assert g.phase == "cubic" and g.rate == 10.0, "cut to the 10 delivered"
+    assert g.is_answering, "still answering: the rate keeps to twice what it delivers"
 
 
 def test_threads_share_one_line_and_every_waiter_gets_its_turn_once():

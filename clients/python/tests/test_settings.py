@@ -61,3 +61,16 @@ def test_the_gates_overload_on_is_read_as_retry_on_is():
             settings.gate_policy({"gate": {"enabled": True, "overloadOn": overload_on}})
     with pytest.raises(ValueError, match=r"^retryOn: 'reset' is listed twice$"):
         settings.retry_on({"retryOn": ["reset", "5xx", "reset"]})
+
+
+def test_the_gates_overload_when_is_one_of_its_names():
+    assert settings.gate_policy({}).overload_when == "any-refusal", "the default"
+    assert not settings.gate_policy({}).most_refused
+    chosen = settings.gate_policy({"gate": {"enabled": True, "overloadWhen": "most-refused"}})
+    assert chosen.overload_when == "most-refused" and chosen.most_refused
+    gate = settings.gate({"gate": {"enabled": True, "overloadWhen": "most-refused"}})
+    assert gate is not None and gate.policy.most_refused
+    for overload_when in ("most_refused", "always", "", 2, None, True):
+        message = f"gate.overloadWhen must be one of any-refusal, most-refused, not {overload_when!r}"
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            settings.gate_policy({"gate": {"enabled": True, "overloadWhen": overload_when}})

@@ -243,6 +243,7 @@ impl Law {
             self.rate.overloaded(&self.policy, sent, now, true);
         }
         if overloaded > timed_out {
+            self.rate.refused((overloaded - timed_out) as u32, now);
             self.rate.overloaded(&self.policy, window_start, now, false);
         }
     }

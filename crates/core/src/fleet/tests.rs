@@ -635,3 +635,42 @@ fn a_new_owner_carries_on_from_the_rate_the_last_one_published() {
         "not probing afresh"
     );
 }
+
+#[test]
+fn under_most_refused_the_fleet_cuts_for_refusals_that_outnumber_acceptances_not_for_a_random_tenth() {
+    let t0 = Instant::now();
+    let policy = ValidPolicy::try_from(RetryPolicy {
+        gate: GatePolicy {
+            enabled: true,
+            overload_when: crate::policy::OverloadWhen::MostRefused,
+            ..GatePolicy::default()
+        },
+        ..RetryPolicy::default()
+    })
+    .unwrap();
+    let mut fleet = FleetController::new_at(&policy, t0);
+    fleet.ask_at(0, tally(0, 0, 1, 1000), t0);
+    let mut now = t0;
+    // Twenty asks a tenth refused at random, with callers waiting.
+    let mut rates = Vec::new();
+    for _ in 0..20 {
+        now += ASK_EVERY;
+        let sent = ((fleet.rate() * ASK_EVERY.as_secs_f64()).round() as u64).max(10);
+        let refused = sent / 10;
+        fleet.ask_at(0, tally(sent, sent - refused, refused, 1000), now);
+        rates.push(fleet.rate());
+    }
+    assert!(
+        rates.windows(2).all(|pair| pair[1] >= pair[0]),
+        "a tenth refused cuts nothing: {rates:?}"
+    );
+    // Then nine tenths refused, for a second: the refusals come to
+    // outnumber the acceptances of the last second, and cut the rate.
+    let before = fleet.rate();
+    for _ in 0..10 {
+        now += ASK_EVERY;
+        let sent = (fleet.rate() * ASK_EVERY.as_secs_f64()).round() as u64;
+        fleet.ask_at(0, tally(sent, sent / 10, sent - sent / 10, 1000), now);
+    }
+    assert!(fleet.rate() < before / 2.0, "{} after {before}", fleet.rate());
+}

@@ -37,6 +37,16 @@
 //!   a rate that far past the dependency's is still past it.
 //! - **Off again** once nothing has been refused and nobody has had to wait
 //!   for `quiet`.
+//! - **Under `overloadWhen: most-refused`**, for a dependency that fails a
+//!   share of requests at random (which the above would pace down by that
+//!   share, every second), a refusal says overload only once refusals
+//!   outnumber acceptances over the last second by more than chance would
+//!   (Google's client-side throttling, K = 2), or when nothing has been
+//!   accepted for three seconds (the dependency is down: on at once, and
+//!   probing, as above). Until then the gate watches: off, counting
+//!   answers. Once something is accepted, the rate is never below twice
+//!   what was accepted over the last second, and a refusal cuts it only
+//!   while refusals outnumber acceptances.
 //!
 //! CUBIC's constants (`C = 0.4`, `β = 0.7`) and the lowest rate (0.5 per
 //! second) are those of the AWS SDKs' adaptive retry mode (botocore
@@ -48,11 +58,12 @@
 //! Decisions take the time as an argument (`_at`), so a simulator drives
 //! the very code a client runs.
 
+mod answers;
 mod pace;
 pub(crate) mod rate;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::task::Waker;
 
@@ -60,7 +71,8 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
-use crate::policy::{GatePolicy, ValidPolicy};
+use crate::policy::{GatePolicy, OverloadWhen, ValidPolicy};
+use answers::Answers;
 pub use pace::Lease;
 use pace::Pacer;
 use rate::Rate;
@@ -117,8 +129,23 @@ pub enum Signal {
 pub struct SendGate {
     policy: GatePolicy,
     on: AtomicBool,
+    /// Off, but a refusal has been heard under `most-refused`: outcomes are
+    /// counted until they show overload (the gate turns on) or `quiet`
+    /// passes without another refusal.
+    watching: AtomicBool,
+    /// Under `most-refused`, the tenth of a second (counted from `origin`,
+    /// plus one; 0: never) of the last accepted attempt: whether the
+    /// dependency was lately accepting. At most a store a tenth while
+    /// healthy.
+    last_accepted: AtomicU64,
+    origin: Instant,
     state: Mutex<State>,
 }
+
+/// Under `most-refused`, how long (in tenths of a second) the dependency
+/// must have accepted nothing for a refusal to turn the gate on at once, as
+/// for a dependency that is down: as long as the gate's counts go back.
+const DOWN_AFTER_TENTHS: u64 = 30;
 
 /// What a gate saw since it was last asked (see [`SendGate::tally`]): what
 /// a process tells the fleet's coordinator.
@@ -153,6 +180,18 @@ struct State {
     /// Draws each turn-on's first credit, so that processes that failed
     /// together do not probe together.
     rng: SmallRng,
+    /// While watching, what the dependency answered since watching began.
+    watch: Answers,
+}
+
+/// What a refusal heard while off says.
+enum Watched {
+    /// Not yet overload: the gate stays off.
+    Answering,
+    /// Nothing accepted lately: the dependency is down.
+    Down,
+    /// Refusals have come to outnumber acceptances.
+    Overloaded,
 }
 
 impl SendGate {
@@ -175,8 +214,12 @@ impl SendGate {
                 next_ticket: 0,
                 tally: Tally::default(),
                 rng: SmallRng::seed_from_u64(seed),
+                watch: Answers::new(now),
             }),
             on: AtomicBool::new(false),
+            watching: AtomicBool::new(false),
+            last_accepted: AtomicU64::new(0),
+            origin: now,
             policy,
         }
     }
@@ -235,6 +278,17 @@ impl SendGate {
     /// The rate learned from this process's own outcomes; `None` while off.
     pub fn own_rate(&self) -> Option<f64> {
         self.is_on().then(|| self.lock().rate.now)
+    }
+
+    /// Whether the gate judges the dependency to answer rather than to be
+    /// overloaded: see [`Signal::Overloaded`]. False while off.
+    pub fn is_answering(&self) -> bool {
+        self.is_on() && self.lock().rate.is_answering()
+    }
+
+    /// Whether the gate is off but counting outcomes since a refusal.
+    pub fn is_watching(&self) -> bool {
+        self.watching.load(Ordering::Relaxed)
     }
 
     /// Paces at `rate` until `until` instead of the gate's own rate: the
@@ -372,43 +426,67 @@ impl SendGate {
     /// Learns from the outcome, at `now`, of an attempt sent at `sent`.
     #[inline]
     pub fn record_at(&self, signal: Signal, sent: Instant, now: Instant) {
-        if signal == Signal::Accepted && !self.is_on() {
-            return;
+        if signal == Signal::Accepted {
+            if self.policy.overload_when == OverloadWhen::MostRefused {
+                self.note_accepted(now);
+            }
+            if !self.is_on() && !self.is_watching() {
+                return;
+            }
         }
         self.learn(signal, sent, now);
     }
 
+    /// Notes that something was accepted at `now`: a store at most once a
+    /// tenth of a second.
+    #[inline]
+    fn note_accepted(&self, now: Instant) {
+        let tenth = self.tenth(now) + 1;
+        if self.last_accepted.load(Ordering::Relaxed) != tenth {
+            self.last_accepted.store(tenth, Ordering::Relaxed);
+        }
+    }
+
+    fn tenth(&self, now: Instant) -> u64 {
+        (now.saturating_duration_since(self.origin).as_millis() / 100) as u64
+    }
+
+    /// Whether anything was accepted within [`DOWN_AFTER_TENTHS`] of `now`.
+    fn accepted_lately(&self, now: Instant) -> bool {
+        match self.last_accepted.load(Ordering::Relaxed) {
+            0 => false,
+            last => (self.tenth(now) + 1).saturating_sub(last) < DOWN_AFTER_TENTHS,
+        }
+    }
+
     fn learn(&self, signal: Signal, sent: Instant, now: Instant) {
         let mut state = self.lock();
+        if !self.is_on() {
+            match self.watched(&mut state, signal, now) {
+                Some(Watched::Answering) | None => {}
+                Some(Watched::Down) => self.turn_on(&mut state, signal, sent, now),
+                Some(Watched::Overloaded) => {
+                    state.rate = Rate::answering(&self.policy, state.watch, now);
+                    self.start_pacing(&mut state, signal, now);
+                }
+            }
+            return;
+        }
         let policy = &self.policy;
         match signal {
-            Signal::Overloaded | Signal::TimedOut if !self.is_on() => {
-                state.rate = Rate::probing(policy, now);
-                // The rate is at its lowest already; this only notes
-                // whether the dependency is slow.
-                let timed_out = signal == Signal::TimedOut;
-                state.rate.overloaded(policy, sent, now, timed_out);
-                let first_credit = state.rng.random::<f64>();
-                state.pacer = Pacer::new(first_credit, now);
-                state.last_trouble = now;
-                // The failure that turned it on is the first the daemon hears of.
-                state.tally = Tally {
-                    overloaded: 1,
-                    timed_out: u64::from(timed_out),
-                    ..Tally::default()
-                };
-                self.on.store(true, Ordering::Relaxed);
-            }
             Signal::Overloaded | Signal::TimedOut => {
+                let timed_out = signal == Signal::TimedOut;
                 state.tally.overloaded += 1;
-                state.tally.timed_out += u64::from(signal == Signal::TimedOut);
-                state.last_trouble = now;
+                state.tally.timed_out += u64::from(timed_out);
+                if !timed_out {
+                    state.rate.refused(1, now);
+                }
                 let own = state.rate.now;
                 state.pacer.accrue(own, now);
-                state
-                    .rate
-                    .overloaded(policy, sent, now, signal == Signal::TimedOut);
-                state.pacer.overloaded(policy.beta, sent);
+                if state.rate.overloaded(policy, sent, now, timed_out) {
+                    state.last_trouble = now;
+                    state.pacer.overloaded(policy.beta, sent);
+                }
             }
             Signal::Accepted => {
                 state.tally.accepted += 1;
@@ -420,6 +498,71 @@ impl SendGate {
                 state.wake_first();
             }
         }
+    }
+
+    /// Counts an outcome heard while off (a refusal, or anything while
+    /// watching), and says what a refusal shows. A timeout turns the gate
+    /// on at once, and so does any refusal unless the policy says
+    /// `most-refused`. Then a refusal starts watching, and turns the gate on
+    /// at once only if nothing was accepted lately; while watching,
+    /// outcomes are counted until they show overload, and watching ends
+    /// after `quiet` without a refusal.
+    fn watched(&self, state: &mut State, signal: Signal, now: Instant) -> Option<Watched> {
+        if self.policy.overload_when == OverloadWhen::AnyRefusal && signal != Signal::Accepted {
+            return Some(Watched::Down);
+        }
+        match signal {
+            Signal::Accepted => {
+                state.watch.accepted(1, now);
+                if now.saturating_duration_since(state.last_trouble) >= self.policy.quiet {
+                    self.watching.store(false, Ordering::Relaxed);
+                }
+                None
+            }
+            Signal::TimedOut => Some(Watched::Down),
+            Signal::Overloaded => {
+                if !self.is_watching() {
+                    state.watch = Answers::new(now);
+                    self.watching.store(true, Ordering::Relaxed);
+                }
+                state.watch.refused(1, now);
+                state.last_trouble = now;
+                Some(if !self.accepted_lately(now) && !state.watch.any_accepted() {
+                    Watched::Down
+                } else if state.watch.shows_overload() {
+                    Watched::Overloaded
+                } else {
+                    Watched::Answering
+                })
+            }
+        }
+    }
+
+    /// Turns the gate on at `now` for a dependency that accepts nothing:
+    /// it probes at the lowest rate.
+    fn turn_on(&self, state: &mut State, signal: Signal, sent: Instant, now: Instant) {
+        state.rate = Rate::probing(&self.policy, now);
+        // The rate is at its lowest already; this only notes whether the
+        // dependency is slow.
+        let timed_out = signal == Signal::TimedOut;
+        state.rate.overloaded(&self.policy, sent, now, timed_out);
+        self.start_pacing(state, signal, now);
+    }
+
+    /// Starts pacing at `now`, at the rate set, after `signal`.
+    fn start_pacing(&self, state: &mut State, signal: Signal, now: Instant) {
+        let first_credit = state.rng.random::<f64>();
+        state.pacer = Pacer::new(first_credit, now);
+        state.last_trouble = now;
+        // The failure that turned it on is the first the daemon hears of.
+        let timed_out = signal == Signal::TimedOut;
+        state.tally = Tally {
+            overloaded: 1,
+            timed_out: u64::from(timed_out),
+            ..Tally::default()
+        };
+        self.watching.store(false, Ordering::Relaxed);
+        self.on.store(true, Ordering::Relaxed);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {

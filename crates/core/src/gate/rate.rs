@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::policy::GatePolicy;
+use super::answers::Answers;
+use crate::policy::{GatePolicy, OverloadWhen};
 
 /// The rate a gate paces at, and what it has learned.
 #[derive(Debug, Clone, Copy)]
@@ -37,22 +38,20 @@ pub(crate) struct Rate {
     /// fleet's reports come up to a round late: the acceptances still on
     /// their way raise the estimate as they arrive.
     settling_until: Option<Instant>,
-    delivered: Delivered,
+    answers: Answers,
+    /// Under `overloadWhen: most-refused`, whether the dependency has
+    /// accepted something since the gate turned on (or was accepting when
+    /// it did): a refusal then cuts only while refusals outnumber
+    /// acceptances, and the rate is never below [`ANSWERING_GAIN`] times
+    /// what it delivers, as Google's client-side throttling admits K = 2
+    /// times the accepts. A dependency failing a share up to a half at
+    /// random is never paced below what it answers.
+    answering: bool,
 }
 
-/// How many attempts were accepted over the last seconds (BBR's delivery
-/// rate), counted in tenths of a second.
-#[derive(Debug, Clone, Copy)]
-struct Delivered {
-    /// Accepted per tenth, the current tenth at `current % TENTHS`.
-    tenths: [u32; TENTHS],
-    /// The current tenth, counted from the gate's creation.
-    current: u64,
-    origin: Instant,
-}
-
-/// Tenths kept: three seconds, the longest a timeout's cut looks back.
-const TENTHS: usize = 30;
+/// While the dependency is judged to answer, how far past what it delivers
+/// the rate always reaches: Google's K.
+pub(crate) const ANSWERING_GAIN: f64 = 2.0;
 
 /// How far past what a slow dependency delivers the rate may grow: BBR's
 /// gain when it probes for more bandwidth.
@@ -73,55 +72,6 @@ enum Phase {
     Cubic { max: f64, since: Instant, k: f64 },
 }
 
-impl Delivered {
-    fn new(now: Instant) -> Self {
-        Self {
-            tenths: [0; TENTHS],
-            current: 0,
-            origin: now,
-        }
-    }
-
-    /// Moves to the tenth holding `now`, emptying those that have passed.
-    fn roll(&mut self, now: Instant) {
-        let tenth = (now.saturating_duration_since(self.origin).as_millis() / 100) as u64;
-        let passed = tenth.saturating_sub(self.current).min(TENTHS as u64);
-        for i in 1..=passed {
-            self.tenths[((self.current + i) % TENTHS as u64) as usize] = 0;
-        }
-        self.current = self.current.max(tenth);
-    }
-
-    fn count(&mut self, accepted: u32, now: Instant) {
-        self.roll(now);
-        let slot = &mut self.tenths[(self.current % TENTHS as u64) as usize];
-        *slot = slot.saturating_add(accepted);
-    }
-
-    /// Accepted over the last second, per second.
-    fn per_second(&self) -> f64 {
-        self.second_ending(0)
-    }
-
-    /// Accepted over the second that ended `back` tenths ago.
-    fn second_ending(&self, back: u64) -> f64 {
-        (back..back + 10)
-            .map(|i| {
-                let slot = (self.current + TENTHS as u64 - i) % TENTHS as u64;
-                f64::from(self.tenths[slot as usize])
-            })
-            .sum()
-    }
-
-    /// The most accepted in any second of the last three (BBR's windowed
-    /// maximum of the delivery rate).
-    fn peak(&self) -> f64 {
-        (0..=(TENTHS as u64 - 10))
-            .map(|back| self.second_ending(back))
-            .fold(0.0, f64::max)
-    }
-}
-
 impl Rate {
     /// The rate of a gate that has just turned on at `now`.
     pub(crate) fn probing(policy: &GatePolicy, now: Instant) -> Self {
@@ -132,7 +82,8 @@ impl Rate {
             slow: false,
             holds_at_cut: false,
             settling_until: None,
-            delivered: Delivered::new(now),
+            answers: Answers::new(now),
+            answering: false,
         }
     }
 
@@ -226,8 +177,29 @@ impl Rate {
 
     /// Attempts accepted over the last second, per second, as of `now`.
     pub(crate) fn delivered_at(&mut self, now: Instant) -> f64 {
-        self.delivered.roll(now);
-        self.delivered.per_second()
+        self.answers.roll(now);
+        self.answers.delivered()
+    }
+
+    /// Whether the dependency is judged to answer: see [`Rate::answering`](Rate).
+    pub(crate) fn is_answering(&self) -> bool {
+        self.answering
+    }
+
+    /// The rate of a gate that turns on at `now`, under `most-refused`,
+    /// because refusals came to outnumber acceptances while the dependency
+    /// still accepted some (`answers` counts them): judging it to answer,
+    /// at [`ANSWERING_GAIN`] times what it delivers, growing as in slow
+    /// start.
+    pub(crate) fn answering(policy: &GatePolicy, answers: Answers, now: Instant) -> Self {
+        let probing = Self::probing(policy, now);
+        Self {
+            phase: Phase::SlowStart,
+            answers,
+            answering: true,
+            now: (ANSWERING_GAIN * answers.delivered()).clamp(policy.min_rate, policy.max_rate),
+            ..probing
+        }
     }
 
     /// Whether the rate grows in slow start (by `ramp` per accepted attempt).
@@ -235,24 +207,41 @@ impl Rate {
         self.phase == Phase::SlowStart
     }
 
+    /// Counts `count` attempts refused at `now`; [`overloaded`](Self::overloaded)
+    /// judges what they say.
+    pub(crate) fn refused(&mut self, count: u32, now: Instant) {
+        self.answers.refused(count, now);
+    }
+
     /// An attempt sent at `sent` was refused (or, if `timed_out`, got no
-    /// answer in time) at `now`.
-    pub(crate) fn overloaded(&mut self, policy: &GatePolicy, sent: Instant, now: Instant, timed_out: bool) {
-        self.delivered.roll(now);
+    /// answer in time) at `now`; whether that says the dependency is
+    /// overloaded (if not, nothing is cut: see [`Rate::answering`](Rate)).
+    /// [`refused`](Self::refused) has counted a refusal already.
+    pub(crate) fn overloaded(
+        &mut self,
+        policy: &GatePolicy,
+        sent: Instant,
+        now: Instant,
+        timed_out: bool,
+    ) -> bool {
+        self.answers.roll(now);
+        if !timed_out && self.refusal_is_random() {
+            return false;
+        }
         self.slow = timed_out;
         if sent < self.last_cut {
-            return;
+            return true;
         }
         self.last_cut = now;
         let cut = if timed_out {
             // The dependency may still be busy with what timed out: send no
             // more than a share of the most it has lately managed to answer.
-            let peak = self.delivered.peak().min(self.now);
+            let peak = self.answers.peak().min(self.now);
             (peak * policy.beta).max(policy.min_rate)
         } else {
             // Refusals that follow the last accepted attempt of a burst would
             // otherwise cut again and again; what was just accepted can be sent.
-            let delivered = self.delivered.per_second().min(self.now);
+            let delivered = self.answers.delivered().min(self.now);
             let kept = if self.phase == Phase::SlowStart {
                 // Slow start grew the rate ahead of the answers: a share of
                 // it is no measure of the dependency, what it accepted is.
@@ -279,6 +268,13 @@ impl Rate {
             self.phase = Phase::Cubic { max, since: now, k };
         }
         self.now = cut;
+        true
+    }
+
+    /// Whether a refusal says nothing of overload: while the dependency is
+    /// judged to answer, until refusals outnumber acceptances.
+    fn refusal_is_random(&self) -> bool {
+        self.answering && !self.answers.shows_overload()
     }
 
     /// An attempt was accepted at `now`.
@@ -291,11 +287,15 @@ impl Rate {
         if count == 0 {
             return;
         }
-        self.delivered.count(count, now);
+        self.answers.accepted(count, now);
         let ramp = policy.ramp * f64::from(count);
         let grown = match self.phase {
             Phase::Probing => {
                 self.phase = Phase::SlowStart;
+                // Something got through: under `most-refused`, refusals
+                // count as overload from now on only while they outnumber
+                // acceptances.
+                self.answering = policy.overload_when == OverloadWhen::MostRefused;
                 self.now + ramp
             }
             Phase::SlowStart => self.now + ramp,
@@ -305,9 +305,14 @@ impl Rate {
             }
         };
         let grown = if self.slow {
-            grown.min((GAIN * self.delivered.peak()).max(self.now))
+            grown.min((GAIN * self.answers.peak()).max(self.now))
         } else if self.settling_until.is_some_and(|until| now < until) {
-            grown.max(self.delivered.per_second())
+            grown.max(self.answers.delivered())
+        } else {
+            grown
+        };
+        let grown = if self.answering {
+            grown.max(ANSWERING_GAIN * self.answers.delivered())
         } else {
             grown
         };

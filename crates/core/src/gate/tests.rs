@@ -648,3 +648,126 @@ fn a_lease_paces_until_it_ends_though_nothing_happens_after() {
     );
     assert_eq!(gate.rate(), Some(7.25), "as of its last turn or outcome");
 }
+
+/// A gate under `overloadWhen: most-refused`, otherwise the default.
+fn most_refused(now: Instant) -> SendGate {
+    SendGate::new_at(
+        &policy(GatePolicy {
+            overload_when: OverloadWhen::MostRefused,
+            ..GatePolicy::default()
+        }),
+        now,
+    )
+}
+
+/// `count` outcomes of `signal` spread evenly over the `millis` after `from`.
+fn answers(gate: &SendGate, signal: Signal, count: u32, from: Instant, millis: u64) {
+    for i in 0..count {
+        let at = from + Duration::from_millis(millis * u64::from(i) / u64::from(count));
+        gate.record_at(signal, at, at);
+    }
+}
+
+#[test]
+fn under_most_refused_a_refusal_among_acceptances_only_starts_watching() {
+    let t0 = Instant::now();
+    let gate = most_refused(t0);
+    answers(&gate, Signal::Accepted, 30, t0, 900);
+    gate.record_at(Signal::Overloaded, t0 + secs(0.95), t0 + secs(0.95));
+    assert!(!gate.is_on(), "one refusal in 31 is no overload");
+    assert!(gate.is_watching());
+    assert_eq!(gate.turn_at(t0 + secs(0.96)), Turn::Now);
+    // Ten percent refused for a second, as a bad replica would.
+    for i in 0..40 {
+        let at = t0 + secs(1.0 + f64::from(i) * 0.025);
+        let signal = if i % 10 == 0 {
+            Signal::Overloaded
+        } else {
+            Signal::Accepted
+        };
+        gate.record_at(signal, at, at);
+    }
+    assert!(!gate.is_on(), "a tenth refused at random never turns it on");
+    // Quiet for `quiet`: watching ends.
+    gate.record_at(Signal::Accepted, t0 + secs(7.0), t0 + secs(7.0));
+    assert!(!gate.is_watching());
+    let default = gate_with_accepts_then_a_refusal(t0);
+    assert!(default.is_on(), "under any-refusal, the same refusal turns it on");
+}
+
+fn gate_with_accepts_then_a_refusal(t0: Instant) -> SendGate {
+    let gate = SendGate::new_at(&policy(GatePolicy::default()), t0);
+    answers(&gate, Signal::Accepted, 30, t0, 900);
+    gate.record_at(Signal::Overloaded, t0 + secs(0.95), t0 + secs(0.95));
+    gate
+}
+
+#[test]
+fn under_most_refused_refusals_that_outnumber_acceptances_turn_it_on_at_twice_what_is_delivered() {
+    let t0 = Instant::now();
+    let gate = most_refused(t0);
+    answers(&gate, Signal::Accepted, 20, t0, 500);
+    gate.record_at(Signal::Overloaded, t0 + secs(0.5), t0 + secs(0.5));
+    assert!(gate.is_watching());
+    // Then far more refused than accepted: 12 accepted, and refusals until
+    // they outnumber them by three standard deviations: 32 of 44.
+    answers(&gate, Signal::Accepted, 12, t0 + secs(0.55), 400);
+    let mut refused = 1;
+    while !gate.is_on() {
+        let at = t0 + secs(0.6 + f64::from(refused) * 0.005);
+        gate.record_at(Signal::Overloaded, at, at);
+        refused += 1;
+    }
+    assert_eq!(refused, 32, "the refusals in all, the first one included");
+    assert!(gate.is_answering(), "it accepts some: judged to answer");
+    assert_eq!(
+        gate.own_rate(),
+        Some(24.0),
+        "twice the 12 accepted since watching began, not the lowest rate"
+    );
+    // The refusals go on outnumbering the acceptances: each cuts, as overload.
+    gate.record_at(Signal::Overloaded, t0 + secs(0.9), t0 + secs(0.9));
+    assert_eq!(gate.own_rate(), Some(12.0), "to what was accepted");
+}
+
+#[test]
+fn under_most_refused_a_dependency_that_accepts_nothing_is_probed_then_judged_by_its_share() {
+    let t0 = Instant::now();
+    let gate = most_refused(t0);
+    gate.record_at(Signal::Overloaded, t0, t0);
+    assert!(gate.is_on(), "nothing accepted lately: down, on at once");
+    assert_eq!(gate.rate(), Some(0.5), "probing at the lowest rate");
+    assert!(!gate.is_answering());
+    // It answers again, and fails a tenth at random.
+    gate.record_at(Signal::Accepted, t0 + secs(1.0), t0 + secs(1.0));
+    assert!(gate.is_answering(), "something got through");
+    answers(&gate, Signal::Accepted, 50, t0 + secs(1.0), 500);
+    let before = gate.own_rate().unwrap();
+    for i in 0..10 {
+        let at = t0 + secs(1.5 + f64::from(i) * 0.05);
+        gate.record_at(Signal::Overloaded, at, at);
+        gate.record_at(Signal::Accepted, at, at);
+    }
+    assert!(
+        gate.own_rate().unwrap() >= before,
+        "ten refusals among 60 acceptances cut nothing: {before} then {:?}",
+        gate.own_rate()
+    );
+    // Then it refuses far more than it accepts: that is overload.
+    answers(&gate, Signal::Overloaded, 200, t0 + secs(2.0), 200);
+    assert!(
+        gate.own_rate().unwrap() < before,
+        "refusals that outnumber acceptances cut it: {:?}",
+        gate.own_rate()
+    );
+}
+
+#[test]
+fn a_timeout_turns_the_gate_on_at_once_under_most_refused_too() {
+    let t0 = Instant::now();
+    let gate = most_refused(t0);
+    answers(&gate, Signal::Accepted, 30, t0, 900);
+    gate.record_at(Signal::TimedOut, t0, t0 + secs(1.0));
+    assert!(gate.is_on());
+    assert!(!gate.is_answering());
+}

@@ -170,6 +170,11 @@ policy_block! {
         /// throttling errors to its rate. An answer with `Retry-After`
         /// always says overload.
         overload_on: RetryOn = "overloadOn",
+        /// When the refusals `overloadOn` names say overload: at the first
+        /// (`any-refusal`), or only once they outnumber acceptances or
+        /// nothing is accepted (`most-refused`), for a service that fails a
+        /// share of requests at random.
+        overload_when: OverloadWhen = "overloadWhen",
     }
 }
 
@@ -252,6 +257,7 @@ impl Default for GatePolicy {
             ramp: 16.0,
             quiet: Duration::from_secs(5),
             overload_on: RetryOn::overload(),
+            overload_when: OverloadWhen::AnyRefusal,
         }
     }
 }
@@ -360,6 +366,54 @@ impl Leaf for BudgetScope {
     fn from_node(node: &Node, path: &KeyPath, errors: &mut Errors) -> Option<Self> {
         let all = [BudgetScope::Process, BudgetScope::Fleet];
         named_leaf(node, path, errors, "scope", BudgetScope::NAMES).map(|i| all[i])
+    }
+
+    fn write(&self) -> String {
+        self.name().to_string()
+    }
+}
+
+/// When the send gate takes the refusals it hears for overload.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OverloadWhen {
+    /// At the first: a refusal turns the gate on, and every refusal cuts
+    /// its rate (never below what was accepted over the last second). For
+    /// a service that refuses only when it is overloaded.
+    #[default]
+    AnyRefusal,
+    /// Only once refusals outnumber acceptances by more than chance would
+    /// (Google's client-side throttling, K = 2), or nothing has been
+    /// accepted for three seconds (the service is down). A service that
+    /// fails a share of requests at random keeps its throughput; an
+    /// overload that still accepts about half of what it is sent is not
+    /// paced.
+    MostRefused,
+}
+
+impl OverloadWhen {
+    /// Every value as written in a policy file.
+    pub const NAMES: &'static [&'static str] = &["any-refusal", "most-refused"];
+
+    /// The name as written in a policy file.
+    pub fn name(self) -> &'static str {
+        match self {
+            OverloadWhen::AnyRefusal => "any-refusal",
+            OverloadWhen::MostRefused => "most-refused",
+        }
+    }
+}
+
+impl fmt::Display for OverloadWhen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Leaf for OverloadWhen {
+    fn from_node(node: &Node, path: &KeyPath, errors: &mut Errors) -> Option<Self> {
+        let all = [OverloadWhen::AnyRefusal, OverloadWhen::MostRefused];
+        named_leaf(node, path, errors, "overloadWhen value", OverloadWhen::NAMES).map(|i| all[i])
     }
 
     fn write(&self) -> String {
@@ -616,4 +670,4 @@ impl Leaf for SlidingWindow {
     }
 }
 
-layered_leaves!(Jitter, BudgetScope, RetryOn, SlidingWindow);
+layered_leaves!(Jitter, BudgetScope, OverloadWhen, RetryOn, SlidingWindow);
