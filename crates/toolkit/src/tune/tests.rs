@@ -64,8 +64,8 @@ fn with_the_gate_allowed_it_is_recommended_and_the_best_without_it_is_given_too(
     let text = text(&t, Duration::ZERO);
     assert!(text.contains("gate: {enabled: true}"), "{text}");
     assert!(
-        text.contains("if the dependency answers 503 for reasons other\nthan load")
-            && text.contains("leave 503 out of overloadOn"),
+        text.contains("if the dependency answers 503\nfor reasons other than load")
+            && text.contains("set gate.overloadWhen: most-refused"),
         "a recommended gate comes with what it reads as overload: {text}"
     );
 }
