@@ -46,10 +46,11 @@ With `--errors SHARE` it runs instead a healthy dependency that fails SHARE
 of requests at random (503, or `--error-status`) and never runs out of capacity, the world of
 `stormguard simulate --scenario errors`: open-loop callers, `--rate` calls a
 second in all (300 unless given) arriving at random for 60 s, dealt to the
-processes, under bench/real-fleet.yaml's `errors-jittered` (no gate) and
-`errors-gated` (the gate on), where a call gives up a minute after it
-arrives. Three ways: no gate, per-process gates, the fleet through one
-daemon. For each it prints the share of calls served and the p50 and p99
+processes, under bench/real-fleet.yaml's `errors-jittered` (no gate),
+`errors-gated` (the gate on) and `errors-most-refused` (the gate on, with
+`overloadWhen: most-refused`), where a call gives up a minute after it
+arrives. Five ways: no gate, then per-process gates and the fleet through
+one daemon under each gate setting. For each it prints the share of calls served and the p50 and p99
 time to success from each call's arrival, beside the simulation's means.
 Targets: each real run's p99 within its simulation's + 0.5 s; each gated way
 serves at least 99 % of what no gate serves, with a p99 at most 1.2x no
@@ -92,6 +93,8 @@ ERROR_WAYS = [
     ("no gate", "errors-jittered", [], ["--replicas", "1"]),
     ("per-process gates", "errors-gated", ["--no-fleet-pacing"], ["--no-fleet-pacing"]),
     ("fleet, one daemon", "errors-gated", [], ["--replicas", "1"]),
+    ("gates, most-refused", "errors-most-refused", ["--no-fleet-pacing"], ["--no-fleet-pacing"]),
+    ("fleet, most-refused", "errors-most-refused", [], ["--replicas", "1"]),
 ]
 # (label, service in the policy file, callers' flags, simulate's flags)
 WAYS = [

@@ -16,8 +16,15 @@ func defaults() Policy {
 // comes a whole interval after the gate turns on.
 func newGate(t *testing.T, change ...func(*Policy)) *Gate {
 	t.Helper()
+	return gateFrom(t, func(p *Policy) { p.Ramp = 1 }, change...)
+}
+
+// gateFrom is a gate under the built-in default policy as base and then
+// change set it, whose first credit is 0.
+func gateFrom(t *testing.T, base func(*Policy), change ...func(*Policy)) *Gate {
+	t.Helper()
 	p := defaults()
-	p.Ramp = 1
+	base(&p)
 	for _, c := range change {
 		c(&p)
 	}
@@ -429,16 +436,7 @@ func TestAClaimAtTheTimeGivenGoesThoughTheWaitWasRoundedDown(t *testing.T) {
 // built-in default (as changed), whose first credit is 0.
 func mostRefused(t *testing.T, change ...func(*Policy)) *Gate {
 	t.Helper()
-	p := defaults()
-	p.OverloadWhen = MostRefused
-	for _, c := range change {
-		c(&p)
-	}
-	g, err := New(p, func() float64 { return 0 })
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
+	return gateFrom(t, func(p *Policy) { p.OverloadWhen = MostRefused }, change...)
 }
 
 // answer records count outcomes of signal, spread evenly over the millis
