@@ -136,6 +136,15 @@ func (a *answers) peak() float64 {
 	return a.accepted.peak()
 }
 
+// refusals is how many were refused over the last three seconds.
+func (a *answers) refusals() float64 {
+	var sum float64
+	for _, n := range a.refused.tenths {
+		sum += float64(n)
+	}
+	return sum
+}
+
 // anyAccepted says whether anything was accepted in the last three seconds.
 func (a *answers) anyAccepted() bool {
 	return !a.accepted.empty()

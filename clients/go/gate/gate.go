@@ -177,6 +177,14 @@ type Gate struct {
 // counts go back.
 const downAfterTenths = 30
 
+// downRefusals is, under MostRefused, how many refusals within three
+// seconds, with nothing accepted, show a dependency down. One would do for
+// a gate that has heard nothing else, but a process's first answers come
+// from a dependency that fails a share at random too: at a half, the first
+// is refused in one process of two, the first three in one of eight. A
+// herd of callers refused together counts three at once.
+const downRefusals = 3
+
 // watched is what an outcome heard while off says.
 type watched uint8
 
@@ -516,7 +524,7 @@ func (g *Gate) watched(signal Signal, now uint64) watched {
 	g.watch.refuse(1, now)
 	g.lastTrouble = now
 	switch {
-	case !g.acceptedLately(now) && !g.watch.anyAccepted():
+	case !g.acceptedLately(now) && !g.watch.anyAccepted() && g.watch.refusals() >= downRefusals:
 		return down
 	case g.watch.showOverload():
 		return outnumbered

@@ -537,8 +537,13 @@ func TestUnderMostRefusedRefusalsThatOutnumberAcceptancesTurnItOnAtTwiceWhatIsDe
 func TestUnderMostRefusedADependencyThatAcceptsNothingIsProbedThenJudgedByItsShare(t *testing.T) {
 	g := mostRefused(t)
 	g.Record(Overloaded, 0, 0)
+	g.Record(Overloaded, 0, 0)
+	if g.On() || !g.Watching() {
+		t.Fatal("two refusals, as a dependency failing half at random could give first: watching")
+	}
+	g.Record(Overloaded, 0, 0)
 	if !g.On() || g.Watching() || g.Answering() {
-		t.Fatal("nothing ever accepted: down, on at once")
+		t.Fatal("three and nothing ever accepted: down, on")
 	}
 	if r := paceOf(t, g); r != 0.5 || g.Phase() != "probing" {
 		t.Fatalf("probing at the lowest rate: %v %s", r, g.Phase())
@@ -572,7 +577,7 @@ func TestUnderMostRefusedADependencyThatAcceptsNothingIsProbedThenJudgedByItsSha
 	}
 }
 
-func TestUnderMostRefusedARefusalThreeSecondsAfterTheLastAcceptanceTurnsItOnAtOnce(t *testing.T) {
+func TestUnderMostRefusedRefusalsThreeSecondsAfterTheLastAcceptanceTurnItOn(t *testing.T) {
 	g := mostRefused(t)
 	answer(g, Accepted, 10, 0, 1000)
 	// The last acceptance at 0.9 s, in the tenth from 0.9 s: 2.9 s later,
@@ -582,8 +587,12 @@ func TestUnderMostRefusedARefusalThreeSecondsAfterTheLastAcceptanceTurnsItOnAtOn
 		t.Fatal("accepted lately: watching")
 	}
 	g.Record(Overloaded, at(3.9), at(3.9))
+	if g.On() || !g.Watching() {
+		t.Fatal("nothing accepted for three seconds, but two refusals: watching")
+	}
+	g.Record(Overloaded, at(3.95), at(3.95))
 	if !g.On() || g.Answering() || g.Phase() != "probing" {
-		t.Fatal("nothing accepted for three seconds: down, on at once, probing")
+		t.Fatal("the third with nothing accepted for three seconds: down, on, probing")
 	}
 	if r := paceOf(t, g); r != 0.5 {
 		t.Fatal(r)
@@ -604,7 +613,9 @@ func TestATimeoutTurnsTheGateOnAtOnceUnderMostRefusedToo(t *testing.T) {
 
 func TestAnAnsweringGateRisesToTwiceWhatIsDelivered(t *testing.T) {
 	g := mostRefused(t, func(p *Policy) { p.Ramp = 1 })
-	g.Record(Overloaded, 0, 0)
+	for i := 0; i < downRefusals; i++ {
+		g.Record(Overloaded, 0, 0)
+	}
 	// The first acceptance ends probing; then the dependency accepts more
 	// within a second than slow start adds (one turn a second each).
 	for i := 0; i < 100; i++ {

@@ -114,6 +114,10 @@ class Answers:
         maximum of the delivery rate)."""
         return self._accepted.peak()
 
+    def refusals(self) -> float:
+        """Refusals counted over the last three seconds."""
+        return float(sum(self._refused.tenths))
+
     def any_accepted(self) -> bool:
         """Whether anything was accepted in the last three seconds."""
         return not self._accepted.is_empty()

@@ -86,6 +86,13 @@ ANSWERING_GAIN = 2.0
 # the gate on at once, as for a dependency that is down: as long as the
 # gate's counts go back.
 DOWN_AFTER_TENTHS = 30
+# Under most-refused, the refusals within three seconds, with nothing
+# accepted, that show a dependency down. One would do for a gate that has
+# heard nothing else, but a process's first answers come from a dependency
+# that fails a share at random too: at a half, the first is refused in one
+# process of two, the first three in one of eight. A herd of callers refused
+# together counts three at once.
+DOWN_REFUSALS = 3
 OVERLOAD_WHEN_NAMES = ("any-refusal", "most-refused")
 """``gate.overloadWhen``'s values, as written in a policy: when the refusals
 ``overloadOn`` names say overload. ``any-refusal`` (the default): at the
@@ -795,7 +802,8 @@ class SendGate:
             self._watching = True
         self._watch.refused(1, now)
         self._last_trouble = now
-        if not self._accepted_lately(now) and not self._watch.any_accepted():
+        down = not self._accepted_lately(now) and not self._watch.any_accepted()
+        if down and self._watch.refusals() >= DOWN_REFUSALS:
             return _Watched.DOWN
         if self._watch.shows_overload():
             return _Watched.OVERLOADED

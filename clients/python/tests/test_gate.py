@@ -10,7 +10,7 @@ from fractions import Fraction
 
 import pytest
 
-from stormguard_client.gate import Claim, GatePolicy, SendGate, Signal, Tally, Ticket, _cbrt
+from stormguard_client.gate import DOWN_REFUSALS, Claim, GatePolicy, SendGate, Signal, Tally, Ticket, _cbrt
 from stormguard_client.policies import DEFAULT_POLICY
 
 VECTORS = pathlib.Path(__file__).resolve().parents[2] / "vectors" / "gate.json"
@@ -90,6 +90,13 @@ def gate(**settings):
 
 def overload(gate, at=0):
     gate.record(Signal.OVERLOADED, at, at)
+
+
+def down(gate, at=0):
+    """Under most-refused, the refusals with nothing accepted that show
+    the dependency down (``DOWN_REFUSALS``)."""
+    for _ in range(DOWN_REFUSALS):
+        overload(gate, at)
 
 
 def secs(s):
@@ -463,6 +470,9 @@ def test_under_most_refused_refusals_that_outnumber_acceptances_turn_it_on_at_tw
 def test_under_most_refused_a_refusal_with_nothing_accepted_for_three_seconds_turns_it_on_probing():
     never = gate(overload_when="most-refused")
     overload(never, secs(0.1))
+    overload(never, secs(0.1))
+    assert not never.is_on and never.is_watching, "two refusals, as half failing at random could give first"
+    overload(never, secs(0.1))
     assert never.is_on and never.phase == "probing" and never.rate == 0.5 and not never.is_answering
     g = gate(overload_when="most-refused")
     accept(g, secs(0.05))
@@ -470,7 +480,7 @@ def test_under_most_refused_a_refusal_with_nothing_accepted_for_three_seconds_tu
     assert not g.is_on and g.is_watching, "accepted 2.9 s ago: lately"
     h = gate(overload_when="most-refused")
     accept(h, secs(0.05))
-    overload(h, secs(3.05))
+    down(h, secs(3.05))
     assert h.is_on and h.phase == "probing" and not h.is_watching and not h.is_answering, "3 s without an acceptance"
     timed_out = gate(overload_when="most-refused")
     accept(timed_out, secs(0.05))
@@ -480,7 +490,7 @@ def test_under_most_refused_a_refusal_with_nothing_accepted_for_three_seconds_tu
 
 def test_under_most_refused_a_tenth_refused_after_the_first_acceptance_does_not_cut_the_rate():
     g = gate(overload_when="most-refused")
-    overload(g)
+    down(g)
     assert g.is_on and not g.is_answering, "probing: nothing accepted yet"
     assert g.tally() == Tally(overloaded=1)
     accept(g, secs(1.0))
@@ -506,7 +516,7 @@ def test_under_most_refused_a_tenth_refused_after_the_first_acceptance_does_not_
 
 def test_under_most_refused_refusals_that_come_to_outnumber_acceptances_cut_again():
     g = gate(overload_when="most-refused")
-    overload(g)
+    down(g)
     for _ in range(10):
         accept(g, secs(1.0))
     assert g.is_answering and g.rate == 20.0

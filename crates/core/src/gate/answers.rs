@@ -122,6 +122,11 @@ impl Answers {
         self.accepted.peak()
     }
 
+    /// Refusals counted over the last three seconds.
+    pub(crate) fn refusals(&self) -> f64 {
+        self.refused.tenths.iter().map(|&n| f64::from(n)).sum()
+    }
+
     /// Whether anything was accepted in the last three seconds.
     pub(crate) fn any_accepted(&self) -> bool {
         !self.accepted.is_empty()

@@ -41,9 +41,9 @@
 //!   share of requests at random (which the above would pace down by that
 //!   share, every second), a refusal says overload only once refusals
 //!   outnumber acceptances over the last second by more than chance would
-//!   (Google's client-side throttling, K = 2), or when nothing has been
-//!   accepted for three seconds (the dependency is down: on at once, and
-//!   probing, as above). Until then the gate watches: off, counting
+//!   (Google's client-side throttling, K = 2), or when three have come
+//!   and nothing has been accepted for three seconds (the dependency is
+//!   down: on, and probing, as above). Until then the gate watches: off, counting
 //!   answers. Once something is accepted, the rate is never below twice
 //!   what was accepted over the last second, and a refusal cuts it only
 //!   while refusals outnumber acceptances.
@@ -143,9 +143,17 @@ pub struct SendGate {
 }
 
 /// Under `most-refused`, how long (in tenths of a second) the dependency
-/// must have accepted nothing for a refusal to turn the gate on at once, as
+/// must have accepted nothing for refusals to turn the gate on at once, as
 /// for a dependency that is down: as long as the gate's counts go back.
 const DOWN_AFTER_TENTHS: u64 = 30;
+
+/// Under `most-refused`, the refusals within three seconds, with nothing
+/// accepted, that show a dependency down. One would do for a gate that
+/// has heard nothing else, but a process's first answers come from a
+/// dependency that fails a share at random too: at a half, the first is
+/// refused in one process of two, the first three in one of eight. A herd
+/// of callers refused together counts three at once.
+const DOWN_REFUSALS: f64 = 3.0;
 
 /// What a gate saw since it was last asked (see [`SendGate::tally`]): what
 /// a process tells the fleet's coordinator.
@@ -504,9 +512,9 @@ impl SendGate {
     /// watching), and says what a refusal shows. A timeout turns the gate
     /// on at once, and so does any refusal unless the policy says
     /// `most-refused`. Then a refusal starts watching, and turns the gate on
-    /// at once only if nothing was accepted lately; while watching,
-    /// outcomes are counted until they show overload, and watching ends
-    /// after `quiet` without a refusal.
+    /// probing once [`DOWN_REFUSALS`] have come with nothing accepted
+    /// lately; while watching, outcomes are counted until they show
+    /// overload, and watching ends after `quiet` without a refusal.
     fn watched(&self, state: &mut State, signal: Signal, now: Instant) -> Option<Watched> {
         if self.policy.overload_when == OverloadWhen::AnyRefusal && signal != Signal::Accepted {
             return Some(Watched::Down);
@@ -527,7 +535,8 @@ impl SendGate {
                 }
                 state.watch.refused(1, now);
                 state.last_trouble = now;
-                Some(if !self.accepted_lately(now) && !state.watch.any_accepted() {
+                let down = !self.accepted_lately(now) && !state.watch.any_accepted();
+                Some(if down && state.watch.refusals() >= DOWN_REFUSALS {
                     Watched::Down
                 } else if state.watch.shows_overload() {
                     Watched::Overloaded
