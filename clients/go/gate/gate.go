@@ -31,8 +31,8 @@
 //     that share, every second), a refusal says overload only once
 //     refusals outnumber acceptances over the last second by more than
 //     chance would (Google's client-side throttling, K = 2), or when
-//     nothing has been accepted for three seconds (the dependency is down:
-//     on at once, probing, as above). Until then the gate watches: off,
+//     three refusals have come with nothing accepted for three seconds
+//     (the dependency is down: on, probing, as above). Until then the gate watches: off,
 //     counting answers; if they come to show overload, it turns on at
 //     twice what the dependency delivered. Once something is accepted, the
 //     rate is never below twice what was accepted over the last second,
@@ -97,8 +97,8 @@ const (
 	// Policy.OverloadOn covers (by default a refused connection, a timeout,
 	// 429 or 503), or an answer with a Retry-After (see Policy.Overloads).
 	// Under Policy.OverloadWhen MostRefused the gate reads a refusal as
-	// overload only once refusals outnumber acceptances, or nothing has
-	// been accepted for three seconds.
+	// overload only once refusals outnumber acceptances, or three have come
+	// with nothing accepted for three seconds.
 	Overloaded
 	// TimedOut: no answer in time. Unlike a refusal, the dependency may
 	// still be working on it: the rate is cut to what it has lately been

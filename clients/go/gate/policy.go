@@ -59,8 +59,9 @@ const (
 	// second). For a dependency that refuses only when it is overloaded.
 	AnyRefusal OverloadWhen = iota
 	// MostRefused: only once refusals outnumber acceptances by more than
-	// chance would (Google's client-side throttling, K = 2), or nothing
-	// has been accepted for three seconds (the dependency is down). A
+	// chance would (Google's client-side throttling, K = 2), or three
+	// have come with nothing accepted for three seconds (the dependency
+	// is down). A
 	// dependency that fails a share of requests at random keeps its
 	// throughput; an overload that still accepts about half of what it is
 	// sent is not paced.

@@ -18,8 +18,8 @@ the rate it can take rather than all at once.
   acceptances over a second by more than chance would (as Google's
   client-side throttling holds nothing back until requests exceed K = 2
   times the accepts), judging the dependency to *answer*, at twice what it
-  delivers. A refusal when nothing has been accepted for three seconds (the
-  dependency is down), or a timeout, turns it on at once, probing; once
+  delivers. Three refusals with nothing accepted for three seconds (the
+  dependency is down), or a timeout, turn it on probing; once
   something is accepted, refusals cut the rate only while they outnumber
   acceptances, and the rate never falls below twice what the dependency
   delivers. A service that fails a share of requests at random keeps its
@@ -99,9 +99,9 @@ OVERLOAD_WHEN_NAMES = ("any-refusal", "most-refused")
 first, and every refusal cuts the rate (never below what was accepted over
 the last second), for a service that refuses only when it is overloaded.
 ``most-refused``: only once refusals outnumber acceptances by more than
-chance would (Google's client-side throttling, K = 2), or nothing has been
-accepted for three seconds (the service is down), for a service that fails
-a share of requests at random."""
+chance would (Google's client-side throttling, K = 2), or three have come
+with nothing accepted for three seconds (the service is down), for a service
+that fails a share of requests at random."""
 KEYS = ("enabled", "minRate", "maxRate", "beta", "scale", "ramp", "quietMs", "overloadOn", "overloadWhen")
 
 

@@ -383,8 +383,8 @@ pub enum OverloadWhen {
     #[default]
     AnyRefusal,
     /// Only once refusals outnumber acceptances by more than chance would
-    /// (Google's client-side throttling, K = 2), or nothing has been
-    /// accepted for three seconds (the service is down). A service that
+    /// (Google's client-side throttling, K = 2), or three have come with
+    /// nothing accepted for three seconds (the service is down). A service that
     /// fails a share of requests at random keeps its throughput; an
     /// overload that still accepts about half of what it is sent is not
     /// paced.
