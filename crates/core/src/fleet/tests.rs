@@ -636,10 +636,8 @@ fn a_new_owner_carries_on_from_the_rate_the_last_one_published() {
     );
 }
 
-#[test]
-fn under_most_refused_the_fleet_cuts_for_refusals_that_outnumber_acceptances_not_for_a_random_tenth() {
-    let t0 = Instant::now();
-    let policy = ValidPolicy::try_from(RetryPolicy {
+fn most_refused() -> ValidPolicy {
+    ValidPolicy::try_from(RetryPolicy {
         gate: GatePolicy {
             enabled: true,
             overload_when: crate::policy::OverloadWhen::MostRefused,
@@ -647,7 +645,35 @@ fn under_most_refused_the_fleet_cuts_for_refusals_that_outnumber_acceptances_not
         },
         ..RetryPolicy::default()
     })
-    .unwrap();
+    .unwrap()
+}
+
+#[test]
+fn a_shared_pace_carried_on_under_most_refused_is_not_cut_by_a_random_tenth() {
+    let t0 = Instant::now();
+    let published = Published {
+        rate: 200.0,
+        probing: false,
+    };
+    let mut law = law::Law::resumed_at(&most_refused(), published, t0);
+    let mut now = t0;
+    for _ in 0..20 {
+        now += ASK_EVERY;
+        let outcomes = law::Learned {
+            accepted: 18,
+            overloaded: 2.0,
+            timed_out: 0.0,
+            demand: 200.0,
+        };
+        law.learn(outcomes, now - ASK_EVERY, now);
+        assert!(law.rate() >= 200.0, "a tenth refused: {}", law.rate());
+    }
+}
+
+#[test]
+fn under_most_refused_the_fleet_cuts_for_refusals_that_outnumber_acceptances_not_for_a_random_tenth() {
+    let t0 = Instant::now();
+    let policy = most_refused();
     let mut fleet = FleetController::new_at(&policy, t0);
     fleet.ask_at(0, tally(0, 0, 1, 1000), t0);
     let mut now = t0;

@@ -21,7 +21,7 @@ const BEYOND_CHANCE: f64 = 3.0;
 
 /// Counts per tenth of a second over the last three seconds.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Counts {
+struct Counts {
     /// The count per tenth, the current tenth at `current % TENTHS`.
     tenths: [u32; TENTHS],
     /// The current tenth, counted from `origin`.

@@ -72,6 +72,12 @@ enum Phase {
     Cubic { max: f64, since: Instant, k: f64 },
 }
 
+/// Whether, once something has got through, refusals count as overload
+/// only while they outnumber acceptances: under `most-refused`.
+fn judges_by_share(policy: &GatePolicy) -> bool {
+    policy.overload_when == OverloadWhen::MostRefused
+}
+
 impl Rate {
     /// The rate of a gate that has just turned on at `now`.
     pub(crate) fn probing(policy: &GatePolicy, now: Instant) -> Self {
@@ -108,6 +114,7 @@ impl Rate {
                 since: now,
                 k,
             },
+            answering: judges_by_share(policy),
             ..Self::probing_for_fleet(policy, now)
         }
     }
@@ -123,6 +130,7 @@ impl Rate {
             Phase::Probing | Phase::SlowStart => {
                 self.phase = Phase::SlowStart;
                 self.now = self.now.max(rate);
+                self.answering |= judges_by_share(policy);
             }
             Phase::Cubic { .. } if rate > self.now => {
                 let k = (rate * (1.0 - policy.beta) / policy.scale).cbrt();
@@ -292,10 +300,7 @@ impl Rate {
         let grown = match self.phase {
             Phase::Probing => {
                 self.phase = Phase::SlowStart;
-                // Something got through: under `most-refused`, refusals
-                // count as overload from now on only while they outnumber
-                // acceptances.
-                self.answering = policy.overload_when == OverloadWhen::MostRefused;
+                self.answering = judges_by_share(policy);
                 self.now + ramp
             }
             Phase::SlowStart => self.now + ramp,
