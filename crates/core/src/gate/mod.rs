@@ -41,9 +41,9 @@
 //!   share of requests at random (which the above would pace down by that
 //!   share, every second), a refusal says overload only once refusals
 //!   outnumber acceptances over the last second by more than chance would
-//!   (Google's client-side throttling, K = 2), or when three have come
-//!   and nothing has been accepted for three seconds (the dependency is
-//!   down: on, and probing, as above). Until then the gate watches: off, counting
+//!   (Google's client-side throttling, K = 2), or when three have come and
+//!   nothing has been accepted for three seconds (the dependency is down:
+//!   on, and probing, as above). Until then the gate watches: off, counting
 //!   answers. Once something is accepted, the rate is never below twice
 //!   what was accepted over the last second, and a refusal cuts it only
 //!   while refusals outnumber acceptances.
@@ -192,13 +192,15 @@ struct State {
     watch: Answers,
 }
 
-/// What a refusal heard while off says.
+/// What an outcome heard while off says.
 enum Watched {
-    /// Not yet overload: the gate stays off.
-    Answering,
-    /// Nothing accepted lately: the dependency is down.
+    /// Not overload yet: the gate stays off.
+    NotYet,
+    /// The dependency is down (nothing accepted lately) or slow (a
+    /// timeout), or under `any-refusal` any refusal: on, probing.
     Down,
-    /// Refusals have come to outnumber acceptances.
+    /// Refusals have come to outnumber acceptances: on, judging the
+    /// dependency to answer.
     Overloaded,
 }
 
@@ -288,8 +290,10 @@ impl SendGate {
         self.is_on().then(|| self.lock().rate.now)
     }
 
-    /// Whether the gate judges the dependency to answer rather than to be
-    /// overloaded: see [`Signal::Overloaded`]. False while off.
+    /// Whether the gate is on judging the dependency to answer rather than
+    /// to be overloaded (under `most-refused`, once something has been
+    /// accepted): a refusal then cuts the rate only while refusals
+    /// outnumber acceptances. False while off.
     pub fn is_answering(&self) -> bool {
         self.is_on() && self.lock().rate.is_answering()
     }
@@ -471,7 +475,7 @@ impl SendGate {
         let mut state = self.lock();
         if !self.is_on() {
             match self.watched(&mut state, signal, now) {
-                Some(Watched::Answering) | None => {}
+                Some(Watched::NotYet) | None => {}
                 Some(Watched::Down) => self.turn_on(&mut state, signal, sent, now),
                 Some(Watched::Overloaded) => {
                     state.rate = Rate::answering(&self.policy, state.watch, now);
@@ -541,7 +545,7 @@ impl SendGate {
                 } else if state.watch.shows_overload() {
                     Watched::Overloaded
                 } else {
-                    Watched::Answering
+                    Watched::NotYet
                 })
             }
         }
