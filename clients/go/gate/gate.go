@@ -189,8 +189,8 @@ const downRefusals = 3
 type watched uint8
 
 const (
-	// stillAnswering: not overload (yet); the gate stays off.
-	stillAnswering watched = iota
+	// notYet: not overload yet; the gate stays off.
+	notYet watched = iota
 	// down: nothing accepted lately, or a timeout: the gate turns on
 	// probing.
 	down
@@ -513,7 +513,7 @@ func (g *Gate) watched(signal Signal, now uint64) watched {
 		if now >= g.lastTrouble && now-g.lastTrouble >= uint64(g.policy.Quiet) {
 			g.watching.Store(false)
 		}
-		return stillAnswering
+		return notYet
 	case TimedOut:
 		return down
 	}
@@ -529,7 +529,7 @@ func (g *Gate) watched(signal Signal, now uint64) watched {
 	case g.watch.showOverload():
 		return outnumbered
 	}
-	return stillAnswering
+	return notYet
 }
 
 // turnOn turns the gate on at now for a dependency that accepts nothing:

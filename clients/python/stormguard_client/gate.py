@@ -509,12 +509,13 @@ class _Pacer:
 
 
 class _Watched(enum.Enum):
-    """What a refusal heard while off says."""
+    """What an outcome heard while off says."""
 
-    ANSWERING = "answering"
-    """Not yet overload: the gate stays off."""
+    NOT_YET = "not_yet"
+    """Not overload yet: the gate stays off."""
     DOWN = "down"
-    """Nothing accepted lately: the dependency is down."""
+    """The dependency is down (nothing accepted lately) or slow (a timeout),
+    or under any-refusal any refusal: on, probing."""
     OVERLOADED = "overloaded"
     """Refusals have come to outnumber acceptances."""
 
@@ -807,7 +808,7 @@ class SendGate:
             return _Watched.DOWN
         if self._watch.shows_overload():
             return _Watched.OVERLOADED
-        return _Watched.ANSWERING
+        return _Watched.NOT_YET
 
     def _turn_on(self, signal: Signal, sent: int, now: int) -> None:
         """Turns the gate on at ``now`` for a dependency that accepts nothing:
