@@ -439,10 +439,13 @@ impl SendGate {
     #[inline]
     pub fn record_at(&self, signal: Signal, sent: Instant, now: Instant) {
         if signal == Signal::Accepted {
-            if self.policy.overload_when == OverloadWhen::MostRefused {
+            let most_refused = self.policy.overload_when == OverloadWhen::MostRefused;
+            if most_refused {
                 self.note_accepted(now);
             }
-            if !self.is_on() && !self.is_watching() {
+            // Under any-refusal nothing watches: a healthy call loads `on` alone.
+            let counted = self.is_on() || (most_refused && self.is_watching());
+            if !counted {
                 return;
             }
         }

@@ -289,45 +289,6 @@ pub enum Jitter {
     Decorrelated,
 }
 
-impl Jitter {
-    /// Every jitter as written in a policy file.
-    pub const NAMES: &'static [&'static str] = &["none", "proportional", "full", "equal", "decorrelated"];
-
-    /// The name as written in a policy file.
-    pub fn name(self) -> &'static str {
-        match self {
-            Jitter::None => "none",
-            Jitter::Proportional => "proportional",
-            Jitter::Full => "full",
-            Jitter::Equal => "equal",
-            Jitter::Decorrelated => "decorrelated",
-        }
-    }
-}
-
-impl fmt::Display for Jitter {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl Leaf for Jitter {
-    fn from_node(node: &Node, path: &KeyPath, errors: &mut Errors) -> Option<Self> {
-        let all = [
-            Jitter::None,
-            Jitter::Proportional,
-            Jitter::Full,
-            Jitter::Equal,
-            Jitter::Decorrelated,
-        ];
-        named_leaf(node, path, errors, "jitter", Jitter::NAMES).map(|i| all[i])
-    }
-
-    fn write(&self) -> String {
-        self.name().to_string()
-    }
-}
-
 /// Whose floor a retry budget's `minRetriesPerSecond` is.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -341,36 +302,6 @@ pub enum BudgetScope {
     /// up to the floor. `retryRatio` stays a share of each process's own
     /// requests, which adds up to the same share of the fleet's.
     Fleet,
-}
-
-impl BudgetScope {
-    /// Every scope as written in a policy file.
-    pub const NAMES: &'static [&'static str] = &["process", "fleet"];
-
-    /// The name as written in a policy file.
-    pub fn name(self) -> &'static str {
-        match self {
-            BudgetScope::Process => "process",
-            BudgetScope::Fleet => "fleet",
-        }
-    }
-}
-
-impl fmt::Display for BudgetScope {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl Leaf for BudgetScope {
-    fn from_node(node: &Node, path: &KeyPath, errors: &mut Errors) -> Option<Self> {
-        let all = [BudgetScope::Process, BudgetScope::Fleet];
-        named_leaf(node, path, errors, "scope", BudgetScope::NAMES).map(|i| all[i])
-    }
-
-    fn write(&self) -> String {
-        self.name().to_string()
-    }
 }
 
 /// When the send gate takes the refusals it hears for overload.
@@ -391,35 +322,59 @@ pub enum OverloadWhen {
     MostRefused,
 }
 
-impl OverloadWhen {
-    /// Every value as written in a policy file.
-    pub const NAMES: &'static [&'static str] = &["any-refusal", "most-refused"];
+/// The names a policy file writes an enum's values by, in one place: the
+/// `NAMES` listed in errors, `name()`, `Display`, and reading and writing
+/// the value as a leaf (`what` names it in an unknown value's error).
+macro_rules! named_values {
+    ($ty:ident, $what:literal, { $($variant:ident => $name:literal),+ $(,)? }) => {
+        impl $ty {
+            /// Every value as written in a policy file.
+            pub const NAMES: &'static [&'static str] = &[$($name),+];
 
-    /// The name as written in a policy file.
-    pub fn name(self) -> &'static str {
-        match self {
-            OverloadWhen::AnyRefusal => "any-refusal",
-            OverloadWhen::MostRefused => "most-refused",
+            /// The name as written in a policy file.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($ty::$variant => $name),+
+                }
+            }
         }
-    }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+
+        impl Leaf for $ty {
+            fn from_node(node: &Node, path: &KeyPath, errors: &mut Errors) -> Option<Self> {
+                let all = [$($ty::$variant),+];
+                named_leaf(node, path, errors, $what, $ty::NAMES).map(|i| all[i])
+            }
+
+            fn write(&self) -> String {
+                self.name().to_string()
+            }
+        }
+    };
 }
 
-impl fmt::Display for OverloadWhen {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+named_values!(Jitter, "jitter", {
+    None => "none",
+    Proportional => "proportional",
+    Full => "full",
+    Equal => "equal",
+    Decorrelated => "decorrelated",
+});
 
-impl Leaf for OverloadWhen {
-    fn from_node(node: &Node, path: &KeyPath, errors: &mut Errors) -> Option<Self> {
-        let all = [OverloadWhen::AnyRefusal, OverloadWhen::MostRefused];
-        named_leaf(node, path, errors, "overloadWhen value", OverloadWhen::NAMES).map(|i| all[i])
-    }
+named_values!(BudgetScope, "scope", {
+    Process => "process",
+    Fleet => "fleet",
+});
 
-    fn write(&self) -> String {
-        self.name().to_string()
-    }
-}
+named_values!(OverloadWhen, "overloadWhen value", {
+    AnyRefusal => "any-refusal",
+    MostRefused => "most-refused",
+});
 
 /// The index in `names` of the name `node` holds, or an error naming the
 /// closest one.
