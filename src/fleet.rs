@@ -12,6 +12,7 @@ use prometheus::{
 };
 use stormguard_core::fleet::shared::{Contribution, Published, Shared};
 use stormguard_core::fleet::{FleetController, ASK_EVERY};
+use stormguard_core::gate::Judgement;
 use stormguard_core::policy::{GatePolicy, ValidPolicy};
 use stormguard_core::wire::{PaceAsk, PaceGrant};
 use tokio::time::Instant;
@@ -40,6 +41,32 @@ pub struct Fleet {
     shares: bool,
 }
 
+/// A paced dependency, as `/admin/status` shows it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PaceStatus {
+    /// The dependency.
+    pub service: String,
+    /// What this replica's rate law believes paces it: `down`,
+    /// `overloaded`, `slow`, `failing_at_random` or `recovering`.
+    pub judgement: &'static str,
+    /// Of the answers over the last 3 s, the share refused (timeouts aside).
+    pub refused_share: f64,
+    /// Attempts accepted over the last second, per second.
+    pub delivered_per_second: f64,
+    /// Attempts per second this replica's processes may send.
+    pub rate: f64,
+    /// Processes this replica paces for it.
+    pub processes: usize,
+    /// How long it has been paced without a 10 s pause.
+    pub paced_seconds: f64,
+    /// The policy's `gate.overloadWhen`: which refusals it takes for overload.
+    pub overload_when: String,
+    /// With a pace store: whether this replica paces by the shared rate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shared: Option<bool>,
+}
+
 struct Paced {
     controller: FleetController<String>,
     gate: GatePolicy,
@@ -53,6 +80,8 @@ struct Paced {
 struct Families {
     registry: Registry,
     rate: GaugeVec,
+    judgement: GaugeVec,
+    refused_ratio: GaugeVec,
     processes: GaugeVec,
     paced_seconds: GaugeVec,
     attempts: IntCounterVec,
@@ -153,6 +182,31 @@ impl Fleet {
         paced.keys().cloned().collect()
     }
 
+    /// Every dependency paced at `now`, by name, with what paces it.
+    pub fn status(&self, now: Instant) -> Vec<PaceStatus> {
+        let mut paced = self.lock();
+        self.sweep(&mut paced, now);
+        let mut status: Vec<PaceStatus> = paced
+            .iter_mut()
+            .map(|(service, entry)| {
+                let judged = entry.controller.judged_at(now);
+                PaceStatus {
+                    service: service.clone(),
+                    judgement: judged.judgement.as_str(),
+                    refused_share: judged.refused_share,
+                    delivered_per_second: judged.delivered,
+                    rate: entry.controller.part_at(now),
+                    processes: entry.controller.members(),
+                    paced_seconds: now.saturating_duration_since(entry.since).as_secs_f64(),
+                    overload_when: entry.gate.overload_when.to_string(),
+                    shared: self.shares.then(|| entry.controller.is_shared_at(now)),
+                }
+            })
+            .collect();
+        status.sort_by(|a, b| a.service.cmp(&b.service));
+        status
+    }
+
     /// What this replica adds at `now` to the shared pace of `service`, if
     /// it paces it.
     pub fn contribute(&self, service: &str, now: Instant) -> Option<Contribution> {
@@ -197,6 +251,7 @@ impl Fleet {
                     .paced_seconds
                     .with_label_values(&[service])
                     .set(now.saturating_duration_since(entry.since).as_secs_f64());
+                self.families.judged(service, entry, now);
                 if self.shares {
                     self.families.sharing(service, entry, now);
                 }
@@ -251,6 +306,18 @@ impl Families {
         let rate = gauge(
             "stormguard_fleet_rate",
             "Attempts per second this replica lets its processes send to a paced dependency: its part of the fleet's rate when replicas share their pace. Summed over replicas, the fleet's rate.",
+        );
+        let judgement = GaugeVec::new(
+            Opts::new(
+                "stormguard_fleet_judgement",
+                "1 for what this replica's rate law believes paces a dependency, 0 for the rest: down (nothing accepted), overloaded (a refusal taken for overload within 3 s), slow (a timeout within 3 s), failing_at_random (refusals within 3 s, none taken for overload), recovering (nothing refused for 3 s).",
+            ),
+            &["service", "judgement"],
+        )
+        .expect("valid metric");
+        let refused_ratio = gauge(
+            "stormguard_fleet_refused_ratio",
+            "Of the answers the paced processes reported over the last 3 s, the share refused (0 to 1; timeouts are not counted: they say slow, not refused).",
         );
         let processes = gauge(
             "stormguard_fleet_processes",
@@ -307,6 +374,8 @@ impl Families {
         ];
         for collector in [
             Box::new(rate.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(judgement.clone()),
+            Box::new(refused_ratio.clone()),
             Box::new(processes.clone()),
             Box::new(paced_seconds.clone()),
             Box::new(attempts.clone()),
@@ -323,6 +392,8 @@ impl Families {
         Self {
             registry,
             rate,
+            judgement,
+            refused_ratio,
             processes,
             paced_seconds,
             attempts,
@@ -356,7 +427,23 @@ impl Families {
             .set(controller.part_at(now));
     }
 
-    fn observe(&self, service: &str, entry: &Paced, ask: &PaceAsk, now: Instant) {
+    /// What the rate law believes of `service` at `now`, and the share
+    /// refused it rests on.
+    fn judged(&self, service: &str, entry: &mut Paced, now: Instant) {
+        let judged = entry.controller.judged_at(now);
+        for judgement in Judgement::ALL {
+            let flag = if judgement == judged.judgement { 1.0 } else { 0.0 };
+            self.judgement
+                .with_label_values(&[service, judgement.as_str()])
+                .set(flag);
+        }
+        self.refused_ratio
+            .with_label_values(&[service])
+            .set(judged.refused_share);
+    }
+
+    fn observe(&self, service: &str, entry: &mut Paced, ask: &PaceAsk, now: Instant) {
+        self.judged(service, entry, now);
         self.rate
             .with_label_values(&[service])
             .set(entry.controller.part_at(now));
@@ -379,8 +466,12 @@ impl Families {
     }
 
     fn forget(&self, service: &str) {
+        for judgement in Judgement::ALL {
+            let _ = self.judgement.remove_label_values(&[service, judgement.as_str()]);
+        }
         for family in [
             &self.rate,
+            &self.refused_ratio,
             &self.processes,
             &self.paced_seconds,
             &self.shared,
@@ -482,8 +573,63 @@ mod tests {
         assert_eq!(fleet.paced(), 1);
         assert!(exposition(&fleet, t0).contains("stormguard_fleet_rate{service=\"inventory\"} 0.5"));
         let later = t0 + IDLE;
+        let shown = exposition(&fleet, t0);
+        assert!(shown.contains(r#"stormguard_fleet_judgement{judgement="down",service="inventory"} 1"#));
         assert!(!exposition(&fleet, later).contains("service=\"inventory\""));
         assert_eq!(fleet.paced(), 0);
+    }
+
+    /// `ask` from `instance` reporting `sent` attempts, a tenth refused.
+    fn a_tenth_refused<'a>(service: &'a str, instance: &'a str, sent: u64) -> PaceAsk<'a> {
+        PaceAsk {
+            sent,
+            accepted: sent - sent / 10,
+            overloaded: sent / 10,
+            ..ask(service, instance)
+        }
+    }
+
+    #[test]
+    fn metrics_and_status_say_what_paces_a_dependency_and_at_what_share_refused() {
+        let mut most_refused = RetryPolicy::default();
+        most_refused.gate.enabled = true;
+        most_refused.gate.overload_when = stormguard_core::policy::OverloadWhen::MostRefused;
+        let most_refused = ValidPolicy::try_from(most_refused).unwrap();
+        let fleet = Fleet::new();
+        let t0 = Instant::now();
+        fleet.ask(&ask("search", "pod-a"), &most_refused, t0).unwrap();
+        fleet.ask(&ask("inventory", "pod-a"), &gated(true), t0).unwrap();
+        let mut now = t0;
+        for _ in 0..20 {
+            now += ASK_EVERY;
+            fleet
+                .ask(&a_tenth_refused("search", "pod-a", 20), &most_refused, now)
+                .unwrap();
+            fleet
+                .ask(&a_tenth_refused("inventory", "pod-a", 20), &gated(true), now)
+                .unwrap();
+        }
+        let shown = exposition(&fleet, now);
+        for line in [
+            r#"stormguard_fleet_judgement{judgement="failing_at_random",service="search"} 1"#,
+            r#"stormguard_fleet_judgement{judgement="overloaded",service="search"} 0"#,
+            r#"stormguard_fleet_judgement{judgement="overloaded",service="inventory"} 1"#,
+            r#"stormguard_fleet_refused_ratio{service="search"} 0.1"#,
+            r#"stormguard_fleet_refused_ratio{service="inventory"} 0.1"#,
+        ] {
+            assert!(shown.contains(line), "{line} in {shown}");
+        }
+        let status = fleet.status(now);
+        let names: Vec<_> = status.iter().map(|paced| paced.service.as_str()).collect();
+        assert_eq!(names, ["inventory", "search"]);
+        let search = &status[1];
+        assert_eq!(search.judgement, "failing_at_random");
+        assert_eq!(search.overload_when, "most-refused");
+        assert_eq!(search.processes, 1);
+        assert!((0.09..0.11).contains(&search.refused_share), "{search:?}");
+        assert_eq!(status[0].judgement, "overloaded");
+        assert_eq!(status[0].overload_when, "any-refusal");
+        assert_eq!(search.shared, None, "no store, nothing shared");
     }
 
     #[test]

@@ -131,3 +131,62 @@ async fn a_lying_process_gets_no_more_than_the_honest_ones() {
         "the honest processes' accepted attempts grew the rate: {fleet}"
     );
 }
+
+#[tokio::test]
+async fn status_and_metrics_say_whether_a_dependency_is_paced_for_overload_or_failing_at_random() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.yaml");
+    let policy = format!(
+        "{}  search:\n    gate:\n      enabled: true\n      overloadWhen: most-refused\n",
+        common::GATED_POLICY
+    );
+    std::fs::write(&path, policy).unwrap();
+    let daemon = Daemon::start(&path, &[]);
+    // Two dependencies that each refuse a tenth of what they are sent, at
+    // random: one under the default any-refusal, one under most-refused.
+    let mut granted = std::collections::HashMap::new();
+    for _ in 0..20 {
+        for service in ["inventory", "search"] {
+            let rate: f64 = granted.get(service).copied().unwrap_or(0.5);
+            let sent = ((rate * 0.1).ceil() as u64).max(10);
+            let (status, grant) = ask(
+                &daemon,
+                tally(service, "pod-a", sent, sent - sent / 10, sent / 10, 50),
+            )
+            .await;
+            assert_eq!(status, StatusCode::OK, "{grant}");
+            granted.insert(service, grant["rate"].as_f64().unwrap());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+
+    let status = common::admin_status(&daemon).await;
+    let paced = status["paced"].as_array().unwrap();
+    let names: Vec<_> = paced.iter().map(|p| p["service"].as_str().unwrap()).collect();
+    assert_eq!(names, ["inventory", "search"], "{status}");
+    let (inventory, search) = (&paced[0], &paced[1]);
+    assert_eq!(inventory["judgement"], "overloaded", "{inventory}");
+    assert_eq!(inventory["overloadWhen"], "any-refusal");
+    assert_eq!(search["judgement"], "failing_at_random", "{search}");
+    assert_eq!(search["overloadWhen"], "most-refused");
+    assert_eq!(search["processes"], 1);
+    for paced in [inventory, search] {
+        let share = paced["refusedShare"].as_f64().unwrap();
+        assert!(share > 0.0 && share < 0.5, "{paced}");
+        assert!(paced["deliveredPerSecond"].as_f64().unwrap() > 0.0, "{paced}");
+        assert!(paced["pacedSeconds"].as_f64().unwrap() >= 1.0, "{paced}");
+    }
+
+    let exposition = metrics(&daemon).await;
+    let judged = |service: &str, judgement: &str| {
+        sample(
+            &exposition,
+            &format!("stormguard_fleet_judgement{{judgement=\"{judgement}\",service=\"{service}\"}}"),
+        )
+    };
+    assert_eq!(judged("search", "failing_at_random"), Some(1.0));
+    assert_eq!(judged("search", "overloaded"), Some(0.0));
+    assert_eq!(judged("inventory", "overloaded"), Some(1.0));
+    let ratio = sample(&exposition, "stormguard_fleet_refused_ratio{service=\"search\"}").unwrap();
+    assert!(ratio > 0.0 && ratio < 0.5, "{ratio}");
+}

@@ -128,7 +128,8 @@ pub async fn require_token(State(state): State<AppState>, request: Request, next
 /// went, and the risks only the fleet's reports show.
 pub async fn status(State(state): State<AppState>) -> Json<serde_json::Value> {
     let snapshot = state.store.current();
-    let seen = state.budgets.seen(tokio::time::Instant::now());
+    let now = tokio::time::Instant::now();
+    let seen = state.budgets.seen(now);
     Json(json!({
         "version": snapshot.hash.to_string(),
         "versionNumber": snapshot.hash.version_number(),
@@ -137,6 +138,7 @@ pub async fn status(State(state): State<AppState>) -> Json<serde_json::Value> {
         "services": snapshot.document.services.keys().collect::<Vec<_>>(),
         "lastReload": state.reloader.last(),
         "warnings": live_risks(&snapshot.document, &seen),
+        "paced": state.fleet.status(now),
     }))
 }
 
@@ -179,7 +181,8 @@ pub async fn validate(
         "too many validations are running; try again after Retry-After, or raise --max-validations",
     )?;
     let limits = state.limits.policy;
-    let seen = state.budgets.seen(tokio::time::Instant::now());
+    let now = tokio::time::Instant::now();
+    let seen = state.budgets.seen(now);
     let checked = tokio::task::spawn_blocking(move || {
         let loaded = load_bytes("request body", &body, limits).map(|document| {
             let mut lint = lint(&document, &|herd| herd);

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use super::shared::Published;
 use super::{FIRST_WINDOW, PROBERS, ROUND};
 use crate::gate::rate::Rate;
+use crate::gate::Judged;
 use crate::policy::{GatePolicy, ValidPolicy};
 
 /// What a law learns from at once: outcomes since the last time, and the
@@ -122,6 +123,11 @@ impl Law {
     /// Whether nothing has been accepted yet.
     pub(super) fn is_probing(&self) -> bool {
         self.rate.is_probing()
+    }
+
+    /// What the law believes of the dependency at `now`.
+    pub(super) fn judged_at(&mut self, now: Instant) -> Judged {
+        self.rate.judged_at(now)
     }
 
     /// What the rate is to publish for the other replicas.

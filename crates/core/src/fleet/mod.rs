@@ -44,7 +44,7 @@ use tokio::time::Instant;
 
 use self::law::{Law, Learned};
 use self::shared::{Contribution, Outcomes, Part, Published, Shared, Tallies};
-use crate::gate::Tally;
+use crate::gate::{Judged, Tally};
 use crate::policy::ValidPolicy;
 
 /// How often a process whose gate is on asks for its share.
@@ -230,6 +230,16 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
     /// replica's contributions and publishes the fleet's rate.
     pub fn is_owner(&self) -> bool {
         self.owner.is_some()
+    }
+
+    /// What paces the dependency at `now`, as the rate law that sets the
+    /// pace believes: the shared pace's, while this replica owns it (it
+    /// hears every replica's processes), else this replica's own.
+    pub fn judged_at(&mut self, now: Instant) -> Judged {
+        match self.owner.as_mut() {
+            Some(owner) => owner.judged_at(now),
+            None => self.law.judged_at(now),
+        }
     }
 
     /// What there is to divide among this controller's processes at `now`,

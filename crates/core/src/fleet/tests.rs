@@ -1,18 +1,23 @@
 use super::*;
 use crate::gate::rate::SETTLE;
+use crate::gate::Judgement;
 use crate::policy::{GatePolicy, RetryPolicy};
 use proptest::prelude::*;
 
-fn controller(now: Instant) -> FleetController<u32> {
-    let policy = ValidPolicy::try_from(RetryPolicy {
+/// A policy whose gate is on, at its defaults.
+fn gated() -> ValidPolicy {
+    ValidPolicy::try_from(RetryPolicy {
         gate: GatePolicy {
             enabled: true,
             ..GatePolicy::default()
         },
         ..RetryPolicy::default()
     })
-    .unwrap();
-    FleetController::new_at(&policy, now)
+    .unwrap()
+}
+
+fn controller(now: Instant) -> FleetController<u32> {
+    FleetController::new_at(&gated(), now)
 }
 
 fn tally(sent: u64, accepted: u64, overloaded: u64, waiting: u64) -> Tally {
@@ -699,4 +704,81 @@ fn under_most_refused_the_fleet_cuts_for_refusals_that_outnumber_acceptances_not
         fleet.ask_at(0, tally(sent, sent / 10, sent - sent / 10, 1000), now);
     }
     assert!(fleet.rate() < before / 2.0, "{} after {before}", fleet.rate());
+}
+
+/// A fleet under `policy` whose dependency refuses `refused` of every ten
+/// attempts it is sent, for two seconds, with callers waiting; the
+/// controller and the time.
+fn refusing_tenths(policy: &ValidPolicy, refused: u64) -> (FleetController<u32>, Instant) {
+    let t0 = Instant::now();
+    let mut fleet = FleetController::new_at(policy, t0);
+    fleet.ask_at(0, tally(0, 0, 1, 1000), t0);
+    let mut now = t0;
+    for _ in 0..20 {
+        now += ASK_EVERY;
+        let sent = ((fleet.rate() * ASK_EVERY.as_secs_f64()).round() as u64).max(10);
+        let refusals = sent * refused / 10;
+        fleet.ask_at(0, tally(sent, sent - refusals, refusals, 1000), now);
+    }
+    (fleet, now)
+}
+
+#[test]
+fn a_fleet_that_nothing_gets_through_for_is_judged_down() {
+    let t0 = Instant::now();
+    let mut fleet = controller(t0);
+    round(&mut fleet, 0..10, t0, |_| tally(0, 0, 1, 5));
+    let judged = fleet.judged_at(t0 + ASK_EVERY);
+    assert_eq!(judged.judgement, Judgement::Down);
+    assert!(judged.judgement.holds_back());
+}
+
+#[test]
+fn a_random_tenth_refused_is_judged_by_what_the_policy_believes_with_its_share() {
+    let (mut fleet, now) = refusing_tenths(&most_refused(), 1);
+    let judged = fleet.judged_at(now);
+    assert_eq!(judged.judgement, Judgement::FailingAtRandom);
+    assert!(!judged.judgement.holds_back());
+    assert!((0.08..=0.12).contains(&judged.refused_share), "{judged:?}");
+    assert!(
+        fleet.rate() >= 2.0 * judged.delivered * 0.99,
+        "{judged:?} at {}",
+        fleet.rate()
+    );
+
+    // Under the default any-refusal the same answers are taken for
+    // overload, and say so.
+    let (mut fleet, now) = refusing_tenths(&gated(), 1);
+    let judged = fleet.judged_at(now);
+    assert_eq!(judged.judgement, Judgement::Overloaded);
+    assert!((0.08..=0.12).contains(&judged.refused_share), "{judged:?}");
+}
+
+#[test]
+fn most_refused_is_judged_overloaded_once_refusals_outnumber_acceptances() {
+    let (mut fleet, now) = refusing_tenths(&most_refused(), 9);
+    assert_eq!(fleet.judged_at(now).judgement, Judgement::Overloaded);
+}
+
+#[test]
+fn three_seconds_without_a_refusal_is_judged_recovering() {
+    let (mut fleet, mut now) = refusing_tenths(&most_refused(), 1);
+    for _ in 0..30 {
+        now += ASK_EVERY;
+        fleet.ask_at(0, tally(10, 10, 0, 1000), now);
+    }
+    let judged = fleet.judged_at(now);
+    assert_eq!(judged.judgement, Judgement::Recovering);
+    assert_eq!(judged.refused_share, 0.0);
+}
+
+#[test]
+fn a_timeout_is_judged_slow() {
+    let (mut fleet, now) = refusing_tenths(&most_refused(), 0);
+    let timed_out = Tally {
+        timed_out: 1,
+        ..tally(10, 9, 1, 1000)
+    };
+    fleet.ask_at(0, timed_out, now + ASK_EVERY);
+    assert_eq!(fleet.judged_at(now + ASK_EVERY).judgement, Judgement::Slow);
 }

@@ -74,6 +74,11 @@ impl Counts {
     fn is_empty(&self) -> bool {
         self.tenths.iter().all(|&n| n == 0)
     }
+
+    /// The count over the last three seconds.
+    fn total(&self) -> f64 {
+        self.tenths.iter().map(|&n| f64::from(n)).sum()
+    }
 }
 
 /// Attempts accepted and refused over the last three seconds.
@@ -124,7 +129,19 @@ impl Answers {
 
     /// Refusals counted over the last three seconds.
     pub(crate) fn refusals(&self) -> f64 {
-        self.refused.tenths.iter().map(|&n| f64::from(n)).sum()
+        self.refused.total()
+    }
+
+    /// Of the answers over the last three seconds, the share refused; 0
+    /// with none.
+    pub(crate) fn refused_share(&self) -> f64 {
+        let refused = self.refused.total();
+        let answered = refused + self.accepted.total();
+        if answered == 0.0 {
+            0.0
+        } else {
+            refused / answered
+        }
     }
 
     /// Whether anything was accepted in the last three seconds.

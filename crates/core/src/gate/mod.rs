@@ -59,6 +59,7 @@
 //! the very code a client runs.
 
 mod answers;
+mod judgement;
 mod pace;
 pub(crate) mod rate;
 
@@ -73,6 +74,7 @@ use tokio::time::Instant;
 
 use crate::policy::{GatePolicy, OverloadWhen, ValidPolicy};
 use answers::Answers;
+pub use judgement::{Judged, Judgement};
 pub use pace::Lease;
 use pace::Pacer;
 use rate::Rate;

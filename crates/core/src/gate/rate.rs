@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::answers::Answers;
+use super::judgement::{Judged, Judgement, RECENT};
 use crate::policy::{GatePolicy, OverloadWhen};
 
 /// The rate a gate paces at, and what it has learned.
@@ -47,6 +48,8 @@ pub(crate) struct Rate {
     /// times the accepts. A dependency failing a share up to a half at
     /// random is never paced below what it answers.
     answering: bool,
+    /// When a refusal or a timeout was last taken for overload.
+    judged_overloaded: Option<Instant>,
 }
 
 /// While the dependency is judged to answer, how far past what it delivers
@@ -90,6 +93,7 @@ impl Rate {
             settling_until: None,
             answers: Answers::new(now),
             answering: false,
+            judged_overloaded: None,
         }
     }
 
@@ -237,6 +241,7 @@ impl Rate {
             return false;
         }
         self.slow = timed_out;
+        self.judged_overloaded = Some(now);
         if sent < self.last_cut {
             return true;
         }
@@ -277,6 +282,31 @@ impl Rate {
         }
         self.now = cut;
         true
+    }
+
+    /// What the rate believes of the dependency at `now`, and the answers
+    /// that belief rests on.
+    pub(crate) fn judged_at(&mut self, now: Instant) -> Judged {
+        self.answers.roll(now);
+        let recent = |at: Instant| now.saturating_duration_since(at) < RECENT;
+        let judgement = if self.is_probing() {
+            Judgement::Down
+        } else if self.judged_overloaded.is_some_and(recent) {
+            if self.slow {
+                Judgement::Slow
+            } else {
+                Judgement::Overloaded
+            }
+        } else if self.answers.refusals() > 0.0 {
+            Judgement::FailingAtRandom
+        } else {
+            Judgement::Recovering
+        };
+        Judged {
+            judgement,
+            refused_share: self.answers.refused_share(),
+            delivered: self.answers.delivered(),
+        }
     }
 
     /// Whether a refusal says nothing of overload: while the dependency is
