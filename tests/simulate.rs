@@ -537,3 +537,40 @@ fn the_mixed_and_partial_worlds_are_stated_and_their_bad_settings_refused() {
     assert_eq!(orphan.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&orphan.stderr).contains("--backends"));
 }
+
+#[test]
+fn a_run_not_paced_through_the_daemon_does_not_say_it_ran_through_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("stated.yaml");
+    std::fs::write(&path, STATED).unwrap();
+    let path = path.to_str().unwrap();
+    let alone = "200 calls from 20 processes (not paced through a daemon), 5ms latency";
+    let unpaced = ["--policy", path, "--service", "orders", "--no-fleet-pacing"];
+    let text = stdout(&simulate(&unpaced));
+    assert!(text.starts_with(&format!("scenario: {alone}; ")), "{text}");
+    let json = stdout(&simulate(&[&unpaced[..], &["--json"]].concat()));
+    let run: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(run["shape"], alone);
+    assert_eq!(run["strategy"], "orders", "{run}");
+
+    // Compared, the runs share the world the file states; each says how it ran.
+    let compared = stdout(&simulate(&[
+        "--policy",
+        path,
+        "--service",
+        "orders",
+        "--compare",
+        "--json",
+    ]));
+    let runs: serde_json::Value = serde_json::from_str(&compared).unwrap();
+    let shapes: Vec<_> = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["shape"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        shapes.iter().any(|s| s.contains("through 3 daemon replicas")),
+        "{shapes:?}"
+    );
+}

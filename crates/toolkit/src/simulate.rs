@@ -145,7 +145,12 @@ fn render(request: &Request, summaries: &[Summary]) -> String {
         return json.expect("summaries are plain data") + "\n";
     }
     let s = &request.scenario;
-    let mut out = format!("scenario: {}; {}; seed {}\n\n", s.shape(), s.settings(), s.seed);
+    // One run states the fleet as it ran; a comparison, the world they share.
+    let shape = match summaries {
+        [one] => one.fleet.shape.clone(),
+        _ => s.shape(),
+    };
+    let mut out = format!("scenario: {shape}; {}; seed {}\n\n", s.settings(), s.seed);
     if request.compare {
         out.push_str(&sim::table(summaries));
     } else {

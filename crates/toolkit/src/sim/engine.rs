@@ -38,6 +38,8 @@ pub struct Run {
     pub strategy: String,
     /// The scenario it ran in.
     pub scenario: Scenario,
+    /// Whether its processes were paced through the daemon's replicas.
+    pub paced_by_fleet: bool,
     /// Requests that reached the server, per second.
     pub requests: Vec<u64>,
     /// Requests the server accepted, per second.
@@ -356,6 +358,7 @@ impl<'a> World<'a> {
                     clients: starts.len() as u32,
                     ..scenario.clone()
                 },
+                paced_by_fleet: strategy.fleet,
                 requests: Vec::new(),
                 accepted: Vec::new(),
                 rejected_in_outage: 0,

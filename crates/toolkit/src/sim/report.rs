@@ -144,7 +144,7 @@ impl Summary {
             random_failure_status: run.scenario.random_failure_status,
             backends: run.scenario.backends,
             seed: run.scenario.seed,
-            fleet: Fleet::from(&run.scenario),
+            fleet: Fleet::of_run(&run.scenario, run.paced_by_fleet),
             total_requests,
             accepted,
             amplification: total_requests as f64 / f64::from(run.scenario.clients.max(1)),

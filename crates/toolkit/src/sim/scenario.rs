@@ -123,6 +123,13 @@ impl Scenario {
     /// it ran: "1000 calls from 50 processes through 2 daemon replicas
     /// pacing apart (no shared pace store), 1ms latency".
     pub fn shape(&self) -> String {
+        self.shape_of(true)
+    }
+
+    /// [`shape`](Self::shape) for a run whose processes are paced by the
+    /// daemon's replicas (`paced`) or not: a policy without a gate, or
+    /// gates that pace alone, run through no daemon.
+    pub fn shape_of(&self, paced: bool) -> String {
         let mut line = match self.open_loop() {
             true => "calls".to_owned(),
             false => format!("{} calls", self.clients),
@@ -135,6 +142,7 @@ impl Scenario {
             n => write!(line, " from {n} processes"),
         };
         let _ = match (self.replicas, self.pace_store) {
+            _ if !paced => write!(line, " (not paced through a daemon)"),
             (1, _) => write!(line, " through 1 daemon"),
             (n, Some(_)) => write!(line, " through {n} daemon replicas sharing a pace store"),
             (n, None) => write!(
@@ -244,6 +252,17 @@ pub struct Fleet {
     /// A request's round trip, in seconds (in a collapse, the mean one-way
     /// network delay).
     pub latency_seconds: f64,
+}
+
+impl Fleet {
+    /// The fleet a run ran in, its processes `paced` through the daemon's
+    /// replicas or not.
+    pub fn of_run(s: &Scenario, paced: bool) -> Self {
+        Self {
+            shape: s.shape_of(paced),
+            ..Self::from(s)
+        }
+    }
 }
 
 impl From<&Scenario> for Fleet {
