@@ -160,9 +160,11 @@ proptest! {
     fn a_rounds_grants_add_up_to_the_fleets_rate(
         reports in proptest::collection::vec((0u64..1000, 0u64..1000, 0u64..3, 0u64..10_000), 1..40),
         rounds in 1usize..20,
+        judged_by_share in any::<bool>(),
     ) {
         let t0 = Instant::now();
-        let mut fleet = controller(t0);
+        let policy = if judged_by_share { most_refused() } else { gated() };
+        let mut fleet = FleetController::new_at(&policy, t0);
         let n = reports.len() as u32;
         for r in 0..rounds {
             let now = t0 + ASK_EVERY * (r as u32 + 1);
