@@ -54,7 +54,10 @@ one daemon under each gate setting. For each it prints the share of calls served
 time to success from each call's arrival, beside the simulation's means.
 Targets: each real run's p99 within its simulation's + 0.5 s; each gated way
 serves at least 99 % of what no gate serves, with a p99 at most 1.2x no
-gate's + 0.1 s.
+gate's + 0.1 s. It also prints what the daemon judged of the dependency
+while it paced it (`stormguard_fleet_judgement`, read every half second):
+under the default `any-refusal` a random failure is judged overloaded; under
+`most-refused` the gates watch, and the daemon paces nothing.
 
 Usage: bench/real_fleet.py [--processes N] [--callers N] [--runs N] [--json FILE]
        [--languages L,L,...] [--replicas N [--pace-store] [--kill-store-at S] [--kill-replica-at S]]
@@ -175,6 +178,54 @@ class Fleet:
             process.wait()
 
 
+class Judgements:
+    """What the daemons' rate laws judged of `service` while it was paced,
+    read from their /metrics every half second: seconds per judgement, and
+    the mean share refused they rested on."""
+
+    EVERY = 0.5
+
+    def __init__(self, ports, service):
+        self.ports, self.service = ports, service
+        self.seconds, self.shares = {}, []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.watch, daemon=True)
+        self.thread.start()
+
+    def watch(self):
+        judged = f'service="{self.service}"'
+        while not self.done.wait(self.EVERY):
+            for port in self.ports:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+                        text = response.read().decode()
+                except OSError:
+                    continue
+                for line in text.splitlines():
+                    if judged not in line:
+                        continue
+                    if line.startswith("stormguard_fleet_judgement{") and line.endswith(" 1"):
+                        name = line.split('judgement="', 1)[1].split('"', 1)[0]
+                        self.seconds[name] = self.seconds.get(name, 0) + self.EVERY
+                    elif line.startswith("stormguard_fleet_refused_ratio{"):
+                        self.shares.append(float(line.rsplit(" ", 1)[1]))
+
+    def stop(self):
+        self.done.set()
+        self.thread.join()
+        return {"seconds": self.seconds,
+                "refused_share": statistics.mean(self.shares) if self.shares else None}
+
+
+def judged(summary):
+    """A run's judgements in a few words: 'overloaded 18 s, recovering 2 s
+    (refused 10.1 %)', or that the daemon paced nothing."""
+    if not summary["seconds"]:
+        return "not paced by the daemon"
+    parts = ", ".join(f"{name} {sec:g} s" for name, sec in sorted(summary["seconds"].items(), key=lambda kv: -kv[1]))
+    return f"{parts} (refused {summary['refused_share']:.1%})"
+
+
 def real_run(service, flags, processes, callers, fleet=None, languages=("rust",), errors=None, status=503):
     """One run of the real fleet, its processes dealt in turn to
     `languages`' clients: wasted, p50, p99, gave up, the dependency's
@@ -188,6 +239,7 @@ def real_run(service, flags, processes, callers, fleet=None, languages=("rust",)
     start_at = int(time.time() * 1000) + 3000
     daemon_url = fleet.start(start_at)
     dependency, address = start_dependency(start_at, errors, status)
+    judgements = Judgements([port for _, port in fleet.daemons], service)
     herd = []
     try:
         herd += [
@@ -209,6 +261,7 @@ def real_run(service, flags, processes, callers, fleet=None, languages=("rust",)
         paced_for = time.time() - start_at / 1000
         commands = fleet.commands()
     finally:
+        judged_while = judgements.stop()
         for process in (*herd, dependency):
             process.kill()
             process.wait()
@@ -230,6 +283,7 @@ def real_run(service, flags, processes, callers, fleet=None, languages=("rust",)
         "attempts": sum(r["attempts"] for r in results),
         "requests_per_second": stats["requests_per_second"],
         "accepted_per_second": stats["accepted_per_second"],
+        "judged": judged_while,
     }
 
 
@@ -287,6 +341,10 @@ def errors_world(opts):
         worst = max(r["p99_seconds"] for r in reals)
         targets.append((f"{label}: real p99 {worst:.3f} s, simulated {sim['p99_seconds']:.3f} s (within + 0.5 s)",
                         worst <= sim["p99_seconds"] + 0.5))
+    print()
+    print("what the daemon judged while it paced the dependency (its /metrics, every 0.5 s), first real run:")
+    for label, *_ in ERROR_WAYS:
+        print(f"{label:20} {judged(report[label]['real'][0]['judged'])}")
     print()
     base = means["no gate"]
     for label in [label for label, *_ in ERROR_WAYS[1:]]:
