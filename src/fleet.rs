@@ -47,9 +47,8 @@ pub struct Fleet {
 pub struct PaceStatus {
     /// The dependency.
     pub service: String,
-    /// What this replica's rate law believes paces it: `down`,
-    /// `overloaded`, `slow`, `failing_at_random` or `recovering`.
-    pub judgement: &'static str,
+    /// What this replica's rate law believes paces it.
+    pub judgement: Judgement,
     /// Of the answers over the last 3 s, the share refused (timeouts aside).
     pub refused_share: f64,
     /// Attempts accepted over the last second, per second.
@@ -192,7 +191,7 @@ impl Fleet {
                 let judged = entry.controller.judged_at(now);
                 PaceStatus {
                     service: service.clone(),
-                    judgement: judged.judgement.as_str(),
+                    judgement: judged.judgement,
                     refused_share: judged.refused_share,
                     delivered_per_second: judged.delivered,
                     rate: entry.controller.part_at(now),
@@ -623,11 +622,11 @@ mod tests {
         let names: Vec<_> = status.iter().map(|paced| paced.service.as_str()).collect();
         assert_eq!(names, ["inventory", "search"]);
         let search = &status[1];
-        assert_eq!(search.judgement, "failing_at_random");
+        assert_eq!(search.judgement, Judgement::FailingAtRandom);
         assert_eq!(search.overload_when, "most-refused");
         assert_eq!(search.processes, 1);
         assert!((0.09..0.11).contains(&search.refused_share), "{search:?}");
-        assert_eq!(status[0].judgement, "overloaded");
+        assert_eq!(status[0].judgement, Judgement::Overloaded);
         assert_eq!(status[0].overload_when, "any-refusal");
         assert_eq!(search.shared, None, "no store, nothing shared");
     }

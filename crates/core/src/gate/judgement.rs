@@ -9,8 +9,10 @@ use std::time::Duration;
 /// of answers a rate law remembers.
 pub(crate) const RECENT: Duration = Duration::from_secs(3);
 
-/// What paces a dependency now, as the rate law sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What paces a dependency now, as the rate law sees it. It serializes as
+/// its [name](Judgement::as_str).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Judgement {
     /// Nothing has been accepted since pacing began: the rate probes at
     /// its lowest.
@@ -75,4 +77,17 @@ pub struct Judged {
     pub refused_share: f64,
     /// Attempts accepted over the last second, per second.
     pub delivered: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serializes_as_its_name() {
+        for judgement in Judgement::ALL {
+            let json = serde_json::to_string(&judgement).unwrap();
+            assert_eq!(json, format!("\"{}\"", judgement.as_str()));
+        }
+    }
 }
