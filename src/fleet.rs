@@ -427,7 +427,8 @@ impl Families {
     }
 
     /// What the rate law believes of `service` at `now`, and the share
-    /// refused it rests on.
+    /// refused it rests on: set when the families are encoded, not at every
+    /// ask, as it changes with time alone.
     fn judged(&self, service: &str, entry: &mut Paced, now: Instant) {
         let judged = entry.controller.judged_at(now);
         for judgement in Judgement::ALL {
@@ -441,8 +442,7 @@ impl Families {
             .set(judged.refused_share);
     }
 
-    fn observe(&self, service: &str, entry: &mut Paced, ask: &PaceAsk, now: Instant) {
-        self.judged(service, entry, now);
+    fn observe(&self, service: &str, entry: &Paced, ask: &PaceAsk, now: Instant) {
         self.rate
             .with_label_values(&[service])
             .set(entry.controller.part_at(now));
