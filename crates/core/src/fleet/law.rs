@@ -8,11 +8,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::excess::Excess;
 use super::shared::Published;
+use super::trial::{Finding, Trials};
 use super::{FIRST_WINDOW, PROBERS, ROUND};
 use crate::gate::rate::Rate;
 use crate::gate::Judged;
-use crate::policy::{GatePolicy, ValidPolicy};
+use crate::policy::{GatePolicy, OverloadWhen, ValidPolicy};
 
 /// What a law learns from at once: outcomes since the last time, and the
 /// demand now.
@@ -53,6 +55,12 @@ pub(super) struct Law {
     refused_probes: u32,
     /// Whether the last probe's refusal or room is still to be seen.
     probe_pending: bool,
+    /// Under `most-refused`, what cuts do to the refusals: a capacity's or
+    /// a share failed at random.
+    trials: Trials,
+    /// Under `most-refused`, while the dependency is judged to fail a share
+    /// at random: whether its refusals go beyond that share.
+    excess: Excess,
 }
 
 /// How far past what the dependency delivers the fleet's rate probes, per
@@ -68,6 +76,11 @@ const FIRST_PROBE_GAIN: f64 = 1.1;
 /// take a probe's extra attempts until its second is full, and the reports
 /// of the refusals arrive a round or two after that.
 const REFUSED_WITHIN: Duration = Duration::from_secs(2);
+/// Under `most-refused`, the share of a second's answers refused that ends
+/// slow start: past what a dependency failing a share at random after an
+/// outage is likely to refuse (the tenths seen in the field), short of
+/// the half a doubling rate meets once past a capacity.
+const SLOW_START_SHARE: f64 = 0.25;
 /// After a refused probe, the next waits this long after the cut: eight
 /// rounds, as BBR probes one round in eight once it has found the
 /// bottleneck, so that a fleet at capacity is not refused every other round.
@@ -86,7 +99,32 @@ impl Law {
             probed: now,
             refused_probes: 0,
             probe_pending: false,
+            trials: Trials::default(),
+            excess: Excess::default(),
         }
+    }
+
+    /// Under `most-refused`, for processes that see the dependency accept
+    /// and refuse (their gates watch): judged to fail up to a half at
+    /// random, pacing nobody, until a second's answers show overload.
+    pub(super) fn answering_at(policy: &ValidPolicy, now: Instant) -> Self {
+        let mut law = Self::new_at(policy, now);
+        law.rate = Rate::answering_for_fleet(&law.policy, now);
+        law
+    }
+
+    /// Whether the law tells a capacity from failure at random.
+    fn judges_by_share(&self) -> bool {
+        self.policy.overload_when == OverloadWhen::MostRefused
+    }
+
+    /// Whether the law holds the fleet back at `now`: it takes the
+    /// dependency's refusals for a capacity's, not for failure at random,
+    /// and judges it down, overloaded or slow. A process whose gate only
+    /// watches is then told to pace: left off, it would send past the pace,
+    /// be refused, and cut it.
+    pub(super) fn holds_back_at(&mut self, now: Instant) -> bool {
+        !self.rate.is_answering() && self.rate.judged_at(now).judgement.holds_back()
     }
 
     /// Carries on from a rate another replica published: probing if it
@@ -147,11 +185,46 @@ impl Law {
     /// the first accepted attempts, end the slow start those begin.
     pub(super) fn learn(&mut self, outcomes: Learned, window_start: Instant, now: Instant) {
         let probing = self.rate.is_probing();
+        let last_cut = self.rate.last_cut();
         self.grow(outcomes.accepted, now);
+        let by_share = self.judges_by_share() && !probing;
+        if by_share {
+            self.judge(outcomes, window_start, now);
+        }
         if !probing {
             self.overloaded(outcomes.overloaded, outcomes.timed_out, window_start, now);
         }
-        self.probe_up(outcomes.demand, now);
+        let cut = self.rate.last_cut() > last_cut;
+        if by_share && cut && !self.rate.is_answering() && !self.rate.is_slow() {
+            let share = self.rate.refused_share_last_second(now);
+            self.trials.cut(share, now);
+        }
+        if !self.trials.holds() {
+            self.probe_up(outcomes.demand, now);
+        }
+    }
+
+    /// Under `most-refused`: while the dependency is judged to fail a share
+    /// at random, whether its refusals have gone beyond it (then they are a
+    /// capacity's: cut to what it delivers); while paced for a capacity,
+    /// what the cuts did to the refusals (if they kept their share, they
+    /// are random).
+    fn judge(&mut self, outcomes: Learned, window_start: Instant, now: Instant) {
+        let refused = outcomes.overloaded - outcomes.timed_out;
+        let accepted = f64::from(outcomes.accepted);
+        if self.rate.is_answering() {
+            if self.excess.weigh(accepted, refused, self.rate.random_share()) {
+                let share = self.rate.refused_share_last_second(now);
+                self.rate.capacity_verdict(&self.policy, now);
+                self.trials.reset();
+                self.trials.cut(share, now);
+            }
+            return;
+        }
+        if let Some(Finding::Random(share)) = self.trials.answered(accepted, refused, window_start) {
+            self.rate.random_verdict(&self.policy, share, now);
+            self.excess.reset();
+        }
     }
 
     /// After a refusal's cut, CUBIC would hold the rate for k seconds
@@ -236,6 +309,18 @@ impl Law {
         }
     }
 
+    /// Under `most-refused`, whether slow start goes on past a refusal at
+    /// `now`: while less than [`SLOW_START_SHARE`] of the last second's
+    /// answers were refused. A dependency back from an outage that fails a
+    /// share at random would otherwise end it at the first random refusal,
+    /// far below its capacity; one that is full refuses more, as slow
+    /// start doubles past it within a round.
+    fn slow_start_goes_on(&mut self, now: Instant) -> bool {
+        self.judges_by_share()
+            && self.rate.is_slow_start()
+            && self.rate.refused_share_last_second(now) < SLOW_START_SHARE
+    }
+
     /// Cuts the rate for what was refused or timed out since
     /// `window_start`, once: an attempt sent before the last cut does not
     /// cut again. A refusal's attempt was sent within the window, a
@@ -250,7 +335,10 @@ impl Law {
         }
         if overloaded > timed_out {
             self.rate.refused((overloaded - timed_out) as u32, now);
-            self.rate.overloaded(&self.policy, window_start, now, false);
+            // A trial holds the rate while the refusals keep their share.
+            if !self.trials.holds() && !self.slow_start_goes_on(now) {
+                self.rate.overloaded(&self.policy, window_start, now, false);
+            }
         }
     }
 }

@@ -31,10 +31,12 @@
 //! Pure and time-injectable (`_at`), like the gate, so the simulator runs
 //! this very code with a feedback delay.
 
+mod excess;
 pub mod floor;
 mod law;
 pub mod share;
 pub mod shared;
+mod trial;
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -103,6 +105,10 @@ pub struct Grant {
     pub rate: f64,
     /// How long the grant holds.
     pub lease: Duration,
+    /// Whether the controller holds the fleet back (the dependency is down,
+    /// overloaded or slow, and not judged to fail at random): a process
+    /// whose gate only watches turns it on and paces at the grant.
+    pub pace: bool,
 }
 
 /// The controller of one dependency: see the [module docs](self). `K` names a process.
@@ -256,6 +262,11 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
 
     /// Process `who` reports `tally` at `now` and asks for its share.
     pub fn ask_at(&mut self, who: K, tally: Tally, now: Instant) -> Grant {
+        if self.members.is_empty() && tally.watching && self.law.is_probing() {
+            // The first to ask sees the dependency accept and refuse: it
+            // is judged by what the fleet's answers show, not taken for down.
+            self.law = Law::answering_at(&self.policy, now);
+        }
         self.last_ask = now;
         self.alone_after_lapse(now);
         let is_new = !self.members.contains_key(&who);
@@ -310,7 +321,19 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
             member.held = share;
         }
         self.held += share - held;
-        Grant { rate, lease: LEASE }
+        Grant {
+            rate,
+            lease: LEASE,
+            pace: self.holds_back_at(now),
+        }
+    }
+
+    /// Whether the law that sets the pace holds the fleet back at `now`.
+    fn holds_back_at(&mut self, now: Instant) -> bool {
+        match self.owner.as_mut() {
+            Some(owner) if self.shared.is_some() => owner.holds_back_at(now),
+            _ => self.law.holds_back_at(now),
+        }
     }
 
     /// A process's even share of the whole fleet's rate at `now`, over

@@ -4,11 +4,13 @@ use crate::gate::Judgement;
 use crate::policy::{GatePolicy, RetryPolicy};
 use proptest::prelude::*;
 
-/// A policy whose gate is on, at its defaults.
+/// A policy whose gate is on under `overloadWhen: any-refusal` (every
+/// refusal says overload), otherwise at its defaults.
 fn gated() -> ValidPolicy {
     ValidPolicy::try_from(RetryPolicy {
         gate: GatePolicy {
             enabled: true,
+            overload_when: crate::policy::OverloadWhen::AnyRefusal,
             ..GatePolicy::default()
         },
         ..RetryPolicy::default()
@@ -27,6 +29,7 @@ fn tally(sent: u64, accepted: u64, overloaded: u64, waiting: u64) -> Tally {
         overloaded,
         timed_out: 0,
         waiting,
+        watching: false,
     }
 }
 
@@ -238,6 +241,7 @@ fn a_timeout_cuts_once_for_the_attempts_sent_before_the_cut() {
         per_try_timeout: Some(Duration::from_secs(3)),
         gate: GatePolicy {
             enabled: true,
+            overload_when: crate::policy::OverloadWhen::AnyRefusal,
             ..GatePolicy::default()
         },
         ..RetryPolicy::default()
@@ -748,8 +752,7 @@ fn a_random_tenth_refused_is_judged_by_what_the_policy_believes_with_its_share()
         fleet.rate()
     );
 
-    // Under the default any-refusal the same answers are taken for
-    // overload, and say so.
+    // Under any-refusal the same answers are taken for overload, and say so.
     let (mut fleet, now) = refusing_tenths(&gated(), 1);
     let judged = fleet.judged_at(now);
     assert_eq!(judged.judgement, Judgement::Overloaded);
@@ -783,4 +786,115 @@ fn a_timeout_is_judged_slow() {
     };
     fleet.ask_at(0, timed_out, now + ASK_EVERY);
     assert_eq!(fleet.judged_at(now + ASK_EVERY).judgement, Judgement::Slow);
+}
+
+/// What a process whose gate only watches reports: every attempt it sent.
+fn watching(accepted: u64, refused: u64) -> Tally {
+    Tally {
+        watching: true,
+        ..tally(accepted + refused, accepted, refused, 0)
+    }
+}
+
+/// Rounds of twenty watching processes every ask from `from` for
+/// `seconds`, each reporting `accepted` and `refused`; the grants.
+fn watching_rounds(
+    fleet: &mut FleetController<u32>,
+    from: Instant,
+    seconds: u32,
+    accepted: u64,
+    refused: u64,
+) -> Vec<Grant> {
+    let mut grants = Vec::new();
+    for i in 0..seconds * 10 {
+        let now = from + ASK_EVERY * i;
+        grants.extend((0..20).map(|p| fleet.ask_at(p, watching(accepted, refused), now)));
+    }
+    grants
+}
+
+#[test]
+fn under_most_refused_watching_gates_are_not_paced_while_a_tenth_fails_at_random() {
+    let t0 = Instant::now();
+    let mut fleet = FleetController::new_at(&most_refused(), t0);
+    let grants = watching_rounds(&mut fleet, t0, 60, 9, 1);
+    assert!(
+        grants.iter().all(|g| !g.pace),
+        "a minute, a tenth refused: nobody paced"
+    );
+    let now = t0 + Duration::from_secs(60);
+    assert_eq!(fleet.judged_at(now).judgement, Judgement::FailingAtRandom);
+}
+
+#[test]
+fn under_most_refused_refusals_beyond_half_pace_the_fleet_at_what_it_delivers() {
+    let t0 = Instant::now();
+    let mut fleet = FleetController::new_at(&most_refused(), t0);
+    let calm = watching_rounds(&mut fleet, t0, 2, 9, 1);
+    assert!(calm.iter().all(|g| !g.pace));
+    // A brownout: three of four refused, 60 accepted a second in all.
+    let later = t0 + Duration::from_secs(2);
+    let grants = watching_rounds(&mut fleet, later, 1, 3, 9);
+    let first = grants.iter().position(|g| g.pace).expect("paced within a second");
+    assert!(first < 40, "within two asks of each: {first}");
+    assert!(grants[first..].iter().all(|g| g.pace));
+    let now = later + Duration::from_secs(1);
+    assert_eq!(fleet.judged_at(now).judgement, Judgement::Overloaded);
+    assert!(
+        fleet.rate() <= 600.0,
+        "no more than is delivered: {}",
+        fleet.rate()
+    );
+}
+
+/// Rounds of one process that asks for the whole fleet, whose gate went on
+/// when the dependency went down, and sends what it is granted every ask;
+/// `answer` says how many of what it sent the dependency accepted. When the
+/// law first judges the refusals random, or never.
+fn paced_rounds(
+    fleet: &mut FleetController<u32>,
+    t0: Instant,
+    mut answer: impl FnMut(u64) -> u64,
+) -> Option<Instant> {
+    fleet.ask_at(0, tally(0, 0, 1, 500), t0);
+    for i in 1..100 {
+        let now = t0 + ASK_EVERY * i;
+        let sent = (fleet.rate() * ASK_EVERY.as_secs_f64()).ceil() as u64;
+        let accepted = answer(sent);
+        fleet.ask_at(0, tally(sent, accepted, sent - accepted, 500), now);
+        if fleet.law.rate.is_answering() {
+            return Some(now);
+        }
+    }
+    None
+}
+
+#[test]
+fn under_most_refused_a_paced_fleet_whose_refusals_keep_their_share_is_freed() {
+    let t0 = Instant::now();
+    let mut fleet = FleetController::new_at(&most_refused(), t0);
+    // Back at once, and failing a third at random at whatever rate it is
+    // sent (past what slow start goes on through): every third attempt.
+    let mut sent_in_all = 0;
+    let freed = paced_rounds(&mut fleet, t0, |sent| {
+        let refused = (sent_in_all + sent) / 3 - sent_in_all / 3;
+        sent_in_all += sent;
+        sent - refused
+    });
+    let freed = freed.expect("judged random within ten seconds");
+    // Slow start ended at the first refusals, cut to what a law a few
+    // tenths old had seen delivered; two trials at some 20 answers a second.
+    assert!(freed - t0 <= Duration::from_secs(8), "{:?}", freed - t0);
+    assert_eq!(fleet.judged_at(freed).judgement, Judgement::FailingAtRandom);
+    assert!(!fleet.ask_at(99, watching(2, 1), freed).pace);
+}
+
+#[test]
+fn under_most_refused_a_capacity_whose_refusals_vanish_at_the_cut_stays_paced() {
+    let t0 = Instant::now();
+    let mut fleet = FleetController::new_at(&most_refused(), t0);
+    // A capacity of 100 a second: ten an ask, whatever is sent past it refused.
+    let freed = paced_rounds(&mut fleet, t0, |sent| sent.min(10));
+    assert_eq!(freed, None, "a capacity for ten seconds, at {}", fleet.rate());
+    assert!(fleet.rate() <= 150.0, "about what it takes: {}", fleet.rate());
 }

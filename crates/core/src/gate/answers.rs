@@ -121,10 +121,28 @@ impl Answers {
         self.accepted.second_ending(0)
     }
 
+    /// [`delivered`](Self::delivered) at `now`, counting only the time since
+    /// counting began if that is less than a second: what a fleet's law a
+    /// few tenths old has seen delivered, per second.
+    pub(crate) fn delivered_rate_at(&self, now: Instant) -> f64 {
+        let counted = now.saturating_duration_since(self.accepted.origin).as_secs_f64();
+        self.delivered() / counted.clamp(0.1, 1.0)
+    }
+
+    /// Whether counting began a second or more before `now`.
+    pub(crate) fn counted_for_a_second_at(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.accepted.origin).as_secs() >= 1
+    }
+
     /// The most accepted in any second of the last three (BBR's windowed
     /// maximum of the delivery rate).
     pub(crate) fn peak(&self) -> f64 {
         self.accepted.peak()
+    }
+
+    /// Refused over the last second.
+    pub(crate) fn refused_last_second(&self) -> f64 {
+        self.refused.second_ending(0)
     }
 
     /// Refusals counted over the last three seconds.
@@ -135,13 +153,7 @@ impl Answers {
     /// Of the answers over the last three seconds, the share refused; 0
     /// with none.
     pub(crate) fn refused_share(&self) -> f64 {
-        let refused = self.refused.total();
-        let answered = refused + self.accepted.total();
-        if answered == 0.0 {
-            0.0
-        } else {
-            refused / answered
-        }
+        share(self.accepted.total(), self.refused.total())
     }
 
     /// Whether anything was accepted in the last three seconds.
@@ -153,7 +165,36 @@ impl Answers {
     /// more than chance would: fewer than half accepted, as Google's K = 2.
     pub(crate) fn shows_overload(&self) -> bool {
         let (accepted, refused) = (self.accepted.second_ending(0), self.refused.second_ending(0));
-        refused - accepted > BEYOND_CHANCE * (refused + accepted).sqrt()
+        beyond_random(accepted, refused, HALF)
+    }
+
+    /// Of the answers over the last second, the share refused; 0 with none.
+    pub(crate) fn refused_share_last_second(&self) -> f64 {
+        share(self.accepted.second_ending(0), self.refused.second_ending(0))
+    }
+}
+
+/// The random share whose refusals the K = 2 test tolerates: refusals
+/// outnumber acceptances only beyond it.
+pub(crate) const HALF: f64 = 0.5;
+
+/// Whether `refused` of `accepted + refused` answers are more than a
+/// dependency failing `random_share` of its requests at random would
+/// refuse, by [`BEYOND_CHANCE`] standard deviations of the binomial count.
+/// At a share of a half it is the K = 2 test (refusals outnumber
+/// acceptances beyond chance); at none, any refusal is beyond it.
+pub(crate) fn beyond_random(accepted: f64, refused: f64, random_share: f64) -> bool {
+    let answered = accepted + refused;
+    let expected = random_share * answered;
+    let spread = (answered * random_share * (1.0 - random_share)).sqrt();
+    refused - expected > BEYOND_CHANCE * spread
+}
+
+fn share(accepted: f64, refused: f64) -> f64 {
+    if accepted + refused == 0.0 {
+        0.0
+    } else {
+        refused / (accepted + refused)
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::answers::Answers;
+use super::answers::{beyond_random, Answers, HALF};
 use super::judgement::{Judged, Judgement, RECENT};
 use crate::policy::{GatePolicy, OverloadWhen};
 
@@ -40,21 +40,20 @@ pub(crate) struct Rate {
     /// their way raise the estimate as they arrive.
     settling_until: Option<Instant>,
     answers: Answers,
-    /// Under `overloadWhen: most-refused`, whether the dependency has
-    /// accepted something since the gate turned on (or was accepting when
-    /// it did): a refusal then cuts only while refusals outnumber
-    /// acceptances, and the rate is never below [`ANSWERING_GAIN`] times
-    /// what it delivers, as Google's client-side throttling admits K = 2
-    /// times the accepts. A dependency failing a share up to a half at
-    /// random is never paced below what it answers.
-    answering: bool,
+    /// The share of its requests the dependency is taken to fail at
+    /// random, whatever the rate: its refusals cut the rate only beyond
+    /// what that share explains, and the rate is never below what it
+    /// delivers divided by what it does not fail, `1 / (1 − share)` times
+    /// (Google's client-side throttling's K). 0: every refusal says
+    /// overload. A gate under `overloadWhen: most-refused` that has seen
+    /// the dependency accept something takes a half (K = 2), the most it
+    /// tolerates: a dependency failing up to a half at random is never
+    /// paced below what it answers. A fleet's law learns the share by trial
+    /// (see the fleet's `trial` module).
+    random_share: f64,
     /// When a refusal or a timeout was last taken for overload.
     judged_overloaded: Option<Instant>,
 }
-
-/// While the dependency is judged to answer, how far past what it delivers
-/// the rate always reaches: Google's K.
-pub(crate) const ANSWERING_GAIN: f64 = 2.0;
 
 /// How far past what a slow dependency delivers the rate may grow: BBR's
 /// gain when it probes for more bandwidth.
@@ -75,10 +74,14 @@ enum Phase {
     Cubic { max: f64, since: Instant, k: f64 },
 }
 
-/// Whether, once something has got through, refusals count as overload
-/// only while they outnumber acceptances: under `most-refused`.
-fn judges_by_share(policy: &GatePolicy) -> bool {
-    policy.overload_when == OverloadWhen::MostRefused
+/// The random share a gate takes once something has got through: a half
+/// under `most-refused` (refusals count as overload only while they
+/// outnumber acceptances), none under `any-refusal`.
+fn random_share_of(policy: &GatePolicy) -> f64 {
+    match policy.overload_when {
+        OverloadWhen::MostRefused => HALF,
+        OverloadWhen::AnyRefusal => 0.0,
+    }
 }
 
 impl Rate {
@@ -92,7 +95,7 @@ impl Rate {
             holds_at_cut: false,
             settling_until: None,
             answers: Answers::new(now),
-            answering: false,
+            random_share: 0.0,
             judged_overloaded: None,
         }
     }
@@ -118,7 +121,10 @@ impl Rate {
                 since: now,
                 k,
             },
-            answering: judges_by_share(policy),
+            // The pace it carries on was the dependency's, taking what was
+            // sent: under `most-refused` it is judged to answer, failing up
+            // to a half at random, until refusals go beyond that.
+            random_share: random_share_of(policy),
             ..Self::probing_for_fleet(policy, now)
         }
     }
@@ -134,7 +140,6 @@ impl Rate {
             Phase::Probing | Phase::SlowStart => {
                 self.phase = Phase::SlowStart;
                 self.now = self.now.max(rate);
-                self.answering |= judges_by_share(policy);
             }
             Phase::Cubic { .. } if rate > self.now => {
                 let k = (rate * (1.0 - policy.beta) / policy.scale).cbrt();
@@ -193,23 +198,98 @@ impl Rate {
         self.answers.delivered()
     }
 
-    /// Whether the dependency is judged to answer: see [`Rate::answering`](Rate).
+    /// A fleet's law that starts from processes that see the dependency
+    /// accept and refuse (their gates watch): judged to fail up to a half
+    /// at random until a second's answers show more, it paces nobody
+    /// meanwhile (at `maxRate`).
+    pub(crate) fn answering_for_fleet(policy: &GatePolicy, now: Instant) -> Self {
+        let max = policy.max_rate;
+        Self {
+            now: max,
+            phase: Phase::Cubic {
+                max,
+                since: now,
+                k: 0.0,
+            },
+            random_share: HALF,
+            ..Self::probing_for_fleet(policy, now)
+        }
+    }
+
+    /// The dependency's refusals are a capacity's (they went beyond its
+    /// random share, or did not keep their share when the rate fell): the
+    /// rate is cut at `now` to what it delivered, held there as after a
+    /// refusal, and every refusal from here on says overload.
+    /// If the law has counted for less than a second, what it saw
+    /// delivered is no measure yet: the rate starts a slow start from it
+    /// instead, which the next refusal ends at what was delivered by then,
+    /// or probes if it saw nothing delivered.
+    pub(crate) fn capacity_verdict(&mut self, policy: &GatePolicy, now: Instant) {
+        let delivered = self.answers.delivered_rate_at(now);
+        let cut = delivered.min(self.now).clamp(policy.min_rate, policy.max_rate);
+        let k = (cut * (1.0 - policy.beta) / policy.scale).cbrt();
+        self.random_share = 0.0;
+        self.slow = false;
+        self.judged_overloaded = Some(now);
+        self.last_cut = now;
+        self.now = cut;
+        self.phase = if self.answers.counted_for_a_second_at(now) {
+            Phase::Cubic {
+                max: cut,
+                since: now,
+                k,
+            }
+        } else if delivered < policy.min_rate {
+            Phase::Probing
+        } else {
+            Phase::SlowStart
+        };
+    }
+
+    /// The dependency's refusals kept `share` while the rate fell: it fails
+    /// that share at random. From `now` refusals no longer cut the rate
+    /// (unless they go beyond that share, which the fleet's law tests), and
+    /// it grows as in slow start from what the dependency answers (what it
+    /// delivers over `1 − share`) until it paces nobody: at once, it would
+    /// release every line the pace held back.
+    pub(crate) fn random_verdict(&mut self, policy: &GatePolicy, share: f64, now: Instant) {
+        self.random_share = share.clamp(0.0, HALF);
+        self.judged_overloaded = None;
+        self.slow = false;
+        self.phase = Phase::SlowStart;
+        let answered = self.answers.delivered_rate_at(now) / (1.0 - self.random_share);
+        self.now = self.now.max(answered).clamp(policy.min_rate, policy.max_rate);
+    }
+
+    /// Of the answers over the last second, the share refused.
+    pub(crate) fn refused_share_last_second(&mut self, now: Instant) -> f64 {
+        self.answers.roll(now);
+        self.answers.refused_share_last_second()
+    }
+
+    /// Whether the dependency is judged to answer, failing a share at
+    /// random: see [`Rate::random_share`](Rate).
     pub(crate) fn is_answering(&self) -> bool {
-        self.answering
+        self.random_share > 0.0
+    }
+
+    /// The share of requests the dependency is taken to fail at random.
+    pub(crate) fn random_share(&self) -> f64 {
+        self.random_share
     }
 
     /// The rate of a gate that turns on at `now`, under `most-refused`,
     /// because refusals came to outnumber acceptances while the dependency
     /// still accepted some (`answers` counts them): judging it to answer,
-    /// at [`ANSWERING_GAIN`] times what it delivers, growing as in slow
-    /// start.
+    /// failing up to a half at random, at twice what it delivers, growing
+    /// as in slow start.
     pub(crate) fn answering(policy: &GatePolicy, answers: Answers, now: Instant) -> Self {
         let probing = Self::probing(policy, now);
         Self {
             phase: Phase::SlowStart,
             answers,
-            answering: true,
-            now: (ANSWERING_GAIN * answers.delivered()).clamp(policy.min_rate, policy.max_rate),
+            random_share: HALF,
+            now: (answers.delivered() / (1.0 - HALF)).clamp(policy.min_rate, policy.max_rate),
             ..probing
         }
     }
@@ -227,7 +307,7 @@ impl Rate {
 
     /// An attempt sent at `sent` was refused (or, if `timed_out`, got no
     /// answer in time) at `now`; whether that says the dependency is
-    /// overloaded (if not, nothing is cut: see [`Rate::answering`](Rate)).
+    /// overloaded (if not, nothing is cut: see [`Rate::random_share`](Rate)).
     /// [`refused`](Self::refused) has counted a refusal already.
     pub(crate) fn overloaded(
         &mut self,
@@ -310,9 +390,18 @@ impl Rate {
     }
 
     /// Whether a refusal says nothing of overload: while the dependency is
-    /// judged to answer, until refusals outnumber acceptances.
+    /// judged to fail a share at random, until refusals go beyond it. A
+    /// fleet's law weighs every report's answers instead (its `excess`
+    /// module).
     fn refusal_is_random(&self) -> bool {
-        self.answering && !self.answers.shows_overload()
+        if self.random_share == 0.0 {
+            return false;
+        }
+        if self.holds_at_cut {
+            return true;
+        }
+        let (accepted, refused) = (self.answers.delivered(), self.answers.refused_last_second());
+        !beyond_random(accepted, refused, self.random_share)
     }
 
     /// An attempt was accepted at `now`.
@@ -330,7 +419,12 @@ impl Rate {
         let grown = match self.phase {
             Phase::Probing => {
                 self.phase = Phase::SlowStart;
-                self.answering = judges_by_share(policy);
+                // A fleet that probed found the dependency down: its
+                // refusals from here on are a recovering capacity's until a
+                // trial shows otherwise.
+                if !self.holds_at_cut {
+                    self.random_share = random_share_of(policy);
+                }
                 self.now + ramp
             }
             Phase::SlowStart => self.now + ramp,
@@ -346,8 +440,8 @@ impl Rate {
         } else {
             grown
         };
-        let grown = if self.answering {
-            grown.max(ANSWERING_GAIN * self.answers.delivered())
+        let grown = if self.random_share > 0.0 {
+            grown.max(self.answers.delivered() / (1.0 - self.random_share))
         } else {
             grown
         };
