@@ -154,6 +154,7 @@ impl Fleet {
             overloaded: ask.overloaded,
             timed_out: ask.timed_out,
             waiting: ask.waiting,
+            watching: ask.watching,
         };
         let grant = entry.controller.ask_at(instance, tally, now);
         self.families.observe(&ask.service, entry, ask, now);
@@ -164,6 +165,7 @@ impl Fleet {
             rate: grant.rate,
             lease_ms: grant.lease.as_millis() as u64,
             ask_every_ms: ASK_EVERY.as_millis() as u64,
+            pace: grant.pace,
         })
     }
 
@@ -492,9 +494,11 @@ mod tests {
     use stormguard_core::fleet::IDLE;
     use stormguard_core::policy::RetryPolicy;
 
+    /// A policy whose gate is `enabled` under `overloadWhen: any-refusal`.
     fn gated(enabled: bool) -> ValidPolicy {
         let mut policy = RetryPolicy::default();
         policy.gate.enabled = enabled;
+        policy.gate.overload_when = stormguard_core::policy::OverloadWhen::AnyRefusal;
         ValidPolicy::try_from(policy).unwrap()
     }
 
@@ -507,6 +511,7 @@ mod tests {
             overloaded: 1,
             timed_out: 0,
             waiting: 3,
+            watching: false,
         }
     }
 

@@ -1,6 +1,10 @@
 //! Fleet pacing, the client's side: while a dependency's send gate is on,
 //! ask the daemon about every 100 ms for this process's share of the rate
 //! the whole fleet may send it, and pace at that share for the lease. A
+//! gate that only watches (under `overloadWhen: most-refused`, after a
+//! refusal from a dependency that accepts) asks too, with what it heard:
+//! the daemon judges from the whole fleet's answers whether they are a
+//! capacity's, and if so the grant says `pace` and the gate turns on. A
 //! daemon that cannot be reached, or refuses, changes nothing: the gate
 //! paces by its own rate once the last lease ends.
 
@@ -20,7 +24,7 @@ const ASK_TIMEOUT: Duration = Duration::from_millis(500);
 const FASTEST: Duration = Duration::from_millis(20);
 const SLOWEST: Duration = Duration::from_secs(1);
 
-/// Asks for every tracked dependency whose gate is on, every `askEveryMs`
+/// Asks for every tracked dependency whose gate is on or watching, every `askEveryMs`
 /// from the start of one round of asks to the next, or as soon as a round
 /// that took longer is done (as the simulator's processes do).
 pub(super) async fn pace_loop(inner: Weak<Inner>) {
@@ -38,7 +42,7 @@ pub(super) async fn pace_loop(inner: Weak<Inner>) {
     }
 }
 
-/// The tracked dependencies whose gate is on now.
+/// The tracked dependencies whose gate asks the daemon now: on, or watching.
 fn paced(inner: &Inner) -> Vec<(String, Guard)> {
     let now = Instant::now();
     let services = inner.services.lock().unwrap_or_else(|e| e.into_inner());
@@ -48,7 +52,7 @@ fn paced(inner: &Inner) -> Vec<(String, Guard)> {
             let guard = counts.guard.as_ref()?;
             guard
                 .gate()
-                .is_some_and(|gate| gate.is_on_at(now))
+                .is_some_and(|gate| gate.asks_fleet_at(now))
                 .then(|| (service.clone(), guard.clone()))
         })
         .collect()
@@ -66,6 +70,7 @@ async fn ask(inner: &Inner, service: &str, guard: &Guard) -> Option<PaceGrant> {
         overloaded: tally.overloaded,
         timed_out: tally.timed_out,
         waiting: tally.waiting,
+        watching: tally.watching,
     };
     let request = inner
         .connection
@@ -95,6 +100,9 @@ async fn ask(inner: &Inner, service: &str, guard: &Guard) -> Option<PaceGrant> {
         return None;
     };
     let now = Instant::now();
+    if grant.pace {
+        gate.pace_by_fleet_at(now);
+    }
     let lease = Duration::from_millis(grant.lease_ms).min(Duration::from_secs(60));
     gate.lease_at(grant.rate, now + lease, now);
     Some(grant)

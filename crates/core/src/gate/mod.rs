@@ -73,6 +73,7 @@ use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
 use crate::policy::{GatePolicy, OverloadWhen, ValidPolicy};
+pub(crate) use answers::beyond_random;
 use answers::Answers;
 pub use judgement::{Judged, Judgement};
 pub use pace::Lease;
@@ -171,6 +172,9 @@ pub struct Tally {
     pub timed_out: u64,
     /// Attempts waiting in line now: the demand not yet served.
     pub waiting: u64,
+    /// Whether the gate is off, watching (under `most-refused`): the counts
+    /// are of what it heard since it began to, every attempt sent unpaced.
+    pub watching: bool,
 }
 
 /// The gate's state while on.
@@ -305,6 +309,15 @@ impl SendGate {
         self.watching.load(Ordering::Relaxed)
     }
 
+    /// Whether the process asks the fleet's controller for its share at
+    /// `now`: its gate is on, or off and watching a dependency that has
+    /// lately accepted something (the controller hears what it counts, and
+    /// may tell it to pace). A gate that watches a dependency that has not
+    /// waits to see it down, as it would without a fleet.
+    pub fn asks_fleet_at(&self, now: Instant) -> bool {
+        self.is_on_at(now) || (self.is_watching() && self.accepted_lately(now))
+    }
+
     /// Paces at `rate` until `until` instead of the gate's own rate: the
     /// fleet's grant. Ignored while the gate is off, or if `rate` is not a
     /// positive number; at most the policy's `maxRate`.
@@ -349,6 +362,7 @@ impl SendGate {
         let waiting = state.line.len() as u64;
         Tally {
             waiting,
+            watching: self.is_watching(),
             ..std::mem::take(&mut state.tally)
         }
     }
@@ -531,6 +545,8 @@ impl SendGate {
         match signal {
             Signal::Accepted => {
                 state.watch.accepted(1, now);
+                state.tally.sent += 1;
+                state.tally.accepted += 1;
                 if now.saturating_duration_since(state.last_trouble) >= self.policy.quiet {
                     self.watching.store(false, Ordering::Relaxed);
                 }
@@ -538,8 +554,15 @@ impl SendGate {
             }
             Signal::TimedOut => Some(Watched::Down),
             Signal::Overloaded => {
-                if !self.is_watching() {
+                if self.is_watching() {
+                    state.tally.sent += 1;
+                    state.tally.overloaded += 1;
+                } else {
+                    // The refusal that begins watching is left out of what
+                    // the fleet hears: every process would report one, and
+                    // none of the acceptances before it.
                     state.watch = Answers::new(now);
+                    state.tally = Tally::default();
                     self.watching.store(true, Ordering::Relaxed);
                 }
                 state.watch.refused(1, now);
@@ -554,6 +577,27 @@ impl SendGate {
                 })
             }
         }
+    }
+
+    /// While watching, turns the gate on at `now` because the fleet's
+    /// controller, hearing every process, holds the fleet back (the grant
+    /// says `pace`); whether it did. Its grant then paces it, and its own
+    /// rate, should grants stop, is that of a dependency judged to answer
+    /// (or, if nothing was accepted lately, to be down).
+    pub fn pace_by_fleet_at(&self, now: Instant) -> bool {
+        let mut state = self.lock();
+        if self.is_on() || !self.is_watching() {
+            return false;
+        }
+        if self.accepted_lately(now) {
+            state.rate = Rate::answering(&self.policy, state.watch, now);
+            self.start_pacing(&mut state, Signal::Overloaded, now);
+        } else {
+            self.turn_on(&mut state, Signal::Overloaded, now, now);
+        }
+        // The fleet heard what it counted while watching.
+        state.tally = Tally::default();
+        true
     }
 
     /// Turns the gate on at `now` for a dependency that accepts nothing:

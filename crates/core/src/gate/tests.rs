@@ -6,6 +6,15 @@ use std::time::Duration;
 use super::*;
 use crate::policy::RetryPolicy;
 
+/// The gate's settings with `overloadWhen: any-refusal`: every refusal
+/// says overload, the law most of these tests are about.
+fn any_refusal() -> GatePolicy {
+    GatePolicy {
+        overload_when: OverloadWhen::AnyRefusal,
+        ..GatePolicy::default()
+    }
+}
+
 fn policy(gate: GatePolicy) -> ValidPolicy {
     ValidPolicy::try_from(RetryPolicy {
         gate,
@@ -20,7 +29,7 @@ fn gate(now: Instant) -> SendGate {
     SendGate::new_at(
         &policy(GatePolicy {
             ramp: 1.0,
-            ..GatePolicy::default()
+            ..any_refusal()
         }),
         now,
     )
@@ -218,7 +227,7 @@ fn good_answers_ramp_it_up_and_cubic_regrows_it_past_the_rate_it_failed_at() {
         &policy(GatePolicy {
             quiet: Duration::from_secs(60),
             ramp: 1.0,
-            ..GatePolicy::default()
+            ..any_refusal()
         }),
         t0,
     );
@@ -400,7 +409,8 @@ fn the_tally_counts_what_was_sent_and_answered_since_the_last_one() {
             accepted: 1,
             overloaded: 3,
             timed_out: 1,
-            waiting: 1
+            waiting: 1,
+            watching: false,
         },
         "the refusal that turned it on, and the two after"
     );
@@ -435,7 +445,7 @@ fn the_rate_never_passes_its_bounds() {
     let gate = SendGate::new_at(
         &policy(GatePolicy {
             max_rate: 50.0,
-            ..GatePolicy::default()
+            ..any_refusal()
         }),
         t0,
     );
@@ -569,7 +579,7 @@ fn a_timeout_cuts_to_a_share_of_the_most_accepted_in_a_second_of_the_last_three(
 #[test]
 fn after_a_timeout_the_rate_grows_no_faster_than_the_dependency_delivers() {
     let t0 = Instant::now();
-    let gate = SendGate::new_at(&policy(GatePolicy::default()), t0);
+    let gate = SendGate::new_at(&policy(any_refusal()), t0);
     gate.record_at(Signal::TimedOut, t0, t0);
     assert_eq!(gate.rate(), Some(0.5), "a timeout turns the gate on, probing");
     // Twenty answers in the next second: slow start would add `ramp` for each.
@@ -589,7 +599,7 @@ fn after_a_timeout_the_rate_grows_no_faster_than_the_dependency_delivers() {
         "1.25 × 19, the most delivered within one second (tenths are whole)"
     );
 
-    let answering = SendGate::new_at(&policy(GatePolicy::default()), t0);
+    let answering = SendGate::new_at(&policy(any_refusal()), t0);
     answering.record_at(Signal::TimedOut, t0, t0);
     answering.record_at(Signal::Overloaded, t0, t0 + secs(0.01));
     for i in 0..20 {
@@ -603,7 +613,7 @@ fn after_a_timeout_the_rate_grows_no_faster_than_the_dependency_delivers() {
         "a refusal after the timeout: the dependency answers at once, slow start again"
     );
 
-    let fresh = SendGate::new_at(&policy(GatePolicy::default()), t0);
+    let fresh = SendGate::new_at(&policy(any_refusal()), t0);
     fresh.record_at(Signal::Overloaded, t0, t0);
     for i in 0..20 {
         let at = t0 + secs(0.05 * f64::from(i + 1));
@@ -696,7 +706,7 @@ fn under_most_refused_a_refusal_among_acceptances_only_starts_watching() {
 }
 
 fn gate_with_accepts_then_a_refusal(t0: Instant) -> SendGate {
-    let gate = SendGate::new_at(&policy(GatePolicy::default()), t0);
+    let gate = SendGate::new_at(&policy(any_refusal()), t0);
     answers(&gate, Signal::Accepted, 30, t0, 900);
     gate.record_at(Signal::Overloaded, t0 + secs(0.95), t0 + secs(0.95));
     gate
@@ -766,6 +776,52 @@ fn under_most_refused_a_dependency_that_accepts_nothing_is_probed_then_judged_by
         "refusals that outnumber acceptances cut it: {:?}",
         gate.own_rate()
     );
+}
+
+#[test]
+fn under_most_refused_a_watching_gate_tells_the_fleet_what_it_hears_and_paces_when_told() {
+    let t0 = Instant::now();
+    let gate = most_refused(t0);
+    answers(&gate, Signal::Accepted, 30, t0, 900);
+    assert_eq!(gate.tally(), Tally::default(), "healthy, it counts nothing");
+    gate.record_at(Signal::Overloaded, t0 + secs(0.95), t0 + secs(0.95));
+    assert!(
+        gate.asks_fleet_at(t0 + secs(0.95)),
+        "watching a dependency that accepts"
+    );
+    answers(&gate, Signal::Accepted, 5, t0 + secs(1.0), 50);
+    answers(&gate, Signal::Overloaded, 2, t0 + secs(1.05), 50);
+    assert_eq!(
+        gate.tally(),
+        Tally {
+            sent: 7,
+            accepted: 5,
+            overloaded: 2,
+            watching: true,
+            ..Tally::default()
+        },
+        "what it heard since it began to watch, the refusal that began it left out"
+    );
+    let now = t0 + secs(1.1);
+    assert!(gate.pace_by_fleet_at(now));
+    assert!(gate.is_on() && gate.is_answering());
+    gate.lease_at(40.0, now + secs(1.0), now);
+    assert_eq!(gate.rate_at(now), Some(40.0), "the grant paces it");
+    assert!(!gate.pace_by_fleet_at(now), "on already");
+}
+
+#[test]
+fn under_most_refused_a_gate_that_has_seen_nothing_accepted_waits_to_see_it_down() {
+    let t0 = Instant::now();
+    let gate = most_refused(t0);
+    gate.record_at(Signal::Overloaded, t0, t0);
+    assert!(gate.is_watching());
+    assert!(
+        !gate.asks_fleet_at(t0),
+        "it would tell the fleet of a dependency it has not seen accept"
+    );
+    assert!(gate.pace_by_fleet_at(t0 + secs(0.1)), "told to pace all the same");
+    assert_eq!(gate.rate(), Some(0.5), "it probes, as for a dependency down");
 }
 
 #[test]

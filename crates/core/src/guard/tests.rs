@@ -250,13 +250,15 @@ async fn hedges_run_inside_each_attempt() {
     );
 }
 
-/// The send gate on, with no budget unless a test adds one.
+/// The send gate on under `overloadWhen: any-refusal` (a herd's refusals
+/// are a capacity's), with no budget unless a test adds one.
 fn gated() -> RetryPolicy {
     RetryPolicy {
         max_retries: 100,
         max_delay: Duration::from_secs(1),
         gate: GatePolicy {
             enabled: true,
+            overload_when: crate::policy::OverloadWhen::AnyRefusal,
             ..GatePolicy::default()
         },
         ..policy()

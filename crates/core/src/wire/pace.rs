@@ -36,6 +36,10 @@ pub struct PaceAsk<'a> {
     /// Calls waiting for a turn now.
     #[serde(deserialize_with = "count::whole")]
     pub waiting: u64,
+    /// Whether the gate is off, watching: the counts are of every attempt
+    /// sent since it heard a refusal (absent from older clients: on).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub watching: bool,
 }
 
 /// The daemon's answer: the process's share.
@@ -49,6 +53,11 @@ pub struct PaceGrant {
     pub lease_ms: u64,
     /// How often to ask while the gate is on, in milliseconds.
     pub ask_every_ms: u64,
+    /// Whether the daemon holds the fleet back (the dependency is down,
+    /// overloaded or slow, not failing a share at random): a watching gate
+    /// turns on and paces at `rate`.
+    #[serde(default)]
+    pub pace: bool,
 }
 
 impl PaceAsk<'_> {

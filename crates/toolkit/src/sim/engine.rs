@@ -460,9 +460,10 @@ impl<'a> World<'a> {
 
     /// With fleet pacing, a process whose gate has turned on starts asking its replica.
     fn start_asking(&mut self, t: u64, p: usize) {
+        let now = self.at(t);
         let process = &mut self.processes[p];
-        let on = process.guard.gate().is_some_and(|gate| gate.is_on());
-        if self.replicas.is_none() || !on || !matches!(process.asking, Asking::Idle) {
+        let asks = process.guard.gate().is_some_and(|gate| gate.asks_fleet_at(now));
+        if self.replicas.is_none() || !asks || !matches!(process.asking, Asking::Idle) {
             return;
         }
         process.asking = Asking::Due;
@@ -490,7 +491,7 @@ impl<'a> World<'a> {
         let gate = process.guard.gate().expect("fleet pacing needs a gate");
         match std::mem::replace(&mut process.asking, Asking::Idle) {
             Asking::Idle => {}
-            Asking::Due if !gate.is_on_at(now) => {}
+            Asking::Due if !gate.asks_fleet_at(now) => {}
             Asking::Due => {
                 process.asked = t;
                 process.asking = Asking::Travelling(gate.tally());
@@ -503,6 +504,9 @@ impl<'a> World<'a> {
                 self.schedule_replica(replica, next);
             }
             Asking::Returning(grant) => {
+                if grant.pace {
+                    gate.pace_by_fleet_at(now);
+                }
                 gate.lease_at(grant.rate, now + grant.lease, now);
                 process.asking = Asking::Due;
                 let next = (process.asked + nanos(fleet::ASK_EVERY)).max(t);
