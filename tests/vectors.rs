@@ -376,6 +376,7 @@ fn the_committed_gate_vectors_are_what_core_decides() {
         "watching",
         "answering",
         "refusal_not_overload",
+        "paced_by_fleet",
     ] {
         assert!(
             seen.contains(phase),

@@ -193,7 +193,7 @@ pub fn vectors() -> (Value, BTreeSet<&'static str>) {
         scenarios.push(scenario);
         seen.extend(visited);
     }
-    let about = "stormguard-core's send gate: for each scenario, a gate with the policy's `gate` block (as the daemon serves it), created off at time 0 and fed, at the given nanoseconds: `turn` (an attempt asks for a turn: \"now\" or [\"queued\", ticket]), `rejoin` (a call that waited under ticket `place` asks again: the same verdicts), `claim` (a ticket's holder claims: \"go\", [\"at\", nanoseconds when to claim again] or \"behind\"), `leave` (a ticket's holder gives up its place), `record` (the outcome, \"accepted\", \"overloaded\" or \"timed_out\", of an attempt sent at `sent`; when it turns the gate on, `draw` is the random first credit, in [0, 1), the gate drew), `lease` (the fleet grants `rate` until `until`) and `tally` (what the gate saw since the last tally: sent, accepted, overloaded, timed out, waiting). Each op ends with the gate's state after it: [on, the rate it paces at or null, its own rate or null, tickets waiting, its phase, its credit, watching (off, counting answers since a refusal under overloadWhen: most-refused), answering (on under most-refused, judging the dependency to answer: a refusal cuts only while refusals outnumber acceptances)]. Phases: off, probing, slow_start, cubic (after a cut, below the rate cut from), regrown (back at or past it). Regenerate with STORMGUARD_WRITE_VECTORS=1 cargo test --test vectors.";
+    let about = "stormguard-core's send gate: for each scenario, a gate with the policy's `gate` block (as the daemon serves it), created off at time 0 and fed, at the given nanoseconds: `turn` (an attempt asks for a turn: \"now\" or [\"queued\", ticket]), `rejoin` (a call that waited under ticket `place` asks again: the same verdicts), `claim` (a ticket's holder claims: \"go\", [\"at\", nanoseconds when to claim again] or \"behind\"), `leave` (a ticket's holder gives up its place), `record` (the outcome, \"accepted\", \"overloaded\" or \"timed_out\", of an attempt sent at `sent`; when it turns the gate on, `draw` is the random first credit, in [0, 1), the gate drew), `lease` (the fleet grants `rate` until `until`), `pace` (the fleet's grant says pace: a watching gate turns on, drawing `draw` as a refusal's turning on would) and `tally` (what the gate saw since the last tally: sent, accepted, overloaded, timed out, waiting, whether it watches, whose counts are then of every attempt sent since the refusal that began it, and whether it asks the fleet: on, or watching a dependency that accepted something within three seconds). Each op ends with the gate's state after it: [on, the rate it paces at or null, its own rate or null, tickets waiting, its phase, its credit, watching (off, counting answers since a refusal under overloadWhen: most-refused), answering (on under most-refused, judging the dependency to answer: a refusal cuts only while refusals outnumber acceptances)]. Phases: off, probing, slow_start, cubic (after a cut, below the rate cut from), regrown (back at or past it). Regenerate with STORMGUARD_WRITE_VECTORS=1 cargo test --test vectors.";
     (json!({ "about": about, "scenarios": scenarios }), seen)
 }
 
@@ -360,11 +360,20 @@ fn scenario(shape: &Shape, seed: u64) -> (Value, BTreeSet<&'static str>) {
                 json!({"op": "lease", "at": at, "rate": rate, "until": until}),
             );
             next_claim = first_due(&gate, t0, at);
+        } else if roll < calls + 0.13 && gate.is_watching() {
+            // The fleet, hearing every process, says to pace.
+            gate.pace_by_fleet_at(now);
+            ops.seen.insert("paced_by_fleet");
+            let op = json!({"op": "pace", "at": at, "draw": gate.credit()});
+            ops.push(&gate, op);
+            next_claim = first_due(&gate, t0, at);
         } else if at >= next_tally {
             next_tally = at + 300 * ms;
+            let asks = gate.asks_fleet_at(now);
             let tally = gate.tally();
             let counts = json!({"sent": tally.sent, "accepted": tally.accepted, "overloaded": tally.overloaded,
-                                "timedOut": tally.timed_out, "waiting": tally.waiting});
+                                "timedOut": tally.timed_out, "waiting": tally.waiting, "watching": tally.watching,
+                                "asks": asks});
             ops.push(&gate, json!({"op": "tally", "at": at, "tally": counts}));
         }
     }

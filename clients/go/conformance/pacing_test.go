@@ -17,8 +17,9 @@ import (
 )
 
 // gatedPolicyText is the pacing scenarios' policy file: payments with its
-// send gate on, and %s after it.
-const gatedPolicyText = "defaults:\n  maxRetries: 3\nservices:\n  payments:\n    maxRetries: 2\n    gate:\n      enabled: true\n%s"
+// send gate on, under overloadWhen: any-refusal (so that one refusal
+// turns it on, whatever the daemon's default), and %s after it.
+const gatedPolicyText = "defaults:\n  maxRetries: 3\nservices:\n  payments:\n    maxRetries: 2\n    gate:\n      enabled: true\n      overloadWhen: any-refusal\n%s"
 
 const (
 	fleetProcesses = `stormguard_fleet_processes{service="payments"}`

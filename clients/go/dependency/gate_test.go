@@ -16,7 +16,8 @@ import (
 )
 
 // A probe rate of one attempt in 1000 s: once the gate is on, a turn is
-// as good as never due within a test.
+// as good as never due within a test. Under overloadWhen: any-refusal, so
+// that one 503 turns the gate on, whatever the daemon's default.
 const gatedPolicy = `defaults:
   maxRetries: 3
 services:
@@ -27,7 +28,7 @@ services:
     jitter: none
     retryOn: [5xx]
     budget: {enabled: false}
-    gate: {enabled: true, minRate: 0.001, maxRate: 10, quiet: 1h}
+    gate: {enabled: true, minRate: 0.001, maxRate: 10, quiet: 1h, overloadWhen: any-refusal}
 `
 
 // TestACallWithNoTurnBeforeItsDeadlineGivesUpAndLeavesTheLine: a 503 turns
@@ -246,7 +247,7 @@ func TestThePolicysMaxElapsedEndsACallWithoutAContextDeadline(t *testing.T) {
     retryOn: [5xx]
     budget: {enabled: false}
     circuitBreaker: {enabled: false}
-    gate: {enabled: true, minRate: 0.001, maxRate: 10, quiet: 1h}
+    gate: {enabled: true, minRate: 0.001, maxRate: 10, quiet: 1h, overloadWhen: any-refusal}
 `
 	file := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(file, []byte(bounded), 0o600); err != nil {

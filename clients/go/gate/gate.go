@@ -38,6 +38,13 @@
 //     rate is never below twice what was accepted over the last second,
 //     and a refusal cuts it only while refusals outnumber acceptances. A
 //     timeout turns the gate on at once either way.
+//   - The fleet. While on, or watching a dependency that has lately
+//     accepted something (AsksFleet), the process tells the fleet's
+//     coordinator what the gate heard (Tally) and paces at the share it
+//     grants (Lease). A watching gate's tally counts every answer heard
+//     since the refusal that began watching; if the coordinator, hearing
+//     every process, holds the fleet back, its grant says pace and the
+//     gate turns on (PaceByFleet).
 //
 // Times are nanoseconds since the gate's creation on a clock that does not
 // go back; decisions take the time as an argument, so a test drives the
@@ -122,17 +129,25 @@ func (s Signal) String() string {
 // Tally is what a gate saw since it was last asked: what a process tells
 // the fleet's coordinator.
 type Tally struct {
-	// Sent is the turns given (attempts sent) while on.
+	// Sent is the turns given (attempts sent) while on, or, while
+	// watching, every outcome heard.
 	Sent uint64
-	// Accepted is the attempts accepted while on.
+	// Accepted is the attempts accepted while on or watching.
 	Accepted uint64
 	// Overloaded is the attempts refused or timed out while on, the one
-	// that turned the gate on included.
+	// that turned the gate on included, or refused while watching, the
+	// one that began it left out (every process would report one, and
+	// none of the acceptances before it).
 	Overloaded uint64
 	// TimedOut is those of them that timed out.
 	TimedOut uint64
 	// Waiting is the attempts waiting in line now: the demand not yet served.
 	Waiting uint64
+	// Watching says the gate is off, watching (under MostRefused): the
+	// counts are of what it heard since it began to, every attempt sent
+	// unpaced. The fleet's coordinator judges from every process's
+	// whether the refusals are a capacity's.
+	Watching bool
 }
 
 // Gate is the send gate of one dependency in one process, shared by every
@@ -306,14 +321,48 @@ func (g *Gate) Credit() float64 {
 	return g.pacer.credit
 }
 
-// Tally is what the gate saw since the last tally, and who waits now.
+// Tally is what the gate saw since the last tally, who waits now, and
+// whether it watches.
 func (g *Gate) Tally() Tally {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	t := g.tally
 	t.Waiting = uint64(len(g.line))
+	t.Watching = g.Watching()
 	g.tally = Tally{}
 	return t
+}
+
+// AsksFleet says whether the process asks the fleet's coordinator for its
+// share at now: its gate is on (OnAt), or off and watching a dependency
+// that has lately accepted something, so that the coordinator hears what
+// it counts and may tell it to pace (PaceByFleet). A gate that watches a
+// dependency that has not waits to see it down, as it would without a
+// fleet.
+func (g *Gate) AsksFleet(now uint64) bool {
+	return g.OnAt(now) || g.Watching() && g.acceptedLately(now)
+}
+
+// PaceByFleet turns a watching gate on at now because the fleet's
+// coordinator, hearing every process, holds the fleet back (its grant
+// says pace); it says whether it did, and does nothing to a gate that is
+// on or not watching. The grant then paces the gate (Lease); its own rate,
+// should grants stop, is that of a dependency judged to answer, or, if
+// nothing was accepted lately, to be down (probing). The tally starts
+// again from nothing: the fleet heard what it counted while watching.
+func (g *Gate) PaceByFleet(now uint64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.On() || !g.Watching() {
+		return false
+	}
+	if g.acceptedLately(now) {
+		g.turnOnAnswering(Overloaded, now)
+	} else {
+		g.turnOn(Overloaded, now, now)
+	}
+	g.tally = Tally{}
+	return true
 }
 
 // Waiting is the number of attempts waiting in line.
@@ -448,8 +497,7 @@ func (g *Gate) Record(signal Signal, sent, now uint64) {
 		case down:
 			g.turnOn(signal, sent, now)
 		case outnumbered:
-			g.rate = answeringRate(p, g.watch, now)
-			g.startPacing(signal, now)
+			g.turnOnAnswering(signal, now)
 		}
 		return
 	}
@@ -498,11 +546,12 @@ func (g *Gate) acceptedLately(now uint64) bool {
 }
 
 // watched counts an outcome heard while off (a refusal, or anything while
-// watching), and says what it shows. A timeout turns the gate on at once,
-// and so does any refusal unless the policy says MostRefused. Then a
-// refusal starts watching, and turns the gate on at once only if nothing
-// was accepted lately; while watching, outcomes are counted until they
-// show overload, and watching ends after Quiet without a refusal.
+// watching), in the answers watched and in the tally the fleet hears, and
+// says what it shows. A timeout turns the gate on at once, and so does
+// any refusal unless the policy says MostRefused. Then a refusal starts
+// watching, and turns the gate on at once only if nothing was accepted
+// lately; while watching, outcomes are counted until they show overload,
+// and watching ends after Quiet without a refusal.
 func (g *Gate) watched(signal Signal, now uint64) watched {
 	if g.policy.OverloadWhen == AnyRefusal && signal != Accepted {
 		return down
@@ -510,6 +559,8 @@ func (g *Gate) watched(signal Signal, now uint64) watched {
 	switch signal {
 	case Accepted:
 		g.watch.accept(1, now)
+		g.tally.Sent++
+		g.tally.Accepted++
 		if now >= g.lastTrouble && now-g.lastTrouble >= uint64(g.policy.Quiet) {
 			g.watching.Store(false)
 		}
@@ -517,10 +568,7 @@ func (g *Gate) watched(signal Signal, now uint64) watched {
 	case TimedOut:
 		return down
 	}
-	if !g.Watching() {
-		g.watch = newAnswers(now)
-		g.watching.Store(true)
-	}
+	g.watchRefusal(now)
 	g.watch.refuse(1, now)
 	g.lastTrouble = now
 	switch {
@@ -530,6 +578,30 @@ func (g *Gate) watched(signal Signal, now uint64) watched {
 		return outnumbered
 	}
 	return notYet
+}
+
+// watchRefusal counts, at now, a refusal heard while watching in the
+// tally, or, if it is the first, starts watching: the answers and the
+// tally start from nothing, and that refusal is left out of what the
+// fleet hears (every process would report one, and none of the
+// acceptances before it).
+func (g *Gate) watchRefusal(now uint64) {
+	if g.Watching() {
+		g.tally.Sent++
+		g.tally.Overloaded++
+		return
+	}
+	g.watch = newAnswers(now)
+	g.tally = Tally{}
+	g.watching.Store(true)
+}
+
+// turnOnAnswering turns the gate on at now, after signal, for a dependency
+// that still accepts some of what it is sent (watch counts it): judging it
+// to answer, at twice what it delivered.
+func (g *Gate) turnOnAnswering(signal Signal, now uint64) {
+	g.rate = answeringRate(g.policy, g.watch, now)
+	g.startPacing(signal, now)
 }
 
 // turnOn turns the gate on at now for a dependency that accepts nothing:

@@ -11,12 +11,13 @@ func defaults() Policy {
 	return Policy{Enabled: true, MinRate: 0.5, MaxRate: 100_000, Beta: 0.7, Scale: 0.4, Ramp: 16, Quiet: 5 * time.Second}
 }
 
-// newGate is a gate whose slow start adds one turn per second per accepted
+// newGate is a gate under overloadWhen: any-refusal (the first refusal
+// turns it on), whose slow start adds one turn per second per accepted
 // attempt, for round figures, and whose first credit is 0: the first turn
 // comes a whole interval after the gate turns on.
 func newGate(t *testing.T, change ...func(*Policy)) *Gate {
 	t.Helper()
-	return gateFrom(t, func(p *Policy) { p.Ramp = 1 }, change...)
+	return gateFrom(t, func(p *Policy) { p.Ramp = 1; p.OverloadWhen = AnyRefusal }, change...)
 }
 
 // gateFrom is a gate under the built-in default policy as base and then
@@ -262,10 +263,7 @@ func TestATimeoutCutsToAShareOfTheMostAcceptedAndCapsTheGrowth(t *testing.T) {
 		t.Fatalf("nothing accepted in the last three seconds: %v", r)
 	}
 
-	slow, err := New(defaults(), func() float64 { return 0 })
-	if err != nil {
-		t.Fatal(err)
-	}
+	slow := gateFrom(t, func(p *Policy) { p.OverloadWhen = AnyRefusal })
 	slow.Record(TimedOut, 0, 0)
 	for i := 0; i < 20; i++ {
 		now := at(0.05 * float64(i+1))
@@ -473,8 +471,8 @@ func TestUnderMostRefusedARefusalAmongAcceptancesOnlyStartsWatching(t *testing.T
 	if g.On() || !g.Watching() {
 		t.Fatal("a tenth refused at random turned the gate on")
 	}
-	if tally := g.Tally(); tally != (Tally{}) {
-		t.Fatalf("the fleet hears nothing of a gate that stayed off: %+v", tally)
+	if tally := g.Tally(); tally != (Tally{Sent: 40, Accepted: 36, Overloaded: 4, Watching: true}) {
+		t.Fatalf("the fleet hears what the gate heard since it began to watch, the refusal that began it left out: %+v", tally)
 	}
 	// Quiet (5 s) after the last refusal, at 1.75 s: watching ends.
 	g.Record(Accepted, at(6.7), at(6.7))
@@ -574,6 +572,57 @@ func TestUnderMostRefusedADependencyThatAcceptsNothingIsProbedThenJudgedByItsSha
 	answer(g, Overloaded, 200, 2, 200)
 	if own, _ := g.OwnRate(); own >= before || g.Phase() == "slow_start" {
 		t.Fatalf("refusals that outnumber acceptances cut it: %v then %v, %s", before, own, g.Phase())
+	}
+}
+
+func TestUnderMostRefusedAWatchingGateTellsTheFleetWhatItHearsAndPacesWhenTold(t *testing.T) {
+	g := mostRefused(t)
+	answer(g, Accepted, 30, 0, 900)
+	if tally := g.Tally(); tally != (Tally{}) {
+		t.Fatalf("healthy, it counts nothing: %+v", tally)
+	}
+	g.Record(Overloaded, at(0.95), at(0.95))
+	if !g.AsksFleet(at(0.95)) {
+		t.Fatal("watching a dependency that accepts, it does not ask the fleet")
+	}
+	answer(g, Accepted, 5, 1, 50)
+	answer(g, Overloaded, 2, 1.05, 50)
+	if tally := g.Tally(); tally != (Tally{Sent: 7, Accepted: 5, Overloaded: 2, Watching: true}) {
+		t.Fatalf("what it heard since it began to watch, the refusal that began it left out: %+v", tally)
+	}
+	now := at(1.1)
+	if !g.PaceByFleet(now) || !g.On() || !g.Answering() || g.Watching() {
+		t.Fatal("told to pace, a watching gate turns on, judging the dependency to answer")
+	}
+	if tally := g.Tally(); tally != (Tally{}) {
+		t.Fatalf("the fleet heard what it counted while watching: %+v", tally)
+	}
+	g.Lease(40, now+at(1), now)
+	if rate, _ := g.RateAt(now); rate != 40 {
+		t.Fatalf("the grant paces it: %v", rate)
+	}
+	if g.PaceByFleet(now) {
+		t.Fatal("on already, yet turned on again")
+	}
+}
+
+func TestUnderMostRefusedAGateThatHasSeenNothingAcceptedWaitsToSeeItDown(t *testing.T) {
+	g := mostRefused(t)
+	if g.PaceByFleet(0) || g.On() {
+		t.Fatal("off and not watching, it turned on")
+	}
+	g.Record(Overloaded, 0, 0)
+	if !g.Watching() {
+		t.Fatal("not watching")
+	}
+	if g.AsksFleet(0) {
+		t.Fatal("it would tell the fleet of a dependency it has not seen accept")
+	}
+	if !g.PaceByFleet(at(0.1)) {
+		t.Fatal("told to pace all the same, it did not turn on")
+	}
+	if r := paceOf(t, g); r != 0.5 || g.Phase() != "probing" || g.Answering() {
+		t.Fatalf("it probes, as for a dependency down: %v %s", r, g.Phase())
 	}
 }
 

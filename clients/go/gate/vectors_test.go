@@ -10,11 +10,12 @@ import (
 )
 
 // TestEveryVerdictIsCores replays the shared vectors, which stormguard-core
-// generates: every turn's and claim's verdict, every tally, and the
-// state after every op (on, both rates, the line's length, the phase, the
-// credit, whether it watches and whether it judges the dependency to
-// answer) must be the Rust gate's, the floats bit for bit. Scenarios run
-// under both values of gate.overloadWhen.
+// generates: every turn's and claim's verdict, every tally (and whether
+// the gate asks the fleet just before it), every turn-on the fleet's grant
+// asks for (pace), and the state after every op (on, both rates, the
+// line's length, the phase, the credit, whether it watches and whether it
+// judges the dependency to answer) must be the Rust gate's, the floats bit
+// for bit. Scenarios run under both values of gate.overloadWhen.
 func TestEveryVerdictIsCores(t *testing.T) {
 	text, err := os.ReadFile("../../vectors/gate.json")
 	if err != nil {
@@ -105,13 +106,31 @@ func TestEveryVerdictIsCores(t *testing.T) {
 			case "lease":
 				g.Lease(op.Rate, op.Until, op.At)
 				seen["lease"]++
+			case "pace":
+				draw = op.Draw
+				if !g.PaceByFleet(op.At) {
+					fail("the fleet's grant said pace to a gate that was not watching")
+				}
+				if draw != nil {
+					fail("the Rust gate drew a first credit here; this one did not")
+				}
+				seen["paced by fleet"]++
 			case "tally":
+				if asks := g.AsksFleet(op.At); asks != op.Tally.Asks {
+					fail("asks the fleet %v, core says %v", asks, op.Tally.Asks)
+				}
 				got := g.Tally()
-				want := Tally{op.Tally.Sent, op.Tally.Accepted, op.Tally.Overloaded, op.Tally.TimedOut, op.Tally.Waiting}
+				want := Tally{op.Tally.Sent, op.Tally.Accepted, op.Tally.Overloaded, op.Tally.TimedOut, op.Tally.Waiting, op.Tally.Watching}
 				if got != want {
 					fail("tally %+v, core says %+v", got, want)
 				}
 				seen["tally"]++
+				if want.Watching {
+					seen["tally watching"]++
+				}
+				if op.Tally.Asks {
+					seen["asks fleet"]++
+				}
 			default:
 				fail("unknown op %q", op.Op)
 			}
@@ -139,7 +158,7 @@ func TestEveryVerdictIsCores(t *testing.T) {
 		"record accepted", "record overloaded", "record timed_out", "turned off",
 		"phase off", "phase probing", "phase slow_start", "phase cubic", "phase regrown",
 		"overloadWhen any-refusal", "overloadWhen most-refused", "watching", "answering",
-		"refusal not overload",
+		"refusal not overload", "paced by fleet", "tally watching", "asks fleet",
 	} {
 		if seen[needed] == 0 {
 			t.Errorf("no op in the vectors gives %q: %v", needed, seen)
@@ -164,6 +183,8 @@ type vectorOp struct {
 		Overloaded uint64 `json:"overloaded"`
 		TimedOut   uint64 `json:"timedOut"`
 		Waiting    uint64 `json:"waiting"`
+		Watching   bool   `json:"watching"`
+		Asks       bool   `json:"asks"`
 	} `json:"tally"`
 }
 

@@ -17,8 +17,12 @@ import (
 // Fleet pacing, the process's side: while a dependency's send gate is on,
 // the reporter asks the daemon about every 100 ms for this process's share
 // of the rate the whole fleet may send it, and the gate paces at that
-// share for the lease. A daemon that cannot be reached, or refuses,
-// changes nothing: the gate paces by its own rate once the last lease ends.
+// share for the lease. A gate that only watches (under overloadWhen:
+// most-refused, after a refusal from a dependency that accepts) asks too,
+// with what it heard: the daemon judges from the whole fleet's answers
+// whether they are a capacity's, and if so the grant says pace and the
+// gate turns on. A daemon that cannot be reached, or refuses, changes
+// nothing: the gate paces by its own rate once the last lease ends.
 
 const (
 	// askTimeout is the longest an ask may take: a grant later than this is stale.
@@ -33,6 +37,8 @@ const (
 )
 
 // paceAsk is an ask, as POST /v1/pace takes it: the gate's tally.
+// Watching is sent only when true, as the Rust client sends it: a daemon
+// that hears none takes the gate for on.
 type paceAsk struct {
 	Service    string `json:"service"`
 	Instance   string `json:"instance"`
@@ -41,25 +47,29 @@ type paceAsk struct {
 	Overloaded uint64 `json:"overloaded"`
 	TimedOut   uint64 `json:"timedOut"`
 	Waiting    uint64 `json:"waiting"`
+	Watching   bool   `json:"watching,omitempty"`
 }
 
-// paceGrant is the daemon's answer; every field is required.
+// paceGrant is the daemon's answer; rate, leaseMs and askEveryMs are
+// required. Pace, absent from older daemons (false), says the daemon holds
+// the fleet back: a watching gate turns on.
 type paceGrant struct {
 	Rate       *float64 `json:"rate"`
 	LeaseMs    *uint64  `json:"leaseMs"`
 	AskEveryMs *uint64  `json:"askEveryMs"`
+	Pace       bool     `json:"pace"`
 }
 
-// paced is a tracked dependency whose gate is on.
+// paced is a tracked dependency whose gate asks the daemon: on, or watching.
 type paced struct {
 	service string
 	gate    *gate.Gate
 	born    time.Time
 }
 
-// paceLoop asks for every tracked dependency whose gate is on, every
-// askEveryMs from the start of one round of asks to the next, or as soon
-// as a round that took longer is done, until ctx ends.
+// paceLoop asks for every tracked dependency whose gate is on or
+// watching, every askEveryMs from the start of one round of asks to the
+// next, or as soon as a round that took longer is done, until ctx ends.
 func (r *Reporter) paceLoop(ctx context.Context) {
 	defer close(r.paceDone)
 	every := firstAskEvery
@@ -81,7 +91,9 @@ func (r *Reporter) paceLoop(ctx context.Context) {
 	}
 }
 
-// paced is the tracked dependencies whose gate is on now, by name.
+// paced is the tracked dependencies whose gate asks the daemon now (on, or
+// watching a dependency that lately accepted something: gate.AsksFleet),
+// by name.
 func (r *Reporter) paced() []paced {
 	r.mu.Lock()
 	var gated []paced
@@ -91,18 +103,19 @@ func (r *Reporter) paced() []paced {
 		}
 	}
 	r.mu.Unlock()
-	on := gated[:0]
+	asking := gated[:0]
 	for _, p := range gated {
-		if p.gate.OnAt(elapsed(p.born)) {
-			on = append(on, p)
+		if p.gate.AsksFleet(elapsed(p.born)) {
+			asking = append(asking, p)
 		}
 	}
-	sort.Slice(on, func(i, j int) bool { return on[i].service < on[j].service })
-	return on
+	sort.Slice(asking, func(i, j int) bool { return asking[i].service < asking[j].service })
+	return asking
 }
 
-// ask asks once for p's share and leases the grant to its gate: the time
-// to the next round the grant sets, and whether there was a grant.
+// ask asks once for p's share and leases the grant to its gate, turning a
+// watching gate on first if the grant says pace: the time to the next
+// round the grant sets, and whether there was a grant.
 func (r *Reporter) ask(ctx context.Context, p paced) (time.Duration, bool) {
 	tally := p.gate.Tally()
 	grant, err := r.askFor(ctx, paceAsk{
@@ -113,6 +126,7 @@ func (r *Reporter) ask(ctx context.Context, p paced) (time.Duration, bool) {
 		Overloaded: tally.Overloaded,
 		TimedOut:   tally.TimedOut,
 		Waiting:    tally.Waiting,
+		Watching:   tally.Watching,
 	})
 	if ctx.Err() != nil {
 		return 0, false // stopping: not a failure of the daemon's
@@ -123,6 +137,9 @@ func (r *Reporter) ask(ctx context.Context, p paced) (time.Duration, bool) {
 		return 0, false
 	}
 	now := elapsed(p.born)
+	if grant.Pace {
+		p.gate.PaceByFleet(now)
+	}
 	lease := longestLease
 	if ms := *grant.LeaseMs; ms < uint64(longestLease/time.Millisecond) {
 		lease = time.Duration(ms) * time.Millisecond

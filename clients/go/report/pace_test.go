@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
@@ -18,12 +19,13 @@ import (
 )
 
 // pacer is a stand-in daemon answering each pace ask with the next of
-// answers (the last one again once they run out), keeping every ask and
-// its Authorization header.
+// answers (the last one again once they run out), keeping every ask, as
+// read and as sent, and its Authorization header.
 type pacer struct {
 	mu      sync.Mutex
 	answers []paceAnswer
 	asks    []paceAsk
+	bodies  []string
 	tokens  []string
 }
 
@@ -37,8 +39,9 @@ func (p *pacer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK) // report batches: counted, not kept
 		return
 	}
+	body, _ := io.ReadAll(r.Body)
 	var ask paceAsk
-	decoder := json.NewDecoder(r.Body)
+	decoder := json.NewDecoder(bytes.NewReader(body))
 	decoder.DisallowUnknownFields()
 	if err := decoder.Decode(&ask); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -46,6 +49,7 @@ func (p *pacer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p.mu.Lock()
 	p.asks = append(p.asks, ask)
+	p.bodies = append(p.bodies, string(body))
 	p.tokens = append(p.tokens, r.Header.Get("Authorization"))
 	answer := p.answers[0]
 	if len(p.answers) > 1 {
@@ -62,11 +66,26 @@ func (p *pacer) seen() ([]paceAsk, []string) {
 	return append([]paceAsk(nil), p.asks...), append([]string(nil), p.tokens...)
 }
 
-// gated is a gate with the built-in settings but quiet, off, and the time
-// its clock started.
+// sent is every ask's body as the reporter sent it.
+func (p *pacer) sent() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.bodies...)
+}
+
+// gated is a gate with the built-in settings but quiet and under
+// overloadWhen: any-refusal (a refusal turns it on), off, and the time its
+// clock started.
 func gated(t *testing.T, quiet time.Duration) (*gate.Gate, time.Time) {
 	t.Helper()
-	g, err := gate.New(gate.Policy{Enabled: true, MinRate: 0.5, MaxRate: 100_000, Beta: 0.7, Scale: 0.4, Ramp: 16, Quiet: quiet}, nil)
+	return gatedWhen(t, quiet, gate.AnyRefusal)
+}
+
+// gatedWhen is a gate with the built-in settings but quiet and when, off,
+// and the time its clock started.
+func gatedWhen(t *testing.T, quiet time.Duration, when gate.OverloadWhen) (*gate.Gate, time.Time) {
+	t.Helper()
+	g, err := gate.New(gate.Policy{Enabled: true, MinRate: 0.5, MaxRate: 100_000, Beta: 0.7, Scale: 0.4, Ramp: 16, Quiet: quiet, OverloadWhen: when}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,6 +140,54 @@ func TestWhileItsGateIsOnADependencyIsPacedAtTheDaemonsGrant(t *testing.T) {
 	}
 	if s := r.Stats(); s.PaceAsks != 1 || s.PaceFailures != 0 {
 		t.Fatalf("%+v", s)
+	}
+	if body := d.sent()[0]; strings.Contains(body, "watching") {
+		t.Fatalf("an on gate's ask says watching: %s", body)
+	}
+}
+
+func TestAWatchingGateTellsTheDaemonWhatItHeardAndTurnsOnWhenTheGrantSaysPace(t *testing.T) {
+	d := &pacer{answers: []paceAnswer{
+		{200, `{"rate": 7.25, "leaseMs": 60000, "askEveryMs": 20}`},
+		{200, `{"rate": 7.25, "leaseMs": 60000, "askEveryMs": 5000, "pace": true}`},
+	}}
+	server := httptest.NewServer(d)
+	defer server.Close()
+	r := started(t, Config{Daemon: server.URL, Instance: "pod-1", Interval: time.Hour})
+	g, born := gatedWhen(t, 5*time.Second, gate.MostRefused)
+	g.Record(gate.Accepted, 0, elapsed(born))
+	// The refusal that begins watching is left out of what the daemon
+	// hears; the answers after it are not.
+	g.Record(gate.Overloaded, 0, elapsed(born))
+	for _, signal := range []gate.Signal{gate.Accepted, gate.Accepted, gate.Overloaded, gate.Accepted} {
+		g.Record(signal, 0, elapsed(born))
+	}
+	if g.On() || !g.Watching() {
+		t.Fatal("a refusal among acceptances only starts watching")
+	}
+	r.Track("payments", nil, nil, g, born)
+	if !within(func() bool { return r.Stats().PaceAsks == 2 }) {
+		t.Fatalf("no second ask: %+v", r.Stats())
+	}
+	if !g.On() || g.Watching() || !g.Answering() {
+		t.Fatal("the grant said pace: the gate is on, judging the dependency to answer")
+	}
+	if rate, _ := g.RateAt(elapsed(born)); rate != 7.25 {
+		t.Fatalf("paced at %v, not the grant", rate)
+	}
+	if own, _ := g.OwnRate(); own != 6 {
+		t.Fatalf("its own rate is %v, not twice the 3 accepted while watching", own)
+	}
+	asks, _ := d.seen()
+	heard := paceAsk{Service: "payments", Instance: "pod-1", Sent: 4, Accepted: 3, Overloaded: 1, Watching: true}
+	// The first grant does not say pace: the gate watches on, its lease
+	// ignored, and tells the daemon only what it heard since.
+	since := paceAsk{Service: "payments", Instance: "pod-1", Watching: true}
+	if len(asks) < 2 || asks[0] != heard || asks[1] != since {
+		t.Fatalf("%+v", asks)
+	}
+	if body := d.sent()[0]; !strings.Contains(body, `"watching":true`) {
+		t.Fatalf("the ask does not say watching: %s", body)
 	}
 }
 
@@ -185,6 +252,11 @@ func TestAGateThatIsOffOrAReporterThatDoesNotPaceAsksNothing(t *testing.T) {
 	quiet, quietBorn := gated(t, time.Millisecond)
 	quiet.Record(gate.Overloaded, 0, 0)
 	paced.Track("inventory", nil, nil, quiet, quietBorn)
+	// Watching a dependency it has not seen accept anything: it waits to
+	// see it down, as it would without a fleet.
+	unseen, unseenBorn := gatedWhen(t, 5*time.Second, gate.MostRefused)
+	unseen.Record(gate.Overloaded, 0, elapsed(unseenBorn))
+	paced.Track("ledger", nil, nil, unseen, unseenBorn)
 	time.Sleep(500 * time.Millisecond)
 	if asks, _ := d.seen(); len(asks) > 0 {
 		t.Fatalf("%+v", asks)
@@ -194,5 +266,8 @@ func TestAGateThatIsOffOrAReporterThatDoesNotPaceAsksNothing(t *testing.T) {
 	}
 	if quiet.On() {
 		t.Fatal("the quiet gate was not asked whether it is on")
+	}
+	if !unseen.Watching() {
+		t.Fatal("the gate that has seen nothing accepted stopped watching")
 	}
 }

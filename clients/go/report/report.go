@@ -8,9 +8,10 @@
 // go in the next batch. A batch the daemon refuses (another 4xx) is
 // dropped and counted in Stats, never resent.
 //
-// While a tracked dependency's send gate is on, the reporter also asks the
-// daemon for this process's share of the rate the whole fleet may send it
-// (fleet pacing; see Config.DisableFleetPacing).
+// While a tracked dependency's send gate is on, or watching one that
+// accepts, the reporter also asks the daemon for this process's share of
+// the rate the whole fleet may send it (fleet pacing; see
+// Config.DisableFleetPacing).
 package report
 
 import (
@@ -62,7 +63,7 @@ type Stats struct {
 	// again (daemon unreachable, 5xx, 429, 401, timeout).
 	SendFailures uint64
 	// PaceAsks is the number of asks for a paced dependency's share of the
-	// fleet's rate (made while its send gate is on).
+	// fleet's rate (made while its send gate is on, or watching).
 	PaceAsks uint64
 	// PaceFailures is the number of those that got no grant: the gate
 	// paced alone meanwhile.
@@ -264,8 +265,9 @@ func (r *Reporter) InFlight(service string) func() {
 }
 
 // Track makes service's reports carry b's state and the retries bu denied
-// since the last report, and, while g is on, paces g at this process's
-// share of the fleet's rate; g's times are nanoseconds since gateBorn, as
+// since the last report, and, while g is on (or watching: see
+// gate.Gate.AsksFleet), paces g at this process's share of the fleet's
+// rate; g's times are nanoseconds since gateBorn, as
 // its caller keeps them. The latest call wins; nil for none.
 func (r *Reporter) Track(service string, b *breaker.Breaker, bu *budget.Budget, g *gate.Gate, gateBorn time.Time) {
 	r.mu.Lock()

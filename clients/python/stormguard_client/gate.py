@@ -23,7 +23,12 @@ the rate it can take rather than all at once.
   something is accepted, refusals cut the rate only while they outnumber
   acceptances, and the rate never falls below twice what the dependency
   delivers. A service that fails a share of requests at random keeps its
-  throughput. Watching ends after ``quietMs`` without a refusal.
+  throughput. Watching ends after ``quietMs`` without a refusal. While it
+  watches a dependency that has lately accepted something, the gate tells
+  the fleet's controller what it hears (:meth:`~SendGate.asks_fleet_at`,
+  :meth:`~SendGate.tally`), which weighs every process's answers and may
+  tell it to pace (:meth:`~SendGate.pace_by_fleet_at`) before its own
+  counts would.
 - **On: paced turns, first come first served.** Turns are ``1 / rate``
   apart, paced rather than let through in bursts. An attempt that cannot go
   at once takes a :class:`Ticket` and waits in line; only the first in line
@@ -100,8 +105,9 @@ first, and every refusal cuts the rate (never below what was accepted over
 the last second), for a service that refuses only when it is overloaded.
 ``most-refused``: only once refusals outnumber acceptances by more than
 chance would (Google's client-side throttling, K = 2), or three have come
-with nothing accepted for three seconds (the service is down), for a service
-that fails a share of requests at random."""
+with nothing accepted for three seconds (the service is down), or the
+fleet's controller says so, for a service that fails a share of requests at
+random."""
 KEYS = ("enabled", "minRate", "maxRate", "beta", "scale", "ramp", "quietMs", "overloadOn", "overloadWhen")
 
 
@@ -180,13 +186,19 @@ class Tally:
     """What a gate saw since it was last asked (see :meth:`SendGate.tally`):
     turns given while on (``sent``), attempts accepted, refused or timed out
     while on (``overloaded``, of which ``timed_out`` timed out), and the
-    attempts waiting in line now."""
+    attempts waiting in line now. While the gate is off and ``watching``
+    (under ``overloadWhen: most-refused``, since a refusal), the counts are
+    of every attempt it heard the outcome of since the refusal that began
+    watching (that one left out: every process would report one, and none
+    of the acceptances before it), each sent unpaced; the fleet's
+    controller judges from them whether the refusals are a capacity's."""
 
     sent: int = 0
     accepted: int = 0
     overloaded: int = 0
     timed_out: int = 0
     waiting: int = 0
+    watching: bool = False
 
 
 def _number(key: str, value: object) -> float:
@@ -207,9 +219,9 @@ class GatePolicy:
     answer that asked for a wait (``Retry-After``) always says overload.
     ``overload_when`` (``overloadWhen``, one of :data:`OVERLOAD_WHEN_NAMES`)
     says when those refusals say overload: at the first
-    (``any-refusal``), or only once they outnumber acceptances or nothing
-    is accepted (``most-refused``), for a service that fails a share of
-    requests at random."""
+    (``any-refusal``, the default), or only once they outnumber acceptances
+    or nothing is accepted (``most-refused``), for a service that fails a
+    share of requests at random."""
 
     enabled: bool = False
     min_rate: float = 0.5
@@ -541,7 +553,8 @@ class SendGate:
         self._line: list[int] = []
         self._wakers: dict[int, Callable[[], object] | None] = {}
         self._next_ticket = 0
-        # Since the last tally: turns given, accepted, overloaded, timed out.
+        # Since the last tally: turns given (while watching, outcomes heard:
+        # each was sent unpaced), accepted, overloaded, timed out.
         self._counts = [0, 0, 0, 0]
         # Off, but a refusal has been heard under most-refused: outcomes are
         # counted (in `_watch`, since watching began) until they show overload
@@ -628,11 +641,21 @@ class SendGate:
         with self._lock:
             return len(self._line)
 
+    def asks_fleet_at(self, now_ns: int) -> bool:
+        """Whether the process asks the fleet's controller for its share at
+        ``now_ns``: its gate is on (see :meth:`is_on_at`), or off and
+        watching a dependency that has lately accepted something (the
+        controller hears what it counts, and may tell it to pace: see
+        :meth:`pace_by_fleet_at`). A gate that watches a dependency that has
+        not waits to see it down, as it would without a fleet."""
+        return self.is_on_at(now_ns) or (self._watching and self._accepted_lately(now_ns))
+
     def tally(self) -> Tally:
-        """What the gate saw since the last tally, and who waits now."""
+        """What the gate saw since the last tally, who waits now, and whether
+        it watches (see :class:`Tally`)."""
         with self._lock:
             sent, accepted, overloaded, timed_out = self._counts
-            tally = Tally(sent, accepted, overloaded, timed_out, waiting=len(self._line))
+            tally = Tally(sent, accepted, overloaded, timed_out, waiting=len(self._line), watching=self._watching)
             self._counts = [0, 0, 0, 0]
             return tally
 
@@ -751,6 +774,27 @@ class SendGate:
             self._pacer.lease = _Lease(min(rate, self.policy.max_rate), until_ns, now_ns)
             self._wake_first()
 
+    def pace_by_fleet_at(self, now_ns: int) -> bool:
+        """While watching, turns the gate on at ``now_ns`` because the fleet's
+        controller, hearing every process, holds the fleet back (its grant
+        says ``pace``); whether it did (not if it was on already, or not
+        watching). The grant then paces it, and its own rate, should grants
+        stop, is that of a dependency judged to answer, at twice what it
+        delivers (or, if nothing was accepted lately, of one that is down:
+        probing). It draws its first credit as a refusal that turns it on
+        does."""
+        with self._lock:
+            if self._on or not self._watching:
+                return False
+            if self._accepted_lately(now_ns):
+                self._rate = _Rate.answering_from(self.policy, self._watch, now_ns)
+                self._start_pacing(Signal.OVERLOADED, now_ns)
+            else:
+                self._turn_on(Signal.OVERLOADED, now_ns, now_ns)
+            # The fleet heard what it counted while watching.
+            self._counts = [0, 0, 0, 0]
+            return True
+
     def _learn(self, signal: Signal, sent: int, now: int) -> None:
         policy = self.policy
         if not self._on:
@@ -783,6 +827,7 @@ class SendGate:
 
     def _watched(self, signal: Signal, now: int) -> _Watched | None:
         """Counts an outcome heard while off (a refusal, or anything while
+        watching; in the tally too, but for the refusal that begins
         watching), and says what a refusal shows. A timeout turns the gate
         on at once, and so does any refusal unless the policy says
         most-refused. Then a refusal starts watching, and turns the gate on
@@ -793,13 +838,22 @@ class SendGate:
             return _Watched.DOWN
         if signal == Signal.ACCEPTED:
             self._watch.accepted(1, now)
+            self._counts[0] += 1
+            self._counts[1] += 1
             if max(now - self._last_trouble, 0) >= self.policy.quiet_ns:
                 self._watching = False
             return None
         if signal == Signal.TIMED_OUT:
             return _Watched.DOWN
-        if not self._watching:
+        if self._watching:
+            self._counts[0] += 1
+            self._counts[2] += 1
+        else:
+            # The refusal that begins watching is left out of what the fleet
+            # hears: every process would report one, and none of the
+            # acceptances before it.
             self._watch = Answers(now)
+            self._counts = [0, 0, 0, 0]
             self._watching = True
         self._watch.refused(1, now)
         self._last_trouble = now

@@ -2,9 +2,15 @@
 while a dependency's send gate is on, the reporter asks the daemon about
 every 100 ms (``POST /v1/pace``) for this process's share of the rate the
 whole fleet may send that dependency, and the gate paces at that share
-for the grant's lease. A daemon that cannot be reached, or refuses, or
-answers what cannot be read, changes nothing: the gate paces by its own
-rate once the last lease ends, so the process is no worse off than
+for the grant's lease. A gate that only watches (under ``overloadWhen:
+most-refused``, after a refusal from a dependency that has lately
+accepted something) asks too, with what it heard (``"watching": true``):
+the daemon judges from the whole fleet's answers whether the refusals are
+a capacity's, and if so the grant says ``pace`` and the gate turns on
+(:meth:`~stormguard_client.gate.SendGate.pace_by_fleet_at`). A daemon
+that cannot be reached, or refuses, or answers what cannot be read,
+changes nothing: the gate paces by its own rate once the last lease ends
+(and a watching gate judges alone), so the process is no worse off than
 without a daemon.
 
 This module holds what an ask and a grant are; the asking itself runs on
@@ -34,8 +40,10 @@ _U64_MAX = (1 << 64) - 1
 def ask_body(service: str, instance: str, tally: Tally) -> bytes:
     """The JSON body of an ask for ``service`` by ``instance`` from a gate's
     ``tally`` (a :class:`~stormguard_client.gate.Tally`): what the gate saw
-    since the last ask, and who waits now."""
-    return json.dumps({
+    since the last ask, and who waits now; ``"watching": true`` only while
+    the gate watches (the daemon reads its absence as on, as from older
+    clients)."""
+    ask: dict[str, object] = {
         "service": service,
         "instance": instance,
         "sent": tally.sent,
@@ -43,7 +51,10 @@ def ask_body(service: str, instance: str, tally: Tally) -> bytes:
         "overloaded": tally.overloaded,
         "timedOut": tally.timed_out,
         "waiting": tally.waiting,
-    }, separators=(",", ":")).encode()
+    }
+    if tally.watching:
+        ask["watching"] = True
+    return json.dumps(ask, separators=(",", ":")).encode()
 
 
 def _millis(grant: Mapping[str, object], key: str) -> int:
@@ -65,12 +76,18 @@ class PaceGrant:
     by its own rate until the next grant."""
     ask_every_ms: int
     """How often to ask while the gate is on, in milliseconds."""
+    pace: bool = False
+    """Whether the daemon holds the fleet back (it judges the dependency
+    down, overloaded or slow, and its refusals a capacity's, not a share
+    failed at random): a watching gate turns on and paces at ``rate``.
+    Absent from the answer (an older daemon): False."""
 
     @classmethod
     def from_json(cls, text: str | bytes) -> "PaceGrant":
         """The grant in a 2xx answer's body (bytes or str). Raises ValueError
         when it is not a grant: not JSON, a field missing or of the wrong
-        type (fields it does not know are left alone, for later daemons)."""
+        type (fields it does not know are left alone, for later daemons;
+        ``pace`` may be absent)."""
         grant = json.loads(text)
         if not isinstance(grant, dict):
             raise ValueError(f"a grant is a JSON object, not {grant!r}")
@@ -81,7 +98,10 @@ class PaceGrant:
             rate = float(rate)
         except OverflowError as error:
             raise ValueError(f"rate {rate} is too large") from error
-        return cls(rate, _millis(grant, "leaseMs"), _millis(grant, "askEveryMs"))
+        pace = grant.get("pace", False)
+        if not isinstance(pace, bool):
+            raise ValueError(f"pace must be true or false, not {pace!r}")
+        return cls(rate, _millis(grant, "leaseMs"), _millis(grant, "askEveryMs"), pace)
 
     @property
     def lease_ns(self) -> int:

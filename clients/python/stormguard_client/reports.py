@@ -14,7 +14,9 @@ logged and counted, never resent.
 While a dependency's send gate is on, the reporter also asks the daemon
 for this process's share of the rate the whole fleet may send it, and the
 gate paces at that share while the grant lasts (see
-:mod:`stormguard_client.pace`); ``fleet_pacing=False`` leaves each gate to
+:mod:`stormguard_client.pace`). A gate that only watches (under
+``overloadWhen: most-refused``) asks too, with what it heard, and turns on
+when the grant says ``pace``. ``fleet_pacing=False`` leaves each gate to
 what this process alone learns.
 
 A dependency whose retry budget is fleet-scoped (``budget.scope: fleet``)
@@ -127,7 +129,8 @@ class ReporterStats:
     send_failures: int = 0
     """Sends that failed and will be tried again (daemon unreachable, 5xx, 429, 401, timeout)."""
     pace_asks: int = 0
-    """Asks for a paced dependency's share (made while its send gate is on)."""
+    """Asks for a paced dependency's share (made while its send gate is on,
+    or off and watching a dependency that lately accepted something)."""
     pace_failures: int = 0
     """Of those, the ones that got no grant (the gate paced alone meanwhile)."""
 
@@ -158,7 +161,10 @@ class Reporter:
 
     Once started, and unless ``fleet_pacing`` is False, it also asks the
     daemon, from a thread of its own, for the share of each tracked
-    dependency whose send gate is on, and leases the grant to the gate.
+    dependency whose send gate is on (or watching: see
+    :meth:`~stormguard_client.gate.SendGate.asks_fleet_at`), and leases the
+    grant to the gate, turning a watching gate on first when the grant says
+    ``pace``.
 
     ``token_file`` is the service-account token file sent with each batch
     and pace ask as ``Authorization: Bearer``, for a daemon that checks who
@@ -493,7 +499,7 @@ class Reporter:
     # --- fleet pacing -------------------------------------------------------
 
     def _pace_loop(self) -> None:
-        """Asks for every tracked dependency whose gate is on, every
+        """Asks for every tracked dependency whose gate is on or watching, every
         ``askEveryMs`` from the start of one round of asks to the next, or
         as soon as a round that took longer is done."""
         every = ASK_EVERY
@@ -514,15 +520,18 @@ class Reporter:
             self._pace_connection.close()
 
     def _paced(self) -> list[tuple[str, SendGate, Callable[[], int]]]:
-        """The tracked dependencies whose gate is on now: (service, gate, clock)."""
+        """The tracked dependencies whose gate asks the daemon now, on or
+        watching (see :meth:`~stormguard_client.gate.SendGate.asks_fleet_at`):
+        (service, gate, clock)."""
         with self._lock:
             tracked = [(name, counts.gate, counts.clock) for name, counts in self._services.items()
                        if counts.gate is not None]
-        return [(name, gate, clock) for name, gate, clock in tracked if gate.is_on_at(clock())]
+        return [(name, gate, clock) for name, gate, clock in tracked if gate.asks_fleet_at(clock())]
 
     def _ask(self, service: str, gate: SendGate, clock: Callable[[], int]) -> PaceGrant | None:
         """One ask for ``service`` with what ``gate`` saw since the last; leases
-        the grant to the gate and returns it, or None when there was none."""
+        the grant to the gate (turning a watching gate on first if the grant
+        says ``pace``) and returns it, or None when there was none."""
         body = ask_body(service, self.instance, gate.tally())
         headers = {"Content-Type": "application/json"}
         token = self._token.token()
@@ -547,6 +556,8 @@ class Reporter:
             self._stats.pace_failures += int(grant is None)
         if grant is not None:
             now = clock()
+            if grant.pace:
+                gate.pace_by_fleet_at(now)
             gate.lease(grant.rate, now + grant.lease_ns, now)
         return grant
 

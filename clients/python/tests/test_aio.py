@@ -87,10 +87,10 @@ SCRIPTS = {
         {"maxRetries": 3, "retryOn": ["gateway-error", "reset"], "perTryTimeoutMs": 250},
         [([502, ConnectionResetError("reset"), 504, 200], {}), ([500], {}), ([TimeoutError("slow")], {})]),
     "the gate paces retries in line": (
-        {"maxRetries": 3, "gate": {"enabled": True}},
+        {"maxRetries": 3, "gate": {"enabled": True, "overloadWhen": "any-refusal"}},
         [([503, 503, 200], {}), ([200], {})]),
     "no turn before the deadline": (
-        {"maxRetries": 2, "maxElapsedMs": 3000, "gate": {"enabled": True}},
+        {"maxRetries": 2, "maxElapsedMs": 3000, "gate": {"enabled": True, "overloadWhen": "any-refusal"}},
         [([503, 503], {}), ([200], {})]),
     "the breaker opens and refuses": (
         {"maxRetries": 2, "circuitBreaker": BREAKER},
@@ -147,7 +147,7 @@ def test_both_flavours_decide_alike_step_for_step(script):
 
 @pytest.mark.parametrize("flavour", flavours.NAMES)
 def test_in_both_flavours_500s_leave_the_gate_off_and_503s_turn_it_on(flavour):
-    policy = {"maxRetries": 3, "jitter": "none", "gate": {"enabled": True}}
+    policy = {"maxRetries": 3, "jitter": "none", "gate": {"enabled": True, "overloadWhen": "any-refusal"}}
     dependency, call, clock = dependency_in_virtual_time(flavour, Watch(**policy), rng=NoCredit(7))
     for _ in range(3):
         assert call("/charge", answering(500, 500, 500, 500)) == 500
@@ -158,7 +158,7 @@ def test_in_both_flavours_500s_leave_the_gate_off_and_503s_turn_it_on(flavour):
     assert gate.is_on and gate.tally() == Tally(sent=2, accepted=1, overloaded=2), "the first 503 turned it on"
     assert len(clock.sleeps) == 9 and clock.waits == [2.0, 2.0], "the retries waited for turns"
 
-    policy["gate"] = {"enabled": True, "overloadOn": ["5xx"]}
+    policy["gate"] = {"enabled": True, "overloadOn": ["5xx"], "overloadWhen": "any-refusal"}
     dependency, call, _ = dependency_in_virtual_time(flavour, Watch(**policy), rng=NoCredit(7))
     assert call("/charge", answering(500, 200)) == 200
     assert dependency.gate.is_on, "overloadOn: [5xx]: a 500 is an overload"
@@ -213,7 +213,8 @@ def test_a_cancelled_attempt_gives_back_its_breaker_permit_and_raises_cancelled_
 def test_a_call_cancelled_in_the_gates_line_leaves_it_and_gives_back_its_permit():
     async def scenario():
         clock = VirtualTime()
-        payments = AsyncDependency(Watch(maxRetries=0, circuitBreaker=BREAKER, gate={"enabled": True}),
+        block = {"enabled": True, "overloadWhen": "any-refusal"}
+        payments = AsyncDependency(Watch(maxRetries=0, circuitBreaker=BREAKER, gate=block),
                                    "payments", clock=clock.clock, rng=NoCredit())
         assert await payments.call("/charge", _answer(503)) == 503
         gate, breaker = payments.gate, payments.breaker
@@ -272,7 +273,8 @@ def test_a_waiting_call_is_woken_from_another_thread_when_the_line_moves():
     flavour = flavours.Asyncio()
     try:
         payments = flavour.dependency(Watch(maxRetries=0, maxElapsedMs=10_000, gate={"enabled": True,
-                                                                                     "minRate": 50.0}),
+                                                                                     "minRate": 50.0,
+                                                                                     "overloadWhen": "any-refusal"}),
                                       "payments", rng=NoCredit())
         assert payments.call("/charge", lambda timeout: 503) == 503
         gate = payments.gate

@@ -21,7 +21,10 @@ SCENARIOS = json.loads((ROOT / "clients" / "conformance.json").read_text())["sce
 IDS = [s["id"] for s in SCENARIOS]
 CHARGE = requests_sample("/charge", "payments", "success")
 QUICK = {"min_poll_interval": 0.05, "retry_initial": 0.05, "retry_max": 0.2}
-GATED = POLICY.format(retries=2) + "    gate:\n      enabled: true\n"
+# payments with its send gate on, under overloadWhen: any-refusal, so that one
+# refused attempt turns it on (as the pacing scenarios say) whatever the
+# daemon's default.
+GATED = POLICY.format(retries=2) + "    gate:\n      enabled: true\n      overloadWhen: any-refusal\n"
 PROCESSES = 'stormguard_fleet_processes{service="payments"}'
 FLEET_BUDGET = POLICY.format(retries=2) + (
     "    budget:\n      scope: fleet\n      retryRatio: 0\n      minRetriesPerSecond: 12\n")

@@ -238,8 +238,9 @@ class NoCredit(random.Random):
 
 
 def gated(time_, **policy):
-    """A Dependency in virtual time whose policy has the gate on."""
-    policy = {"gate": {"enabled": True}, "jitter": "none", **policy}
+    """A Dependency in virtual time whose policy has the gate on, under
+    ``overloadWhen: any-refusal``: one refusal turns it on."""
+    policy = {"gate": {"enabled": True, "overloadWhen": "any-refusal"}, "jitter": "none", **policy}
     return Dependency(Watch(**policy), "payments", clock=time_.clock, sleep=time_.sleep, wait=time_.wait,
                       rng=NoCredit())
 
@@ -386,19 +387,21 @@ def test_a_retried_500_leaves_the_gate_off_and_a_503_turns_it_on():
 
 def test_overload_on_names_what_turns_the_gate_on():
     clock = VirtualTime()
-    dependency = gated(clock, maxRetries=0, gate={"enabled": True, "overloadOn": [503]})
+    dependency = gated(clock, maxRetries=0, gate={"enabled": True, "overloadOn": [503], "overloadWhen": "any-refusal"})
     with pytest.raises(TimeoutError):
         dependency.call("/charge", raises(TimeoutError("timed out")))
     with pytest.raises(ConnectionRefusedError):
         dependency.call("/charge", raises(ConnectionRefusedError()))
     assert not dependency.gate.is_on, "overloadOn leaves timeouts and refused connections out"
-    dependency = gated(clock, maxRetries=0, gate={"enabled": True, "overloadOn": ["5xx"]})
+    dependency = gated(clock, maxRetries=0,
+                       gate={"enabled": True, "overloadOn": ["5xx"], "overloadWhen": "any-refusal"})
     assert dependency.call("/charge", lambda timeout: 500) == 500
     assert dependency.gate.is_on and dependency.gate.tally() == Tally(overloaded=1), "5xx: a 500 is an overload"
 
 
 def test_a_waiting_call_is_woken_when_the_line_moves():
-    watch = Watch(maxRetries=0, maxElapsedMs=10_000, gate={"enabled": True, "minRate": 50.0})
+    watch = Watch(maxRetries=0, maxElapsedMs=10_000,
+                  gate={"enabled": True, "minRate": 50.0, "overloadWhen": "any-refusal"})
     dependency = Dependency(watch, "payments", rng=NoCredit())
     assert dependency.call("/charge", lambda timeout: 503) == 503
     gate = dependency.gate
@@ -450,7 +453,8 @@ def test_a_call_that_gets_no_turn_gives_back_its_breaker_permit():
 def test_the_reporter_is_told_the_gate_and_reads_it_on_the_calls_clock():
     clock = VirtualTime()
     reporter = Reporter("http://127.0.0.1:9", "pod-1", interval=3600)
-    dependency = Dependency(Watch(maxRetries=0, gate={"enabled": True, "quietMs": 1000}), "payments", reporter,
+    block = {"enabled": True, "quietMs": 1000, "overloadWhen": "any-refusal"}
+    dependency = Dependency(Watch(maxRetries=0, gate=block), "payments", reporter,
                             clock=clock.clock, sleep=clock.sleep, wait=clock.wait, rng=NoCredit())
     assert dependency.call("/charge", lambda timeout: 503) == 503
     report = json.loads(reporter._take()[1])["reports"][0]

@@ -51,9 +51,15 @@ def test_every_verdict_and_state_is_cores(scenario):
             assert not draws, f"{where}: the gate turned on without drawing its first credit"
         elif kind == "lease":
             gate.lease(op["rate"], op["until"], at)
+        elif kind == "pace":
+            draws.append(op["draw"])
+            assert gate.pace_by_fleet_at(at), f"{where}: a watching gate turns on when the fleet says pace"
+            assert not draws, f"{where}: the gate turned on without drawing its first credit"
         elif kind == "tally":
             t = op["tally"]
-            assert gate.tally() == Tally(t["sent"], t["accepted"], t["overloaded"], t["timedOut"], t["waiting"]), where
+            assert gate.asks_fleet_at(at) == t["asks"], where
+            assert gate.tally() == Tally(t["sent"], t["accepted"], t["overloaded"], t["timedOut"], t["waiting"],
+                                         t["watching"]), where
         else:
             pytest.fail(f"unknown op {kind!r}")
         # Rates and credit compare with ==: the same doubles, bit for bit.
@@ -63,7 +69,7 @@ def test_every_verdict_and_state_is_cores(scenario):
 def test_the_scenarios_visit_every_op_phase_and_verdict():
     ops = [op for s in SCENARIOS for op, _ in s["ops"]]
     states = [state for s in SCENARIOS for _, state in s["ops"]]
-    assert {op["op"] for op in ops} == {"turn", "rejoin", "claim", "leave", "record", "lease", "tally"}
+    assert {op["op"] for op in ops} == {"turn", "rejoin", "claim", "leave", "record", "lease", "pace", "tally"}
     assert {state[4] for state in states} == {"off", "probing", "slow_start", "cubic", "regrown"}
     assert {op["signal"] for op in ops if op["op"] == "record"} == {"accepted", "overloaded", "timed_out"}
     claims = {str(op["verdict"][0] if isinstance(op["verdict"], list) else op["verdict"])
@@ -73,6 +79,12 @@ def test_the_scenarios_visit_every_op_phase_and_verdict():
     assert {s["policy"]["gate"]["overloadWhen"] for s in SCENARIOS} == {"any-refusal", "most-refused"}
     assert any(state[6] for state in states), "a gate off but watching after a refusal"
     assert any(state[7] for state in states), "a gate on, judging the dependency to answer"
+    tallies = [op["tally"] for op in ops if op["op"] == "tally"]
+    assert any(t["watching"] and t["sent"] for t in tallies), "a watching gate tells what it heard"
+    assert any(t["asks"] and t["watching"] for t in tallies), "a watching gate asks the fleet"
+    paced = [s for s in SCENARIOS for op, _ in s["ops"] if op["op"] == "pace"]
+    assert paced and all(s["policy"]["gate"]["overloadWhen"] == "most-refused" for s in paced), \
+        "the fleet tells watching gates to pace, and only most-refused watches"
     assert not any(state[6] or state[7] for s in SCENARIOS if s["policy"]["gate"]["overloadWhen"] == "any-refusal"
                    for _, state in s["ops"]), "any-refusal neither watches nor judges"
 
@@ -83,8 +95,10 @@ def test_the_scenarios_visit_every_op_phase_and_verdict():
 def gate(**settings):
     """A gate whose slow start adds one turn per second per accepted attempt,
     for round figures; it draws no credit when it turns on, so its first turn
-    comes a whole interval later."""
-    policy = GatePolicy(**{"enabled": True, "ramp": 1.0, **settings})
+    comes a whole interval later. Under ``overloadWhen: any-refusal`` (the
+    default, pinned) unless told otherwise, so that one refusal turns it on;
+    most-refused has tests of its own below."""
+    policy = GatePolicy(**{"enabled": True, "ramp": 1.0, "overload_when": "any-refusal", **settings})
     return SendGate(policy, 0, draw=lambda: 0.0)
 
 
@@ -322,7 +336,7 @@ def test_a_timeout_cuts_to_a_share_of_the_most_accepted_in_a_second_of_the_last_
 
 
 def test_after_a_timeout_the_rate_grows_no_faster_than_the_dependency_delivers():
-    slow = SendGate(GatePolicy(enabled=True), 0, draw=lambda: 0.0)
+    slow = SendGate(GatePolicy(enabled=True, overload_when="any-refusal"), 0, draw=lambda: 0.0)
     slow.record(Signal.TIMED_OUT, 0, 0)
     assert slow.rate == 0.5
     for i in range(20):
@@ -330,7 +344,7 @@ def test_after_a_timeout_the_rate_grows_no_faster_than_the_dependency_delivers()
         slow.record(Signal.ACCEPTED, at, at)
         assert slow.rate <= 1.25 * (i + 1) + 1e-9
     assert slow.rate == 23.75, "1.25 x 19, the most delivered within one second"
-    answering = SendGate(GatePolicy(enabled=True), 0, draw=lambda: 0.0)
+    answering = SendGate(GatePolicy(enabled=True, overload_when="any-refusal"), 0, draw=lambda: 0.0)
     answering.record(Signal.TIMED_OUT, 0, 0)
     answering.record(Signal.OVERLOADED, 0, 10 * MS)
     for i in range(20):
@@ -352,7 +366,7 @@ def test_the_tally_counts_what_was_sent_and_answered_since_the_last_one():
 
 
 def test_the_rate_never_passes_its_bounds():
-    g = SendGate(GatePolicy(enabled=True, max_rate=50.0), 0, draw=lambda: 0.0)
+    g = SendGate(GatePolicy(enabled=True, max_rate=50.0, overload_when="any-refusal"), 0, draw=lambda: 0.0)
     overload(g)
     for _ in range(1000):
         g.record(Signal.ACCEPTED, 0, 0)
@@ -365,7 +379,7 @@ def test_the_rate_never_passes_its_bounds():
 
 def test_the_first_credit_is_drawn_when_it_turns_on():
     draws = iter([0.75, 0.25])
-    g = SendGate(GatePolicy(enabled=True, quiet_ns=S), 0, draw=lambda: next(draws))
+    g = SendGate(GatePolicy(enabled=True, quiet_ns=S, overload_when="any-refusal"), 0, draw=lambda: next(draws))
     overload(g)
     assert g.credit == 0.75
     assert g.claim(g.turn(0), 0) == Claim.at(S // 2), "a quarter turn missing at 0.5 a second"
@@ -400,8 +414,9 @@ def test_the_policy_block_parses_with_the_defaults_and_refuses_a_bad_setting():
 
 def test_the_overload_when_setting_parses_and_refuses_any_other_value():
     block = dict(DEFAULT_POLICY["gate"], enabled=True)
-    assert GatePolicy.from_json(block).overload_when == "any-refusal"
+    assert GatePolicy.from_json(block).overload_when == "any-refusal" == GatePolicy().overload_when, "the default"
     assert GatePolicy.from_json(dict(block, overloadWhen="most-refused")).most_refused
+    assert not GatePolicy.from_json(dict(block, overloadWhen="any-refusal")).most_refused
     for bad in ("most_refused", "Most-Refused", "", 1, None, ["most-refused"]):
         message = f"gate.overloadWhen must be one of any-refusal, most-refused, not {bad!r}"
         with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
@@ -436,15 +451,20 @@ def test_under_most_refused_a_refusal_after_acceptances_only_watches():
     g = gate(overload_when="most-refused")
     for i in range(10):
         accept(g, secs(0.05 * i))
+    assert g.tally() == Tally(), "healthy, it counts nothing"
     overload(g, secs(0.5))
     assert not g.is_on and g.phase == "off" and g.rate is None
     assert g.is_watching and not g.is_answering
     assert g.turn(secs(0.5)) is None, "off: every turn at once"
-    assert g.tally() == Tally(), "nothing counts while off"
+    assert g.tally() == Tally(watching=True), "the refusal that began watching is left out"
     accept(g, secs(0.5) + g.policy.quiet_ns - 1)
     assert g.is_watching, "not yet quiet"
+    assert g.tally() == Tally(sent=1, accepted=1, watching=True), "while it watches, every outcome heard"
     accept(g, secs(0.5) + g.policy.quiet_ns)
     assert not g.is_watching and not g.is_on, "quiet since the refusal: watching ends"
+    assert g.tally() == Tally(sent=1, accepted=1), "the acceptance that ended watching was heard"
+    accept(g, secs(0.6) + g.policy.quiet_ns)
+    assert g.tally() == Tally(), "off and not watching: nothing counts"
 
 
 def test_under_most_refused_refusals_that_outnumber_acceptances_turn_it_on_at_twice_the_delivered_rate():
@@ -529,8 +549,59 @@ def test_under_most_refused_refusals_that_come_to_outnumber_acceptances_cut_agai
     assert g.is_answering, "still answering: the rate keeps to twice what it delivers"
 
 
+def answers(gate, signal, count, start, millis):
+    """``count`` outcomes of ``signal`` spread evenly over the ``millis``
+    after ``start`` (nanoseconds), each answered as it is sent."""
+    for i in range(count):
+        at = start + millis * i // count * MS
+        gate.record(signal, at, at)
+
+
+def test_under_most_refused_a_watching_gate_tells_the_fleet_what_it_hears_and_paces_when_told():
+    g = gate(overload_when="most-refused")
+    answers(g, Signal.ACCEPTED, 30, 0, 900)
+    assert g.tally() == Tally(), "healthy, it counts nothing"
+    assert not g.asks_fleet_at(secs(0.9)), "off and not watching"
+    overload(g, secs(0.95))
+    assert g.asks_fleet_at(secs(0.95)), "watching a dependency that accepts"
+    answers(g, Signal.ACCEPTED, 5, secs(1.0), 50)
+    answers(g, Signal.OVERLOADED, 2, secs(1.05), 50)
+    assert not g.is_on and g.is_watching, "five accepted and two refused: no overload of its own"
+    assert g.tally() == Tally(sent=7, accepted=5, overloaded=2, watching=True), \
+        "what it heard since it began to watch, the refusal that began it left out"
+    now = secs(1.1)
+    assert g.pace_by_fleet_at(now)
+    assert g.is_on and g.is_answering and not g.is_watching and g.phase == "slow_start"
+    assert g.own_rate == 10.0, "its own rate, should grants stop: twice the 5 accepted since watching began"
+    assert g.tally() == Tally(), "the fleet heard what it counted while watching"
+    g.lease(40.0, now + S, now)
+    assert g.rate_at(now) == 40.0, "the grant paces it"
+    assert not g.pace_by_fleet_at(now), "on already"
+    assert g.asks_fleet_at(now), "on: it asks"
+
+
+def test_under_most_refused_a_gate_that_has_seen_nothing_accepted_waits_to_see_it_down():
+    g = gate(overload_when="most-refused")
+    overload(g)
+    assert g.is_watching
+    assert not g.asks_fleet_at(0), "it would tell the fleet of a dependency it has not seen accept"
+    assert g.tally() == Tally(watching=True)
+    assert g.pace_by_fleet_at(secs(0.1)), "told to pace all the same"
+    assert g.rate == 0.5 and g.phase == "probing" and not g.is_answering, "it probes, as for a dependency down"
+    assert g.tally() == Tally()
+
+
+def test_the_fleet_tells_no_gate_to_pace_that_is_not_watching():
+    off = gate(overload_when="most-refused")
+    assert not off.pace_by_fleet_at(0) and not off.is_on, "off and not watching: nothing to judge"
+    on = gate()
+    overload(on)
+    credit = on.credit
+    assert not on.pace_by_fleet_at(secs(0.1)) and on.credit == credit, "on already: no new draw"
+
+
 def test_threads_share_one_line_and_every_waiter_gets_its_turn_once():
-    g = SendGate(GatePolicy(enabled=True, min_rate=1000.0), 0, draw=lambda: 0.0)
+    g = SendGate(GatePolicy(enabled=True, min_rate=1000.0, overload_when="any-refusal"), 0, draw=lambda: 0.0)
     overload(g)
     clock = [0]
     lock = threading.Lock()

@@ -232,7 +232,7 @@ def test_a_retried_answer_that_asks_for_a_wait_turns_the_gate_on_whatever_its_st
 
     server = loopback(behave)
     kind = Dependency if flavour == "sync" else AsyncDependency
-    dependency = kind(Watch(maxRetries=0, gate={"enabled": True}), "payments")
+    dependency = kind(Watch(maxRetries=0, gate={"enabled": True, "overloadWhen": "any-refusal"}), "payments")
     assert send(dependency, "GET", server.url + "/charge") == (500, "")
     assert not dependency.gate.is_on, "a 500: an error the dependency answered with"
     assert send(dependency, "GET", server.url + "/charge") == (500, "")

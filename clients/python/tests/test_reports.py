@@ -337,13 +337,17 @@ def pace_stand_in():
     yield from serving(PaceStandIn)
 
 
-def grant(rate, lease_ms=1000, ask_every_ms=100):
-    return 200, json.dumps({"rate": rate, "leaseMs": lease_ms, "askEveryMs": ask_every_ms}).encode()
+def grant(rate, lease_ms=1000, ask_every_ms=100, pace=None):
+    """A 200 with a grant; ``pace`` left out unless given, as an older daemon does."""
+    body = {"rate": rate, "leaseMs": lease_ms, "askEveryMs": ask_every_ms}
+    if pace is not None:
+        body["pace"] = pace
+    return 200, json.dumps(body).encode()
 
 
 def on_gate():
-    """A gate turned on, now, by one refused attempt."""
-    g = SendGate(GatePolicy(enabled=True), time.monotonic_ns(), draw=lambda: 0.0)
+    """A gate turned on, now, by one refused attempt (under any-refusal)."""
+    g = SendGate(GatePolicy(enabled=True, overload_when="any-refusal"), time.monotonic_ns(), draw=lambda: 0.0)
     now = time.monotonic_ns()
     g.record(Signal.OVERLOADED, now, now)
     return g
@@ -391,7 +395,8 @@ def test_the_grant_sets_the_interval_within_its_bounds(pace_stand_in):
 @pytest.mark.parametrize("answer", [(401, b'{"error":"expired"}'), (403, b"{}"), (409, b"{}"), (503, b"{}"),
                                     (200, b"not JSON"), (200, b'{"rate": 3.0}'), (200, b'{"rate": "3",'
                                                                                         b'"leaseMs": 1,'
-                                                                                        b'"askEveryMs": 1}')])
+                                                                                        b'"askEveryMs": 1}'),
+                                    (200, b'{"rate": 3.0, "leaseMs": 1, "askEveryMs": 1, "pace": "yes"}')])
 def test_no_grant_changes_nothing_and_is_counted(pace_stand_in, caplog, answer):
     server = pace_stand_in([answer])
     r = Reporter(server.url, "pod-1", interval=3600, timeout=2)
@@ -420,7 +425,7 @@ def test_an_unreachable_daemon_is_counted_and_the_gate_paces_alone():
 
 def test_no_ask_while_the_gate_is_off_or_fleet_pacing_is(pace_stand_in):
     server = pace_stand_in([grant(5.0)])
-    off = SendGate(GatePolicy(enabled=True), time.monotonic_ns())
+    off = SendGate(GatePolicy(enabled=True, overload_when="most-refused"), time.monotonic_ns())
     r = Reporter(server.url, "pod-1", interval=3600, timeout=2)
     r.track("svc", gate=off)
     r.track("other", gate=None)
@@ -431,8 +436,15 @@ def test_no_ask_while_the_gate_is_off_or_fleet_pacing_is(pace_stand_in):
     time.sleep(0.5)
     assert server.asks == [] and r.stats.pace_asks == unpaced.stats.pace_asks == 0
     assert unpaced._pacer is None
-    on = time.monotonic_ns()
-    off.record(Signal.OVERLOADED, on, on)
+    refused = time.monotonic_ns()
+    off.record(Signal.OVERLOADED, refused, refused)
+    assert off.is_watching and not off.is_on
+    time.sleep(0.3)
+    assert server.asks == [], "watching a dependency it has not seen accept: it waits to see it down"
+    for _ in range(2):
+        on = time.monotonic_ns()
+        off.record(Signal.OVERLOADED, on, on)
+    assert off.is_on, "three refusals with nothing accepted: down"
     assert eventually(lambda: len(server.asks) >= 1), "asked once it turned on"
     assert {ask[1]["instance"] for ask in server.asks} == {"pod-1"}
     r.stop()
@@ -441,10 +453,47 @@ def test_no_ask_while_the_gate_is_off_or_fleet_pacing_is(pace_stand_in):
         Reporter(server.url, "pod-1", fleet_pacing="no")
 
 
+def test_a_watching_gate_asks_with_what_it_heard_and_turns_on_when_the_grant_says_pace(pace_stand_in):
+    server = pace_stand_in([grant(5.0, ask_every_ms=20), grant(5.0, ask_every_ms=20, pace=False),
+                            grant(7.25, lease_ms=600_000, ask_every_ms=20, pace=True)])
+    # The calls' clock stands still: what was accepted stays lately accepted.
+    virtual = [10**15]
+    now = virtual[0]
+    g = SendGate(GatePolicy(enabled=True, overload_when="most-refused"), now, draw=lambda: 0.0)
+    for signal in [Signal.ACCEPTED] * 10 + [Signal.OVERLOADED, Signal.ACCEPTED, Signal.OVERLOADED]:
+        g.record(signal, now, now)
+    assert g.is_watching and not g.is_on
+    r = Reporter(server.url, "pod-1", interval=3600, timeout=2)
+    r.track("svc", gate=g, clock=lambda: virtual[0])
+    r.start()
+    assert eventually(lambda: len(server.asks) >= 4)
+    r.stop()
+    first, second, third, fourth = (ask[1] for ask in server.asks[:4])
+    assert first == {"service": "svc", "instance": "pod-1", "sent": 2, "accepted": 1, "overloaded": 1,
+                     "timedOut": 0, "waiting": 0, "watching": True}, \
+        "what it heard since it began to watch, the refusal that began it left out"
+    assert second["watching"] and third["watching"], "a grant that does not say pace leaves it watching"
+    assert "watching" not in fourth and fourth["overloaded"] == 0, \
+        "on, told to pace: the fleet heard what it counted while watching"
+    assert g.is_on and g.is_answering and not g.is_watching
+    assert g.rate_at(now) == 7.25, "the lease applies once the gate is on"
+    assert g.own_rate == 2.0, "its own rate: twice the one accepted since watching began"
+    assert r.stats.pace_asks == len(server.asks) and r.stats.pace_failures == 0
+
+
+def test_a_grant_says_pace_or_not_and_its_absence_is_no():
+    assert not PaceGrant.from_json(b'{"rate": 1.5, "leaseMs": 1000, "askEveryMs": 100}').pace
+    assert PaceGrant.from_json(b'{"rate": 1.5, "leaseMs": 1000, "askEveryMs": 100, "pace": true}') == \
+        PaceGrant(1.5, 1000, 100, pace=True)
+    for bad in (b'"yes"', b"1", b"null"):
+        with pytest.raises(ValueError, match="pace must be true or false"):
+            PaceGrant.from_json(b'{"rate": 1.5, "leaseMs": 1000, "askEveryMs": 100, "pace": ' + bad + b"}")
+
+
 def test_the_gate_keeps_the_calls_clock(pace_stand_in):
     server = pace_stand_in([grant(3.0, lease_ms=2000)])
     virtual = [10**15]
-    g = SendGate(GatePolicy(enabled=True), virtual[0], draw=lambda: 0.0)
+    g = SendGate(GatePolicy(enabled=True, overload_when="any-refusal"), virtual[0], draw=lambda: 0.0)
     g.record(Signal.OVERLOADED, virtual[0], virtual[0])
     r = Reporter(server.url, "pod-1", interval=3600, timeout=2)
     r.track("svc", gate=g, clock=lambda: virtual[0])
@@ -457,7 +506,7 @@ def test_the_gate_keeps_the_calls_clock(pace_stand_in):
 
 def test_reports_say_whether_the_gate_is_on():
     r = reporter()
-    g = SendGate(GatePolicy(enabled=True, quiet_ns=10**9), 0)
+    g = SendGate(GatePolicy(enabled=True, quiet_ns=10**9, overload_when="any-refusal"), 0)
     clock = [0]
     r.track("svc", gate=g, clock=lambda: clock[0])
     r.track("plain")
