@@ -492,7 +492,7 @@ fn gated_policy_file(extra: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("policy.yaml");
     let text = format!(
-        "defaults:\n  maxRetries: 3\nservices:\n  payments:\n    maxRetries: 2\n    gate:\n      enabled: true\n{extra}"
+        "defaults:\n  maxRetries: 3\nservices:\n  payments:\n    maxRetries: 2\n    gate:\n      enabled: true\n      overloadWhen: any-refusal\n{extra}"
     );
     std::fs::write(&file, text).unwrap();
     (dir, file)

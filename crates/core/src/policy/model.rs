@@ -171,9 +171,10 @@ policy_block! {
         /// always says overload.
         overload_on: RetryOn = "overloadOn",
         /// When the refusals `overloadOn` names say overload: at the first
-        /// (`any-refusal`), or only once they outnumber acceptances or
-        /// nothing is accepted (`most-refused`), for a service that fails a
-        /// share of requests at random.
+        /// (`any-refusal`, the default, for a service that refuses only
+        /// when full), or only once they go beyond what failure at random
+        /// explains or nothing is accepted (`most-refused`: a service that
+        /// fails a share of requests at random keeps its throughput).
         overload_when: OverloadWhen = "overloadWhen",
     }
 }
@@ -310,15 +311,19 @@ pub enum BudgetScope {
 pub enum OverloadWhen {
     /// At the first: a refusal turns the gate on, and every refusal cuts
     /// its rate (never below what was accepted over the last second). For
-    /// a service that refuses only when it is overloaded.
+    /// a service that refuses only when it is overloaded: one that fails a
+    /// share at random is paced down by that share, every second.
     #[default]
     AnyRefusal,
-    /// Only once refusals outnumber acceptances by more than chance would
-    /// (Google's client-side throttling, K = 2), or three have come with
-    /// nothing accepted for three seconds (the service is down). A service that
-    /// fails a share of requests at random keeps its throughput; an
-    /// overload that still accepts about half of what it is sent is not
-    /// paced.
+    /// A process's gate turns on only once refusals outnumber
+    /// acceptances by more than chance would (Google's client-side
+    /// throttling, K = 2), or three have come with nothing accepted for
+    /// three seconds (the service is down); until then it watches, and
+    /// tells the daemon what it hears. The daemon, hearing the whole fleet,
+    /// paces it once the fleet's refusals go beyond what failure at random
+    /// explains, and frees it again when they keep their share after its
+    /// cuts. A service that fails a share of requests at random keeps its
+    /// throughput.
     MostRefused,
 }
 
