@@ -190,3 +190,46 @@ async fn status_and_metrics_say_whether_a_dependency_is_paced_for_overload_or_fa
     let ratio = sample(&exposition, "stormguard_fleet_refused_ratio{service=\"search\"}").unwrap();
     assert!(ratio > 0.0 && ratio < 0.5, "{ratio}");
 }
+
+#[tokio::test]
+async fn watching_gates_are_told_to_pace_only_once_the_fleet_refuses_beyond_what_chance_explains() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.yaml");
+    let policy = format!(
+        "{}  search:\n    gate:\n      enabled: true\n      overloadWhen: most-refused\n",
+        common::GATED_POLICY
+    );
+    std::fs::write(&path, policy).unwrap();
+    let daemon = Daemon::start(&path, &[]);
+    let watching = |instance: &str, accepted: u64, refused: u64| {
+        let mut body = tally("search", instance, accepted + refused, accepted, refused, 0);
+        body["watching"] = json!(true);
+        body
+    };
+    let round = |accepted: u64, refused: u64| {
+        let daemon = &daemon;
+        async move {
+            let mut paced = Vec::new();
+            for pod in 0..10 {
+                let (status, grant) = ask(daemon, watching(&format!("pod-{pod}"), accepted, refused)).await;
+                assert_eq!(status, StatusCode::OK, "{grant}");
+                paced.push(grant["pace"] == json!(true));
+            }
+            paced
+        }
+    };
+    // Ten processes each hear 9 accepted and 1 refused a tenth of a second.
+    for _ in 0..10 {
+        assert!(round(9, 1).await.iter().all(|paced| !paced), "a tenth at random");
+    }
+    let status = common::admin_status(&daemon).await;
+    assert_eq!(status["paced"][0]["judgement"], "failing_at_random", "{status}");
+    // Then three of four refused: beyond any random half.
+    let mut told = false;
+    for _ in 0..5 {
+        told |= round(1, 3).await.iter().any(|paced| *paced);
+    }
+    assert!(told, "told to pace within half a second of reports");
+    let status = common::admin_status(&daemon).await;
+    assert_eq!(status["paced"][0]["judgement"], "overloaded", "{status}");
+}
