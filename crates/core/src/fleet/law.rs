@@ -61,6 +61,9 @@ pub(super) struct Law {
     /// Under `most-refused`, while the dependency is judged to fail a share
     /// at random: whether its refusals go beyond that share.
     excess: Excess,
+    /// Whether the fleet's refusals have been judged a capacity's: a law
+    /// that probes since then does so because of them.
+    judged_capacity: bool,
 }
 
 /// How far past what the dependency delivers the fleet's rate probes, per
@@ -101,6 +104,7 @@ impl Law {
             probe_pending: false,
             trials: Trials::default(),
             excess: Excess::default(),
+            judged_capacity: false,
         }
     }
 
@@ -111,6 +115,21 @@ impl Law {
         let mut law = Self::new_at(policy, now);
         law.rate = Rate::answering_for_fleet(&law.policy, now);
         law
+    }
+
+    /// Whether the law probes only because the first processes to ask had
+    /// turned their gates on (each judging the dependency down on what it
+    /// alone heard), not because the fleet's refusals were judged a
+    /// capacity's: a watching gate's report of acceptances then shows the
+    /// dependency answering, and the law is judged again from the fleet's.
+    pub(super) fn probes_on_hearsay(&self) -> bool {
+        self.rate.is_probing() && !self.judged_capacity && self.judges_by_share()
+    }
+
+    /// Whether the law judges the dependency to fail a share at random,
+    /// and paces nobody for it.
+    pub(super) fn is_calm(&self) -> bool {
+        self.rate.is_answering()
     }
 
     /// Whether the law tells a capacity from failure at random.
@@ -124,7 +143,7 @@ impl Law {
     /// watches is then told to pace: left off, it would send past the pace,
     /// be refused, and cut it.
     pub(super) fn holds_back_at(&mut self, now: Instant) -> bool {
-        !self.rate.is_answering() && self.rate.judged_at(now).judgement.holds_back()
+        !self.is_calm() && self.rate.judged_at(now).judgement.holds_back()
     }
 
     /// Carries on from a rate another replica published: probing if it
@@ -216,6 +235,7 @@ impl Law {
             if self.excess.weigh(accepted, refused, self.rate.random_share()) {
                 let share = self.rate.refused_share_last_second(now);
                 self.rate.capacity_verdict(&self.policy, now);
+                self.judged_capacity = true;
                 self.trials.reset();
                 self.trials.cut(share, now);
             }

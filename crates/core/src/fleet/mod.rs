@@ -262,9 +262,11 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
 
     /// Process `who` reports `tally` at `now` and asks for its share.
     pub fn ask_at(&mut self, who: K, tally: Tally, now: Instant) -> Grant {
-        if self.members.is_empty() && tally.watching && self.law.is_probing() {
-            // The first to ask sees the dependency accept and refuse: it
-            // is judged by what the fleet's answers show, not taken for down.
+        let accepting = self.members.is_empty() || tally.accepted > 0;
+        if tally.watching && accepting && self.law.probes_on_hearsay() {
+            // A process whose gate watches has seen the dependency accept
+            // within three seconds (the first to ask), or does now: it is
+            // judged by what the fleet's answers show, not taken for down.
             self.law = Law::answering_at(&self.policy, now);
         }
         self.last_ask = now;
@@ -423,8 +425,12 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
         let publish = match shared.taken {
             Some(taken) => {
                 let policy = &self.policy;
+                let calm = self.law.is_calm();
                 let law = self.owner.get_or_insert_with(|| match shared.published {
                     Some((published, _)) => Law::resumed_at(policy, published, now),
+                    // The fleet's law starts as this replica's did: calm if
+                    // its processes saw the dependency accept and refuse.
+                    None if calm => Law::answering_at(policy, now),
                     None => Law::new_at(policy, now),
                 });
                 let outcomes = taken.outcomes;

@@ -898,3 +898,26 @@ fn under_most_refused_a_capacity_whose_refusals_vanish_at_the_cut_stays_paced() 
     assert_eq!(freed, None, "a capacity for ten seconds, at {}", fleet.rate());
     assert!(fleet.rate() <= 150.0, "about what it takes: {}", fleet.rate());
 }
+
+#[test]
+fn under_most_refused_a_fleet_probing_on_a_processs_word_is_calmed_by_a_watchers_acceptances() {
+    let t0 = Instant::now();
+    let mut fleet = FleetController::new_at(&most_refused(), t0);
+    // The first to ask had turned its gate on alone, on a run of refusals.
+    fleet.ask_at(0, tally(0, 0, 1, 5), t0);
+    assert!(fleet.ask_at(1, watching(0, 1), t0).pace, "down, on that word");
+    // A watcher then hears the dependency accept: it answers.
+    let now = t0 + ASK_EVERY;
+    assert!(!fleet.ask_at(1, watching(3, 1), now).pace);
+    assert_eq!(fleet.judged_at(now).judgement, Judgement::FailingAtRandom);
+
+    // Once the fleet's own refusals were judged a capacity's, its pace is
+    // the fleet's, and a watcher's acceptance does not end it.
+    let mut judged = FleetController::new_at(&most_refused(), t0);
+    let calm = watching_rounds(&mut judged, t0, 1, 9, 1);
+    assert!(calm.iter().all(|g| !g.pace));
+    let down = watching_rounds(&mut judged, t0 + Duration::from_secs(1), 1, 0, 10);
+    assert!(down.last().unwrap().pace);
+    let later = t0 + Duration::from_secs(2);
+    assert!(judged.ask_at(1, watching(1, 0), later).pace);
+}
