@@ -14,6 +14,18 @@ fn policy_file() -> (tempfile::TempDir, std::path::PathBuf) {
     (dir, path)
 }
 
+/// The gated policy, and `search` gated under `overloadWhen: most-refused`.
+fn with_search_most_refused() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.yaml");
+    let policy = format!(
+        "{}  search:\n    gate:\n      enabled: true\n      overloadWhen: most-refused\n",
+        common::GATED_POLICY
+    );
+    std::fs::write(&path, policy).unwrap();
+    (dir, path)
+}
+
 async fn ask(daemon: &Daemon, body: Value) -> (StatusCode, Value) {
     static HTTP: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
     let response = HTTP
@@ -134,13 +146,7 @@ async fn a_lying_process_gets_no_more_than_the_honest_ones() {
 
 #[tokio::test]
 async fn status_and_metrics_say_whether_a_dependency_is_paced_for_overload_or_failing_at_random() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("policy.yaml");
-    let policy = format!(
-        "{}  search:\n    gate:\n      enabled: true\n      overloadWhen: most-refused\n",
-        common::GATED_POLICY
-    );
-    std::fs::write(&path, policy).unwrap();
+    let (_dir, path) = with_search_most_refused();
     let daemon = Daemon::start(&path, &[]);
     // Two dependencies that each refuse a tenth of what they are sent, at
     // random: one under the default any-refusal, one under most-refused.
@@ -193,13 +199,7 @@ async fn status_and_metrics_say_whether_a_dependency_is_paced_for_overload_or_fa
 
 #[tokio::test]
 async fn watching_gates_are_told_to_pace_only_once_the_fleet_refuses_beyond_what_chance_explains() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("policy.yaml");
-    let policy = format!(
-        "{}  search:\n    gate:\n      enabled: true\n      overloadWhen: most-refused\n",
-        common::GATED_POLICY
-    );
-    std::fs::write(&path, policy).unwrap();
+    let (_dir, path) = with_search_most_refused();
     let daemon = Daemon::start(&path, &[]);
     let watching = |instance: &str, accepted: u64, refused: u64| {
         let mut body = tally("search", instance, accepted + refused, accepted, refused, 0);
