@@ -1,6 +1,10 @@
 //! The fleet's rate law: the gate's (probe, slow start, CUBIC, never below
 //! what was just accepted), fed with the outcomes many processes report
-//! rather than one process's own. A controller runs it over its own
+//! rather than one process's own. Under `overloadWhen: most-refused` it
+//! also judges what the refusals are: calm (pacing nobody) while they stay
+//! within what failure at random explains ([`Excess`]), paced as for a
+//! capacity once they go beyond, and calm again when its cuts leave them
+//! at the same share ([`Trials`]). A controller runs it over its own
 //! processes; the replica that owns a dependency's shared pace runs a
 //! second one over every replica's.
 

@@ -3,7 +3,11 @@
 //!
 //! A process whose send gate is on asks about every [`ASK_EVERY`] for its
 //! share, with its [`Tally`] since its last ask: what it sent, what was
-//! accepted and refused, and how many calls wait. The controller learns one
+//! accepted and refused, and how many calls wait. Under `overloadWhen:
+//! most-refused` a process whose gate only watches asks too, and the law
+//! judges from the whole fleet's answers whether the refusals are a
+//! capacity's or a share failed at random (`law`, `excess`, `trial`); a
+//! grant's `pace` tells a watching gate to turn on. The controller learns one
 //! rate for the whole fleet from every process's outcomes, with the gate's
 //! own law (probe, slow start, never below what was just accepted), and
 //! after a cut probes upward while the fleet wants more than its rate

@@ -44,9 +44,15 @@
 //!   (Google's client-side throttling, K = 2), or when three have come and
 //!   nothing has been accepted for three seconds (the dependency is down:
 //!   on, and probing, as above). Until then the gate watches: off, counting
-//!   answers. Once something is accepted, the rate is never below twice
-//!   what was accepted over the last second, and a refusal cuts it only
-//!   while refusals outnumber acceptances.
+//!   answers, and, if the dependency has accepted something within three
+//!   seconds, telling the fleet's controller what it hears
+//!   ([`asks_fleet_at`](SendGate::asks_fleet_at)): one process hears a
+//!   couple of answers a second, too few to tell a brownout from failure at
+//!   random; the fleet hears them all, and may tell it to pace
+//!   ([`pace_by_fleet_at`](SendGate::pace_by_fleet_at)). Once something is
+//!   accepted, the rate is never below twice what was accepted over the
+//!   last second, and a refusal cuts it only while refusals outnumber
+//!   acceptances.
 //!
 //! CUBIC's constants (`C = 0.4`, `β = 0.7`) and the lowest rate (0.5 per
 //! second) are those of the AWS SDKs' adaptive retry mode (botocore
