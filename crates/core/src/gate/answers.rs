@@ -140,11 +140,6 @@ impl Answers {
         self.accepted.peak()
     }
 
-    /// Refused over the last second.
-    pub(crate) fn refused_last_second(&self) -> f64 {
-        self.refused.second_ending(0)
-    }
-
     /// Refusals counted over the last three seconds.
     pub(crate) fn refusals(&self) -> f64 {
         self.refused.total()
@@ -164,8 +159,14 @@ impl Answers {
     /// Whether, over the last second, refusals outnumbered acceptances by
     /// more than chance would: fewer than half accepted, as Google's K = 2.
     pub(crate) fn shows_overload(&self) -> bool {
+        self.shows_refusals_beyond(HALF)
+    }
+
+    /// Whether, over the last second, more was refused than a dependency
+    /// failing `random_share` at random would refuse, beyond chance.
+    pub(crate) fn shows_refusals_beyond(&self, random_share: f64) -> bool {
         let (accepted, refused) = (self.accepted.second_ending(0), self.refused.second_ending(0));
-        beyond_random(accepted, refused, HALF)
+        beyond_random(accepted, refused, random_share)
     }
 
     /// Of the answers over the last second, the share refused; 0 with none.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::answers::{beyond_random, Answers, HALF};
+use super::answers::{Answers, HALF};
 use super::judgement::{Judged, Judgement, RECENT};
 use crate::policy::{GatePolicy, OverloadWhen};
 
@@ -400,8 +400,7 @@ impl Rate {
         if self.holds_at_cut {
             return true;
         }
-        let (accepted, refused) = (self.answers.delivered(), self.answers.refused_last_second());
-        !beyond_random(accepted, refused, self.random_share)
+        !self.answers.shows_refusals_beyond(self.random_share)
     }
 
     /// An attempt was accepted at `now`.
