@@ -11,7 +11,7 @@ use stormguard::serve::{AdminSecret, ServeConfig};
 use stormguard::server::Limits;
 use stormguard::tls::TlsFiles;
 use stormguard::watch::WatchConfig;
-use stormguard_core::policy::{ForecastScenario, PolicyDocument};
+use stormguard_core::policy::{DependencyModel, ForecastScenario, PolicyDocument};
 use stormguard_toolkit::check::Verdict;
 use stormguard_toolkit::flags::{count_in, duration_in, millis, secs};
 use stormguard_toolkit::policy::{LoadLimits, DEFAULT_MAX_FLOW_COLLECTIONS, DEFAULT_MAX_POLICY_BYTES};
@@ -715,6 +715,17 @@ fn simulate(mut args: SimulateArgs) -> ExitCode {
         }
         _ => None,
     };
+    let limited = args.shape.dependency.is_some_and(|d| d != DependencyModel::Quota)
+        || args.shape.burst.is_some()
+        || args.shape.workers.is_some()
+        || args.shape.queue.is_some();
+    if limited && args.scenario != World::Herd {
+        eprintln!(
+            "--dependency, --burst, --workers, --queue: only with a herd (the errors scenario's dependency never \
+             runs out of capacity, and the collapse scenario's server slows by its own model)"
+        );
+        return ExitCode::from(1);
+    }
     let backends = match (args.backends, args.down.unwrap_or(0)) {
         (Some(count), down) if down >= count => {
             eprintln!("--down {down}: must be fewer than --backends {count}");

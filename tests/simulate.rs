@@ -326,7 +326,7 @@ fn the_collapse_header_names_its_own_settings_and_a_gate_per_call() {
         herd.lines()
             .next()
             .unwrap()
-            .contains("capacity 200/s, outage 10s"),
+            .contains("1ms latency, against a quota of 200 a second; outage 10s"),
         "{herd}"
     );
 }
@@ -341,13 +341,14 @@ fn check_simulate_and_tune_run_the_fleet_the_file_states_and_say_so_in_one_line(
     let path = dir.path().join("stated.yaml");
     std::fs::write(&path, STATED).unwrap();
     let path = path.to_str().unwrap();
-    let stated = "200 calls from 20 processes through 3 daemon replicas sharing a pace store, 5ms latency";
+    let stated = "200 calls from 20 processes through 3 daemon replicas sharing a pace store, 5ms latency, \
+                  against a quota of 200 a second";
 
     let check = command_stdout(&["check", path]);
     assert!(check.contains(&format!("ran in: {stated}\n")), "{check}");
     let text = stdout(&simulate(&["--policy", path, "--service", "orders"]));
     assert!(
-        text.starts_with(&format!("scenario: {stated}; capacity 200/s, outage 4s")),
+        text.starts_with(&format!("scenario: {stated}; outage 4s")),
         "{text}"
     );
     let run: serde_json::Value = serde_json::from_str(&stdout(&simulate(&[
@@ -393,8 +394,14 @@ fn check_simulate_and_tune_run_the_fleet_the_file_states_and_say_so_in_one_line(
         "0",
         "--latency",
         "0s",
+        "--dependency",
+        "token-bucket",
+        "--burst",
+        "50",
     ];
-    let overridden = "200 calls from a process per call (each with its own gate, budget and breaker) through 1 daemon, 0s latency";
+    let overridden =
+        "200 calls from a process per call (each with its own gate, budget and breaker) through 1 daemon, \
+                      0s latency, against a token bucket of 200/s, burst 50";
     let check = command_stdout(&[&["check", path][..], &flagged].concat());
     assert!(check.contains(&format!("ran in: {overridden}\n")), "{check}");
     let run: serde_json::Value = serde_json::from_str(&stdout(&simulate(
@@ -544,7 +551,7 @@ fn a_run_not_paced_through_the_daemon_does_not_say_it_ran_through_one() {
     let path = dir.path().join("stated.yaml");
     std::fs::write(&path, STATED).unwrap();
     let path = path.to_str().unwrap();
-    let alone = "200 calls from 20 processes (not paced through a daemon), 5ms latency";
+    let alone = "200 calls from 20 processes (not paced through a daemon), 5ms latency, against a quota of 200 a second";
     let unpaced = ["--policy", path, "--service", "orders", "--no-fleet-pacing"];
     let text = stdout(&simulate(&unpaced));
     assert!(text.starts_with(&format!("scenario: {alone}; ")), "{text}");
@@ -572,5 +579,147 @@ fn a_run_not_paced_through_the_daemon_does_not_say_it_ran_through_one() {
     assert!(
         shapes.iter().any(|s| s.contains("through 3 daemon replicas")),
         "{shapes:?}"
+    );
+}
+
+fn herd_json(args: &[&str]) -> serde_json::Value {
+    serde_json::from_str(&stdout(&simulate(&[args, &["--json"]].concat()))).unwrap()
+}
+
+#[test]
+fn a_token_bucket_takes_its_burst_then_its_rate_and_a_quota_takes_a_second_at_once() {
+    let busiest = |args: &[&str]| {
+        let run = herd_json(&[&["--processes", "0", "--strategy", "constant"][..], args].concat());
+        let accepted = run["accepted_per_second"].as_array().unwrap().iter();
+        let most = accepted.map(|n| n.as_u64().unwrap()).max().unwrap();
+        (most, run)
+    };
+    let (quota, _) = busiest(&[]);
+    assert_eq!(quota, 200, "a quota takes 200 in a second, no more");
+    let (full, _) = busiest(&["--dependency", "token-bucket"]);
+    assert!(
+        (201..=400).contains(&full),
+        "a full bucket of 200 and a second's refill: {full}"
+    );
+    let (small, bucket) = busiest(&["--dependency", "token-bucket", "--burst", "20"]);
+    assert!((200..=220).contains(&small), "{small}");
+    assert!(
+        bucket["shape"]
+            .as_str()
+            .unwrap()
+            .ends_with("against a token bucket of 200/s, burst 20"),
+        "{}",
+        bucket["shape"]
+    );
+    // From full at 10 s: 20 at once, then one every 5 ms; the 1000th no sooner than 14.9 s.
+    let last = bucket["last_success_seconds"].as_f64().unwrap();
+    assert!(last >= 14.9, "{last}");
+    assert_eq!(bucket["succeeded"], 1000);
+}
+
+#[test]
+fn workers_with_a_long_queue_slow_callers_past_their_timeouts_and_their_work_is_wasted() {
+    // 10 workers at 200/s (50 ms a request) and a queue of 1,000: the last
+    // in line waits 5 s, past a 500 ms timeout.
+    let slow = [
+        "--dependency",
+        "concurrency",
+        "--workers",
+        "10",
+        "--queue",
+        "1000",
+    ];
+    let timed = herd_json(
+        &[
+            &slow[..],
+            &[
+                "--outage",
+                "0s",
+                "--per-try-timeout",
+                "500ms",
+                "--max-retries",
+                "3",
+            ],
+        ]
+        .concat(),
+    );
+    assert!(
+        timed["shape"]
+            .as_str()
+            .unwrap()
+            .ends_with("against 10 workers at 50ms a request, queue 1000"),
+        "{}",
+        timed["shape"]
+    );
+    let accepted = timed["accepted_per_second"].as_array().unwrap();
+    assert!(
+        accepted.iter().all(|n| n.as_u64().unwrap() <= 200),
+        "{accepted:?}"
+    );
+    assert!(timed["gave_up_exhausted"].as_u64().unwrap() > 0, "{timed}");
+    let wasted = timed["wasted"].as_u64().unwrap();
+    assert!(wasted > 1000, "timed out in line, some more than once: {timed}");
+    let no_queue = herd_json(&["--dependency", "concurrency", "--workers", "10", "--queue", "0"]);
+    assert_eq!(
+        no_queue["succeeded"], 1000,
+        "refused at once, retried until served"
+    );
+}
+
+#[test]
+fn a_dependency_model_is_checked_and_only_goes_with_a_herd() {
+    for (args, code, says) in [
+        (
+            &["--dependency", "token_bucket"][..],
+            2,
+            "quota, token-bucket, concurrency",
+        ),
+        (
+            &["--dependency", "concurrency", "--workers", "0"][..],
+            2,
+            "--workers",
+        ),
+        (
+            &["--scenario", "errors", "--dependency", "token-bucket"][..],
+            1,
+            "only with a herd",
+        ),
+        (
+            &["--scenario", "collapse", "--burst", "5"][..],
+            1,
+            "only with a herd",
+        ),
+    ] {
+        let refused = simulate(args);
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn check_forecasts_on_the_dependency_the_file_states() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("workers.yaml");
+    std::fs::write(
+        &path,
+        "defaults: {maxRetries: 5}\nforecast:\n  dependency: concurrency\n  workers: 8\n  queue: 0\n",
+    )
+    .unwrap();
+    let check = command_stdout(&["check", path.to_str().unwrap()]);
+    assert!(
+        check.contains("against 8 workers at 40ms a request, queue 0"),
+        "{check}"
+    );
+    std::fs::write(&path, "forecast:\n  dependency: bucket\n").unwrap();
+    let refused = Command::new(env!("CARGO_BIN_EXE_stormguard"))
+        .args(["check", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr) + String::from_utf8_lossy(&refused.stdout);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("forecast.dependency") && stderr.contains("unknown dependency \"bucket\""),
+        "{stderr}"
     );
 }

@@ -67,10 +67,9 @@ fn lint_report(lint: &Lint) -> String {
     let _ = writeln!(
         out,
         "\nforecast: each service's policy against a herd of calls failing at once, and a service that takes \
-         CAPACITY requests a second once the outage ends (the file's `forecast:` block sets them and the fleet; by \
-         default {}, {}/s, a {} outage)",
+         CAPACITY requests a second once the outage ends (the file's `forecast:` block sets them, the fleet and the \
+         dependency; by default {}, a {} outage)",
         Scenario::forecast(&herd, outage).shape(),
-        herd.capacity,
         GoDuration(outage)
     );
     out.push_str(&shapes(&lint.forecasts));

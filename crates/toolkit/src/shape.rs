@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use clap::Args;
-use stormguard_core::policy::ForecastScenario;
+use stormguard_core::policy::{
+    DependencyModel, ForecastScenario, MAX_FORECAST_CAPACITY, MAX_FORECAST_WORKERS,
+};
 
 use crate::flags::{count_in, duration_in, secs};
 
@@ -41,6 +43,30 @@ pub struct ShapeFlags {
     /// A request's round trip. Default: the policy file's `forecast:` block, else 1ms.
     #[arg(long, value_parser = duration_in(secs(0), secs(3600)))]
     pub latency: Option<Duration>,
+    /// How the service refuses what it cannot take once back: `quota` (the
+    /// capacity in each calendar second), `token-bucket` (refilled at the
+    /// capacity, holding --burst), or `concurrency` (--workers serving one
+    /// request at a time, as many a second as the capacity, and a --queue
+    /// before refusals). Default: the policy file's `forecast:` block, else quota.
+    #[arg(long, value_parser = dependency_model)]
+    pub dependency: Option<DependencyModel>,
+    /// A token bucket's burst: requests it takes at once. Default: the
+    /// file's `forecast:` block, else the capacity.
+    #[arg(long, value_parser = count_in(1u32, MAX_FORECAST_CAPACITY))]
+    pub burst: Option<u32>,
+    /// A concurrency limit's workers. Default: the file's `forecast:`
+    /// block, else 20.
+    #[arg(long, value_parser = count_in(1u32, MAX_FORECAST_WORKERS))]
+    pub workers: Option<u32>,
+    /// A concurrency limit's queue: requests that wait for a worker before
+    /// the rest are refused. Default: the file's `forecast:` block, else the capacity.
+    #[arg(long, value_parser = count_in(0u32, MAX_FORECAST_CAPACITY))]
+    pub queue: Option<u32>,
+}
+
+fn dependency_model(text: &str) -> Result<DependencyModel, String> {
+    DependencyModel::from_name(text)
+        .ok_or_else(|| format!("expected one of {}", DependencyModel::NAMES.join(", ")))
 }
 
 impl ShapeFlags {
@@ -53,6 +79,11 @@ impl ShapeFlags {
         fleet.replicas = self.replicas.unwrap_or(fleet.replicas);
         fleet.pace_store = self.pace_store.unwrap_or(fleet.pace_store);
         fleet.latency = self.latency.unwrap_or(fleet.latency);
+        let dependency = &mut herd.dependency;
+        dependency.model = self.dependency.unwrap_or(dependency.model);
+        dependency.burst = self.burst.or(dependency.burst);
+        dependency.workers = self.workers.or(dependency.workers);
+        dependency.queue = self.queue.or(dependency.queue);
         herd
     }
 }

@@ -11,6 +11,10 @@
 //!   replicas: 2              # daemon replicas pacing them (1-16)
 //!   paceStore: false         # whether the replicas share their pace through Redis
 //!   latency: 1ms             # a request's round trip (at most 10s)
+//!   dependency: token-bucket # how it refuses: quota (default), token-bucket, concurrency
+//!   burst: 200               # token bucket: requests it takes at once (default: capacity)
+//!   workers: 20              # concurrency: requests served at once (default: 20)
+//!   queue: 200               # concurrency: requests waiting for a worker (default: capacity)
 //!   services:
 //!     checkout-service: {clients: 5000, capacity: 800}
 //! ```
@@ -35,6 +39,10 @@ pub const FORECAST_KEYS: &[&str] = &[
     "replicas",
     "paceStore",
     "latency",
+    "dependency",
+    "burst",
+    "workers",
+    "queue",
     "services",
 ];
 /// The most calls a forecast's herd may have.
@@ -51,6 +59,139 @@ pub const MAX_FORECAST_PROCESSES: u32 = 10_000;
 pub const MAX_FORECAST_REPLICAS: u32 = 16;
 /// The longest round trip a forecast's requests may take.
 pub const MAX_FORECAST_LATENCY: Duration = Duration::from_secs(10);
+/// The most workers a forecast's concurrency-limited dependency may have.
+pub const MAX_FORECAST_WORKERS: u32 = 10_000;
+/// The workers of a concurrency-limited dependency when the file does not say.
+pub const DEFAULT_WORKERS: u32 = 20;
+
+/// How a dependency refuses what it cannot take: which limit it runs out
+/// of. The forecasts run each model against its `capacity` (requests a
+/// second), so a policy can be compared on all three.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Dependency {
+    /// Takes `capacity` requests in each calendar second and refuses the
+    /// rest until the next: a fixed-window counter, as a quota service or
+    /// a per-second `INCR` in Redis keeps. The simplest limit, and the
+    /// kindest to a herd: a burst that arrives early in a second is taken
+    /// whole.
+    #[default]
+    Quota,
+    /// A token bucket refilled at `capacity` tokens a second, holding at
+    /// most `burst`: each request takes a token or is refused. The rate
+    /// limit of Envoy's `local_ratelimit` filter, of API gateways, and of
+    /// web servers and proxies (nginx's `limit_req` is its leaky-bucket
+    /// twin). Full when the dependency comes back, so a herd gets `burst`
+    /// at once and then `capacity` a second, however it times its sends.
+    TokenBucket {
+        /// Requests it takes at once, from full. In [1, 1,000,000].
+        burst: u32,
+    },
+    /// `workers` serve one request at a time each, taking
+    /// `workers / capacity` seconds a request; requests that find every
+    /// worker busy wait in a line of at most `queue`, first come first
+    /// served, and those that find the line full are refused at once. A
+    /// worker pool behind an accept queue (a thread-per-request server, a
+    /// database's connection slots with `queue: 0`): before it refuses it
+    /// slows, and a caller's per-try timeout may fire while its request
+    /// still waits, the work done for nobody.
+    Concurrency {
+        /// Requests served at once. In [1, 10,000].
+        workers: u32,
+        /// Requests that may wait for a worker. In [0, 1,000,000].
+        queue: u32,
+    },
+}
+
+named_values!(DependencyModel, "dependency", {
+    Quota => "quota",
+    TokenBucket => "token-bucket",
+    Concurrency => "concurrency",
+});
+
+/// Which [`Dependency`] a `dependency:` key names, before its settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DependencyModel {
+    /// [`Dependency::Quota`].
+    Quota,
+    /// [`Dependency::TokenBucket`].
+    TokenBucket,
+    /// [`Dependency::Concurrency`].
+    Concurrency,
+}
+
+/// A dependency as a forecast states it: the model, and the settings the
+/// file or the command line gave. [`at`](Self::at) fills in the rest for a
+/// capacity, so that a capacity given later (`--capacity`) still sizes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DependencySpec {
+    /// Which limit it has.
+    pub model: DependencyModel,
+    /// A token bucket's burst. Default: the capacity (a second's worth).
+    pub burst: Option<u32>,
+    /// A concurrency limit's workers. Default: [`DEFAULT_WORKERS`].
+    pub workers: Option<u32>,
+    /// A concurrency limit's queue. Default: the capacity (at full speed,
+    /// a second's wait for the last in line).
+    pub queue: Option<u32>,
+}
+
+impl Default for DependencySpec {
+    fn default() -> Self {
+        Self {
+            model: DependencyModel::Quota,
+            burst: None,
+            workers: None,
+            queue: None,
+        }
+    }
+}
+
+impl DependencySpec {
+    /// The dependency, at `capacity` requests a second.
+    pub fn at(&self, capacity: u32) -> Dependency {
+        match self.model {
+            DependencyModel::Quota => Dependency::Quota,
+            DependencyModel::TokenBucket => Dependency::TokenBucket {
+                burst: self.burst.unwrap_or(capacity).max(1),
+            },
+            DependencyModel::Concurrency => Dependency::Concurrency {
+                workers: self.workers.unwrap_or(DEFAULT_WORKERS),
+                queue: self.queue.unwrap_or(capacity),
+            },
+        }
+    }
+}
+
+impl Dependency {
+    /// The model's name, as a file writes it.
+    pub fn model(&self) -> DependencyModel {
+        match self {
+            Self::Quota => DependencyModel::Quota,
+            Self::TokenBucket { .. } => DependencyModel::TokenBucket,
+            Self::Concurrency { .. } => DependencyModel::Concurrency,
+        }
+    }
+
+    /// What a shape line says of it, at `capacity` requests a second:
+    /// "a quota of 200/s a second", "a token bucket of 200/s, burst 20",
+    /// "20 workers at 100ms a request, queue 200".
+    pub fn describe(&self, capacity: u32) -> String {
+        match *self {
+            Self::Quota => format!("a quota of {capacity} a second"),
+            Self::TokenBucket { burst } => format!("a token bucket of {capacity}/s, burst {burst}"),
+            Self::Concurrency { workers, queue } => format!(
+                "{workers} workers at {} a request, queue {queue}",
+                GoDuration(service_time(workers, capacity))
+            ),
+        }
+    }
+}
+
+/// A concurrency-limited dependency's time per request: what lets
+/// `workers` serve `capacity` requests a second.
+pub fn service_time(workers: u32, capacity: u32) -> Duration {
+    Duration::from_secs_f64(f64::from(workers) / f64::from(capacity.max(1)))
+}
 
 /// The fleet that sends a forecast's calls. Its [default](FleetShape::default)
 /// is the one place a forecast's shape is chosen when a file does not state
@@ -98,6 +239,8 @@ pub struct ForecastScenario {
     pub outages: Vec<Duration>,
     /// The fleet the calls come from.
     pub fleet: FleetShape,
+    /// How the service refuses what it cannot take.
+    pub dependency: DependencySpec,
 }
 
 impl Default for ForecastScenario {
@@ -110,6 +253,7 @@ impl Default for ForecastScenario {
             capacity: 200,
             outages: vec![Duration::from_secs(10)],
             fleet: FleetShape::default(),
+            dependency: DependencySpec::default(),
         }
     }
 }
@@ -131,6 +275,10 @@ struct Layer {
     replicas: Option<u32>,
     pace_store: Option<bool>,
     latency: Option<Duration>,
+    dependency: Option<DependencyModel>,
+    burst: Option<u32>,
+    workers: Option<u32>,
+    queue: Option<u32>,
 }
 
 impl ForecastBlock {
@@ -144,6 +292,15 @@ impl ForecastBlock {
         ForecastScenario {
             clients: own.clients.or(top.clients).unwrap_or(base.clients),
             capacity: own.capacity.or(top.capacity).unwrap_or(base.capacity),
+            dependency: DependencySpec {
+                model: own
+                    .dependency
+                    .or(top.dependency)
+                    .unwrap_or(DependencyModel::Quota),
+                burst: own.burst.or(top.burst),
+                workers: own.workers.or(top.workers),
+                queue: own.queue.or(top.queue),
+            },
             outages: own
                 .outages
                 .or_else(|| top.outages.clone())
@@ -210,6 +367,10 @@ impl Layer {
             "replicas" => self.replicas = count(value, at, MAX_FORECAST_REPLICAS, errors),
             "paceStore" => self.pace_store = bool::from_node(value, at, errors),
             "latency" => self.latency = at_most(value, at, MAX_FORECAST_LATENCY, errors),
+            "dependency" => self.dependency = DependencyModel::from_node(value, at, errors),
+            "burst" => self.burst = count(value, at, MAX_FORECAST_CAPACITY, errors),
+            "workers" => self.workers = count(value, at, MAX_FORECAST_WORKERS, errors),
+            "queue" => self.queue = at_most_count(value, at, MAX_FORECAST_CAPACITY, errors),
             other => errors.push(unknown_key(at, other, known)),
         }
     }
@@ -222,6 +383,19 @@ fn count(node: &Node, path: &KeyPath, max: u32, errors: &mut Errors) -> Option<u
         errors.push(PolicyError::value(
             path,
             format!("must be between 1 and {max}, found {n}"),
+        ));
+        return None;
+    }
+    Some(n)
+}
+
+/// A whole number in `[0, max]`.
+fn at_most_count(node: &Node, path: &KeyPath, max: u32, errors: &mut Errors) -> Option<u32> {
+    let n = u32::from_node(node, path, errors)?;
+    if n > max {
+        errors.push(PolicyError::value(
+            path,
+            format!("must be at most {max}, found {n}"),
         ));
         return None;
     }
@@ -278,6 +452,104 @@ mod tests {
     }
 
     #[test]
+    fn the_dependency_layers_key_by_key_and_sizes_what_is_left_out_by_the_capacity() {
+        let (block, errors) = decode(&map(vec![
+            ("dependency", s("token-bucket")),
+            ("burst", Node::Int(20)),
+            ("workers", Node::Int(64)),
+            (
+                "services",
+                map(vec![
+                    (
+                        "orders",
+                        map(vec![("dependency", s("concurrency")), ("queue", Node::Int(0))]),
+                    ),
+                    (
+                        "search",
+                        map(vec![("capacity", Node::Int(500)), ("burst", Node::Int(500))]),
+                    ),
+                    ("quota", map(vec![("dependency", s("quota"))])),
+                ]),
+            ),
+        ]));
+        assert!(errors.is_empty(), "{errors:?}");
+        let at = |service: &str| {
+            let herd = block.resolve(service);
+            herd.dependency.at(herd.capacity)
+        };
+        assert_eq!(at("any"), Dependency::TokenBucket { burst: 20 });
+        assert_eq!(at("search"), Dependency::TokenBucket { burst: 500 });
+        assert_eq!(
+            at("orders"),
+            Dependency::Concurrency {
+                workers: 64,
+                queue: 0
+            }
+        );
+        assert_eq!(at("quota"), Dependency::Quota);
+        let unstated = DependencySpec {
+            model: DependencyModel::Concurrency,
+            ..DependencySpec::default()
+        };
+        assert_eq!(
+            unstated.at(300),
+            Dependency::Concurrency {
+                workers: DEFAULT_WORKERS,
+                queue: 300
+            },
+            "a second's queue at the capacity"
+        );
+        let bucket = DependencySpec {
+            model: DependencyModel::TokenBucket,
+            ..DependencySpec::default()
+        };
+        assert_eq!(
+            bucket.at(300),
+            Dependency::TokenBucket { burst: 300 },
+            "a second's burst"
+        );
+        assert_eq!(
+            Dependency::Concurrency {
+                workers: 20,
+                queue: 200
+            }
+            .describe(200),
+            "20 workers at 100ms a request, queue 200"
+        );
+    }
+
+    #[test]
+    fn a_wrong_dependency_names_the_key_and_the_closest_model() {
+        let (_, errors) = decode(&map(vec![
+            ("dependency", s("token_bucket")),
+            ("workers", Node::Int(0)),
+            ("queue", Node::Int(-1)),
+            ("burst", Node::Int(2_000_000)),
+        ]));
+        assert_eq!(errors.len(), 4, "{errors:?}");
+        assert!(
+            errors[0].contains("forecast.dependency") && errors[0].contains("\"token-bucket\""),
+            "{}",
+            errors[0]
+        );
+        assert!(
+            errors[1].contains("forecast.workers") && errors[1].contains("between 1 and 10000"),
+            "{}",
+            errors[1]
+        );
+        assert!(
+            errors[2].contains("forecast.queue") && errors[2].contains("negative"),
+            "{}",
+            errors[2]
+        );
+        assert!(
+            errors[3].contains("forecast.burst") && errors[3].contains("1000000"),
+            "{}",
+            errors[3]
+        );
+    }
+
+    #[test]
     fn a_service_takes_its_own_keys_then_the_blocks_then_the_default() {
         let (block, errors) = decode(&map(vec![
             ("clients", Node::Int(5000)),
@@ -295,6 +567,7 @@ mod tests {
                 capacity: 800,
                 outages: vec![Duration::from_secs(2), Duration::from_secs(60)],
                 fleet: FleetShape::default(),
+                dependency: DependencySpec::default(),
             }
         );
         assert_eq!(block.defaults().capacity, 200);

@@ -4,6 +4,8 @@
 //! A policy is plain data. Everything that acts on it (backoff, the retry
 //! loop, budgets, breakers, the simulator, the linter) takes it by reference.
 
+#[macro_use]
+mod named;
 mod document;
 mod duration;
 mod forecast;
@@ -18,9 +20,9 @@ mod validate;
 pub use document::{PolicyDocument, PolicySource, ResolvedPolicy, DOCUMENT_KEYS, MAX_CALLS};
 pub use duration::{millis, parse_duration, DurationError, GoDuration};
 pub use forecast::{
-    FleetShape, ForecastBlock, ForecastScenario, FORECAST_KEYS, MAX_FORECAST_CAPACITY, MAX_FORECAST_CLIENTS,
-    MAX_FORECAST_LATENCY, MAX_FORECAST_OUTAGE, MAX_FORECAST_OUTAGES, MAX_FORECAST_PROCESSES,
-    MAX_FORECAST_REPLICAS,
+    service_time, Dependency, DependencyModel, DependencySpec, FleetShape, ForecastBlock, ForecastScenario,
+    FORECAST_KEYS, MAX_FORECAST_CAPACITY, MAX_FORECAST_CLIENTS, MAX_FORECAST_LATENCY, MAX_FORECAST_OUTAGE,
+    MAX_FORECAST_OUTAGES, MAX_FORECAST_PROCESSES, MAX_FORECAST_REPLICAS, MAX_FORECAST_WORKERS,
 };
 pub use layer::{Layered, Leaf};
 pub use model::{

@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use super::duration::millis;
 use super::layer::{layered_leaves, policy_block, Leaf};
-use super::tree::{did_you_mean, Errors, KeyPath, Node, PolicyError};
+use super::named::unknown_name;
+use super::tree::{Errors, KeyPath, Node, PolicyError};
 
 policy_block! {
     /// How a client retries calls to one service: backoff, which failures to
@@ -327,42 +328,6 @@ pub enum OverloadWhen {
     MostRefused,
 }
 
-/// The names a policy file writes an enum's values by, in one place: the
-/// `NAMES` listed in errors, `name()`, `Display`, and reading and writing
-/// the value as a leaf (`what` names it in an unknown value's error).
-macro_rules! named_values {
-    ($ty:ident, $what:literal, { $($variant:ident => $name:literal),+ $(,)? }) => {
-        impl $ty {
-            /// Every value as written in a policy file.
-            pub const NAMES: &'static [&'static str] = &[$($name),+];
-
-            /// The name as written in a policy file.
-            pub fn name(self) -> &'static str {
-                match self {
-                    $($ty::$variant => $name),+
-                }
-            }
-        }
-
-        impl fmt::Display for $ty {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.name())
-            }
-        }
-
-        impl Leaf for $ty {
-            fn from_node(node: &Node, path: &KeyPath, errors: &mut Errors) -> Option<Self> {
-                let all = [$($ty::$variant),+];
-                named_leaf(node, path, errors, $what, $ty::NAMES).map(|i| all[i])
-            }
-
-            fn write(&self) -> String {
-                self.name().to_string()
-            }
-        }
-    };
-}
-
 named_values!(Jitter, "jitter", {
     None => "none",
     Proportional => "proportional",
@@ -380,30 +345,6 @@ named_values!(OverloadWhen, "overloadWhen value", {
     AnyRefusal => "any-refusal",
     MostRefused => "most-refused",
 });
-
-/// The index in `names` of the name `node` holds, or an error naming the
-/// closest one.
-fn named_leaf(node: &Node, path: &KeyPath, errors: &mut Errors, what: &str, names: &[&str]) -> Option<usize> {
-    let Node::Str(found) = node else {
-        errors.push(PolicyError::value(
-            path,
-            format!("expected one of {}, found {}", names.join(", "), node.kind()),
-        ));
-        return None;
-    };
-    let index = names.iter().position(|name| name == found);
-    if index.is_none() {
-        errors.push(PolicyError::value(path, unknown_name(what, found, names)));
-    }
-    index
-}
-
-fn unknown_name(what: &str, found: &str, names: &[&str]) -> String {
-    match did_you_mean(found, names) {
-        Some(suggestion) => format!("unknown {what} {found:?}; did you mean {suggestion:?}?"),
-        None => format!("unknown {what} {found:?}; expected one of: {}", names.join(", ")),
-    }
-}
 
 /// A kind of failure that a policy may retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -273,7 +273,8 @@ fn a_service_with_a_send_gate_is_forecast_paced_through_the_daemon() {
     for forecast in [plain, paced] {
         assert_eq!(
             forecast.fleet.shape,
-            "1000 calls from 50 processes through 2 daemon replicas pacing apart (no shared pace store), 1ms latency",
+            "1000 calls from 50 processes through 2 daemon replicas pacing apart (no shared pace store), 1ms latency, \
+             against a quota of 200 a second",
             "the default fleet, for every policy"
         );
     }

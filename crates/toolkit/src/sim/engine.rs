@@ -23,6 +23,7 @@ use stormguard_core::retry::{Failure, GaveUp};
 use tokio::time::Instant;
 
 use super::collapse::{Busy, Next};
+use super::dependency::{Limit, Taken};
 use super::fleet_budget::FleetBudget;
 use super::replicas::{self, Replicas};
 use super::scenario::{Backends, Scenario};
@@ -119,12 +120,17 @@ enum InFlight {
     /// Request `.0` is on its way (the collapse scenario): the client's next
     /// event is its timeout, unless the answer comes first.
     Awaiting(u32),
+    /// The server is still working on it when the client stops waiting,
+    /// at its next event.
+    Late,
 }
 
-/// The herd's server: a count per calendar second since t = 0, with
-/// its outages and brownout, its random failures and its backends down.
+/// The herd's server: its limit (see [`Limit`]), with its outages and
+/// brownout, its random failures and its backends down, and its counts per
+/// calendar second since t = 0.
 struct Server {
     capacity: u64,
+    limit: Limit,
     /// The share of requests it fails at random, whatever its load, and
     /// the status they are answered with.
     random_failures: f64,
@@ -163,20 +169,22 @@ impl Server {
         self.accepted[second] += 1;
     }
 
-    /// Counts a request at `t` and says whether it is refused, and with
-    /// what status: if it fails at random (`random_status`), or with a 503
-    /// if it goes to a backend that is down, falls in an outage, or finds
-    /// the second's capacity used.
-    fn handle(&mut self, t: u64, rng: &mut impl Rng) -> Option<u16> {
+    /// Counts a request at `t` and says what becomes of it: refused at
+    /// once with a status if it fails at random (`random_status`), or with
+    /// a 503 if it goes to a backend that is down, falls in an outage, or
+    /// finds the limit reached; else served, its answer leaving the server
+    /// at an instant. It counts as accepted if that answer reaches its
+    /// caller, `latency` later, by `deadline`.
+    fn handle(&mut self, t: u64, latency: u64, deadline: Option<u64>, rng: &mut impl Rng) -> Handled {
         let second = self.second(t);
         self.requests[second] += 1;
         if self.random_failures > 0.0 && rng.random::<f64>() < self.random_failures {
-            return Some(self.random_status);
+            return Handled::Refused(self.random_status);
         }
         if let Some((backends, dealt)) = &mut self.backends {
             *dealt += 1;
             if backends.down_for(*dealt - 1) {
-                return Some(UNAVAILABLE);
+                return Handled::Refused(UNAVAILABLE);
             }
         }
         if self
@@ -185,7 +193,7 @@ impl Server {
             .any(|(start, end)| (*start..*end).contains(&t))
         {
             self.rejected_in_outage += 1;
-            return Some(UNAVAILABLE);
+            return Handled::Refused(UNAVAILABLE);
         }
         let capacity = match self.brownout {
             Some((start, end, capacity)) if (start..end).contains(&t) => capacity,
@@ -195,10 +203,26 @@ impl Server {
             Some((backends, _)) => backends.capacity_up(capacity),
             None => capacity,
         };
-        let accept = self.accepted[second] < capacity;
-        self.accepted[second] += u64::from(accept);
-        (!accept).then_some(UNAVAILABLE)
+        match self.limit.take(t, capacity, self.accepted[second]) {
+            Taken::Refused => Handled::Refused(UNAVAILABLE),
+            Taken::Served(done) => {
+                let heard = done.saturating_add(latency);
+                let in_time = deadline.is_none_or(|deadline| heard <= deadline);
+                self.accepted[second] += u64::from(in_time);
+                Handled::Served { heard, in_time }
+            }
+        }
     }
+}
+
+/// What becomes of a request the server handles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Handled {
+    /// Refused at once, with this status.
+    Refused(u16),
+    /// Served, its answer reaching the caller at `heard`: `in_time`, or
+    /// after the caller stopped waiting.
+    Served { heard: u64, in_time: bool },
 }
 
 /// What a server out of capacity, in an outage, or a balancer with no
@@ -325,6 +349,7 @@ impl<'a> World<'a> {
             }),
             queue,
             server: Server {
+                limit: Limit::of(scenario.dependency),
                 // The errors scenario's dependency never runs out of capacity.
                 capacity: match scenario.errors {
                     Some(_) => u64::MAX,
@@ -447,7 +472,7 @@ impl<'a> World<'a> {
         if let Some((send, in_flight)) = client.in_flight.take() {
             let answer = match in_flight {
                 InFlight::Decided(refused) => self.answer_of(id, refused),
-                InFlight::Awaiting(_) => Answer::TimedOut,
+                InFlight::Awaiting(_) | InFlight::Late => Answer::TimedOut,
             };
             self.answer(t, id, send, answer);
         } else {
@@ -578,15 +603,23 @@ impl<'a> World<'a> {
         match step {
             CallStep::Send(send) if self.busy.is_some() => self.send_request(t, id, send),
             CallStep::Send(send) => {
-                let refused = self.server.handle(t, &mut self.rng);
-                match nanos(self.scenario.latency) {
-                    0 => {
+                let latency = nanos(self.scenario.latency);
+                let deadline = send.until.map(|until| nanos_since(self.origin, until).max(t));
+                let (heard, at) = match self.server.handle(t, latency, deadline, &mut self.rng) {
+                    Handled::Refused(status) => (InFlight::Decided(Some(status)), t.saturating_add(latency)),
+                    Handled::Served { heard, in_time: true } => (InFlight::Decided(None), heard),
+                    Handled::Served { in_time: false, .. } => {
+                        (InFlight::Late, deadline.expect("late only with a deadline"))
+                    }
+                };
+                match heard {
+                    InFlight::Decided(refused) if at == t => {
                         let answer = self.answer_of(id, refused);
                         self.answer(t, id, send, answer);
                     }
-                    latency => {
-                        self.clients[id as usize].in_flight = Some((send, InFlight::Decided(refused)));
-                        self.schedule(t.saturating_add(latency), id);
+                    heard => {
+                        self.clients[id as usize].in_flight = Some((send, heard));
+                        self.schedule(at, id);
                     }
                 }
             }

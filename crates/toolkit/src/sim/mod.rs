@@ -4,6 +4,7 @@
 
 mod arrivals;
 mod collapse;
+mod dependency;
 mod engine;
 mod errors;
 mod fleet_budget;

@@ -4,7 +4,7 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use serde::Serialize;
-use stormguard_core::policy::{ForecastScenario, GoDuration};
+use stormguard_core::policy::{Dependency, ForecastScenario, GoDuration};
 
 use super::collapse::Collapse;
 use super::errors::Errors;
@@ -18,8 +18,11 @@ pub const STORE_ROUND_TRIP: Duration = Duration::from_millis(1);
 pub struct Scenario {
     /// Clients, each wanting one request served.
     pub clients: u32,
-    /// Requests the server accepts per calendar second (counted from t = 0).
+    /// Requests a second the server takes once back, by its `dependency`'s limit.
     pub capacity: u32,
+    /// How the server refuses what it cannot take: a quota per calendar
+    /// second (counted from t = 0), a token bucket, or workers and a queue.
+    pub dependency: Dependency,
     /// The server rejects everything from t = 0 until this.
     pub outage: Duration,
     /// A second outage: the server rejects everything from `.0` for `.1`.
@@ -79,6 +82,7 @@ impl Default for Scenario {
         Self {
             clients: 1000,
             capacity: 200,
+            dependency: Dependency::Quota,
             outage: Duration::from_secs(10),
             second_outage: None,
             brownout: None,
@@ -110,6 +114,7 @@ impl Scenario {
         Self {
             clients: herd.clients,
             capacity: herd.capacity,
+            dependency: herd.dependency.at(herd.capacity),
             outage,
             latency: fleet.latency,
             processes: fleet.processes,
@@ -158,6 +163,9 @@ impl Scenario {
             ),
             None => write!(line, ", {} latency", GoDuration(self.latency)),
         };
+        if !self.open_loop() {
+            let _ = write!(line, ", against {}", self.dependency.describe(self.capacity));
+        }
         line
     }
 
@@ -216,9 +224,9 @@ impl Scenario {
             );
         }
         match self.collapse {
+            // The shape line says what the dependency takes once back.
             None => format!(
-                "capacity {}/s, outage {}, spread {}",
-                self.capacity,
+                "outage {}, spread {}",
                 GoDuration(self.outage),
                 GoDuration(self.spread)
             ),

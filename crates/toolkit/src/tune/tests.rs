@@ -157,5 +157,5 @@ fn the_recommendation_keeps_a_margin_on_give_ups_and_is_reported_on_the_fleets_a
     assert!(json["recommended"]["neighbours"][3]["shape"]
         .as_str()
         .unwrap()
-        .ends_with("5ms latency"));
+        .ends_with("5ms latency, against a quota of 200 a second"));
 }
