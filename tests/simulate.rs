@@ -232,7 +232,32 @@ fn compare_puts_gates_and_fleet_pacing_beside_each_strategy_with_the_same_keys()
         assert!(runs.iter().all(|r| r.get(key).is_some()), "missing {key}");
     }
     let wasted: Vec<u64> = runs.iter().map(|r| r["wasted"].as_u64().unwrap()).collect();
-    assert!(wasted[1] * 5 < wasted[0] && wasted[2] < wasted[1], "{wasted:?}");
+    assert!(wasted[1] * 5 < wasted[0], "{wasted:?}");
+    // Over a few seeds (one seed's refusals after the outage vary by a
+    // hundred either way), the fleet wastes less than a gate per process.
+    let mut totals = [0, 0];
+    for seed in ["1", "2", "3", "4", "5"] {
+        let runs: serde_json::Value = serde_json::from_str(&stdout(&simulate(&[
+            "--compare",
+            "--strategy",
+            "full-jitter",
+            "--gate",
+            "--fleet",
+            "--processes",
+            "50",
+            "--replicas",
+            "1",
+            "--latency",
+            "0s",
+            "--seed",
+            seed,
+            "--json",
+        ])))
+        .unwrap();
+        totals[0] += runs[1]["wasted"].as_u64().unwrap();
+        totals[1] += runs[2]["wasted"].as_u64().unwrap();
+    }
+    assert!(totals[1] < totals[0], "gates, fleet: {totals:?}");
 }
 
 #[test]

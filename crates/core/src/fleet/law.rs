@@ -88,6 +88,9 @@ const REFUSED_WITHIN: Duration = Duration::from_secs(2);
 /// outage is likely to refuse (the tenths seen in the field), short of
 /// the half a doubling rate meets once past a capacity.
 const SLOW_START_SHARE: f64 = 0.25;
+/// A law that has probed this long without an acceptance found its
+/// dependency down, rather than short of capacity.
+const DOWN_FOR: Duration = Duration::from_secs(1);
 /// After a refused probe, the next waits this long after the cut: eight
 /// rounds, as BBR probes one round in eight once it has found the
 /// bottleneck, so that a fleet at capacity is not refused every other round.
@@ -325,7 +328,23 @@ impl Law {
             self.round = (now, self.rate.now);
         }
         let slow_start = self.rate.is_slow_start() || self.rate.is_probing();
+        let probing = self.rate.is_probing();
+        let down = now.saturating_duration_since(self.rate.last_cut()) >= DOWN_FOR;
         self.rate.accepted_many(&self.policy, accepted, now);
+        if probing && down && accepted > 0 {
+            // The first acceptance after an outage opens the first window,
+            // as TCP starts from its initial window rather than from one
+            // segment: grown from the probes' rate by what was accepted,
+            // the fleet took a second to reach a capacity of 200 a second.
+            // Not for a dependency that accepted within a second of the
+            // first refusal (a brownout's): what it delivers says more.
+            // Outcomes learned together (a shared pace's) grow it as they
+            // would one ask at a time.
+            let window = FIRST_WINDOW / ROUND.as_secs_f64();
+            let first = window + self.policy.ramp * f64::from(accepted - 1);
+            self.rate.now = self.rate.now.max(first.min(self.policy.max_rate));
+            self.round = (now, self.rate.now);
+        }
         if accepted > 0 && slow_start && self.rate.is_slow_start() {
             let base = self.round.1.max(self.policy.min_rate);
             let cap = (2.0 * base).max(base + FIRST_WINDOW / ROUND.as_secs_f64());
@@ -334,15 +353,17 @@ impl Law {
     }
 
     /// Under `most-refused`, whether slow start goes on past a refusal at
-    /// `now`: while less than [`SLOW_START_SHARE`] of the last second's
-    /// answers were refused. A dependency back from an outage that fails a
-    /// share at random would otherwise end it at the first random refusal,
-    /// far below its capacity; one that is full refuses more, as slow
-    /// start doubles past it within a round.
+    /// `now`: while the last second's refusals are within what
+    /// [`SLOW_START_SHARE`] refused at random explains, beyond chance. A
+    /// dependency back from an outage that fails a share at random would
+    /// otherwise end it at the first random refusal, far below its
+    /// capacity (one refusal in the first three answers is a third); one
+    /// that is full refuses more, as slow start doubles past it within a
+    /// round.
     fn slow_start_goes_on(&mut self, now: Instant) -> bool {
         self.judges_by_share()
             && self.rate.is_slow_start()
-            && self.rate.refused_share_last_second(now) < SLOW_START_SHARE
+            && !self.rate.shows_refusals_beyond_at(SLOW_START_SHARE, now)
     }
 
     /// Cuts the rate for what was refused or timed out since

@@ -81,8 +81,9 @@ const BACKLOG_HORIZON: f64 = 1.0;
 /// 100 ms, and the way there and back), and growing faster than they come
 /// back overshoots the dependency.
 const ROUND: Duration = Duration::from_millis(250);
-/// Turns a round the rate may grow by however low it is: 120 a second with
-/// 250 ms rounds. Three times TCP's initial window of ten segments, because
+/// Turns a round the rate may grow by however low it is, and the rate the
+/// first acceptance after an outage opens: 120 a second with 250 ms
+/// rounds. Three times TCP's initial window of ten segments, because
 /// a fleet's first round after an outage serves a whole fleet's line, and
 /// the refusal that ends slow start cuts to what was delivered rather than
 /// by a share of the rate; in the simulator's herd (50 and 200 processes,
@@ -157,6 +158,8 @@ struct Member {
     /// given out (floors come on top).
     held: f64,
     last_ask: Instant,
+    /// Calls waiting in it at its last ask.
+    waiting: u64,
 }
 
 /// The last division of the rate.
@@ -285,6 +288,7 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
             granted: fair,
             held: 0.0,
             last_ask: now.checked_sub(ASK_EVERY).unwrap_or(now),
+            waiting: 0,
         });
         let elapsed = now.saturating_duration_since(member.last_ask).max(ASK_EVERY / 10);
         let seconds = elapsed.as_secs_f64();
@@ -297,8 +301,17 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
             overloaded: bounded(tally.overloaded) as u64,
             timed_out: bounded(tally.timed_out) as u64,
         };
+        // It wants what arrives (what was accepted, and what its line grew
+        // by) and its line. Not what it sent: a refused attempt is sent
+        // again, and a process that has just sent its last call wants no
+        // more. Counting what was sent, a thousand processes of a call or
+        // two each drew most of a recovering fleet's rate to processes with
+        // nothing left to send.
+        let arriving = (outcomes.accepted + tally.waiting).saturating_sub(member.waiting) as f64 / seconds;
+        member.waiting = tally.waiting;
+        let claimed = arriving + tally.waiting as f64 / BACKLOG_HORIZON;
+        // It claims no more than twice what it showed it can send, and a fair share.
         let sending = outcomes.sent as f64 / seconds;
-        let claimed = sending + tally.waiting as f64 / BACKLOG_HORIZON;
         member.want = claimed.min(2.0 * sending + fair.max(fleet_fair));
         let window_start = member.last_ask;
         member.last_ask = now;

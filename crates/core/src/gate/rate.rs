@@ -262,6 +262,13 @@ impl Rate {
     }
 
     /// Of the answers over the last second, the share refused.
+    /// Whether, over the last second to `now`, more was refused than a
+    /// dependency failing `share` at random would refuse, beyond chance.
+    pub(crate) fn shows_refusals_beyond_at(&mut self, share: f64, now: Instant) -> bool {
+        self.answers.roll(now);
+        self.answers.shows_refusals_beyond(share)
+    }
+
     pub(crate) fn refused_share_last_second(&mut self, now: Instant) -> f64 {
         self.answers.roll(now);
         self.answers.refused_share_last_second()
