@@ -75,6 +75,7 @@ import threading
 import time
 import urllib.request
 
+from dependencies import Haproxy
 from harness import BINARY, ROOT, ServiceProxy, redis_info, start_daemon, start_redis
 
 EXAMPLES = os.path.join(ROOT, "target", "release", "examples")
@@ -113,18 +114,38 @@ def percentile(values, q):
     return ordered[max(0, int(q * len(ordered) + 0.999999) - 1)] if ordered else float("nan")
 
 
-def start_dependency(start_at_ms, errors=None, status=503):
+class OwnDependency:
     """The project's loopback dependency: the herd's (down for OUTAGE, then
     CAPACITY a calendar second), or with `errors` one that fails that share
     at random, answering `status`, and never runs out of capacity."""
-    world = (["--outage", str(OUTAGE), "--capacity", str(CAPACITY)] if errors is None
-             else ["--outage", "0", "--capacity", str(UNLIMITED), "--error-rate", str(errors),
-                   "--error-status", str(status)])
-    dependency = subprocess.Popen(
-        [os.path.join(EXAMPLES, "recovering_dependency"), "--listen", "127.0.0.1:0",
-         "--start-at", str(start_at_ms), *world],
-        stdout=subprocess.PIPE, text=True)
-    return dependency, dependency.stdout.readline().strip()
+
+    def __init__(self, start_at_ms, errors=None, status=503):
+        world = (["--outage", str(OUTAGE), "--capacity", str(CAPACITY)] if errors is None
+                 else ["--outage", "0", "--capacity", str(UNLIMITED), "--error-rate", str(errors),
+                       "--error-status", str(status)])
+        self.process = subprocess.Popen(
+            [os.path.join(EXAMPLES, "recovering_dependency"), "--listen", "127.0.0.1:0",
+             "--start-at", str(start_at_ms), *world],
+            stdout=subprocess.PIPE, text=True)
+        self.address = self.process.stdout.readline().strip()
+
+    def stats(self):
+        with urllib.request.urlopen(f"{self.address}/stats", timeout=5) as response:
+            return json.load(response)
+
+    def stop(self):
+        self.process.kill()
+        self.process.wait()
+
+
+# The dependencies a herd can return to: the project's own (a calendar-second
+# quota), and real ones that are not this project's code, each with the
+# simulator's model that matches it.
+DEPENDENCIES = {
+    "own": (lambda start_at_ms: OwnDependency(start_at_ms), []),
+    "haproxy": (lambda start_at_ms: Haproxy(CAPACITY, start_at_ms / 1000 + OUTAGE),
+                ["--dependency", "token-bucket", "--burst", str(CAPACITY)]),
+}
 
 
 class Fleet:
@@ -226,7 +247,8 @@ def judged(summary):
     return f"{parts} (refused {summary['refused_share']:.1%})"
 
 
-def real_run(service, flags, processes, callers, fleet=None, languages=("rust",), errors=None, status=503):
+def real_run(service, flags, processes, callers, fleet=None, languages=("rust",), errors=None, status=503,
+             dependency="own"):
     """One run of the real fleet, its processes dealt in turn to
     `languages`' clients: wasted, p50, p99, gave up, the dependency's
     per-second counts, and what Redis did if there was one. With `errors`,
@@ -238,7 +260,9 @@ def real_run(service, flags, processes, callers, fleet=None, languages=("rust",)
     environment = {**os.environ, "PYTHONPATH": python_path + os.pathsep + os.environ.get("PYTHONPATH", "")}
     start_at = int(time.time() * 1000) + 3000
     daemon_url = fleet.start(start_at)
-    dependency, address = start_dependency(start_at, errors, status)
+    dependency = (OwnDependency(start_at, errors, status) if errors is not None
+                  else DEPENDENCIES[dependency][0](start_at))
+    address = dependency.address
     judgements = Judgements([port for _, port in fleet.daemons], service)
     herd = []
     try:
@@ -256,15 +280,15 @@ def real_run(service, flags, processes, callers, fleet=None, languages=("rust",)
             if process.returncode != 0:
                 raise RuntimeError(f"a client process failed ({process.returncode})")
             results.append(json.loads(out.strip().splitlines()[-1]))
-        with urllib.request.urlopen(f"{address}/stats", timeout=5) as response:
-            stats = json.load(response)
+        stats = dependency.stats()
         paced_for = time.time() - start_at / 1000
         commands = fleet.commands()
     finally:
         judged_while = judgements.stop()
-        for process in (*herd, dependency):
+        for process in herd:
             process.kill()
             process.wait()
+        dependency.stop()
         fleet.stop()
     seconds = [s for r in results for s in r["seconds"]]
     redis = None
@@ -287,8 +311,10 @@ def real_run(service, flags, processes, callers, fleet=None, languages=("rust",)
     }
 
 
-def simulated(service, flags, processes, callers):
-    """Means over SEEDS of the simulator's run of the same set-up."""
+def simulated(service, flags, processes, callers, dependency="own"):
+    """Means over SEEDS of the simulator's run of the same set-up, on the
+    model of `dependency`."""
+    flags = [*flags, *DEPENDENCIES[dependency][1]]
     runs = []
     for seed in SEEDS:
         text = subprocess.run(
@@ -370,9 +396,17 @@ def mean_of(runs):
     return {key: statistics.mean(r[key] for r in runs) for key in ("wasted", "p50_seconds", "p99_seconds", "gave_up")}
 
 
+# What each dependency does once back, in words.
+LIMITS = {
+    "own": f"{CAPACITY} requests per calendar second (this project's loopback dependency; simulated as a quota)",
+    "haproxy": f"HAProxy's stick-table limit of {CAPACITY} requests a second, counting the ones it denies, in "
+               f"front of Python's http.server (simulated as a token bucket of {CAPACITY}/s, burst {CAPACITY})",
+}
+
+
 def header(opts, what):
     print(f"{opts.processes} processes x {opts.callers} callers{what}; dependency down {OUTAGE} s, "
-          f"then {CAPACITY} requests per calendar second; real: mean of {opts.runs} run(s), "
+          f"then {LIMITS[opts.dependency]}; real: mean of {opts.runs} run(s), "
           f"simulated: mean of seeds {SEEDS.start}-{SEEDS.stop - 1}, latency {LATENCY}")
     print()
     print(f"{'':34} {'wasted':>15} {'p50 s':>13} {'p99 s':>13} {'gave up':>13}")
@@ -396,17 +430,27 @@ def verdict(what, met):
 def one_daemon(opts):
     """Full jitter, per-process gates and the fleet through one daemon."""
     header(opts, "")
-    report, ratio = {}, None
+    report, means, targets = {}, {}, []
     for label, service, flags, sim_flags in WAYS:
-        reals = [real_run(service, flags, opts.processes, opts.callers, languages=opts.languages)
+        reals = [real_run(service, flags, opts.processes, opts.callers, languages=opts.languages,
+                          dependency=opts.dependency)
                  for _ in range(opts.runs)]
-        real, sim = mean_of(reals), simulated(service, sim_flags, opts.processes, opts.callers)
-        report[label] = {"real": reals, "simulated": sim}
+        real = mean_of(reals)
+        sim = simulated(service, sim_flags, opts.processes, opts.callers, opts.dependency)
+        report[label], means[label] = {"real": reals, "simulated": sim}, real
         row(label, real, sim)
-        if label == "fleet":
-            ratio = real["wasted"] / max(sim["wasted"], 1)
+        if opts.dependency != "own" and label != "full jitter":
+            gap = real["p99_seconds"] - sim["p99_seconds"]
+            targets.append((f"{label}: real p99 - simulated {gap:+.2f} s (within 0.5 s)", abs(gap) <= 0.5))
     print()
-    met = verdict(f"fleet, real waste / simulated waste: {ratio:.2f} (target: at most 1.3)", ratio <= 1.3)
+    fleet, gates = means["fleet"], means["per-process gates"]
+    if opts.dependency == "own":
+        ratio = fleet["wasted"] / max(report["fleet"]["simulated"]["wasted"], 1)
+        targets.append((f"fleet, real waste / simulated waste: {ratio:.2f} (target: at most 1.3)", ratio <= 1.3))
+    else:
+        targets.append((f"fleet p99 {fleet['p99_seconds']:.2f} s, per-process gates {gates['p99_seconds']:.2f} s "
+                        f"(no worse + 0.3 s)", fleet["p99_seconds"] <= gates["p99_seconds"] + 0.3))
+    met = all([verdict(what, ok) for what, ok in targets])
     return report, met
 
 
@@ -432,9 +476,11 @@ def replicas(opts):
     report, means, targets = {}, {}, []
     for label, fleet, sim_flags in ways:
         languages = ("rust",) if label.endswith("all Rust") else opts.languages
-        reals = [real_run("herd-gated", [], opts.processes, opts.callers, fleet, languages)
+        reals = [real_run("herd-gated", [], opts.processes, opts.callers, fleet, languages,
+                          dependency=opts.dependency)
                  for _ in range(opts.runs)]
-        sim = simulated("herd-gated", ["--fleet", *sim_flags], opts.processes, opts.callers) if sim_flags else None
+        sim = (simulated("herd-gated", ["--fleet", *sim_flags], opts.processes, opts.callers, opts.dependency)
+               if sim_flags else None)
         report[label] = {"real": reals, "simulated": sim}
         means[label] = real = mean_of(reals)
         row(label, real, sim)
@@ -478,6 +524,9 @@ def main():
                         help="with --replicas: also a run with Redis killed this long after the callers start")
     parser.add_argument("--kill-replica-at", type=float, metavar="SECONDS",
                         help="with --replicas: also a run with the first daemon killed this long after the start")
+    parser.add_argument("--dependency", choices=sorted(DEPENDENCIES), default="own",
+                        help="what the herd returns to: this project's loopback dependency (own), or HAProxy's "
+                             "stick-table rate limit in front of a stock web server (haproxy)")
     parser.add_argument("--errors", type=float, metavar="SHARE",
                         help="instead of the herd: open-loop callers against a dependency failing SHARE at random")
     parser.add_argument("--rate", type=float, default=300, help="with --errors: calls a second, in all")
@@ -487,6 +536,8 @@ def main():
     opts = parser.parse_args()
     if opts.errors is not None and not 0 < opts.errors < 1:
         parser.error(f"--errors takes a share between 0 and 1, not {opts.errors:g}")
+    if opts.errors is not None and opts.dependency != "own":
+        parser.error("--errors runs against this project's dependency; it does not go with --dependency")
     if opts.errors is not None and opts.replicas is not None:
         parser.error("--errors runs through one daemon; it does not go with --replicas")
     if opts.rate <= 0:

@@ -1,12 +1,14 @@
 //! How a policy does on fleets near the one stated: half and double the
-//! processes, one more daemon replica, a slower network. A fleet's shape is
-//! an estimate; a recommendation that keeps its bounds only on the exact
-//! shape stated is a bet on a number nobody measured to the process.
+//! processes, one more daemon replica, a slower network, and the same fleet
+//! against the dependency models not stated (a quota, a token bucket, a
+//! concurrency limit). A fleet's shape is an estimate, and so is how its
+//! dependency refuses; a recommendation that keeps its bounds only on the
+//! exact shape and model stated is a bet on numbers nobody measured.
 
 use std::time::Duration;
 
 use serde::Serialize;
-use stormguard_core::policy::RetryPolicy;
+use stormguard_core::policy::{DependencyModel, DependencySpec, RetryPolicy};
 
 use super::score::{in_parallel, Bounds, Family, Figures, Score};
 use crate::sim::{Named, Scenario};
@@ -138,12 +140,65 @@ fn shapes(stated: &Scenario) -> Vec<(String, Scenario)> {
     };
     let label = format!("{} latency", stormguard_core::policy::GoDuration(slower));
     out.push((label, with(&|s| s.latency = slower)));
+    for model in MODELS.into_iter().filter(|&m| m != stated.dependency.model()) {
+        let spec = DependencySpec {
+            model,
+            ..DependencySpec::default()
+        };
+        let dependency = spec.at(stated.capacity);
+        out.push((
+            format!("against {}", dependency.describe(stated.capacity)),
+            with(&|s| s.dependency = dependency),
+        ));
+    }
     out
+}
+
+/// The dependency models a recommendation is tried on.
+const MODELS: [DependencyModel; 3] = [
+    DependencyModel::Quota,
+    DependencyModel::TokenBucket,
+    DependencyModel::Concurrency,
+];
+
+/// Whether `on` keeps its bounds on every neighbour of the stated model,
+/// and breaks them on some other model: it holds only on the model stated.
+pub fn holds_only_on_the_stated_model(on: &[OnNeighbour]) -> bool {
+    let (models, fleets): (Vec<_>, Vec<_>) = on.iter().partition(|n| n.fleet.starts_with("against "));
+    fleets.iter().all(|n| n.within_bounds) && models.iter().any(|n| !n.within_bounds)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_recommendation_broken_only_on_another_model_holds_only_on_the_stated_one() {
+        let on = |fleet: &str, within_bounds| OnNeighbour {
+            fleet: fleet.to_owned(),
+            shape: String::new(),
+            figures: Vec::new(),
+            within_bounds,
+        };
+        let fleets = [on("half the processes (25)", true), on("5ms latency", true)];
+        let bucket_broken = [
+            &fleets[..],
+            &[on("against a token bucket of 200/s, burst 200", false)],
+        ]
+        .concat();
+        assert!(holds_only_on_the_stated_model(&bucket_broken));
+        let everywhere = [
+            &fleets[..],
+            &[on("against a token bucket of 200/s, burst 200", true)],
+        ]
+        .concat();
+        assert!(!holds_only_on_the_stated_model(&everywhere));
+        let fleet_broken = [&bucket_broken[..], &[on("one more replica (3)", false)]].concat();
+        assert!(
+            !holds_only_on_the_stated_model(&fleet_broken),
+            "broken on a fleet of the stated model too"
+        );
+    }
 
     #[test]
     fn the_neighbours_are_half_and_double_the_processes_one_more_replica_and_a_slower_network() {
@@ -160,7 +215,9 @@ mod tests {
                 "half the processes (25)",
                 "double the processes (100)",
                 "one more replica (3)",
-                "5ms latency"
+                "5ms latency",
+                "against a token bucket of 200/s, burst 200",
+                "against 20 workers at 100ms a request, queue 200"
             ]
         );
         let slow = Scenario {
@@ -170,7 +227,7 @@ mod tests {
         };
         let labels: Vec<String> = shapes(&slow).into_iter().map(|(label, _)| label).collect();
         assert_eq!(
-            labels,
+            labels[..2],
             ["one more replica (3)", "40ms latency"],
             "a process per call has no half"
         );

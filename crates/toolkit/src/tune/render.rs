@@ -105,8 +105,8 @@ fn around(t: &Tuning) -> String {
     if t.recommended.neighbours.is_empty() {
         return String::new();
     }
-    let mut out = "\nthe recommendation on fleets around the stated one, each held to its own bounds \
-                   (the current policy's p99 on that fleet):\n"
+    let mut out = "\nthe recommendation on fleets around the stated one and against the other dependency \
+                   models, each held to its own bounds (the current policy's p99 there):\n"
         .to_owned();
     let mut rows = vec![["FLEET", "OUTAGE", "WASTED", "P99", "GAVE UP", "BOUNDS"]
         .map(str::to_owned)
@@ -124,7 +124,16 @@ fn around(t: &Tuning) -> String {
         }
     }
     out.push_str(&columns(&rows));
-    if !super::neighbours::hold_everywhere(&t.recommended.neighbours) {
+    if super::neighbours::holds_only_on_the_stated_model(&t.recommended.neighbours) {
+        out.push_str(&format!(
+            "the recommendation holds its bounds only against the dependency stated ({}); \
+             set the forecast's dependency to how the service really refuses\n",
+            t.request
+                .scenario
+                .dependency
+                .describe(t.request.scenario.capacity)
+        ));
+    } else if !super::neighbours::hold_everywhere(&t.recommended.neighbours) {
         out.push_str(
             "no candidate near the best holds its bounds on every one of these fleets; the recommendation is the best on the stated one\n",
         );

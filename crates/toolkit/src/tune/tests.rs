@@ -134,7 +134,9 @@ fn the_recommendation_keeps_a_margin_on_give_ups_and_is_reported_on_the_fleets_a
             "half the processes (25)",
             "double the processes (100)",
             "one more replica (3)",
-            "5ms latency"
+            "5ms latency",
+            "against a token bucket of 200/s, burst 200",
+            "against 20 workers at 100ms a request, queue 200"
         ]
     );
     assert!(
@@ -144,7 +146,7 @@ fn the_recommendation_keeps_a_margin_on_give_ups_and_is_reported_on_the_fleets_a
     );
     assert_eq!(
         t.current.neighbours.len(),
-        4,
+        6,
         "the current policy is judged there too"
     );
     let text = text(&t, Duration::ZERO);
