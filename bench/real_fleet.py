@@ -144,7 +144,7 @@ class OwnDependency:
 DEPENDENCIES = {
     "own": (lambda start_at_ms: OwnDependency(start_at_ms), []),
     "haproxy": (lambda start_at_ms: Haproxy(CAPACITY, start_at_ms / 1000 + OUTAGE),
-                ["--dependency", "token-bucket", "--burst", str(CAPACITY)]),
+                ["--dependency", "request-rate"]),
 }
 
 
@@ -400,7 +400,7 @@ def mean_of(runs):
 LIMITS = {
     "own": f"{CAPACITY} requests per calendar second (this project's loopback dependency; simulated as a quota)",
     "haproxy": f"HAProxy's stick-table limit of {CAPACITY} requests a second, counting the ones it denies, in "
-               f"front of Python's http.server (simulated as a token bucket of {CAPACITY}/s, burst {CAPACITY})",
+               f"front of Python's http.server (simulated as a request-rate limit)",
 }
 
 

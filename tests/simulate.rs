@@ -697,7 +697,7 @@ fn a_dependency_model_is_checked_and_only_goes_with_a_herd() {
         (
             &["--dependency", "token_bucket"][..],
             2,
-            "quota, token-bucket, concurrency",
+            "quota, token-bucket, concurrency, request-rate",
         ),
         (
             &["--dependency", "concurrency", "--workers", "0"][..],

@@ -45,9 +45,11 @@ pub struct ShapeFlags {
     pub latency: Option<Duration>,
     /// How the service refuses what it cannot take once back: `quota` (the
     /// capacity in each calendar second), `token-bucket` (refilled at the
-    /// capacity, holding --burst), or `concurrency` (--workers serving one
+    /// capacity, holding --burst), `concurrency` (--workers serving one
     /// request at a time, as many a second as the capacity, and a --queue
-    /// before refusals). Default: the policy file's `forecast:` block, else quota.
+    /// before refusals), or `request-rate` (every request counted over a
+    /// sliding second, refused ones too, all refused while the count is past
+    /// the capacity). Default: the policy file's `forecast:` block, else quota.
     #[arg(long, value_parser = dependency_model)]
     pub dependency: Option<DependencyModel>,
     /// A token bucket's burst: requests it takes at once. Default: the

@@ -11,7 +11,7 @@
 //!   replicas: 2              # daemon replicas pacing them (1-16)
 //!   paceStore: false         # whether the replicas share their pace through Redis
 //!   latency: 1ms             # a request's round trip (at most 10s)
-//!   dependency: token-bucket # how it refuses: quota (default), token-bucket, concurrency
+//!   dependency: token-bucket # how it refuses: quota (default), token-bucket, concurrency, request-rate
 //!   burst: 200               # token bucket: requests it takes at once (default: capacity)
 //!   workers: 20              # concurrency: requests served at once (default: 20)
 //!   queue: 200               # concurrency: requests waiting for a worker (default: capacity)
@@ -100,12 +100,21 @@ pub enum Dependency {
         /// Requests that may wait for a worker. In [0, 1,000,000].
         queue: u32,
     },
+    /// Counts every request over a sliding second, the refused ones too,
+    /// and refuses each while the count is above `capacity`: HAProxy's
+    /// stick-table `http_req_rate(1s)` with a `deny` rule, as its guides
+    /// configure a rate limit (the count is this second's requests and the
+    /// last second's, weighted by what is left of it). A herd that sends
+    /// more than the limit is refused whole, not just its excess, until it
+    /// slows below it.
+    RequestRate,
 }
 
 named_values!(DependencyModel, "dependency", {
     Quota => "quota",
     TokenBucket => "token-bucket",
     Concurrency => "concurrency",
+    RequestRate => "request-rate",
 });
 
 /// Which [`Dependency`] a `dependency:` key names, before its settings.
@@ -117,6 +126,8 @@ pub enum DependencyModel {
     TokenBucket,
     /// [`Dependency::Concurrency`].
     Concurrency,
+    /// [`Dependency::RequestRate`].
+    RequestRate,
 }
 
 /// A dependency as a forecast states it: the model, and the settings the
@@ -158,6 +169,7 @@ impl DependencySpec {
                 workers: self.workers.unwrap_or(DEFAULT_WORKERS),
                 queue: self.queue.unwrap_or(capacity),
             },
+            DependencyModel::RequestRate => Dependency::RequestRate,
         }
     }
 }
@@ -169,6 +181,7 @@ impl Dependency {
             Self::Quota => DependencyModel::Quota,
             Self::TokenBucket { .. } => DependencyModel::TokenBucket,
             Self::Concurrency { .. } => DependencyModel::Concurrency,
+            Self::RequestRate => DependencyModel::RequestRate,
         }
     }
 
@@ -183,6 +196,9 @@ impl Dependency {
                 "{workers} workers at {} a request, queue {queue}",
                 GoDuration(service_time(workers, capacity))
             ),
+            Self::RequestRate => {
+                format!("a limit of {capacity} requests over a sliding second, refused ones counted")
+            }
         }
     }
 }

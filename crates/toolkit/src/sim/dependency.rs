@@ -19,6 +19,12 @@ pub(super) enum Limit {
     Quota,
     /// Tokens, as of `at`.
     Bucket { burst: f64, tokens: f64, at: u64 },
+    /// Requests counted in the current calendar second and the one before.
+    Window {
+        second: u64,
+        current: u64,
+        previous: u64,
+    },
     /// When each busy worker is next free, and when each request waiting
     /// for one will start (in order: first come, first served).
     Workers {
@@ -48,6 +54,11 @@ impl Limit {
                 tokens: f64::from(burst),
                 at: 0,
             },
+            Dependency::RequestRate => Self::Window {
+                second: 0,
+                current: 0,
+                previous: 0,
+            },
             Dependency::Concurrency { workers, queue } => Self::Workers {
                 workers,
                 queue: queue as usize,
@@ -74,6 +85,25 @@ impl Limit {
                     Taken::Served(t)
                 } else {
                     Taken::Refused
+                }
+            }
+            Self::Window {
+                second,
+                current,
+                previous,
+            } => {
+                let now = t / NANOS_PER_SECOND as u64;
+                if now != *second {
+                    *previous = if now == *second + 1 { *current } else { 0 };
+                    *current = 0;
+                    *second = now;
+                }
+                *current += 1;
+                let left = 1.0 - (t % NANOS_PER_SECOND as u64) as f64 / NANOS_PER_SECOND;
+                let counted = *current as f64 + *previous as f64 * left;
+                match counted > capacity as f64 {
+                    true => Taken::Refused,
+                    false => Taken::Served(t),
                 }
             }
             Self::Workers {
@@ -195,6 +225,32 @@ mod tests {
         );
         assert_eq!(served(&mut pool, 0, 25), Some(400 * MS), "at a quarter: 400 ms");
         assert_eq!(served(&mut pool, 0, 0), None, "none at all");
+    }
+
+    #[test]
+    fn a_request_rate_counts_what_it_refuses_and_refuses_everything_past_its_limit() {
+        let mut window = Limit::of(Dependency::RequestRate);
+        // 300 a second, evenly, against a limit of 200: the first 200 of the
+        // first second pass; from then on the count stays above the limit.
+        let taken: Vec<bool> = (0..900u64)
+            .map(|i| served(&mut window, i * 1_000 * MS / 300, 200).is_some())
+            .collect();
+        assert_eq!(taken[..300].iter().filter(|t| **t).count(), 200);
+        assert_eq!(taken[300..].iter().filter(|t| **t).count(), 0, "refused whole");
+        // Below the limit it takes everything.
+        let mut window = Limit::of(Dependency::RequestRate);
+        let slow = (0..600u64)
+            .filter(|i| served(&mut window, i * 1_000 * MS / 190, 200).is_some())
+            .count();
+        assert_eq!(slow, 600);
+        // The second before weighs by what is left of this one.
+        let mut window = Limit::of(Dependency::RequestRate);
+        assert!((0..200).all(|_| served(&mut window, 500 * MS, 200).is_some()));
+        assert_eq!(served(&mut window, 1_000 * MS, 200), None, "1 + 200 counted");
+        assert!(
+            served(&mut window, 1_500 * MS, 200).is_some(),
+            "2 + 200 x 0.5 counted"
+        );
     }
 
     #[test]

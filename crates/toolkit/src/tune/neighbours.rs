@@ -1,7 +1,7 @@
 //! How a policy does on fleets near the one stated: half and double the
 //! processes, one more daemon replica, a slower network, and the same fleet
 //! against the dependency models not stated (a quota, a token bucket, a
-//! concurrency limit). A fleet's shape is an estimate, and so is how its
+//! concurrency limit, a request-rate limit). A fleet's shape is an estimate, and so is how its
 //! dependency refuses; a recommendation that keeps its bounds only on the
 //! exact shape and model stated is a bet on numbers nobody measured.
 
@@ -155,17 +155,26 @@ fn shapes(stated: &Scenario) -> Vec<(String, Scenario)> {
 }
 
 /// The dependency models a recommendation is tried on.
-const MODELS: [DependencyModel; 3] = [
+const MODELS: [DependencyModel; 4] = [
     DependencyModel::Quota,
     DependencyModel::TokenBucket,
     DependencyModel::Concurrency,
+    DependencyModel::RequestRate,
 ];
 
-/// Whether `on` keeps its bounds on every neighbour of the stated model,
-/// and breaks them on some other model: it holds only on the model stated.
-pub fn holds_only_on_the_stated_model(on: &[OnNeighbour]) -> bool {
+/// The other models `on` breaks its bounds against (as "against ..."),
+/// when it keeps them on every fleet of the stated model: then the
+/// recommendation rests on how the dependency refuses. Empty otherwise.
+pub fn models_broken_alone(on: &[OnNeighbour]) -> Vec<&str> {
     let (models, fleets): (Vec<_>, Vec<_>) = on.iter().partition(|n| n.fleet.starts_with("against "));
-    fleets.iter().all(|n| n.within_bounds) && models.iter().any(|n| !n.within_bounds)
+    if !fleets.iter().all(|n| n.within_bounds) {
+        return Vec::new();
+    }
+    models
+        .iter()
+        .filter(|n| !n.within_bounds)
+        .map(|n| n.fleet.as_str())
+        .collect()
 }
 
 #[cfg(test)]
@@ -173,7 +182,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_recommendation_broken_only_on_another_model_holds_only_on_the_stated_one() {
+    fn the_models_a_recommendation_breaks_alone_are_named_when_every_fleet_holds() {
         let on = |fleet: &str, within_bounds| OnNeighbour {
             fleet: fleet.to_owned(),
             shape: String::new(),
@@ -181,21 +190,14 @@ mod tests {
             within_bounds,
         };
         let fleets = [on("half the processes (25)", true), on("5ms latency", true)];
-        let bucket_broken = [
-            &fleets[..],
-            &[on("against a token bucket of 200/s, burst 200", false)],
-        ]
-        .concat();
-        assert!(holds_only_on_the_stated_model(&bucket_broken));
-        let everywhere = [
-            &fleets[..],
-            &[on("against a token bucket of 200/s, burst 200", true)],
-        ]
-        .concat();
-        assert!(!holds_only_on_the_stated_model(&everywhere));
+        let bucket = "against a token bucket of 200/s, burst 200";
+        let bucket_broken = [&fleets[..], &[on(bucket, false)]].concat();
+        assert_eq!(models_broken_alone(&bucket_broken), [bucket]);
+        let everywhere = [&fleets[..], &[on(bucket, true)]].concat();
+        assert!(models_broken_alone(&everywhere).is_empty());
         let fleet_broken = [&bucket_broken[..], &[on("one more replica (3)", false)]].concat();
         assert!(
-            !holds_only_on_the_stated_model(&fleet_broken),
+            models_broken_alone(&fleet_broken).is_empty(),
             "broken on a fleet of the stated model too"
         );
     }
@@ -217,7 +219,8 @@ mod tests {
                 "one more replica (3)",
                 "5ms latency",
                 "against a token bucket of 200/s, burst 200",
-                "against 20 workers at 100ms a request, queue 200"
+                "against 20 workers at 100ms a request, queue 200",
+                "against a limit of 200 requests over a sliding second, refused ones counted"
             ]
         );
         let slow = Scenario {

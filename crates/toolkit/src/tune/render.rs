@@ -124,14 +124,14 @@ fn around(t: &Tuning) -> String {
         }
     }
     out.push_str(&columns(&rows));
-    if super::neighbours::holds_only_on_the_stated_model(&t.recommended.neighbours) {
+    let broken = super::neighbours::models_broken_alone(&t.recommended.neighbours);
+    if !broken.is_empty() {
+        let stated = &t.request.scenario;
         out.push_str(&format!(
-            "the recommendation holds its bounds only against the dependency stated ({}); \
+            "the recommendation holds on every fleet against the dependency stated ({}), but not {}: \
              set the forecast's dependency to how the service really refuses\n",
-            t.request
-                .scenario
-                .dependency
-                .describe(t.request.scenario.capacity)
+            stated.dependency.describe(stated.capacity),
+            broken.join(", nor ")
         ));
     } else if !super::neighbours::hold_everywhere(&t.recommended.neighbours) {
         out.push_str(
