@@ -107,3 +107,56 @@ class Haproxy:
                 process.kill()
                 process.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+PG_BIN = "/usr/lib/postgresql/15/bin"
+
+
+class Postgres:
+    """A real PostgreSQL (Debian's package) on loopback, run as the
+    `postgres` user from a throwaway data directory: `max_connections` is
+    its capacity, and it logs every connection it receives, so that the
+    backends it started can be counted. Clients connect as the role `app`,
+    which cannot use the slots kept for superusers."""
+
+    RESERVED = 3
+
+    def __init__(self, capacity):
+        self.dir = tempfile.mkdtemp(prefix="stormguard-postgres-")
+        shutil.chown(self.dir, "postgres")
+        self.data, self.log = os.path.join(self.dir, "data"), os.path.join(self.dir, "log")
+        self.port = free_port()
+        self.capacity = capacity
+        self.as_postgres([f"{PG_BIN}/initdb", "-D", self.data, "-A", "trust", "-U", "postgres"])
+        self.start()
+        self.as_postgres([f"{PG_BIN}/psql", "-h", self.dir, "-p", str(self.port), "-U", "postgres", "-qc",
+                          "CREATE ROLE app LOGIN"])
+        self.dsn = f"host=127.0.0.1 port={self.port} user=app dbname=postgres"
+
+    @staticmethod
+    def as_postgres(command):
+        subprocess.run(["runuser", "-u", "postgres", "--", *command], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def start(self):
+        """Starts the server and waits until it accepts connections."""
+        options = (f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 "
+                   f"-c max_connections={self.capacity + self.RESERVED} "
+                   f"-c superuser_reserved_connections={self.RESERVED} -c log_connections=on")
+        self.as_postgres([f"{PG_BIN}/pg_ctl", "-D", self.data, "-o", options, "-l", self.log, "-w", "start"])
+
+    def crash(self):
+        """Stops the server at once, as a crash or a node lost does."""
+        self.as_postgres([f"{PG_BIN}/pg_ctl", "-D", self.data, "-m", "immediate", "stop"])
+
+    def connections_received(self):
+        """Connections the server has received (a backend started for each)."""
+        with open(self.log, errors="replace") as f:
+            return sum("connection received" in line for line in f)
+
+    def stop(self):
+        try:
+            self.crash()
+        except subprocess.CalledProcessError:
+            pass
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -59,7 +59,28 @@ while it paced it (`stormguard_fleet_judgement`, read every half second):
 under the default `any-refusal` a random failure is judged overloaded; under
 `most-refused` the gates watch, and the daemon paces nothing.
 
+With `--dependency haproxy` the herd returns instead to a real dependency
+that is not this project's code: HAProxy's stick-table rate limit (200
+requests a second, counting the ones it denies, as its guides configure it)
+in front of Python's stock http.server, which comes up after the outage;
+beside it, the simulator's `request-rate` model. Targets: each gated way's
+real p99 within 0.5 s of its simulation, and the fleet's p99 no worse than
+per-process gates' + 0.3 s. It goes with `--replicas N [--pace-store]`.
+
+With `--dependency postgres` a real PostgreSQL (Debian's package) crashes
+under a fleet of connection pools (`--connections` each, max_connections
+their sum) 5 s after they are full, and is back 10 s later; each pool
+slot reconnects through the client (`pg_pools`, the Rust example on
+tokio-postgres, and its Python twin on psycopg). Four ways: a connection
+pool's usual loop (2 s x 2^attempt, capped at 30 s, +-10 % jitter), full
+jitter, per-process gates and the fleet. For each it prints the connect
+attempts refused (unreachable, starting up, too many clients), the backends
+the server started from the crash on, and when every pool was full again
+after the restart. Targets: per-process gates and the fleet fill every pool
+no later than the +-10 % loop, with at most half its refusals.
+
 Usage: bench/real_fleet.py [--processes N] [--callers N] [--runs N] [--json FILE]
+       [--dependency own|haproxy|postgres [--connections N]]
        [--languages L,L,...] [--replicas N [--pace-store] [--kill-store-at S] [--kill-replica-at S]]
        [--errors SHARE [--rate R] [--error-status S]]
 It builds what it runs first (release: the daemon and the Rust client's
@@ -75,7 +96,7 @@ import threading
 import time
 import urllib.request
 
-from dependencies import Haproxy
+from dependencies import Haproxy, Postgres
 from harness import BINARY, ROOT, ServiceProxy, redis_info, start_daemon, start_redis
 
 EXAMPLES = os.path.join(ROOT, "target", "release", "examples")
@@ -384,6 +405,118 @@ def errors_world(opts):
     return report, met
 
 
+# The --dependency postgres world: each process's pool of connections, and
+# the ways it reconnects after the database crashes.
+PG_POOLS = {
+    "rust": [os.path.join(EXAMPLES, "pg_pools")],
+    "python": [sys.executable, os.path.join(ROOT, "clients", "python", "examples", "pg_pools.py")],
+}
+PG_WAYS = [
+    ("2 s x 2^n, +-10 % jitter", "reconnect-proportional", []),
+    ("full jitter", "herd-jittered", []),
+    ("per-process gates", "herd-gated", ["--no-fleet-pacing"]),
+    ("fleet, one daemon", "herd-gated", []),
+]
+# When the database crashes after the pools are first full, and how long it stays down.
+PG_CRASH_AFTER, PG_AFTER_BACK = 5, 25
+
+
+def postgres_run(service, flags, processes, connections, languages):
+    """One crash of a real PostgreSQL under `processes` pools of
+    `connections` each: the connect attempts refused by kind, the backends
+    the server started from the restart on, and when every pool was full again."""
+    capacity = processes * connections
+    database, fleet = Postgres(capacity), Fleet()
+    python_path = os.path.join(ROOT, "clients", "python")
+    environment = {**os.environ, "PYTHONPATH": python_path + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    start_at = int(time.time() * 1000) + 3000
+    crash_at = start_at + PG_CRASH_AFTER * 1000
+    until = crash_at + (OUTAGE + PG_AFTER_BACK) * 1000
+    daemon_url = fleet.start(start_at)
+    herd, marks = [], {}
+
+    def crash():
+        marks["received"] = database.connections_received()
+        database.crash()
+
+    def restart():
+        database.start()
+        marks["back"] = time.time() * 1000
+
+    timers = [threading.Timer(crash_at / 1000 - time.time(), crash),
+              threading.Timer(crash_at / 1000 + OUTAGE - time.time(), restart)]
+    try:
+        for timer in timers:
+            timer.start()
+        herd = [
+            subprocess.Popen(
+                [*PG_POOLS[languages[i % len(languages)]], "--daemon", daemon_url, "--service", service,
+                 "--instance", f"pod-{i}", "--dsn", database.dsn, "--connections", str(connections),
+                 "--start-at", str(start_at), "--until", str(until), "--seed", str(i + 1), *flags],
+                stdout=subprocess.PIPE, text=True, env=environment)
+            for i in range(processes)
+        ]
+        results = []
+        for process in herd:
+            out, _ = process.communicate(timeout=300)
+            if process.returncode != 0:
+                raise RuntimeError(f"a pool process failed ({process.returncode})")
+            results.append(json.loads(out.strip().splitlines()[-1]))
+        backends = database.connections_received() - marks["received"]
+    finally:
+        for timer in timers:
+            timer.cancel()
+        for process in herd:
+            process.kill()
+            process.wait()
+        fleet.stop()
+        database.stop()
+    refilled = [min((at for at in r["full_at"] if at >= marks["back"]), default=None) for r in results]
+    refused = {kind: sum(r["refused"][kind] for r in results) for kind in results[0]["refused"]}
+    return {
+        "refused": sum(refused.values()),
+        "refused_by_kind": refused,
+        "backends_started": backends,
+        "attempts": sum(r["attempts"] for r in results),
+        "gave_up": sum(r["gave_up"] for r in results),
+        "full_after_seconds": (max(refilled) - marks["back"]) / 1000 if None not in refilled else float("inf"),
+    }
+
+
+def postgres_world(opts):
+    """A real PostgreSQL crashing under a fleet of connection pools, and
+    the pools reconnecting four ways."""
+    processes, connections = opts.processes, opts.connections
+    mixed = f" ({'+'.join(opts.languages)})" if list(opts.languages) != ["rust"] else ""
+    print(f"{processes} processes{mixed} x a pool of {connections} connections to a real PostgreSQL "
+          f"(max_connections {processes * connections} for them); it crashes {PG_CRASH_AFTER} s after the pools "
+          f"are filled and is back {OUTAGE} s later; real: mean of {opts.runs} run(s)")
+    print()
+    print(f"{'':28} {'refused':>8} {'unreachable':>12} {'starting up':>12} {'too many':>9} "
+          f"{'backends':>9} {'all full s':>11}")
+    report, means = {}, {}
+    for label, service, flags in PG_WAYS:
+        runs = [postgres_run(service, flags, processes, connections, opts.languages) for _ in range(opts.runs)]
+        mean = {key: statistics.mean(r[key] for r in runs)
+                for key in ("refused", "backends_started", "full_after_seconds", "gave_up")}
+        kinds = {kind: statistics.mean(r["refused_by_kind"][kind] for r in runs) for kind in runs[0]["refused_by_kind"]}
+        report[label], means[label] = runs, mean
+        print(f"{label:28} {mean['refused']:8,.0f} {kinds['unreachable']:12,.0f} {kinds['starting_up']:12,.0f} "
+              f"{kinds['too_many_clients']:9,.0f} {mean['backends_started']:9,.0f} {mean['full_after_seconds']:11.2f}")
+    print()
+    base = means[PG_WAYS[0][0]]
+    targets = []
+    for label in ("per-process gates", "fleet, one daemon"):
+        got = means[label]
+        targets.append((f"{label}: every pool full {got['full_after_seconds']:.2f} s after the restart, "
+                        f"+-10 % jitter {base['full_after_seconds']:.2f} s (no later)",
+                        got["full_after_seconds"] <= base["full_after_seconds"]))
+        targets.append((f"{label}: {got['refused']:,.0f} connect attempts refused, +-10 % jitter "
+                        f"{base['refused']:,.0f} (at most half)", got["refused"] <= base["refused"] / 2))
+    met = all([verdict(what, ok) for what, ok in targets])
+    return report, met
+
+
 def build(languages):
     for what in (["--bin", "stormguard"], ["-p", "stormguard-client", "--examples"]):
         subprocess.run(["cargo", "build", "--release", "--quiet", *what], cwd=ROOT, check=True)
@@ -524,9 +657,12 @@ def main():
                         help="with --replicas: also a run with Redis killed this long after the callers start")
     parser.add_argument("--kill-replica-at", type=float, metavar="SECONDS",
                         help="with --replicas: also a run with the first daemon killed this long after the start")
-    parser.add_argument("--dependency", choices=sorted(DEPENDENCIES), default="own",
-                        help="what the herd returns to: this project's loopback dependency (own), or HAProxy's "
-                             "stick-table rate limit in front of a stock web server (haproxy)")
+    parser.add_argument("--dependency", choices=sorted([*DEPENDENCIES, "postgres"]), default="own",
+                        help="what the herd returns to: this project's loopback dependency (own), HAProxy's "
+                             "stick-table rate limit in front of a stock web server (haproxy), or a real "
+                             "PostgreSQL that crashes under a fleet of connection pools (postgres)")
+    parser.add_argument("--connections", type=int, default=5,
+                        help="with --dependency postgres: each process's pool size")
     parser.add_argument("--errors", type=float, metavar="SHARE",
                         help="instead of the herd: open-loop callers against a dependency failing SHARE at random")
     parser.add_argument("--rate", type=float, default=300, help="with --errors: calls a second, in all")
@@ -552,8 +688,14 @@ def main():
     unknown = [language for language in opts.languages if language not in HERDS]
     if unknown or not opts.languages:
         parser.error(f"--languages: {', '.join(unknown) or 'none given'}: each is one of {', '.join(HERDS)}")
+    if opts.dependency == "postgres":
+        unknown = [language for language in opts.languages if language not in PG_POOLS]
+        if unknown or opts.replicas is not None:
+            parser.error("--dependency postgres runs rust and python pools through one daemon")
     build(opts.languages)
-    if opts.errors is not None:
+    if opts.dependency == "postgres":
+        report, met = postgres_world(opts)
+    elif opts.errors is not None:
         report, met = errors_world(opts)
     else:
         report, met = replicas(opts) if opts.replicas else one_daemon(opts)
