@@ -76,8 +76,10 @@ pool's usual loop (2 s x 2^attempt, capped at 30 s, +-10 % jitter), full
 jitter, per-process gates and the fleet. For each it prints the connect
 attempts refused (unreachable, starting up, too many clients), the backends
 the server started from the crash on, and when every pool was full again
-after the restart. Targets: per-process gates and the fleet fill every pool
-no later than the +-10 % loop, with at most half its refusals.
+after the restart, beside the simulator's herd of the same connects against
+a dependency down for the outage (the pools fit max_connections, so only
+the outage refuses). Targets: per-process gates and the fleet fill every
+pool no later than the +-10 % loop, with at most half its refusals.
 
 Usage: bench/real_fleet.py [--processes N] [--callers N] [--runs N] [--json FILE]
        [--dependency own|haproxy|postgres [--connections N]]
@@ -483,6 +485,25 @@ def postgres_run(service, flags, processes, connections, languages):
     }
 
 
+def simulated_postgres(service, flags, processes, connections):
+    """Means over SEEDS of the simulator's herd for the same crash: every
+    slot's connect a call, from the crash on, against a dependency down for
+    the outage that then takes them all (the pools fit max_connections, so
+    only the outage refuses): refused attempts, and when the last was served
+    after the restart."""
+    runs = []
+    for seed in SEEDS:
+        text = subprocess.run(
+            [BINARY, "simulate", "--json", "--seed", str(seed), "--policy", POLICY, "--service", service,
+             "--clients", str(processes * connections), "--processes", str(processes),
+             "--capacity", str(UNLIMITED), "--outage", f"{OUTAGE}s", "--latency", LATENCY,
+             *(["--no-fleet-pacing"] if "--no-fleet-pacing" in flags else ["--replicas", "1"])],
+            check=True, capture_output=True, text=True).stdout
+        runs.append(json.loads(text))
+    return {"refused": statistics.mean(r["wasted"] for r in runs),
+            "full_after_seconds": statistics.mean(r["last_success_seconds"] - OUTAGE for r in runs)}
+
+
 def postgres_world(opts):
     """A real PostgreSQL crashing under a fleet of connection pools, and
     the pools reconnecting four ways."""
@@ -492,17 +513,19 @@ def postgres_world(opts):
           f"(max_connections {processes * connections} for them); it crashes {PG_CRASH_AFTER} s after the pools "
           f"are filled and is back {OUTAGE} s later; real: mean of {opts.runs} run(s)")
     print()
-    print(f"{'':28} {'refused':>8} {'unreachable':>12} {'starting up':>12} {'too many':>9} "
-          f"{'backends':>9} {'all full s':>11}")
+    print(f"{'':28} {'refused':>8} {'sim':>6} {'unreachable':>12} {'starting up':>12} {'too many':>9} "
+          f"{'backends':>9} {'all full s':>11} {'sim':>6}")
     report, means = {}, {}
     for label, service, flags in PG_WAYS:
         runs = [postgres_run(service, flags, processes, connections, opts.languages) for _ in range(opts.runs)]
         mean = {key: statistics.mean(r[key] for r in runs)
                 for key in ("refused", "backends_started", "full_after_seconds", "gave_up")}
         kinds = {kind: statistics.mean(r["refused_by_kind"][kind] for r in runs) for kind in runs[0]["refused_by_kind"]}
-        report[label], means[label] = runs, mean
-        print(f"{label:28} {mean['refused']:8,.0f} {kinds['unreachable']:12,.0f} {kinds['starting_up']:12,.0f} "
-              f"{kinds['too_many_clients']:9,.0f} {mean['backends_started']:9,.0f} {mean['full_after_seconds']:11.2f}")
+        sim = simulated_postgres(service, flags, processes, connections)
+        report[label], means[label] = {"real": runs, "simulated": sim}, mean
+        print(f"{label:28} {mean['refused']:8,.0f} {sim['refused']:6,.0f} {kinds['unreachable']:12,.0f} "
+              f"{kinds['starting_up']:12,.0f} {kinds['too_many_clients']:9,.0f} {mean['backends_started']:9,.0f} "
+              f"{mean['full_after_seconds']:11.2f} {sim['full_after_seconds']:6.2f}")
     print()
     base = means[PG_WAYS[0][0]]
     targets = []
