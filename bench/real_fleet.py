@@ -270,6 +270,17 @@ def judged(summary):
     return f"{parts} (refused {summary['refused_share']:.1%})"
 
 
+def last_lines(processes, timeout):
+    """The JSON line each of `processes` prints last, once it has exited well."""
+    results = []
+    for process in processes:
+        out, _ = process.communicate(timeout=timeout)
+        if process.returncode != 0:
+            raise RuntimeError(f"a client process failed ({process.returncode})")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return results
+
+
 def real_run(service, flags, processes, callers, fleet=None, languages=("rust",), errors=None, status=503,
              dependency="own"):
     """One run of the real fleet, its processes dealt in turn to
@@ -297,12 +308,7 @@ def real_run(service, flags, processes, callers, fleet=None, languages=("rust",)
                 stdout=subprocess.PIPE, text=True, env=environment)
             for i in range(processes)
         ]
-        results = []
-        for process in herd:
-            out, _ = process.communicate(timeout=900)
-            if process.returncode != 0:
-                raise RuntimeError(f"a client process failed ({process.returncode})")
-            results.append(json.loads(out.strip().splitlines()[-1]))
+        results = last_lines(herd, 900)
         stats = dependency.stats()
         paced_for = time.time() - start_at / 1000
         commands = fleet.commands()
@@ -458,12 +464,7 @@ def postgres_run(service, flags, processes, connections, languages):
                 stdout=subprocess.PIPE, text=True, env=environment)
             for i in range(processes)
         ]
-        results = []
-        for process in herd:
-            out, _ = process.communicate(timeout=300)
-            if process.returncode != 0:
-                raise RuntimeError(f"a pool process failed ({process.returncode})")
-            results.append(json.loads(out.strip().splitlines()[-1]))
+        results = last_lines(herd, 300)
         backends = database.connections_received() - marks["received"]
     finally:
         for timer in timers:

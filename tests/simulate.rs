@@ -21,6 +21,14 @@ fn strategy_names(runs: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
+/// `simulate args` exits `code` and its stderr says `says`.
+fn refused_with(args: &[&str], code: i32, says: &str) {
+    let refused = simulate(args);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(code), "{args:?}: {stderr}");
+    assert!(stderr.contains(says), "{args:?}: {stderr}");
+}
+
 fn stdout(output: &Output) -> String {
     assert!(
         output.status.success(),
@@ -560,10 +568,7 @@ fn the_mixed_and_partial_worlds_are_stated_and_their_bad_settings_refused() {
             "--backends: not with --scenario collapse",
         ),
     ] {
-        let refused = simulate(args);
-        let stderr = String::from_utf8_lossy(&refused.stderr);
-        assert_eq!(refused.status.code(), Some(1), "{args:?}: {stderr}");
-        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        refused_with(args, 1, says);
     }
     let orphan = simulate(&["--down", "1"]);
     assert_eq!(orphan.status.code(), Some(2));
@@ -715,10 +720,7 @@ fn a_dependency_model_is_checked_and_only_goes_with_a_herd() {
             "only with a herd",
         ),
     ] {
-        let refused = simulate(args);
-        let stderr = String::from_utf8_lossy(&refused.stderr);
-        assert_eq!(refused.status.code(), Some(code), "{args:?}: {stderr}");
-        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        refused_with(args, code, says);
     }
 }
 
