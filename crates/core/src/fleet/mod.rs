@@ -307,7 +307,11 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
         // more. Counting what was sent, a thousand processes of a call or
         // two each drew most of a recovering fleet's rate to processes with
         // nothing left to send.
-        let arriving = (outcomes.accepted + tally.waiting).saturating_sub(member.waiting) as f64 / seconds;
+        let arriving = outcomes
+            .accepted
+            .saturating_add(tally.waiting)
+            .saturating_sub(member.waiting) as f64
+            / seconds;
         member.waiting = tally.waiting;
         let claimed = arriving + tally.waiting as f64 / BACKLOG_HORIZON;
         // It claims no more than twice what it showed it can send, and a fair share.
