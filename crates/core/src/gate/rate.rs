@@ -261,7 +261,6 @@ impl Rate {
         self.now = self.now.max(answered).clamp(policy.min_rate, policy.max_rate);
     }
 
-    /// Of the answers over the last second, the share refused.
     /// Whether, over the last second to `now`, more was refused than a
     /// dependency failing `share` at random would refuse, beyond chance.
     pub(crate) fn shows_refusals_beyond_at(&mut self, share: f64, now: Instant) -> bool {
@@ -269,6 +268,7 @@ impl Rate {
         self.answers.shows_refusals_beyond(share)
     }
 
+    /// Of the answers over the last second, the share refused.
     pub(crate) fn refused_share_last_second(&mut self, now: Instant) -> f64 {
         self.answers.roll(now);
         self.answers.refused_share_last_second()
