@@ -22,25 +22,14 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use stormguard_client::stormguard_core::retry::Failure;
 use stormguard_client::{ClientConfig, Dependency, PolicyClient, Reporter, ReporterConfig};
 
-fn flag(args: &[String], name: &str) -> Option<String> {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .cloned()
-}
-
-fn required(args: &[String], name: &str) -> String {
-    flag(args, name).unwrap_or_else(|| panic!("{name} is required"))
-}
-
-fn since_epoch() -> Duration {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default()
-}
+#[path = "common/args.rs"]
+mod args;
+use args::{flag, required, since_epoch};
 
 /// One attempt: a GET that answers `Ok` on 2xx, else the failure the
 /// policy's `retryOn` judges.

@@ -23,29 +23,19 @@
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use stormguard_client::stormguard_core::retry::Failure;
 use stormguard_client::{ClientConfig, Dependency, PolicyClient, Reporter, ReporterConfig};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::NoTls;
 
-fn flag(args: &[String], name: &str) -> Option<String> {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .cloned()
-}
-
-fn required(args: &[String], name: &str) -> String {
-    flag(args, name).unwrap_or_else(|| panic!("{name} is required"))
-}
+#[path = "common/args.rs"]
+mod args;
+use args::{flag, required, since_epoch};
 
 fn epoch_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis() as u64
+    since_epoch().as_millis() as u64
 }
 
 /// What the pool saw, shared by its slots.

@@ -92,12 +92,9 @@ async fn stats(State(dependency): State<Arc<Dependency>>) -> Json<serde_json::Va
     }))
 }
 
-fn flag(args: &[String], name: &str) -> Option<String> {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .cloned()
-}
+#[path = "common/args.rs"]
+mod args;
+use args::flag;
 
 fn number(args: &[String], name: &str, default: u64) -> u64 {
     flag(args, name).map_or(default, |v| {
