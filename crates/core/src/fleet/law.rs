@@ -68,6 +68,14 @@ pub(super) struct Law {
     /// Whether the fleet's refusals have been judged a capacity's: a law
     /// that probes since then does so because of them.
     judged_capacity: bool,
+    /// While cuts follow one another, what the dependency delivered at the
+    /// first: the rate the refusals began at.
+    refused_from: Option<f64>,
+    /// Once refusals that cut the rate below `beta` times what was
+    /// delivered when they began have stopped, the rate the law doubles
+    /// back to, a round at a time: as TCP slow-starts back to half its
+    /// window after a timeout.
+    regrow_to: Option<f64>,
 }
 
 /// How far past what the dependency delivers the fleet's rate probes, per
@@ -78,6 +86,14 @@ pub(super) const PROBE_GAIN: f64 = 1.25;
 /// costs a tenth of a second's worth, and one that finds room is followed
 /// by probes at [`PROBE_GAIN`].
 const FIRST_PROBE_GAIN: f64 = 1.1;
+/// A probe that found room goes no higher than this many times what was
+/// delivered over the last second: while the fleet does not send its rate
+/// (its callers are still in their backoff), a higher one proves nothing,
+/// and would be sent all at once when they wake.
+const PROBE_CEILING: f64 = 1.5;
+/// Cuts within this long of one another are one episode of refusals, whose
+/// first says what the dependency delivered before it refused.
+const ONE_EPISODE: Duration = Duration::from_millis(500);
 /// A cut this soon after a probe was the probe's refusal: the dependency
 /// had no room. Two seconds: a dependency that limits by the second may
 /// take a probe's extra attempts until its second is full, and the reports
@@ -112,6 +128,8 @@ impl Law {
             trials: Trials::default(),
             excess: Excess::default(),
             judged_capacity: false,
+            refused_from: None,
+            regrow_to: None,
         }
     }
 
@@ -221,6 +239,13 @@ impl Law {
             self.overloaded(outcomes.overloaded, outcomes.timed_out, window_start, now);
         }
         let cut = self.rate.last_cut() > last_cut;
+        if cut {
+            self.regrow_to = None;
+            let new_episode = now.saturating_duration_since(last_cut) >= ONE_EPISODE;
+            if new_episode || self.refused_from.is_none() {
+                self.refused_from = Some(self.rate.delivered_at(now));
+            }
+        }
         if by_share && cut && !self.rate.is_answering() && !self.rate.is_slow() {
             let share = self.rate.refused_share_last_second(now);
             self.trials.cut(share, now);
@@ -259,13 +284,18 @@ impl Law {
     /// is sized for windows of packets) while callers wait. A fleet that
     /// wants more than its rate instead probes, a round after the cut (once
     /// the end of slow start has settled, and [`PROBE_AGAIN`] after a cut
-    /// that refused a probe) and each round after that: to [`PROBE_GAIN`] times what was delivered
-    /// over the last second, or that gain over the rate itself if the last
-    /// probe drew no refusal (it found room). A dependency that takes it
-    /// answers with more delivered; one that does not refuses, which cuts
+    /// that refused a probe) and each round after that: to [`PROBE_GAIN`]
+    /// times what was delivered over the last second, or that gain over the
+    /// rate itself if the last probe drew no refusal (it found room), up to
+    /// [`PROBE_CEILING`] times what was delivered. A dependency that takes
+    /// it answers with more delivered; one that does not refuses, which cuts
     /// back to what it delivered. Not after timeouts: a slow dependency
-    /// regrows as CUBIC and its delivery rate allow.
+    /// regrows as CUBIC and its delivery rate allow. Refusals that cut far
+    /// below what the dependency delivered are first regrown from.
     fn probe_up(&mut self, demand: f64, now: Instant) {
+        if self.regrow(demand, now) {
+            return;
+        }
         self.settle_probe(now);
         let rate = &mut self.rate;
         let last_cut = rate.last_cut();
@@ -281,7 +311,9 @@ impl Law {
         let found_room = last_cut < self.probed;
         let delivered = rate.delivered_at(now);
         let target = match found_room {
-            true => (PROBE_GAIN * delivered).max(PROBE_GAIN * rate.now),
+            true => (PROBE_GAIN * rate.now)
+                .min(PROBE_CEILING * delivered)
+                .max(PROBE_GAIN * delivered),
             false => FIRST_PROBE_GAIN * delivered,
         };
         let target = target.min(demand).min(self.policy.max_rate);
@@ -350,6 +382,36 @@ impl Law {
             let cap = (2.0 * base).max(base + FIRST_WINDOW / ROUND.as_secs_f64());
             self.rate.now = self.rate.now.min(cap);
         }
+    }
+
+    /// Once refusals have stopped for a round, doubles the rate each round
+    /// back to [`regrow_to`](Self) if they cut it far below what was
+    /// delivered when they began: a limit that counts the requests it
+    /// refuses (HAProxy's, as usually set) refuses everything while the
+    /// burst that cut the rate is in its window, and the cuts that follow
+    /// go down with what it delivers, far below its limit.
+    /// Returns whether the law is regrowing.
+    fn regrow(&mut self, demand: f64, now: Instant) -> bool {
+        let quiet = now.saturating_duration_since(self.rate.last_cut()) >= ROUND;
+        let target = self.refused_from.map(|from| self.policy.beta * from);
+        if let (true, Some(target)) = (quiet, target) {
+            if self.rate.now < target {
+                self.regrow_to = Some(target);
+                self.refused_from = None;
+            }
+        }
+        let Some(target) = self.regrow_to else {
+            return false;
+        };
+        if self.rate.now >= target || self.rate.is_slow() {
+            self.regrow_to = None;
+            return false;
+        }
+        if now.saturating_duration_since(self.probed) >= ROUND && demand > self.rate.now {
+            self.rate.now = (2.0 * self.rate.now).min(target).min(demand);
+            self.probed = now;
+        }
+        true
     }
 
     /// Under `most-refused`, whether slow start goes on past a refusal at

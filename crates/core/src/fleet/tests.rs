@@ -381,6 +381,73 @@ fn after_a_refusal_the_fleet_probes_from_what_was_delivered_not_back_to_the_refu
 }
 
 #[test]
+fn a_probe_goes_no_higher_than_half_again_what_the_fleet_delivered() {
+    let (mut fleet, _, mut now) = in_slow_start(20);
+    now += ASK_EVERY;
+    fleet.ask_at(0, tally(20, 20, 20, 1000), now);
+    // The fleet sends its whole rate and all is accepted: its probes find
+    // room, a probing gain a round.
+    let sent = |fleet: &FleetController<u32>| (fleet.rate() * ASK_EVERY.as_secs_f64()).round() as u64;
+    for _ in 0..20 {
+        now += ASK_EVERY;
+        let n = sent(&fleet);
+        fleet.ask_at(0, tally(n, n, 0, 1000), now);
+    }
+    let found = fleet.rate();
+    // Callers still wait, yet the fleet sends only 100 a second: a higher
+    // rate would prove nothing until its processes send it, and they
+    // would send it at once.
+    for _ in 0..50 {
+        now += ASK_EVERY;
+        fleet.ask_at(0, tally(10, 10, 0, 1000), now);
+    }
+    assert!(
+        fleet.rate() <= found * law::PROBE_GAIN + 1e-9,
+        "{} from {found}, against 100 a second delivered",
+        fleet.rate()
+    );
+}
+
+#[test]
+fn a_limit_still_full_from_the_burst_that_cut_the_rate_is_regrown_to_a_round_after_its_refusals_stop() {
+    // 200 a second accepted, then a limit that counts what it refuses
+    // refuses everything for a second: the cuts follow what it delivers
+    // down.
+    let (mut fleet, _, mut now) = in_slow_start(20);
+    now += ASK_EVERY;
+    fleet.ask_at(0, tally(20, 20, 20, 1000), now);
+    let delivered = fleet.rate();
+    let sent = |fleet: &FleetController<u32>| (fleet.rate() * ASK_EVERY.as_secs_f64()).round() as u64;
+    for _ in 0..10 {
+        now += ASK_EVERY;
+        let n = sent(&fleet);
+        fleet.ask_at(0, tally(n, 0, n, 1000), now);
+    }
+    let low = fleet.rate();
+    assert!(
+        low < 0.5 * delivered,
+        "{low}: the refusals cut it far below {delivered}"
+    );
+    // It takes everything sent again: back to beta × 200 by doubling, a
+    // round at a time.
+    let beta = fleet.law.policy.beta;
+    let stopped = now;
+    let mut last = low;
+    while fleet.rate() < beta * delivered - 1e-9 {
+        now += ASK_EVERY;
+        let n = sent(&fleet);
+        fleet.ask_at(0, tally(n, n, 0, 1000), now);
+        assert!(fleet.rate() <= 2.0 * last + 1e-9 || fleet.rate() <= beta * delivered + 1e-9);
+        last = fleet.rate();
+        assert!(
+            now - stopped <= Duration::from_secs(1),
+            "{} a second after the refusals stopped, from {low}",
+            fleet.rate()
+        );
+    }
+}
+
+#[test]
 fn a_fleet_that_wants_no_more_than_its_rate_holds_at_its_cut() {
     let (mut fleet, _, mut now) = in_slow_start(20);
     now += ASK_EVERY;

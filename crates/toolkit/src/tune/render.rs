@@ -127,11 +127,9 @@ fn around(t: &Tuning) -> String {
     let broken = super::neighbours::models_broken_alone(&t.recommended.neighbours);
     if !broken.is_empty() {
         let stated = &t.request.scenario;
-        out.push_str(&format!(
-            "the recommendation holds on every fleet against the dependency stated ({}), but not {}: \
-             set the forecast's dependency to how the service really refuses\n",
-            stated.dependency.describe(stated.capacity),
-            broken.join(", nor ")
+        out.push_str(&held_on_stated_alone(
+            &stated.dependency.describe(stated.capacity),
+            &broken,
         ));
     } else if !super::neighbours::hold_everywhere(&t.recommended.neighbours) {
         out.push_str(
@@ -139,6 +137,16 @@ fn around(t: &Tuning) -> String {
         );
     }
     out
+}
+
+/// The line for a recommendation that holds on every fleet against the
+/// `stated` dependency but breaks against the `broken` models.
+fn held_on_stated_alone(stated: &str, broken: &[&str]) -> String {
+    format!(
+        "the recommendation holds on every fleet against the dependency stated ({stated}), but not {}: \
+         set the forecast's dependency to how the service really refuses\n",
+        broken.join(", nor ")
+    )
 }
 
 /// What to do with the result, in words and as a block to paste.
@@ -324,4 +332,23 @@ pub fn svg(t: &Tuning) -> String {
         }
     }
     small_multiples(&summaries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recommendation_broken_on_other_models_alone_names_them_and_what_to_set() {
+        let line = held_on_stated_alone(
+            "a quota of 200 a second",
+            &["against a token bucket of 200/s, burst 20", "against 20 workers"],
+        );
+        assert_eq!(
+            line,
+            "the recommendation holds on every fleet against the dependency stated (a quota of 200 a second), \
+             but not against a token bucket of 200/s, burst 20, nor against 20 workers: set the forecast's \
+             dependency to how the service really refuses\n"
+        );
+    }
 }

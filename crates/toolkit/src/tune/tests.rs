@@ -140,9 +140,8 @@ fn the_recommendation_keeps_a_margin_on_give_ups_and_is_reported_on_the_fleets_a
             "against a limit of 200 requests over a sliding second, refused ones counted"
         ]
     );
-    // It holds on every fleet against the stated quota, and on the token
-    // bucket and the worker pool; a request-rate limit that counts what it
-    // refuses keeps the fleet behind the current policy's p99 there.
+    // It holds on every fleet and against every dependency model, a
+    // request-rate limit that counts what it refuses included.
     let broken: Vec<&str> = t
         .recommended
         .neighbours
@@ -150,11 +149,7 @@ fn the_recommendation_keeps_a_margin_on_give_ups_and_is_reported_on_the_fleets_a
         .filter(|n| !n.within_bounds)
         .map(|n| n.fleet.as_str())
         .collect();
-    assert_eq!(
-        broken,
-        ["against a limit of 200 requests over a sliding second, refused ones counted"]
-    );
-    assert_eq!(neighbours::models_broken_alone(&t.recommended.neighbours), broken);
+    assert_eq!(broken, Vec::<&str>::new());
     assert_eq!(
         t.current.neighbours.len(),
         7,
@@ -163,10 +158,8 @@ fn the_recommendation_keeps_a_margin_on_give_ups_and_is_reported_on_the_fleets_a
     let text = text(&t, Duration::ZERO);
     assert!(
         text.contains("the recommendation on fleets around the stated one")
-            && text.contains(
-                "holds on every fleet against the dependency stated (a quota of 200 a second), but not against a \
-                 limit of 200 requests over a sliding second"
-            ),
+            && !text.contains("but not against")
+            && !text.contains("no candidate near the best holds"),
         "{text}"
     );
     let json: serde_json::Value = serde_json::from_str(&json(&t)).unwrap();
