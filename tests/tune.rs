@@ -237,11 +237,13 @@ fn progress_shows_on_a_terminal_and_nowhere_else() {
     );
 }
 
-/// A file that states its fleet in a `forecast:` block, for a small herd.
+/// A file that states its fleet in a `forecast:` block, for a small herd
+/// whose replicas share a pace store (as the shipped Deployment's should):
+/// there the send gate is tune's recommendation.
 const STATED_FLEET: &str =
     "defaults:\n  maxRetries: 3\n  initialDelay: 100ms\n  maxDelay: 10s\n  jitter: full\n\
 services:\n  orders: {}\n\
-forecast:\n  clients: 300\n  capacity: 60\n  outages: [10s]\n  processes: 10\n  latency: 1ms\n";
+forecast:\n  clients: 300\n  capacity: 60\n  outages: [10s]\n  processes: 10\n  paceStore: true\n  latency: 1ms\n";
 
 #[test]
 fn the_recommendation_pasted_under_a_stated_fleet_gives_tunes_figures_in_simulate_and_check() {

@@ -86,11 +86,6 @@ pub(super) const PROBE_GAIN: f64 = 1.25;
 /// costs a tenth of a second's worth, and one that finds room is followed
 /// by probes at [`PROBE_GAIN`].
 const FIRST_PROBE_GAIN: f64 = 1.1;
-/// A probe that found room goes no higher than this many times what was
-/// delivered over the last second: while the fleet does not send its rate
-/// (its callers are still in their backoff), a higher one proves nothing,
-/// and would be sent all at once when they wake.
-const PROBE_CEILING: f64 = 1.5;
 /// Cuts within this long of one another are one episode of refusals, whose
 /// first says what the dependency delivered before it refused.
 const ONE_EPISODE: Duration = Duration::from_millis(500);
@@ -285,13 +280,16 @@ impl Law {
     /// wants more than its rate instead probes, a round after the cut (once
     /// the end of slow start has settled, and [`PROBE_AGAIN`] after a cut
     /// that refused a probe) and each round after that: to [`PROBE_GAIN`]
-    /// times what was delivered over the last second, or that gain over the
-    /// rate itself if the last probe drew no refusal (it found room), up to
-    /// [`PROBE_CEILING`] times what was delivered. A dependency that takes
-    /// it answers with more delivered; one that does not refuses, which cuts
-    /// back to what it delivered. Not after timeouts: a slow dependency
-    /// regrows as CUBIC and its delivery rate allow. Refusals that cut far
-    /// below what the dependency delivered are first regrown from.
+    /// times what was delivered over the last second if the last probe drew
+    /// no refusal (it found room), else [`FIRST_PROBE_GAIN`] times: BBR's
+    /// probe, a gain over the delivery rate. Never a gain over the rate
+    /// itself: while the fleet sends less than its rate, a higher one
+    /// proves nothing of the dependency, and the fleet may later send it
+    /// all at once. A dependency that takes a probe answers with more
+    /// delivered; one that does not refuses, which cuts back to what it
+    /// delivered. Not after timeouts: a slow dependency regrows as CUBIC
+    /// and its delivery rate allow. Refusals that cut far below what the
+    /// dependency delivered are first regrown from.
     fn probe_up(&mut self, demand: f64, now: Instant) {
         if self.regrow(demand, now) {
             return;
@@ -310,13 +308,8 @@ impl Law {
         }
         let found_room = last_cut < self.probed;
         let delivered = rate.delivered_at(now);
-        let target = match found_room {
-            true => (PROBE_GAIN * rate.now)
-                .min(PROBE_CEILING * delivered)
-                .max(PROBE_GAIN * delivered),
-            false => FIRST_PROBE_GAIN * delivered,
-        };
-        let target = target.min(demand).min(self.policy.max_rate);
+        let gain = if found_room { PROBE_GAIN } else { FIRST_PROBE_GAIN };
+        let target = (gain * delivered).min(demand).min(self.policy.max_rate);
         if target > rate.now {
             rate.now = target;
             self.probed = now;
