@@ -344,6 +344,25 @@ fn in_slow_start(accepted: u64) -> (FleetController<u32>, Instant, Instant) {
     (fleet, t0, now)
 }
 
+/// [`in_slow_start`] at 200 a second accepted, then refused: slow start
+/// ends at what was accepted. The controller and the time of the cut.
+fn cut_at_what_was_accepted() -> (FleetController<u32>, Instant) {
+    let (mut fleet, _, mut now) = in_slow_start(20);
+    now += ASK_EVERY;
+    fleet.ask_at(0, tally(20, 20, 20, 1000), now);
+    (fleet, now)
+}
+
+/// One ask, a round after `now`, from a process with a long line that sent
+/// the fleet's whole rate, all of it `accepted` or all refused; the time.
+fn ask_sending_its_rate(fleet: &mut FleetController<u32>, now: Instant, accepted: bool) -> Instant {
+    let now = now + ASK_EVERY;
+    let sent = (fleet.rate() * ASK_EVERY.as_secs_f64()).round() as u64;
+    let (yes, no) = if accepted { (sent, 0) } else { (0, sent) };
+    fleet.ask_at(0, tally(sent, yes, no, 1000), now);
+    now
+}
+
 #[test]
 fn after_a_refusal_the_fleet_probes_from_what_was_delivered_not_back_to_the_refused_rate() {
     // 200 a second accepted, and the rate far past it.
@@ -382,16 +401,11 @@ fn after_a_refusal_the_fleet_probes_from_what_was_delivered_not_back_to_the_refu
 
 #[test]
 fn a_probe_goes_no_higher_than_a_probing_gain_over_what_the_fleet_delivered() {
-    let (mut fleet, _, mut now) = in_slow_start(20);
-    now += ASK_EVERY;
-    fleet.ask_at(0, tally(20, 20, 20, 1000), now);
+    let (mut fleet, mut now) = cut_at_what_was_accepted();
     // The fleet sends its whole rate and all is accepted: its probes find
     // room, a probing gain a round.
-    let sent = |fleet: &FleetController<u32>| (fleet.rate() * ASK_EVERY.as_secs_f64()).round() as u64;
     for _ in 0..20 {
-        now += ASK_EVERY;
-        let n = sent(&fleet);
-        fleet.ask_at(0, tally(n, n, 0, 1000), now);
+        now = ask_sending_its_rate(&mut fleet, now, true);
     }
     let found = fleet.rate();
     // Callers still wait, yet the fleet sends only 100 a second: a higher
@@ -414,15 +428,10 @@ fn a_limit_still_full_from_the_burst_that_cut_the_rate_is_regrown_to_a_round_aft
     // 200 a second accepted, then a limit that counts what it refuses
     // refuses everything for a second: the cuts follow what it delivers
     // down.
-    let (mut fleet, _, mut now) = in_slow_start(20);
-    now += ASK_EVERY;
-    fleet.ask_at(0, tally(20, 20, 20, 1000), now);
+    let (mut fleet, mut now) = cut_at_what_was_accepted();
     let delivered = fleet.rate();
-    let sent = |fleet: &FleetController<u32>| (fleet.rate() * ASK_EVERY.as_secs_f64()).round() as u64;
     for _ in 0..10 {
-        now += ASK_EVERY;
-        let n = sent(&fleet);
-        fleet.ask_at(0, tally(n, 0, n, 1000), now);
+        now = ask_sending_its_rate(&mut fleet, now, false);
     }
     let low = fleet.rate();
     assert!(
@@ -435,9 +444,7 @@ fn a_limit_still_full_from_the_burst_that_cut_the_rate_is_regrown_to_a_round_aft
     let stopped = now;
     let mut last = low;
     while fleet.rate() < beta * delivered - 1e-9 {
-        now += ASK_EVERY;
-        let n = sent(&fleet);
-        fleet.ask_at(0, tally(n, n, 0, 1000), now);
+        now = ask_sending_its_rate(&mut fleet, now, true);
         assert!(fleet.rate() <= 2.0 * last + 1e-9 || fleet.rate() <= beta * delivered + 1e-9);
         last = fleet.rate();
         assert!(
@@ -450,9 +457,7 @@ fn a_limit_still_full_from_the_burst_that_cut_the_rate_is_regrown_to_a_round_aft
 
 #[test]
 fn a_fleet_that_wants_no_more_than_its_rate_holds_at_its_cut() {
-    let (mut fleet, _, mut now) = in_slow_start(20);
-    now += ASK_EVERY;
-    fleet.ask_at(0, tally(20, 20, 20, 1000), now);
+    let (mut fleet, mut now) = cut_at_what_was_accepted();
     let cut = fleet.rate();
     // Every attempt accepted, nobody waiting: no reason to probe.
     let cut_at = now;
