@@ -261,8 +261,10 @@ async fn a_file_the_daemon_may_not_read_keeps_the_last_good_policy() {
     let daemon = Daemon::start_unprivileged(&path, &["--debounce", "20ms", "--recheck-interval", "300ms"]);
     expect_served(&daemon, 1, "start as nobody").await;
 
-    std::fs::write(&path, version(2)).unwrap();
+    // Unreadable first, then the new version: written while still
+    // readable, the daemon could load it before the mode changed.
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::write(&path, version(2)).unwrap();
     expect_kept(&daemon, 1, "permission denied", "Permission denied").await;
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
     expect_served(&daemon, 2, "readable again").await;
