@@ -445,7 +445,11 @@ fn a_limit_still_full_from_the_burst_that_cut_the_rate_is_regrown_to_a_round_aft
     let mut last = low;
     while fleet.rate() < beta * delivered - 1e-9 {
         now = ask_sending_its_rate(&mut fleet, now, true);
-        assert!(fleet.rate() <= 2.0 * last + 1e-9 || fleet.rate() <= beta * delivered + 1e-9);
+        assert!(
+            fleet.rate() <= 2.0 * last + 1e-9,
+            "{} after {last}: at most doubled in a round",
+            fleet.rate()
+        );
         last = fleet.rate();
         assert!(
             now - stopped <= Duration::from_secs(1),
