@@ -160,6 +160,9 @@ struct Member {
     last_ask: Instant,
     /// Calls waiting in it at its last ask.
     waiting: u64,
+    /// What it counts for in the last division, as its want has changed
+    /// since: `min(want, level)`, and whether its want is above the level.
+    counted: (f64, bool),
 }
 
 /// The last division of the rate.
@@ -167,13 +170,17 @@ struct Member {
 struct Division {
     /// The rate divided.
     total: f64,
-    /// Each process gets `min(want, level)`...
+    /// Each process gets `min(want, level)`, and a part of the rest
+    /// (see [`Division::part`]).
     level: f64,
-    /// ...times this when everyone's want is met (the rest is shared in
-    /// proportion), and scaled to the rate when it is given.
-    scale: f64,
     /// What the processes divided among wanted, in all.
     wanted: f64,
+    /// What they count for at the level, `Σ min(want, level)`, as their
+    /// wants have changed since the division: the rate at the level is
+    /// `total` less this.
+    counted: f64,
+    /// How many of them want more than the level: they share what is left.
+    above: u32,
     at: Instant,
     stale: bool,
 }
@@ -188,8 +195,9 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
             division: Division {
                 total: 1.0,
                 level: 0.0,
-                scale: 1.0,
                 wanted: 0.0,
+                counted: 0.0,
+                above: 0,
                 at: now,
                 stale: true,
             },
@@ -289,6 +297,7 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
             held: 0.0,
             last_ask: now.checked_sub(ASK_EVERY).unwrap_or(now),
             waiting: 0,
+            counted: (0.0, false),
         });
         let elapsed = now.saturating_duration_since(member.last_ask).max(ASK_EVERY / 10);
         let seconds = elapsed.as_secs_f64();
@@ -327,6 +336,7 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
         let (budget, probing) = self.budget_at(now);
         self.division.stale = true;
         self.divide(budget, now);
+        self.recount(&who);
         let (want, held) = self.members.get(&who).map_or((0.0, 0.0), |m| (m.want, m.held));
         let part = if probing {
             self.probe_part(&who, budget)
@@ -531,15 +541,42 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
             .map(|m| m.want);
         let level = share::level(total, wants, &mut self.scratch);
         let wanted: f64 = self.scratch.iter().map(|&(want, _)| want).sum();
-        let met = wanted <= total;
+        let (mut counted, mut above) = (0.0, 0);
+        for member in self.members.values_mut() {
+            member.counted = if is_active(member, now) {
+                (member.want.min(level), member.want > level)
+            } else {
+                (0.0, false)
+            };
+            counted += member.counted.0;
+            above += u32::from(member.counted.1);
+        }
         self.division = Division {
             total,
             level,
-            scale: if met && wanted > 0.0 { total / wanted } else { 1.0 },
             wanted,
+            counted,
+            above,
             at: now,
             stale: false,
         };
+    }
+
+    /// Counts `who`'s want as it is now in the last division. Between
+    /// divisions the lines of a fleet whose asks fall on one beat shrink
+    /// at each ask, and a level set from the wants of the ask before would
+    /// leave what they no longer want undivided until the next division:
+    /// up to a sixth of the rate, in the simulator's herd of 50 processes.
+    fn recount(&mut self, who: &K) {
+        let Some(member) = self.members.get_mut(who) else {
+            return;
+        };
+        let division = &mut self.division;
+        let (was, was_above) = member.counted;
+        let counted = (member.want.min(division.level), member.want > division.level);
+        division.counted += counted.0 - was;
+        division.above = (division.above + u32::from(counted.1)).saturating_sub(u32::from(was_above));
+        member.counted = counted;
     }
 }
 
@@ -551,9 +588,27 @@ fn is_active(member: &Member, now: Instant) -> bool {
 impl Division {
     /// The part of a process that wants `want`, when the fleet's rate is
     /// `rate`: its part of the division, scaled to the rate as it is now
-    /// (it may have changed since).
+    /// (it may have changed since). The division's level is moved by what
+    /// the wants counted at it have become since, one step of the
+    /// water-filling, exact while no want crosses the level: when everyone's
+    /// want was met, the rest is shared in proportion to the wants as they
+    /// are; when not, those above the level share what the others do not
+    /// count for.
     fn part(&self, want: f64, rate: f64) -> f64 {
-        want.min(self.level) * self.scale * (rate / self.total)
+        let at_level = want.min(self.level);
+        let divided = if self.wanted <= self.total {
+            if self.counted > 0.0 {
+                at_level * self.total / self.counted
+            } else {
+                at_level
+            }
+        } else if want > self.level && self.above > 0 {
+            let left = self.total - self.counted;
+            (self.level + left / f64::from(self.above)).max(0.0)
+        } else {
+            at_level
+        };
+        divided * (rate / self.total)
     }
 }
 

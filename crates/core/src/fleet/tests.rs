@@ -563,6 +563,43 @@ fn no_cut_takes_the_fleet_below_the_rate_it_probes_at() {
     assert_eq!(fleet.rate(), probe, "not 1, what was delivered");
 }
 
+/// Rounds of 20 processes asking on one beat at a rate of 100 (nothing
+/// reported accepted grows it), each reporting what `report(process,
+/// round)` says; the grants of each round after the first, in all.
+fn rounds_on_one_beat(report: impl Fn(u32, u32) -> Tally) -> Vec<f64> {
+    let t0 = Instant::now();
+    let mut fleet = controller(t0);
+    round(&mut fleet, 0..20, t0, |_| tally(0, 0, 1, 10));
+    fleet.law.rate.accepted_many(&fleet.law.policy.clone(), 1, t0);
+    fleet.law.rate.now = 100.0;
+    (1..=5)
+        .map(|r| {
+            round(&mut fleet, 0..20, t0 + ASK_EVERY * r, |p| report(p, r))
+                .iter()
+                .sum::<f64>()
+        })
+        .skip(1)
+        .collect()
+}
+
+/// A process whose line has shrunk below the level since the division
+/// wants less than it was counted for: what it no longer wants goes at
+/// once to those that want more than the level, not at the next division
+/// (which a fleet asking on one beat meets only a round later), so that
+/// the grants add up to the rate.
+#[test]
+fn the_rate_a_shrinking_line_no_longer_wants_goes_to_the_long_lines_within_the_round() {
+    // Ten lines shrinking below the level, ten long ones above it.
+    let granted = rounds_on_one_beat(|p, r| match p {
+        0..10 => tally(1, 0, 0, u64::from(6 - r)),
+        _ => tally(10, 0, 0, 1000),
+    });
+    assert!(
+        granted.iter().all(|g| (g - 100.0).abs() < 1e-6),
+        "{granted:?} granted of 100 a second"
+    );
+}
+
 #[test]
 fn a_process_silent_for_three_asks_holds_no_share() {
     let t0 = Instant::now();
