@@ -512,6 +512,36 @@ fn slow_start_ends_at_what_was_accepted_and_reports_still_on_their_way_raise_it(
     }
 }
 
+/// A slow start that ends within a second of the first acceptance after an
+/// outage ends at what was accepted per second of it, not per second of a
+/// second that was half outage: that cut a token bucket of 200 a second
+/// with a burst of 20 to 95 a second in the simulator's herd.
+#[test]
+fn a_slow_start_ended_within_a_second_of_the_outage_ends_at_its_delivery_rate() {
+    let t0 = Instant::now();
+    let mut fleet = controller(t0);
+    let mut now = t0;
+    while now < t0 + Duration::from_millis(1500) {
+        fleet.ask_at(0, tally(1, 0, 1, 1000), now);
+        now += ASK_EVERY;
+    }
+    let first = now;
+    fleet.ask_at(0, tally(1, 1, 0, 1000), now);
+    // 200 a second accepted for half a second, then refusals.
+    for _ in 0..4 {
+        now += ASK_EVERY;
+        fleet.ask_at(0, tally(20, 20, 0, 1000), now);
+    }
+    now += ASK_EVERY;
+    fleet.ask_at(0, tally(40, 20, 20, 1000), now);
+    let seconds = (now - first).as_secs_f64();
+    assert!(
+        (fleet.rate() - 101.0 / seconds).abs() < 1e-6,
+        "cut to {}: 101 were accepted over {seconds} s, not over the second",
+        fleet.rate()
+    );
+}
+
 /// The case the property test once shrank to: a process whose want rose
 /// after the round's division was given its new want scaled up by the
 /// surplus the others were already given.

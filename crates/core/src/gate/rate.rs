@@ -39,6 +39,10 @@ pub(crate) struct Rate {
     /// fleet's reports come up to a round late: the acceptances still on
     /// their way raise the estimate as they arrive.
     settling_until: Option<Instant>,
+    /// When the first acceptance ended probing: a fleet's slow start that
+    /// ends within a second of it has been delivered to for less than the
+    /// second its delivery rate is counted over.
+    accepting_since: Option<Instant>,
     answers: Answers,
     /// The share of its requests the dependency is taken to fail at
     /// random, whatever the rate: its refusals cut the rate only beyond
@@ -94,6 +98,7 @@ impl Rate {
             slow: false,
             holds_at_cut: false,
             settling_until: None,
+            accepting_since: None,
             answers: Answers::new(now),
             random_share: 0.0,
             judged_overloaded: None,
@@ -347,8 +352,10 @@ impl Rate {
                 // it is no measure of the dependency, what it accepted is.
                 if self.holds_at_cut {
                     self.settling_until = Some(now + SETTLE);
+                    self.delivered_since_accepting(now).min(self.now)
+                } else {
+                    0.0
                 }
-                0.0
             } else {
                 self.now * policy.beta
             };
@@ -410,6 +417,23 @@ impl Rate {
         !self.answers.shows_refusals_beyond(self.random_share)
     }
 
+    /// What was accepted over the last second, per second of it since the
+    /// first acceptance ended probing: a slow start that ends within a
+    /// second of it has been delivered to for less than that second, and
+    /// the whole second's count would take it for a dependency that takes
+    /// half as much (95 a second for a token bucket of 200 a second, in the
+    /// simulator's herd of 50 processes).
+    fn delivered_since_accepting(&self, now: Instant) -> f64 {
+        let delivered = self.answers.delivered();
+        match self.accepting_since {
+            Some(since) => {
+                let counted = now.saturating_duration_since(since).as_secs_f64();
+                delivered / counted.clamp(0.25, 1.0)
+            }
+            None => delivered,
+        }
+    }
+
     /// An attempt was accepted at `now`.
     pub(crate) fn accepted(&mut self, policy: &GatePolicy, now: Instant) {
         self.accepted_many(policy, 1, now);
@@ -425,6 +449,7 @@ impl Rate {
         let grown = match self.phase {
             Phase::Probing => {
                 self.phase = Phase::SlowStart;
+                self.accepting_since = Some(now);
                 // A fleet that probed found the dependency down: its
                 // refusals from here on are a recovering capacity's until a
                 // trial shows otherwise.
@@ -442,7 +467,7 @@ impl Rate {
         let grown = if self.slow {
             grown.min((GAIN * self.answers.peak()).max(self.now))
         } else if self.settling_until.is_some_and(|until| now < until) {
-            grown.max(self.answers.delivered())
+            grown.max(self.delivered_since_accepting(now))
         } else {
             grown
         };
