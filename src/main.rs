@@ -158,7 +158,10 @@ enum World {
     /// fails --error-rate of requests at random and never runs out of
     /// capacity: what retries and their budgets add to the load (the JSON's
     /// `amplification`). Callers try 4 times unless --max-retries says.
-    /// Replaces --clients, --capacity, --outage and --spread.
+    /// With --outage the dependency is down from t = 0 until then, and the
+    /// JSON's `half_open_trials_per_window` shows the processes' breakers
+    /// probing its return (default: no outage). Replaces --clients,
+    /// --capacity and --spread.
     Errors,
 }
 
@@ -744,7 +747,7 @@ fn simulate(mut args: SimulateArgs) -> ExitCode {
         if args.policy.is_none() {
             args.max_retries.get_or_insert(3);
         }
-        args.outage = Some(Duration::ZERO);
+        args.outage.get_or_insert(Duration::ZERO);
     }
     let stated = match args.policy.as_deref().zip(args.service.as_deref()) {
         Some((path, service)) => match stormguard_toolkit::simulate::resolved_policy(path, service) {

@@ -236,7 +236,14 @@ fn compare_puts_gates_and_fleet_pacing_beside_each_strategy_with_the_same_keys()
         ["full-jitter", "full-jitter+gate", "full-jitter+fleet"]
     );
     let runs = runs.as_array().unwrap();
-    for key in ["wasted", "p99_seconds", "gave_up", "gave_up_no_turn"] {
+    for key in [
+        "wasted",
+        "p99_seconds",
+        "gave_up",
+        "gave_up_no_turn",
+        "half_open_trials",
+        "half_open_trials_per_window",
+    ] {
         assert!(runs.iter().all(|r| r.get(key).is_some()), "missing {key}");
     }
     let wasted: Vec<u64> = runs.iter().map(|r| r["wasted"].as_u64().unwrap()).collect();
@@ -748,5 +755,44 @@ fn check_forecasts_on_the_dependency_the_file_states() {
     assert!(
         stderr.contains("forecast.dependency") && stderr.contains("unknown dependency \"bucket\""),
         "{stderr}"
+    );
+}
+
+#[test]
+fn calls_arriving_through_an_outage_show_every_processs_breaker_probing_its_return() {
+    let run = |extra: &[&str]| -> serde_json::Value {
+        let args = [
+            &[
+                "--scenario",
+                "errors",
+                "--error-rate",
+                "0",
+                "--rate",
+                "400",
+                "--processes",
+                "20",
+                "--breaker",
+                "--latency",
+                "1ms",
+                "--json",
+            ][..],
+            extra,
+        ]
+        .concat();
+        serde_json::from_str(&stdout(&simulate(&args))).unwrap()
+    };
+    // Down for 20 s: each of the 20 breakers opens at once and, 30 s in,
+    // lets the default successThreshold of 3 trials through, which close it.
+    let outage = run(&["--outage", "20s"]);
+    assert_eq!(outage["outage_seconds"], 20.0);
+    assert_eq!(outage["half_open_trials"], 60);
+    assert_eq!(
+        outage["half_open_trials_per_window"], 60,
+        "all within one openTimeout"
+    );
+    let healthy = run(&[]);
+    assert_eq!(
+        healthy["half_open_trials"], 0,
+        "no outage by default: no breaker opens"
     );
 }

@@ -106,6 +106,15 @@ pub struct Send {
     sent: Instant,
 }
 
+impl Send {
+    /// Whether the attempt is one of its breaker's half-open trials: the
+    /// calls a breaker lets through, after `openTimeout`, to see whether
+    /// its dependency is back.
+    pub fn is_trial(&self) -> bool {
+        self.permit.as_ref().is_some_and(Permit::is_trial)
+    }
+}
+
 /// How an attempt ended, as the driver saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Answer {

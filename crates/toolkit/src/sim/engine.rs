@@ -59,6 +59,13 @@ pub struct Run {
     pub gave_up: GaveUpCounts,
     /// Clients still retrying when the run stopped.
     pub unfinished: u32,
+    /// When each half-open trial was sent (the calls the processes'
+    /// breakers let through to see whether the dependency is back), from
+    /// t = 0, in order.
+    pub trials: Vec<Duration>,
+    /// The breakers' `openTimeout`, if the strategy has breakers: the
+    /// window trials are counted over.
+    pub open_timeout: Option<Duration>,
     /// Events processed.
     pub events: u64,
 }
@@ -393,6 +400,12 @@ impl<'a> World<'a> {
                 drained: Duration::ZERO,
                 gave_up: GaveUpCounts::default(),
                 unfinished: 0,
+                trials: Vec::new(),
+                open_timeout: strategy
+                    .policy
+                    .circuit_breaker
+                    .enabled
+                    .then_some(strategy.policy.circuit_breaker.open_timeout),
                 events: 0,
             },
         }
@@ -599,6 +612,11 @@ impl<'a> World<'a> {
                 process.line.insert(new, id);
             }
             client.ticket = ticket;
+        }
+        if let CallStep::Send(send) = &step {
+            if send.is_trial() {
+                self.outcome.trials.push(Duration::from_nanos(t));
+            }
         }
         match step {
             CallStep::Send(send) if self.busy.is_some() => self.send_request(t, id, send),

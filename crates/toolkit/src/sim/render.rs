@@ -108,7 +108,16 @@ pub fn summary(s: &Summary) -> String {
         ),
         ("events", s.events.to_string()),
     ];
-    for (name, value) in lines {
+    let trials = (s.half_open_trials > 0).then(|| {
+        (
+            "half-open trials",
+            format!(
+                "{} in all, at most {} within one openTimeout",
+                s.half_open_trials, s.half_open_trials_per_window
+            ),
+        )
+    });
+    for (name, value) in lines.into_iter().chain(trials) {
         let _ = writeln!(out, "  {name:<18} {value}");
     }
     out

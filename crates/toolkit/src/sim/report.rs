@@ -100,6 +100,13 @@ pub struct Summary {
     pub gave_up_no_turn: u32,
     /// Clients still retrying at the horizon.
     pub unfinished: u32,
+    /// Half-open trials: the calls the processes' breakers let through, in
+    /// all, to see whether the dependency was back.
+    pub half_open_trials: u64,
+    /// The most half-open trials sent within any one `openTimeout`: what a
+    /// dependency coming back meets at once from the whole fleet. 0 without
+    /// breakers.
+    pub half_open_trials_per_window: u64,
     /// Events the simulation processed.
     pub events: u64,
     /// Requests per second, index = second.
@@ -173,12 +180,29 @@ impl Summary {
             gave_up_deadline: run.gave_up.deadline,
             gave_up_no_turn: run.gave_up.no_turn,
             unfinished: run.unfinished,
+            half_open_trials: run.trials.len() as u64,
+            half_open_trials_per_window: run
+                .open_timeout
+                .map_or(0, |window| most_within(&run.trials, window)),
             events: run.events,
             requests_per_second: run.requests.clone(),
             accepted_per_second: run.accepted.clone(),
             goodput_per_second: run.served.clone(),
         }
     }
+}
+
+/// The most of the instants `times` (in order) within any span of `window`.
+fn most_within(times: &[Duration], window: Duration) -> u64 {
+    let mut first = 0;
+    let mut most = 0;
+    for (last, &at) in times.iter().enumerate() {
+        while at.saturating_sub(times[first]) >= window {
+            first += 1;
+        }
+        most = most.max(last + 1 - first);
+    }
+    most as u64
 }
 
 /// The seconds `retries_per_second` is over: the arrivals' length in an
@@ -190,4 +214,23 @@ fn run_seconds(run: &Run) -> f64 {
         (None, None) => None,
     };
     arrivals.map_or(run.drained, |until| until).as_secs_f64().max(1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_most_within_a_window_counts_a_span_shorter_than_it() {
+        let at = |s: &[u64]| s.iter().map(|&s| Duration::from_secs(s)).collect::<Vec<_>>();
+        let window = Duration::from_secs(5);
+        assert_eq!(most_within(&at(&[]), window), 0);
+        assert_eq!(most_within(&at(&[0, 1, 2, 10, 11]), window), 3);
+        assert_eq!(
+            most_within(&at(&[0, 5, 10]), window),
+            1,
+            "5 s apart is two windows"
+        );
+        assert_eq!(most_within(&at(&[3, 3, 3, 7]), window), 4);
+    }
 }

@@ -588,3 +588,47 @@ fn random_500s_cost_a_gated_fleet_nothing() {
         );
     }
 }
+
+/// Calls arriving at 400 a second from 20 processes, through a 40 s outage
+/// and after it, with each process's breaker at its defaults.
+fn through_an_outage(breaker: bool) -> Summary {
+    let scenario = Scenario {
+        errors: Some(Errors {
+            until: Duration::from_secs(80),
+            ..Errors::new(400.0, 0.0)
+        }),
+        outage: Duration::from_secs(40),
+        processes: 20,
+        latency: Duration::from_millis(1),
+        horizon: Duration::from_secs(200),
+        ..Scenario::default()
+    };
+    let modifiers = Modifiers {
+        breaker,
+        max_retries: Some(3),
+        ..Modifiers::default()
+    };
+    Summary::of(&run(&scenario, &Strategy::named(Named::FullJitter, modifiers)))
+}
+
+#[test]
+fn every_processs_breaker_sends_its_own_half_open_trials_into_the_same_window() {
+    let policy = stormguard_core::policy::CircuitBreakerPolicy::default();
+    let broken = through_an_outage(true);
+    // Each of the 20 breakers opened at the start and went half-open twice:
+    // 30 s in, when its one trial failed (the outage lasts 40 s), and 60 s
+    // in, when `successThreshold` trials closed it. The second time, the
+    // whole fleet's trials fall within one openTimeout.
+    let closing = u64::from(policy.success_threshold);
+    assert_eq!(
+        (broken.half_open_trials, broken.half_open_trials_per_window),
+        (20 * (1 + closing), 20 * closing),
+        "{broken:?}"
+    );
+    let plain = through_an_outage(false);
+    assert_eq!(
+        (plain.half_open_trials, plain.half_open_trials_per_window),
+        (0, 0),
+        "no breakers, no trials"
+    );
+}
