@@ -790,6 +790,17 @@ fn calls_arriving_through_an_outage_show_every_processs_breaker_probing_its_retu
         outage["half_open_trials_per_window"], 60,
         "all within one openTimeout"
     );
+    let closed = outage["breakers_closed_seconds"].as_f64().unwrap();
+    assert!(
+        (10.0..11.0).contains(&closed),
+        "closed just past openTimeout, 10 s after the outage ended: {closed}"
+    );
+    let long = run(&["--outage", "40s"]);
+    assert_eq!(
+        long["breakers_closed_seconds"],
+        serde_json::Value::Null,
+        "calls stop at 60 s, before any breaker's second half-open"
+    );
     let healthy = run(&[]);
     assert_eq!(
         healthy["half_open_trials"], 0,

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use stormguard_core::breaker::CircuitState;
 use stormguard_core::call::{Answer, Answered, Call, Send, Step as CallStep};
 use stormguard_core::fleet::{self, Grant};
 use stormguard_core::gate::Tally;
@@ -66,6 +67,9 @@ pub struct Run {
     /// The breakers' `openTimeout`, if the strategy has breakers: the
     /// window trials are counted over.
     pub open_timeout: Option<Duration>,
+    /// When the last breaker to close closed, from t = 0, if any opened and
+    /// every one is closed at the end.
+    pub breakers_closed: Option<Duration>,
     /// Events processed.
     pub events: u64,
 }
@@ -273,6 +277,8 @@ struct Process {
     due: Option<u64>,
     /// When it last sent a report.
     asked: u64,
+    /// Whether its breaker is open or half-open, as of its last answer.
+    broken: bool,
 }
 
 /// A process's exchange with its daemon replica: one at a time, as a
@@ -338,6 +344,7 @@ impl<'a> World<'a> {
                     asking: Asking::Idle,
                     due: None,
                     asked: 0,
+                    broken: false,
                 })
                 .collect(),
             replicas: strategy.fleet.then(|| Replicas::new(scenario, &strategy.policy)),
@@ -401,6 +408,7 @@ impl<'a> World<'a> {
                 gave_up: GaveUpCounts::default(),
                 unfinished: 0,
                 trials: Vec::new(),
+                breakers_closed: None,
                 open_timeout: strategy
                     .policy
                     .circuit_breaker
@@ -704,9 +712,17 @@ impl<'a> World<'a> {
     fn answer(&mut self, t: u64, id: u32, send: Send, answer: Answer) {
         let now = self.at(t);
         let client = &mut self.clients[id as usize];
-        let guard = &self.processes[client.process].guard;
+        let process = &mut self.processes[client.process];
         let call = client.call.as_mut().expect("a call in progress");
-        match call.answered_at(guard, send, answer, now, &mut self.rng) {
+        let answered = call.answered_at(&process.guard, send, answer, now, &mut self.rng);
+        if let Some(breaker) = process.guard.breaker() {
+            let broken = breaker.state() != CircuitState::Closed;
+            if process.broken && !broken {
+                self.outcome.breakers_closed = Some(Duration::from_nanos(t));
+            }
+            process.broken = broken;
+        }
+        match answered {
             Answered::Succeeded => {
                 let second = (t / NANOS_PER_SECOND) as usize;
                 if second >= self.outcome.served.len() {
@@ -757,6 +773,9 @@ impl<'a> World<'a> {
 
     fn finish(mut self, unfinished: usize) -> Run {
         self.outcome.unfinished = unfinished as u32;
+        if self.processes.iter().any(|p| p.broken) {
+            self.outcome.breakers_closed = None;
+        }
         self.outcome.times_to_success.sort_unstable();
         self.outcome.requests = self.server.requests;
         self.outcome.accepted = self.server.accepted;

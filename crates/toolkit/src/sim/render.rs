@@ -112,8 +112,13 @@ pub fn summary(s: &Summary) -> String {
         (
             "half-open trials",
             format!(
-                "{} in all, at most {} within one openTimeout",
-                s.half_open_trials, s.half_open_trials_per_window
+                "{} in all, at most {} within one openTimeout; {}",
+                s.half_open_trials,
+                s.half_open_trials_per_window,
+                s.breakers_closed_seconds
+                    .map_or("a breaker still open at the end".to_string(), |at| {
+                        format!("every breaker closed {at:.2} s after the outage")
+                    })
             ),
         )
     });

@@ -107,6 +107,10 @@ pub struct Summary {
     /// dependency coming back meets at once from the whole fleet. 0 without
     /// breakers.
     pub half_open_trials_per_window: u64,
+    /// When the last breaker to close closed, in seconds from the end of
+    /// the outage; `None` if no breaker opened, or one is still open or
+    /// half-open at the end.
+    pub breakers_closed_seconds: Option<f64>,
     /// Events the simulation processed.
     pub events: u64,
     /// Requests per second, index = second.
@@ -184,6 +188,9 @@ impl Summary {
             half_open_trials_per_window: run
                 .open_timeout
                 .map_or(0, |window| most_within(&run.trials, window)),
+            breakers_closed_seconds: run
+                .breakers_closed
+                .map(|at| at.saturating_sub(run.scenario.outage).as_secs_f64()),
             events: run.events,
             requests_per_second: run.requests.clone(),
             accepted_per_second: run.accepted.clone(),

@@ -625,10 +625,15 @@ fn every_processs_breaker_sends_its_own_half_open_trials_into_the_same_window() 
         (20 * (1 + closing), 20 * closing),
         "{broken:?}"
     );
+    // They all closed a little after the second half-open, 60 s in: 20 s
+    // after the outage.
+    let closed = broken.breakers_closed_seconds.expect("every breaker closed");
+    assert!((20.0..21.0).contains(&closed), "{closed}");
     let plain = through_an_outage(false);
     assert_eq!(
         (plain.half_open_trials, plain.half_open_trials_per_window),
         (0, 0),
         "no breakers, no trials"
     );
+    assert_eq!(plain.breakers_closed_seconds, None);
 }
