@@ -160,8 +160,9 @@ enum World {
     /// `amplification`). Callers try 4 times unless --max-retries says.
     /// With --outage the dependency is down from t = 0 until then, and the
     /// JSON's `half_open_trials_per_window` shows the processes' breakers
-    /// probing its return (default: no outage). Replaces --clients,
-    /// --capacity and --spread.
+    /// probing its return (default: no outage); with --capacity or a
+    /// --dependency model it takes only that much once back. Calls arrive
+    /// until --until. Replaces --clients and --spread.
     Errors,
 }
 
@@ -181,6 +182,9 @@ struct SimulateArgs {
     /// With --scenario errors: first tries a second, in all. Default: 1000.
     #[arg(long, value_parser = count_in(0.01f64, 1_000_000.0))]
     rate: Option<f64>,
+    /// With --scenario errors: when calls stop arriving. Default: 60s.
+    #[arg(long, value_parser = duration_in(secs(1), secs(86_400)))]
+    until: Option<Duration>,
     /// The share of requests the dependency fails at random, whatever its
     /// load, in [0, 1]. With --scenario errors, the scenario's (default 0.5);
     /// with a herd, on top of its outage and capacity (a dependency that
@@ -703,13 +707,26 @@ fn simulate(mut args: SimulateArgs) -> ExitCode {
         args.horizon = args.horizon.min(model.until);
         args.outage = Some(Duration::ZERO);
     }
+    let limited = args.shape.capacity.is_some()
+        || args.shape.dependency.is_some_and(|d| d != DependencyModel::Quota)
+        || args.shape.burst.is_some()
+        || args.shape.workers.is_some()
+        || args.shape.queue.is_some();
     let errors = match (args.scenario, args.rate, args.error_rate) {
-        (World::Errors, _, _) => Some(stormguard_toolkit::sim::Errors::new(
-            args.rate.unwrap_or(1000.0),
-            args.error_rate.unwrap_or(0.5),
-        )),
+        (World::Errors, _, _) => Some(stormguard_toolkit::sim::Errors {
+            until: args.until.unwrap_or(Duration::from_secs(60)),
+            limited,
+            ..stormguard_toolkit::sim::Errors::new(
+                args.rate.unwrap_or(1000.0),
+                args.error_rate.unwrap_or(0.5),
+            )
+        }),
         (_, Some(_), _) => {
             eprintln!("--rate: only with --scenario errors");
+            return ExitCode::from(1);
+        }
+        _ if args.until.is_some() => {
+            eprintln!("--until: only with --scenario errors (a herd runs until its --horizon)");
             return ExitCode::from(1);
         }
         (World::Collapse, _, Some(_)) => {
@@ -718,14 +735,10 @@ fn simulate(mut args: SimulateArgs) -> ExitCode {
         }
         _ => None,
     };
-    let limited = args.shape.dependency.is_some_and(|d| d != DependencyModel::Quota)
-        || args.shape.burst.is_some()
-        || args.shape.workers.is_some()
-        || args.shape.queue.is_some();
-    if limited && args.scenario != World::Herd {
+    if limited && args.scenario == World::Collapse {
         eprintln!(
-            "--dependency, --burst, --workers, --queue: only with a herd (the errors scenario's dependency never \
-             runs out of capacity, and the collapse scenario's server slows by its own model)"
+            "--capacity, --dependency, --burst, --workers, --queue: not with --scenario collapse, whose server \
+             slows by its own model"
         );
         return ExitCode::from(1);
     }

@@ -704,7 +704,7 @@ fn workers_with_a_long_queue_slow_callers_past_their_timeouts_and_their_work_is_
 }
 
 #[test]
-fn a_dependency_model_is_checked_and_only_goes_with_a_herd() {
+fn a_dependency_model_is_checked_and_never_goes_with_a_collapse() {
     for (args, code, says) in [
         (
             &["--dependency", "token_bucket"][..],
@@ -717,15 +717,16 @@ fn a_dependency_model_is_checked_and_only_goes_with_a_herd() {
             "--workers",
         ),
         (
-            &["--scenario", "errors", "--dependency", "token-bucket"][..],
-            1,
-            "only with a herd",
-        ),
-        (
             &["--scenario", "collapse", "--burst", "5"][..],
             1,
-            "only with a herd",
+            "not with --scenario collapse",
         ),
+        (
+            &["--scenario", "collapse", "--capacity", "50"][..],
+            1,
+            "not with --scenario collapse",
+        ),
+        (&["--until", "30s"][..], 1, "only with --scenario errors"),
     ] {
         refused_with(args, code, says);
     }
@@ -806,4 +807,47 @@ fn calls_arriving_through_an_outage_show_every_processs_breaker_probing_its_retu
         healthy["half_open_trials"], 0,
         "no outage by default: no breaker opens"
     );
+}
+
+#[test]
+fn calls_arriving_at_a_limited_dependency_meet_a_half_open_herd_of_every_processs_trials() {
+    // The fleet of the half-open herd: 1,000 calls a second from 200
+    // processes, down for 40 s, then 200 a second, by any model.
+    for model in ["quota", "token-bucket"] {
+        let out = stdout(&simulate(&[
+            "--scenario",
+            "errors",
+            "--error-rate",
+            "0",
+            "--rate",
+            "1000",
+            "--processes",
+            "200",
+            "--outage",
+            "40s",
+            "--until",
+            "80s",
+            "--capacity",
+            "200",
+            "--dependency",
+            model,
+            "--breaker",
+            "--latency",
+            "1ms",
+            "--json",
+        ]));
+        let run: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(run["capacity"], 200, "{model}");
+        assert_eq!(run["errors"]["limited"], true);
+        assert_eq!(run["errors"]["until_seconds"], 80.0);
+        let per_window = run["half_open_trials_per_window"].as_u64().unwrap();
+        assert!(
+            per_window >= 200,
+            "{model}: every process's breaker probes within one openTimeout: {per_window}"
+        );
+        assert!(
+            run["wasted_after_outage"].as_u64().unwrap() > 0,
+            "{model}: the trials and the calls that follow them meet a capacity of 200"
+        );
+    }
 }

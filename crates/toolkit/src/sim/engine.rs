@@ -364,10 +364,11 @@ impl<'a> World<'a> {
             queue,
             server: Server {
                 limit: Limit::of(scenario.dependency),
-                // The errors scenario's dependency never runs out of capacity.
+                // The errors scenario's dependency never runs out of
+                // capacity, unless it is limited.
                 capacity: match scenario.errors {
-                    Some(_) => u64::MAX,
-                    None => u64::from(scenario.capacity),
+                    Some(errors) if !errors.limited => u64::MAX,
+                    _ => u64::from(scenario.capacity),
                 },
                 random_failures: scenario.failure_share(),
                 random_status: scenario.random_failure_status,

@@ -1,7 +1,10 @@
 //! The errors scenario: calls arrive at a steady rate against a dependency
-//! that fails a share of them at random and never runs out of capacity.
-//! Nothing recovers and nothing collapses: what it shows is what retries,
-//! and the budgets meant to cap them, add to the load (the amplification).
+//! that fails a share of them at random and, unless it is `limited`, never
+//! runs out of capacity. Without an outage nothing recovers and nothing
+//! collapses: what it shows is what retries, and the budgets meant to cap
+//! them, add to the load (the amplification). With one, calls keep arriving
+//! while the dependency is down and as it comes back: what the processes'
+//! breakers do to its return (their half-open trials).
 
 use std::time::Duration;
 
@@ -23,6 +26,9 @@ pub struct Errors {
     /// When calls stop arriving.
     #[serde(rename = "until_seconds", serialize_with = "seconds")]
     pub until: Duration,
+    /// Whether the dependency takes only the scenario's capacity a second,
+    /// by its model, once any outage ends; else it never runs out.
+    pub limited: bool,
 }
 
 impl Errors {
@@ -32,6 +38,7 @@ impl Errors {
             rate,
             error_rate,
             until: Duration::from_secs(60),
+            limited: false,
         }
     }
 

@@ -26,7 +26,7 @@ pub struct Summary {
     pub clients: u32,
     /// The server's capacity per second; `None` in a collapse, whose server
     /// slows with its load instead, and in the errors scenario, whose never
-    /// runs out.
+    /// runs out unless it is limited.
     pub capacity: Option<u32>,
     /// The outage, in seconds.
     pub outage_seconds: f64,
@@ -127,10 +127,16 @@ impl Summary {
         let total_requests: u64 = run.requests.iter().sum();
         let accepted: u64 = run.accepted.iter().sum();
         // A collapse's server has no fixed capacity to be over, nor has the
-        // errors scenario's.
-        let capacity = match (run.scenario.collapse, run.scenario.errors) {
-            (None, None) => u64::from(run.scenario.capacity),
-            _ => u64::MAX,
+        // errors scenario's unless it is limited.
+        let limited = match (run.scenario.collapse, run.scenario.errors) {
+            (None, None) => true,
+            (None, Some(errors)) => errors.limited,
+            (Some(_), _) => false,
+        };
+        let capacity = if limited {
+            u64::from(run.scenario.capacity)
+        } else {
+            u64::MAX
         };
         let recovered =
             run.scenario.outage.as_secs() as usize + usize::from(run.scenario.outage.subsec_nanos() > 0);
@@ -148,8 +154,7 @@ impl Summary {
             collapse: run.scenario.collapse,
             errors: run.scenario.errors,
             clients: run.scenario.clients,
-            capacity: (run.scenario.collapse.is_none() && run.scenario.errors.is_none())
-                .then_some(run.scenario.capacity),
+            capacity: limited.then_some(run.scenario.capacity),
             outage_seconds: run.scenario.outage.as_secs_f64(),
             random_failures: run.scenario.failure_share(),
             random_failure_status: run.scenario.random_failure_status,
