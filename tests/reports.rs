@@ -209,11 +209,17 @@ async fn an_open_breaker_shows_2_and_expires_after_the_ttl() {
     let daemon = Daemon::start(&path, &["--instance-ttl", "1s"]);
     post(&daemon, charge("pod-a", "closed").to_string()).await;
     post(&daemon, charge("pod-b", "open").to_string()).await;
+    post(&daemon, charge("pod-c", "half-open").to_string()).await;
     let state = r#"circuit_breaker_state{service="payment-service"}"#;
+    let text = metrics(&daemon).await;
+    assert_eq!(sample(&text, state), Some(2.0), "the worst instance");
     assert_eq!(
-        sample(&metrics(&daemon).await, state),
+        sample(
+            &text,
+            r#"stormguard_circuit_breakers_open{service="payment-service"}"#
+        ),
         Some(2.0),
-        "the worst instance"
+        "the open and the half-open breaker, each to probe alone"
     );
     let gone = eventually(Duration::from_secs(5), || async {
         sample(&metrics(&daemon).await, state).is_none().then_some(())

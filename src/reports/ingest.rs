@@ -22,6 +22,7 @@ use std::time::Duration;
 use foldhash::HashMap;
 use tokio::time::Instant;
 
+use stormguard_core::breaker::CircuitState;
 use stormguard_core::wire::{Folded, Report};
 
 use super::batches::{Batch, BatchLog};
@@ -373,6 +374,7 @@ impl Table {
 #[derive(Debug, Default, Clone, Copy)]
 struct Aggregate {
     circuit: Option<i64>,
+    breakers_open: Option<u64>,
     gates_on: Option<u64>,
     in_flight: Option<u64>,
     remaining: Option<f64>,
@@ -382,6 +384,8 @@ impl Aggregate {
     fn add(&mut self, state: &InstanceState) {
         if let Some(c) = state.circuit {
             self.circuit = Some(self.circuit.map_or(c, |w| w.max(c)));
+            let open = c != i64::from(CircuitState::Closed.as_metric());
+            self.breakers_open = Some(self.breakers_open.unwrap_or(0) + u64::from(open));
         }
         if let Some(on) = state.gate_on {
             self.gates_on = Some(self.gates_on.unwrap_or(0) + u64::from(on));
@@ -465,6 +469,13 @@ fn render(t: &Table) -> String {
     per_service(&mut out, "circuit_breaker_state", "gauge", "Worst circuit breaker state among the instances reporting within the TTL: 0 closed, 1 half-open, 2 open.", &|s| {
         state(s).circuit.map(|c| c.to_string())
     });
+    per_service(
+        &mut out,
+        "stormguard_circuit_breakers_open",
+        "gauge",
+        "Instances reporting within the TTL whose circuit breaker for the service is open or half-open: how many of the fleet's breakers will each probe its return; absent when none has a breaker.",
+        &|s| state(s).breakers_open.map(|n| n.to_string()),
+    );
     per_service(
         &mut out,
         "stormguard_send_gates_on",

@@ -162,6 +162,47 @@ fn gates_on_count_the_live_instances_pacing_and_a_policy_without_a_gate_adds_not
 }
 
 #[test]
+fn breakers_open_count_the_live_instances_whose_breaker_is_not_closed() {
+    let limits = ReportLimits {
+        instance_ttl: Duration::from_secs(10),
+        ..ReportLimits::default()
+    };
+    let m = ClientMetrics::new(limits);
+    let t0 = Instant::now();
+    let at = |instance: &str, breaker: &str| {
+        report(&format!(
+            r#"{{"service": "a", "instance": "{instance}"{breaker}}}"#
+        ))
+    };
+    let open = r#"stormguard_circuit_breakers_open{service="a"}"#;
+    m.ingest(&at("no-breaker", ""), |_| true, t0);
+    assert_eq!(value(&m.encode(t0), open), None, "no instance has a breaker");
+    m.ingest(&at("one", r#", "circuitState": "open""#), |_| true, t0);
+    m.ingest(&at("two", r#", "circuitState": "half-open""#), |_| true, t0);
+    m.ingest(&at("three", r#", "circuitState": "closed""#), |_| true, t0);
+    assert_eq!(
+        value(&m.encode(t0 + Duration::from_secs(1)), open),
+        Some(2.0),
+        "open and half-open both wait to probe"
+    );
+    m.ingest(
+        &at("one", r#", "circuitState": "closed""#),
+        |_| true,
+        t0 + Duration::from_secs(6),
+    );
+    assert_eq!(
+        value(&m.encode(t0 + Duration::from_secs(7)), open),
+        Some(1.0),
+        "the latest report of an instance wins"
+    );
+    assert_eq!(
+        value(&m.encode(t0 + Duration::from_millis(15_500)), open),
+        Some(0.0),
+        "two and three expired; one still reports its breaker, closed"
+    );
+}
+
+#[test]
 fn the_guard_folds_unlisted_services_endpoints_and_attempts_into_other() {
     let limits = ReportLimits {
         max_unlisted_services: 1,
