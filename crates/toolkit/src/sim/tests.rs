@@ -559,24 +559,15 @@ fn a_backend_down_behind_a_round_robin_balancer_refuses_its_turn_and_takes_its_c
 fn random_500s_cost_a_gated_fleet_nothing() {
     let errors = |status: u16, gate: bool, fleet: bool| {
         let scenario = Scenario {
-            errors: Some(Errors {
-                until: Duration::from_secs(10),
-                ..Errors::new(300.0, 0.1)
-            }),
             random_failure_status: status,
-            outage: Duration::ZERO,
-            processes: 10,
-            latency: Duration::from_millis(1),
-            horizon: Duration::from_secs(120),
-            ..Scenario::default()
+            ..arriving(Errors::new(300.0, 0.1), 10, Duration::ZERO, 10)
         };
         let modifiers = Modifiers {
             gate,
             fleet,
-            max_retries: Some(3),
             ..Modifiers::default()
         };
-        Summary::of(&run(&scenario, &Strategy::named(Named::FullJitter, modifiers)))
+        retried_three_times(&scenario, modifiers)
     };
     let ungated = errors(500, false, false);
     for fleet in [false, true] {
@@ -592,23 +583,38 @@ fn random_500s_cost_a_gated_fleet_nothing() {
 /// Calls arriving at 400 a second from 20 processes, through a 40 s outage
 /// and after it, with each process's breaker at its defaults.
 fn through_an_outage(breaker: bool) -> Summary {
-    let scenario = Scenario {
-        errors: Some(Errors {
-            until: Duration::from_secs(80),
-            ..Errors::new(400.0, 0.0)
-        }),
-        outage: Duration::from_secs(40),
-        processes: 20,
-        latency: Duration::from_millis(1),
-        horizon: Duration::from_secs(200),
-        ..Scenario::default()
-    };
+    let scenario = arriving(Errors::new(400.0, 0.0), 80, Duration::from_secs(40), 20);
     let modifiers = Modifiers {
         breaker,
-        max_retries: Some(3),
         ..Modifiers::default()
     };
-    Summary::of(&run(&scenario, &Strategy::named(Named::FullJitter, modifiers)))
+    retried_three_times(&scenario, modifiers)
+}
+
+/// Calls arriving as `errors` says until `until` seconds, from `processes`,
+/// through an `outage`, at 1 ms latency; the run lasts until everyone is
+/// done or two minutes past the arrivals.
+fn arriving(errors: Errors, until: u64, outage: Duration, processes: u32) -> Scenario {
+    Scenario {
+        errors: Some(Errors {
+            until: Duration::from_secs(until),
+            ..errors
+        }),
+        outage,
+        processes,
+        latency: Duration::from_millis(1),
+        horizon: Duration::from_secs(until + 120),
+        ..Scenario::default()
+    }
+}
+
+/// Full jitter with `modifiers` and three retries, in `scenario`.
+fn retried_three_times(scenario: &Scenario, modifiers: Modifiers) -> Summary {
+    let modifiers = Modifiers {
+        max_retries: Some(3),
+        ..modifiers
+    };
+    Summary::of(&run(scenario, &Strategy::named(Named::FullJitter, modifiers)))
 }
 
 #[test]
