@@ -63,8 +63,9 @@ pub const LEASE: Duration = Duration::from_secs(1);
 /// report to another replica waits up to a period there before it counts;
 /// at an ask's period, 2 replicas sharing a store recovered the simulator's
 /// herd up to 0.4 s behind one daemon (seeds 1-25, request-rate limit, 200
-/// processes: 18.37 s against 17.82 s; 17.96 s at 75 ms). Shorter still
-/// (50 ms) gained little more and sent 2-3 % more attempts that failed.
+/// processes: 18.37 s against one daemon's 17.94 s; 17.96 s at 75 ms).
+/// Shorter still (50 ms) gained little more and sent 2-3 % more attempts
+/// that failed.
 pub const SHARE_EVERY: Duration = Duration::from_millis(75);
 /// A dependency nobody has asked about for this long is healthy again (its
 /// processes' gates have turned off): its controller is done, and the next
@@ -571,7 +572,7 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
     /// divisions the lines of a fleet whose asks fall on one beat shrink
     /// at each ask, and a level set from the wants of the ask before would
     /// leave what they no longer want undivided until the next division:
-    /// up to a sixth of the rate, in the simulator's herd of 50 processes.
+    /// up to 15 % of the rate, in the simulator's herd of 50 processes.
     fn recount(&mut self, who: &K) {
         let Some(member) = self.members.get_mut(who) else {
             return;
