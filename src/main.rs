@@ -726,7 +726,7 @@ fn simulate(mut args: SimulateArgs) -> ExitCode {
             return ExitCode::from(1);
         }
         _ if args.until.is_some() => {
-            eprintln!("--until: only with --scenario errors (a herd runs until its --horizon)");
+            eprintln!("--until: only with --scenario errors, whose calls arrive until then");
             return ExitCode::from(1);
         }
         (World::Collapse, _, Some(_)) => {

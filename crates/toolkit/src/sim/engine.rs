@@ -364,12 +364,8 @@ impl<'a> World<'a> {
             queue,
             server: Server {
                 limit: Limit::of(scenario.dependency),
-                // The errors scenario's dependency never runs out of
-                // capacity, unless it is limited.
-                capacity: match scenario.errors {
-                    Some(errors) if !errors.limited => u64::MAX,
-                    _ => u64::from(scenario.capacity),
-                },
+                // A collapse's server is its own model (`busy`).
+                capacity: scenario.capacity_limit().map_or(u64::MAX, u64::from),
                 random_failures: scenario.failure_share(),
                 random_status: scenario.random_failure_status,
                 backends: scenario.backends.map(|b| (b, 0)),

@@ -126,18 +126,8 @@ impl Summary {
     pub fn of(run: &Run) -> Self {
         let total_requests: u64 = run.requests.iter().sum();
         let accepted: u64 = run.accepted.iter().sum();
-        // A collapse's server has no fixed capacity to be over, nor has the
-        // errors scenario's unless it is limited.
-        let limited = match (run.scenario.collapse, run.scenario.errors) {
-            (None, None) => true,
-            (None, Some(errors)) => errors.limited,
-            (Some(_), _) => false,
-        };
-        let capacity = if limited {
-            u64::from(run.scenario.capacity)
-        } else {
-            u64::MAX
-        };
+        let limit = run.scenario.capacity_limit();
+        let capacity = limit.map_or(u64::MAX, u64::from);
         let recovered =
             run.scenario.outage.as_secs() as usize + usize::from(run.scenario.outage.subsec_nanos() > 0);
         let after = || run.requests.iter().zip(&run.accepted).enumerate().skip(recovered);
@@ -154,7 +144,7 @@ impl Summary {
             collapse: run.scenario.collapse,
             errors: run.scenario.errors,
             clients: run.scenario.clients,
-            capacity: limited.then_some(run.scenario.capacity),
+            capacity: limit,
             outage_seconds: run.scenario.outage.as_secs_f64(),
             random_failures: run.scenario.failure_share(),
             random_failure_status: run.scenario.random_failure_status,

@@ -185,6 +185,18 @@ impl Scenario {
         }
     }
 
+    /// The requests a second the server takes once back, if it has such a
+    /// limit: a herd's server does, and the errors scenario's if it is
+    /// limited; a collapse's slows with its load instead.
+    pub fn capacity_limit(&self) -> Option<u32> {
+        let limited = match (self.collapse, self.errors) {
+            (None, None) => true,
+            (None, Some(errors)) => errors.limited,
+            (Some(_), _) => false,
+        };
+        limited.then_some(self.capacity)
+    }
+
     /// The share of requests the server fails at random, whatever its load:
     /// the errors scenario's, else the mixed world's.
     pub fn failure_share(&self) -> f64 {
