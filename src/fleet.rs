@@ -11,11 +11,13 @@ use prometheus::{
     CounterVec, Encoder, GaugeVec, Histogram, HistogramOpts, IntCounterVec, Opts, Registry, TextEncoder,
 };
 use stormguard_core::fleet::shared::{Contribution, Published, Shared};
-use stormguard_core::fleet::{FleetController, ASK_EVERY};
+use stormguard_core::fleet::{self, FleetController, ASK_EVERY};
 use stormguard_core::gate::Judgement;
 use stormguard_core::policy::{GatePolicy, ValidPolicy};
 use stormguard_core::wire::{PaceAsk, PaceGrant};
 use tokio::time::Instant;
+
+use crate::fleet_breaker::FleetBreakers;
 
 /// Dependencies paced at once, at most.
 pub const MAX_DEPENDENCIES: usize = 1000;
@@ -36,6 +38,8 @@ pub enum Refused {
 /// Every paced dependency, and the families about them.
 pub struct Fleet {
     paced: Mutex<HashMap<String, Paced>>,
+    /// The fleet-scoped breakers, asked of in the same asks.
+    breakers: FleetBreakers,
     families: Families,
     /// Whether this replica shares its pace through a store.
     shares: bool,
@@ -94,10 +98,15 @@ struct Families {
 impl Fleet {
     /// No dependency paced yet.
     pub fn new() -> Self {
+        Self::with(Families::new(false), false)
+    }
+
+    fn with(families: Families, shares: bool) -> Self {
         Self {
             paced: Mutex::default(),
-            families: Families::new(false),
-            shares: false,
+            breakers: FleetBreakers::new(&families.registry),
+            families,
+            shares,
         }
     }
 
@@ -105,11 +114,7 @@ impl Fleet {
     /// store: the families then say whether each dependency is paced by the
     /// shared rate or alone, and how the store answers.
     pub fn sharing() -> Self {
-        Self {
-            paced: Mutex::default(),
-            families: Families::new(true),
-            shares: true,
-        }
+        Self::with(Families::new(true), true)
     }
 
     /// The store answered an exchange after `took`.
@@ -122,11 +127,28 @@ impl Fleet {
         self.families.store_errors.with_label_values(&[kind]).inc();
     }
 
-    /// `ask` from a process, under its dependency's resolved `policy`, at `now`.
+    /// `ask` from a process, under its dependency's resolved `policy`, at
+    /// `now`: its share of the rate if its gate asks, and the fleet
+    /// breaker's word if it reports a fleet-scoped breaker. A breaker the
+    /// fleet closes is handed to the pace: its grant says `pace`.
     pub fn ask(&self, ask: &PaceAsk, policy: &ValidPolicy, now: Instant) -> Result<PaceGrant, Refused> {
-        if !policy.gate.enabled {
+        let breaker = self.breakers.ask(ask, policy, now);
+        if !policy.gate.enabled && breaker.is_none() {
             return Err(Refused::GateOff(ask.service.to_string()));
         }
+        let grant = fleet::answer(policy.gate.enabled, !ask.gate_off, breaker, || {
+            self.pace(ask, policy, now)
+        })?;
+        Ok(PaceGrant {
+            rate: grant.rate,
+            lease_ms: grant.lease.as_millis() as u64,
+            ask_every_ms: ASK_EVERY.as_millis() as u64,
+            pace: grant.pace,
+            breaker: breaker.map(Into::into),
+        })
+    }
+
+    fn pace(&self, ask: &PaceAsk, policy: &ValidPolicy, now: Instant) -> Result<fleet::Grant, Refused> {
         let mut paced = self.lock();
         self.sweep(&mut paced, now);
         if !paced.contains_key(ask.service.as_ref()) && paced.len() >= MAX_DEPENDENCIES {
@@ -161,12 +183,7 @@ impl Fleet {
         if self.shares {
             self.families.sharing(&ask.service, entry, now);
         }
-        Ok(PaceGrant {
-            rate: grant.rate,
-            lease_ms: grant.lease.as_millis() as u64,
-            ask_every_ms: ASK_EVERY.as_millis() as u64,
-            pace: grant.pace,
-        })
+        Ok(grant)
     }
 
     /// Dependencies paced now: asked about within the last [`IDLE`](stormguard_core::fleet::IDLE).
@@ -512,7 +529,117 @@ mod tests {
             timed_out: 0,
             waiting: 3,
             watching: false,
+            gate_off: false,
+            breaker: None,
         }
+    }
+
+    /// A policy whose breaker is fleet-scoped (1 s open, 2 trials at once,
+    /// 2 to close) and whose gate is `gate`.
+    fn fleet_breaker(gate: bool) -> ValidPolicy {
+        let mut policy = RetryPolicy::default();
+        policy.gate.enabled = gate;
+        policy.circuit_breaker = stormguard_core::policy::CircuitBreakerPolicy {
+            enabled: true,
+            open_timeout: Duration::from_secs(1),
+            half_open_max_calls: 2,
+            success_threshold: 2,
+            scope: stormguard_core::policy::BreakerScope::Fleet,
+            ..Default::default()
+        };
+        ValidPolicy::try_from(policy).unwrap()
+    }
+
+    /// An ask from `instance` whose gate is off and whose breaker is open,
+    /// with `succeeded` trials to report.
+    fn broken<'a>(instance: &'a str, succeeded: u64) -> PaceAsk<'a> {
+        PaceAsk {
+            gate_off: true,
+            breaker: Some(stormguard_core::wire::BreakerAsk {
+                open: true,
+                open_for_ms: 5_000,
+                refused: 1,
+                trials_succeeded: succeeded,
+                trials_failed: 0,
+            }),
+            ..ask("payments", instance)
+        }
+    }
+
+    #[test]
+    fn open_fleet_scoped_breakers_share_the_trials_and_are_handed_to_the_pace_when_they_succeed() {
+        use stormguard_core::breaker::CircuitState;
+        let fleet = Fleet::new();
+        let policy = fleet_breaker(true);
+        let t0 = Instant::now();
+        let first = fleet.ask(&broken("a", 0), &policy, t0).unwrap();
+        let word = first.breaker.expect("the fleet breaker's word");
+        assert_eq!((word.state, word.retry_in_ms), (CircuitState::Open, 1000));
+        assert_eq!(
+            (first.rate, first.pace),
+            (0.0, false),
+            "a breaker's ask is no gate's"
+        );
+        assert!(exposition(&fleet, t0).contains("stormguard_fleet_breaker_state{service=\"payments\"} 2"));
+
+        let due = t0 + Duration::from_secs(1);
+        let slots: u32 = ["a", "b", "c"]
+            .iter()
+            .map(|p| {
+                fleet
+                    .ask(&broken(p, 0), &policy, due)
+                    .unwrap()
+                    .breaker
+                    .unwrap()
+                    .trials
+            })
+            .sum();
+        assert_eq!(slots, 2, "halfOpenMaxCalls for the fleet");
+        let again = fleet
+            .ask(&broken("a", 1), &policy, due + Duration::from_millis(100))
+            .unwrap();
+        assert_eq!(
+            again.breaker.unwrap().trials,
+            1,
+            "its slot settled, a holds one more"
+        );
+        let closing = fleet
+            .ask(&broken("b", 1), &policy, due + Duration::from_millis(100))
+            .unwrap();
+        assert_eq!(closing.breaker.unwrap().state, CircuitState::Closed);
+        assert!(
+            closing.pace && closing.rate > 0.0,
+            "handed to the pace: {closing:?}"
+        );
+        let text = exposition(&fleet, due);
+        assert!(
+            text.contains("stormguard_fleet_breaker_state{service=\"payments\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("stormguard_fleet_breaker_trial_slots_total{service=\"payments\"} 3"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_breakers_ask_is_answered_without_a_gate_only_when_the_breaker_is_fleet_scoped() {
+        let fleet = Fleet::new();
+        let now = Instant::now();
+        let alone = fleet.ask(&broken("a", 0), &fleet_breaker(false), now).unwrap();
+        assert!(alone.breaker.is_some() && alone.rate == 0.0 && !alone.pace);
+        let process_scoped = {
+            let mut policy = RetryPolicy::default();
+            policy.circuit_breaker.enabled = true;
+            ValidPolicy::try_from(policy).unwrap()
+        };
+        assert!(matches!(
+            fleet.ask(&broken("a", 0), &process_scoped, now),
+            Err(Refused::GateOff(_))
+        ));
+        // With a gate, a process-scoped breaker's report is ignored: the gate is paced as ever.
+        let paced = fleet.ask(&ask("payments", "a"), &gated(true), now).unwrap();
+        assert!(paced.breaker.is_none() && paced.rate > 0.0);
     }
 
     fn exposition(fleet: &Fleet, now: Instant) -> String {

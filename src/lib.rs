@@ -3,6 +3,7 @@
 //! policy over HTTP. The binary's command line is in `main.rs`.
 
 pub mod fleet;
+pub mod fleet_breaker;
 pub mod fleet_budget;
 #[doc(hidden)]
 pub mod fuzzing;

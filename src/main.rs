@@ -240,6 +240,12 @@ struct SimulateArgs {
     /// Add the library's circuit breaker (default settings) to each strategy.
     #[arg(long)]
     breaker: bool,
+    /// Add the library's circuit breaker (default settings) with its
+    /// half-open the fleet's: an open breaker sends trials only on slots
+    /// the daemon grants, halfOpenMaxCalls at once for all the processes
+    /// together, and the daemon closes every breaker when they succeed.
+    #[arg(long)]
+    fleet_breaker: bool,
     /// Add the library's send gate (default settings) to each strategy: one
     /// per process, pacing every attempt while the server is unwell. With
     /// --compare, each strategy runs without and with it, side by side.
@@ -817,6 +823,7 @@ fn simulate(mut args: SimulateArgs) -> ExitCode {
             fleet: args.fleet,
             gates_alone: args.no_fleet_pacing,
             fleet_budget: args.fleet_budget,
+            fleet_breaker: args.fleet_breaker,
             max_retries: args.max_retries,
             per_try_timeout: args.per_try_timeout,
         },

@@ -214,7 +214,7 @@ const BREAKER: &str = "clients/vectors/breaker.json";
 fn breaker_vectors() -> Value {
     use rand::{Rng, SeedableRng};
     use stormguard_core::breaker::{CallOutcome, CircuitBreaker, Permit};
-    use stormguard_core::policy::{CircuitBreakerPolicy, SlidingWindow};
+    use stormguard_core::policy::{BreakerScope, CircuitBreakerPolicy, SlidingWindow};
     use tokio::time::Instant;
 
     let count = |calls| SlidingWindow::Count { calls };
@@ -246,6 +246,7 @@ fn breaker_vectors() -> Value {
             open_timeout: Duration::from_millis(open_ms),
             half_open_max_calls: half_open,
             success_threshold: successes,
+            scope: BreakerScope::Process,
         };
         let t0 = Instant::now();
         let breaker = CircuitBreaker::new_at(&policy, t0);

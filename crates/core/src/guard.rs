@@ -62,6 +62,7 @@ use tokio::time::Instant;
 use crate::breaker::{CallNotPermitted, CallOutcome, CircuitBreaker, Permit};
 use crate::budget::{RetryBudget, RetryThrottle};
 use crate::call::{run, Controls, Options};
+use crate::fleet::{self, breaker::BreakerVerdict};
 use crate::gate::SendGate;
 use crate::hedge::Hedge;
 use crate::policy::{RetryOn, ValidPolicy};
@@ -290,6 +291,48 @@ impl Guard {
     pub fn allow_retry_at(&self, now: Instant) -> bool {
         self.throttle.as_ref().is_none_or(|t| t.allows_retry())
             && self.budget.as_ref().is_none_or(|b| b.try_retry_at(now))
+    }
+
+    /// What this process is to tell the daemon about the dependency at
+    /// `now`, if anything: its gate's tally while the gate asks for the
+    /// fleet's pace, and its breaker's report while a fleet-scoped breaker
+    /// is open or has trials to report. The tally is taken: it is reported once.
+    pub fn fleet_ask_at(&self, now: Instant) -> Option<fleet::Ask> {
+        let tally = self
+            .gate
+            .as_ref()
+            .filter(|gate| gate.asks_fleet_at(now))
+            .map(|gate| gate.tally());
+        let breaker = self
+            .breaker
+            .as_ref()
+            .filter(|breaker| breaker.asks_fleet_at(now))
+            .and_then(|breaker| breaker.fleet_report_at(now));
+        (tally.is_some() || breaker.is_some()).then_some(fleet::Ask { tally, breaker })
+    }
+
+    /// The daemon's answer to this process's ask, heard at `now`: the
+    /// fleet breaker's word, if it gave one, and the gate's share. A
+    /// breaker the fleet closes turns the gate on if the grant says `pace`,
+    /// so that the fleet returns at the daemon's pace; a gate that only
+    /// watches turns on when told to pace.
+    pub fn heard_at(&self, grant: fleet::Grant, breaker: Option<BreakerVerdict>, now: Instant) {
+        let until = now + grant.lease;
+        let closed = match (breaker, &self.breaker) {
+            (Some(verdict), Some(breaker)) => breaker.heard_at(verdict, until, now),
+            _ => false,
+        };
+        let Some(gate) = &self.gate else {
+            return;
+        };
+        if grant.pace {
+            if closed {
+                gate.resume_by_fleet_at(now);
+            } else {
+                gate.pace_by_fleet_at(now);
+            }
+        }
+        gate.lease_at(grant.rate, until, now);
     }
 
     /// Leave to send a hedge: none while the gate paces, else as a retry.

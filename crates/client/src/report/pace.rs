@@ -4,14 +4,17 @@
 //! gate that only watches (under `overloadWhen: most-refused`, after a
 //! refusal from a dependency that accepts) asks too, with what it heard:
 //! the daemon judges from the whole fleet's answers whether they are a
-//! capacity's, and if so the grant says `pace` and the gate turns on. A
-//! daemon that cannot be reached, or refuses, changes nothing: the gate
-//! paces by its own rate once the last lease ends.
+//! capacity's, and if so the grant says `pace` and the gate turns on.
+//! While a fleet-scoped breaker is open, the same ask reports it: the
+//! daemon answers with the fleet breaker's word (a trial slot, or close).
+//! A daemon that cannot be reached, or refuses, changes nothing: the gate
+//! paces by its own rate once the last lease ends, and the breaker decides
+//! its trials alone.
 
 use std::sync::Weak;
 use std::time::Duration;
 
-use stormguard_core::fleet::ASK_EVERY;
+use stormguard_core::fleet::{Grant, ASK_EVERY};
 use stormguard_core::guard::Guard;
 use stormguard_core::wire::{PaceAsk, PaceGrant};
 use tokio::time::Instant;
@@ -24,7 +27,8 @@ const ASK_TIMEOUT: Duration = Duration::from_millis(500);
 const FASTEST: Duration = Duration::from_millis(20);
 const SLOWEST: Duration = Duration::from_secs(1);
 
-/// Asks for every tracked dependency whose gate is on or watching, every `askEveryMs`
+/// Asks for every tracked dependency whose gate is on or watching, or whose
+/// fleet-scoped breaker is open, every `askEveryMs`
 /// from the start of one round of asks to the next, or as soon as a round
 /// that took longer is done (as the simulator's processes do).
 pub(super) async fn pace_loop(inner: Weak<Inner>) {
@@ -42,7 +46,8 @@ pub(super) async fn pace_loop(inner: Weak<Inner>) {
     }
 }
 
-/// The tracked dependencies whose gate asks the daemon now: on, or watching.
+/// The tracked dependencies that ask the daemon now: their gate is on or
+/// watching, or their fleet-scoped breaker is open.
 fn paced(inner: &Inner) -> Vec<(String, Guard)> {
     let now = Instant::now();
     let services = inner.services.lock().unwrap_or_else(|e| e.into_inner());
@@ -50,18 +55,18 @@ fn paced(inner: &Inner) -> Vec<(String, Guard)> {
         .iter()
         .filter_map(|(service, counts)| {
             let guard = counts.guard.as_ref()?;
-            guard
-                .gate()
-                .is_some_and(|gate| gate.asks_fleet_at(now))
-                .then(|| (service.clone(), guard.clone()))
+            let gate = guard.gate().is_some_and(|gate| gate.asks_fleet_at(now));
+            let breaker = guard.breaker().is_some_and(|breaker| breaker.asks_fleet_at(now));
+            (gate || breaker).then(|| (service.clone(), guard.clone()))
         })
         .collect()
 }
 
-/// One ask for `service`; leases its grant to the gate.
+/// One ask for `service`; hands the answer to its guard: the gate's lease,
+/// and the fleet breaker's word.
 async fn ask(inner: &Inner, service: &str, guard: &Guard) -> Option<PaceGrant> {
-    let gate = guard.gate()?;
-    let tally = gate.tally();
+    let asked = guard.fleet_ask_at(Instant::now())?;
+    let tally = asked.tally.unwrap_or_default();
     let body = PaceAsk {
         service: service.into(),
         instance: inner.config.instance.as_str().into(),
@@ -71,6 +76,8 @@ async fn ask(inner: &Inner, service: &str, guard: &Guard) -> Option<PaceGrant> {
         timed_out: tally.timed_out,
         waiting: tally.waiting,
         watching: tally.watching,
+        gate_off: asked.tally.is_none(),
+        breaker: asked.breaker.map(Into::into),
     };
     let request = inner
         .connection
@@ -99,11 +106,11 @@ async fn ask(inner: &Inner, service: &str, guard: &Guard) -> Option<PaceGrant> {
         inner.stats().pace_failures += 1;
         return None;
     };
-    let now = Instant::now();
-    if grant.pace {
-        gate.pace_by_fleet_at(now);
-    }
-    let lease = Duration::from_millis(grant.lease_ms).min(Duration::from_secs(60));
-    gate.lease_at(grant.rate, now + lease, now);
+    let share = Grant {
+        rate: grant.rate,
+        lease: Duration::from_millis(grant.lease_ms).min(Duration::from_secs(60)),
+        pace: grant.pace,
+    };
+    guard.heard_at(share, grant.breaker.map(Into::into), Instant::now());
     Some(grant)
 }

@@ -18,6 +18,15 @@
 //! outcome counts only in the state it started in: a call sent before the
 //! breaker opened cannot close it.
 //!
+//! Under `scope: fleet`, an open breaker leaves the trials to the daemon,
+//! which runs one half-open for the whole fleet (see
+//! [`fleet::breaker`](crate::fleet::breaker)): it sends a trial only on a
+//! slot the daemon granted ([`heard_at`](CircuitBreaker::heard_at)),
+//! reports the trial's outcome at its next ask
+//! ([`fleet_report_at`](CircuitBreaker::fleet_report_at)), and closes when
+//! the daemon says the fleet's trials succeeded. Without a word from the
+//! daemon for a lease, it decides alone, as under `scope: process`.
+//!
 //! ```
 //! use stormguard_core::breaker::{CallOutcome, CircuitBreaker, CircuitState};
 //! use stormguard_core::policy::CircuitBreakerPolicy;
@@ -85,12 +94,15 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::policy::CircuitBreakerPolicy;
+use crate::fleet::breaker::{BreakerReport, BreakerVerdict};
+use crate::policy::{BreakerScope, CircuitBreakerPolicy};
 pub use window::Tally;
 use window::Window;
 
-/// The breaker's state, numbered as the `circuit_breaker_state` metric is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The breaker's state, numbered as the `circuit_breaker_state` metric is,
+/// and named as the daemon's pace answers name the fleet's breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 #[repr(u8)]
 pub enum CircuitState {
     /// Calls pass; failures are counted.
@@ -180,6 +192,45 @@ struct Machine {
     trials_in_flight: u32,
     trial_successes: u32,
     transitions: u64,
+    /// When it last opened from closed.
+    opened_from_closed: Instant,
+    fleet: FleetWord,
+}
+
+/// Under `scope: fleet`, what the daemon last said, and what to tell it.
+#[derive(Debug, Default)]
+struct FleetWord {
+    /// Until when its word holds: meanwhile the daemon, not `openTimeout`,
+    /// decides when the open breaker sends trials.
+    until: Option<Instant>,
+    /// Trial slots it granted that have not been used, good until the
+    /// lease of the answer that granted them ends (not the last answer's:
+    /// the daemon takes an unsettled slot back after two leases, and a
+    /// process must not hold it then).
+    slots: u32,
+    slots_until: Option<Instant>,
+    /// Calls it refused, as of the last report: the daemon grants slots to
+    /// processes that have calls to try them with.
+    refused_reported: u64,
+    /// When the fleet's breaker goes half-open, or this process's turn in
+    /// the closing ramp comes, as it said.
+    retry_at: Option<Instant>,
+    /// Outcomes of trials sent on its slots, since the last report.
+    succeeded: u32,
+    failed: u32,
+}
+
+impl FleetWord {
+    fn holds_at(&self, now: Instant) -> bool {
+        self.until.is_some_and(|until| now < until)
+    }
+
+    fn slots_at(&self, now: Instant) -> u32 {
+        match self.slots_until {
+            Some(until) if now < until => self.slots,
+            _ => 0,
+        }
+    }
 }
 
 /// Leave to make one call; tell the breaker how it went with [`record`](Self::record).
@@ -190,6 +241,8 @@ pub struct Permit {
     breaker: CircuitBreaker,
     generation: u64,
     trial: bool,
+    /// A trial on a slot the daemon granted: its outcome is the fleet's.
+    fleet_trial: bool,
     started: Instant,
     done: bool,
 }
@@ -213,6 +266,8 @@ impl CircuitBreaker {
             trials_in_flight: 0,
             trial_successes: 0,
             transitions: 0,
+            opened_from_closed: now,
+            fleet: FleetWord::default(),
         };
         Self {
             shared: Arc::new(Shared {
@@ -238,6 +293,9 @@ impl CircuitBreaker {
             return Ok(self.permit(seen >> 2, false, now));
         }
         let mut m = self.lock();
+        if m.state == CircuitState::Open && self.is_fleet_scoped() && m.fleet.holds_at(now) {
+            return self.fleet_trial(m, now);
+        }
         if m.state == CircuitState::Open {
             let reopens = m.opened_at + self.shared.policy.open_timeout;
             if now < reopens {
@@ -257,14 +315,102 @@ impl CircuitBreaker {
         Ok(self.permit(m.generation, trial, now))
     }
 
+    /// An open breaker the daemon speaks for: a trial on one of its slots, if any is left.
+    fn fleet_trial(&self, mut m: MutexGuard<'_, Machine>, now: Instant) -> Result<Permit, CallNotPermitted> {
+        if m.fleet.slots_at(now) == 0 {
+            let retry_in = m
+                .fleet
+                .retry_at
+                .map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
+            drop(m);
+            return Err(self.refuse(CircuitState::Open, retry_in));
+        }
+        m.fleet.slots -= 1;
+        let mut permit = self.permit(m.generation, true, now);
+        permit.fleet_trial = true;
+        Ok(permit)
+    }
+
     fn permit(&self, generation: u64, trial: bool, now: Instant) -> Permit {
         Permit {
             breaker: self.clone(),
             generation,
             trial,
+            fleet_trial: false,
             started: now,
             done: false,
         }
+    }
+
+    /// Whether the daemon decides this breaker's trials (`scope: fleet`).
+    pub fn is_fleet_scoped(&self) -> bool {
+        self.shared.policy.scope == BreakerScope::Fleet
+    }
+
+    /// Whether, at `now`, the breaker has something to tell the daemon: it
+    /// is fleet-scoped and open (or half-open alone), or its trials'
+    /// outcomes are still to be reported.
+    pub fn asks_fleet_at(&self, _now: Instant) -> bool {
+        if !self.is_fleet_scoped() {
+            return false;
+        }
+        let m = self.lock();
+        m.state != CircuitState::Closed || m.fleet.succeeded > 0 || m.fleet.failed > 0
+    }
+
+    /// What to tell the daemon at `now`, if fleet-scoped: whether the
+    /// breaker is open, since when, the calls it refused and its trials'
+    /// outcomes since the last report (which this takes: they are
+    /// reported once).
+    pub fn fleet_report_at(&self, now: Instant) -> Option<BreakerReport> {
+        if !self.is_fleet_scoped() {
+            return None;
+        }
+        let mut m = self.lock();
+        let rejected = self.shared.rejected.load(Relaxed);
+        let refused = rejected.saturating_sub(std::mem::replace(&mut m.fleet.refused_reported, rejected));
+        let report = BreakerReport {
+            open: m.state != CircuitState::Closed,
+            open_for: now.saturating_duration_since(m.opened_from_closed),
+            refused: u32::try_from(refused).unwrap_or(u32::MAX),
+            succeeded: std::mem::take(&mut m.fleet.succeeded),
+            failed: std::mem::take(&mut m.fleet.failed),
+        };
+        Some(report)
+    }
+
+    /// The daemon's `verdict` on the fleet's breaker, heard at `now`,
+    /// holding until `until` (the grant's lease): closed closes this one;
+    /// open or half-open leaves its trials to the daemon's slots until
+    /// then. True if it closed the breaker, for the caller to hand the
+    /// dependency to its pace.
+    pub fn heard_at(&self, verdict: BreakerVerdict, until: Instant, now: Instant) -> bool {
+        if !self.is_fleet_scoped() {
+            return false;
+        }
+        let mut m = self.lock();
+        if verdict.state == CircuitState::Closed {
+            m.fleet.until = None;
+            m.fleet.slots_until = None;
+            let closes = m.state != CircuitState::Closed;
+            if closes {
+                self.transition(&mut m, CircuitState::Closed, now);
+            }
+            return closes;
+        }
+        if m.state == CircuitState::HalfOpen {
+            // It had gone half-open alone, without the daemon: the daemon's trials govern again.
+            self.transition(&mut m, CircuitState::Open, now);
+        }
+        m.fleet.until = Some(until);
+        if verdict.trials > 0 {
+            m.fleet.slots = verdict.trials;
+            m.fleet.slots_until = Some(until);
+        } else if verdict.state == CircuitState::Open {
+            m.fleet.slots_until = None;
+        }
+        m.fleet.retry_at = Some(now + verdict.retry_in);
+        false
     }
 
     /// The state now (the move from open to half-open waits for the next call).
@@ -301,11 +447,23 @@ impl CircuitBreaker {
 
     fn record(&self, permit: &Permit, outcome: CallOutcome, now: Instant) {
         let mut m = self.lock();
+        let failed = outcome == CallOutcome::Failure;
+        let slow = now.saturating_duration_since(permit.started) >= self.shared.policy.slow_call_duration;
+        if permit.fleet_trial {
+            // The fleet's trial: its outcome is the daemon's to judge, whatever this breaker did since.
+            if failed || slow {
+                m.fleet.failed = m.fleet.failed.saturating_add(1);
+                if m.state == CircuitState::Open {
+                    m.opened_at = now;
+                }
+            } else {
+                m.fleet.succeeded = m.fleet.succeeded.saturating_add(1);
+            }
+            return;
+        }
         if m.generation != permit.generation {
             return;
         }
-        let failed = outcome == CallOutcome::Failure;
-        let slow = now.saturating_duration_since(permit.started) >= self.shared.policy.slow_call_duration;
         match m.state {
             CircuitState::Closed => self.record_closed(&mut m, failed, slow, now),
             CircuitState::HalfOpen => self.record_trial(&mut m, failed || slow, now),
@@ -364,12 +522,18 @@ impl CircuitBreaker {
 
     fn release(&self, permit: &Permit) {
         let mut m = self.lock();
-        if permit.trial && m.generation == permit.generation {
+        if permit.fleet_trial {
+            // Unused: the slot is this process's until its lease ends.
+            m.fleet.slots = m.fleet.slots.saturating_add(1);
+        } else if permit.trial && m.generation == permit.generation {
             m.trials_in_flight = m.trials_in_flight.saturating_sub(1);
         }
     }
 
     fn transition(&self, m: &mut Machine, to: CircuitState, now: Instant) {
+        if m.state == CircuitState::Closed && to == CircuitState::Open {
+            m.opened_from_closed = now;
+        }
         m.state = to;
         m.generation += 1;
         m.transitions += 1;
@@ -407,6 +571,13 @@ impl Permit {
     /// Whether this is a half-open trial call.
     pub fn is_trial(&self) -> bool {
         self.trial
+    }
+
+    /// Whether this is a trial on a slot the daemon granted the fleet: the
+    /// fleet's trials are few already, so it does not wait for a send
+    /// gate's turn.
+    pub fn is_fleet_trial(&self) -> bool {
+        self.fleet_trial
     }
 }
 

@@ -20,6 +20,7 @@ fn policy() -> CircuitBreakerPolicy {
         open_timeout: Duration::from_secs(1),
         half_open_max_calls: 2,
         success_threshold: 2,
+        scope: BreakerScope::Process,
     }
 }
 
@@ -545,4 +546,117 @@ async fn a_run_at_a_failure_rate_past_the_threshold_opens_it_whatever_its_odds()
         CircuitState::Open,
         "over half failing before the run: past the 50 % threshold"
     );
+}
+
+fn fleet_scoped() -> CircuitBreaker {
+    CircuitBreaker::new(&CircuitBreakerPolicy {
+        scope: BreakerScope::Fleet,
+        ..policy()
+    })
+}
+
+fn said(state: CircuitState, trials: u32, retry_in: Duration) -> BreakerVerdict {
+    BreakerVerdict {
+        state,
+        trials,
+        retry_in,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fleet_scoped_open_breaker_sends_trials_only_on_the_daemons_slots() {
+    let b = fleet_scoped();
+    assert!(!b.asks_fleet_at(Instant::now()), "closed: nothing to say");
+    open(&b);
+    assert!(b.asks_fleet_at(Instant::now()));
+    advance(ms(400)).await;
+    let report = b.fleet_report_at(Instant::now()).expect("fleet-scoped");
+    assert_eq!((report.open, report.open_for), (true, ms(400)));
+
+    // The daemon holds the fleet open past this breaker's own timeout.
+    let now = Instant::now();
+    assert!(!b.heard_at(said(CircuitState::Open, 0, ms(900)), now + ms(1000), now));
+    advance(ms(700)).await;
+    let refused = b.try_acquire().unwrap_err();
+    assert_eq!((refused.state, refused.retry_in), (CircuitState::Open, ms(200)));
+
+    // One slot: one trial, which does not close the breaker by itself.
+    let now = Instant::now();
+    b.heard_at(
+        said(CircuitState::HalfOpen, 1, Duration::ZERO),
+        now + ms(1000),
+        now,
+    );
+    let trial = b.try_acquire().expect("the slot");
+    assert!(trial.is_trial() && trial.is_fleet_trial());
+    assert!(b.try_acquire().is_err(), "one slot, one trial");
+    trial.record(CallOutcome::Success);
+    assert_eq!(b.state(), CircuitState::Open);
+    let report = b.fleet_report_at(Instant::now()).unwrap();
+    assert_eq!((report.succeeded, report.failed), (1, 0));
+    assert_eq!(
+        b.fleet_report_at(Instant::now()).unwrap().succeeded,
+        0,
+        "reported once"
+    );
+
+    // The fleet's trials succeeded: the daemon closes every breaker.
+    let now = Instant::now();
+    assert!(b.heard_at(said(CircuitState::Closed, 0, Duration::ZERO), now + ms(1000), now));
+    assert_eq!(b.state(), CircuitState::Closed);
+    assert!(!b.asks_fleet_at(now));
+    assert!(!b.heard_at(said(CircuitState::Closed, 0, Duration::ZERO), now + ms(1000), now));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unused_slot_stays_the_processs_until_the_daemons_word_lapses() {
+    let b = fleet_scoped();
+    open(&b);
+    let now = Instant::now();
+    b.heard_at(
+        said(CircuitState::HalfOpen, 1, Duration::ZERO),
+        now + ms(1000),
+        now,
+    );
+    drop(b.try_acquire().expect("the slot"));
+    let failed = b.try_acquire().expect("the slot again, unused");
+    failed.record(CallOutcome::Failure);
+    assert_eq!(b.fleet_report_at(Instant::now()).unwrap().failed, 1);
+    let now = Instant::now();
+    b.heard_at(
+        said(CircuitState::HalfOpen, 1, Duration::ZERO),
+        now + ms(100),
+        now,
+    );
+    advance(ms(100)).await;
+    // The word lapsed with its slot: the breaker decides alone, and its own
+    // timeout runs from the failed trial.
+    assert_eq!(b.try_acquire().unwrap_err().state, CircuitState::Open);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_the_daemons_word_a_fleet_scoped_breaker_goes_half_open_alone() {
+    let alone = fleet_scoped();
+    let process = CircuitBreaker::new(&policy());
+    for b in [&alone, &process] {
+        open(b);
+    }
+    advance(ms(1000)).await;
+    for b in [&alone, &process] {
+        let trials = [b.try_acquire(), b.try_acquire(), b.try_acquire()];
+        assert_eq!(
+            trials.iter().filter(|t| t.is_ok()).count(),
+            2,
+            "halfOpenMaxCalls, as today"
+        );
+    }
+    // The daemon speaks again: its trials govern, its own half-open ends.
+    let now = Instant::now();
+    alone.heard_at(said(CircuitState::Open, 0, ms(500)), now + ms(1000), now);
+    assert_eq!(alone.state(), CircuitState::Open);
+    assert_eq!(alone.try_acquire().unwrap_err().retry_in, ms(500));
+    // A process-scoped breaker has nothing to say and hears nothing.
+    assert!(process.fleet_report_at(now).is_none() && !process.asks_fleet_at(now));
+    assert!(!process.heard_at(said(CircuitState::Closed, 0, Duration::ZERO), now, now));
+    assert_eq!(process.state(), CircuitState::HalfOpen);
 }

@@ -190,6 +190,9 @@ impl Call {
             Ok(permit) => permit,
             Err(why) => return Step::Stop(why),
         };
+        if permit.as_ref().is_some_and(Permit::is_fleet_trial) {
+            return self.send(controls, permit, now);
+        }
         let turn = |gate: &Arc<SendGate>| match self.place {
             Some(place) => gate.rejoin_at(place, now),
             None => gate.turn_at(now),

@@ -35,6 +35,7 @@
 //! Pure and time-injectable (`_at`), like the gate, so the simulator runs
 //! this very code with a feedback delay.
 
+pub mod breaker;
 mod excess;
 pub mod floor;
 mod law;
@@ -109,6 +110,36 @@ const PROBERS: f64 = 8.0;
 /// share of it (floors, and processes new since the last division).
 const FLOOR: f64 = 0.1;
 
+/// What a process tells the daemon about one dependency in an ask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ask {
+    /// Its gate's tally, while the gate asks for a share of the rate.
+    pub tally: Option<Tally>,
+    /// Its fleet-scoped breaker, while open or with trials to report.
+    pub breaker: Option<breaker::BreakerReport>,
+}
+
+/// The daemon's grant for an ask whose breaker got `verdict` (if it
+/// reported one): a share of the rate from `pace` if the dependency has a
+/// gate to pace (`gate`) and the process's gate asks (`gate_asks`) or the
+/// fleet's breaker closes it, in which case the grant says `pace`, so that
+/// the fleet returns at the daemon's pace rather than at once; else no
+/// share ([`Grant::NONE`]).
+pub fn answer<E>(
+    gate: bool,
+    gate_asks: bool,
+    verdict: Option<breaker::BreakerVerdict>,
+    pace: impl FnOnce() -> Result<Grant, E>,
+) -> Result<Grant, E> {
+    let closes = verdict.is_some_and(|verdict| verdict.closes());
+    if !(gate && (gate_asks || closes)) {
+        return Ok(Grant::NONE);
+    }
+    let mut grant = pace()?;
+    grant.pace |= closes;
+    Ok(grant)
+}
+
 /// A process's share of the fleet's rate.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Grant {
@@ -120,6 +151,15 @@ pub struct Grant {
     /// overloaded or slow, and not judged to fail at random): a process
     /// whose gate only watches turns it on and paces at the grant.
     pub pace: bool,
+}
+
+impl Grant {
+    /// No share: the answer to an ask for a breaker alone.
+    pub const NONE: Grant = Grant {
+        rate: 0.0,
+        lease: LEASE,
+        pace: false,
+    };
 }
 
 /// The controller of one dependency: see the [module docs](self). `K` names a process.

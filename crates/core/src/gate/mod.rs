@@ -606,6 +606,24 @@ impl SendGate {
         true
     }
 
+    /// The fleet's breaker closed at `now`, and the daemon takes the fleet
+    /// back at its pace: the gate turns on if it is off, as for a
+    /// dependency that has accepted nothing yet (it went quiet while the
+    /// breaker refused every call), so that the fleet's grant, not every
+    /// process at once, sets what is sent. Whether it turned on.
+    pub fn resume_by_fleet_at(&self, now: Instant) -> bool {
+        if self.is_watching() {
+            return self.pace_by_fleet_at(now);
+        }
+        let mut state = self.lock();
+        if self.is_on() {
+            return false;
+        }
+        self.turn_on(&mut state, Signal::Overloaded, now, now);
+        state.tally = Tally::default();
+        true
+    }
+
     /// Turns the gate on at `now` for a dependency that accepts nothing:
     /// it probes at the lowest rate.
     fn turn_on(&self, state: &mut State, signal: Signal, sent: Instant, now: Instant) {

@@ -26,9 +26,10 @@ pub use forecast::{
 };
 pub use layer::{Layered, Leaf};
 pub use model::{
-    BudgetPolicy, BudgetPolicySpec, BudgetScope, CircuitBreakerPolicy, CircuitBreakerPolicySpec, GatePolicy,
-    GatePolicySpec, HedgingPolicy, HedgingPolicySpec, Jitter, OverloadWhen, RetryCondition, RetryOn,
-    RetryPolicy, RetryPolicySpec, RetryThrottlingPolicy, RetryThrottlingPolicySpec, SlidingWindow,
+    BreakerScope, BudgetPolicy, BudgetPolicySpec, BudgetScope, CircuitBreakerPolicy,
+    CircuitBreakerPolicySpec, GatePolicy, GatePolicySpec, HedgingPolicy, HedgingPolicySpec, Jitter,
+    OverloadWhen, RetryCondition, RetryOn, RetryPolicy, RetryPolicySpec, RetryThrottlingPolicy,
+    RetryThrottlingPolicySpec, SlidingWindow,
 };
 pub use name::check_service_name;
 pub use reporters::{Reporter, Reporters, MAX_REPORTERS};

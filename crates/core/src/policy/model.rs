@@ -119,6 +119,11 @@ policy_block! {
         half_open_max_calls: u32 = "halfOpenMaxCalls",
         /// Successful trial calls needed to close again (1 to 1000).
         success_threshold: u32 = "successThreshold",
+        /// Who decides when an open breaker tries its dependency again:
+        /// each process alone, or the daemon for the whole fleet. Missing
+        /// from the JSON of a daemon that predates it: each process.
+        #[serde(default)]
+        scope: BreakerScope = "scope",
     }
 }
 
@@ -241,6 +246,7 @@ impl Default for CircuitBreakerPolicy {
             open_timeout: Duration::from_secs(30),
             half_open_max_calls: 10,
             success_threshold: 3,
+            scope: BreakerScope::Process,
         }
     }
 }
@@ -306,6 +312,24 @@ pub enum BudgetScope {
     Fleet,
 }
 
+/// Who decides when an open circuit breaker tries its dependency again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BreakerScope {
+    /// Each process: its breaker goes half-open `openTimeout` after it
+    /// opened and sends up to `halfOpenMaxCalls` trials. A fleet whose
+    /// breakers opened together sends that many trials from every process
+    /// at once (Resilience4j, Polly, Hystrix, Envoy's outlier detection).
+    #[default]
+    Process,
+    /// The fleet: a process's open breaker asks the daemon for a trial
+    /// slot instead, and the daemon lets `halfOpenMaxCalls` trials through
+    /// for the whole fleet. When `successThreshold` of them succeed every
+    /// breaker closes, and the fleet returns at the daemon's pace. A
+    /// process that cannot reach the daemon for a second decides alone.
+    Fleet,
+}
+
 /// When the send gate takes the refusals it hears for overload.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -337,6 +361,11 @@ named_values!(Jitter, "jitter", {
 });
 
 named_values!(BudgetScope, "scope", {
+    Process => "process",
+    Fleet => "fleet",
+});
+
+named_values!(BreakerScope, "scope", {
     Process => "process",
     Fleet => "fleet",
 });
@@ -571,4 +600,11 @@ impl Leaf for SlidingWindow {
     }
 }
 
-layered_leaves!(Jitter, BudgetScope, OverloadWhen, RetryOn, SlidingWindow);
+layered_leaves!(
+    Jitter,
+    BudgetScope,
+    BreakerScope,
+    OverloadWhen,
+    RetryOn,
+    SlidingWindow
+);

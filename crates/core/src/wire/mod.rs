@@ -10,7 +10,9 @@
 //!   refused ([`Rejected`]) and what its cardinality guard folded ([`Folded`]).
 //! - [`SelectedPolicies`] answers a watch of several services at once.
 //! - [`PaceAsk`] is a process's ask for its share of a dependency's rate
-//!   while its send gate is on; [`PaceGrant`] is the daemon's answer.
+//!   while its send gate is on, and for trial slots while its fleet-scoped
+//!   breaker is open ([`BreakerAsk`]); [`PaceGrant`] is the daemon's
+//!   answer ([`BreakerGrant`]).
 //! - The policy a client reads is [`ResolvedPolicy`](crate::policy::ResolvedPolicy);
 //!   a client turns its `policy` into a [`ValidPolicy`](crate::policy::ValidPolicy)
 //!   before anything acts on it.
@@ -29,7 +31,7 @@ mod report;
 /// `?wait=` to its maximum, in milliseconds; a client then asks for no more.
 pub const MAX_WAIT_HEADER: &str = "stormguard-max-wait-ms";
 
-pub use pace::{PaceAsk, PaceGrant};
+pub use pace::{BreakerAsk, BreakerGrant, PaceAsk, PaceGrant};
 pub use policies::{parse_selection, SelectedPolicies, SelectedPolicy, MAX_SELECTED, SERVICES_PARAM};
 pub use report::{
     check_endpoint, check_instance, BudgetReport, EndpointCounts, FieldError, FloorPart, Folded, Rejected,

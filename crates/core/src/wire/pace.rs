@@ -1,14 +1,21 @@
 //! `POST /v1/pace`: a process whose send gate is on asks for its share of a
 //! dependency's rate, with what its gate saw since its last ask; the daemon
-//! answers with a rate and how long it holds. See [`crate::fleet`].
+//! answers with a rate and how long it holds. See [`crate::fleet`]. A
+//! process whose fleet-scoped breaker is open asks too, for a trial slot
+//! (see [`crate::fleet::breaker`]): the pace's exchange, because it is
+//! already a per-dependency ask and answer every 100 ms with a lease,
+//! which a slot needs; reports are one-way and batched seconds apart.
 
 use std::borrow::Cow;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::count;
 
 use super::report::{check_instance, FieldError};
+use crate::breaker::CircuitState;
+use crate::fleet::breaker::{BreakerReport, BreakerVerdict};
 use crate::policy::check_service_name;
 
 /// A process's ask: its gate's tally for one dependency.
@@ -40,6 +47,92 @@ pub struct PaceAsk<'a> {
     /// sent since it heard a refusal (absent from older clients: on).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub watching: bool,
+    /// Whether the gate is off and not watching (or the policy has none):
+    /// the process asks for its breaker alone, and its counts say nothing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gate_off: bool,
+    /// Its fleet-scoped breaker, while open or with trials to report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub breaker: Option<BreakerAsk>,
+}
+
+/// A fleet-scoped breaker's part of an ask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BreakerAsk {
+    /// Whether the breaker is open (or half-open alone).
+    pub open: bool,
+    /// Milliseconds since it last opened from closed.
+    #[serde(deserialize_with = "count::whole")]
+    pub open_for_ms: u64,
+    /// Calls it refused since the last ask.
+    #[serde(default, deserialize_with = "count::whole")]
+    pub refused: u64,
+    /// Trials sent on the daemon's slots that succeeded since the last ask...
+    #[serde(default, deserialize_with = "count::whole")]
+    pub trials_succeeded: u64,
+    /// ...and that failed (or were slow).
+    #[serde(default, deserialize_with = "count::whole")]
+    pub trials_failed: u64,
+}
+
+/// The daemon's word on the fleet's breaker, in a grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BreakerGrant {
+    /// `closed`: close the breaker. `half-open`: send the trials granted,
+    /// if any, within the lease. `open`: stay open.
+    pub state: CircuitState,
+    /// Trial slots this answer grants (0 or 1).
+    pub trials: u32,
+    /// While open: milliseconds until the fleet's breaker goes half-open,
+    /// or until this process's turn to close.
+    pub retry_in_ms: u64,
+}
+
+impl From<BreakerAsk> for BreakerReport {
+    fn from(ask: BreakerAsk) -> Self {
+        let count = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+        BreakerReport {
+            open: ask.open,
+            open_for: Duration::from_millis(ask.open_for_ms),
+            refused: count(ask.refused),
+            succeeded: count(ask.trials_succeeded),
+            failed: count(ask.trials_failed),
+        }
+    }
+}
+
+impl From<BreakerReport> for BreakerAsk {
+    fn from(report: BreakerReport) -> Self {
+        BreakerAsk {
+            open: report.open,
+            open_for_ms: report.open_for.as_millis().try_into().unwrap_or(u64::MAX),
+            refused: u64::from(report.refused),
+            trials_succeeded: u64::from(report.succeeded),
+            trials_failed: u64::from(report.failed),
+        }
+    }
+}
+
+impl From<BreakerVerdict> for BreakerGrant {
+    fn from(verdict: BreakerVerdict) -> Self {
+        BreakerGrant {
+            state: verdict.state,
+            trials: verdict.trials,
+            retry_in_ms: verdict.retry_in.as_millis().try_into().unwrap_or(u64::MAX),
+        }
+    }
+}
+
+impl From<BreakerGrant> for BreakerVerdict {
+    fn from(grant: BreakerGrant) -> Self {
+        BreakerVerdict {
+            state: grant.state,
+            trials: grant.trials,
+            retry_in: Duration::from_millis(grant.retry_in_ms),
+        }
+    }
 }
 
 /// The daemon's answer: the process's share.
@@ -58,13 +151,24 @@ pub struct PaceGrant {
     /// turns on and paces at `rate`.
     #[serde(default)]
     pub pace: bool,
+    /// The fleet's breaker, if the ask reported a fleet-scoped one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub breaker: Option<BreakerGrant>,
 }
 
 impl PaceAsk<'_> {
-    /// The rules the JSON types alone cannot say: the names.
+    /// The rules the JSON types alone cannot say: the names, and that an
+    /// ask with the gate off asks for a breaker.
     pub fn check(&self) -> Result<(), FieldError> {
         check_service_name(&self.service).map_err(|e| FieldError::at("service", e))?;
-        check_instance(&self.instance).map_err(|e| FieldError::at("instance", e))
+        check_instance(&self.instance).map_err(|e| FieldError::at("instance", e))?;
+        if self.gate_off && self.breaker.is_none() {
+            return Err(FieldError::at(
+                "gateOff",
+                "an ask with the gate off is a breaker's, and carries `breaker`".to_string(),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -99,5 +203,41 @@ mod tests {
         let unknown =
             r#"{"service":"a","instance":"p","sent":0,"accepted":0,"overloaded":0,"waiting":0,"rate":1e9}"#;
         assert!(serde_json::from_str::<PaceAsk>(unknown).is_err());
+    }
+
+    #[test]
+    fn a_breakers_ask_and_grant_round_trip_and_older_peers_read_without_them() {
+        let json = r#"{"service":"a","instance":"p","sent":0,"accepted":0,"overloaded":0,"timedOut":0,"waiting":0,"gateOff":true,"breaker":{"open":true,"openForMs":1500,"refused":4,"trialsSucceeded":1,"trialsFailed":0}}"#;
+        let ask: PaceAsk = serde_json::from_str(json).unwrap();
+        assert!(ask.gate_off);
+        let report = BreakerReport::from(ask.breaker.unwrap());
+        assert_eq!(
+            (report.open_for, report.succeeded),
+            (Duration::from_millis(1500), 1)
+        );
+        assert_eq!(BreakerAsk::from(report), ask.breaker.unwrap());
+        assert_eq!(serde_json::to_string(&ask).unwrap(), json);
+
+        let grant = PaceGrant {
+            rate: 0.0,
+            lease_ms: 1000,
+            ask_every_ms: 100,
+            pace: false,
+            breaker: Some(BreakerGrant {
+                state: CircuitState::HalfOpen,
+                trials: 1,
+                retry_in_ms: 0,
+            }),
+        };
+        let text = serde_json::to_string(&grant).unwrap();
+        assert!(
+            text.contains(r#""breaker":{"state":"half-open","trials":1,"retryInMs":0}"#),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<PaceGrant>(&text).unwrap(), grant);
+        let older = r#"{"rate":2.0,"leaseMs":1000,"askEveryMs":100}"#;
+        assert_eq!(serde_json::from_str::<PaceGrant>(older).unwrap().breaker, None);
+        let bad = r#"{"service":"a","instance":"p","sent":0,"accepted":0,"overloaded":0,"waiting":0,"breaker":{"open":true,"openForMs":-1}}"#;
+        assert!(serde_json::from_str::<PaceAsk>(bad).is_err());
     }
 }

@@ -17,8 +17,8 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use stormguard_core::breaker::CircuitState;
 use stormguard_core::call::{Answer, Answered, Call, Send, Step as CallStep};
-use stormguard_core::fleet::{self, Grant};
-use stormguard_core::gate::Tally;
+use stormguard_core::fleet::breaker::BreakerVerdict;
+use stormguard_core::fleet::{self, Ask, Grant};
 use stormguard_core::guard::Guard;
 use stormguard_core::retry::{Failure, GaveUp};
 use tokio::time::Instant;
@@ -67,8 +67,11 @@ pub struct Run {
     /// The breakers' `openTimeout`, if the strategy has breakers: the
     /// window trials are counted over.
     pub open_timeout: Option<Duration>,
-    /// When the last breaker to close closed, from t = 0, if any opened and
-    /// every one is closed at the end.
+    /// When the last of the breakers open at the end of the outage first
+    /// closed after it, from t = 0; `None` if none was open then, or one
+    /// never closed. A breaker that opens again later (a dependency back
+    /// with less capacity than its callers want, and no gate) does not
+    /// count: the fleet had come back.
     pub breakers_closed: Option<Duration>,
     /// Events processed.
     pub events: u64,
@@ -255,8 +258,11 @@ struct World<'a> {
     origin: Instant,
     processes: Vec<Process>,
     clients: Vec<Client>,
-    /// The daemon replicas, when the strategy is fleet-paced.
+    /// The daemon replicas, when the strategy is fleet-paced or its
+    /// breakers' half-open is the fleet's.
     replicas: Option<Replicas<'a>>,
+    /// Whether the processes' gates ask the replicas for their pace.
+    fleet_paced: bool,
     /// The collapse scenario's server and requests.
     busy: Option<Busy>,
     /// The daemon's division of a fleet-scoped budget's floor.
@@ -279,19 +285,23 @@ struct Process {
     asked: u64,
     /// Whether its breaker is open or half-open, as of its last answer.
     broken: bool,
+    /// When its breaker last opened.
+    broke_at: u64,
+    /// When its breaker, open at the end of the outage, first closed after it.
+    closed_after_outage: Option<u64>,
 }
 
 /// A process's exchange with its daemon replica: one at a time, as a
 /// client awaiting an HTTP answer.
 enum Asking {
-    /// Its gate is off: nothing to ask.
+    /// Its gate is off and its breaker closed: nothing to ask.
     Idle,
     /// Asks at its next event.
     Due,
     /// Its report reaches the daemon at its next event.
-    Travelling(Tally),
-    /// Its grant arrives at its next event.
-    Returning(Grant),
+    Travelling(Ask),
+    /// Its grant, and the fleet breaker's word, arrive at its next event.
+    Returning(Grant, Option<BreakerVerdict>),
 }
 
 impl<'a> World<'a> {
@@ -345,9 +355,13 @@ impl<'a> World<'a> {
                     due: None,
                     asked: 0,
                     broken: false,
+                    broke_at: 0,
+                    closed_after_outage: None,
                 })
                 .collect(),
-            replicas: strategy.fleet.then(|| Replicas::new(scenario, &strategy.policy)),
+            replicas: (strategy.fleet || strategy.fleet_breaker)
+                .then(|| Replicas::new(scenario, &strategy.policy, strategy.fleet)),
+            fleet_paced: strategy.fleet,
             clients,
             busy: scenario.collapse.map(Busy::new),
             fleet_budget: strategy.fleet_budget.then(|| {
@@ -501,16 +515,35 @@ impl<'a> World<'a> {
         self.start_asking(t, process);
     }
 
-    /// With fleet pacing, a process whose gate has turned on starts asking its replica.
+    /// With replicas, a process whose gate has turned on (with fleet
+    /// pacing) or whose fleet-scoped breaker has opened starts asking its replica.
     fn start_asking(&mut self, t: u64, p: usize) {
         let now = self.at(t);
-        let process = &mut self.processes[p];
-        let asks = process.guard.gate().is_some_and(|gate| gate.asks_fleet_at(now));
-        if self.replicas.is_none() || !asks || !matches!(process.asking, Asking::Idle) {
+        if self.replicas.is_none() || !matches!(self.processes[p].asking, Asking::Idle) {
             return;
         }
-        process.asking = Asking::Due;
+        if !self.asks_at(p, now) {
+            return;
+        }
+        self.processes[p].asking = Asking::Due;
         self.schedule_exchange(t, p);
+    }
+
+    /// Whether process `p` has something to ask its replica at `now`.
+    fn asks_at(&self, p: usize, now: Instant) -> bool {
+        let guard = &self.processes[p].guard;
+        let gate = self.fleet_paced && guard.gate().is_some_and(|gate| gate.asks_fleet_at(now));
+        gate || guard.breaker().is_some_and(|breaker| breaker.asks_fleet_at(now))
+    }
+
+    /// What process `p` asks its replica at `now`: its gate's tally only
+    /// if the gates are fleet-paced.
+    fn ask_of(&self, p: usize, now: Instant) -> Option<Ask> {
+        let mut ask = self.processes[p].guard.fleet_ask_at(now)?;
+        if !self.fleet_paced {
+            ask.tally = None;
+        }
+        (ask.tally.is_some() || ask.breaker.is_some()).then_some(ask)
     }
 
     fn schedule_exchange(&mut self, at: u64, p: usize) {
@@ -519,7 +552,8 @@ impl<'a> World<'a> {
     }
 
     /// The next step of process `p`'s exchange with its replica: it asks
-    /// (if its gate is still on), its report arrives, or its grant does.
+    /// (if it still has something to ask), its report arrives, or its
+    /// grant does.
     fn exchange(&mut self, t: u64, p: usize) {
         if self.processes[p].due != Some(t) {
             return;
@@ -528,35 +562,53 @@ impl<'a> World<'a> {
         self.outcome.events += 1;
         let half = nanos(self.scenario.feedback_delay) / 2;
         let now = self.at(t);
-        let replicas = self.replicas.as_mut().expect("fleet pacing");
-        let replica = p % replicas.len();
-        let process = &mut self.processes[p];
-        let gate = process.guard.gate().expect("fleet pacing needs a gate");
-        match std::mem::replace(&mut process.asking, Asking::Idle) {
+        match std::mem::replace(&mut self.processes[p].asking, Asking::Idle) {
             Asking::Idle => {}
-            Asking::Due if !gate.asks_fleet_at(now) => {}
             Asking::Due => {
-                process.asked = t;
-                process.asking = Asking::Travelling(gate.tally());
-                self.schedule_exchange(t + half, p);
+                if let Some(ask) = self.ask_of(p, now) {
+                    let process = &mut self.processes[p];
+                    process.asked = t;
+                    process.asking = Asking::Travelling(ask);
+                    self.schedule_exchange(t + half, p);
+                }
             }
-            Asking::Travelling(tally) => {
-                let (grant, next) = replicas.ask_at(replica, p as u32, tally, t, now);
-                process.asking = Asking::Returning(grant);
+            Asking::Travelling(ask) => {
+                let replicas = self.replicas.as_mut().expect("a process asks only with replicas");
+                let replica = p % replicas.len();
+                let (grant, verdict, next) = replicas.ask_at(replica, p as u32, ask, t, now);
+                self.processes[p].asking = Asking::Returning(grant, verdict);
                 self.schedule_exchange(t + half, p);
                 self.schedule_replica(replica, next);
             }
-            Asking::Returning(grant) => {
-                if grant.pace {
-                    gate.pace_by_fleet_at(now);
-                }
-                gate.lease_at(grant.rate, now + grant.lease, now);
+            Asking::Returning(grant, verdict) => {
+                let process = &mut self.processes[p];
+                process.guard.heard_at(grant, verdict, now);
                 process.asking = Asking::Due;
                 let next = (process.asked + nanos(fleet::ASK_EVERY)).max(t);
                 self.schedule_exchange(next, p);
+                self.note_breaker(t, p);
                 self.wake_first_in_line(t, p);
             }
         }
+    }
+
+    /// Notes whether process `p`'s breaker is open or half-open at `t`,
+    /// and, if it was open at the end of the outage, when it first closed after.
+    fn note_breaker(&mut self, t: u64, p: usize) {
+        let outage_end = nanos(self.scenario.outage);
+        let process = &mut self.processes[p];
+        let Some(breaker) = process.guard.breaker() else {
+            return;
+        };
+        let broken = breaker.state() != CircuitState::Closed;
+        match (process.broken, broken) {
+            (false, true) => process.broke_at = t,
+            (true, false) if process.broke_at < outage_end && t >= outage_end => {
+                process.closed_after_outage.get_or_insert(t);
+            }
+            _ => {}
+        }
+        process.broken = broken;
     }
 
     /// A replica's exchange with the store steps at `t`.
@@ -712,13 +764,9 @@ impl<'a> World<'a> {
         let process = &mut self.processes[client.process];
         let call = client.call.as_mut().expect("a call in progress");
         let answered = call.answered_at(&process.guard, send, answer, now, &mut self.rng);
-        if let Some(breaker) = process.guard.breaker() {
-            let broken = breaker.state() != CircuitState::Closed;
-            if process.broken && !broken {
-                self.outcome.breakers_closed = Some(Duration::from_nanos(t));
-            }
-            process.broken = broken;
-        }
+        let p = client.process;
+        self.note_breaker(t, p);
+        let client = &mut self.clients[id as usize];
         match answered {
             Answered::Succeeded => {
                 let second = (t / NANOS_PER_SECOND) as usize;
@@ -770,9 +818,13 @@ impl<'a> World<'a> {
 
     fn finish(mut self, unfinished: usize) -> Run {
         self.outcome.unfinished = unfinished as u32;
-        if self.processes.iter().any(|p| p.broken) {
-            self.outcome.breakers_closed = None;
-        }
+        let outage_end = nanos(self.scenario.outage);
+        let never_closed = self
+            .processes
+            .iter()
+            .any(|p| p.broken && p.broke_at < outage_end && p.closed_after_outage.is_none());
+        let last = self.processes.iter().filter_map(|p| p.closed_after_outage).max();
+        self.outcome.breakers_closed = last.filter(|_| !never_closed).map(Duration::from_nanos);
         self.outcome.times_to_success.sort_unstable();
         self.outcome.requests = self.server.requests;
         self.outcome.accepted = self.server.accepted;

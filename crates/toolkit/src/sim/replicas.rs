@@ -1,7 +1,8 @@
 //! The daemon replicas of a fleet-paced strategy, alone or sharing their
 //! pace through a store, as the daemon's replicas do through Redis.
 //!
-//! The replicas run the daemon's controller (`FleetController`) and its
+//! The replicas run the daemon's controller (`FleetController`), its
+//! fleet breaker (`FleetBreaker`, each replica its own), and its
 //! exchange with the store ([`contribute_at`](FleetController::contribute_at),
 //! [`shared_at`](FleetController::shared_at)); [`Store`] answers as the
 //! daemon's Redis script does, after half the store's round trip each way.
@@ -9,9 +10,9 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use stormguard_core::fleet::breaker::{BreakerVerdict, FleetBreaker};
 use stormguard_core::fleet::shared::{Contribution, Published, Shared, Tallies};
-use stormguard_core::fleet::{FleetController, Grant, LEASE, SHARE_EVERY};
-use stormguard_core::gate::Tally;
+use stormguard_core::fleet::{self, Ask, FleetController, Grant, IDLE, LEASE, SHARE_EVERY};
 use stormguard_core::policy::ValidPolicy;
 use tokio::time::Instant;
 
@@ -22,6 +23,8 @@ use super::time::nanos;
 pub(super) struct Replicas<'a> {
     replicas: Vec<Replica<'a>>,
     store: Option<Store>,
+    /// Whether the replicas pace the processes' gates.
+    paces: bool,
 }
 
 /// A daemon replica: as the daemon does, it starts a controller at the
@@ -29,6 +32,8 @@ pub(super) struct Replicas<'a> {
 struct Replica<'a> {
     policy: &'a ValidPolicy,
     controller: Option<FleetController<u32>>,
+    /// Its fleet breaker, from the first open breaker reported.
+    breaker: Option<FleetBreaker<u32>>,
     exchange: Exchange,
     /// Rates it published, on their way to the store: (arrival, rate).
     publishing: VecDeque<(u64, Published)>,
@@ -58,15 +63,17 @@ pub(super) enum Next {
 }
 
 impl<'a> Replicas<'a> {
-    /// The scenario's replicas pacing under `policy`, and its store if
-    /// they share one.
-    pub(super) fn new(scenario: &Scenario, policy: &'a ValidPolicy) -> Self {
+    /// The scenario's replicas under `policy`, pacing the gates if `paces`,
+    /// and its store if they share one.
+    pub(super) fn new(scenario: &Scenario, policy: &'a ValidPolicy, paces: bool) -> Self {
         let count = scenario.replicas.max(1);
         Self {
+            paces,
             replicas: (0..count)
                 .map(|_| Replica {
                     policy,
                     controller: None,
+                    breaker: None,
                     exchange: Exchange::Idle,
                     publishing: VecDeque::new(),
                     pushed: VecDeque::new(),
@@ -82,29 +89,47 @@ impl<'a> Replicas<'a> {
         self.replicas.len()
     }
 
-    /// Process `process` asks replica `r` at `t`; with a store, the
-    /// replica's first exchange if it was not exchanging yet.
+    /// Process `process` asks replica `r` at `t`, as the daemon answers a
+    /// pace ask: the fleet breaker's word if it reports a fleet-scoped
+    /// breaker, and its share of the rate if its gate asks or the fleet's
+    /// breaker closes it. With a store, the replica's first exchange if it
+    /// was not exchanging yet.
     pub(super) fn ask_at(
         &mut self,
         r: usize,
         process: u32,
-        tally: Tally,
+        ask: Ask,
         t: u64,
         now: Instant,
-    ) -> (Grant, Option<Next>) {
+    ) -> (Grant, Option<BreakerVerdict>, Option<Next>) {
         let replica = &mut self.replicas[r];
-        if replica.controller.as_ref().is_some_and(|c| c.is_idle_at(now)) {
-            replica.controller = None;
-        }
-        let grant = replica
-            .controller
-            .get_or_insert_with(|| FleetController::new_at(replica.policy, now))
-            .ask_at(process, tally, now);
-        let start = self.store.is_some() && matches!(replica.exchange, Exchange::Idle);
-        if start {
-            replica.exchange = Exchange::Due;
-        }
-        (grant, start.then_some(Next::Exchange(t)))
+        let verdict = ask.breaker.map(|report| {
+            if replica.breaker.as_ref().is_some_and(|b| b.is_idle_at(now, IDLE)) {
+                replica.breaker = None;
+            }
+            replica
+                .breaker
+                .get_or_insert_with(|| FleetBreaker::new_at(&replica.policy.circuit_breaker, self.paces, now))
+                .ask_at(process, report, now)
+        });
+        let mut start = false;
+        let store = self.store.is_some();
+        let grant = fleet::answer(self.paces, ask.tally.is_some(), verdict, || {
+            if replica.controller.as_ref().is_some_and(|c| c.is_idle_at(now)) {
+                replica.controller = None;
+            }
+            let grant = replica
+                .controller
+                .get_or_insert_with(|| FleetController::new_at(replica.policy, now))
+                .ask_at(process, ask.tally.unwrap_or_default(), now);
+            start = store && matches!(replica.exchange, Exchange::Idle);
+            if start {
+                replica.exchange = Exchange::Due;
+            }
+            Ok::<_, std::convert::Infallible>(grant)
+        });
+        let Ok(grant) = grant;
+        (grant, verdict, start.then_some(Next::Exchange(t)))
     }
 
     /// The next step of replica `r`'s exchange with the store at `t`.

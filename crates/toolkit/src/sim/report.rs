@@ -107,9 +107,9 @@ pub struct Summary {
     /// dependency coming back meets at once from the whole fleet. 0 without
     /// breakers.
     pub half_open_trials_per_window: u64,
-    /// When the last breaker to close closed, in seconds from the end of
-    /// the outage; `None` if no breaker opened, or one is still open or
-    /// half-open at the end.
+    /// When the last of the breakers open at the end of the outage first
+    /// closed after it, in seconds from the end of the outage; `None` if
+    /// none was open then, or one never closed.
     pub breakers_closed_seconds: Option<f64>,
     /// Events the simulation processed.
     pub events: u64,

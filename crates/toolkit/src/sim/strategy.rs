@@ -5,8 +5,8 @@ use std::fmt;
 use std::time::Duration;
 
 use stormguard_core::policy::{
-    BudgetPolicy, BudgetScope, CircuitBreakerPolicy, GatePolicy, InvalidPolicy, Jitter, RetryPolicy,
-    ValidPolicy, MAX_RETRIES,
+    BreakerScope, BudgetPolicy, BudgetScope, CircuitBreakerPolicy, GatePolicy, InvalidPolicy, Jitter,
+    RetryPolicy, ValidPolicy, MAX_RETRIES,
 };
 
 /// A named strategy: the four of the thundering-herd comparison, and their kin.
@@ -125,6 +125,9 @@ pub struct Strategy {
     /// Whether the budget's floor is the fleet's (`budget.scope: fleet`,
     /// or `--fleet-budget`), divided among the processes by the daemon.
     pub fleet_budget: bool,
+    /// Whether the breakers' trials are the fleet's (`circuitBreaker.scope:
+    /// fleet`, or `--fleet-breaker`), granted by the daemon.
+    pub fleet_breaker: bool,
 }
 
 /// Changes applied on top of a strategy: the library's budget and breaker, a retry cap.
@@ -146,6 +149,9 @@ pub struct Modifiers {
     /// Turn on the retry budget as `budget` does, with its floor the
     /// fleet's: divided among the processes by the (simulated) daemon.
     pub fleet_budget: bool,
+    /// Turn on the circuit breaker as `breaker` does, its half-open the
+    /// fleet's: trials granted by the (simulated) daemon.
+    pub fleet_breaker: bool,
     /// Give up after this many retries.
     pub max_retries: Option<u32>,
     /// Time each attempt out after this long.
@@ -181,12 +187,18 @@ impl Strategy {
             policy.budget.scope = BudgetScope::Fleet;
             label.push_str("+fleet-budget");
         }
-        if modifiers.breaker && !policy.circuit_breaker.enabled {
+        if (modifiers.breaker || modifiers.fleet_breaker) && !policy.circuit_breaker.enabled {
             policy.circuit_breaker = CircuitBreakerPolicy {
                 enabled: true,
                 ..CircuitBreakerPolicy::default()
             };
-            label.push_str("+breaker");
+            if !modifiers.fleet_breaker {
+                label.push_str("+breaker");
+            }
+        }
+        if modifiers.fleet_breaker {
+            policy.circuit_breaker.scope = BreakerScope::Fleet;
+            label.push_str("+fleet-breaker");
         }
         if (modifiers.gate || modifiers.fleet) && !policy.gate.enabled {
             policy.gate = GatePolicy {
@@ -210,12 +222,15 @@ impl Strategy {
         let max_retries = policy.max_retries;
         policy.max_retries = max_retries.min(MAX_RETRIES);
         let fleet_budget = policy.budget.enabled && policy.budget.scope == BudgetScope::Fleet;
+        let fleet_breaker =
+            policy.circuit_breaker.enabled && policy.circuit_breaker.scope == BreakerScope::Fleet;
         Ok(Self {
             label,
             policy: policy.try_into()?,
             max_retries,
             fleet: modifiers.fleet,
             fleet_budget,
+            fleet_breaker,
         })
     }
 }

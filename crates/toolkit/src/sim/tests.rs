@@ -583,12 +583,71 @@ fn random_500s_cost_a_gated_fleet_nothing() {
 /// Calls arriving at 400 a second from 20 processes, through a 40 s outage
 /// and after it, with each process's breaker at its defaults.
 fn through_an_outage(breaker: bool) -> Summary {
-    let scenario = arriving(Errors::new(400.0, 0.0), 80, Duration::from_secs(40), 20);
-    let modifiers = Modifiers {
+    through_an_outage_with(Modifiers {
         breaker,
         ..Modifiers::default()
-    };
+    })
+}
+
+fn through_an_outage_with(modifiers: Modifiers) -> Summary {
+    let scenario = arriving(Errors::new(400.0, 0.0), 80, Duration::from_secs(40), 20);
     retried_three_times(&scenario, modifiers)
+}
+
+#[test]
+fn the_fleets_breakers_send_one_set_of_trials_and_close_together() {
+    let policy = stormguard_core::policy::CircuitBreakerPolicy::default();
+    let alone = through_an_outage(true);
+    let fleet = through_an_outage_with(Modifiers {
+        fleet_breaker: true,
+        ..Modifiers::default()
+    });
+    // Each process alone sends successThreshold trials into one window (60);
+    // the fleet sends at most halfOpenMaxCalls at once, and a trial whose
+    // success frees its slot may be followed by one more.
+    let bound = 2 * u64::from(policy.half_open_max_calls);
+    assert!(
+        fleet.half_open_trials_per_window <= bound
+            && fleet.half_open_trials_per_window * 4 < alone.half_open_trials_per_window,
+        "fleet {} against alone {}",
+        fleet.half_open_trials_per_window,
+        alone.half_open_trials_per_window
+    );
+    // One set of trials 30 s in (the outage lasts 40 s), one 60 s in that
+    // closes every breaker: within openTimeout + 2 s of the outage's end,
+    // the ramp included.
+    let closed = fleet.breakers_closed_seconds.expect("every breaker closed");
+    let alone_closed = alone.breakers_closed_seconds.expect("every breaker closed");
+    assert!(closed <= policy.open_timeout.as_secs_f64() + 2.0, "{closed}");
+    assert!(
+        closed - alone_closed < 1.5,
+        "the ramp costs under 1.5 s: {closed} against {alone_closed}"
+    );
+}
+
+#[test]
+fn a_fleet_scoped_breaker_that_never_hears_from_the_daemon_probes_as_one_alone_does() {
+    let alone = through_an_outage(true);
+    // The policy says fleet, and no daemon answers: every breaker falls
+    // back to its own half-open, trial for trial.
+    let mut strategy = Strategy::named(
+        Named::FullJitter,
+        Modifiers {
+            fleet_breaker: true,
+            max_retries: Some(3),
+            ..Modifiers::default()
+        },
+    );
+    strategy.fleet_breaker = false;
+    let scenario = arriving(Errors::new(400.0, 0.0), 80, Duration::from_secs(40), 20);
+    let unheard = Summary::of(&run(&scenario, &strategy));
+    assert_eq!(
+        Summary {
+            strategy: alone.strategy.clone(),
+            ..unheard
+        },
+        alone
+    );
 }
 
 /// Calls arriving as `errors` says until `until` seconds, from `processes`,

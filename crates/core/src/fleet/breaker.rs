@@ -1,0 +1,285 @@
+//! Fleet half-open: one set of trial calls for the whole fleet's breakers,
+//! not one per process.
+//!
+//! When a dependency goes down, every process's breaker opens within a
+//! second of the others, and `openTimeout` later each would go half-open
+//! and send `halfOpenMaxCalls` trials: a fleet of N processes sends N
+//! times that at a dependency that is just coming back, the trials fail,
+//! and every breaker opens for another `openTimeout`. Under
+//! `circuitBreaker.scope: fleet`, a process whose breaker is open asks the
+//! daemon instead (with its pace ask), and the daemon keeps one breaker
+//! for the fleet, per dependency:
+//!
+//! - **Open** from the first process's report, for `openTimeout`.
+//! - **Half-open**: at most `halfOpenMaxCalls` trial slots out at a time,
+//!   fleet-wide, and at most one per process, so that no process takes
+//!   every slot; only to processes whose breaker refused a call since
+//!   their last ask, so that a slot goes where a call will use it. A slot
+//!   is the process's until it reports the trial's outcome, or for
+//!   [`SLOT_LIFE`]. A failed trial opens the fleet's breaker again;
+//!   `successThreshold` successful ones close it.
+//! - **Closed**: every process whose breaker opened before the close is
+//!   told to close at its next ask. With the send gate on, the daemon
+//!   hands them to its pace; without one, it closes them in a ramp
+//!   ([`RAMP_STEP`]), so that the fleet's calls do not return all at once.
+//!   A breaker that opens after the close starts a new episode.
+//!
+//! Each process's breaker still opens on its own evidence; the fleet
+//! decides only when to try the dependency again. Pure and
+//! time-injectable (`_at`), so the simulator runs this very code.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::LEASE;
+use crate::breaker::CircuitState;
+use crate::policy::CircuitBreakerPolicy;
+
+/// How long a trial slot is its holder's if it reports no outcome: the
+/// lease it may use the slot within, and as long again for the trial to
+/// be answered. A slot lost with its process (or its ask) is then free
+/// again, so a dead process cannot hold the fleet's breaker half-open.
+pub const SLOT_LIFE: Duration = Duration::from_secs(2 * LEASE.as_secs());
+
+/// Without a send gate to pace the fleet's return, the breakers close in a
+/// ramp: `halfOpenMaxCalls` processes at once (as many as the trials
+/// reached at once), then twice as many every step, as TCP's slow start
+/// doubles its window: at the defaults, 200 processes are closed in 2.5 s.
+pub const RAMP_STEP: Duration = Duration::from_millis(500);
+
+/// What a process says of its breaker when it asks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BreakerReport {
+    /// Whether its breaker is open (or half-open on its own).
+    pub open: bool,
+    /// How long since its breaker last opened from closed.
+    pub open_for: Duration,
+    /// Calls its breaker refused since its last ask: a process with none
+    /// has no call to send a trial with, and is granted no slot.
+    pub refused: u32,
+    /// Trials it sent on the fleet's slots that succeeded since its last ask...
+    pub succeeded: u32,
+    /// ...and that failed.
+    pub failed: u32,
+}
+
+/// The fleet breaker's word to one process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BreakerVerdict {
+    /// Closed: close the breaker. Half-open: send the trials granted, if
+    /// any. Open: stay open.
+    pub state: CircuitState,
+    /// Trial slots granted by this answer (0 or 1): the process may send
+    /// that many trials within the grant's lease.
+    pub trials: u32,
+    /// While open: how long until the fleet's breaker goes half-open, or
+    /// this process's turn in the closing ramp.
+    pub retry_in: Duration,
+}
+
+impl BreakerVerdict {
+    /// Whether it tells the process to close its breaker.
+    pub fn closes(&self) -> bool {
+        self.state == CircuitState::Closed
+    }
+}
+
+/// One dependency's breaker for the whole fleet; `K` names a process.
+#[derive(Debug)]
+pub struct FleetBreaker<K> {
+    open_timeout: Duration,
+    max_trials: u32,
+    success_threshold: u32,
+    /// Whether the close hands the fleet to the send gate's pace, rather
+    /// than to a ramp of its own.
+    paced: bool,
+    phase: Phase<K>,
+    /// The last close, and whom it has told so far: a breaker that opened
+    /// before it is closed by it, even once a new episode has begun.
+    closing: Option<Closing<K>>,
+    /// Trial slots granted since it was made.
+    granted: u64,
+    last_ask: Instant,
+}
+
+#[derive(Debug)]
+enum Phase<K> {
+    /// No breaker open since the last close.
+    Closed,
+    /// Open since then: the first report, or the last failed trial.
+    Open(Instant),
+    /// Trial slots out: who holds one, and the successes so far.
+    HalfOpen { slots: HashMap<K, Slot>, successes: u32 },
+}
+
+#[derive(Debug)]
+struct Closing<K> {
+    at: Instant,
+    /// Processes told to close, in the ramp without a gate.
+    told: HashSet<K>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    granted: Instant,
+    /// Whether its holder reported its trial's outcome.
+    settled: bool,
+}
+
+impl<K: Eq + Hash + Clone> FleetBreaker<K> {
+    /// The fleet's breaker for a dependency whose `circuitBreaker` block is
+    /// `policy`; `paced` if its send gate is on, to take the fleet back at
+    /// its pace once the breaker closes.
+    pub fn new_at(policy: &CircuitBreakerPolicy, paced: bool, now: Instant) -> Self {
+        Self {
+            open_timeout: policy.open_timeout,
+            max_trials: policy.half_open_max_calls.max(1),
+            success_threshold: policy.success_threshold.max(1),
+            paced,
+            phase: Phase::Closed,
+            closing: None,
+            granted: 0,
+            last_ask: now,
+        }
+    }
+
+    /// The fleet's breaker state at `now` (the move to half-open waits for an ask).
+    pub fn state(&self) -> CircuitState {
+        match self.phase {
+            Phase::Closed => CircuitState::Closed,
+            Phase::Open(_) => CircuitState::Open,
+            Phase::HalfOpen { .. } => CircuitState::HalfOpen,
+        }
+    }
+
+    /// Trial slots granted since it was made.
+    pub fn slots_granted(&self) -> u64 {
+        self.granted
+    }
+
+    /// Whether nobody has asked for `idle` by `now` and it is closed: it is
+    /// no longer needed.
+    pub fn is_idle_at(&self, now: Instant, idle: Duration) -> bool {
+        matches!(self.phase, Phase::Closed) && now.saturating_duration_since(self.last_ask) >= idle
+    }
+
+    /// Process `who` reports its breaker at `now`; the answer says what its
+    /// breaker is to do.
+    pub fn ask_at(&mut self, who: K, report: BreakerReport, now: Instant) -> BreakerVerdict {
+        self.last_ask = now;
+        self.settle(&who, report, now);
+        if !report.open {
+            return verdict(CircuitState::Closed, 0, Duration::ZERO);
+        }
+        let opened = now.checked_sub(report.open_for).unwrap_or(now);
+        if self.closing.as_ref().is_some_and(|closing| opened <= closing.at) {
+            return self.close(who, now);
+        }
+        if let Phase::Closed = self.phase {
+            // A breaker that opened since the last close: a new episode.
+            self.phase = Phase::Open(now);
+        }
+        if let Phase::Open(since) = self.phase {
+            let half_open = since + self.open_timeout;
+            if now < half_open {
+                return verdict(CircuitState::Open, 0, half_open - now);
+            }
+            self.phase = Phase::HalfOpen {
+                slots: HashMap::new(),
+                successes: 0,
+            };
+        }
+        let trials = if report.refused > 0 {
+            self.grant_slot(who, now)
+        } else {
+            0
+        };
+        verdict(CircuitState::HalfOpen, trials, Duration::ZERO)
+    }
+
+    /// Counts the outcomes of `who`'s trial, if it holds a slot of this
+    /// half-open phase: a failure opens the fleet's breaker again, the
+    /// `successThreshold`-th success closes it.
+    fn settle(&mut self, who: &K, report: BreakerReport, now: Instant) {
+        if report.succeeded == 0 && report.failed == 0 {
+            return;
+        }
+        let Phase::HalfOpen { slots, successes } = &mut self.phase else {
+            return;
+        };
+        let Some(slot) = slots.get_mut(who) else {
+            return;
+        };
+        slot.settled = true;
+        if report.failed > 0 {
+            self.phase = Phase::Open(now);
+            return;
+        }
+        *successes = successes.saturating_add(report.succeeded);
+        if *successes >= self.success_threshold {
+            self.phase = Phase::Closed;
+            self.closing = Some(Closing {
+                at: now,
+                told: HashSet::new(),
+            });
+        }
+    }
+
+    /// A slot for `who` if it holds none and fewer than `halfOpenMaxCalls`
+    /// are out: 1, else 0.
+    fn grant_slot(&mut self, who: K, now: Instant) -> u32 {
+        let Phase::HalfOpen { slots, .. } = &mut self.phase else {
+            return 0;
+        };
+        let out = |slot: &Slot| !slot.settled && now.saturating_duration_since(slot.granted) < SLOT_LIFE;
+        if slots.get(&who).is_some_and(out) {
+            return 0;
+        }
+        if slots.values().filter(|slot| out(slot)).count() >= self.max_trials as usize {
+            return 0;
+        }
+        slots.insert(
+            who,
+            Slot {
+                granted: now,
+                settled: false,
+            },
+        );
+        self.granted += 1;
+        1
+    }
+
+    /// The verdict for `who`, whose breaker opened before the close: closed,
+    /// at once with a gate to pace the fleet, else when the ramp reaches it.
+    fn close(&mut self, who: K, now: Instant) -> BreakerVerdict {
+        let Some(closing) = &mut self.closing else {
+            unreachable!("close is asked only after a close");
+        };
+        if self.paced || closing.told.contains(&who) {
+            return verdict(CircuitState::Closed, 0, Duration::ZERO);
+        }
+        let since = now.saturating_duration_since(closing.at);
+        let steps = (since.as_nanos() / RAMP_STEP.as_nanos()).min(32) as u32;
+        let allowed = u64::from(self.max_trials).saturating_mul(1u64 << steps);
+        if (closing.told.len() as u64) < allowed {
+            closing.told.insert(who);
+            return verdict(CircuitState::Closed, 0, Duration::ZERO);
+        }
+        let next_step = RAMP_STEP * (steps + 1);
+        verdict(CircuitState::Open, 0, next_step.saturating_sub(since))
+    }
+}
+
+fn verdict(state: CircuitState, trials: u32, retry_in: Duration) -> BreakerVerdict {
+    BreakerVerdict {
+        state,
+        trials,
+        retry_in,
+    }
+}
+
+#[cfg(test)]
+mod tests;

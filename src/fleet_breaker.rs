@@ -1,0 +1,119 @@
+//! The daemon's side of fleet half-open: one [`FleetBreaker`] per
+//! dependency whose policy says `circuitBreaker.scope: fleet` and whose
+//! processes report an open breaker in their pace asks, with the families
+//! that show it. Without a shared store each replica keeps its own, for the
+//! processes that ask it: a fleet spread over R replicas then sends up to
+//! R × `halfOpenMaxCalls` trials at once.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
+use stormguard_core::fleet::breaker::{BreakerVerdict, FleetBreaker};
+use stormguard_core::fleet::IDLE;
+use stormguard_core::policy::{BreakerScope, CircuitBreakerPolicy, ValidPolicy};
+use stormguard_core::wire::PaceAsk;
+use tokio::time::Instant;
+
+use crate::fleet::MAX_DEPENDENCIES;
+
+/// Every dependency whose fleet-scoped breakers have asked lately.
+pub struct FleetBreakers {
+    breakers: Mutex<HashMap<String, Entry>>,
+    state: IntGaugeVec,
+    slots: IntCounterVec,
+}
+
+struct Entry {
+    breaker: FleetBreaker<String>,
+    /// The block it was made under: a changed one starts again.
+    policy: CircuitBreakerPolicy,
+    paced: bool,
+}
+
+impl FleetBreakers {
+    /// None yet; their families registered in `registry`.
+    pub fn new(registry: &Registry) -> Self {
+        let state = IntGaugeVec::new(
+            Opts::new(
+                "stormguard_fleet_breaker_state",
+                "The fleet's circuit breaker for a dependency whose breakers are fleet-scoped, as this replica keeps it: 0 closed, 1 half-open (trial slots out), 2 open. It goes to 0 when the fleet's trials succeed and every breaker is told to close.",
+            ),
+            &["service"],
+        )
+        .expect("valid metric");
+        let slots = IntCounterVec::new(
+            Opts::new(
+                "stormguard_fleet_breaker_trial_slots_total",
+                "Trial slots this replica granted a dependency's fleet-scoped breakers while half-open: at most halfOpenMaxCalls out at once for the whole fleet.",
+            ),
+            &["service"],
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(state.clone()))
+            .expect("registered once");
+        registry
+            .register(Box::new(slots.clone()))
+            .expect("registered once");
+        Self {
+            breakers: Mutex::default(),
+            state,
+            slots,
+        }
+    }
+
+    /// The fleet breaker's word on `ask`'s breaker, under its dependency's
+    /// resolved `policy`, at `now`: `None` if the ask reports no breaker,
+    /// the policy's breaker is not fleet-scoped, or too many dependencies
+    /// have one already (the process then decides alone, as without a daemon).
+    pub fn ask(&self, ask: &PaceAsk, policy: &ValidPolicy, now: Instant) -> Option<BreakerVerdict> {
+        let report = ask.breaker?;
+        let block = &policy.circuit_breaker;
+        if !block.enabled || block.scope != BreakerScope::Fleet {
+            return None;
+        }
+        let mut breakers = self.lock();
+        breakers.retain(|service, entry| {
+            let idle = entry.breaker.is_idle_at(now, IDLE);
+            if idle {
+                let _ = self.state.remove_label_values(&[service]);
+            }
+            !idle
+        });
+        if !breakers.contains_key(ask.service.as_ref()) && breakers.len() >= MAX_DEPENDENCIES {
+            return None;
+        }
+        let paced = policy.gate.enabled;
+        let entry = breakers
+            .entry(ask.service.to_string())
+            .or_insert_with(|| Entry::new(block, paced, now));
+        if entry.policy != *block || entry.paced != paced {
+            *entry = Entry::new(block, paced, now);
+        }
+        let before = entry.breaker.slots_granted();
+        let verdict = entry.breaker.ask_at(ask.instance.to_string(), report.into(), now);
+        let granted = entry.breaker.slots_granted() - before;
+        self.slots.with_label_values(&[&ask.service]).inc_by(granted);
+        self.state
+            .with_label_values(&[&ask.service])
+            .set(i64::from(entry.breaker.state().as_metric()));
+        Some(verdict)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        self.breakers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Entry {
+    fn new(policy: &CircuitBreakerPolicy, paced: bool, now: Instant) -> Self {
+        Self {
+            breaker: FleetBreaker::new_at(policy, paced, now),
+            policy: policy.clone(),
+            paced,
+        }
+    }
+}
