@@ -600,8 +600,8 @@ mod tests {
             .unwrap();
         assert_eq!(
             again.breaker.unwrap().trials,
-            1,
-            "its slot settled, a holds one more"
+            0,
+            "the half-open has had its two trials"
         );
         let closing = fleet
             .ask(&broken("b", 1), &policy, due + Duration::from_millis(100))
@@ -617,7 +617,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("stormguard_fleet_breaker_trial_slots_total{service=\"payments\"} 3"),
+            text.contains("stormguard_fleet_breaker_trial_slots_total{service=\"payments\"} 2"),
             "{text}"
         );
     }

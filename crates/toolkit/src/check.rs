@@ -7,7 +7,7 @@
 use std::fmt::Write;
 use std::path::Path;
 
-use stormguard_core::policy::{ForecastScenario, GoDuration, PolicyDocument, RetryPolicy};
+use stormguard_core::policy::{BreakerScope, ForecastScenario, GoDuration, PolicyDocument, RetryPolicy};
 
 use crate::lint::{lint, Forecast, Lint};
 use crate::policy::load_file;
@@ -201,7 +201,10 @@ fn row(name: &str, p: &RetryPolicy, overrides: String) -> Vec<String> {
         on_off(p.budget.enabled, format!("{}%", p.budget.retry_ratio * 100.0)),
         on_off(
             p.circuit_breaker.enabled,
-            format!("open {}", GoDuration(p.circuit_breaker.open_timeout)),
+            match p.circuit_breaker.scope {
+                BreakerScope::Process => format!("open {}", GoDuration(p.circuit_breaker.open_timeout)),
+                BreakerScope::Fleet => format!("open {} fleet", GoDuration(p.circuit_breaker.open_timeout)),
+            },
         ),
         on_off(
             p.hedging.enabled,
@@ -242,6 +245,19 @@ mod tests {
         assert_eq!(&cells[..5], ["payment-service", "2", "200ms", "10s", "2"]);
         assert!(payment.ends_with("initialDelay, maxRetries"));
         assert!(report.contains("(defaults)"));
+    }
+
+    #[test]
+    fn a_fleet_scoped_breaker_says_so_in_its_row() {
+        let mut policy = RetryPolicy::default();
+        policy.circuit_breaker.enabled = true;
+        let alone = row("orders", &policy, String::new());
+        policy.circuit_breaker.scope = BreakerScope::Fleet;
+        let fleet = row("orders", &policy, String::new());
+        assert_eq!(
+            (alone[7].as_str(), fleet[7].as_str()),
+            ("open 30s", "open 30s fleet")
+        );
     }
 
     #[test]

@@ -11,12 +11,14 @@
 //! for the fleet, per dependency:
 //!
 //! - **Open** from the first process's report, for `openTimeout`.
-//! - **Half-open**: at most `halfOpenMaxCalls` trial slots out at a time,
-//!   fleet-wide, and at most one per process, so that no process takes
-//!   every slot; only to processes whose breaker refused a call since
-//!   their last ask, so that a slot goes where a call will use it. A slot
-//!   is the process's until it reports the trial's outcome, or for
-//!   [`SLOT_LIFE`]. A failed trial opens the fleet's breaker again;
+//! - **Half-open**: at most `halfOpenMaxCalls` trials for the whole fleet
+//!   (or `successThreshold`, if more), as Resilience4j permits that many
+//!   calls in half-open: slots, at most one per process at a time, so
+//!   that no process takes every slot, and only to processes whose breaker
+//!   refused a call since their last ask, so that a slot goes where a
+//!   call will use it. A slot is the process's until it reports the
+//!   trial's outcome, or for [`SLOT_LIFE`]; a slot lost with its holder
+//!   is granted again. A failed trial opens the fleet's breaker again;
 //!   `successThreshold` successful ones close it.
 //! - **Closed**: every process whose breaker opened before the close is
 //!   told to close at its next ask. With the send gate on, the daemon
@@ -111,8 +113,13 @@ enum Phase<K> {
     Closed,
     /// Open since then: the first report, or the last failed trial.
     Open(Instant),
-    /// Trial slots out: who holds one, and the successes so far.
-    HalfOpen { slots: HashMap<K, Slot>, successes: u32 },
+    /// Trial slots out: who holds one, the successes so far, and the
+    /// trials settled (reported) so far.
+    HalfOpen {
+        slots: HashMap<K, Slot>,
+        successes: u32,
+        settled: u32,
+    },
 }
 
 #[derive(Debug)]
@@ -190,6 +197,7 @@ impl<K: Eq + Hash + Clone> FleetBreaker<K> {
             self.phase = Phase::HalfOpen {
                 slots: HashMap::new(),
                 successes: 0,
+                settled: 0,
             };
         }
         let trials = if report.refused > 0 {
@@ -207,12 +215,20 @@ impl<K: Eq + Hash + Clone> FleetBreaker<K> {
         if report.succeeded == 0 && report.failed == 0 {
             return;
         }
-        let Phase::HalfOpen { slots, successes } = &mut self.phase else {
+        let Phase::HalfOpen {
+            slots,
+            successes,
+            settled,
+        } = &mut self.phase
+        else {
             return;
         };
         let Some(slot) = slots.get_mut(who) else {
             return;
         };
+        if !slot.settled {
+            *settled += 1;
+        }
         slot.settled = true;
         if report.failed > 0 {
             self.phase = Phase::Open(now);
@@ -228,17 +244,21 @@ impl<K: Eq + Hash + Clone> FleetBreaker<K> {
         }
     }
 
-    /// A slot for `who` if it holds none and fewer than `halfOpenMaxCalls`
-    /// are out: 1, else 0.
+    /// A slot for `who` if it holds none, fewer than `halfOpenMaxCalls`
+    /// are out, and this half-open has not had that many trials (or
+    /// `successThreshold`, if more) already: 1, else 0. Slots lost with
+    /// their holders do not count.
     fn grant_slot(&mut self, who: K, now: Instant) -> u32 {
-        let Phase::HalfOpen { slots, .. } = &mut self.phase else {
+        let Phase::HalfOpen { slots, settled, .. } = &mut self.phase else {
             return 0;
         };
         let out = |slot: &Slot| !slot.settled && now.saturating_duration_since(slot.granted) < SLOT_LIFE;
         if slots.get(&who).is_some_and(out) {
             return 0;
         }
-        if slots.values().filter(|slot| out(slot)).count() >= self.max_trials as usize {
+        let in_flight = slots.values().filter(|slot| out(slot)).count() as u32;
+        let trials = self.max_trials.max(self.success_threshold);
+        if in_flight >= self.max_trials || in_flight + *settled >= trials {
             return 0;
         }
         slots.insert(

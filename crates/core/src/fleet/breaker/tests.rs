@@ -61,12 +61,12 @@ async fn two_hundred_open_breakers_get_the_policys_trials_between_them_not_each(
         "no process holds two"
     );
 
-    // Two trials succeed: their holders may each send one more, no other.
+    // Two trials succeed: the half-open has had its ten, and sends no more.
     for &p in &holders[..2] {
-        assert_eq!(fleet.ask_at(p, outcome(1, 0), due + ms(200)).trials, 1);
+        assert_eq!(fleet.ask_at(p, outcome(1, 0), due + ms(200)).trials, 0);
     }
     assert!(round(&mut fleet, 200, due + ms(300)).is_empty());
-    assert_eq!(fleet.slots_granted(), 12);
+    assert_eq!(fleet.slots_granted(), 10);
 }
 
 #[tokio::test(start_paused = true)]
@@ -195,4 +195,27 @@ async fn a_slot_goes_only_to_a_process_with_calls_to_try_it_with() {
         "no call refused since its last ask"
     );
     assert_eq!(fleet.ask_at(1, open(OPEN_TIMEOUT), due).trials, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn fewer_slots_at_once_than_successes_needed_still_reach_a_close() {
+    let t0 = Instant::now();
+    let policy = CircuitBreakerPolicy {
+        enabled: true,
+        open_timeout: OPEN_TIMEOUT,
+        half_open_max_calls: 1,
+        success_threshold: 3,
+        ..CircuitBreakerPolicy::default()
+    };
+    let mut fleet = FleetBreaker::new_at(&policy, true, t0);
+    fleet.ask_at(0, open(Duration::ZERO), t0);
+    let due = t0 + OPEN_TIMEOUT;
+    assert_eq!(round(&mut fleet, 5, due), vec![0], "one at a time");
+    assert_eq!(fleet.ask_at(0, outcome(1, 0), due + ms(100)).trials, 1);
+    assert_eq!(fleet.ask_at(0, outcome(1, 0), due + ms(200)).trials, 1);
+    assert_eq!(
+        fleet.ask_at(0, outcome(1, 0), due + ms(300)).state,
+        CircuitState::Closed
+    );
+    assert_eq!(fleet.slots_granted(), 3);
 }
