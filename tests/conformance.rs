@@ -54,6 +54,10 @@ const RUNS: &[(&str, Scenario)] = &[
     ("a-fleet-budget-falls-back", || {
         Box::pin(a_fleet_budget_falls_back())
     }),
+    ("a-fleet-half-open", || Box::pin(a_fleet_half_open())),
+    ("a-fleet-half-open-without-the-daemon", || {
+        Box::pin(a_fleet_half_open_without_the_daemon())
+    }),
 ];
 
 fn main() {
@@ -694,5 +698,114 @@ async fn a_fleet_budget_falls_back() {
         near(payments.floor(), 3.0),
         "12 over the 4 processes last heard of: {}",
         payments.floor()
+    );
+}
+
+/// The fleet half-open scenarios' policy file: payments's breaker opens at
+/// two failures, for a second, and its half-open is the fleet's.
+fn fleet_breaker_file() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("policy.yaml");
+    let text = "defaults:\n  maxRetries: 3\nservices:\n  payments:\n    maxRetries: 2\n    circuitBreaker: {enabled: true, consecutiveFailures: 2, openTimeout: 1s, halfOpenMaxCalls: 1, successThreshold: 1, scope: fleet}\n";
+    std::fs::write(&file, text).unwrap();
+    (dir, file)
+}
+
+/// A process calling payments: its guard under the policy the daemon
+/// serves, tracked by a reporter that asks the daemon, and its breaker
+/// opened by two failed calls.
+async fn broken_process(daemon: &Daemon) -> (Guard, Reporter) {
+    use stormguard_client::stormguard_core::breaker::CallOutcome;
+    let watch = start(quick(&daemon.base, &["payments"])).await;
+    let resolved = watch.client("payments").expect("watched").policy().policy;
+    let guard = Guard::from_policy(&ValidPolicy::try_from(resolved).unwrap());
+    let reporter = Reporter::start(ReporterConfig {
+        interval: Duration::from_secs(3600),
+        timeout: Duration::from_millis(500),
+        ..ReporterConfig::new(&daemon.base, "pod-1")
+    })
+    .expect("a valid reporter configuration");
+    reporter.track("payments", &guard);
+    let breaker = guard.breaker().expect("the policy has a breaker");
+    for _ in 0..2 {
+        breaker
+            .try_acquire()
+            .expect("closed")
+            .record(CallOutcome::Failure);
+    }
+    (guard, reporter)
+}
+
+async fn fleet_breaker_state(daemon: &Daemon) -> Option<f64> {
+    fleet_sample(daemon, r#"stormguard_fleet_breaker_state{service="payments"}"#).await
+}
+
+async fn a_fleet_half_open() {
+    use stormguard_client::stormguard_core::breaker::{CallOutcome, CircuitState};
+    let (_dir, file) = fleet_breaker_file();
+    let daemon = serve(&file, &[]);
+    let (guard, _reporter) = broken_process(&daemon).await;
+    let breaker = guard.breaker().unwrap();
+    let heard = eventually(Duration::from_secs(10), || async {
+        (fleet_breaker_state(&daemon).await? == 2.0).then_some(())
+    })
+    .await;
+    assert!(
+        heard.is_some(),
+        "the daemon keeps the fleet's breaker open\n{}",
+        metrics(&daemon).await
+    );
+    // Calls ask for leave every 20 ms: refused until the daemon's slot comes.
+    let trial = eventually(Duration::from_secs(10), || {
+        let asked = breaker.try_acquire();
+        async move {
+            let permit = asked.ok()?;
+            Some(permit)
+        }
+    })
+    .await
+    .expect("a trial within 10 s");
+    assert!(trial.is_fleet_trial(), "the fleet's trial, not its own");
+    trial.record(CallOutcome::Success);
+    within_10s("the fleet closes its breaker", || {
+        breaker.state() == CircuitState::Closed
+    })
+    .await;
+    let closed = eventually(Duration::from_secs(10), || async {
+        (fleet_breaker_state(&daemon).await? == 0.0).then_some(())
+    })
+    .await;
+    assert!(
+        closed.is_some(),
+        "the daemon's breaker closed\n{}",
+        metrics(&daemon).await
+    );
+}
+
+async fn a_fleet_half_open_without_the_daemon() {
+    let (_dir, file) = fleet_breaker_file();
+    let mut daemon = serve(&file, &[]);
+    let (guard, reporter) = broken_process(&daemon).await;
+    let breaker = guard.breaker().unwrap();
+    let heard = eventually(Duration::from_secs(10), || async {
+        (fleet_breaker_state(&daemon).await? == 2.0).then_some(())
+    })
+    .await;
+    assert!(heard.is_some(), "the daemon keeps the fleet's breaker open");
+    let failures = reporter.stats().pace_failures;
+    daemon.kill();
+    let trial = eventually(Duration::from_secs(10), || {
+        let asked = breaker.try_acquire();
+        async move { asked.ok() }
+    })
+    .await
+    .expect("a trial of its own within 10 s");
+    assert!(
+        trial.is_trial() && !trial.is_fleet_trial(),
+        "its own half-open's trial"
+    );
+    assert!(
+        reporter.stats().pace_failures > failures,
+        "the failed asks are counted"
     );
 }

@@ -213,7 +213,8 @@ const BREAKER: &str = "clients/vectors/breaker.json";
 /// every client to reproduce.
 fn breaker_vectors() -> Value {
     use rand::{Rng, SeedableRng};
-    use stormguard_core::breaker::{CallOutcome, CircuitBreaker, Permit};
+    use stormguard_core::breaker::{CallOutcome, CircuitBreaker, CircuitState, Permit};
+    use stormguard_core::fleet::breaker::BreakerVerdict;
     use stormguard_core::policy::{BreakerScope, CircuitBreakerPolicy, SlidingWindow};
     use tokio::time::Instant;
 
@@ -221,18 +222,32 @@ fn breaker_vectors() -> Value {
     let time = |ms| SlidingWindow::Time {
         duration: Duration::from_millis(ms),
     };
-    // (consecutive, failure rate, slow rate, slow ms, minimum calls, window, open ms, half-open calls, successes)
+    use BreakerScope::{Fleet, Process};
+    // (consecutive, failure rate, slow rate, slow ms, minimum calls, window, open ms, half-open calls, successes, scope)
     let shapes = [
-        (3, 0.5, 1.0, 2_000, 5, count(10), 1_000, 2, 2),
-        (0, 0.3, 0.5, 100, 10, time(10_000), 5_000, 1, 1),
-        (0, 0.6, 1.0, 60_000, 100, count(4), 700, 3, 3),
-        (5, 0.5, 1.0, 60_000, 100, count(100), 30_000, 10, 3),
-        (2, 1.0, 0.25, 250, 3, time(1_500), 400, 4, 2),
+        (3, 0.5, 1.0, 2_000, 5, count(10), 1_000, 2, 2, Process),
+        (0, 0.3, 0.5, 100, 10, time(10_000), 5_000, 1, 1, Process),
+        (0, 0.6, 1.0, 60_000, 100, count(4), 700, 3, 3, Process),
+        (5, 0.5, 1.0, 60_000, 100, count(100), 30_000, 10, 3, Process),
+        (2, 1.0, 0.25, 250, 3, time(1_500), 400, 4, 2, Process),
+        (3, 0.5, 1.0, 2_000, 5, count(10), 1_000, 2, 2, Fleet),
+        (2, 0.5, 0.5, 300, 3, time(2_000), 3_000, 3, 2, Fleet),
     ];
     let mut scenarios = Vec::new();
     for (
         seed,
-        (consecutive, failure_rate, slow_rate, slow_ms, minimum, window, open_ms, half_open, successes),
+        (
+            consecutive,
+            failure_rate,
+            slow_rate,
+            slow_ms,
+            minimum,
+            window,
+            open_ms,
+            half_open,
+            successes,
+            scope,
+        ),
     ) in shapes.into_iter().enumerate()
     {
         let policy = CircuitBreakerPolicy {
@@ -246,7 +261,7 @@ fn breaker_vectors() -> Value {
             open_timeout: Duration::from_millis(open_ms),
             half_open_max_calls: half_open,
             success_threshold: successes,
-            scope: BreakerScope::Process,
+            scope,
         };
         let t0 = Instant::now();
         let breaker = CircuitBreaker::new_at(&policy, t0);
@@ -260,6 +275,10 @@ fn breaker_vectors() -> Value {
             at += rng.random_range(0..step);
             let now = t0 + Duration::from_nanos(at);
             let failing = if (i / 75) % 2 == 1 { 0.9 } else { 0.05 };
+            if scope == Fleet && rng.random_bool(0.25) {
+                ops.push(fleet_op(&breaker, &mut rng, at, now));
+                continue;
+            }
             if permits.is_empty() || (permits.len() < 12 && rng.random_bool(0.5)) {
                 let verdict = match breaker.try_acquire_at(now) {
                     Ok(permit) => {
@@ -289,8 +308,43 @@ fn breaker_vectors() -> Value {
         }
         scenarios.push(json!({ "policy": policy, "ops": ops }));
     }
+    /// A fleet-scoped breaker hears a random word from the daemon (as
+    /// [state, trial slots, nanoseconds to retry in, nanoseconds the word
+    /// holds], and whether it closed the breaker), or reports what it has
+    /// to tell (as [open, nanoseconds open, calls refused, trials
+    /// succeeded, trials failed]).
+    fn fleet_op(breaker: &CircuitBreaker, rng: &mut impl Rng, at: u64, now: Instant) -> Value {
+        if rng.random_bool(0.3) {
+            let report = breaker.fleet_report_at(now).expect("fleet-scoped");
+            let fields = json!([
+                report.open,
+                report.open_for.as_nanos() as u64,
+                report.refused,
+                report.succeeded,
+                report.failed
+            ]);
+            return json!(["report", at, fields, breaker.state().name()]);
+        }
+        let state =
+            [CircuitState::Open, CircuitState::HalfOpen, CircuitState::Closed][rng.random_range(0..3)];
+        let verdict = BreakerVerdict {
+            state,
+            trials: u32::from(state == CircuitState::HalfOpen && rng.random_bool(0.6)),
+            retry_in: Duration::from_millis(rng.random_range(0..2_000)),
+        };
+        let lease = Duration::from_millis(rng.random_range(100..1_500));
+        let closed = breaker.heard_at(verdict, now + lease, now);
+        let fields = json!([
+            state.name(),
+            verdict.trials,
+            verdict.retry_in.as_nanos() as u64,
+            lease.as_nanos() as u64
+        ]);
+        json!(["heard", at, fields, closed, breaker.state().name()])
+    }
+
     json!({
-        "about": "stormguard-core's circuit breaker: for each scenario, a breaker with `policy` (a policy's circuitBreaker block as the daemon serves it) created at time 0 and fed, at the given nanoseconds: `acquire` (a call asks leave; the verdict is [\"permit\", its id, whether it is a half-open trial] or [the refusing state, nanoseconds until trial calls are admitted]), `record` (the permit with that id ends with that outcome; its duration since its acquire decides whether it was slow) and `cancel` (the permit's call was cancelled, unrecorded). Each op ends with the breaker's state after it. Regenerate with STORMGUARD_WRITE_VECTORS=1 cargo test --test vectors.",
+        "about": "stormguard-core's circuit breaker: for each scenario, a breaker with `policy` (a policy's circuitBreaker block as the daemon serves it) created at time 0 and fed, at the given nanoseconds: `acquire` (a call asks leave; the verdict is [\"permit\", its id, whether it is a half-open trial] or [the refusing state, nanoseconds until trial calls are admitted]), `record` (the permit with that id ends with that outcome; its duration since its acquire decides whether it was slow) and `cancel` (the permit's call was cancelled, unrecorded). A fleet-scoped breaker (scope: fleet) also gets `heard` (the daemon's word on the fleet's breaker: [state, trial slots granted, nanoseconds until it retries, nanoseconds the word holds], then whether it closed the breaker) and `report` (what it tells the daemon, which resets its counts: [open, nanoseconds since it opened from closed, calls refused since the last report, trials on the daemon's slots that succeeded, and that failed or were slow]). Each op ends with the breaker's state after it. Regenerate with STORMGUARD_WRITE_VECTORS=1 cargo test --test vectors.",
         "scenarios": scenarios,
     })
 }

@@ -18,6 +18,13 @@
 // after OpenTimeout, so a breaker nobody calls stays open. A call's outcome
 // counts only in the state it started in. Times are nanoseconds since the
 // breaker's creation on a clock that does not go back.
+//
+// Under scope: fleet (Policy.FleetScoped), an open breaker leaves its trials
+// to the daemon, which runs one half-open for the whole fleet: it sends a
+// trial only on a slot the daemon granted (Heard), reports the trial's
+// outcome at its next ask (FleetReport), and closes when the daemon says
+// the fleet's trials succeeded. Without a word from the daemon for a lease
+// it decides alone, as under scope: process.
 package breaker
 
 import (
@@ -81,6 +88,64 @@ type Breaker struct {
 	trialSuccesses      uint32
 	rejected            uint64
 	transitions         uint64
+	// openedFromClosed is when it last opened from closed.
+	openedFromClosed uint64
+	fleet            fleetWord
+}
+
+// fleetWord is, under scope: fleet, what the daemon last said and what to
+// tell it.
+type fleetWord struct {
+	// until is when its word stops holding (0: no word); meanwhile the
+	// daemon, not OpenTimeout, decides when the open breaker sends trials.
+	until uint64
+	// slots are trial slots it granted, unused, good until slotsUntil: the
+	// lease of the answer that granted them (the daemon takes an unsettled
+	// slot back after two leases, and the process must not hold it then).
+	slots      uint32
+	slotsUntil uint64
+	// retryAt is when the daemon said the fleet's breaker goes half-open,
+	// or this process's turn to close comes.
+	retryAt    uint64
+	hasRetryAt bool
+	// succeeded and failed count trials on its slots since the last report.
+	succeeded, failed uint32
+	// refusedReported is the breaker's refusals as of the last report.
+	refusedReported uint64
+}
+
+func (w *fleetWord) holds(now uint64) bool { return now < w.until }
+
+func (w *fleetWord) slotsAt(now uint64) uint32 {
+	if now < w.slotsUntil {
+		return w.slots
+	}
+	return 0
+}
+
+// Verdict is the daemon's word on the fleet's breaker, from a pace answer.
+type Verdict struct {
+	// State is Closed (close the breaker), HalfOpen (send the trials
+	// granted, if any) or Open (stay open).
+	State State
+	// Trials are the slots this answer grants (0 or 1).
+	Trials uint32
+	// RetryIn is, while open, how long until the fleet's breaker goes
+	// half-open, or until this process's turn to close.
+	RetryIn time.Duration
+}
+
+// Report is what a fleet-scoped breaker tells the daemon in an ask.
+type Report struct {
+	// Open says whether the breaker is open (or half-open alone).
+	Open bool
+	// OpenFor is how long since it last opened from closed.
+	OpenFor time.Duration
+	// Refused counts the calls it refused since the last report.
+	Refused uint64
+	// Succeeded and Failed count the trials on the daemon's slots since
+	// the last report (a slow one failed).
+	Succeeded, Failed uint32
 }
 
 // Permit is leave to make one call: Record how it went, or Cancel it if
@@ -89,6 +154,9 @@ type Permit struct {
 	breaker    *Breaker
 	generation uint64
 	trial      bool
+	// fleetTrial is a trial on a slot the daemon granted: its outcome is
+	// the fleet's.
+	fleetTrial bool
 	started    uint64
 	done       bool
 }
@@ -141,6 +209,9 @@ func (b *Breaker) Transitions() uint64 {
 func (b *Breaker) Acquire(now uint64) (*Permit, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.state == Open && b.policy.FleetScoped && b.fleet.holds(now) {
+		return b.fleetTrial(now)
+	}
 	if b.state == Open {
 		reopens := b.openedAt + uint64(b.policy.OpenTimeout)
 		if now < reopens {
@@ -164,8 +235,97 @@ func (b *Breaker) Acquire(now uint64) (*Permit, error) {
 	return &Permit{breaker: b, generation: b.generation, trial: trial, started: now}, nil
 }
 
+// fleetTrial is an open breaker the daemon speaks for: a trial on one of
+// its slots, if any is left.
+func (b *Breaker) fleetTrial(now uint64) (*Permit, error) {
+	if b.fleet.slotsAt(now) == 0 {
+		var retryIn time.Duration
+		if b.fleet.hasRetryAt && b.fleet.retryAt > now {
+			retryIn = time.Duration(b.fleet.retryAt - now)
+		}
+		b.rejected++
+		return nil, &NotPermitted{State: Open, RetryIn: retryIn}
+	}
+	b.fleet.slots--
+	return &Permit{breaker: b, generation: b.generation, trial: true, fleetTrial: true, started: now}, nil
+}
+
+// AsksFleet says whether the breaker has something to tell the daemon: it
+// is fleet-scoped and open (or half-open alone), or its trials' outcomes
+// are still to be reported.
+func (b *Breaker) AsksFleet() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.policy.FleetScoped && (b.state != Closed || b.fleet.succeeded > 0 || b.fleet.failed > 0)
+}
+
+// FleetReport is what to tell the daemon at now, if fleet-scoped: whether
+// the breaker is open, since when, the calls it refused and its trials'
+// outcomes since the last report (which this takes: they are reported once).
+func (b *Breaker) FleetReport(now uint64) (Report, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.policy.FleetScoped {
+		return Report{}, false
+	}
+	var openFor uint64
+	if now > b.openedFromClosed {
+		openFor = now - b.openedFromClosed
+	}
+	refused := b.rejected - b.fleet.refusedReported
+	b.fleet.refusedReported = b.rejected
+	r := Report{
+		Open:      b.state != Closed,
+		OpenFor:   time.Duration(openFor),
+		Refused:   refused,
+		Succeeded: b.fleet.succeeded,
+		Failed:    b.fleet.failed,
+	}
+	b.fleet.succeeded, b.fleet.failed = 0, 0
+	return r, true
+}
+
+// Heard takes the daemon's verdict on the fleet's breaker, heard at now
+// and holding until until (the answer's lease): closed closes this
+// breaker; open or half-open leaves its trials to the daemon's slots until
+// then. It says whether it closed the breaker, for the caller to hand the
+// dependency to its pace.
+func (b *Breaker) Heard(v Verdict, until, now uint64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.policy.FleetScoped {
+		return false
+	}
+	if v.State == Closed {
+		b.fleet.until, b.fleet.slotsUntil = 0, 0
+		if b.state != Closed {
+			b.transition(Closed, now)
+			return true
+		}
+		return false
+	}
+	if b.state == HalfOpen {
+		// It had gone half-open alone, without the daemon: the daemon's
+		// trials govern again.
+		b.transition(Open, now)
+	}
+	b.fleet.until = until
+	if v.Trials > 0 {
+		b.fleet.slots, b.fleet.slotsUntil = v.Trials, until
+	} else if v.State == Open {
+		b.fleet.slotsUntil = 0
+	}
+	b.fleet.retryAt, b.fleet.hasRetryAt = now+uint64(v.RetryIn), true
+	return false
+}
+
 // Trial says whether this is a half-open trial call.
 func (p *Permit) Trial() bool { return p.trial }
+
+// FleetTrial says whether this is a trial on a slot the daemon granted the
+// fleet: the fleet's trials are few already, so it does not wait for a send
+// gate's turn.
+func (p *Permit) FleetTrial() bool { return p.fleetTrial }
 
 // Record tells the breaker how the call went, ending at now; its duration
 // since the permit decides whether it was slow. Only the first Record or
@@ -177,14 +337,18 @@ func (p *Permit) Record(failed bool, now uint64) {
 	if !p.settle() {
 		return
 	}
-	if b.generation != p.generation {
-		return
-	}
 	var elapsed uint64
 	if now > p.started {
 		elapsed = now - p.started
 	}
 	slow := elapsed >= uint64(b.policy.SlowCallDuration)
+	if p.fleetTrial {
+		b.recordFleetTrial(failed || slow, now)
+		return
+	}
+	if b.generation != p.generation {
+		return
+	}
 	switch b.state {
 	case Closed:
 		b.recordClosed(failed, slow, now)
@@ -213,8 +377,27 @@ func (p *Permit) Cancel() {
 	if !p.settle() {
 		return
 	}
+	if p.fleetTrial {
+		// Unused: the slot is this process's until its lease ends.
+		b.fleet.slots++
+		return
+	}
 	if p.trial && b.generation == p.generation && b.trialsInFlight > 0 {
 		b.trialsInFlight--
+	}
+}
+
+// recordFleetTrial counts the outcome of the fleet's trial for the daemon
+// to judge, whatever this breaker did since; a failure restarts its own
+// open timeout.
+func (b *Breaker) recordFleetTrial(bad bool, now uint64) {
+	if !bad {
+		b.fleet.succeeded++
+		return
+	}
+	b.fleet.failed++
+	if b.state == Open {
+		b.openedAt = now
 	}
 }
 
@@ -303,6 +486,9 @@ func (b *Breaker) recordTrial(bad bool, now uint64) {
 }
 
 func (b *Breaker) transition(to State, now uint64) {
+	if b.state == Closed && to == Open {
+		b.openedFromClosed = now
+	}
 	b.state = to
 	b.generation++
 	b.transitions++

@@ -3,6 +3,7 @@ package breaker
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -90,6 +91,12 @@ func TestEveryVerdictIsCores(t *testing.T) {
 					mustRead(t, op[3], &outcome)
 					permit.Record(outcome == "failure", at)
 				}
+			case "heard":
+				replayHeard(t, b, op, at, func() string { return fmt.Sprintf("scenario %d op %d %s", i, j, where()) })
+				seen["heard"]++
+			case "report":
+				replayReport(t, b, op, at, func() string { return fmt.Sprintf("scenario %d op %d %s", i, j, where()) })
+				seen["report"]++
 			default:
 				t.Fatalf("scenario %d op %d: unknown op %q", i, j, kind)
 			}
@@ -101,10 +108,56 @@ func TestEveryVerdictIsCores(t *testing.T) {
 	}
 	// A file that never refuses, never half-opens or never closes again
 	// would check little.
-	for _, needed := range []string{"permit", "trial", "refused open", "refused half-open", "cancel", "state open", "state half-open", "state closed"} {
+	for _, needed := range []string{"permit", "trial", "refused open", "refused half-open", "cancel", "state open", "state half-open", "state closed", "heard", "report"} {
 		if seen[needed] == 0 {
 			t.Errorf("no op in the vectors gives %q: %v", needed, seen)
 		}
+	}
+}
+
+// replayHeard gives a fleet-scoped breaker the daemon's word as the op
+// says ([state, trials, retry in, lease], then whether it closed).
+func replayHeard(t *testing.T, b *Breaker, op []json.RawMessage, at uint64, where func() string) {
+	t.Helper()
+	var word []json.RawMessage
+	mustRead(t, op[2], &word)
+	var state string
+	var trials uint32
+	var retryIn, lease uint64
+	mustRead(t, word[0], &state)
+	mustRead(t, word[1], &trials)
+	mustRead(t, word[2], &retryIn)
+	mustRead(t, word[3], &lease)
+	var closed bool
+	mustRead(t, op[3], &closed)
+	v := Verdict{Trials: trials, RetryIn: time.Duration(retryIn)}
+	for _, s := range []State{Closed, HalfOpen, Open} {
+		if s.String() == state {
+			v.State = s
+		}
+	}
+	if got := b.Heard(v, at+lease, at); got != closed {
+		t.Fatalf("%s: closed %v", where(), got)
+	}
+}
+
+// replayReport checks what a fleet-scoped breaker tells the daemon
+// ([open, open for, refused, succeeded, failed]).
+func replayReport(t *testing.T, b *Breaker, op []json.RawMessage, at uint64, where func() string) {
+	t.Helper()
+	var fields []json.RawMessage
+	mustRead(t, op[2], &fields)
+	var want Report
+	var openFor uint64
+	mustRead(t, fields[0], &want.Open)
+	mustRead(t, fields[1], &openFor)
+	mustRead(t, fields[2], &want.Refused)
+	mustRead(t, fields[3], &want.Succeeded)
+	mustRead(t, fields[4], &want.Failed)
+	want.OpenFor = time.Duration(openFor)
+	got, ok := b.FleetReport(at)
+	if !ok || got != want {
+		t.Fatalf("%s: reported %+v (%v)", where(), got, ok)
 	}
 }
 
@@ -198,5 +251,22 @@ func TestACallFromBeforeTheBreakerOpenedCannotCloseIt(t *testing.T) {
 	again.Record(false, 5+uint64(time.Second))
 	if b.State() != Closed {
 		t.Fatal(b.State())
+	}
+}
+
+func TestScopeIsReadAndABadOneIsNamed(t *testing.T) {
+	p, err := valid().FromMap(map[string]any{"scope": "fleet"})
+	if err != nil || !p.FleetScoped {
+		t.Fatalf("%+v %v", p, err)
+	}
+	if p, _ := p.FromMap(map[string]any{"scope": "process"}); p.FleetScoped {
+		t.Fatal("scope: process is fleet-scoped")
+	}
+	if p, _ := valid().FromMap(map[string]any{}); p.FleetScoped {
+		t.Fatal("a block without scope is fleet-scoped")
+	}
+	_, err = valid().FromMap(map[string]any{"scope": "region"})
+	if err == nil || err.Error() != `circuitBreaker.scope must be "process" or "fleet", found region` {
+		t.Fatalf("%v", err)
 	}
 }

@@ -28,6 +28,11 @@ type Policy struct {
 	HalfOpenMaxCalls uint32
 	// SuccessThreshold is the number of good trial calls that close the breaker.
 	SuccessThreshold uint32
+	// FleetScoped is scope: fleet: an open breaker sends trials only on
+	// slots the daemon grants the whole fleet, and closes when the daemon
+	// says the fleet's trials succeeded (see Breaker.Heard). False is scope:
+	// process, each breaker deciding alone.
+	FleetScoped bool
 }
 
 // SlidingWindow is the last Calls calls or, when Duration is set, the calls
@@ -91,7 +96,7 @@ func (p Policy) Check() error {
 // consecutiveFailures, failureRateThreshold, slowCallRateThreshold,
 // slowCallDurationMs, minimumCalls, slidingWindow {type: "count", calls}
 // or {type: "time", durationMs}, openTimeoutMs, halfOpenMaxCalls,
-// successThreshold; milliseconds may be fractional). A key that is
+// successThreshold, scope; milliseconds may be fractional). A key that is
 // missing keeps its value in p; a key of the wrong type is an error naming it.
 func (p Policy) FromMap(block map[string]any) (Policy, error) {
 	var err error
@@ -167,6 +172,16 @@ func (p Policy) FromMap(block map[string]any) (Policy, error) {
 	millis(block, "openTimeoutMs", &p.OpenTimeout)
 	whole(block, "halfOpenMaxCalls", &p.HalfOpenMaxCalls)
 	whole(block, "successThreshold", &p.SuccessThreshold)
+	if v, ok := block["scope"]; ok && err == nil {
+		switch v {
+		case "process":
+			p.FleetScoped = false
+		case "fleet":
+			p.FleetScoped = true
+		default:
+			err = fmt.Errorf(`circuitBreaker.scope must be "process" or "fleet", found %v`, v)
+		}
+	}
 	return p, err
 }
 

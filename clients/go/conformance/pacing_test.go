@@ -64,7 +64,7 @@ func startPacing(t *testing.T, served, daemon, tokenFile string) pacingProcess {
 	debug := &lockedBuffer{}
 	r := startReporter(t, report.Config{Daemon: daemon, Instance: "pod-1", Interval: time.Hour, Timeout: 500 * time.Millisecond, TokenFile: tokenFile, DebugLogger: log.New(debug, "", 0)})
 	p := pacingProcess{gate: g, born: time.Now(), reporter: r, debug: debug}
-	r.Track("payments", nil, nil, g, p.born)
+	r.Track("payments", nil, time.Time{}, nil, g, p.born)
 	now := p.now()
 	g.Record(gate.Overloaded, now, now)
 	if !g.On() {

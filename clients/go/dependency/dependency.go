@@ -205,7 +205,7 @@ func (d *Dependency) rebuild(etag string) {
 	}
 	d.current, d.etag, d.built = p, etag, true
 	if d.reporter != nil {
-		d.reporter.Track(d.service, d.breaker, d.budget, d.gate, d.gateBorn)
+		d.reporter.Track(d.service, d.breaker, d.breakerBorn, d.budget, d.gate, d.gateBorn)
 	}
 }
 
@@ -322,15 +322,18 @@ func (d *Dependency) call(ctx context.Context, endpoint string, attempt func(ctx
 		}
 		// The breaker first, so that a call it refuses does not wait in
 		// line for nothing, and an attempt that waited its turn is sent.
-		if err := line.turn(callCtx); err != nil {
-			if permit != nil {
-				permit.Cancel()
+		// The fleet's trials are few already: one does not wait for a turn.
+		if permit == nil || !permit.FleetTrial() {
+			if err := line.turn(callCtx); err != nil {
+				if permit != nil {
+					permit.Cancel()
+				}
+				reason := Cancelled
+				if errors.Is(err, context.DeadlineExceeded) {
+					reason = NoTurn
+				}
+				return gaveUp(reason, retry, lastStatus, err)
 			}
-			reason := Cancelled
-			if errors.Is(err, context.DeadlineExceeded) {
-				reason = NoTurn
-			}
-			return gaveUp(reason, retry, lastStatus, err)
 		}
 		sent := since(g.gateBorn)
 		attemptCtx, cancel := callCtx, context.CancelFunc(func() {})

@@ -365,6 +365,26 @@ func (g *Gate) PaceByFleet(now uint64) bool {
 	return true
 }
 
+// ResumeByFleet says the fleet's breaker closed at now and the daemon takes
+// the fleet back at its pace: the gate turns on if it is off, as for a
+// dependency that has accepted nothing yet (it went quiet while the breaker
+// refused every call), so that the fleet's grant, not every process at
+// once, sets what is sent; a watching gate turns on as PaceByFleet turns
+// it. It says whether it turned on.
+func (g *Gate) ResumeByFleet(now uint64) bool {
+	if g.Watching() {
+		return g.PaceByFleet(now)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.On() {
+		return false
+	}
+	g.turnOn(Overloaded, now, now)
+	g.tally = Tally{}
+	return true
+}
+
 // Waiting is the number of attempts waiting in line.
 func (g *Gate) Waiting() int {
 	g.mu.Lock()

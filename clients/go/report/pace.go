@@ -11,6 +11,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/stormguard/stormguard/clients/go/breaker"
 	"github.com/stormguard/stormguard/clients/go/gate"
 )
 
@@ -21,8 +22,11 @@ import (
 // most-refused, after a refusal from a dependency that accepts) asks too,
 // with what it heard: the daemon judges from the whole fleet's answers
 // whether they are a capacity's, and if so the grant says pace and the
-// gate turns on. A daemon that cannot be reached, or refuses, changes
-// nothing: the gate paces by its own rate once the last lease ends.
+// gate turns on. While a fleet-scoped breaker is open, the same ask reports
+// it, and the answer carries the fleet breaker's word: a trial slot, or
+// close. A daemon that cannot be reached, or refuses, changes nothing: the
+// gate paces by its own rate once the last lease ends, and the breaker
+// decides its trials alone.
 
 const (
 	// askTimeout is the longest an ask may take: a grant later than this is stale.
@@ -48,6 +52,26 @@ type paceAsk struct {
 	TimedOut   uint64 `json:"timedOut"`
 	Waiting    uint64 `json:"waiting"`
 	Watching   bool   `json:"watching,omitempty"`
+	// GateOff says the gate does not ask (or there is none): the process
+	// asks for its breaker alone, and its counts say nothing.
+	GateOff bool        `json:"gateOff,omitempty"`
+	Breaker *breakerAsk `json:"breaker,omitempty"`
+}
+
+// breakerAsk is a fleet-scoped breaker's part of an ask.
+type breakerAsk struct {
+	Open            bool   `json:"open"`
+	OpenForMs       uint64 `json:"openForMs"`
+	Refused         uint64 `json:"refused"`
+	TrialsSucceeded uint32 `json:"trialsSucceeded"`
+	TrialsFailed    uint32 `json:"trialsFailed"`
+}
+
+// breakerWord is the fleet breaker's word in an answer.
+type breakerWord struct {
+	State     string `json:"state"`
+	Trials    uint32 `json:"trials"`
+	RetryInMs uint64 `json:"retryInMs"`
 }
 
 // paceGrant is the daemon's answer; rate, leaseMs and askEveryMs are
@@ -58,13 +82,18 @@ type paceGrant struct {
 	LeaseMs    *uint64  `json:"leaseMs"`
 	AskEveryMs *uint64  `json:"askEveryMs"`
 	Pace       bool     `json:"pace"`
+	// Breaker is the fleet breaker's word, if the ask reported a breaker.
+	Breaker *breakerWord `json:"breaker"`
 }
 
-// paced is a tracked dependency whose gate asks the daemon: on, or watching.
+// paced is a tracked dependency that asks the daemon: its gate is on or
+// watching, or its fleet-scoped breaker is open.
 type paced struct {
-	service string
-	gate    *gate.Gate
-	born    time.Time
+	service     string
+	gate        *gate.Gate
+	born        time.Time
+	breaker     *breaker.Breaker
+	breakerBorn time.Time
 }
 
 // paceLoop asks for every tracked dependency whose gate is on or
@@ -91,21 +120,22 @@ func (r *Reporter) paceLoop(ctx context.Context) {
 	}
 }
 
-// paced is the tracked dependencies whose gate asks the daemon now (on, or
-// watching a dependency that lately accepted something: gate.AsksFleet),
-// by name.
+// paced is the tracked dependencies that ask the daemon now, by name: their
+// gate is on or watching a dependency that lately accepted something
+// (gate.AsksFleet), or their fleet-scoped breaker has something to say
+// (breaker.AsksFleet).
 func (r *Reporter) paced() []paced {
 	r.mu.Lock()
-	var gated []paced
+	var tracked []paced
 	for service, counts := range r.services {
-		if counts.gate != nil {
-			gated = append(gated, paced{service, counts.gate, counts.gateBorn})
+		if counts.gate != nil || counts.breaker != nil {
+			tracked = append(tracked, paced{service, counts.gate, counts.gateBorn, counts.breaker, counts.breakerBorn})
 		}
 	}
 	r.mu.Unlock()
-	asking := gated[:0]
-	for _, p := range gated {
-		if p.gate.AsksFleet(elapsed(p.born)) {
+	asking := tracked[:0]
+	for _, p := range tracked {
+		if p.gateAsks() || (p.breaker != nil && p.breaker.AsksFleet()) {
 			asking = append(asking, p)
 		}
 	}
@@ -113,21 +143,75 @@ func (r *Reporter) paced() []paced {
 	return asking
 }
 
-// ask asks once for p's share and leases the grant to its gate, turning a
-// watching gate on first if the grant says pace: the time to the next
-// round the grant sets, and whether there was a grant.
+// gateAsks says whether p's gate asks for its share now.
+func (p paced) gateAsks() bool {
+	return p.gate != nil && p.gate.AsksFleet(elapsed(p.born))
+}
+
+// paceAsk is what p tells the daemon now: its gate's tally if the gate
+// asks, its fleet-scoped breaker's report if it has one.
+func (p paced) paceAsk(instance string) paceAsk {
+	ask := paceAsk{Service: p.service, Instance: instance, GateOff: true}
+	if p.gateAsks() {
+		tally := p.gate.Tally()
+		ask.GateOff = false
+		ask.Sent, ask.Accepted, ask.Overloaded = tally.Sent, tally.Accepted, tally.Overloaded
+		ask.TimedOut, ask.Waiting, ask.Watching = tally.TimedOut, tally.Waiting, tally.Watching
+	}
+	if p.breaker != nil && p.breaker.AsksFleet() {
+		if report, ok := p.breaker.FleetReport(elapsed(p.breakerBorn)); ok {
+			ask.Breaker = &breakerAsk{
+				Open:            report.Open,
+				OpenForMs:       uint64(report.OpenFor / time.Millisecond),
+				Refused:         report.Refused,
+				TrialsSucceeded: report.Succeeded,
+				TrialsFailed:    report.Failed,
+			}
+		}
+	}
+	return ask
+}
+
+// heard hands a grant to p: the fleet breaker's word to its breaker, then
+// the lease to its gate, turning the gate on first if the grant says pace
+// (a breaker the fleet closed hands the dependency to the daemon's pace).
+func (p paced) heard(grant *paceGrant, lease time.Duration) {
+	closed := false
+	if p.breaker != nil && grant.Breaker != nil {
+		verdict := breaker.Verdict{
+			Trials:  grant.Breaker.Trials,
+			RetryIn: time.Duration(grant.Breaker.RetryInMs) * time.Millisecond,
+		}
+		switch grant.Breaker.State {
+		case "closed":
+			verdict.State = breaker.Closed
+		case "half-open":
+			verdict.State = breaker.HalfOpen
+		default:
+			verdict.State = breaker.Open
+		}
+		now := elapsed(p.breakerBorn)
+		closed = p.breaker.Heard(verdict, now+uint64(lease), now)
+	}
+	if p.gate == nil {
+		return
+	}
+	now := elapsed(p.born)
+	if grant.Pace {
+		if closed {
+			p.gate.ResumeByFleet(now)
+		} else {
+			p.gate.PaceByFleet(now)
+		}
+	}
+	p.gate.Lease(*grant.Rate, now+uint64(lease), now)
+}
+
+// ask asks once for p's share and its breaker's word, and hands the grant
+// to p: the time to the next round the grant sets, and whether there was
+// a grant.
 func (r *Reporter) ask(ctx context.Context, p paced) (time.Duration, bool) {
-	tally := p.gate.Tally()
-	grant, err := r.askFor(ctx, paceAsk{
-		Service:    p.service,
-		Instance:   r.config.Instance,
-		Sent:       tally.Sent,
-		Accepted:   tally.Accepted,
-		Overloaded: tally.Overloaded,
-		TimedOut:   tally.TimedOut,
-		Waiting:    tally.Waiting,
-		Watching:   tally.Watching,
-	})
+	grant, err := r.askFor(ctx, p.paceAsk(r.config.Instance))
 	if ctx.Err() != nil {
 		return 0, false // stopping: not a failure of the daemon's
 	}
@@ -136,15 +220,11 @@ func (r *Reporter) ask(ctx context.Context, p paced) (time.Duration, bool) {
 		r.debug.Printf("stormguard reporter: no pace for %s (%v); the gate paces alone", p.service, err)
 		return 0, false
 	}
-	now := elapsed(p.born)
-	if grant.Pace {
-		p.gate.PaceByFleet(now)
-	}
 	lease := longestLease
 	if ms := *grant.LeaseMs; ms < uint64(longestLease/time.Millisecond) {
 		lease = time.Duration(ms) * time.Millisecond
 	}
-	p.gate.Lease(*grant.Rate, now+uint64(lease), now)
+	p.heard(grant, lease)
 	// Counted once leased, so that whoever reads the count sees the lease.
 	r.count(func(s *Stats) { s.PaceAsks++ })
 	every := slowestAsks

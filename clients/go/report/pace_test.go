@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stormguard/stormguard/clients/go/breaker"
 	"github.com/stormguard/stormguard/clients/go/gate"
 )
 
@@ -121,7 +122,7 @@ func TestWhileItsGateIsOnADependencyIsPacedAtTheDaemonsGrant(t *testing.T) {
 	}
 	r := started(t, Config{Daemon: server.URL, Instance: "pod-1", Interval: time.Hour, TokenFile: token})
 	g, born := turnedOn(t)
-	r.Track("payments", nil, nil, g, born)
+	r.Track("payments", nil, time.Time{}, nil, g, born)
 	if !within(func() bool { s := r.Stats(); return s.PaceAsks == 1 }) {
 		t.Fatalf("no ask: %+v", r.Stats())
 	}
@@ -165,7 +166,7 @@ func TestAWatchingGateTellsTheDaemonWhatItHeardAndTurnsOnWhenTheGrantSaysPace(t 
 	if g.On() || !g.Watching() {
 		t.Fatal("a refusal among acceptances only starts watching")
 	}
-	r.Track("payments", nil, nil, g, born)
+	r.Track("payments", nil, time.Time{}, nil, g, born)
 	if !within(func() bool { return r.Stats().PaceAsks == 2 }) {
 		t.Fatalf("no second ask: %+v", r.Stats())
 	}
@@ -205,7 +206,7 @@ func TestAnAskThatGetsNoGrantChangesNothingAndIsCounted(t *testing.T) {
 	var debug bytes.Buffer
 	r := started(t, Config{Daemon: server.URL, Instance: "pod-1", Interval: time.Hour, DebugLogger: log.New(&debug, "", 0)})
 	g, born := turnedOn(t)
-	r.Track("payments", nil, nil, g, born)
+	r.Track("payments", nil, time.Time{}, nil, g, born)
 	if !within(func() bool { return r.Stats().PaceFailures >= 5 }) {
 		t.Fatalf("%+v", r.Stats())
 	}
@@ -242,21 +243,21 @@ func TestAGateThatIsOffOrAReporterThatDoesNotPaceAsksNothing(t *testing.T) {
 	defer server.Close()
 	alone := started(t, Config{Daemon: server.URL, Instance: "pod-1", Interval: time.Hour, DisableFleetPacing: true})
 	on, onBorn := turnedOn(t)
-	alone.Track("payments", nil, nil, on, onBorn)
+	alone.Track("payments", nil, time.Time{}, nil, on, onBorn)
 
 	paced := started(t, Config{Daemon: server.URL, Instance: "pod-2", Interval: time.Hour})
 	off, born := gated(t, time.Millisecond)
-	paced.Track("search", nil, nil, off, born)
+	paced.Track("search", nil, time.Time{}, nil, off, born)
 	// On, with nobody asking for a turn since: off once quiet for 1 ms,
 	// though nothing turned it off.
 	quiet, quietBorn := gated(t, time.Millisecond)
 	quiet.Record(gate.Overloaded, 0, 0)
-	paced.Track("inventory", nil, nil, quiet, quietBorn)
+	paced.Track("inventory", nil, time.Time{}, nil, quiet, quietBorn)
 	// Watching a dependency it has not seen accept anything: it waits to
 	// see it down, as it would without a fleet.
 	unseen, unseenBorn := gatedWhen(t, 5*time.Second, gate.MostRefused)
 	unseen.Record(gate.Overloaded, 0, elapsed(unseenBorn))
-	paced.Track("ledger", nil, nil, unseen, unseenBorn)
+	paced.Track("ledger", nil, time.Time{}, nil, unseen, unseenBorn)
 	time.Sleep(500 * time.Millisecond)
 	if asks, _ := d.seen(); len(asks) > 0 {
 		t.Fatalf("%+v", asks)
@@ -269,5 +270,71 @@ func TestAGateThatIsOffOrAReporterThatDoesNotPaceAsksNothing(t *testing.T) {
 	}
 	if !unseen.Watching() {
 		t.Fatal("the gate that has seen nothing accepted stopped watching")
+	}
+}
+
+// fleetBreaker is a fleet-scoped breaker that two failures open, for a
+// second, and the time its clock started.
+func fleetBreaker(t *testing.T) (*breaker.Breaker, time.Time) {
+	t.Helper()
+	b, err := breaker.New(breaker.Policy{
+		Enabled: true, ConsecutiveFailures: 2, FailureRateThreshold: 0.5, SlowCallRateThreshold: 1,
+		SlowCallDuration: time.Minute, MinimumCalls: 10, Window: breaker.SlidingWindow{Calls: 10},
+		OpenTimeout: time.Second, HalfOpenMaxCalls: 2, SuccessThreshold: 2, FleetScoped: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		permit, err := b.Acquire(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		permit.Record(true, 0)
+	}
+	return b, time.Now()
+}
+
+func TestAnOpenFleetScopedBreakerAsksForTrialsAndClosesWhenTheFleetDoes(t *testing.T) {
+	d := &pacer{answers: []paceAnswer{
+		{200, `{"rate": 0, "leaseMs": 1000, "askEveryMs": 100, "breaker": {"state": "half-open", "trials": 1, "retryInMs": 0}}`},
+		{200, `{"rate": 0, "leaseMs": 1000, "askEveryMs": 100, "breaker": {"state": "closed", "trials": 0, "retryInMs": 0}}`},
+	}}
+	server := httptest.NewServer(d)
+	defer server.Close()
+	r := started(t, Config{Daemon: server.URL, Instance: "pod-1", Interval: time.Hour})
+	b, born := fleetBreaker(t)
+	if _, err := b.Acquire(elapsed(born)); err == nil {
+		t.Fatal("an open breaker let a call through")
+	}
+	r.Track("ledger", b, born, nil, nil, time.Time{})
+	if !within(func() bool { return b.State() == breaker.Closed }) {
+		t.Fatalf("the fleet's close did not close it: %v", b.State())
+	}
+	asks, _ := d.seen()
+	first := asks[0]
+	if !first.GateOff || first.Breaker == nil || !first.Breaker.Open || first.Breaker.Refused != 1 {
+		t.Fatalf("the first ask is not a breaker's: %+v %+v", first, first.Breaker)
+	}
+	if bodies := d.sent(); strings.Contains(bodies[0], "watching") || !strings.Contains(bodies[0], `"gateOff":true`) {
+		t.Fatalf("sent %s", bodies[0])
+	}
+}
+
+func TestAFleetClosedBreakerHandsAnOffGateToTheDaemonsPace(t *testing.T) {
+	d := &pacer{answers: []paceAnswer{
+		{200, `{"rate": 3.5, "leaseMs": 60000, "askEveryMs": 100, "pace": true, "breaker": {"state": "closed", "trials": 0, "retryInMs": 0}}`},
+	}}
+	server := httptest.NewServer(d)
+	defer server.Close()
+	r := started(t, Config{Daemon: server.URL, Instance: "pod-1", Interval: time.Hour})
+	b, breakerBorn := fleetBreaker(t)
+	g, gateBorn := gated(t, 5*time.Second)
+	r.Track("ledger", b, breakerBorn, nil, g, gateBorn)
+	if !within(func() bool { return b.State() == breaker.Closed && g.On() }) {
+		t.Fatalf("breaker %v, gate on %v", b.State(), g.On())
+	}
+	if rate, _ := g.RateAt(elapsed(gateBorn)); rate != 3.5 {
+		t.Fatalf("paced at %v, not the fleet's grant", rate)
 	}
 }

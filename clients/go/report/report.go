@@ -138,8 +138,10 @@ type serviceCounts struct {
 	endpoints map[string]*tally
 	inFlight  int64
 	breaker   *breaker.Breaker
-	budget    *budget.Budget
-	gate      *gate.Gate
+	// breakerBorn is when breaker's clock started.
+	breakerBorn time.Time
+	budget      *budget.Budget
+	gate        *gate.Gate
 	// gateBorn is when gate's clock started.
 	gateBorn    time.Time
 	deniedTaken uint64
@@ -267,16 +269,18 @@ func (r *Reporter) InFlight(service string) func() {
 // Track makes service's reports carry b's state and the retries bu denied
 // since the last report, and, while g is on (or watching: see
 // gate.Gate.AsksFleet), paces g at this process's share of the fleet's
-// rate; g's times are nanoseconds since gateBorn, as
-// its caller keeps them. The latest call wins; nil for none.
-func (r *Reporter) Track(service string, b *breaker.Breaker, bu *budget.Budget, g *gate.Gate, gateBorn time.Time) {
+// rate; while a fleet-scoped b is open, it asks the daemon for b's trial
+// slots (see breaker.Breaker.Heard). b's and g's times are nanoseconds
+// since breakerBorn and gateBorn, as their caller keeps them. The latest
+// call wins; nil for none.
+func (r *Reporter) Track(service string, b *breaker.Breaker, breakerBorn time.Time, bu *budget.Budget, g *gate.Gate, gateBorn time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	counts := r.entry(service)
 	if counts == nil {
 		return
 	}
-	counts.breaker = b
+	counts.breaker, counts.breakerBorn = b, breakerBorn
 	counts.gate, counts.gateBorn = g, gateBorn
 	if counts.budget != bu {
 		// A new policy built a new budget: the old one's last denials still go

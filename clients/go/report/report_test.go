@@ -166,7 +166,7 @@ func TestTrackedBreakerAndBudgetAreReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	bu, _ := budget.New(0, 0, time.Second)
-	r.Track("svc", b, bu, nil, time.Time{})
+	r.Track("svc", b, time.Time{}, bu, nil, time.Time{})
 	permit, _ := b.Acquire(0)
 	permit.Record(true, 1)
 	bu.TryRetry(0)
@@ -183,7 +183,7 @@ func TestTrackedBreakerAndBudgetAreReported(t *testing.T) {
 	bu.TryRetry(0)
 	fresh, _ := budget.New(0, 0, time.Second)
 	fresh.TryRetry(0)
-	r.Track("svc", b, fresh, nil, time.Time{})
+	r.Track("svc", b, time.Time{}, fresh, nil, time.Time{})
 	if denied := reports(taken(t, r))[0]["budget"].(map[string]any)["retriesDenied"]; denied != 3.0 {
 		t.Fatalf("the replaced budget's last 2 denials and the new one's 1: %v", denied)
 	}
@@ -449,7 +449,7 @@ func TestAFleetScopedBudgetReportsASecondAfterStartAndTakesItsPart(t *testing.T)
 	if err != nil {
 		t.Fatal(err)
 	}
-	quiet.Track("orders", nil, own, nil, time.Now())
+	quiet.Track("orders", nil, time.Time{}, own, nil, time.Now())
 	time.Sleep(2500 * time.Millisecond)
 	if n := sent(); n != 0 {
 		t.Fatalf("a process-scoped budget waits for the interval, yet %d batches went", n)
@@ -461,7 +461,7 @@ func TestAFleetScopedBudgetReportsASecondAfterStartAndTakesItsPart(t *testing.T)
 	}
 	fleet.ScopeToFleet()
 	r := started(t, Config{Daemon: daemon.URL, Instance: "pod-1", Interval: time.Hour})
-	r.Track("ledger", nil, fleet, nil, time.Now())
+	r.Track("ledger", nil, time.Time{}, fleet, nil, time.Now())
 	if f := fleet.Allowed(0) / 10; f != 12 {
 		t.Fatalf("before any answer the floor is %v, not the whole 12", f)
 	}
@@ -487,7 +487,7 @@ func TestAnAnswersUnreadablePartsAreLeftOutAndAFleetScopedReportSaysItsSpan(t *t
 		}
 		b.ScopeToFleet()
 		budgets[service] = b
-		r.Track(service, nil, b, nil, time.Now())
+		r.Track(service, nil, time.Time{}, b, nil, time.Now())
 	}
 	var parts map[string]json.RawMessage
 	answer := `{"ledger": {"minRetriesPerSecond": 2.5, "processes": 4}, "orders": {"minRetriesPerSecond": null, "processes": 4},

@@ -525,3 +525,101 @@ async fn a_timeout_turns_the_gate_on_only_if_overload_on_lists_timeouts() {
         assert_eq!(guard.gate().unwrap().is_on(), paced);
     }
 }
+
+/// A fleet-scoped breaker that two failures open, and a gate, off.
+fn fleet_scoped_with_a_gate() -> Guard {
+    Guard::from_policy(&valid(RetryPolicy {
+        circuit_breaker: CircuitBreakerPolicy {
+            enabled: true,
+            consecutive_failures: 2,
+            scope: crate::policy::BreakerScope::Fleet,
+            ..CircuitBreakerPolicy::default()
+        },
+        gate: GatePolicy {
+            enabled: true,
+            ..GatePolicy::default()
+        },
+        ..policy()
+    }))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fleet_scoped_open_breaker_asks_and_a_fleet_close_hands_the_gate_to_the_pace() {
+    let guard = fleet_scoped_with_a_gate();
+    assert_eq!(
+        guard.fleet_ask_at(Instant::now()),
+        None,
+        "closed, gate off: nothing to ask"
+    );
+    for _ in 0..2 {
+        guard
+            .admit_at(Instant::now())
+            .unwrap()
+            .unwrap()
+            .record(crate::breaker::CallOutcome::Failure);
+    }
+    let ask = guard.fleet_ask_at(Instant::now()).expect("an open breaker asks");
+    assert_eq!(ask.tally, None, "its gate is off");
+    assert!(ask.breaker.is_some_and(|b| b.open));
+
+    // The daemon closes the fleet's breakers and takes the fleet back at its pace.
+    let closes = fleet::breaker::BreakerVerdict {
+        state: CircuitState::Closed,
+        trials: 0,
+        retry_in: Duration::ZERO,
+    };
+    let now = Instant::now();
+    let grant = fleet::Grant {
+        rate: 12.0,
+        lease: Duration::from_secs(1),
+        pace: true,
+    };
+    guard.heard_at(grant, Some(closes), now);
+    assert_eq!(guard.breaker().unwrap().state(), CircuitState::Closed);
+    let gate = guard.gate().unwrap();
+    assert!(gate.is_on(), "the gate paces the return");
+    assert_eq!(gate.rate_at(now), Some(12.0), "at the fleet's grant");
+
+    // A grant that does not say pace leaves an off gate off.
+    let other = fleet_scoped_with_a_gate();
+    other.heard_at(fleet::Grant { pace: false, ..grant }, Some(closes), now);
+    assert!(!other.gate().unwrap().is_on());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_trial_on_the_fleets_slot_is_sent_without_waiting_for_the_gates_turn() {
+    use crate::call::{Call, Step};
+    use crate::gate::Signal;
+    let guard = fleet_scoped_with_a_gate();
+    let now = Instant::now();
+    for _ in 0..2 {
+        guard
+            .admit_at(now)
+            .unwrap()
+            .unwrap()
+            .record(crate::breaker::CallOutcome::Failure);
+    }
+    // The gate is on, probing at half an attempt a second: once any turn
+    // due now is spent, a call waits in line, seconds from its turn.
+    let gate = guard.gate().unwrap();
+    gate.record_at(Signal::Overloaded, now, now);
+    while matches!(gate.turn_at(now), crate::gate::Turn::Now) {}
+    let mut queued = Call::begin_at(&guard, now, None);
+    let slot = fleet::breaker::BreakerVerdict {
+        state: CircuitState::HalfOpen,
+        trials: 1,
+        retry_in: Duration::ZERO,
+    };
+    guard.heard_at(fleet::Grant::NONE, Some(slot), now);
+    let mut trial = Call::begin_at(&guard, now, None);
+    let _sent = match trial.next_at(&guard, now, None) {
+        Step::Send(send) => {
+            assert!(send.is_trial());
+            send
+        }
+        other => panic!("the fleet's trial waited: {other:?}"),
+    };
+    // Another call, with the slot in use, is refused by the open breaker.
+    let refused = queued.next_at(&guard, now, None);
+    assert!(matches!(refused, Step::Stop(GaveUp::CircuitOpen)), "{refused:?}");
+}
