@@ -740,66 +740,57 @@ async fn fleet_breaker_state(daemon: &Daemon) -> Option<f64> {
     fleet_sample(daemon, r#"stormguard_fleet_breaker_state{service="payments"}"#).await
 }
 
+/// Waits up to 10 s for the daemon's fleet breaker for payments to be in
+/// `state` (its metric's number).
+async fn fleet_breaker_becomes(daemon: &Daemon, state: f64) {
+    let seen = eventually(Duration::from_secs(10), || async {
+        (fleet_breaker_state(daemon).await? == state).then_some(())
+    })
+    .await;
+    assert!(
+        seen.is_some(),
+        "the daemon's breaker is not {state}\n{}",
+        metrics(daemon).await
+    );
+}
+
+/// The first permit `guard`'s breaker grants, asked every 10 ms for up to 10 s.
+async fn first_permit(guard: &Guard) -> stormguard_client::stormguard_core::breaker::Permit {
+    let breaker = guard.breaker().unwrap();
+    eventually(Duration::from_secs(10), || {
+        let asked = breaker.try_acquire();
+        async move { asked.ok() }
+    })
+    .await
+    .expect("a permit within 10 s")
+}
+
 async fn a_fleet_half_open() {
     use stormguard_client::stormguard_core::breaker::{CallOutcome, CircuitState};
     let (_dir, file) = fleet_breaker_file();
     let daemon = serve(&file, &[]);
     let (guard, _reporter) = broken_process(&daemon).await;
-    let breaker = guard.breaker().unwrap();
-    let heard = eventually(Duration::from_secs(10), || async {
-        (fleet_breaker_state(&daemon).await? == 2.0).then_some(())
-    })
-    .await;
-    assert!(
-        heard.is_some(),
-        "the daemon keeps the fleet's breaker open\n{}",
-        metrics(&daemon).await
-    );
-    // Calls ask for leave every 20 ms: refused until the daemon's slot comes.
-    let trial = eventually(Duration::from_secs(10), || {
-        let asked = breaker.try_acquire();
-        async move {
-            let permit = asked.ok()?;
-            Some(permit)
-        }
-    })
-    .await
-    .expect("a trial within 10 s");
+    fleet_breaker_becomes(&daemon, 2.0).await;
+    // Refused until the daemon's slot comes.
+    let trial = first_permit(&guard).await;
     assert!(trial.is_fleet_trial(), "the fleet's trial, not its own");
     trial.record(CallOutcome::Success);
+    let breaker = guard.breaker().unwrap();
     within_10s("the fleet closes its breaker", || {
         breaker.state() == CircuitState::Closed
     })
     .await;
-    let closed = eventually(Duration::from_secs(10), || async {
-        (fleet_breaker_state(&daemon).await? == 0.0).then_some(())
-    })
-    .await;
-    assert!(
-        closed.is_some(),
-        "the daemon's breaker closed\n{}",
-        metrics(&daemon).await
-    );
+    fleet_breaker_becomes(&daemon, 0.0).await;
 }
 
 async fn a_fleet_half_open_without_the_daemon() {
     let (_dir, file) = fleet_breaker_file();
     let mut daemon = serve(&file, &[]);
     let (guard, reporter) = broken_process(&daemon).await;
-    let breaker = guard.breaker().unwrap();
-    let heard = eventually(Duration::from_secs(10), || async {
-        (fleet_breaker_state(&daemon).await? == 2.0).then_some(())
-    })
-    .await;
-    assert!(heard.is_some(), "the daemon keeps the fleet's breaker open");
+    fleet_breaker_becomes(&daemon, 2.0).await;
     let failures = reporter.stats().pace_failures;
     daemon.kill();
-    let trial = eventually(Duration::from_secs(10), || {
-        let asked = breaker.try_acquire();
-        async move { asked.ok() }
-    })
-    .await
-    .expect("a trial of its own within 10 s");
+    let trial = first_permit(&guard).await;
     assert!(
         trial.is_trial() && !trial.is_fleet_trial(),
         "its own half-open's trial"
