@@ -18,6 +18,13 @@ The move from open to half-open happens when a call asks for a permit after
 counts only in the state it started in: a call sent before the breaker
 opened cannot close it. Times are nanoseconds on any clock that does not go
 back (``time.monotonic_ns``).
+
+Under ``scope: fleet`` an open breaker leaves its trials to the daemon,
+which runs one half-open for the whole fleet: it sends a trial only on a
+slot the daemon granted (:meth:`CircuitBreaker.heard`), reports the trial's
+outcome at its next ask (:meth:`CircuitBreaker.fleet_report`), and closes
+when the daemon says the fleet's trials succeeded. Without a word from the
+daemon for a lease it decides alone, as under ``scope: process``.
 """
 
 import enum
@@ -132,6 +139,8 @@ class BreakerPolicy:
     open_timeout_ns: int = 30_000_000_000
     half_open_max_calls: int = 10
     success_threshold: int = 3
+    fleet_scoped: bool = False
+    """``scope: fleet``: the daemon decides the open breaker's trials."""
 
     @classmethod
     def from_json(cls, block: object, defaults: Mapping[str, object] | None = None) -> "BreakerPolicy":
@@ -167,6 +176,7 @@ class BreakerPolicy:
             open_timeout_ns=millis_to_nanos("circuitBreaker.openTimeoutMs", merged["openTimeoutMs"]),
             half_open_max_calls=_whole("circuitBreaker.halfOpenMaxCalls", merged["halfOpenMaxCalls"]),
             success_threshold=_whole("circuitBreaker.successThreshold", merged["successThreshold"]),
+            fleet_scoped=_scope(merged.get("scope", "process")),
         )
 
     def check(self) -> None:
@@ -267,29 +277,93 @@ class _TimeWindow:
         return total[0], total[1], total[2]
 
 
+def _scope(scope: object) -> bool:
+    """Whether ``circuitBreaker.scope`` is the fleet's."""
+    if scope not in ("process", "fleet"):
+        raise ValueError(f'circuitBreaker.scope must be "process" or "fleet", found {scope!r}')
+    return scope == "fleet"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The daemon's word on the fleet's breaker, from a pace answer."""
+
+    state: CircuitState
+    """closed: close the breaker; half-open: send the trials granted; open: stay open."""
+    trials: int
+    """Trial slots this answer grants (0 or 1)."""
+    retry_in_ns: int
+    """While open: until the fleet's breaker goes half-open, or this process's turn to close."""
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a fleet-scoped breaker tells the daemon in an ask."""
+
+    open: bool
+    open_for_ns: int
+    refused: int
+    """Calls it refused since the last report."""
+    succeeded: int
+    failed: int
+    """Trials on the daemon's slots since the last report (a slow one failed)."""
+
+
+class _FleetWord:
+    """Under ``scope: fleet``, what the daemon last said and what to tell it."""
+
+    def __init__(self) -> None:
+        self.until: int | None = None
+        """When its word stops holding; meanwhile the daemon decides the open breaker's trials."""
+        self.slots = 0
+        self.slots_until: int | None = None
+        """Unused slots are good until the lease of the answer that granted
+        them (the daemon takes an unsettled slot back after two leases)."""
+        self.retry_at: int | None = None
+        self.succeeded = 0
+        self.failed = 0
+        self.refused_reported = 0
+
+    def holds(self, now: int) -> bool:
+        return self.until is not None and now < self.until
+
+    def slots_at(self, now: int) -> int:
+        return self.slots if self.slots_until is not None and now < self.slots_until else 0
+
+
 class Permit:
     """Leave to make one call: tell the breaker how it went with
     :meth:`record`, or :meth:`cancel` it if the call was cancelled (it then
     counts for nothing and frees its trial slot)."""
 
-    def __init__(self, breaker: "CircuitBreaker", generation: int, trial: bool, started_ns: int) -> None:
+    def __init__(self, breaker: "CircuitBreaker", generation: int, trial: bool, started_ns: int,
+                 fleet_trial: bool = False) -> None:
         self._breaker = breaker
         self._generation = generation
         self._started = started_ns
         self._done = False
         self.trial = trial
         """Whether this is a half-open trial call."""
+        self.fleet_trial = fleet_trial
+        """Whether this is a trial on a slot the daemon granted the fleet: the
+        fleet's trials are few already, so it does not wait for a gate's turn."""
 
     def record(self, failed: bool, now_ns: int) -> None:
         """Records how the call went (``failed`` true for a connect error, a
         timeout, a 5xx); its duration since the permit decides whether it was slow."""
         self._finish()
-        self._breaker._record(self._generation, self._started, bool(failed), now_ns)
+        if self.fleet_trial:
+            self._breaker._record_fleet_trial(self._started, bool(failed), now_ns)
+        else:
+            self._breaker._record(self._generation, self._started, bool(failed), now_ns)
 
     def cancel(self) -> None:
         """The call was cancelled unrecorded: it counts for nothing."""
         self._finish()
-        self._breaker._release(self._generation, self.trial)
+        if self.fleet_trial:
+            self._breaker._release_slot()
+        else:
+            self._breaker._release(self._generation, self.trial)
 
     def _finish(self) -> None:
         if self._done:
@@ -316,6 +390,8 @@ class CircuitBreaker:
         """State changes since the breaker was created."""
         self.rejected = 0
         """Calls refused since the breaker was created."""
+        self._opened_from_closed = now_ns
+        self._fleet = _FleetWord()
 
     @property
     def state(self) -> CircuitState:
@@ -325,6 +401,8 @@ class CircuitBreaker:
     def acquire(self, now_ns: int) -> Permit:
         """A permit to make a call now; raises CallNotPermitted if the breaker refuses."""
         with self._lock:
+            if self._state == CircuitState.OPEN and self.policy.fleet_scoped and self._fleet.holds(now_ns):
+                return self._fleet_trial(now_ns)
             if self._state == CircuitState.OPEN:
                 reopens = self._opened_at + self.policy.open_timeout_ns
                 if now_ns < reopens:
@@ -338,6 +416,83 @@ class CircuitBreaker:
                     raise CallNotPermitted(CircuitState.HALF_OPEN, 0)
                 self._trials_in_flight += 1
             return Permit(self, self._generation, trial, now_ns)
+
+    def _fleet_trial(self, now: int) -> Permit:
+        """An open breaker the daemon speaks for: a trial on one of its slots, if any is left."""
+        fleet = self._fleet
+        if fleet.slots_at(now) == 0:
+            self.rejected += 1
+            retry_in = 0 if fleet.retry_at is None else max(fleet.retry_at - now, 0)
+            raise CallNotPermitted(CircuitState.OPEN, retry_in)
+        fleet.slots -= 1
+        return Permit(self, self._generation, True, now, fleet_trial=True)
+
+    def asks_fleet(self) -> bool:
+        """Whether it has something to tell the daemon: it is fleet-scoped and
+        open (or half-open alone), or its trials' outcomes are still to be reported."""
+        with self._lock:
+            return self.policy.fleet_scoped and (
+                self._state != CircuitState.CLOSED or self._fleet.succeeded > 0 or self._fleet.failed > 0)
+
+    def fleet_report(self, now_ns: int) -> Report | None:
+        """What to tell the daemon at ``now_ns``, if fleet-scoped: whether it
+        is open, since when, the calls it refused and its trials' outcomes
+        since the last report (which this takes: they are reported once)."""
+        if not self.policy.fleet_scoped:
+            return None
+        with self._lock:
+            fleet = self._fleet
+            report = Report(open=self._state != CircuitState.CLOSED,
+                            open_for_ns=max(now_ns - self._opened_from_closed, 0),
+                            refused=self.rejected - fleet.refused_reported,
+                            succeeded=fleet.succeeded, failed=fleet.failed)
+            fleet.refused_reported = self.rejected
+            fleet.succeeded = fleet.failed = 0
+            return report
+
+    def heard(self, verdict: Verdict, until_ns: int, now_ns: int) -> bool:
+        """The daemon's verdict on the fleet's breaker, heard at ``now_ns``
+        and holding until ``until_ns`` (the answer's lease): closed closes
+        this breaker; open or half-open leaves its trials to the daemon's
+        slots until then. True if it closed the breaker, for the caller to
+        hand the dependency to its pace."""
+        if not self.policy.fleet_scoped:
+            return False
+        with self._lock:
+            fleet = self._fleet
+            if verdict.state == CircuitState.CLOSED:
+                fleet.until = fleet.slots_until = None
+                if self._state != CircuitState.CLOSED:
+                    self._transition(CircuitState.CLOSED, now_ns)
+                    return True
+                return False
+            if self._state == CircuitState.HALF_OPEN:
+                # It had gone half-open alone, without the daemon: the daemon's trials govern again.
+                self._transition(CircuitState.OPEN, now_ns)
+            fleet.until = until_ns
+            if verdict.trials > 0:
+                fleet.slots, fleet.slots_until = verdict.trials, until_ns
+            elif verdict.state == CircuitState.OPEN:
+                fleet.slots_until = None
+            fleet.retry_at = now_ns + verdict.retry_in_ns
+            return False
+
+    def _record_fleet_trial(self, started: int, failed: bool, now: int) -> None:
+        """The fleet's trial: its outcome is the daemon's to judge, whatever
+        this breaker did since; a failure restarts its own open timeout."""
+        with self._lock:
+            slow = max(now - started, 0) >= self.policy.slow_call_duration_ns
+            if failed or slow:
+                self._fleet.failed += 1
+                if self._state == CircuitState.OPEN:
+                    self._opened_at = now
+            else:
+                self._fleet.succeeded += 1
+
+    def _release_slot(self) -> None:
+        """An unused fleet trial: the slot is this process's until its lease ends."""
+        with self._lock:
+            self._fleet.slots += 1
 
     def _record(self, generation: int, started: int, failed: bool, now: int) -> None:
         with self._lock:
@@ -385,6 +540,8 @@ class CircuitBreaker:
                 self._trials_in_flight = max(self._trials_in_flight - 1, 0)
 
     def _transition(self, to: CircuitState, now: int) -> None:
+        if self._state == CircuitState.CLOSED and to == CircuitState.OPEN:
+            self._opened_from_closed = now
         self._state = to
         self._generation += 1
         self.transitions += 1

@@ -795,6 +795,22 @@ class SendGate:
             self._counts = [0, 0, 0, 0]
             return True
 
+    def resume_by_fleet_at(self, now_ns: int) -> bool:
+        """The fleet's breaker closed at ``now_ns`` and the daemon takes the
+        fleet back at its pace: the gate turns on if it is off, as for a
+        dependency that has accepted nothing yet (it went quiet while the
+        breaker refused every call), so that the fleet's grant, not every
+        process at once, sets what is sent; a watching gate turns on as
+        :meth:`pace_by_fleet_at` turns it. Whether it turned on."""
+        if self._watching:
+            return self.pace_by_fleet_at(now_ns)
+        with self._lock:
+            if self._on:
+                return False
+            self._turn_on(Signal.OVERLOADED, now_ns, now_ns)
+            self._counts = [0, 0, 0, 0]
+            return True
+
     def _learn(self, signal: Signal, sent: int, now: int) -> None:
         policy = self.policy
         if not self._on:

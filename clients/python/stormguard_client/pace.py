@@ -13,6 +13,11 @@ changes nothing: the gate paces by its own rate once the last lease ends
 (and a watching gate judges alone), so the process is no worse off than
 without a daemon.
 
+While a fleet-scoped breaker (``circuitBreaker.scope: fleet``) is open, the
+same ask reports it (``"breaker"``, with ``"gateOff": true`` when the gate
+does not ask), and the grant carries the fleet breaker's word: a trial
+slot, or close (:meth:`~stormguard_client.breaker.CircuitBreaker.heard`).
+
 This module holds what an ask and a grant are; the asking itself runs on
 the :class:`~stormguard_client.Reporter`'s pacing thread.
 """
@@ -21,6 +26,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .breaker import CircuitState, Report, Verdict
 from .gate import Tally
 
 ASK_EVERY = 0.1
@@ -37,23 +43,35 @@ not trusted beyond a minute without asking again."""
 _U64_MAX = (1 << 64) - 1
 
 
-def ask_body(service: str, instance: str, tally: Tally) -> bytes:
+def ask_body(service: str, instance: str, tally: Tally | None, breaker: Report | None = None) -> bytes:
     """The JSON body of an ask for ``service`` by ``instance`` from a gate's
     ``tally`` (a :class:`~stormguard_client.gate.Tally`): what the gate saw
     since the last ask, and who waits now; ``"watching": true`` only while
     the gate watches (the daemon reads its absence as on, as from older
-    clients)."""
+    clients). Without a tally (the gate does not ask, or there is none) the
+    counts are 0 and ``"gateOff": true``; ``breaker`` is a fleet-scoped
+    breaker's report, if it has one."""
     ask: dict[str, object] = {
         "service": service,
         "instance": instance,
-        "sent": tally.sent,
-        "accepted": tally.accepted,
-        "overloaded": tally.overloaded,
-        "timedOut": tally.timed_out,
-        "waiting": tally.waiting,
+        "sent": tally.sent if tally else 0,
+        "accepted": tally.accepted if tally else 0,
+        "overloaded": tally.overloaded if tally else 0,
+        "timedOut": tally.timed_out if tally else 0,
+        "waiting": tally.waiting if tally else 0,
     }
-    if tally.watching:
+    if tally is not None and tally.watching:
         ask["watching"] = True
+    if tally is None:
+        ask["gateOff"] = True
+    if breaker is not None:
+        ask["breaker"] = {
+            "open": breaker.open,
+            "openForMs": breaker.open_for_ns // 1_000_000,
+            "refused": breaker.refused,
+            "trialsSucceeded": breaker.succeeded,
+            "trialsFailed": breaker.failed,
+        }
     return json.dumps(ask, separators=(",", ":")).encode()
 
 
@@ -62,6 +80,21 @@ def _millis(grant: Mapping[str, object], key: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _U64_MAX:
         raise ValueError(f"{key} must be a whole number of milliseconds, not {value!r}")
     return value
+
+
+def _verdict(word: object) -> Verdict | None:
+    """The fleet breaker's word in a grant, if there is one."""
+    if word is None:
+        return None
+    if not isinstance(word, dict):
+        raise ValueError(f"breaker must be an object, not {word!r}")
+    state = word.get("state")
+    if state not in ("closed", "half-open", "open"):
+        raise ValueError(f"breaker.state must be closed, half-open or open, not {state!r}")
+    trials = word.get("trials")
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
+        raise ValueError(f"breaker.trials must be a whole number, not {trials!r}")
+    return Verdict(CircuitState(state), trials, _millis(word, "retryInMs") * 1_000_000)
 
 
 @dataclass(frozen=True)
@@ -81,6 +114,8 @@ class PaceGrant:
     down, overloaded or slow, and its refusals a capacity's, not a share
     failed at random): a watching gate turns on and paces at ``rate``.
     Absent from the answer (an older daemon): False."""
+    breaker: Verdict | None = None
+    """The fleet breaker's word, if the ask reported a fleet-scoped breaker."""
 
     @classmethod
     def from_json(cls, text: str | bytes) -> "PaceGrant":
@@ -101,7 +136,8 @@ class PaceGrant:
         pace = grant.get("pace", False)
         if not isinstance(pace, bool):
             raise ValueError(f"pace must be true or false, not {pace!r}")
-        return cls(rate, _millis(grant, "leaseMs"), _millis(grant, "askEveryMs"), pace)
+        return cls(rate, _millis(grant, "leaseMs"), _millis(grant, "askEveryMs"), pace,
+                   _verdict(grant.get("breaker")))
 
     @property
     def lease_ns(self) -> int:

@@ -499,7 +499,8 @@ class Reporter:
     # --- fleet pacing -------------------------------------------------------
 
     def _pace_loop(self) -> None:
-        """Asks for every tracked dependency whose gate is on or watching, every
+        """Asks for every tracked dependency whose gate is on or watching, or
+        whose fleet-scoped breaker is open, every
         ``askEveryMs`` from the start of one round of asks to the next, or
         as soon as a round that took longer is done."""
         every = ASK_EVERY
@@ -508,10 +509,10 @@ class Reporter:
             while not self._stop.wait(max(began + every - time.monotonic(), 0.0)):
                 began = time.monotonic()
                 try:
-                    for service, gate, clock in self._paced():
+                    for service, gate, breaker, clock in self._paced():
                         if self._stop.is_set():
                             return
-                        grant = self._ask(service, gate, clock)
+                        grant = self._ask(service, gate, breaker, clock)
                         if grant is not None:
                             every = grant.ask_every
                 except Exception:  # noqa: BLE001 - the thread must live on
@@ -519,20 +520,27 @@ class Reporter:
         finally:
             self._pace_connection.close()
 
-    def _paced(self) -> list[tuple[str, SendGate, Callable[[], int]]]:
-        """The tracked dependencies whose gate asks the daemon now, on or
-        watching (see :meth:`~stormguard_client.gate.SendGate.asks_fleet_at`):
-        (service, gate, clock)."""
+    def _paced(self) -> list[tuple[str, SendGate | None, CircuitBreaker | None, Callable[[], int]]]:
+        """The tracked dependencies that ask the daemon now: their gate is on
+        or watching (see :meth:`~stormguard_client.gate.SendGate.asks_fleet_at`),
+        or their fleet-scoped breaker has something to say (see
+        :meth:`~stormguard_client.breaker.CircuitBreaker.asks_fleet`):
+        (service, gate, breaker, clock)."""
         with self._lock:
-            tracked = [(name, counts.gate, counts.clock) for name, counts in self._services.items()
-                       if counts.gate is not None]
-        return [(name, gate, clock) for name, gate, clock in tracked if gate.asks_fleet_at(clock())]
+            tracked = [(name, counts.gate, counts.breaker, counts.clock) for name, counts in self._services.items()
+                       if counts.gate is not None or counts.breaker is not None]
+        return [(name, gate, breaker, clock) for name, gate, breaker, clock in tracked
+                if (gate is not None and gate.asks_fleet_at(clock())) or (breaker is not None and breaker.asks_fleet())]
 
-    def _ask(self, service: str, gate: SendGate, clock: Callable[[], int]) -> PaceGrant | None:
-        """One ask for ``service`` with what ``gate`` saw since the last; leases
-        the grant to the gate (turning a watching gate on first if the grant
-        says ``pace``) and returns it, or None when there was none."""
-        body = ask_body(service, self.instance, gate.tally())
+    def _ask(self, service: str, gate: SendGate | None, breaker: CircuitBreaker | None,
+             clock: Callable[[], int]) -> PaceGrant | None:
+        """One ask for ``service`` with what ``gate`` saw since the last and
+        what a fleet-scoped ``breaker`` has to say; hands the grant over (see
+        :meth:`_heard`) and returns it, or None when there was none."""
+        now = clock()
+        tally = gate.tally() if gate is not None and gate.asks_fleet_at(now) else None
+        report = breaker.fleet_report(now) if breaker is not None and breaker.asks_fleet() else None
+        body = ask_body(service, self.instance, tally, report)
         headers = {"Content-Type": "application/json"}
         token = self._token.token()
         if token is not None:
@@ -555,11 +563,25 @@ class Reporter:
             self._stats.pace_asks += 1
             self._stats.pace_failures += int(grant is None)
         if grant is not None:
-            now = clock()
-            if grant.pace:
-                gate.pace_by_fleet_at(now)
-            gate.lease(grant.rate, now + grant.lease_ns, now)
+            _heard(grant, gate, breaker, clock())
         return grant
+
+
+def _heard(grant: PaceGrant, gate: SendGate | None, breaker: CircuitBreaker | None, now: int) -> None:
+    """Hands ``grant`` over at ``now``: the fleet breaker's word to the
+    breaker, then the lease to the gate, turning the gate on first if the
+    grant says ``pace`` (a breaker the fleet closed hands the dependency to
+    the daemon's pace; a watching gate turns on)."""
+    until = now + grant.lease_ns
+    closed = breaker is not None and grant.breaker is not None and breaker.heard(grant.breaker, until, now)
+    if gate is None:
+        return
+    if grant.pace:
+        if closed:
+            gate.resume_by_fleet_at(now)
+        else:
+            gate.pace_by_fleet_at(now)
+    gate.lease(grant.rate, until, now)
 
 
 def _not_json(constant: str) -> NoReturn:

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from stormguard_client.breaker import (BreakerPolicy, CallNotPermitted, CircuitBreaker, CircuitState,
-                                       millis_to_nanos)
+from stormguard_client.breaker import (BreakerPolicy, CallNotPermitted, CircuitBreaker, CircuitState, Report,
+                                       Verdict, millis_to_nanos)
 
 VECTORS = pathlib.Path(__file__).resolve().parents[2] / "vectors" / "breaker.json"
 SCENARIOS = json.loads(VECTORS.read_text())["scenarios"]
@@ -15,7 +15,9 @@ SCENARIOS = json.loads(VECTORS.read_text())["scenarios"]
 
 def _id(scenario):
     window = scenario["policy"]["slidingWindow"]
-    return f"{window['type']}-{window.get('calls', window.get('durationMs'))}-{scenario['policy']['consecutiveFailures']}"
+    policy = scenario["policy"]
+    return (f"{window['type']}-{window.get('calls', window.get('durationMs'))}-{policy['consecutiveFailures']}"
+            f"-{policy.get('scope', 'process')}")
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=_id)
@@ -41,6 +43,13 @@ def test_every_verdict_is_cores(scenario):
         elif op[0] == "cancel":
             _, now, permit, state = op
             permits.pop(permit).cancel()
+        elif op[0] == "heard":
+            _, now, (word, trials, retry_in, lease), closed, state = op
+            verdict = Verdict(CircuitState(word), trials, retry_in)
+            assert breaker.heard(verdict, now + lease, now) == closed, where
+        elif op[0] == "report":
+            _, now, (is_open, open_for, refused, succeeded, failed), state = op
+            assert breaker.fleet_report(now) == Report(is_open, open_for, refused, succeeded, failed), where
         else:
             pytest.fail(f"unknown op {op[0]!r}")
         assert breaker.state == state, where
@@ -51,7 +60,7 @@ def test_the_scenarios_visit_every_state_and_verdict():
     assert states == {"closed", "open", "half-open"}
     refusals = {op[2][0] for s in SCENARIOS for op in s["ops"] if op[0] == "acquire"}
     assert refusals == {"permit", "open", "half-open"}
-    assert {op[0] for s in SCENARIOS for op in s["ops"]} == {"acquire", "record", "cancel"}
+    assert {op[0] for s in SCENARIOS for op in s["ops"]} == {"acquire", "record", "cancel", "heard", "report"}
     assert {s["policy"]["slidingWindow"]["type"] for s in SCENARIOS} == {"count", "time"}
 
 
@@ -125,3 +134,13 @@ def test_a_permit_from_before_a_transition_counts_for_nothing_and_threads_share_
     for t in threads:
         t.join()
     assert not errors and breaker.state == "closed"
+
+
+def test_scope_is_read_and_a_bad_one_is_named():
+    block = {"enabled": True, "consecutiveFailures": 3, "failureRateThreshold": 0.5, "slowCallRateThreshold": 1.0,
+             "slowCallDurationMs": 100, "minimumCalls": 5, "slidingWindow": {"type": "count", "calls": 10},
+             "openTimeoutMs": 1000, "halfOpenMaxCalls": 2, "successThreshold": 2}
+    assert not BreakerPolicy.from_json(block).fleet_scoped, "a block without scope is each process's"
+    assert BreakerPolicy.from_json({**block, "scope": "fleet"}).fleet_scoped
+    with pytest.raises(ValueError, match='circuitBreaker.scope must be "process" or "fleet"'):
+        BreakerPolicy.from_json({**block, "scope": "region"})

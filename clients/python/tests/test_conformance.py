@@ -14,6 +14,7 @@ import pytest
 from conftest import ROOT, POLICY, batch, eventually, free_port, metric, requests_sample
 import flavours
 from stormguard_client import DaemonTls, Reporter, ReportNotDelivered, ReportRefused
+from stormguard_client.breaker import CallNotPermitted, CircuitState
 from stormguard_client.gate import Signal
 
 CREDENTIALS = ROOT / "clients" / "credentials"
@@ -26,6 +27,11 @@ QUICK = {"min_poll_interval": 0.05, "retry_initial": 0.05, "retry_max": 0.2}
 # daemon's default.
 GATED = POLICY.format(retries=2) + "    gate:\n      enabled: true\n      overloadWhen: any-refusal\n"
 PROCESSES = 'stormguard_fleet_processes{service="payments"}'
+# payments's breaker opens at two failures, for a second, and its half-open is the fleet's.
+FLEET_BREAKER = POLICY.format(retries=2) + (
+    "    circuitBreaker: {enabled: true, consecutiveFailures: 2, openTimeout: 1s, halfOpenMaxCalls: 1,"
+    " successThreshold: 1, scope: fleet}\n")
+BREAKER_STATE = 'stormguard_fleet_breaker_state{service="payments"}'
 FLEET_BUDGET = POLICY.format(retries=2) + (
     "    budget:\n      scope: fleet\n      retryRatio: 0\n      minRetriesPerSecond: 12\n")
 S = 1_000_000_000
@@ -387,6 +393,65 @@ def a_fleet_budget_falls_back(flavour, daemon, tmp_path, fault_proxy):
     watch.stop()
 
 
+def broken_process(flavour, url):
+    """A process calling payments: its breaker under the policy the daemon
+    at ``url`` serves, tracked by a started reporter asking it, and opened by
+    two failed calls. Returns (breaker, reporter, watch)."""
+    watch = flavour.watch(url, ["payments"], **QUICK)
+    assert watch.start() == "daemon"
+    reporter = Reporter(url, "pod-1", interval=3600, timeout=0.5).start()
+    payments = flavour.dependency(watch, "payments", reporter)
+    breaker = payments.breaker
+    assert breaker is not None and breaker.policy.fleet_scoped, "the policy has a fleet-scoped breaker"
+    reporter.track("payments", breaker, payments.budget, payments.gate)
+    for _ in range(2):
+        now = time.monotonic_ns()
+        breaker.acquire(now).record(True, now)
+    return breaker, reporter, watch
+
+
+def first_permit(breaker):
+    """The first permit ``breaker`` grants, asked every 10 ms for up to 10 s."""
+    permits = []
+
+    def granted():
+        try:
+            permits.append(breaker.acquire(time.monotonic_ns()))
+        except CallNotPermitted:
+            return False
+        return True
+
+    assert eventually(granted, within=10), "a permit within 10 s"
+    return permits[0]
+
+
+def a_fleet_half_open(flavour, daemon, tmp_path, fault_proxy):
+    url, _, _ = daemon(policy=FLEET_BREAKER)
+    breaker, reporter, watch = broken_process(flavour, url)
+    assert eventually(lambda: metric(url, BREAKER_STATE) == 2), "the daemon keeps the fleet's breaker open"
+    trial = first_permit(breaker)
+    assert trial.fleet_trial, "the fleet's trial, not its own"
+    trial.record(False, time.monotonic_ns())
+    assert eventually(lambda: breaker.state == CircuitState.CLOSED), "the fleet closes its breaker"
+    assert eventually(lambda: metric(url, BREAKER_STATE) == 0), "the daemon's breaker closed"
+    reporter.stop()
+    watch.stop()
+
+
+def a_fleet_half_open_without_the_daemon(flavour, daemon, tmp_path, fault_proxy):
+    url, _, process = daemon(policy=FLEET_BREAKER)
+    breaker, reporter, watch = broken_process(flavour, url)
+    assert eventually(lambda: metric(url, BREAKER_STATE) == 2), "the daemon keeps the fleet's breaker open"
+    failures = reporter.stats.pace_failures
+    process.kill()
+    process.wait()
+    trial = first_permit(breaker)
+    assert trial.trial and not trial.fleet_trial, "its own half-open's trial"
+    assert reporter.stats.pace_failures > failures, "the failed asks are counted"
+    reporter.stop()
+    watch.stop()
+
+
 IMPLEMENTATIONS = {
     "start-with-the-daemon-down": start_with_the_daemon_down,
     "start-from-the-cache": start_from_the_cache,
@@ -406,6 +471,8 @@ IMPLEMENTATIONS = {
     "a-refused-pace-ask": a_refused_pace_ask,
     "a-fleet-budget-divided": a_fleet_budget_divided,
     "a-fleet-budget-falls-back": a_fleet_budget_falls_back,
+    "a-fleet-half-open": a_fleet_half_open,
+    "a-fleet-half-open-without-the-daemon": a_fleet_half_open_without_the_daemon,
 }
 
 

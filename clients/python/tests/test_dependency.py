@@ -488,3 +488,18 @@ def test_while_paced_a_retry_waits_what_retry_after_asked_before_its_turn():
         dependency.call("/charge", raises(http_error(503, "3")))
     assert dependency.gate.is_on
     assert clock.sleeps == [3.0], "no backoff while paced, but the wait the dependency asked for"
+
+
+def test_a_trial_on_the_fleets_slot_is_sent_without_waiting_for_the_gates_turn():
+    from stormguard_client.breaker import CircuitState, Verdict
+    breaker = {"enabled": True, "consecutiveFailures": 1, "openTimeoutMs": 1000, "halfOpenMaxCalls": 1,
+               "successThreshold": 1, "scope": "fleet"}
+    clock = VirtualTime()
+    dependency = gated(clock, maxRetries=0, maxElapsedMs=500, circuitBreaker=breaker)
+    assert dependency.call("/charge", lambda timeout: 503) == 503
+    assert dependency.breaker.state == "open" and dependency.gate.is_on, "its next turn is 2 s away"
+    dependency.breaker.heard(Verdict(CircuitState.HALF_OPEN, 1, 0), clock.now + S, clock.now)
+    assert dependency.call("/charge", lambda timeout: 200) == 200
+    assert clock.waits == [], "sent at once, not after a turn"
+    with pytest.raises(CallNotPermitted):
+        dependency.call("/charge", lambda timeout: 200)

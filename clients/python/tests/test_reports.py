@@ -570,3 +570,34 @@ def test_an_answers_unreadable_parts_are_left_out_and_a_fleet_scoped_report_says
     assert floors == {"ledger": 2.5, "orders": 12, "search": 12, "stock": 12, "cart": 12}
     time.sleep(0.02)
     assert all(report["spanMs"] >= 20 for report in taken(r)["reports"])
+
+
+def test_a_fleet_scoped_breakers_ask_and_the_fleets_word_in_a_grant():
+    from stormguard_client.breaker import CircuitState, Report, Verdict
+    from stormguard_client.pace import ask_body
+    report = Report(open=True, open_for_ns=1_500_400_000, refused=4, succeeded=1, failed=0)
+    assert json.loads(ask_body("ledger", "pod-1", None, report)) == {
+        "service": "ledger", "instance": "pod-1", "sent": 0, "accepted": 0, "overloaded": 0, "timedOut": 0,
+        "waiting": 0, "gateOff": True,
+        "breaker": {"open": True, "openForMs": 1500, "refused": 4, "trialsSucceeded": 1, "trialsFailed": 0}}
+    word = b'"breaker": {"state": "half-open", "trials": 1, "retryInMs": 250}'
+    grant = PaceGrant.from_json(b'{"rate": 0, "leaseMs": 1000, "askEveryMs": 100, ' + word + b"}")
+    assert grant.breaker == Verdict(CircuitState.HALF_OPEN, 1, 250_000_000)
+    for bad in (b'{"state": "shut", "trials": 0, "retryInMs": 0}', b'{"state": "open", "trials": -1, "retryInMs": 0}',
+                b'{"state": "open", "trials": 0}', b'"closed"'):
+        with pytest.raises(ValueError, match="breaker|retryInMs"):
+            PaceGrant.from_json(b'{"rate": 0, "leaseMs": 1000, "askEveryMs": 100, "breaker": ' + bad + b"}")
+
+
+def test_a_fleet_close_closes_the_breaker_and_hands_an_off_gate_to_the_pace():
+    from stormguard_client.breaker import CircuitState, Verdict
+    from stormguard_client.reports import _heard
+    now = 10**12
+    breaker = CircuitBreaker(BreakerPolicy(enabled=True, consecutive_failures=2, fleet_scoped=True), now)
+    for _ in range(2):
+        breaker.acquire(now).record(True, now)
+    gate = SendGate(GatePolicy(enabled=True), now)
+    closes = PaceGrant(3.5, 60_000, 100, pace=True, breaker=Verdict(CircuitState.CLOSED, 0, 0))
+    _heard(closes, gate, breaker, now)
+    assert breaker.state == CircuitState.CLOSED
+    assert gate.is_on and gate.rate_at(now) == 3.5, "the gate paces the return at the fleet's grant"
