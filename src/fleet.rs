@@ -637,6 +637,13 @@ mod tests {
             fleet.ask(&broken("a", 0), &process_scoped, now),
             Err(Refused::GateOff(_))
         ));
+        // An ask that has neither a gate's counts nor a breaker gets no share.
+        let nothing = PaceAsk {
+            gate_off: true,
+            ..ask("payments", "b")
+        };
+        let none = fleet.ask(&nothing, &gated(true), now).unwrap();
+        assert_eq!((none.rate, none.breaker, none.pace), (0.0, None, false));
         // With a gate, a process-scoped breaker's report is ignored: the gate is paced as ever.
         let paced = fleet.ask(&ask("payments", "a"), &gated(true), now).unwrap();
         assert!(paced.breaker.is_none() && paced.rate > 0.0);

@@ -170,10 +170,12 @@ async fn traffic(daemon: &Daemon, duration: Duration, body: Value, stop: &Atomic
     .await;
 }
 
-/// A paced process's asks: a tenth of a second's tally, every 100 ms.
+/// A paced process's asks: a tenth of a second's tally, every 100 ms, and
+/// its fleet-scoped breaker, open.
 async fn pacing(daemon: &Daemon, duration: Duration, stop: &AtomicBool) {
     let ask = json!({"service": "payment-service", "instance": "pod-a",
-                     "sent": 10, "accepted": 6, "overloaded": 4, "waiting": 30});
+                     "sent": 10, "accepted": 6, "overloaded": 4, "waiting": 30,
+                     "breaker": {"open": true, "openForMs": 1000, "refused": 3}});
     post_until(
         daemon,
         "/v1/pace",
@@ -254,10 +256,11 @@ fn dashboard_queries() -> Vec<(String, String)> {
 async fn calm_fires_nothing_a_storm_fires_the_seed_alerts_and_every_panel_has_data() {
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy.yaml");
-    // The shipped policy, with payment-service's callers pacing through the daemon.
+    // The shipped policy, with payment-service's callers pacing through the
+    // daemon, their breakers' half-open the fleet's.
     let paced = SEED_POLICY.replace(
         "  payment-service:\n    maxRetries: 2\n",
-        "  payment-service:\n    maxRetries: 2\n    gate:\n      enabled: true\n",
+        "  payment-service:\n    maxRetries: 2\n    gate:\n      enabled: true\n    circuitBreaker:\n      enabled: true\n      scope: fleet\n",
     );
     assert_ne!(paced, SEED_POLICY);
     std::fs::write(&policy, paced).unwrap();

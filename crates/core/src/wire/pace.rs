@@ -49,6 +49,7 @@ pub struct PaceAsk<'a> {
     pub watching: bool,
     /// Whether the gate is off and not watching (or the policy has none):
     /// the process asks for its breaker alone, and its counts say nothing.
+    /// Without a breaker, such an ask gets no share.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub gate_off: bool,
     /// Its fleet-scoped breaker, while open or with trials to report.
@@ -157,18 +158,10 @@ pub struct PaceGrant {
 }
 
 impl PaceAsk<'_> {
-    /// The rules the JSON types alone cannot say: the names, and that an
-    /// ask with the gate off asks for a breaker.
+    /// The rules the JSON types alone cannot say: the names.
     pub fn check(&self) -> Result<(), FieldError> {
         check_service_name(&self.service).map_err(|e| FieldError::at("service", e))?;
-        check_instance(&self.instance).map_err(|e| FieldError::at("instance", e))?;
-        if self.gate_off && self.breaker.is_none() {
-            return Err(FieldError::at(
-                "gateOff",
-                "an ask with the gate off is a breaker's, and carries `breaker`".to_string(),
-            ));
-        }
-        Ok(())
+        check_instance(&self.instance).map_err(|e| FieldError::at("instance", e))
     }
 }
 
