@@ -149,8 +149,10 @@ func (p paced) gateAsks() bool {
 }
 
 // paceAsk is what p tells the daemon now: its gate's tally if the gate
-// asks, its fleet-scoped breaker's report if it has one.
-func (p paced) paceAsk(instance string) paceAsk {
+// asks, its fleet-scoped breaker's report if it has one; false if neither
+// has anything to say any more (the gate turned off or the breaker closed
+// since the round began).
+func (p paced) paceAsk(instance string) (paceAsk, bool) {
 	ask := paceAsk{Service: p.service, Instance: instance, GateOff: true}
 	if p.gateAsks() {
 		tally := p.gate.Tally()
@@ -169,7 +171,7 @@ func (p paced) paceAsk(instance string) paceAsk {
 			}
 		}
 	}
-	return ask
+	return ask, !ask.GateOff || ask.Breaker != nil
 }
 
 // heard hands a grant to p: the fleet breaker's word to its breaker, then
@@ -211,7 +213,11 @@ func (p paced) heard(grant *paceGrant, lease time.Duration) {
 // to p: the time to the next round the grant sets, and whether there was
 // a grant.
 func (r *Reporter) ask(ctx context.Context, p paced) (time.Duration, bool) {
-	grant, err := r.askFor(ctx, p.paceAsk(r.config.Instance))
+	ask, ok := p.paceAsk(r.config.Instance)
+	if !ok {
+		return 0, false
+	}
+	grant, err := r.askFor(ctx, ask)
 	if ctx.Err() != nil {
 		return 0, false // stopping: not a failure of the daemon's
 	}

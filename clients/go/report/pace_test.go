@@ -338,3 +338,23 @@ func TestAFleetClosedBreakerHandsAnOffGateToTheDaemonsPace(t *testing.T) {
 		t.Fatalf("paced at %v, not the fleet's grant", rate)
 	}
 }
+
+func TestNothingIsAskedOnceTheGateAndTheBreakerHaveNothingToSay(t *testing.T) {
+	g, gateBorn := gated(t, 5*time.Second)
+	b, err := breaker.New(breaker.Policy{
+		Enabled: true, ConsecutiveFailures: 2, FailureRateThreshold: 0.5, SlowCallRateThreshold: 1,
+		SlowCallDuration: time.Minute, MinimumCalls: 10, Window: breaker.SlidingWindow{Calls: 10},
+		OpenTimeout: time.Second, HalfOpenMaxCalls: 2, SuccessThreshold: 2, FleetScoped: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := paced{service: "ledger", gate: g, born: gateBorn, breaker: b, breakerBorn: time.Now()}
+	if ask, ok := quiet.paceAsk("pod-1"); ok {
+		t.Fatalf("an off gate and a closed breaker asked %+v", ask)
+	}
+	open, born := fleetBreaker(t)
+	if ask, ok := (paced{service: "ledger", breaker: open, breakerBorn: born}).paceAsk("pod-1"); !ok || !ask.GateOff || ask.Breaker == nil {
+		t.Fatalf("an open breaker asked %+v (%v)", ask, ok)
+	}
+}

@@ -303,7 +303,7 @@ class Report:
     open: bool
     open_for_ns: int
     refused: int
-    """Calls it refused since the last report."""
+    """Calls it refused since the last report (at most ``U32_MAX``, as the Rust library counts them)."""
     succeeded: int
     failed: int
     """Trials on the daemon's slots since the last report (a slow one failed)."""
@@ -444,7 +444,7 @@ class CircuitBreaker:
             fleet = self._fleet
             report = Report(open=self._state != CircuitState.CLOSED,
                             open_for_ns=max(now_ns - self._opened_from_closed, 0),
-                            refused=self.rejected - fleet.refused_reported,
+                            refused=min(self.rejected - fleet.refused_reported, U32_MAX),
                             succeeded=fleet.succeeded, failed=fleet.failed)
             fleet.refused_reported = self.rejected
             fleet.succeeded = fleet.failed = 0

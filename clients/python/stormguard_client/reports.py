@@ -164,7 +164,10 @@ class Reporter:
     dependency whose send gate is on (or watching: see
     :meth:`~stormguard_client.gate.SendGate.asks_fleet_at`), and leases the
     grant to the gate, turning a watching gate on first when the grant says
-    ``pace``.
+    ``pace``. The same ask reports a tracked fleet-scoped breaker while it
+    is open or has trials to report (see
+    :meth:`~stormguard_client.breaker.CircuitBreaker.asks_fleet`), and the
+    grant's word on the fleet's breaker goes to the breaker first.
 
     ``token_file`` is the service-account token file sent with each batch
     and pace ask as ``Authorization: Bearer``, for a daemon that checks who
@@ -267,10 +270,11 @@ class Reporter:
               gate: SendGate | None = None, clock: Callable[[], int] = time.monotonic_ns) -> None:
         """Reports ``service``'s breaker state, the retries its budget denied
         since the last report and whether its send gate is on, and paces the
-        gate while it is (the latest breaker, budget and gate win).
-        ``clock`` is the gate's clock (nanoseconds that never go back, the
-        calls' own), so that the reporter reads and leases the gate in its
-        time."""
+        gate while it is, and asks for a fleet-scoped breaker while it is open
+        or has trials to report (the latest breaker, budget and gate win). ``clock`` is the gate's
+        and the breaker's clock (nanoseconds that never go back, the calls'
+        own), so that the reporter reads them and hands them the daemon's
+        word in their time."""
         with self._lock:
             counts = self._entry(service)
             if counts is None:
@@ -536,10 +540,15 @@ class Reporter:
              clock: Callable[[], int]) -> PaceGrant | None:
         """One ask for ``service`` with what ``gate`` saw since the last and
         what a fleet-scoped ``breaker`` has to say; hands the grant over (see
-        :meth:`_heard`) and returns it, or None when there was none."""
+        :meth:`_heard`) and returns it, or None when there was none. If
+        neither has anything to say any more (the gate turned off or the
+        breaker closed since the round began), it asks nothing and returns
+        None, as the Rust client does."""
         now = clock()
         tally = gate.tally() if gate is not None and gate.asks_fleet_at(now) else None
         report = breaker.fleet_report(now) if breaker is not None and breaker.asks_fleet() else None
+        if tally is None and report is None:
+            return None
         body = ask_body(service, self.instance, tally, report)
         headers = {"Content-Type": "application/json"}
         token = self._token.token()

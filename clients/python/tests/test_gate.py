@@ -600,6 +600,27 @@ def test_the_fleet_tells_no_gate_to_pace_that_is_not_watching():
     assert not on.pace_by_fleet_at(secs(0.1)) and on.credit == credit, "on already: no new draw"
 
 
+def test_the_fleets_breaker_closing_turns_an_off_gate_on_probing_with_nothing_to_tell():
+    draws = iter([0.75])
+    off = SendGate(GatePolicy(enabled=True, overload_when="most-refused"), 0, draw=lambda: next(draws))
+    assert off.resume_by_fleet_at(secs(3))
+    assert off.is_on and off.phase == "probing" and off.rate == 0.5 and not off.is_answering, \
+        "as for a dependency that accepts nothing: at the lowest rate"
+    assert off.credit == 0.75, "its first credit drawn as a refusal that turns it on draws it"
+    assert off.tally() == Tally(), "no refusal turned it on: the fleet has nothing to hear"
+    assert not off.resume_by_fleet_at(secs(4)) and off.credit == 0.75, "on already: no new draw"
+
+
+def test_the_fleets_breaker_closing_turns_a_watching_gate_on_as_a_pace_does():
+    told, closed = gate(overload_when="most-refused"), gate(overload_when="most-refused")
+    for g in (told, closed):
+        answers(g, Signal.ACCEPTED, 30, 0, 900)
+        overload(g, secs(0.95))
+        assert g.is_watching
+    assert told.pace_by_fleet_at(secs(1)) and closed.resume_by_fleet_at(secs(1))
+    assert _state(closed) == _state(told) and closed.is_answering, "judged to answer, at twice what it delivers"
+
+
 def test_threads_share_one_line_and_every_waiter_gets_its_turn_once():
     g = SendGate(GatePolicy(enabled=True, min_rate=1000.0, overload_when="any-refusal"), 0, draw=lambda: 0.0)
     overload(g)

@@ -601,3 +601,75 @@ def test_a_fleet_close_closes_the_breaker_and_hands_an_off_gate_to_the_pace():
     _heard(closes, gate, breaker, now)
     assert breaker.state == CircuitState.CLOSED
     assert gate.is_on and gate.rate_at(now) == 3.5, "the gate paces the return at the fleet's grant"
+
+
+def opened_by_the_fleets_rules(now, scope=True):
+    """A breaker under ``scope: fleet`` (or, if not ``scope``, process)
+    opened at ``now`` by two failed calls."""
+    breaker = CircuitBreaker(BreakerPolicy(enabled=True, consecutive_failures=2, fleet_scoped=scope), now)
+    for _ in range(2):
+        breaker.acquire(now).record(True, now)
+    return breaker
+
+
+def breaker_grant(state, trials=0, ask_every_ms=20):
+    """A 200 with a grant of no rate for a minute and the fleet breaker's word."""
+    body = {"rate": 0, "leaseMs": 60_000, "askEveryMs": ask_every_ms,
+            "breaker": {"state": state, "trials": trials, "retryInMs": 0}}
+    return 200, json.dumps(body).encode()
+
+
+def test_a_fleet_scoped_breaker_without_a_gate_asks_tries_the_fleets_slot_and_closes_at_its_word(pace_stand_in):
+    from stormguard_client.breaker import CallNotPermitted, CircuitState
+    server = pace_stand_in([breaker_grant("half-open", trials=1, ask_every_ms=1000), breaker_grant("closed")])
+    # The calls' clock stands still, 1.5 s after the breaker opened.
+    virtual = [10**12]
+    breaker = opened_by_the_fleets_rules(virtual[0] - 1_500_000_000)
+    r = Reporter(server.url, "pod-1", interval=3600, timeout=2)
+    r.track("svc", breaker=breaker, clock=lambda: virtual[0])
+    r.start()
+    assert eventually(lambda: len(server.asks) >= 1), "an open fleet-scoped breaker asks, gate or none"
+    permits, refusals = [], [0]
+
+    def granted():
+        try:
+            permits.append(breaker.acquire(virtual[0]))
+        except CallNotPermitted:
+            refusals[0] += 1
+            return False
+        return True
+
+    assert eventually(granted), "the slot the daemon granted"
+    assert permits[0].fleet_trial and permits[0].trial
+    permits[0].record(False, virtual[0])
+    assert eventually(lambda: breaker.state == CircuitState.CLOSED), "the fleet's word closes it"
+    time.sleep(0.3)
+    r.stop()
+    assert [ask[1] for ask in server.asks] == [
+        {"service": "svc", "instance": "pod-1", "sent": 0, "accepted": 0, "overloaded": 0, "timedOut": 0,
+         "waiting": 0, "gateOff": True,
+         "breaker": {"open": True, "openForMs": 1500, "refused": 0, "trialsSucceeded": 0, "trialsFailed": 0}},
+        {"service": "svc", "instance": "pod-1", "sent": 0, "accepted": 0, "overloaded": 0, "timedOut": 0,
+         "waiting": 0, "gateOff": True,
+         "breaker": {"open": True, "openForMs": 1500, "refused": refusals[0], "trialsSucceeded": 1,
+                     "trialsFailed": 0}},
+    ], "closed with its trial reported, it has nothing more to ask"
+    assert r.stats.pace_asks == 2 and r.stats.pace_failures == 0
+    off = SendGate(GatePolicy(enabled=True), virtual[0])
+    assert r._ask("svc", off, breaker, lambda: virtual[0]) is None, "nothing to say since the round began"
+    assert len(server.asks) == 2 and r.stats.pace_asks == 2, "no ask"
+
+
+def test_the_gate_turns_on_at_a_fleet_close_only_if_the_grant_says_pace_and_the_word_closed_the_breaker():
+    from stormguard_client.breaker import CircuitState, Verdict
+    from stormguard_client.reports import _heard
+    now = 10**12
+    closes = Verdict(CircuitState.CLOSED, 0, 0)
+    breaker, gate = opened_by_the_fleets_rules(now), SendGate(GatePolicy(enabled=True), now)
+    _heard(PaceGrant(3.5, 60_000, 100, pace=False, breaker=closes), gate, breaker, now)
+    assert breaker.state == CircuitState.CLOSED and not gate.is_on, "without pace the gate is left off"
+    _heard(PaceGrant(3.5, 60_000, 100, pace=True, breaker=closes), gate, breaker, now)
+    assert not gate.is_on, "a breaker closed already: the word closed nothing, and an off gate does not watch"
+    own = opened_by_the_fleets_rules(now, scope=False)
+    _heard(PaceGrant(3.5, 60_000, 100, pace=True, breaker=closes), gate, own, now)
+    assert own.state == CircuitState.OPEN and not gate.is_on, "a breaker under scope: process decides alone"
