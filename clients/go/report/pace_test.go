@@ -273,9 +273,9 @@ func TestAGateThatIsOffOrAReporterThatDoesNotPaceAsksNothing(t *testing.T) {
 	}
 }
 
-// fleetBreaker is a fleet-scoped breaker that two failures open, for a
-// second, and the time its clock started.
-func fleetBreaker(t *testing.T) (*breaker.Breaker, time.Time) {
+// closedFleetBreaker is a fleet-scoped breaker that two failures open,
+// for a second, closed.
+func closedFleetBreaker(t *testing.T) *breaker.Breaker {
 	t.Helper()
 	b, err := breaker.New(breaker.Policy{
 		Enabled: true, ConsecutiveFailures: 2, FailureRateThreshold: 0.5, SlowCallRateThreshold: 1,
@@ -285,6 +285,14 @@ func fleetBreaker(t *testing.T) (*breaker.Breaker, time.Time) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return b
+}
+
+// fleetBreaker is closedFleetBreaker opened by two failures, and the time
+// its clock started.
+func fleetBreaker(t *testing.T) (*breaker.Breaker, time.Time) {
+	t.Helper()
+	b := closedFleetBreaker(t)
 	for i := 0; i < 2; i++ {
 		permit, err := b.Acquire(0)
 		if err != nil {
@@ -341,15 +349,7 @@ func TestAFleetClosedBreakerHandsAnOffGateToTheDaemonsPace(t *testing.T) {
 
 func TestNothingIsAskedOnceTheGateAndTheBreakerHaveNothingToSay(t *testing.T) {
 	g, gateBorn := gated(t, 5*time.Second)
-	b, err := breaker.New(breaker.Policy{
-		Enabled: true, ConsecutiveFailures: 2, FailureRateThreshold: 0.5, SlowCallRateThreshold: 1,
-		SlowCallDuration: time.Minute, MinimumCalls: 10, Window: breaker.SlidingWindow{Calls: 10},
-		OpenTimeout: time.Second, HalfOpenMaxCalls: 2, SuccessThreshold: 2, FleetScoped: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	quiet := paced{service: "ledger", gate: g, born: gateBorn, breaker: b, breakerBorn: time.Now()}
+	quiet := paced{service: "ledger", gate: g, born: gateBorn, breaker: closedFleetBreaker(t), breakerBorn: time.Now()}
 	if ask, ok := quiet.paceAsk("pod-1"); ok {
 		t.Fatalf("an off gate and a closed breaker asked %+v", ask)
 	}

@@ -182,8 +182,9 @@ impl<K: Eq + Hash + Clone> FleetBreaker<K> {
             return verdict(CircuitState::Closed, 0, Duration::ZERO);
         }
         let opened = now.checked_sub(report.open_for).unwrap_or(now);
-        if self.closing.as_ref().is_some_and(|closing| opened <= closing.at) {
-            return self.close(who, now);
+        let (paced, first) = (self.paced, self.max_trials);
+        if let Some(closing) = self.closing.as_mut().filter(|closing| opened <= closing.at) {
+            return closing.verdict(who, paced, first, now);
         }
         if let Phase::Closed = self.phase {
             // A breaker that opened since the last close: a new episode.
@@ -271,21 +272,21 @@ impl<K: Eq + Hash + Clone> FleetBreaker<K> {
         self.granted += 1;
         1
     }
+}
 
-    /// The verdict for `who`, whose breaker opened before the close: closed,
-    /// at once with a gate to pace the fleet, else when the ramp reaches it.
-    fn close(&mut self, who: K, now: Instant) -> BreakerVerdict {
-        let Some(closing) = &mut self.closing else {
-            unreachable!("close is asked only after a close");
-        };
-        if self.paced || closing.told.contains(&who) {
+impl<K: Eq + Hash> Closing<K> {
+    /// The verdict for `who`, whose breaker opened before this close:
+    /// closed, at once if `paced` (a gate paces the fleet back), else when
+    /// the ramp from `first` processes reaches it.
+    fn verdict(&mut self, who: K, paced: bool, first: u32, now: Instant) -> BreakerVerdict {
+        if paced || self.told.contains(&who) {
             return verdict(CircuitState::Closed, 0, Duration::ZERO);
         }
-        let since = now.saturating_duration_since(closing.at);
+        let since = now.saturating_duration_since(self.at);
         let steps = (since.as_nanos() / RAMP_STEP.as_nanos()).min(32) as u32;
-        let allowed = u64::from(self.max_trials).saturating_mul(1u64 << steps);
-        if (closing.told.len() as u64) < allowed {
-            closing.told.insert(who);
+        let allowed = u64::from(first).saturating_mul(1u64 << steps);
+        if (self.told.len() as u64) < allowed {
+            self.told.insert(who);
             return verdict(CircuitState::Closed, 0, Duration::ZERO);
         }
         let next_step = RAMP_STEP * (steps + 1);
