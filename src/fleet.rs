@@ -117,6 +117,11 @@ impl Fleet {
         Self::with(Families::new(true), true)
     }
 
+    /// The fleet-scoped breakers' dependencies, for their exchanges with the store.
+    pub fn breakers(&self) -> &FleetBreakers {
+        &self.breakers
+    }
+
     /// The store answered an exchange after `took`.
     pub fn store_answered(&self, took: std::time::Duration) {
         self.families.store_seconds.observe(took.as_secs_f64());
@@ -380,7 +385,7 @@ impl Families {
         let store_errors = IntCounterVec::new(
             Opts::new(
                 "stormguard_pace_store_errors_total",
-                "Calls to the pace store that failed, by kind: timeout, refused, connection, tls, auth, redis, malformed.",
+                "Calls to the pace store that failed, by kind: timeout, refused, connection, tls, auth, redis, malformed, contended.",
             ),
             &["kind"],
         )

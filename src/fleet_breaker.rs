@@ -1,14 +1,17 @@
 //! The daemon's side of fleet half-open: one [`FleetBreaker`] per
 //! dependency whose policy says `circuitBreaker.scope: fleet` and whose
 //! processes report an open breaker in their pace asks, with the families
-//! that show it. Without a shared store each replica keeps its own, for the
-//! processes that ask it: a fleet spread over R replicas then sends up to
-//! R × `halfOpenMaxCalls` trials at once.
+//! that show it. With a shared store the replicas share one episode per
+//! dependency through it (`pace_store::share`), and the fleet's trials are
+//! `halfOpenMaxCalls` however many replicas there are. Without one each
+//! replica keeps its own, for the processes that ask it: a fleet spread
+//! over R replicas then sends up to R × `halfOpenMaxCalls` trials at once.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
+use stormguard_core::fleet::breaker::episode::{EpisodeAnswer, Share};
 use stormguard_core::fleet::breaker::{BreakerVerdict, FleetBreaker};
 use stormguard_core::fleet::IDLE;
 use stormguard_core::policy::{BreakerScope, CircuitBreakerPolicy, ValidPolicy};
@@ -99,6 +102,34 @@ impl FleetBreakers {
             .with_label_values(&[&ask.service])
             .set(i64::from(entry.breaker.state().as_metric()));
         Some(verdict)
+    }
+
+    /// What each dependency's fleet breaker tells the store at `now`, if
+    /// anything.
+    pub fn shares_at(&self, now: Instant) -> Vec<(String, Share)> {
+        let mut breakers = self.lock();
+        breakers
+            .iter_mut()
+            .filter_map(|(service, entry)| Some((service.clone(), entry.breaker.share_at(now)?)))
+            .collect()
+    }
+
+    /// The store's `answer` to `service`'s share, at `now`.
+    pub fn adopt_at(&self, service: &str, answer: &EpisodeAnswer, now: Instant) {
+        if let Some(entry) = self.lock().get_mut(service) {
+            entry.breaker.adopt_at(answer, now);
+            self.state
+                .with_label_values(&[service])
+                .set(i64::from(entry.breaker.state().as_metric()));
+        }
+    }
+
+    /// `service`'s `share`, made at `now`, never reached the store: it
+    /// goes with the next.
+    pub fn unshare(&self, service: &str, share: &Share, now: Instant) {
+        if let Some(entry) = self.lock().get_mut(service) {
+            entry.breaker.unshare(share, now);
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {

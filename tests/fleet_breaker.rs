@@ -1,7 +1,8 @@
 //! Fleet half-open end to end: client processes whose breakers are
 //! fleet-scoped (`circuitBreaker.scope: fleet`) ask the real daemon for
 //! trial slots over `POST /v1/pace`, and a dependency that counts what
-//! reaches it sees one set of trials for the fleet, not one per process.
+//! reaches it sees one set of trials for the fleet, not one per process:
+//! through one daemon, and through two replicas sharing Redis.
 
 mod common;
 
@@ -9,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::redis::Redis;
 use common::{metrics, sample, Daemon};
 use stormguard_client::stormguard_core::breaker::CircuitState;
 use stormguard_client::stormguard_core::retry::Failure;
@@ -89,11 +91,29 @@ async fn ten_processes_breakers_send_one_set_of_trials_and_close_together() {
     let path = dir.path().join("policy.yaml");
     std::fs::write(&path, POLICY).unwrap();
     let daemon = Daemon::start(&path, &[]);
+    outage(&[daemon]).await;
+}
+
+#[tokio::test]
+async fn replicas_sharing_a_store_send_one_set_of_trials_between_them() {
+    let Some(redis) = Redis::start(None) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.yaml");
+    std::fs::write(&path, POLICY).unwrap();
+    let url = redis.url();
+    let store = ["--pace-store", url.as_str()];
+    outage(&[Daemon::start(&path, &store), Daemon::start(&path, &store)]).await;
+}
+
+/// Ten processes, dealt to `daemons` in turn, call a dependency that goes
+/// down and comes back: the trials that reach it while it is down are the
+/// fleet's, and every breaker closes soon after it is back.
+async fn outage(daemons: &[Daemon]) {
     let counted = Arc::new(Counted::default());
     counted.down.store(true, Relaxed);
     let mut processes = Vec::new();
-    for i in 0..PROCESSES {
-        processes.push(process(&daemon, &format!("ledger-caller-{i}")).await);
+    for (i, daemon) in daemons.iter().cycle().take(PROCESSES).enumerate() {
+        processes.push(process(daemon, &format!("ledger-caller-{i}")).await);
     }
     for p in &processes {
         calling(p.clone(), counted.clone());
@@ -117,12 +137,19 @@ async fn ten_processes_breakers_send_one_set_of_trials_and_close_together() {
         (1..=3 * HALF_OPEN_MAX_CALLS).contains(&trials),
         "{trials} trials reached the dependency while it was down"
     );
-    let exposition = metrics(&daemon).await;
-    let slots = sample(
-        &exposition,
-        "stormguard_fleet_breaker_trial_slots_total{service=\"ledger\"}",
+    let mut slots = 0.0;
+    for daemon in daemons {
+        let exposition = metrics(daemon).await;
+        slots += sample(
+            &exposition,
+            "stormguard_fleet_breaker_trial_slots_total{service=\"ledger\"}",
+        )
+        .unwrap_or(0.0);
+    }
+    assert!(
+        (1.0..=3.0 * HALF_OPEN_MAX_CALLS as f64).contains(&slots),
+        "{slots} slots granted"
     );
-    assert!(slots.is_some_and(|s| s >= 1.0), "{exposition}");
 
     // The dependency comes back: the next trials close every breaker, in a
     // ramp of 2, 4, 8 processes 500 ms apart (no gate to pace them). Here
@@ -141,10 +168,12 @@ async fn ten_processes_breakers_send_one_set_of_trials_and_close_together() {
         "closed {:?} after the dependency came back",
         up.elapsed()
     );
-    let exposition = metrics(&daemon).await;
-    assert_eq!(
-        sample(&exposition, "stormguard_fleet_breaker_state{service=\"ledger\"}"),
-        Some(0.0),
-        "{exposition}"
-    );
+    for daemon in daemons {
+        let exposition = metrics(daemon).await;
+        assert_eq!(
+            sample(&exposition, "stormguard_fleet_breaker_state{service=\"ledger\"}"),
+            Some(0.0),
+            "{exposition}"
+        );
+    }
 }

@@ -327,3 +327,75 @@ async fn each_replica_hears_what_the_others_processes_claim_until_one_goes_quiet
         "quiet replicas no longer count"
     );
 }
+
+#[tokio::test]
+async fn replicas_merging_a_fleet_breaker_at_once_never_grant_more_than_its_slots() {
+    use stormguard_core::fleet::breaker::episode::{EpisodePhase, Rules, Share};
+    let Some(redis) = Redis::start(None) else { return };
+    let replicas: Vec<PaceStore> = (0..4).map(|r| replica(&redis, &format!("r{r}"))).collect();
+    let share = |opened_ago_ms, wanted| Share {
+        rules: Rules {
+            open_timeout_ms: 0,
+            max_trials: 3,
+            success_threshold: 2,
+        },
+        epoch: 0,
+        opened_ago_ms,
+        wanted,
+        succeeded: 0,
+        failed: 0,
+        settled: 0,
+        unused: 0,
+    };
+    let opened = replicas[0]
+        .share_breaker("ledger", &share(Some(5), 0))
+        .await
+        .unwrap();
+    assert_eq!(
+        opened.episode.phase,
+        EpisodePhase::HalfOpen,
+        "no openTimeout to wait"
+    );
+
+    // Every replica wants every slot, forty times over, all at once: the
+    // compare-and-set lets each merge count once.
+    let mut granted = 0;
+    let mut contended = 0;
+    let wanting = share(None, 5);
+    for _ in 0..10 {
+        let rounds = replicas.iter().map(|r| r.share_breaker("ledger", &wanting));
+        for answer in futures_util::future::join_all(rounds).await {
+            match answer {
+                Ok(answer) => granted += answer.granted,
+                Err(error) => {
+                    assert_eq!(error.kind(), "contended", "{error}");
+                    contended += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(granted, 3, "halfOpenMaxCalls in all ({contended} gave up)");
+    let answer = replicas[1]
+        .share_breaker("ledger", &share(None, 0))
+        .await
+        .unwrap();
+    assert_eq!((answer.episode.out.len(), answer.granted), (3, 0));
+
+    // Two successes on two replicas close it, for all of them.
+    let epoch = answer.episode.epoch;
+    for r in &replicas[2..] {
+        let trial = Share {
+            epoch,
+            succeeded: 1,
+            settled: 1,
+            ..share(None, 0)
+        };
+        r.share_breaker("ledger", &trial).await.unwrap();
+    }
+    let closed = replicas[0]
+        .share_breaker("ledger", &share(None, 0))
+        .await
+        .unwrap();
+    assert_eq!(closed.episode.phase, EpisodePhase::Closed);
+    assert!(closed.episode.closed_at.is_some());
+}

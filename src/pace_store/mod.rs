@@ -17,12 +17,17 @@
 //! reached is not an error the daemon stops for: each call fails within
 //! [`STORE_TIMEOUT`] with a [`StoreError`], and the replica paces alone.
 //!
+//! Fleet-scoped breakers share one episode per dependency (`breaker.rs`):
+//! each replica merges its share in and writes it back under
+//! compare-and-set (`breaker.lua`).
+//!
 //! The store also keeps what must be one across replicas about reporting
 //! instances (`instances.rs`): who owns each, and which report batches
 //! were counted; and what each replica's processes claim of a fleet-scoped
 //! retry budget (`claims.rs`). When it cannot be reached, each replica
 //! decides alone.
 
+mod breaker;
 mod claims;
 mod instances;
 pub mod share;
@@ -58,6 +63,15 @@ pub enum StoreError {
         /// What Redis or the connection said.
         source: redis::RedisError,
     },
+    /// Other replicas wrote a fleet breaker's episode between each of this
+    /// replica's reads and writes, every time it tried.
+    #[error("the pace store at {at}: other replicas wrote the fleet breaker's state first, {tries} times in a row")]
+    Contended {
+        /// The store's address, without its password.
+        at: String,
+        /// How many times this replica tried.
+        tries: usize,
+    },
     /// The answer was not what the scripts return.
     #[error("the pace store at {at} answered what this daemon cannot read: {what}")]
     Malformed {
@@ -81,6 +95,7 @@ impl StoreError {
             }
             Self::Redis { source, .. } if source.kind() == redis::ErrorKind::AuthenticationFailed => "auth",
             Self::Redis { .. } => "redis",
+            Self::Contended { .. } => "contended",
             Self::Malformed { .. } => "malformed",
         }
     }
@@ -118,6 +133,7 @@ pub struct PaceStore {
     bind: Script,
     batch: Script,
     claims: Script,
+    breaker: Script,
 }
 
 /// What the daemon needs besides the address to reach the store.
@@ -165,6 +181,7 @@ impl PaceStore {
             bind: Script::new(include_str!("bind.lua")),
             batch: Script::new(include_str!("batch.lua")),
             claims: Script::new(include_str!("claims.lua")),
+            breaker: Script::new(include_str!("breaker.lua")),
         })
     }
 
@@ -283,11 +300,15 @@ impl PaceStore {
         }
     }
 
-    fn read(&self, (owner, taken, others, rate, now): Answer) -> Result<Shared, StoreError> {
-        let malformed = |what: String| StoreError::Malformed {
+    fn malformed(&self, what: String) -> StoreError {
+        StoreError::Malformed {
             at: self.at.clone(),
             what,
-        };
+        }
+    }
+
+    fn read(&self, (owner, taken, others, rate, now): Answer) -> Result<Shared, StoreError> {
+        let malformed = |what: String| self.malformed(what);
         let now: u64 = now.parse().map_err(|_| malformed(format!("time {now:?}")))?;
         let others = others
             .iter()

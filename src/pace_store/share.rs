@@ -1,12 +1,14 @@
 //! Keeping this replica's paced dependencies in step with the store: every
 //! [`SHARE_EVERY`] each paced dependency's contribution goes to the store
 //! and its answer to the controller (and the owner's rate back to the
-//! store); the rates owners publish arrive between turns on a channel.
+//! store), and each fleet-scoped breaker's share to its episode; the rates
+//! owners publish arrive between turns on a channel.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use stormguard_core::fleet::breaker::episode::Share;
 use stormguard_core::fleet::SHARE_EVERY;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -28,6 +30,9 @@ pub async fn share(fleet: Arc<Fleet>, store: Arc<PaceStore>) {
         let mut turns = JoinSet::new();
         for service in fleet.paced_services() {
             turns.spawn(turn(fleet.clone(), store.clone(), service));
+        }
+        for (service, share) in fleet.breakers().shares_at(Instant::now()) {
+            turns.spawn(breaker_turn(fleet.clone(), store.clone(), service, share));
         }
         while let Some(outcome) = turns.join_next().await {
             if let Ok(Err(error)) = outcome {
@@ -53,6 +58,29 @@ async fn turn(fleet: Arc<Fleet>, store: Arc<PaceStore>, service: String) -> Resu
         store.publish(&service, rate).await?;
     }
     Ok(())
+}
+
+/// One fleet-scoped breaker's exchange: its share merged into the
+/// dependency's episode, and the episode back. A share that fails goes
+/// with the next turn.
+async fn breaker_turn(
+    fleet: Arc<Fleet>,
+    store: Arc<PaceStore>,
+    service: String,
+    share: Share,
+) -> Result<(), StoreError> {
+    let began = std::time::Instant::now();
+    match store.share_breaker(&service, &share).await {
+        Ok(answer) => {
+            fleet.store_answered(began.elapsed());
+            fleet.breakers().adopt_at(&service, &answer, Instant::now());
+            Ok(())
+        }
+        Err(error) => {
+            fleet.breakers().unshare(&service, &share, Instant::now());
+            Err(error)
+        }
+    }
 }
 
 /// Hands every rate an owner publishes to this replica's controller as it

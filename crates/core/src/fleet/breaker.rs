@@ -26,6 +26,10 @@
 //!   ([`RAMP_STEP`]), so that the fleet's calls do not return all at once.
 //!   A breaker that opens after the close starts a new episode.
 //!
+//! Daemon replicas sharing a store share one episode ([`episode`]): the
+//! store keeps the phase and divides the slots between the replicas, and
+//! each replica mirrors it for its own processes.
+//!
 //! Each process's breaker still opens on its own evidence; the fleet
 //! decides only when to try the dependency again. Pure and
 //! time-injectable (`_at`), so the simulator runs this very code.
@@ -36,9 +40,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use self::episode::{Episode, EpisodeAnswer, EpisodePhase, Rules, Share};
 use super::LEASE;
 use crate::breaker::CircuitState;
 use crate::policy::CircuitBreakerPolicy;
+
+pub mod episode;
 
 /// How long a trial slot is its holder's if it reports no outcome: the
 /// lease it may use the slot within, and as long again for the trial to
@@ -105,6 +112,32 @@ pub struct FleetBreaker<K> {
     /// Trial slots granted since it was made.
     granted: u64,
     last_ask: Instant,
+    /// The episode as the replicas' store last told it, and what to tell it next.
+    mirror: Mirror,
+}
+
+/// A replica's view of the episode its store keeps.
+#[derive(Debug, Default)]
+struct Mirror {
+    /// Until when the store's word holds: it decides alone after.
+    until: Option<Instant>,
+    /// The episode's epoch and last close as last heard.
+    epoch: u64,
+    closed_at: Option<u64>,
+    /// Slots the store granted it, not yet handed to a process: when each was.
+    allowance: Vec<Instant>,
+    /// What happened since its last share.
+    pending: Pending,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Pending {
+    /// The first report of an open breaker since the last close it knew of.
+    opened: Option<Instant>,
+    wanted: u32,
+    succeeded: u32,
+    failed: u32,
+    settled: u32,
 }
 
 #[derive(Debug)]
@@ -150,6 +183,7 @@ impl<K: Eq + Hash + Clone> FleetBreaker<K> {
             closing: None,
             granted: 0,
             last_ask: now,
+            mirror: Mirror::default(),
         }
     }
 
@@ -189,6 +223,7 @@ impl<K: Eq + Hash + Clone> FleetBreaker<K> {
         if let Phase::Closed = self.phase {
             // A breaker that opened since the last close: a new episode.
             self.phase = Phase::Open(now);
+            self.mirror.pending.opened.get_or_insert(now);
         }
         if let Phase::Open(since) = self.phase {
             let half_open = since + self.open_timeout;
@@ -227,16 +262,21 @@ impl<K: Eq + Hash + Clone> FleetBreaker<K> {
         let Some(slot) = slots.get_mut(who) else {
             return;
         };
+        let pending = &mut self.mirror.pending;
         if !slot.settled {
             *settled += 1;
+            pending.settled += 1;
         }
         slot.settled = true;
+        pending.succeeded = pending.succeeded.saturating_add(report.succeeded);
+        pending.failed = pending.failed.saturating_add(report.failed);
         if report.failed > 0 {
             self.phase = Phase::Open(now);
             return;
         }
         *successes = successes.saturating_add(report.succeeded);
-        if *successes >= self.success_threshold {
+        // Sharing, the close is the store's: it counts every replica's trials.
+        if *successes >= self.success_threshold && !self.mirror.holds_at(now) {
             self.phase = Phase::Closed;
             self.closing = Some(Closing {
                 at: now,
@@ -257,10 +297,17 @@ impl<K: Eq + Hash + Clone> FleetBreaker<K> {
         if slots.get(&who).is_some_and(out) {
             return 0;
         }
-        let in_flight = slots.values().filter(|slot| out(slot)).count() as u32;
-        let trials = self.max_trials.max(self.success_threshold);
-        if in_flight >= self.max_trials || in_flight + *settled >= trials {
-            return 0;
+        if self.mirror.holds_at(now) {
+            if self.mirror.allowance.pop().is_none() {
+                self.mirror.pending.wanted = self.mirror.pending.wanted.saturating_add(1);
+                return 0;
+            }
+        } else {
+            let in_flight = slots.values().filter(|slot| out(slot)).count() as u32;
+            let trials = self.max_trials.max(self.success_threshold);
+            if in_flight >= self.max_trials || in_flight + *settled >= trials {
+                return 0;
+            }
         }
         slots.insert(
             who,
@@ -271,6 +318,113 @@ impl<K: Eq + Hash + Clone> FleetBreaker<K> {
         );
         self.granted += 1;
         1
+    }
+}
+
+impl<K: Eq + Hash + Clone> FleetBreaker<K> {
+    /// What to tell the replicas' store at `now`, if anything: `None` while
+    /// closed with nothing new. Slots the store granted that no process took
+    /// within a [`LEASE`] go back.
+    pub fn share_at(&mut self, now: Instant) -> Option<Share> {
+        let mirror = &mut self.mirror;
+        let kept = mirror.allowance.len();
+        mirror
+            .allowance
+            .retain(|&granted| now.saturating_duration_since(granted) < LEASE);
+        let unused = (kept - mirror.allowance.len()) as u32;
+        let pending = std::mem::take(&mut mirror.pending);
+        if matches!(self.phase, Phase::Closed) && pending == Pending::default() && unused == 0 {
+            return None;
+        }
+        Some(Share {
+            rules: Rules {
+                open_timeout_ms: self.open_timeout.as_millis() as u64,
+                max_trials: self.max_trials,
+                success_threshold: self.success_threshold,
+            },
+            epoch: mirror.epoch,
+            opened_ago_ms: pending
+                .opened
+                .map(|at| now.saturating_duration_since(at).as_millis() as u64),
+            wanted: pending.wanted,
+            succeeded: pending.succeeded,
+            failed: pending.failed,
+            settled: pending.settled,
+            unused,
+        })
+    }
+
+    /// Takes back `share`, made at `now`, which never reached the store:
+    /// its news goes with the next. (Slots it gave back the store frees on
+    /// its own, after their [`SLOT_LIFE`].)
+    pub fn unshare(&mut self, share: &Share, now: Instant) {
+        let pending = &mut self.mirror.pending;
+        if let Some(ago) = share.opened_ago_ms {
+            let opened = now.checked_sub(Duration::from_millis(ago)).unwrap_or(now);
+            pending.opened = Some(pending.opened.map_or(opened, |at| at.min(opened)));
+        }
+        pending.wanted = pending.wanted.saturating_add(share.wanted);
+        if share.epoch == self.mirror.epoch {
+            pending.succeeded = pending.succeeded.saturating_add(share.succeeded);
+            pending.failed = pending.failed.saturating_add(share.failed);
+            pending.settled = pending.settled.saturating_add(share.settled);
+        }
+    }
+
+    /// Takes the store's `answer` at `now`: the episode's phase and last
+    /// close become this replica's, and its slots its processes'. Its own
+    /// news the store has not heard yet (a new episode, a failed trial)
+    /// stands until it has. For a [`LEASE`] from now the slots are only
+    /// the store's.
+    pub fn adopt_at(&mut self, answer: &EpisodeAnswer, now: Instant) {
+        let local = |at: u64| {
+            now.checked_sub(Duration::from_millis(answer.at.saturating_sub(at)))
+                .unwrap_or(now)
+        };
+        let episode: &Episode = &answer.episode;
+        let mirror = &mut self.mirror;
+        mirror.until = Some(now + LEASE);
+        if episode.closed_at != mirror.closed_at {
+            mirror.closed_at = episode.closed_at;
+            let at = episode.closed_at.map(local);
+            if let Some(at) = at.filter(|&at| self.closing.as_ref().is_none_or(|c| at > c.at)) {
+                self.closing = Some(Closing {
+                    at,
+                    told: HashSet::new(),
+                });
+            }
+        }
+        let new_epoch = episode.epoch != mirror.epoch;
+        if new_epoch {
+            mirror.epoch = episode.epoch;
+            mirror.allowance.clear();
+        }
+        let pending = mirror.pending;
+        match episode.phase {
+            EpisodePhase::Closed if pending.opened.is_none() => self.phase = Phase::Closed,
+            EpisodePhase::Closed => {}
+            EpisodePhase::Open { since } => self.phase = Phase::Open(local(since)),
+            EpisodePhase::HalfOpen if !new_epoch && pending.failed > 0 => {}
+            EpisodePhase::HalfOpen => {
+                if new_epoch || !matches!(self.phase, Phase::HalfOpen { .. }) {
+                    self.phase = Phase::HalfOpen {
+                        slots: HashMap::new(),
+                        successes: 0,
+                        settled: 0,
+                    };
+                }
+            }
+        }
+        mirror
+            .allowance
+            .extend(std::iter::repeat_n(now, answer.granted as usize));
+    }
+}
+
+impl Mirror {
+    /// Whether the store's word holds at `now`.
+    fn holds_at(&self, now: Instant) -> bool {
+        self.until.is_some_and(|until| now < until)
     }
 }
 

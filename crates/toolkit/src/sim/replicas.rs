@@ -2,14 +2,18 @@
 //! pace through a store, as the daemon's replicas do through Redis.
 //!
 //! The replicas run the daemon's controller (`FleetController`), its
-//! fleet breaker (`FleetBreaker`, each replica its own), and its
-//! exchange with the store ([`contribute_at`](FleetController::contribute_at),
-//! [`shared_at`](FleetController::shared_at)); [`Store`] answers as the
-//! daemon's Redis script does, after half the store's round trip each way.
+//! fleet breaker (`FleetBreaker`), and its exchanges with the store
+//! ([`contribute_at`](FleetController::contribute_at),
+//! [`shared_at`](FleetController::shared_at) for the pace;
+//! [`share_at`](FleetBreaker::share_at), [`Episode::merge`],
+//! [`adopt_at`](FleetBreaker::adopt_at) for the breaker); [`Store`] answers
+//! as the daemon's Redis scripts do, after half the store's round trip each
+//! way. Without a store each replica keeps its own fleet breaker.
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use stormguard_core::fleet::breaker::episode::{Episode, EpisodeAnswer, Share};
 use stormguard_core::fleet::breaker::{BreakerVerdict, FleetBreaker};
 use stormguard_core::fleet::shared::{Contribution, Published, Shared, Tallies};
 use stormguard_core::fleet::{self, Ask, FleetController, Grant, IDLE, LEASE, SHARE_EVERY};
@@ -44,14 +48,27 @@ struct Replica<'a> {
 /// A replica's exchange with the store: one at a time, every
 /// [`SHARE_EVERY`] at most.
 enum Exchange {
-    /// Not paced, or no store: nothing to exchange.
+    /// Neither paced nor breaking, or no store: nothing to exchange.
     Idle,
     /// Contributes at its next event.
     Due,
     /// Its contribution reaches the store at its next event.
-    Travelling(Contribution, u64),
-    /// The store's answer reaches it at its next event.
-    Returning(Contribution, Shared, u64),
+    Travelling(Mine, u64),
+    /// The store's answers reach it at its next event.
+    Returning(Mine, Answers, u64),
+}
+
+/// What a replica tells the store in one exchange: its pace's contribution
+/// and its fleet breaker's share, whichever it has.
+struct Mine {
+    pace: Option<Contribution>,
+    breaker: Option<Share>,
+}
+
+/// The store's answers to them.
+struct Answers {
+    pace: Option<Shared>,
+    breaker: Option<EpisodeAnswer>,
 }
 
 /// What the engine is to schedule after a replica's step.
@@ -112,8 +129,6 @@ impl<'a> Replicas<'a> {
                 .get_or_insert_with(|| FleetBreaker::new_at(&replica.policy.circuit_breaker, self.paces, now))
                 .ask_at(process, report, now)
         });
-        let mut start = false;
-        let store = self.store.is_some();
         let grant = fleet::answer(self.paces, ask.tally.is_some(), verdict, || {
             if replica.controller.as_ref().is_some_and(|c| c.is_idle_at(now)) {
                 replica.controller = None;
@@ -122,13 +137,13 @@ impl<'a> Replicas<'a> {
                 .controller
                 .get_or_insert_with(|| FleetController::new_at(replica.policy, now))
                 .ask_at(process, ask.tally.unwrap_or_default(), now);
-            start = store && matches!(replica.exchange, Exchange::Idle);
-            if start {
-                replica.exchange = Exchange::Due;
-            }
             Ok::<_, std::convert::Infallible>(grant)
         });
         let Ok(grant) = grant;
+        let start = self.store.is_some() && matches!(replica.exchange, Exchange::Idle);
+        if start {
+            replica.exchange = Exchange::Due;
+        }
         (grant, verdict, start.then_some(Next::Exchange(t)))
     }
 
@@ -141,33 +156,47 @@ impl<'a> Replicas<'a> {
         let replica = &mut self.replicas[r];
         match std::mem::replace(&mut replica.exchange, Exchange::Idle) {
             Exchange::Idle => Vec::new(),
-            Exchange::Due => match replica.controller.as_mut() {
-                Some(controller) if !controller.is_idle_at(now) => {
-                    replica.exchange = Exchange::Travelling(controller.contribute_at(now), t);
-                    vec![Next::Exchange(t + half)]
-                }
-                _ => {
+            Exchange::Due => {
+                if replica.controller.as_ref().is_some_and(|c| c.is_idle_at(now)) {
                     replica.controller = None;
-                    Vec::new()
                 }
-            },
-            Exchange::Travelling(_, began) if store.is_lost_at(t) => {
-                // The call fails; the daemon tries again at its next turn.
+                let mine = Mine {
+                    pace: replica.controller.as_mut().map(|c| c.contribute_at(now)),
+                    breaker: replica.breaker.as_mut().and_then(|b| b.share_at(now)),
+                };
+                if mine.pace.is_none() && mine.breaker.is_none() {
+                    return Vec::new();
+                }
+                replica.exchange = Exchange::Travelling(mine, t);
+                vec![Next::Exchange(t + half)]
+            }
+            Exchange::Travelling(mine, began) if store.is_lost_at(t) => {
+                // The calls fail; the daemon tries again at its next turn,
+                // its breaker's news with it.
+                if let (Some(share), Some(breaker)) = (mine.breaker, replica.breaker.as_mut()) {
+                    breaker.unshare(&share, now);
+                }
                 replica.exchange = Exchange::Due;
                 vec![Next::Exchange((began + nanos(SHARE_EVERY)).max(t))]
             }
             Exchange::Travelling(mine, began) => {
-                let shared = store.answer(r, &mine, t);
-                replica.exchange = Exchange::Returning(mine, shared, began);
+                let answers = Answers {
+                    pace: mine.pace.as_ref().map(|pace| store.answer(r, pace, t)),
+                    breaker: mine.breaker.as_ref().map(|share| store.merge(share, t)),
+                };
+                replica.exchange = Exchange::Returning(mine, answers, began);
                 vec![Next::Exchange(t + (store.round_trip - half))]
             }
-            Exchange::Returning(mine, shared, began) => {
+            Exchange::Returning(mine, answers, began) => {
                 replica.exchange = Exchange::Due;
                 let next = Next::Exchange((began + nanos(SHARE_EVERY)).max(t));
-                let published = replica
-                    .controller
-                    .as_mut()
-                    .and_then(|controller| controller.shared_at(&mine, &shared, now));
+                if let (Some(answer), Some(breaker)) = (&answers.breaker, replica.breaker.as_mut()) {
+                    breaker.adopt_at(answer, now);
+                }
+                let published = match (&mine.pace, &answers.pace, replica.controller.as_mut()) {
+                    (Some(mine), Some(shared), Some(controller)) => controller.shared_at(mine, shared, now),
+                    _ => None,
+                };
                 match published {
                     Some(rate) => {
                         let arrives = t + half;
@@ -225,6 +254,8 @@ struct Store {
     wants: Vec<Option<(f64, u32, u64)>>,
     /// The rate as last published, and when.
     rate: Option<(Published, u64)>,
+    /// The fleet breaker's episode.
+    episode: Episode,
     /// When it stops answering, for good.
     lost_at: Option<u64>,
 }
@@ -243,6 +274,19 @@ impl Store {
             pending: (Tallies::default(), None),
             wants: vec![None; replicas],
             rate: None,
+            episode: Episode::default(),
+        }
+    }
+
+    /// A replica's fleet breaker `share` arrives at `t`: merged into the
+    /// episode, as the daemon's compare-and-set does, and answered.
+    fn merge(&mut self, share: &Share, t: u64) -> EpisodeAnswer {
+        let at = t / 1_000_000;
+        let granted = self.episode.merge(share, at);
+        EpisodeAnswer {
+            episode: self.episode.clone(),
+            granted,
+            at,
         }
     }
 

@@ -626,6 +626,35 @@ fn the_fleets_breakers_send_one_set_of_trials_and_close_together() {
 }
 
 #[test]
+fn replicas_sharing_a_store_send_the_fleets_trials_once_not_once_each() {
+    let max_calls = u64::from(stormguard_core::policy::CircuitBreakerPolicy::default().half_open_max_calls);
+    let through = |pace_store: Option<Duration>| {
+        let scenario = Scenario {
+            replicas: 3,
+            pace_store,
+            ..arriving(Errors::new(400.0, 0.0), 80, Duration::from_secs(40), 30)
+        };
+        let fleet = Modifiers {
+            fleet_breaker: true,
+            ..Modifiers::default()
+        };
+        retried_three_times(&scenario, fleet)
+    };
+    let alone = through(None);
+    let shared = through(Some(Duration::from_millis(1)));
+    // Alone, each replica lets halfOpenMaxCalls through for its processes.
+    assert!(alone.half_open_trials_per_window > 2 * max_calls, "{alone:?}");
+    assert!(
+        shared.half_open_trials_per_window <= max_calls,
+        "{} trials in a window, shared; {} alone",
+        shared.half_open_trials_per_window,
+        alone.half_open_trials_per_window
+    );
+    let closed = shared.breakers_closed_seconds.expect("every breaker closed");
+    assert!(closed <= 32.0, "{closed}");
+}
+
+#[test]
 fn a_fleet_scoped_breaker_that_never_hears_from_the_daemon_probes_as_one_alone_does() {
     let alone = through_an_outage(true);
     // The policy says fleet, and no daemon answers: every breaker falls

@@ -1,3 +1,4 @@
+use super::episode::{Episode, EpisodeAnswer, EpisodePhase};
 use super::*;
 use crate::policy::CircuitBreakerPolicy;
 
@@ -218,4 +219,156 @@ async fn fewer_slots_at_once_than_successes_needed_still_reach_a_close() {
         CircuitState::Closed
     );
     assert_eq!(fleet.slots_granted(), 3);
+}
+
+/// Two replicas' fleet breakers and the store they share, with no delay
+/// between them; the store's clock runs 5 s ahead of theirs.
+struct Replicated {
+    store: Episode,
+    replicas: [FleetBreaker<u32>; 2],
+    t0: Instant,
+}
+
+impl Replicated {
+    fn new(t0: Instant) -> Self {
+        Self {
+            store: Episode::default(),
+            replicas: [breaker(true, t0), breaker(true, t0)],
+            t0,
+        }
+    }
+
+    /// Replica `r` shares and adopts the answer at `now`.
+    fn exchange(&mut self, r: usize, now: Instant) {
+        let Some(share) = self.replicas[r].share_at(now) else {
+            return;
+        };
+        let at = 5_000 + (now - self.t0).as_millis() as u64;
+        let granted = self.store.merge(&share, at);
+        let answer = EpisodeAnswer {
+            episode: self.store.clone(),
+            granted,
+            at,
+        };
+        self.replicas[r].adopt_at(&answer, now);
+    }
+
+    /// Processes `0..200` ask at `now`, the even ones replica 0, the odd
+    /// ones replica 1, each with `report(p)`: the processes granted a slot.
+    fn ask(&mut self, now: Instant, report: impl Fn(u32) -> BreakerReport) -> Vec<u32> {
+        (0..200)
+            .filter(|&p| self.replicas[(p % 2) as usize].ask_at(p, report(p), now).trials == 1)
+            .collect()
+    }
+
+    /// Both replicas exchange, then every process asks, every 100 ms from
+    /// `from` for `span`: the slots granted.
+    fn run(&mut self, from: Instant, span: Duration, report: impl Fn(u32) -> BreakerReport) -> Vec<u32> {
+        let mut holders = Vec::new();
+        let mut now = from;
+        while now < from + span {
+            self.exchange(0, now);
+            self.exchange(1, now + ms(30));
+            holders.extend(self.ask(now + ms(50), &report));
+            now += ms(100);
+        }
+        holders
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn replicas_sharing_a_store_send_the_policys_trials_between_them_not_each() {
+    let t0 = Instant::now();
+    let mut fleet = Replicated::new(t0);
+    fleet.ask(t0, |_| open(Duration::ZERO));
+    let opened = fleet.run(t0, OPEN_TIMEOUT - ms(100), |_| open(OPEN_TIMEOUT));
+    assert!(opened.is_empty(), "open for openTimeout");
+    assert_eq!(fleet.store.phase, EpisodePhase::Open { since: 5_000 });
+
+    let due = t0 + OPEN_TIMEOUT - ms(100);
+    let holders = fleet.run(due, ms(1_500), |_| open(OPEN_TIMEOUT));
+    assert_eq!(
+        holders.len(),
+        10,
+        "halfOpenMaxCalls for both replicas: {holders:?}"
+    );
+
+    // Three trials succeed, on either replica: the store closes, and every
+    // breaker of both replicas is told to close.
+    let succeeded = |p: u32| {
+        if holders[..3].contains(&p) {
+            outcome(1, 0)
+        } else {
+            open(OPEN_TIMEOUT)
+        }
+    };
+    let after = due + ms(1_500);
+    fleet.run(after, ms(100), succeeded);
+    fleet.run(after + ms(100), ms(100), |_| open(OPEN_TIMEOUT));
+    assert_eq!(fleet.store.phase, EpisodePhase::Closed);
+    let later = after + ms(300);
+    for p in 0..200 {
+        let told = fleet.replicas[(p % 2) as usize].ask_at(p, open(later - t0), later);
+        assert_eq!((p, told.state), (p, CircuitState::Closed));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_trial_failed_on_one_replica_opens_the_others_breaker_again() {
+    let t0 = Instant::now();
+    let mut fleet = Replicated::new(t0);
+    fleet.ask(t0, |_| open(Duration::ZERO));
+    let due = t0 + OPEN_TIMEOUT;
+    let holders = fleet.run(due, ms(500), |_| open(OPEN_TIMEOUT));
+    let failed = *holders
+        .iter()
+        .find(|&&p| p % 2 == 0)
+        .expect("a holder on replica 0");
+    let after = due + ms(500);
+    fleet.run(after, ms(200), |p| {
+        if p == failed {
+            outcome(0, 1)
+        } else {
+            open(OPEN_TIMEOUT)
+        }
+    });
+    assert!(matches!(fleet.store.phase, EpisodePhase::Open { .. }));
+    assert_eq!(fleet.replicas[1].state(), CircuitState::Open);
+    let told = fleet.replicas[1].ask_at(1, open(OPEN_TIMEOUT), after + ms(250));
+    assert!(
+        told.state == CircuitState::Open && told.retry_in > OPEN_TIMEOUT - ms(500),
+        "{told:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replica_the_store_stops_answering_decides_alone_after_a_lease() {
+    let t0 = Instant::now();
+    let mut fleet = Replicated::new(t0);
+    fleet.ask(t0, |_| open(Duration::ZERO));
+    let due = t0 + OPEN_TIMEOUT;
+    fleet.run(due, ms(200), |_| open(OPEN_TIMEOUT));
+    // Replica 1's store is gone: within the lease it grants only what the
+    // store granted it; after it, slots of its own, as a lone daemon.
+    let lost = due + ms(200);
+    let within: Vec<u32> = (1..200)
+        .step_by(2)
+        .filter(|&p| {
+            fleet.replicas[1]
+                .ask_at(p, open(OPEN_TIMEOUT), lost + ms(500))
+                .trials
+                == 1
+        })
+        .collect();
+    let alone: Vec<u32> = (1..200)
+        .step_by(2)
+        .filter(|&p| {
+            fleet.replicas[1]
+                .ask_at(p, open(OPEN_TIMEOUT), lost + LEASE + ms(100))
+                .trials
+                == 1
+        })
+        .collect();
+    assert!(within.len() <= 10 && !alone.is_empty(), "{within:?} {alone:?}");
+    assert_eq!(within.len() + alone.len(), 10, "its own halfOpenMaxCalls, alone");
 }
