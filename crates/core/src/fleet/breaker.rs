@@ -212,6 +212,7 @@ impl<K: Eq + Hash + Clone> FleetBreaker<K> {
     pub fn ask_at(&mut self, who: K, report: BreakerReport, now: Instant) -> BreakerVerdict {
         self.last_ask = now;
         self.settle(&who, report, now);
+        self.close_if_due(now);
         if !report.open {
             return verdict(CircuitState::Closed, 0, Duration::ZERO);
         }
@@ -275,8 +276,17 @@ impl<K: Eq + Hash + Clone> FleetBreaker<K> {
             return;
         }
         *successes = successes.saturating_add(report.succeeded);
-        // Sharing, the close is the store's: it counts every replica's trials.
-        if *successes >= self.success_threshold && !self.mirror.holds_at(now) {
+    }
+
+    /// Closes it if this half-open's trials have had `successThreshold`
+    /// successes, unless it shares a store: then the close is the store's,
+    /// which counts every replica's trials. (A replica whose store went
+    /// quiet after its last successes closes at its next ask.)
+    fn close_if_due(&mut self, now: Instant) {
+        let Phase::HalfOpen { successes, .. } = self.phase else {
+            return;
+        };
+        if successes >= self.success_threshold && !self.mirror.holds_at(now) {
             self.phase = Phase::Closed;
             self.closing = Some(Closing {
                 at: now,

@@ -372,3 +372,38 @@ async fn a_replica_the_store_stops_answering_decides_alone_after_a_lease() {
     assert!(within.len() <= 10 && !alone.is_empty(), "{within:?} {alone:?}");
     assert_eq!(within.len() + alone.len(), 10, "its own halfOpenMaxCalls, alone");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_replica_whose_store_went_quiet_after_the_last_success_closes_alone() {
+    let t0 = Instant::now();
+    let policy = CircuitBreakerPolicy {
+        enabled: true,
+        open_timeout: OPEN_TIMEOUT,
+        half_open_max_calls: 3,
+        success_threshold: 3,
+        ..CircuitBreakerPolicy::default()
+    };
+    let mut fleet = Replicated::new(t0);
+    fleet.replicas = [
+        FleetBreaker::new_at(&policy, true, t0),
+        FleetBreaker::new_at(&policy, true, t0),
+    ];
+    fleet.ask(t0, |_| open(Duration::ZERO));
+    let due = t0 + OPEN_TIMEOUT;
+    let holders: Vec<u32> = fleet
+        .run(due, ms(500), |_| open(OPEN_TIMEOUT))
+        .into_iter()
+        .filter(|p| p % 2 == 0)
+        .collect();
+    assert_eq!(holders.len(), 3, "replica 0 asked first and holds every slot");
+    // Its holders succeed, and the store never hears of it: sharing, the
+    // replica leaves the close to the store; a lease later it closes alone.
+    let after = due + ms(500);
+    for &p in &holders {
+        fleet.replicas[0].ask_at(p, outcome(1, 0), after);
+    }
+    assert_eq!(fleet.replicas[0].state(), CircuitState::HalfOpen);
+    let alone = after + LEASE;
+    let told = fleet.replicas[0].ask_at(0, open(OPEN_TIMEOUT), alone);
+    assert_eq!(told.state, CircuitState::Closed);
+}
