@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
 from .calls import Attempt, Clock, FailureOf, Outcome, Sleep, Step, answered, failure_of
-from .controls import Guard, PolicySource
+from .guard import Guard, PolicySource
 from .plans import Run
 from .reports import Reporter
 from .watching import BaseWatch, Fetch, Fetched, WatchPlan
@@ -130,6 +130,8 @@ class AsyncDependency(Guard):
         (``httpx.AsyncHTTPTransport()`` by default) as one call to this
         dependency: ``httpx.AsyncClient(transport=payments.transport())``.
         Needs the ``httpx`` extra (see :mod:`stormguard_client.httpx`)."""
+        # Imported when a transport is made, not with this module: httpx is an
+        # optional extra, and the core must load without it.
         from .httpx import AsyncGuardedTransport
 
         return AsyncGuardedTransport(self, inner)

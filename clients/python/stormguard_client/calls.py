@@ -35,14 +35,12 @@ import time
 import urllib.error
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, Protocol, TypeAlias, TypeVar, Union, cast
+from typing import Generic, Protocol, TypeAlias, TypeVar, Union, cast
 
 from .breaker import Permit
+from .controls import Controls
 from .gate import NoTurn, SendGate, Signal, Ticket
 from .retry_on import RetryOn
-
-if TYPE_CHECKING:
-    from .controls import Controls
 
 Clock: TypeAlias = Callable[[], int]
 """Nanoseconds on a clock that never goes back (``time.monotonic_ns``)."""
@@ -196,7 +194,7 @@ def _asked_to_wait(error: urllib.error.HTTPError) -> float | None:
     return parse_retry_after(value) if isinstance(value, str) else None
 
 
-def call_plan(c: "Controls", *, clock: Clock, rng: random.Random, new_wakeup: Callable[[], W], record: Record,
+def call_plan(c: Controls, *, clock: Clock, rng: random.Random, new_wakeup: Callable[[], W], record: Record,
               failure: FailureOf = failure_of, timeout: float | None = None) -> CallPlan[W]:
     """The plan of one call under ``c``: ``record`` counts each attempt,
     ``failure`` judges an attempt's exception, ``new_wakeup`` makes what a

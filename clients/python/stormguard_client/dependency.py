@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from .breaker import CallNotPermitted
 from .calls import Attempt, Clock, FailureOf, Outcome, Sleep, Step, answered, failure_of
-from .controls import Guard, PolicySource
 from .gate import NoTurn
+from .guard import Guard, PolicySource
 from .reports import Reporter
 
 if TYPE_CHECKING:
@@ -82,6 +82,8 @@ class Dependency(Guard):
         (``httpx.HTTPTransport()`` by default) as one call to this
         dependency: ``httpx.Client(transport=payments.transport())``. Needs
         the ``httpx`` extra (see :mod:`stormguard_client.httpx`)."""
+        # Imported when a transport is made, not with this module: httpx is an
+        # optional extra, and the core must load without it.
         from .httpx import GuardedTransport
 
         return GuardedTransport(self, inner)

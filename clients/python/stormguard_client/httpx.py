@@ -45,18 +45,17 @@ extra: ``pip install 'stormguard-client[httpx]'``.
 
 import contextlib
 import itertools
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
-from .calls import Outcome, parse_retry_after
+from .calls import FailureOf, Outcome, parse_retry_after
 from .calls import failure_of as _network_failure
-from .dependency import Dependency
 
 try:
     import httpx
 except ModuleNotFoundError as missing:
     raise ModuleNotFoundError("stormguard_client.httpx needs httpx: pip install 'stormguard-client[httpx]'",
                               name="httpx") from missing
-
-from .aio import AsyncDependency
 
 __all__ = ["AsyncGuardedTransport", "GuardedTransport", "failure_of"]
 
@@ -157,6 +156,31 @@ class _Exchange:
         raise error
 
 
+class DependencyCalls(Protocol):
+    """What a :class:`GuardedTransport` needs of its dependency: a call
+    whose attempts answer with an Outcome, which also says whether the
+    answer carried a ``Retry-After``. A :class:`~stormguard_client.Dependency`
+    has it. Named here, not imported: the dependency makes its transport
+    (:meth:`~stormguard_client.Dependency.transport`), so its module
+    imports this one, and this one importing it back would close a circle."""
+
+    def _call(self, endpoint: str, attempt: Callable[[float | None], Outcome], *, timeout: float | None,
+              failure: FailureOf) -> int:
+        """A call to ``endpoint``: ``attempt(timeout)`` until it succeeds
+        or the policy says stop; the last status, or the last exception raised."""
+        ...
+
+
+class AsyncDependencyCalls(Protocol):
+    """:class:`DependencyCalls`, for an :class:`AsyncGuardedTransport`'s
+    dependency (an :class:`~stormguard_client.aio.AsyncDependency`)."""
+
+    async def _call(self, endpoint: str, attempt: Callable[[float | None], Awaitable[Outcome]], *,
+                    timeout: float | None, failure: FailureOf) -> int:
+        """:meth:`DependencyCalls._call`, its attempts awaited."""
+        ...
+
+
 class GuardedTransport(httpx.BaseTransport):
     """Sends each request through ``inner`` (``httpx.HTTPTransport()`` by
     default) as one call to ``dependency`` (see the module's notes). A
@@ -164,7 +188,7 @@ class GuardedTransport(httpx.BaseTransport):
     in, each of its socket operations (connect, write, each read) is
     bounded by the per-try timeout, as httpx's own timeouts bound them."""
 
-    def __init__(self, dependency: Dependency, inner: httpx.BaseTransport | None = None) -> None:
+    def __init__(self, dependency: DependencyCalls, inner: httpx.BaseTransport | None = None) -> None:
         self.dependency = dependency
         self.inner = inner if inner is not None else httpx.HTTPTransport()
 
@@ -201,7 +225,7 @@ class AsyncGuardedTransport(httpx.AsyncBaseTransport):
     :meth:`~stormguard_client.aio.AsyncDependency.call`) and closes any
     response it had."""
 
-    def __init__(self, dependency: AsyncDependency, inner: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(self, dependency: AsyncDependencyCalls, inner: httpx.AsyncBaseTransport | None = None) -> None:
         self.dependency = dependency
         self.inner = inner if inner is not None else httpx.AsyncHTTPTransport()
 

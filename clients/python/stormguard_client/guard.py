@@ -1,0 +1,112 @@
+"""What both flavours of :class:`~stormguard_client.Dependency` share
+(:class:`Guard`): the controls of the current policy
+(:mod:`stormguard_client.controls`), kept current as the policy changes,
+and the start of each call.
+"""
+
+import contextlib
+import dataclasses
+import functools
+import logging
+import random
+import threading
+from collections.abc import Callable, Iterator
+from typing import Protocol
+
+from .breaker import CircuitBreaker
+from .budget import RetryBudget
+from .calls import Clock, FailureOf, Outcome, Step, W, call_plan
+from .controls import Controls, build
+from .gate import SendGate
+from .plans import Run
+from .policies import DEFAULT_POLICY
+from .reports import Reporter
+from .watching import Policy
+
+# The name the blocking Dependency has always logged under.
+log = logging.getLogger("stormguard_client.dependency")
+
+
+class PolicySource(Protocol):
+    """Where a dependency reads its current policy: a
+    :class:`~stormguard_client.PolicyWatch`, an
+    :class:`~stormguard_client.aio.AsyncPolicyWatch`, or anything with
+    ``policy(service)``."""
+
+    def policy(self, service: str) -> Policy:
+        """The current resolved policy of ``service``."""
+        ...
+
+
+class Guard:
+    """Calls to ``service`` under the policy ``watch`` currently has for it,
+    reported through ``reporter``: what the blocking and the asyncio
+    flavours share. Each call starts with :meth:`_calling`, whose plan the
+    flavour then drives."""
+
+    def __init__(self, watch: PolicySource, service: str, reporter: Reporter | None, clock: Clock,
+                 rng: random.Random | None) -> None:
+        self.watch = watch
+        self.service = service
+        self.reporter = reporter
+        self._clock = clock
+        self._random = rng or random.Random()
+        self._lock = threading.Lock()
+        self._controls: Controls | None = None
+
+    @property
+    def breaker(self) -> CircuitBreaker | None:
+        """The circuit breaker of the current policy, or None if it has none."""
+        return self._current().breaker
+
+    @property
+    def budget(self) -> RetryBudget | None:
+        """The retry budget of the current policy, or None if it has none."""
+        return self._current().budget
+
+    @property
+    def gate(self) -> SendGate | None:
+        """The send gate of the current policy, or None if it has none."""
+        return self._current().gate
+
+    def _current(self) -> Controls:
+        """The controls of the watch's current policy, rebuilt when it
+        changes: the breaker, the budget and the gate only if their block
+        changed, so a policy update does not reset an open breaker, a spent
+        budget or a gate that paces a recovering dependency."""
+        policy = self.watch.policy(self.service)
+        with self._lock:
+            old = self._controls
+            if old is not None and (old.policy is policy or old.policy == policy):
+                return old
+            try:
+                self._controls = build(policy, old, self._clock(), self._random.random)
+            except ValueError as error:
+                if old is None:
+                    log.error("stormguard: the policy of %s cannot be used (%s); using the defaults",
+                              self.service, error)
+                    self._controls = build(DEFAULT_POLICY, None, self._clock(), self._random.random)
+                else:
+                    log.error("stormguard: the new policy of %s cannot be used (%s); keeping the last",
+                              self.service, error)
+                    self._controls = dataclasses.replace(old, policy=policy)
+            return self._controls
+
+    @contextlib.contextmanager
+    def _calling(self, endpoint: str, new_wakeup: Callable[[], W], failure: FailureOf,
+                 timeout: float | None) -> Iterator[Run[Step[W], Outcome | None, int]]:
+        """A call to ``endpoint``, its plan under way, for the ``with``
+        block: the reporter is told the current breaker, budget and gate,
+        and counts the call in flight until the block ends."""
+        controls = self._current()
+        reporter = self.reporter
+        if reporter is not None:
+            reporter.track(self.service, controls.breaker, controls.budget, controls.gate, self._clock)
+        with reporter.in_flight(self.service) if reporter is not None else contextlib.nullcontext():
+            yield Run(call_plan(controls, clock=self._clock, rng=self._random, new_wakeup=new_wakeup,
+                                record=functools.partial(self._record, endpoint), failure=failure,
+                                timeout=timeout))
+
+    def _record(self, endpoint: str, retry: int, outcome: str) -> None:
+        if self.reporter is not None:
+            self.reporter.record(self.service, endpoint, retry, outcome)
