@@ -14,7 +14,7 @@
 //! answer, an interval later.
 //!
 //! With a shared store, each replica tells the others what its processes
-//! claim of a fleet-scoped budget at most once per [`SHARE_EVERY`] per
+//! claim of a fleet-scoped budget at most once per [`CLAIMS_EVERY`] per
 //! dependency, and at once when a process joins or leaves (once per
 //! process: cheap even when a whole fleet starts), and divides the floor
 //! over every replica's claims: the parts add up to one floor. Each
@@ -35,12 +35,11 @@ use stormguard_core::policy::{BudgetPolicy, BudgetScope};
 use stormguard_core::wire::Report;
 use tokio::time::Instant;
 
-/// Budgeted dependencies followed at once, at most; reports about more
-/// get no part (their processes keep their own fallback).
-pub const MAX_DEPENDENCIES: usize = 1000;
+use crate::fleet::MAX_DEPENDENCIES;
+
 /// How often a replica shares its processes' claims on one dependency with
 /// the others, at most.
-pub const SHARE_EVERY: Duration = Duration::from_secs(1);
+pub const CLAIMS_EVERY: Duration = Duration::from_secs(1);
 
 /// Whether `budget` is one the daemon divides.
 pub fn is_fleet_scoped(budget: &BudgetPolicy) -> bool {
@@ -165,7 +164,7 @@ impl FleetBudgets {
         }
         let mine = entry.division.claims(now);
         let due = entry.shared.is_none_or(|(at, processes)| {
-            now.saturating_duration_since(at) >= SHARE_EVERY || processes != mine.processes
+            now.saturating_duration_since(at) >= CLAIMS_EVERY || processes != mine.processes
         });
         if due {
             entry.shared = Some((now, mine.processes));

@@ -1,6 +1,8 @@
 //! stormguard, the daemon: loads a retry-policy file, validates it, hot-reloads
 //! it without ever serving a broken one, and serves each service's resolved
 //! policy over HTTP. The binary's command line is in `main.rs`.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod fleet;
 pub mod fleet_breaker;

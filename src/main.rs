@@ -1,4 +1,5 @@
 //! The `stormguard` command line.
+#![forbid(unsafe_code)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;

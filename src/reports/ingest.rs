@@ -50,20 +50,6 @@ pub struct ReportLimits {
     pub label_ttl: Duration,
 }
 
-impl Default for ReportLimits {
-    fn default() -> Self {
-        Self {
-            max_unlisted_services: 100,
-            max_endpoints_per_service: 100,
-            max_attempt_label: 10,
-            max_instances: 10_000,
-            instance_ttl: Duration::from_secs(60),
-            batch_window: Duration::from_secs(600),
-            label_ttl: Duration::from_secs(3600),
-        }
-    }
-}
-
 /// Outcome labels of `http_client_requests_total`, in report order.
 const STATUSES: [&str; 3] = ["success", "error", "server_error"];
 /// The attempt number `other` is stored as.

@@ -1,4 +1,4 @@
-//! The admin API: status, reload and validate, behind a bearer token.
+//! The admin API: status, history, reload and validate, behind a bearer token.
 
 use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};

@@ -213,11 +213,12 @@ async fn method_not_allowed(request: Request) -> ApiError {
     )
 }
 
-/// Liveness: the process answers.
+/// This API's OpenAPI document.
 async fn openapi() -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "application/yaml")], OPENAPI)
 }
 
+/// Liveness: the process answers.
 async fn healthz() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))
 }

@@ -79,6 +79,8 @@
 //! reporter.shutdown().await;
 //! # }
 //! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod classify;
 mod config;

@@ -1,6 +1,8 @@
 //! stormguard's core: the retry-policy model and its resolution, as pure
-//! logic with no HTTP and no files, so that a service that only wants the
-//! library pulls in nothing heavy.
+//! logic that does no I/O (no files, no sockets), so that a service that
+//! only wants the library pulls in nothing heavy. The `tower` feature (on
+//! by default) adds the tower layers, and with them the `http` types.
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod backoff;

@@ -6,6 +6,8 @@
 //! ([`render`]). The daemon calls the loader, the linter and the renderer;
 //! the command line calls the rest, with its [`flags`] and the fleet's
 //! [`shape`] as the commands share them.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod check;
 pub mod diff;

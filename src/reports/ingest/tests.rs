@@ -12,6 +12,17 @@ fn report(json: &str) -> Report<'static> {
     decode(Box::leak(json.to_string().into_boxed_str()).as_bytes()).unwrap()
 }
 
+/// Caps that none of these reports reach, unless a test lowers one.
+const LIMITS: ReportLimits = ReportLimits {
+    max_unlisted_services: 100,
+    max_endpoints_per_service: 100,
+    max_attempt_label: 10,
+    max_instances: 10_000,
+    instance_ttl: Duration::from_secs(60),
+    batch_window: Duration::from_secs(600),
+    label_ttl: Duration::from_secs(3600),
+};
+
 const CHARGE: &str = r#"{"service": "payment-service", "instance": "pod-a",
     "endpoints": [{"endpoint": "/charge", "requests": {"success": 120, "error": 3, "server_error": 7},
                    "retries": {"1": 9, "2": 1}}],
@@ -19,7 +30,7 @@ const CHARGE: &str = r#"{"service": "payment-service", "instance": "pod-a",
 
 #[test]
 fn a_report_moves_each_family_by_its_values_and_a_second_adds() {
-    let m = ClientMetrics::new(ReportLimits::default());
+    let m = ClientMetrics::new(LIMITS);
     let t0 = Instant::now();
     assert!(m.ingest(&report(CHARGE), |_| true, t0).is_empty());
     let text = m.encode(t0);
@@ -69,7 +80,7 @@ fn a_report_moves_each_family_by_its_values_and_a_second_adds() {
 
 #[test]
 fn every_family_has_help_and_type_and_labels_are_escaped() {
-    let m = ClientMetrics::new(ReportLimits::default());
+    let m = ClientMetrics::new(LIMITS);
     let odd = r#"{"service": "a", "instance": "i", "endpoints": [{"endpoint": "/q\"x\\y\nz", "requests": {"success": 1}}]}"#;
     m.ingest(&report(odd), |_| true, Instant::now());
     let text = m.encode(Instant::now());
@@ -91,7 +102,7 @@ fn every_family_has_help_and_type_and_labels_are_escaped() {
 fn states_take_the_worst_live_instance_and_expire_after_the_ttl() {
     let limits = ReportLimits {
         instance_ttl: Duration::from_secs(10),
-        ..ReportLimits::default()
+        ..LIMITS
     };
     let m = ClientMetrics::new(limits);
     let t0 = Instant::now();
@@ -126,7 +137,7 @@ fn states_take_the_worst_live_instance_and_expire_after_the_ttl() {
 fn gates_on_count_the_live_instances_pacing_and_a_policy_without_a_gate_adds_nothing() {
     let limits = ReportLimits {
         instance_ttl: Duration::from_secs(10),
-        ..ReportLimits::default()
+        ..LIMITS
     };
     let m = ClientMetrics::new(limits);
     let t0 = Instant::now();
@@ -163,7 +174,7 @@ fn gates_on_count_the_live_instances_pacing_and_a_policy_without_a_gate_adds_not
 
 #[test]
 fn breakers_open_count_the_live_instances_whose_breaker_is_not_closed() {
-    let m = ClientMetrics::new(ReportLimits::default());
+    let m = ClientMetrics::new(LIMITS);
     let t0 = Instant::now();
     let at = |instance: &str, breaker: &str| {
         report(&format!(
@@ -192,7 +203,7 @@ fn the_guard_folds_unlisted_services_endpoints_and_attempts_into_other() {
         max_endpoints_per_service: 2,
         max_attempt_label: 3,
         max_instances: 2,
-        ..ReportLimits::default()
+        ..LIMITS
     };
     let m = ClientMetrics::new(limits);
     let now = Instant::now();
@@ -258,7 +269,7 @@ fn the_guard_folds_unlisted_services_endpoints_and_attempts_into_other() {
 
 #[test]
 fn a_flood_of_names_keeps_the_series_bounded() {
-    let m = ClientMetrics::new(ReportLimits::default());
+    let m = ClientMetrics::new(LIMITS);
     let now = Instant::now();
     for i in 0..12_000 {
         let r = report(&format!(
@@ -292,7 +303,7 @@ fn unlisted_services_that_stop_reporting_expire_and_free_their_place() {
     let limits = ReportLimits {
         max_unlisted_services: 2,
         label_ttl: Duration::from_secs(60),
-        ..ReportLimits::default()
+        ..LIMITS
     };
     let m = ClientMetrics::new(limits);
     let t0 = Instant::now();

@@ -25,7 +25,11 @@ pub const DOCUMENT_KEYS: &[&str] = &[
     "reporters",
 ];
 
-/// A policy file that decoded and validated: every service resolves to a valid policy.
+/// A policy file's content. Loading builds one only from a file that
+/// decoded and validated, so every service resolves to a valid policy; the
+/// fields are public, and whoever changes them keeps that true (`diff`
+/// swaps in another file's forecast, call graph and reporters, which no
+/// service's policy depends on).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PolicyDocument {
     /// The file's `defaults` layer.

@@ -14,10 +14,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::Deserialize;
-use serde_yaml::{Mapping, Value};
+use serde_json::{Map, Value};
 use stormguard_core::policy::{Layered, PolicyDocument, ResolvedPolicy, RetryPolicy};
 
-use crate::policy::{load_bytes, Diagnostic, LoadLimits};
+use crate::policy::{load_bytes, yaml, Diagnostic, LoadLimits};
 
 /// The parts of `GET /v1/policies` that make up the policies.
 #[derive(Deserialize)]
@@ -66,7 +66,7 @@ pub fn served_document(
     compared: Option<&PolicyDocument>,
 ) -> Result<PolicyDocument, ServedError> {
     let served: Served = serde_json::from_slice(answer).map_err(ServedError::Unreadable)?;
-    let yaml = serde_yaml::to_string(&file_of(&served)).expect("a mapping of plain values");
+    let yaml = yaml::to_text(&file_of(&served));
     let limits = LoadLimits {
         max_bytes: usize::MAX,
         ..LoadLimits::default()
@@ -81,13 +81,13 @@ pub fn served_document(
 }
 
 /// The file's top level: every default key, each service's own keys.
-fn file_of(served: &Served) -> Mapping {
-    let mut services = Mapping::new();
+fn file_of(served: &Served) -> Map<String, Value> {
+    let mut services = Map::new();
     for (name, resolved) in &served.services {
         let own = |key: &str| resolved.overridden.iter().any(|k| k == key);
-        services.insert(name.as_str().into(), keys_of(&resolved.policy, own).into());
+        services.insert(name.clone(), keys_of(&resolved.policy, own).into());
     }
-    let mut file = Mapping::new();
+    let mut file = Map::new();
     file.insert("defaults".into(), keys_of(&served.defaults, |_| true).into());
     file.insert("services".into(), services.into());
     file.insert("gatewayRetries".into(), served.gateway_retries.into());
@@ -95,29 +95,26 @@ fn file_of(served: &Served) -> Mapping {
 }
 
 /// `policy`'s keys that `wanted` picks, nested as a file nests them.
-fn keys_of(policy: &RetryPolicy, wanted: impl Fn(&str) -> bool) -> Mapping {
+fn keys_of(policy: &RetryPolicy, wanted: impl Fn(&str) -> bool) -> Map<String, Value> {
     let mut written = Vec::new();
     policy.written("", &mut written);
-    let mut out = Mapping::new();
+    let mut out = Map::new();
     for (key, value) in written.into_iter().filter(|(key, _)| wanted(key)) {
         // A value as a file writes it is YAML: `200ms`, `[5xx, 429]`.
-        let value: Value = serde_yaml::from_str(&value).unwrap_or(Value::String(value));
-        insert(&mut out, &key, value);
+        insert(&mut out, &key, yaml::value_of(value));
     }
     out
 }
 
 /// Sets the dotted `key` in `map`, making the blocks on its way.
-fn insert(map: &mut Mapping, key: &str, value: Value) {
+fn insert(map: &mut Map<String, Value>, key: &str, value: Value) {
     match key.split_once('.') {
         None => {
             map.insert(key.into(), value);
         }
         Some((block, rest)) => {
-            let entry = map
-                .entry(block.into())
-                .or_insert_with(|| Value::Mapping(Mapping::new()));
-            if let Value::Mapping(inner) = entry {
+            let entry = map.entry(block).or_insert_with(|| Value::Object(Map::new()));
+            if let Value::Object(inner) = entry {
                 insert(inner, rest, value);
             }
         }

@@ -4,7 +4,7 @@
 //! [`PolicyDocument`]: stormguard_core::policy::PolicyDocument
 
 mod load;
-mod yaml;
+pub(crate) mod yaml;
 
 pub use load::{
     hex, load_bytes, load_file, read_capped, ContentHash, Diagnostic, LoadLimits, DEFAULT_MAX_POLICY_BYTES,

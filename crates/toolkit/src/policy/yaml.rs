@@ -1,8 +1,9 @@
-//! The only module that calls the YAML parser (`serde_yaml`), so that moving
+//! The only module that calls the YAML library (`serde_yaml`), so that moving
 //! to a maintained fork (`serde_yaml_ng`, `serde_norway`) is a one-file change.
 //!
-//! It does two things: parse bytes into the neutral [`Node`] tree, and find
-//! the line and column of a key path. The parser keeps no positions in its
+//! It parses bytes into the neutral [`Node`] tree, finds the line and column
+//! of a key path, and reads and writes the plain values that `render` and
+//! `diff` turn into YAML. The parser keeps no positions in its
 //! values, but it does attach the current position to any error a visitor
 //! raises; [`locate`] walks to the path and raises one there.
 
@@ -41,6 +42,17 @@ pub struct SyntaxError {
 pub const DEFAULT_MAX_FLOW_COLLECTIONS: usize = 10_000;
 
 /// Parses `text` into a tree, refusing more than `max_flow_collections` brackets.
+/// `value` as YAML text.
+pub(crate) fn to_text<T: serde::Serialize + ?Sized>(value: &T) -> String {
+    serde_yaml::to_string(value).expect("plain data is YAML")
+}
+
+/// `text`, a value as a policy file writes it (`200ms`, `[5xx, 429]`, `3`),
+/// as YAML reads it; text that is not YAML stays a string.
+pub(crate) fn value_of(text: String) -> serde_json::Value {
+    serde_yaml::from_str(&text).unwrap_or(serde_json::Value::String(text))
+}
+
 pub fn parse(text: &[u8], max_flow_collections: usize) -> Result<Node, SyntaxError> {
     check_encoding(text)?;
     check_flow_collections(text, max_flow_collections)?;

@@ -118,10 +118,10 @@ pub fn text(rendering: &Rendering) -> String {
         (Format::Grpc, document) => serde_json::to_string_pretty(document).expect("plain data") + "\n",
         (_, Value::Array(objects)) => objects
             .iter()
-            .map(|o| serde_yaml::to_string(o).expect("plain data"))
+            .map(crate::policy::yaml::to_text)
             .collect::<Vec<_>>()
             .join("---\n"),
-        (_, document) => serde_yaml::to_string(document).expect("plain data"),
+        (_, document) => crate::policy::yaml::to_text(document),
     }
 }
 
