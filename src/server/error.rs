@@ -18,9 +18,9 @@ pub struct ApiError {
 
 impl ApiError {
     /// An error with `status` and a message for the caller.
-    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+    pub fn new(status: StatusCode, message: impl std::fmt::Display) -> Self {
         let mut body = Map::new();
-        body.insert("error".into(), Value::String(message.into()));
+        body.insert("error".into(), Value::String(message.to_string()));
         Self {
             status,
             body,

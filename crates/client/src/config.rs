@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use stormguard_core::policy::check_service_name;
-use stormguard_core::wire::check_instance;
+use stormguard_core::policy::{check_service_name, InvalidServiceName};
+use stormguard_core::wire::{check_instance, BadLength};
 
 /// A setting of [`ClientConfig`](crate::ClientConfig) or
 /// [`ReporterConfig`](crate::ReporterConfig) that cannot work.
@@ -15,14 +15,20 @@ pub enum ConfigError {
     #[error("daemon {0:?}: not an http:// or https:// URL")]
     Daemon(String),
     /// A service name (`service`, `caller`) is not a DNS-1123 label.
-    #[error("{field} {name:?}: {problem}")]
-    Name {
+    #[error("{field}: {source}")]
+    ServiceName {
         /// Which setting.
         field: &'static str,
+        /// The name, and what is wrong with it.
+        source: InvalidServiceName,
+    },
+    /// `instance` is empty or longer than the daemon takes.
+    #[error("instance {name:?}: {source}")]
+    Instance {
         /// Its value.
         name: String,
         /// What is wrong with it.
-        problem: String,
+        source: BadLength,
     },
     /// The list of services to watch is empty, too long, or (for
     /// `PolicyClient::start`) names more than one.
@@ -51,18 +57,13 @@ pub(crate) fn check_daemon(daemon: &str) -> Result<(), ConfigError> {
 }
 
 pub(crate) fn check_service(field: &'static str, name: &str) -> Result<(), ConfigError> {
-    check_service_name(name).map_err(|problem| ConfigError::Name {
-        field,
-        name: name.to_string(),
-        problem,
-    })
+    check_service_name(name).map_err(|source| ConfigError::ServiceName { field, source })
 }
 
 pub(crate) fn check_instance_name(name: &str) -> Result<(), ConfigError> {
-    check_instance(name).map_err(|problem| ConfigError::Name {
-        field: "instance",
+    check_instance(name).map_err(|source| ConfigError::Instance {
         name: name.to_string(),
-        problem,
+        source,
     })
 }
 

@@ -666,27 +666,21 @@ mod tests {
                 instance: String::new(),
                 ..config()
             }),
-            ConfigError::Name {
-                field: "instance",
-                ..
-            }
+            ConfigError::Instance { .. }
         ));
         assert!(matches!(
             bad(ReporterConfig {
                 instance: "x".repeat(300),
                 ..config()
             }),
-            ConfigError::Name {
-                field: "instance",
-                ..
-            }
+            ConfigError::Instance { .. }
         ));
         assert!(matches!(
             bad(ReporterConfig {
                 caller: Some("Checkout".into()),
                 ..config()
             }),
-            ConfigError::Name { field: "caller", .. }
+            ConfigError::ServiceName { field: "caller", .. }
         ));
         assert!(matches!(
             bad(ReporterConfig {

@@ -31,8 +31,8 @@ pub use model::{
     OverloadWhen, RetryCondition, RetryOn, RetryPolicy, RetryPolicySpec, RetryThrottlingPolicy,
     RetryThrottlingPolicySpec, SlidingWindow,
 };
-pub use name::check_service_name;
-pub use reporters::{Reporter, Reporters, MAX_REPORTERS};
+pub use name::{check_service_name, InvalidServiceName, NameProblem, MAX_SERVICE_NAME_LEN};
+pub use reporters::{BadReporter, Reporter, Reporters, MAX_REPORTERS};
 pub use tree::{did_you_mean, Errors, KeyPath, Node, PolicyError, Segment, Target};
 pub use valid::{InvalidPolicy, ValidPolicy};
 pub use validate::{Violation, MAX_DELAY, MAX_DELAYS, MAX_RETRIES, MAX_TIMEOUT};

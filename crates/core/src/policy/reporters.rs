@@ -42,17 +42,19 @@ impl Reporter {
         }
     }
 
-    fn parse(text: &str) -> Result<Self, String> {
+    fn parse(text: &str) -> Result<Self, BadReporter> {
         let Some((namespace, name)) = text.split_once('/') else {
-            return Err(format!(
-                "{text:?} is not NAMESPACE/SERVICE-ACCOUNT or NAMESPACE/*"
-            ));
+            return Err(BadReporter::Shape(text.into()));
         };
-        check_label(namespace).map_err(|p| format!("{text:?}: the namespace {p}"))?;
+        if check_service_name(namespace).is_err() {
+            return Err(BadReporter::Namespace(text.into()));
+        }
         if name == "*" {
             return Ok(Self::Namespace(namespace.into()));
         }
-        check_subdomain(name).map_err(|p| format!("{text:?}: the service account {p}"))?;
+        if !is_subdomain(name) {
+            return Err(BadReporter::Account(text.into()));
+        }
         Ok(Self::Account {
             namespace: namespace.into(),
             name: name.into(),
@@ -69,14 +71,24 @@ impl fmt::Display for Reporter {
     }
 }
 
-/// A Kubernetes namespace name: a DNS-1123 label.
-fn check_label(name: &str) -> Result<(), String> {
-    check_service_name(name)
-        .map_err(|_| "is not a DNS-1123 label (lowercase letters, digits and '-', at most 63)".into())
+/// A reporter entry that is not one, as written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadReporter {
+    /// Not two parts around a `/`.
+    #[error("{0:?} is not NAMESPACE/SERVICE-ACCOUNT or NAMESPACE/*")]
+    Shape(String),
+    /// The namespace is not a Kubernetes namespace name.
+    #[error("{0:?}: the namespace is not a DNS-1123 label (lowercase letters, digits and '-', at most 63)")]
+    Namespace(String),
+    /// The service account is not a Kubernetes service account name.
+    #[error(
+        "{0:?}: the service account is not a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', at most 253)"
+    )]
+    Account(String),
 }
 
-/// A service account name: a DNS-1123 subdomain.
-fn check_subdomain(name: &str) -> Result<(), String> {
+/// Whether `name` is a DNS-1123 subdomain, as service account names are.
+fn is_subdomain(name: &str) -> bool {
     let labels_ok = name.split('.').all(|label| {
         !label.is_empty()
             && label
@@ -85,11 +97,7 @@ fn check_subdomain(name: &str) -> Result<(), String> {
             && !label.starts_with('-')
             && !label.ends_with('-')
     });
-    if name.len() <= 253 && labels_ok {
-        Ok(())
-    } else {
-        Err("is not a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', at most 253)".into())
-    }
+    name.len() <= 253 && labels_ok
 }
 
 /// The allow-list, by dependency.
@@ -167,7 +175,7 @@ fn reporter(node: &Node, path: &KeyPath, errors: &mut Errors) -> Option<Reporter
         return None;
     };
     Reporter::parse(text)
-        .map_err(|problem| errors.push(PolicyError::value(path, problem)))
+        .map_err(|problem| errors.push(PolicyError::value(path, problem.to_string())))
         .ok()
 }
 

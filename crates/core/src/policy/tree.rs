@@ -121,20 +121,20 @@ pub struct PolicyError {
 
 impl PolicyError {
     /// An error about the value at `path`.
-    pub fn value(path: &KeyPath, message: impl Into<String>) -> Self {
+    pub fn value(path: &KeyPath, message: impl fmt::Display) -> Self {
         Self {
             path: path.clone(),
             target: Target::Value,
-            message: message.into(),
+            message: message.to_string(),
         }
     }
 
     /// An error about the key at the end of `path`.
-    pub fn key(path: &KeyPath, message: impl Into<String>) -> Self {
+    pub fn key(path: &KeyPath, message: impl fmt::Display) -> Self {
         Self {
             path: path.clone(),
             target: Target::Key,
-            message: message.into(),
+            message: message.to_string(),
         }
     }
 }

@@ -32,8 +32,10 @@ mod report;
 pub const MAX_WAIT_HEADER: &str = "stormguard-max-wait-ms";
 
 pub use pace::{BreakerAsk, BreakerGrant, PaceAsk, PaceGrant};
-pub use policies::{parse_selection, SelectedPolicies, SelectedPolicy, MAX_SELECTED, SERVICES_PARAM};
+pub use policies::{
+    parse_selection, BadSelection, SelectedPolicies, SelectedPolicy, MAX_SELECTED, SERVICES_PARAM,
+};
 pub use report::{
-    check_endpoint, check_instance, BudgetReport, EndpointCounts, FieldError, FloorPart, Folded, Rejected,
-    Report, ReportAnswer, ReportBatch, StatusCounts, MAX_BATCH, MAX_ENDPOINT_LEN, MAX_INSTANCE_LEN,
+    check_endpoint, check_instance, BadLength, BudgetReport, EndpointCounts, FieldError, FloorPart, Folded,
+    Rejected, Report, ReportAnswer, ReportBatch, StatusCounts, MAX_BATCH, MAX_ENDPOINT_LEN, MAX_INSTANCE_LEN,
 };

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::policy::{check_service_name, ResolvedPolicy};
+use crate::policy::{check_service_name, InvalidServiceName, ResolvedPolicy};
 
 /// The query parameter that names the services, comma-separated.
 pub const SERVICES_PARAM: &str = "services";
@@ -31,22 +31,30 @@ pub struct SelectedPolicy {
     pub resolved: ResolvedPolicy,
 }
 
+/// Why a `services=` value selects nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadSelection {
+    /// A name in it is not a service name (an empty list has an empty one).
+    #[error("{SERVICES_PARAM}: {0}")]
+    Name(#[from] InvalidServiceName),
+    /// It names more than [`MAX_SELECTED`] services.
+    #[error("{SERVICES_PARAM}: {0} services named; at most {MAX_SELECTED} per request")]
+    TooMany(usize),
+}
+
 /// The names in a `services=` value, sorted and without repeats; an error
 /// names the first one that is not a service name, or says the list is
 /// empty or too long.
-pub fn parse_selection(value: &str) -> Result<Vec<String>, String> {
+pub fn parse_selection(value: &str) -> Result<Vec<String>, BadSelection> {
     let mut names: Vec<String> = Vec::new();
     for name in value.split(',') {
-        check_service_name(name).map_err(|problem| format!("{SERVICES_PARAM}: {problem}"))?;
+        check_service_name(name)?;
         names.push(name.to_string());
     }
     names.sort_unstable();
     names.dedup();
     if names.len() > MAX_SELECTED {
-        return Err(format!(
-            "{SERVICES_PARAM}: {} services named; at most {MAX_SELECTED} per request",
-            names.len()
-        ));
+        return Err(BadSelection::TooMany(names.len()));
     }
     Ok(names)
 }
@@ -64,17 +72,23 @@ mod tests {
     fn a_bad_name_or_an_empty_list_is_named() {
         let error = parse_selection("a,Bad_Name").unwrap_err();
         assert!(
-            error.starts_with("services: service name \"Bad_Name\""),
+            error
+                .to_string()
+                .starts_with("services: service name \"Bad_Name\""),
             "{error}"
         );
-        assert!(parse_selection("").unwrap_err().starts_with("services: "));
-        assert!(parse_selection("a,,b").is_err());
+        let empty = |value| match parse_selection(value) {
+            Err(BadSelection::Name(name)) => name.problem == crate::policy::NameProblem::Empty,
+            _ => false,
+        };
+        assert!(empty("") && empty("a,,b"));
     }
 
     #[test]
     fn too_many_names_are_refused() {
         let many: Vec<String> = (0..=MAX_SELECTED).map(|i| format!("s{i}")).collect();
         let error = parse_selection(&many.join(",")).unwrap_err();
-        assert!(error.contains("at most 1000"), "{error}");
+        assert_eq!(error, BadSelection::TooMany(MAX_SELECTED + 1));
+        assert!(error.to_string().contains("at most 1000"), "{error}");
     }
 }

@@ -254,10 +254,10 @@ impl std::error::Error for FieldError {}
 
 impl FieldError {
     /// An error at `path`.
-    pub fn at(path: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn at(path: impl Into<String>, message: impl std::fmt::Display) -> Self {
         Self {
             path: path.into(),
-            message: message.into(),
+            message: message.to_string(),
         }
     }
 
@@ -273,26 +273,34 @@ impl FieldError {
     }
 }
 
+/// A name whose length is out of its range: an instance's or an endpoint's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("must be 1 to {max} characters{what}, found {found}")]
+pub struct BadLength {
+    /// The most characters allowed.
+    pub max: usize,
+    /// How many it has.
+    pub found: usize,
+    /// What the name is, for the message (` (the pod name)`), or empty.
+    what: &'static str,
+}
+
 /// Checks an instance name: 1 to [`MAX_INSTANCE_LEN`] characters.
-pub fn check_instance(instance: &str) -> Result<(), String> {
-    let length = instance.chars().count();
-    if !(1..=MAX_INSTANCE_LEN).contains(&length) {
-        return Err(format!(
-            "must be 1 to {MAX_INSTANCE_LEN} characters (the pod name), found {length}"
-        ));
-    }
-    Ok(())
+pub fn check_instance(instance: &str) -> Result<(), BadLength> {
+    check_length(instance, MAX_INSTANCE_LEN, " (the pod name)")
 }
 
 /// Checks an endpoint name: 1 to [`MAX_ENDPOINT_LEN`] characters.
-pub fn check_endpoint(endpoint: &str) -> Result<(), String> {
-    let length = endpoint.chars().count();
-    if !(1..=MAX_ENDPOINT_LEN).contains(&length) {
-        return Err(format!(
-            "must be 1 to {MAX_ENDPOINT_LEN} characters, found {length}"
-        ));
+pub fn check_endpoint(endpoint: &str) -> Result<(), BadLength> {
+    check_length(endpoint, MAX_ENDPOINT_LEN, "")
+}
+
+fn check_length(name: &str, max: usize, what: &'static str) -> Result<(), BadLength> {
+    let found = name.chars().count();
+    if (1..=max).contains(&found) {
+        return Ok(());
     }
-    Ok(())
+    Err(BadLength { max, found, what })
 }
 
 impl Report<'_> {
