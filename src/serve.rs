@@ -10,12 +10,12 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 
-use crate::identity::{Bindings, Callers, Mode, TokenRules};
+use crate::identity::{Bindings, Callers, KeysError, Mode, TokenRules};
 use crate::metrics::DaemonMetrics;
-use crate::pace_store::{Access, PaceStore};
+use crate::pace_store::{Access, PaceStore, StoreError};
 use crate::reload::{Reloader, Trigger};
 use crate::reports::ClientMetrics;
-use crate::server::{self, AdminAuth, AdminToken, Limits, Routes, Shared, TokenFile};
+use crate::server::{self, AdminAuth, AdminToken, Limits, Routes, Shared, TokenFile, TokenFileError};
 use crate::snapshot::{PolicySnapshot, PolicyStore};
 use crate::supervise::{supervise, WatcherHealth};
 use crate::tls::{Tls, TlsError, TlsFiles};
@@ -97,17 +97,20 @@ pub enum ServeError {
     #[error("--max-validations: {0}")]
     Validations(ShedConfigError),
     /// The admin token file cannot be read, or is empty.
-    #[error("{0}")]
-    TokenFile(String),
+    #[error(transparent)]
+    TokenFile(#[from] TokenFileError),
     /// The runtime, a signal handler or a serving thread could not be started.
     #[error("cannot start {0}: {1}")]
     Start(&'static str, std::io::Error),
-    /// The token settings cannot work: no keys, or keys that cannot be used.
+    /// Checking tokens was asked for without the issuer's keys.
+    #[error("--tokens: checking tokens needs the issuer's keys: give --token-keys")]
+    NoTokenKeys,
+    /// The issuer's keys cannot be used.
     #[error("--tokens: {0}")]
-    Tokens(String),
-    /// The pace store's address or password cannot be used.
-    #[error("{0}")]
-    PaceStore(String),
+    TokenKeys(#[from] KeysError),
+    /// The pace store's address, password or CA cannot be used.
+    #[error(transparent)]
+    PaceStore(#[from] PaceStoreSetupError),
     /// The TLS files cannot be used.
     #[error("--tls-cert, --tls-key, --tls-client-ca: {0}")]
     Tls(#[from] TlsError),
@@ -116,14 +119,48 @@ pub enum ServeError {
     WorkerDied(usize),
 }
 
+/// Why the pace store's settings cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum PaceStoreSetupError {
+    /// The password file cannot be read.
+    #[error("--pace-store-password-file {}: {source}", path.display())]
+    PasswordFile {
+        /// The file.
+        path: PathBuf,
+        /// What reading it said.
+        source: std::io::Error,
+    },
+    /// The password (from its file or the environment) is empty.
+    #[error("the pace store's password is empty; put it in the file or STORMGUARD_PACE_STORE_PASSWORD")]
+    EmptyPassword,
+    /// A CA was given for an address without TLS.
+    #[error("--pace-store-ca {}: the pace store's address is not rediss://, so there is no TLS to verify", .0.display())]
+    CaWithoutTls(PathBuf),
+    /// The CA file holds no usable certificate.
+    #[error("--pace-store-ca {0}")]
+    Ca(TlsError),
+    /// The CA file cannot be read.
+    #[error("--pace-store-ca {}: {source}", path.display())]
+    CaUnreadable {
+        /// The file.
+        path: PathBuf,
+        /// What reading it said.
+        source: std::io::Error,
+    },
+    /// The address is not one of Redis's.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
 /// The pace store `config` names, under this replica's name: its pod's
 /// (`HOSTNAME`) and a random part, unique however replicas are named.
-fn pace_store(config: &PaceStoreConfig) -> Result<Arc<PaceStore>, ServeError> {
+fn pace_store(config: &PaceStoreConfig) -> Result<Arc<PaceStore>, PaceStoreSetupError> {
     let password = match &config.password_file {
-        Some(file) => Some(
-            std::fs::read_to_string(file)
-                .map_err(|e| {
-                    ServeError::PaceStore(format!("--pace-store-password-file {}: {e}", file.display()))
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|source| PaceStoreSetupError::PasswordFile {
+                    path: path.clone(),
+                    source,
                 })?
                 .trim_end_matches(['\n', '\r'])
                 .to_string(),
@@ -131,9 +168,7 @@ fn pace_store(config: &PaceStoreConfig) -> Result<Arc<PaceStore>, ServeError> {
         None => std::env::var("STORMGUARD_PACE_STORE_PASSWORD").ok(),
     };
     if password.as_deref() == Some("") {
-        return Err(ServeError::PaceStore(
-            "the pace store's password is empty; put it in the file or STORMGUARD_PACE_STORE_PASSWORD".into(),
-        ));
+        return Err(PaceStoreSetupError::EmptyPassword);
     }
     let ca = config
         .ca
@@ -143,35 +178,28 @@ fn pace_store(config: &PaceStoreConfig) -> Result<Arc<PaceStore>, ServeError> {
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "stormguard".into());
     let replica = format!("{host}-{:08x}", rand::random::<u32>());
     let access = Access { password, ca };
-    PaceStore::new(&config.url, access, replica)
-        .map(Arc::new)
-        .map_err(|e| ServeError::PaceStore(e.to_string()))
+    Ok(Arc::new(PaceStore::new(&config.url, access, replica)?))
 }
 
 /// The CA file at `path` for the store at `url`: PEM certificates, for a
 /// `rediss://` address only.
-fn pace_store_ca(url: &str, path: &std::path::Path) -> Result<Vec<u8>, ServeError> {
-    let refused =
-        |problem: String| ServeError::PaceStore(format!("--pace-store-ca {}: {problem}", path.display()));
+fn pace_store_ca(url: &str, path: &std::path::Path) -> Result<Vec<u8>, PaceStoreSetupError> {
     if !url.starts_with("rediss://") {
-        return Err(refused(
-            "the pace store's address is not rediss://, so there is no TLS to verify".into(),
-        ));
+        return Err(PaceStoreSetupError::CaWithoutTls(path.to_path_buf()));
     }
-    crate::tls::certificates(path).map_err(|e| ServeError::PaceStore(format!("--pace-store-ca {e}")))?;
-    std::fs::read(path).map_err(|e| refused(e.to_string()))
+    crate::tls::certificates(path).map_err(PaceStoreSetupError::Ca)?;
+    std::fs::read(path).map_err(|source| PaceStoreSetupError::CaUnreadable {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// The token checks `config` asks for, with the issuer's keys loaded.
 fn callers(config: &ServeConfig) -> Result<Callers, ServeError> {
     match (config.tokens, &config.token_rules) {
         (Mode::Off, _) => Ok(Callers::off()),
-        (mode, Some(rules)) => {
-            Callers::new(mode, rules.clone()).map_err(|e| ServeError::Tokens(e.to_string()))
-        }
-        (_, None) => Err(ServeError::Tokens(
-            "checking tokens needs the issuer's keys: give --token-keys".into(),
-        )),
+        (mode, Some(rules)) => Ok(Callers::new(mode, rules.clone())?),
+        (_, None) => Err(ServeError::NoTokenKeys),
     }
 }
 
@@ -196,9 +224,7 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
         AdminSecret::Token(secret) => {
             AdminAuth::Fixed(AdminToken::new(secret).ok_or(ServeError::EmptyToken)?)
         }
-        AdminSecret::File(path) => {
-            AdminAuth::File(TokenFile::open(path.clone()).map_err(ServeError::TokenFile)?)
-        }
+        AdminSecret::File(path) => AdminAuth::File(TokenFile::open(path.clone())?),
     };
     let file_watch = FileWatch::arm(&config.policy);
     let (document, hash) = load_file(&config.policy, config.limits.policy).map_err(ServeError::Policy)?;

@@ -13,14 +13,77 @@ pub struct KeySet {
     keys: HashMap<String, (Algorithm, DecodingKey)>,
 }
 
-/// A key set that cannot be used, naming the key and what is wrong.
+/// A key set that cannot be used: where, and what is wrong.
 #[derive(Debug, thiserror::Error)]
-#[error("{path}: {message}")]
+#[error("{}{what}", file.as_ref().map(|f| format!("{}: ", f.display())).unwrap_or_default())]
 pub struct KeysError {
-    /// The file, and the key within it (`keys[1]`).
-    pub path: String,
-    /// What is wrong.
-    pub message: String,
+    /// The file, when the set was read from one.
+    pub file: Option<std::path::PathBuf>,
+    /// What is wrong with the set.
+    pub what: KeySetProblem,
+}
+
+/// What is wrong with a key set.
+#[derive(Debug, thiserror::Error)]
+pub enum KeySetProblem {
+    /// The file cannot be read.
+    #[error("cannot read the token keys: {0}")]
+    Unreadable(std::io::Error),
+    /// It is not JSON in a JSON Web Key Set's shape.
+    #[error("keys: not a JSON Web Key Set: {0}")]
+    NotJwks(serde_json::Error),
+    /// It has no keys.
+    #[error("keys: no keys: every token would be refused")]
+    Empty,
+    /// A key cannot be used.
+    #[error("keys[{index}]: {problem}")]
+    Key {
+        /// Its place in `keys`.
+        index: usize,
+        /// What is wrong with it.
+        problem: KeyProblem,
+    },
+}
+
+/// What makes one key unusable for checking tokens.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyProblem {
+    /// Its `use` is not `sig`.
+    #[error("use {0:?}: only signing keys (\"sig\") verify tokens")]
+    NotForSigning(String),
+    /// A member its type needs is missing.
+    #[error("{kty} key without {member:?}")]
+    Missing {
+        /// Its `kty`.
+        kty: String,
+        /// The member.
+        member: &'static str,
+    },
+    /// Its members do not make an RSA public key.
+    #[error("not an RSA public key: {0}")]
+    Rsa(jsonwebtoken::errors::Error),
+    /// Its members do not make a P-256 public key.
+    #[error("not a P-256 public key: {0}")]
+    P256(jsonwebtoken::errors::Error),
+    /// An elliptic curve other than P-256.
+    #[error("curve {0:?}: only P-256 (ES256) is accepted")]
+    Curve(String),
+    /// A key type other than RSA and EC.
+    #[error("kty {0:?}: only RSA (RS256) and EC P-256 (ES256) keys are accepted")]
+    KeyType(String),
+    /// Its `alg` is not the one its type verifies.
+    #[error("alg {named:?}: a {kty} key verifies {expected} only")]
+    Algorithm {
+        /// Its `alg`.
+        named: String,
+        /// Its `kty`.
+        kty: String,
+        /// The algorithm it verifies.
+        expected: &'static str,
+    },
+    /// An earlier key has its `kid`.
+    #[error("kid {0:?} is used by an earlier key too")]
+    DuplicateKid(String),
 }
 
 #[derive(Deserialize)]
@@ -45,39 +108,29 @@ struct Jwk {
 impl KeySet {
     /// Reads and checks the key set at `path`.
     pub fn load(path: &Path) -> Result<Self, KeysError> {
-        let text = std::fs::read_to_string(path).map_err(|e| KeysError {
-            path: path.display().to_string(),
-            message: format!("cannot read the token keys: {e}"),
-        })?;
-        Self::parse(&text).map_err(|mut e| {
-            e.path = format!("{}: {}", path.display(), e.path);
-            e
-        })
+        let in_file = |what| KeysError {
+            file: Some(path.to_path_buf()),
+            what,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| in_file(KeySetProblem::Unreadable(e)))?;
+        Self::parse(&text).map_err(|e| in_file(e.what))
     }
 
     /// Checks a key set's text: every key must be an RS256 or ES256 (P-256)
     /// signing key with a distinct `kid`, and there must be at least one.
     pub fn parse(text: &str) -> Result<Self, KeysError> {
-        let jwks: Jwks = serde_json::from_str(text).map_err(|e| KeysError {
-            path: "keys".into(),
-            message: format!("not a JSON Web Key Set: {e}"),
-        })?;
+        let fail = |what| KeysError { file: None, what };
+        let jwks: Jwks = serde_json::from_str(text).map_err(|e| fail(KeySetProblem::NotJwks(e)))?;
         if jwks.keys.is_empty() {
-            return Err(KeysError {
-                path: "keys".into(),
-                message: "no keys: every token would be refused".into(),
-            });
+            return Err(fail(KeySetProblem::Empty));
         }
         let mut keys = HashMap::new();
-        for (i, jwk) in jwks.keys.iter().enumerate() {
-            let fail = |message: String| KeysError {
-                path: format!("keys[{i}]"),
-                message,
-            };
-            let (algorithm, key) = decoding_key(jwk).map_err(fail)?;
+        for (index, jwk) in jwks.keys.iter().enumerate() {
+            let key_fails = |problem| fail(KeySetProblem::Key { index, problem });
+            let (algorithm, key) = decoding_key(jwk).map_err(key_fails)?;
             let kid = jwk.kid.clone().unwrap_or_default();
             if keys.insert(kid.clone(), (algorithm, key)).is_some() {
-                return Err(fail(format!("kid {kid:?} is used by an earlier key too")));
+                return Err(key_fails(KeyProblem::DuplicateKid(kid)));
             }
         }
         Ok(Self { keys })
@@ -99,44 +152,27 @@ impl KeySet {
     }
 }
 
-fn decoding_key(jwk: &Jwk) -> Result<(Algorithm, DecodingKey), String> {
-    if jwk.usage.as_deref().is_some_and(|u| u != "sig") {
-        return Err(format!(
-            "use {:?}: only signing keys (\"sig\") verify tokens",
-            jwk.usage.as_deref().unwrap_or("")
-        ));
+fn decoding_key(jwk: &Jwk) -> Result<(Algorithm, DecodingKey), KeyProblem> {
+    if let Some(usage) = jwk.usage.as_deref().filter(|u| *u != "sig") {
+        return Err(KeyProblem::NotForSigning(usage.to_string()));
     }
-    let field = |name: &str, value: &Option<String>| {
-        value
-            .clone()
-            .ok_or_else(|| format!("{} key without {name:?}", jwk.kty))
+    let field = |member: &'static str, value: &Option<String>| {
+        value.clone().ok_or_else(|| KeyProblem::Missing {
+            kty: jwk.kty.clone(),
+            member,
+        })
     };
     let (algorithm, key) = match jwk.kty.as_str() {
         "RSA" => {
             let key = DecodingKey::from_rsa_components(&field("n", &jwk.n)?, &field("e", &jwk.e)?);
-            (
-                Algorithm::RS256,
-                key.map_err(|e| format!("not an RSA public key: {e}"))?,
-            )
+            (Algorithm::RS256, key.map_err(KeyProblem::Rsa)?)
         }
         "EC" if jwk.crv.as_deref() == Some("P-256") => {
             let key = DecodingKey::from_ec_components(&field("x", &jwk.x)?, &field("y", &jwk.y)?);
-            (
-                Algorithm::ES256,
-                key.map_err(|e| format!("not a P-256 public key: {e}"))?,
-            )
+            (Algorithm::ES256, key.map_err(KeyProblem::P256)?)
         }
-        "EC" => {
-            return Err(format!(
-                "curve {:?}: only P-256 (ES256) is accepted",
-                jwk.crv.as_deref().unwrap_or("")
-            ))
-        }
-        other => {
-            return Err(format!(
-                "kty {other:?}: only RSA (RS256) and EC P-256 (ES256) keys are accepted"
-            ))
-        }
+        "EC" => return Err(KeyProblem::Curve(jwk.crv.clone().unwrap_or_default())),
+        other => return Err(KeyProblem::KeyType(other.to_string())),
     };
     let named = jwk.alg.as_deref().unwrap_or(match algorithm {
         Algorithm::RS256 => "RS256",
@@ -148,10 +184,11 @@ fn decoding_key(jwk: &Jwk) -> Result<(Algorithm, DecodingKey), String> {
         "ES256"
     };
     if named != expected {
-        return Err(format!(
-            "alg {named:?}: a {} key verifies {expected} only",
-            jwk.kty
-        ));
+        return Err(KeyProblem::Algorithm {
+            named: named.to_string(),
+            kty: jwk.kty.clone(),
+            expected,
+        });
     }
     Ok((algorithm, key))
 }

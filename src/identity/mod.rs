@@ -27,7 +27,7 @@ use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
 use serde::Deserialize;
 
 pub use bindings::{Bindings, NotYours};
-pub use keys::{KeySet, KeysError};
+pub use keys::{KeyProblem, KeySet, KeySetProblem, KeysError};
 
 use crate::metrics::ReloadOutcomes;
 use crate::stamp::FileStamp;

@@ -52,9 +52,25 @@ pub struct TokenFile {
     cached: std::sync::Mutex<Option<(FileStamp, AdminToken)>>,
 }
 
+/// Why the admin token file gives no token.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenFileError {
+    /// It cannot be read.
+    #[error("cannot read the admin token file {}: {source}", path.display())]
+    Unreadable {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What reading it said.
+        source: std::io::Error,
+    },
+    /// It holds no token.
+    #[error("the admin token file {} is empty", .0.display())]
+    Empty(std::path::PathBuf),
+}
+
 impl TokenFile {
     /// The file at `path`; it must hold a token now.
-    pub fn open(path: std::path::PathBuf) -> Result<Self, String> {
+    pub fn open(path: std::path::PathBuf) -> Result<Self, TokenFileError> {
         let file = Self {
             path,
             cached: std::sync::Mutex::new(None),
@@ -64,9 +80,11 @@ impl TokenFile {
     }
 
     /// The token the file holds now (read again only if the file changed).
-    fn current(&self) -> Result<AdminToken, String> {
-        let unreadable =
-            |e: std::io::Error| format!("cannot read the admin token file {}: {e}", self.path.display());
+    fn current(&self) -> Result<AdminToken, TokenFileError> {
+        let unreadable = |source| TokenFileError::Unreadable {
+            path: self.path.clone(),
+            source,
+        };
         let stamp = FileStamp::of(&self.path).map_err(unreadable)?;
         let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((seen, token)) = cached.as_ref() {
@@ -75,8 +93,7 @@ impl TokenFile {
             }
         }
         let secret = std::fs::read_to_string(&self.path).map_err(unreadable)?;
-        let token = AdminToken::new(&secret)
-            .ok_or_else(|| format!("the admin token file {} is empty", self.path.display()))?;
+        let token = AdminToken::new(&secret).ok_or_else(|| TokenFileError::Empty(self.path.clone()))?;
         *cached = Some((stamp, token.clone()));
         Ok(token)
     }

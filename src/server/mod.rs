@@ -29,7 +29,7 @@ use stormguard_core::shed::LoadShedLayer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-pub use admin::{AdminAuth, AdminToken, TokenFile};
+pub use admin::{AdminAuth, AdminToken, TokenFile, TokenFileError};
 pub use error::ApiError;
 
 use crate::fleet::Fleet;

@@ -206,7 +206,7 @@ impl TokenFile {
     pub fn authorize(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
         let Some(path) = &self.path else { return request };
         let read = std::fs::read_to_string(path)
-            .map_err(|e| e.to_string())
+            .map_err(Unusable::Unreadable)
             .and_then(|text| usable(text.trim()));
         let mut last_error = self.last_error.lock().unwrap_or_else(|e| e.into_inner());
         match read {
@@ -215,6 +215,7 @@ impl TokenFile {
                 request.bearer_auth(token)
             }
             Err(error) => {
+                let error = error.to_string();
                 if last_error.as_ref() != Some(&error) {
                     tracing::error!(file = %path.display(), %error, "stormguard: cannot use the service-account token; reports and pace asks go without it");
                 }
@@ -225,13 +226,24 @@ impl TokenFile {
     }
 }
 
+/// Why a token file's content cannot be sent.
+#[derive(Debug, thiserror::Error)]
+enum Unusable {
+    #[error("{0}")]
+    Unreadable(std::io::Error),
+    #[error("empty")]
+    Empty,
+    #[error("holds characters an HTTP header cannot carry")]
+    Characters,
+}
+
 /// `token`, if a bearer header can carry it.
-fn usable(token: &str) -> Result<String, String> {
+fn usable(token: &str) -> Result<String, Unusable> {
     if token.is_empty() {
-        return Err("empty".into());
+        return Err(Unusable::Empty);
     }
     if !token.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err("holds characters an HTTP header cannot carry".into());
+        return Err(Unusable::Characters);
     }
     Ok(token.to_string())
 }

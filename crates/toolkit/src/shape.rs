@@ -9,7 +9,7 @@ use stormguard_core::policy::{
     DependencyModel, ForecastScenario, MAX_FORECAST_CAPACITY, MAX_FORECAST_WORKERS,
 };
 
-use crate::flags::{count_in, duration_in, secs};
+use crate::flags::{count_in, duration_in, secs, FlagError};
 
 /// Overrides of a forecast's herd and fleet; each flag left out keeps what
 /// the policy file's `forecast:` block says, else the built-in default. The
@@ -66,9 +66,8 @@ pub struct ShapeFlags {
     pub queue: Option<u32>,
 }
 
-fn dependency_model(text: &str) -> Result<DependencyModel, String> {
-    DependencyModel::from_name(text)
-        .ok_or_else(|| format!("expected one of {}", DependencyModel::NAMES.join(", ")))
+fn dependency_model(text: &str) -> Result<DependencyModel, FlagError> {
+    DependencyModel::from_name(text).ok_or(FlagError::OneOf(DependencyModel::NAMES))
 }
 
 impl ShapeFlags {

@@ -30,21 +30,50 @@ pub struct Request {
     pub svg: Option<PathBuf>,
 }
 
+/// Why a simulation or a service's policy cannot be had.
+#[derive(Debug, thiserror::Error)]
+pub enum SimulateError {
+    /// The policy file is invalid or unreadable: every error in it.
+    #[error("{}\nthe policy file is invalid", .0.iter().map(|e| format!("error: {e}")).collect::<Vec<_>>().join("\n"))]
+    Policy(Vec<crate::policy::Diagnostic>),
+    /// `--service` is not a service name.
+    #[error("--service: {0}")]
+    Service(#[from] stormguard_core::policy::InvalidServiceName),
+    /// The service's resolved policy cannot run.
+    #[error("--service {service}: {source}")]
+    Invalid {
+        /// The service.
+        service: String,
+        /// What is wrong with its policy.
+        source: stormguard_core::policy::InvalidPolicy,
+    },
+    /// The histograms cannot be written.
+    #[error("cannot write {}: {source}", path.display())]
+    Svg {
+        /// The file.
+        path: PathBuf,
+        /// What writing said.
+        source: std::io::Error,
+    },
+}
+
 /// Runs `request`; the text to print, or an error naming what is wrong.
-pub fn simulate(request: &Request) -> Result<String, String> {
+pub fn simulate(request: &Request) -> Result<String, SimulateError> {
     let strategies = strategies(request)?;
     let summaries: Vec<Summary> = strategies
         .iter()
         .map(|strategy| Summary::of(&sim::run(&request.scenario, strategy)))
         .collect();
     if let Some(path) = &request.svg {
-        std::fs::write(path, sim::small_multiples(&summaries))
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        std::fs::write(path, sim::small_multiples(&summaries)).map_err(|source| SimulateError::Svg {
+            path: path.clone(),
+            source,
+        })?;
     }
     Ok(render(request, &summaries))
 }
 
-fn strategies(request: &Request) -> Result<Vec<Strategy>, String> {
+fn strategies(request: &Request) -> Result<Vec<Strategy>, SimulateError> {
     let mut named = request.strategies.clone();
     if named.is_empty() {
         if request.compare {
@@ -87,9 +116,12 @@ fn variants(request: &Request) -> Vec<Modifiers> {
 }
 
 /// The strategy of `service` in the file at `path`, as its fleet runs it.
-fn service_strategy(path: &Path, service: &str, modifiers: Modifiers) -> Result<Strategy, String> {
+fn service_strategy(path: &Path, service: &str, modifiers: Modifiers) -> Result<Strategy, SimulateError> {
     let (label, policy) = resolve(&load(path)?.0, service)?;
-    sim::deployed(&label, policy, modifiers).map_err(|e| format!("--service {service}: {e}"))
+    sim::deployed(&label, policy, modifiers).map_err(|source| SimulateError::Invalid {
+        service: service.to_string(),
+        source,
+    })
 }
 
 /// A service's policy from a policy file, with its forecast.
@@ -106,7 +138,7 @@ pub struct ServicePolicy {
 
 /// The resolved policy of `service` in the file at `path`, with its
 /// forecast; or an error naming what is wrong (every error of an invalid file).
-pub fn resolved_policy(path: &Path, service: &str) -> Result<ServicePolicy, String> {
+pub fn resolved_policy(path: &Path, service: &str) -> Result<ServicePolicy, SimulateError> {
     let (document, _) = load(path)?;
     let (_, policy) = resolve(&document, service)?;
     Ok(ServicePolicy {
@@ -116,17 +148,13 @@ pub fn resolved_policy(path: &Path, service: &str) -> Result<ServicePolicy, Stri
     })
 }
 
-fn load(path: &Path) -> Result<(PolicyDocument, crate::policy::ContentHash), String> {
-    load_file(path, LoadLimits::default()).map_err(|errors| {
-        let lines: Vec<String> = errors.iter().map(|e| format!("error: {e}")).collect();
-        format!("{}\nthe policy file is invalid", lines.join("\n"))
-    })
+fn load(path: &Path) -> Result<(PolicyDocument, crate::policy::ContentHash), SimulateError> {
+    load_file(path, LoadLimits::default()).map_err(SimulateError::Policy)
 }
 
 /// The resolved policy of `service`, with a label saying whether it is the service's own.
-fn resolve(document: &PolicyDocument, service: &str) -> Result<(String, RetryPolicy), String> {
-    stormguard_core::policy::check_service_name(service)
-        .map_err(|e| format!("--service {service:?}: {e}"))?;
+fn resolve(document: &PolicyDocument, service: &str) -> Result<(String, RetryPolicy), SimulateError> {
+    stormguard_core::policy::check_service_name(service)?;
     let resolved = document.resolve(service);
     let label = match resolved.source {
         stormguard_core::policy::PolicySource::Override => service.to_string(),

@@ -162,18 +162,29 @@ impl std::fmt::Display for Stage {
     }
 }
 
+/// Why a request cannot be tuned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TuneError {
+    /// The herd is larger than the search runs.
+    #[error("--clients: tune searches herds of at most {MAX_CLIENTS} calls, found {0}")]
+    TooManyClients(u32),
+    /// A server that takes nothing.
+    #[error("--capacity: a server that takes nothing leaves nothing to tune; give 1 or more")]
+    NoCapacity,
+    /// The policy to tune does not run.
+    #[error("the current policy is invalid; nothing was tuned")]
+    InvalidCurrent,
+}
+
 /// Runs the search, telling `progress` how far it has got after each batch
 /// of runs; an error names what is wrong with the request.
-pub fn tune(request: &Request, progress: &dyn Fn(Progress)) -> Result<Tuning, String> {
+pub fn tune(request: &Request, progress: &dyn Fn(Progress)) -> Result<Tuning, TuneError> {
     let scenario = &request.scenario;
     if scenario.clients > MAX_CLIENTS {
-        return Err(format!(
-            "--clients: tune searches herds of at most {MAX_CLIENTS} calls, found {}",
-            scenario.clients
-        ));
+        return Err(TuneError::TooManyClients(scenario.clients));
     }
     if scenario.capacity == 0 {
-        return Err("--capacity: a server that takes nothing leaves nothing to tune; give 1 or more".into());
+        return Err(TuneError::NoCapacity);
     }
     let family = Family {
         scenario: request.scenario.clone(),
@@ -182,7 +193,7 @@ pub fn tune(request: &Request, progress: &dyn Fn(Progress)) -> Result<Tuning, St
     };
     let current_figures = family
         .figures(&request.current, request.seeds)
-        .ok_or("the current policy is invalid; nothing was tuned")?;
+        .ok_or(TuneError::InvalidCurrent)?;
     let reference = || family.figures(&Named::FullJitter.policy(), request.seeds);
     let bounds = Family::bounds(&current_figures, reference, request.max_p99, request.max_gave_up);
     let with_margin = Bounds {
