@@ -1,10 +1,11 @@
 package breaker
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/stormguard/stormguard/clients/go/internal/block"
 )
 
 // Policy is a policy's circuitBreaker block.
@@ -187,14 +188,5 @@ func (p Policy) FromMap(block map[string]any) (Policy, error) {
 
 // UnmarshalJSON reads a circuitBreaker block (see FromMap) over p.
 func (p *Policy) UnmarshalJSON(text []byte) error {
-	var block map[string]any
-	if err := json.Unmarshal(text, &block); err != nil {
-		return err
-	}
-	read, err := p.FromMap(block)
-	if err != nil {
-		return err
-	}
-	*p = read
-	return nil
+	return block.Unmarshal(text, p)
 }

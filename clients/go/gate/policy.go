@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/clients/go/retryon"
+
+	"github.com/stormguard/stormguard/clients/go/internal/block"
 )
 
 // Policy is a policy's gate block.
@@ -240,14 +242,5 @@ func (p Policy) FromMap(block map[string]any) (Policy, error) {
 
 // UnmarshalJSON reads a gate block (see FromMap) over p.
 func (p *Policy) UnmarshalJSON(text []byte) error {
-	var block map[string]any
-	if err := json.Unmarshal(text, &block); err != nil {
-		return err
-	}
-	read, err := p.FromMap(block)
-	if err != nil {
-		return err
-	}
-	*p = read
-	return nil
+	return block.Unmarshal(text, p)
 }
