@@ -8,9 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stormguard/stormguard/clients/go/retryon"
-
 	"github.com/stormguard/stormguard/clients/go/internal/block"
+	"github.com/stormguard/stormguard/clients/go/retryon"
 )
 
 // Policy is a policy's gate block.
