@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal, TypeAlias
 
+from . import blocks
+
 BUCKETS = 20
 U32_MAX = (1 << 32) - 1
 
@@ -147,15 +149,7 @@ class BreakerPolicy:
         """The policy of a ``circuitBreaker`` JSON block; a key it lacks is
         taken from ``defaults`` (another such block), if given. Raises
         ValueError naming a key that is missing or of the wrong type."""
-        if not isinstance(block, dict):
-            raise ValueError(f"circuitBreaker must be an object, not {block!r}")
-        merged = dict(defaults or {})
-        merged.update(block)
-        for key in KEYS:
-            if key not in merged:
-                raise ValueError(f"circuitBreaker.{key} is missing")
-        if not isinstance(merged["enabled"], bool):
-            raise ValueError(f"circuitBreaker.enabled must be true or false, not {merged['enabled']!r}")
+        merged, enabled = blocks.merged("circuitBreaker", block, defaults, KEYS)
         window = merged["slidingWindow"]
         if not isinstance(window, dict) or window.get("type") not in ("count", "time"):
             raise ValueError(f"circuitBreaker.slidingWindow must be {{type: count, calls}} or "
@@ -166,7 +160,7 @@ class BreakerPolicy:
         else:
             shape = ("time", millis_to_nanos("circuitBreaker.slidingWindow.durationMs", window.get("durationMs")))
         return cls(
-            enabled=merged["enabled"],
+            enabled=enabled,
             consecutive_failures=_whole("circuitBreaker.consecutiveFailures", merged["consecutiveFailures"]),
             failure_rate_threshold=_rate("circuitBreaker.failureRateThreshold", merged["failureRateThreshold"]),
             slow_call_rate_threshold=_rate("circuitBreaker.slowCallRateThreshold", merged["slowCallRateThreshold"]),

@@ -67,6 +67,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import ClassVar
 
+from . import blocks
 from .answers import TENTH_NANOS, Answers
 from .breaker import MAX_DELAY_NANOS, millis_to_nanos
 from .retry_on import RetryOn
@@ -238,21 +239,13 @@ class GatePolicy:
         """The policy of a ``gate`` JSON block; a key it lacks is taken from
         ``defaults`` (another such block), if given. Raises ValueError naming
         a key that is missing or of the wrong type."""
-        if not isinstance(block, dict):
-            raise ValueError(f"gate must be an object, not {block!r}")
-        merged = dict(defaults or {})
-        merged.update(block)
-        for key in KEYS:
-            if key not in merged:
-                raise ValueError(f"gate.{key} is missing")
-        if not isinstance(merged["enabled"], bool):
-            raise ValueError(f"gate.enabled must be true or false, not {merged['enabled']!r}")
+        merged, enabled = blocks.merged("gate", block, defaults, KEYS)
         overload_when = merged["overloadWhen"]
         if not isinstance(overload_when, str) or overload_when not in OVERLOAD_WHEN_NAMES:
             raise ValueError(f"gate.overloadWhen must be one of {', '.join(OVERLOAD_WHEN_NAMES)}, "
                              f"not {overload_when!r}")
         return cls(
-            enabled=merged["enabled"],
+            enabled=enabled,
             min_rate=_number("gate.minRate", merged["minRate"]),
             max_rate=_number("gate.maxRate", merged["maxRate"]),
             beta=_number("gate.beta", merged["beta"]),
