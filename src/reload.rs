@@ -276,8 +276,11 @@ fn prepare(path: &Path, limits: LoadLimits, known: Option<ContentHash>) -> Prepa
     if known == Some(hash) {
         return Prepared::Known;
     }
-    let snapshot = load_bytes(&path.display().to_string(), &bytes, limits)
-        .map(|document| Box::new(PolicySnapshot::new(document, hash, path.to_path_buf())));
+    let snapshot = load_bytes(&path.display().to_string(), &bytes, limits).and_then(|document| {
+        PolicySnapshot::new(document, hash, path.to_path_buf())
+            .map(Box::new)
+            .map_err(|invalid| vec![invalid])
+    });
     Prepared::Loaded(hash, snapshot)
 }
 
@@ -311,11 +314,9 @@ mod tests {
         let path = dir.path().join("policy.yaml");
         std::fs::write(&path, text).unwrap();
         let (document, hash) = load_file(&path, LoadLimits::default()).unwrap();
-        let store = Arc::new(PolicyStore::new(PolicySnapshot::new(
-            document,
-            hash,
-            path.clone(),
-        )));
+        let store = Arc::new(PolicyStore::new(
+            PolicySnapshot::new(document, hash, path.clone()).unwrap(),
+        ));
         let metrics = Arc::new(DaemonMetrics::new());
         let reloader = Reloader::new(store.clone(), metrics.clone(), path, LoadLimits::default());
         Fixture {

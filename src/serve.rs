@@ -231,11 +231,9 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
     if config.tokens == Mode::Off && !document.reporters.is_empty() {
         tracing::warn!("the policy file lists reporters, but --tokens is off: nobody's identity is checked, so the lists are not enforced");
     }
-    let store = Arc::new(PolicyStore::new(PolicySnapshot::new(
-        document,
-        hash,
-        config.policy.clone(),
-    )));
+    let snapshot = PolicySnapshot::new(document, hash, config.policy.clone())
+        .map_err(|invalid| ServeError::Policy(vec![invalid]))?;
+    let store = Arc::new(PolicyStore::new(snapshot));
     let metrics = Arc::new(DaemonMetrics::new());
     let reloader = Arc::new(Reloader::new(
         store.clone(),

@@ -1,5 +1,6 @@
-//! A loaded policy, with every response body and ETag computed once per
-//! reload, and the store that swaps snapshots atomically.
+//! A loaded policy, with every response body and ETag, and every
+//! service's validated policy, computed once per reload, and the store that
+//! swaps snapshots atomically.
 //!
 //! Serving is a lookup: a request picks a prepared body by service name. Bodies
 //! hold nothing per process (no load time, no counter), so every replica that
@@ -15,11 +16,11 @@ use axum::http::HeaderValue;
 use bytes::Bytes;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use stormguard_core::policy::{BudgetPolicy, PolicyDocument, ResolvedPolicy, RetryPolicy};
+use stormguard_core::policy::{BudgetPolicy, PolicyDocument, ResolvedPolicy, RetryPolicy, ValidPolicy};
 use stormguard_core::wire::SelectedPolicy;
 use tokio::sync::watch;
 
-use stormguard_toolkit::policy::ContentHash;
+use stormguard_toolkit::policy::{ContentHash, Diagnostic};
 
 /// One prepared response: its JSON body and strong ETag.
 #[derive(Debug, Clone)]
@@ -77,21 +78,25 @@ struct ServiceAnswers {
     alone: Served,
     entry: Bytes,
     budget: BudgetPolicy,
+    /// The policy the daemon's fleet pacing and breakers apply.
+    policy: ValidPolicy,
 }
 
 impl ServiceAnswers {
-    fn new(resolved: &ResolvedPolicy) -> Self {
+    fn new(resolved: &ResolvedPolicy) -> Result<Self, stormguard_core::policy::InvalidPolicy> {
+        let policy = ValidPolicy::try_from(resolved.policy.clone())?;
         let alone = Served::json(resolved);
         let entry = SelectedPolicy {
             etag: alone.etag.to_str().expect("the ETag is hex").to_owned(),
             resolved: resolved.clone(),
         };
         let entry = serde_json::to_vec(&entry).expect("policy JSON has string keys and finite numbers");
-        Self {
+        Ok(Self {
             alone,
             entry: Bytes::from(entry),
             budget: resolved.policy.budget.clone(),
-        }
+            policy,
+        })
     }
 }
 
@@ -106,8 +111,12 @@ struct AllPolicies<'a> {
 }
 
 impl PolicySnapshot {
-    /// Prepares every body of `document`, loaded from `source` with `hash`.
-    pub fn new(document: PolicyDocument, hash: ContentHash, source: PathBuf) -> Self {
+    /// Prepares every body of `document`, loaded from `source` with `hash`,
+    /// and every service's validated policy: a service whose resolved
+    /// policy does not validate is refused here, naming it, so that what is
+    /// served can be applied without checking again. (Loading validates
+    /// every service already; this keeps it so by construction.)
+    pub fn new(document: PolicyDocument, hash: ContentHash, source: PathBuf) -> Result<Self, Diagnostic> {
         let resolved: std::collections::BTreeMap<String, ResolvedPolicy> = document
             .services
             .keys()
@@ -120,13 +129,25 @@ impl PolicySnapshot {
             defaults: &defaults,
             services: &resolved,
         });
+        let invalid = |key: String, error: stormguard_core::policy::InvalidPolicy| Diagnostic {
+            file: source.display().to_string(),
+            line: None,
+            column: None,
+            path: Some(key),
+            message: format!("does not resolve to a valid policy: {error}"),
+        };
         let services = resolved
             .iter()
-            .map(|(name, policy)| (name.clone(), ServiceAnswers::new(policy)))
-            .collect();
+            .map(|(name, policy)| {
+                let answers =
+                    ServiceAnswers::new(policy).map_err(|e| invalid(format!("services.{name}"), e))?;
+                Ok((name.clone(), answers))
+            })
+            .collect::<Result<_, Diagnostic>>()?;
         // Any name not in the file resolves to the defaults: one body serves them all.
-        let unknown_service = ServiceAnswers::new(&document.resolve(""));
-        Self {
+        let unknown_service =
+            ServiceAnswers::new(&document.resolve("")).map_err(|e| invalid("defaults".into(), e))?;
+        Ok(Self {
             hash,
             loaded_at: SystemTime::now(),
             source,
@@ -134,7 +155,7 @@ impl PolicySnapshot {
             all,
             services,
             unknown_service,
-        }
+        })
     }
 
     /// The prepared response for `service`; the defaults for a service not in the file.
@@ -145,6 +166,11 @@ impl PolicySnapshot {
     /// `service`'s resolved retry budget; the defaults' for a service not in the file.
     pub fn budget(&self, service: &str) -> &BudgetPolicy {
         &self.answers(service).budget
+    }
+
+    /// `service`'s validated policy; the defaults' for a service not in the file.
+    pub fn policy(&self, service: &str) -> &ValidPolicy {
+        &self.answers(service).policy
     }
 
     fn answers(&self, service: &str) -> &ServiceAnswers {
@@ -215,7 +241,19 @@ mod tests {
 
     fn snapshot(text: &str) -> PolicySnapshot {
         let document = load_bytes("p.yaml", text.as_bytes(), LoadLimits::default()).unwrap();
-        PolicySnapshot::new(document, ContentHash::of(text.as_bytes()), "p.yaml".into())
+        PolicySnapshot::new(document, ContentHash::of(text.as_bytes()), "p.yaml".into()).unwrap()
+    }
+
+    #[test]
+    fn a_service_whose_policy_does_not_validate_is_refused_by_name() {
+        let text = "services: {a: {maxRetries: 1}}\n";
+        let mut document = load_bytes("p.yaml", text.as_bytes(), LoadLimits::default()).unwrap();
+        // Loading refuses this; a document changed after loading is checked again.
+        document.services.get_mut("a").unwrap().max_retries = Some(1_000_000);
+        let refused = PolicySnapshot::new(document, ContentHash::of(text.as_bytes()), "p.yaml".into())
+            .expect_err("an invalid service");
+        assert_eq!(refused.path.as_deref(), Some("services.a"));
+        assert!(refused.message.contains("maxRetries"), "{}", refused.message);
     }
 
     #[test]

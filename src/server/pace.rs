@@ -4,7 +4,6 @@
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::{Extension, Json};
-use stormguard_core::policy::ValidPolicy;
 use stormguard_core::wire::{PaceAsk, PaceGrant};
 use tokio::time::Instant;
 
@@ -39,14 +38,10 @@ pub async fn ask(
     )
     .await?;
     let snapshot = state.store.current();
-    let resolved = snapshot.document.resolve(&ask.service);
-    let policy = ValidPolicy::try_from(resolved.policy).map_err(|error| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("the served policy of {}: {error}", ask.service),
-        )
-    })?;
-    match state.fleet.ask(&ask, &policy, Instant::now()) {
+    match state
+        .fleet
+        .ask(&ask, snapshot.policy(&ask.service), Instant::now())
+    {
         Ok(grant) => Ok(Json(grant)),
         Err(refused @ Refused::GateOff(_)) => Err(ApiError::new(StatusCode::CONFLICT, refused.to_string())),
         Err(refused @ Refused::Full(_)) => {
