@@ -101,6 +101,19 @@ impl StoreError {
     }
 }
 
+impl StoreError {
+    /// Whether the call surely changed nothing in the store: it never
+    /// reached it, or (contended) every write lost. A call that timed out
+    /// may have written before its answer was lost.
+    pub fn wrote_nothing(&self) -> bool {
+        match self {
+            Self::Address(..) | Self::Contended { .. } => true,
+            Self::Redis { source, .. } => source.is_connection_refusal(),
+            Self::Timeout(_) | Self::Malformed { .. } => false,
+        }
+    }
+}
+
 /// Whether `error` is TLS's: a certificate not trusted, a handshake refused.
 /// redis-rs keeps an I/O error behind an `Arc` as its source, and rustls's
 /// error inside that I/O error.

@@ -61,8 +61,10 @@ async fn turn(fleet: Arc<Fleet>, store: Arc<PaceStore>, service: String) -> Resu
 }
 
 /// One fleet-scoped breaker's exchange: its share merged into the
-/// dependency's episode, and the episode back. A share that fails goes
-/// with the next turn.
+/// dependency's episode, and the episode back. A share that surely did not
+/// reach the store goes with the next turn; one that may have (its answer
+/// timed out) is dropped rather than counted twice: trials it settled then
+/// free their slots after their life in the store.
 async fn breaker_turn(
     fleet: Arc<Fleet>,
     store: Arc<PaceStore>,
@@ -77,7 +79,9 @@ async fn breaker_turn(
             Ok(())
         }
         Err(error) => {
-            fleet.breakers().unshare(&service, &share, Instant::now());
+            if error.wrote_nothing() {
+                fleet.breakers().unshare(&service, &share, Instant::now());
+            }
             Err(error)
         }
     }

@@ -90,3 +90,21 @@ fn the_scripts_answers_are_read_and_anything_else_refused() {
     assert_eq!(parse_taken(&flat(&[("bogus", "1")])), None);
     assert_eq!(parse_taken(&["sent".to_string()]), None);
 }
+
+#[test]
+fn only_a_call_that_surely_wrote_nothing_is_sent_again() {
+    let at = "redis://127.0.0.1:6379".to_string();
+    assert!(StoreError::Contended {
+        at: at.clone(),
+        tries: 4
+    }
+    .wrote_nothing());
+    assert!(StoreError::Address(at.clone(), "no".into()).wrote_nothing());
+    // A timed-out compare-and-set may have written before its answer was lost.
+    assert!(!StoreError::Timeout(at.clone()).wrote_nothing());
+    assert!(!StoreError::Malformed {
+        at,
+        what: "time".into()
+    }
+    .wrote_nothing());
+}

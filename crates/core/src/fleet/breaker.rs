@@ -167,6 +167,9 @@ struct Slot {
     granted: Instant,
     /// Whether its holder reported its trial's outcome.
     settled: bool,
+    /// Whether the store granted it: only such a slot's outcome is the
+    /// store's to count (one granted while deciding alone is not in it).
+    from_store: bool,
 }
 
 impl<K: Eq + Hash + Clone> FleetBreaker<K> {
@@ -263,14 +266,18 @@ impl<K: Eq + Hash + Clone> FleetBreaker<K> {
         let Some(slot) = slots.get_mut(who) else {
             return;
         };
-        let pending = &mut self.mirror.pending;
+        if slot.from_store {
+            let pending = &mut self.mirror.pending;
+            if !slot.settled {
+                pending.settled += 1;
+            }
+            pending.succeeded = pending.succeeded.saturating_add(report.succeeded);
+            pending.failed = pending.failed.saturating_add(report.failed);
+        }
         if !slot.settled {
             *settled += 1;
-            pending.settled += 1;
         }
         slot.settled = true;
-        pending.succeeded = pending.succeeded.saturating_add(report.succeeded);
-        pending.failed = pending.failed.saturating_add(report.failed);
         if report.failed > 0 {
             self.phase = Phase::Open(now);
             return;
@@ -307,7 +314,8 @@ impl<K: Eq + Hash + Clone> FleetBreaker<K> {
         if slots.get(&who).is_some_and(out) {
             return 0;
         }
-        if self.mirror.holds_at(now) {
+        let from_store = self.mirror.holds_at(now);
+        if from_store {
             if self.mirror.allowance.pop().is_none() {
                 self.mirror.pending.wanted = self.mirror.pending.wanted.saturating_add(1);
                 return 0;
@@ -324,6 +332,7 @@ impl<K: Eq + Hash + Clone> FleetBreaker<K> {
             Slot {
                 granted: now,
                 settled: false,
+                from_store,
             },
         );
         self.granted += 1;
@@ -402,6 +411,23 @@ impl<K: Eq + Hash + Clone> FleetBreaker<K> {
                     at,
                     told: HashSet::new(),
                 });
+            }
+        }
+        if episode.epoch < mirror.epoch {
+            // The store lost the episode (restarted, failed over, evicted):
+            // this replica's breaker stands, and it tells the store again.
+            mirror.epoch = episode.epoch;
+            mirror.allowance.clear();
+            if let Phase::Open(since) = self.phase {
+                mirror.pending.opened = Some(mirror.pending.opened.map_or(since, |at| at.min(since)));
+                return;
+            }
+            if let Phase::HalfOpen { .. } = self.phase {
+                mirror
+                    .pending
+                    .opened
+                    .get_or_insert(now.checked_sub(self.open_timeout).unwrap_or(now));
+                return;
             }
         }
         let new_epoch = episode.epoch != mirror.epoch;

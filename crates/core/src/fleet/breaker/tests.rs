@@ -407,3 +407,50 @@ async fn a_replica_whose_store_went_quiet_after_the_last_success_closes_alone() 
     let told = fleet.replicas[0].ask_at(0, open(OPEN_TIMEOUT), alone);
     assert_eq!(told.state, CircuitState::Closed);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_store_that_lost_the_episode_is_told_again_and_the_wait_goes_on() {
+    let t0 = Instant::now();
+    let mut fleet = Replicated::new(t0);
+    fleet.ask(t0, |_| open(Duration::ZERO));
+    fleet.run(t0, ms(10_000), |_| open(ms(10_000)));
+    assert!(matches!(fleet.store.phase, EpisodePhase::Open { .. }));
+    // Redis restarts empty 10 s into the episode.
+    fleet.store = Episode::default();
+    fleet.run(t0 + ms(10_000), ms(1_000), |_| open(ms(10_000)));
+    assert_eq!(
+        fleet.store.phase,
+        EpisodePhase::Open { since: 5_000 },
+        "the episode as it began, not a new one"
+    );
+    let holders = fleet.run(t0 + OPEN_TIMEOUT, ms(1_000), |_| open(OPEN_TIMEOUT));
+    assert_eq!(
+        holders.len(),
+        10,
+        "half-open after openTimeout from the first open"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slot_granted_while_deciding_alone_is_not_settled_in_the_store() {
+    let t0 = Instant::now();
+    let mut fleet = Replicated::new(t0);
+    fleet.ask(t0, |_| open(Duration::ZERO));
+    let due = t0 + OPEN_TIMEOUT;
+    let shared = fleet.run(due, ms(500), |_| open(OPEN_TIMEOUT));
+    assert_eq!((shared.len(), fleet.store.out.len()), (10, 10));
+    // Replica 1 hears nothing for a lease and grants slots of its own...
+    let alone_at = due + ms(500) + LEASE + ms(100);
+    let alone: Vec<u32> = (1..200)
+        .step_by(2)
+        .filter(|p| !shared.contains(p))
+        .filter(|&p| fleet.replicas[1].ask_at(p, open(OPEN_TIMEOUT), alone_at).trials == 1)
+        .collect();
+    assert!(!alone.is_empty());
+    // ...whose trials succeed: the store's slots stay the store's.
+    for &p in &alone {
+        fleet.replicas[1].ask_at(p, outcome(1, 0), alone_at + ms(50));
+    }
+    let share = fleet.replicas[1].share_at(alone_at + ms(60)).expect("a share");
+    assert_eq!((share.settled, share.succeeded), (0, 0), "{share:?}");
+}
