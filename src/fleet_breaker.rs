@@ -98,9 +98,7 @@ impl FleetBreakers {
         let verdict = entry.breaker.ask_at(ask.instance.to_string(), report.into(), now);
         let granted = entry.breaker.slots_granted() - before;
         self.slots.with_label_values(&[&ask.service]).inc_by(granted);
-        self.state
-            .with_label_values(&[&ask.service])
-            .set(i64::from(entry.breaker.state().as_metric()));
+        self.show_state(&ask.service, entry);
         Some(verdict)
     }
 
@@ -118,9 +116,7 @@ impl FleetBreakers {
     pub fn adopt_at(&self, service: &str, answer: &EpisodeAnswer, now: Instant) {
         if let Some(entry) = self.lock().get_mut(service) {
             entry.breaker.adopt_at(answer, now);
-            self.state
-                .with_label_values(&[service])
-                .set(i64::from(entry.breaker.state().as_metric()));
+            self.show_state(service, entry);
         }
     }
 
@@ -130,6 +126,13 @@ impl FleetBreakers {
         if let Some(entry) = self.lock().get_mut(service) {
             entry.breaker.unshare(share, now);
         }
+    }
+
+    /// Sets `service`'s state gauge to its fleet breaker's state.
+    fn show_state(&self, service: &str, entry: &Entry) {
+        self.state
+            .with_label_values(&[service])
+            .set(i64::from(entry.breaker.state().as_metric()));
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
