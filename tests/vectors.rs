@@ -405,6 +405,27 @@ fn the_committed_retry_on_vectors_are_what_core_retries() {
 
 const DEFAULT_POLICY: &str = "clients/vectors/default-policy.json";
 
+/// The range of every policy setting: the file, and the copies the Go and
+/// Python clients carry inside their packages.
+const LIMITS: [&str; 3] = [
+    "clients/vectors/limits.json",
+    "clients/go/internal/limits/limits.json",
+    "clients/python/stormguard_client/limits.json",
+];
+
+/// The ranges the daemon validates a policy against, for the clients to
+/// check a policy against the same.
+#[test]
+fn the_committed_limits_are_cores() {
+    let limits = json!({
+        "about": "stormguard-core's range for each policy setting, as the daemon validates it: `key` names the setting as the daemon's messages do, `unit` says what `low` and `high` count (count: a whole number, number: a real number, duration: nanoseconds), and `lowAllowed` and `highAllowed` whether each end itself is allowed. gate.maxRate is never below the policy's gate.minRate either. Regenerate with STORMGUARD_WRITE_VECTORS=1 cargo test --test vectors.",
+        "limits": stormguard_core::policy::limits::all(),
+    });
+    for path in LIMITS {
+        check_or_write(path, &limits);
+    }
+}
+
 /// The policy a client applies when it has neither the daemon's answer nor
 /// a cache: the built-in defaults, as the daemon serves a policy.
 #[test]

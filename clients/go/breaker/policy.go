@@ -6,16 +6,18 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/clients/go/internal/block"
+	"github.com/stormguard/stormguard/clients/go/internal/limits"
 )
 
-// Policy is a policy's circuitBreaker block.
+// Policy is a policy's circuitBreaker block. Check holds each setting to
+// the daemon's range for it.
 type Policy struct {
 	Enabled bool
 	// ConsecutiveFailures in a row open the breaker; 0 turns this trigger off.
 	ConsecutiveFailures uint32
-	// FailureRateThreshold over the window opens the breaker, in (0, 1].
+	// FailureRateThreshold over the window opens the breaker.
 	FailureRateThreshold float64
-	// SlowCallRateThreshold over the window opens the breaker, in (0, 1].
+	// SlowCallRateThreshold over the window opens the breaker.
 	SlowCallRateThreshold float64
 	// SlowCallDuration is the duration from which a call counts as slow.
 	SlowCallDuration time.Duration
@@ -43,48 +45,25 @@ type SlidingWindow struct {
 	Duration time.Duration
 }
 
-// The ranges the daemon's validation allows.
-const (
-	maxDelay   = time.Hour
-	maxTimeout = 24 * time.Hour
-)
-
-// Check says what is wrong with p, naming the key, or nil.
+// Check says what is wrong with p, naming the key, or nil: the ranges are
+// the daemon's own.
 func (p Policy) Check() error {
-	count := func(key string, v, lo, hi uint32) error {
-		if v < lo || v > hi {
-			return fmt.Errorf("circuitBreaker.%s must be between %d and %d, found %d", key, lo, hi, v)
-		}
-		return nil
-	}
-	rate := func(key string, v float64) error {
-		if !(v > 0 && v <= 1) {
-			return fmt.Errorf("circuitBreaker.%s must be above 0 and at most 1, found %v", key, v)
-		}
-		return nil
-	}
-	duration := func(key string, v, lo, hi time.Duration) error {
-		if v < lo || v > hi {
-			return fmt.Errorf("circuitBreaker.%s must be between %s and %s, found %s", key, lo, hi, v)
-		}
-		return nil
-	}
 	window := func() error {
 		if p.Window.Duration != 0 {
-			return duration("slidingWindow", p.Window.Duration, time.Second, maxDelay)
+			return limits.Duration("circuitBreaker.slidingWindow", p.Window.Duration)
 		}
-		return count("slidingWindow", p.Window.Calls, 1, 10000)
+		return limits.Count("circuitBreaker.slidingWindow", p.Window.Calls)
 	}
 	for _, err := range []error{
-		count("consecutiveFailures", p.ConsecutiveFailures, 0, 10000),
-		rate("failureRateThreshold", p.FailureRateThreshold),
-		rate("slowCallRateThreshold", p.SlowCallRateThreshold),
-		duration("slowCallDuration", p.SlowCallDuration, time.Millisecond, maxTimeout),
-		count("minimumCalls", p.MinimumCalls, 1, 10000),
+		limits.Count("circuitBreaker.consecutiveFailures", p.ConsecutiveFailures),
+		limits.Number("circuitBreaker.failureRateThreshold", p.FailureRateThreshold),
+		limits.Number("circuitBreaker.slowCallRateThreshold", p.SlowCallRateThreshold),
+		limits.Duration("circuitBreaker.slowCallDuration", p.SlowCallDuration),
+		limits.Count("circuitBreaker.minimumCalls", p.MinimumCalls),
 		window(),
-		duration("openTimeout", p.OpenTimeout, time.Millisecond, maxDelay),
-		count("halfOpenMaxCalls", p.HalfOpenMaxCalls, 1, 1000),
-		count("successThreshold", p.SuccessThreshold, 1, 1000),
+		limits.Duration("circuitBreaker.openTimeout", p.OpenTimeout),
+		limits.Count("circuitBreaker.halfOpenMaxCalls", p.HalfOpenMaxCalls),
+		limits.Count("circuitBreaker.successThreshold", p.SuccessThreshold),
 	} {
 		if err != nil {
 			return err

@@ -4,32 +4,32 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/stormguard/stormguard/clients/go/internal/block"
+	"github.com/stormguard/stormguard/clients/go/internal/limits"
 	"github.com/stormguard/stormguard/clients/go/retryon"
 )
 
-// Policy is a policy's gate block.
+// Policy is a policy's gate block. Check holds each setting to the
+// daemon's range for it.
 type Policy struct {
 	Enabled bool
 	// MinRate is the lowest rate, attempts per second: the probe rate
-	// during a full outage. Above 0, at most 1000.
+	// during a full outage.
 	MinRate float64
-	// MaxRate is the highest rate the gate paces at, from MinRate to 10,000,000.
+	// MaxRate is the highest rate the gate paces at, never below MinRate.
 	MaxRate float64
-	// Beta is the share of the rate kept after an overload, above 0 and below 1.
+	// Beta is the share of the rate kept after an overload.
 	Beta float64
-	// Scale is how fast the rate regrows after an overload (CUBIC's C),
-	// above 0, at most 1000.
+	// Scale is how fast the rate regrows after an overload (CUBIC's C).
 	Scale float64
 	// Ramp is the attempts per second each accepted attempt adds to the
-	// rate in slow start, above 0, at most 1000.
+	// rate in slow start.
 	Ramp float64
 	// Quiet is how long without an overload and without a caller having
-	// to wait turns the gate off, 1ms to 1h.
+	// to wait turns the gate off.
 	Quiet time.Duration
 	// OverloadOn is which of the failures the policy retries say the
 	// dependency is overloaded or down (gate.overloadOn, written as retryOn
@@ -121,50 +121,26 @@ func (p Policy) OverloadedByTimeouts() bool {
 	return p.OverloadOn.CoversFailure("timeout")
 }
 
-// Check says what is wrong with p, naming the key, or nil.
+// Check says what is wrong with p, naming the key, or nil: the ranges are
+// the daemon's own.
 func (p Policy) Check() error {
-	show := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
-	above := func(key string, v, lo, hi float64) error {
-		if !(v > lo && v <= hi) {
-			return fmt.Errorf("gate.%s must be above %s and at most %s, found %s", key, show(lo), show(hi), show(v))
-		}
-		return nil
-	}
-	between := func(key string, v, lo, hi float64) error {
-		if !(v >= lo && v <= hi) {
-			return fmt.Errorf("gate.%s must be between %s and %s, found %s", key, show(lo), show(hi), show(v))
-		}
-		return nil
-	}
-	beta := func() error {
-		if !(p.Beta > 0 && p.Beta < 1) {
-			return fmt.Errorf("gate.beta must be above 0 and below 1, found %s", show(p.Beta))
-		}
-		return nil
-	}
 	overloadWhen := func() error {
 		if int(p.OverloadWhen) >= len(OverloadWhenNames) {
 			return fmt.Errorf("gate.overloadWhen must be one of %s, found %s", strings.Join(OverloadWhenNames, ", "), p.OverloadWhen)
 		}
 		return nil
 	}
-	quiet := func() error {
-		if p.Quiet < time.Millisecond || p.Quiet > time.Hour {
-			return fmt.Errorf("gate.quiet must be between %s and %s, found %s", time.Millisecond, time.Hour, p.Quiet)
-		}
-		return nil
-	}
-	lowest := p.MinRate
-	if math.IsNaN(lowest) || math.IsInf(lowest, 0) {
-		lowest = 0
+	maxRate := limits.Of("gate.maxRate", "number")
+	if !math.IsNaN(p.MinRate) && !math.IsInf(p.MinRate, 0) {
+		maxRate = maxRate.From(math.Max(p.MinRate, maxRate.Low))
 	}
 	for _, err := range []error{
-		above("minRate", p.MinRate, 0, 1000),
-		between("maxRate", p.MaxRate, lowest, 10_000_000),
-		beta(),
-		above("scale", p.Scale, 0, 1000),
-		above("ramp", p.Ramp, 0, 1000),
-		quiet(),
+		limits.Number("gate.minRate", p.MinRate),
+		maxRate.Check(p.MaxRate),
+		limits.Number("gate.beta", p.Beta),
+		limits.Number("gate.scale", p.Scale),
+		limits.Number("gate.ramp", p.Ramp),
+		limits.Duration("gate.quiet", p.Quiet),
 		overloadWhen(),
 	} {
 		if err != nil {

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal, TypeAlias
 
-from . import blocks
+from . import blocks, limits
 
 BUCKETS = 20
 U32_MAX = (1 << 32) - 1
@@ -69,8 +69,6 @@ def _run_by_chance(run: int, tally: tuple[int, int, int], threshold: float) -> b
         if chance < RUN_BY_CHANCE:
             return False
     return True
-MAX_DELAY_NANOS = 3600 * 10**9
-MAX_TIMEOUT_NANOS = 24 * 3600 * 10**9
 KEYS = ("enabled", "consecutiveFailures", "failureRateThreshold", "slowCallRateThreshold",
         "slowCallDurationMs", "minimumCalls", "slidingWindow", "openTimeoutMs",
         "halfOpenMaxCalls", "successThreshold")
@@ -176,34 +174,21 @@ class BreakerPolicy:
     def check(self) -> None:
         """Raises ValueError naming the first setting outside the range the
         daemon's validation allows."""
-        def within(key: str, value: int, low: int, high: int) -> None:
-            if not low <= value <= high:
-                raise ValueError(f"circuitBreaker.{key} must be {low} to {high}, found {value}")
-
-        def within_ms(key: str, nanos: int, low: int, high: int) -> None:
-            if not low <= nanos <= high:
-                raise ValueError(f"circuitBreaker.{key} must be {low / 1e6:g} to {high / 1e6:g} ms, "
-                                 f"found {nanos / 1e6:g}")
-
-        def above(key: str, value: float) -> None:
-            if not 0.0 < value <= 1.0:
-                raise ValueError(f"circuitBreaker.{key} must be above 0 and at most 1, found {value}")
-
-        within("consecutiveFailures", self.consecutive_failures, 0, 10_000)
-        above("failureRateThreshold", self.failure_rate_threshold)
-        above("slowCallRateThreshold", self.slow_call_rate_threshold)
-        within_ms("slowCallDurationMs", self.slow_call_duration_ns, 1_000_000, MAX_TIMEOUT_NANOS)
-        within("minimumCalls", self.minimum_calls, 1, 10_000)
+        limits.count("circuitBreaker.consecutiveFailures", self.consecutive_failures)
+        limits.number("circuitBreaker.failureRateThreshold", self.failure_rate_threshold)
+        limits.number("circuitBreaker.slowCallRateThreshold", self.slow_call_rate_threshold)
+        limits.duration("circuitBreaker.slowCallDuration", self.slow_call_duration_ns)
+        limits.count("circuitBreaker.minimumCalls", self.minimum_calls)
         kind, size = self.sliding_window
         if kind == "count":
-            within("slidingWindow.calls", size, 1, 10_000)
+            limits.count("circuitBreaker.slidingWindow", size)
         elif kind == "time":
-            within_ms("slidingWindow.durationMs", size, 10**9, MAX_DELAY_NANOS)
+            limits.duration("circuitBreaker.slidingWindow", size)
         else:
             raise ValueError(f"circuitBreaker.slidingWindow must be count or time, not {kind!r}")
-        within_ms("openTimeoutMs", self.open_timeout_ns, 1_000_000, MAX_DELAY_NANOS)
-        within("halfOpenMaxCalls", self.half_open_max_calls, 1, 1000)
-        within("successThreshold", self.success_threshold, 1, 1000)
+        limits.duration("circuitBreaker.openTimeout", self.open_timeout_ns)
+        limits.count("circuitBreaker.halfOpenMaxCalls", self.half_open_max_calls)
+        limits.count("circuitBreaker.successThreshold", self.success_threshold)
 
 
 class _CountWindow:

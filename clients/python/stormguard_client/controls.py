@@ -37,7 +37,6 @@ def build(policy: Policy, old: Controls | None, now: int, draw: Callable[[], flo
     """The controls of ``policy``: the budget, the breaker and the gate of
     ``old`` kept if their block did not change. Raises ValueError naming a
     setting that cannot be used."""
-    max_elapsed = settings.value(policy, "maxElapsedMs")
     budget_block, breaker_block = settings.block(policy, "budget"), settings.block(policy, "circuitBreaker")
     keep_budget = old is not None and settings.block(old.policy, "budget") == budget_block
     keep_breaker = old is not None and settings.block(old.policy, "circuitBreaker") == breaker_block
@@ -48,7 +47,7 @@ def build(policy: Policy, old: Controls | None, now: int, draw: Callable[[], flo
         backoff=settings.backoff(policy),
         retry_on=settings.retry_on(policy),
         per_try_timeout=settings.per_try_timeout(policy),
-        max_elapsed_ns=None if max_elapsed is None else settings.millis_to_nanos("maxElapsedMs", max_elapsed),
+        max_elapsed_ns=settings.max_elapsed(policy),
         budget=old.budget if old is not None and keep_budget else settings.budget(policy, now),
         breaker=old.breaker if old is not None and keep_breaker else settings.breaker(policy, now),
         gate=old.gate if old is not None and keep_gate else settings.gate(policy, now, draw),

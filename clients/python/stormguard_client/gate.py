@@ -67,9 +67,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import ClassVar
 
-from . import blocks
+from . import blocks, limits
 from .answers import TENTH_NANOS, Answers
-from .breaker import MAX_DELAY_NANOS, millis_to_nanos
+from .breaker import millis_to_nanos
 from .retry_on import RetryOn
 
 NANOS_PER_SECOND = 1_000_000_000
@@ -271,20 +271,15 @@ class GatePolicy:
     def check(self) -> None:
         """Raises ValueError naming the first setting outside the range the
         daemon's validation allows."""
-        def above(key: str, value: float, high: float) -> None:
-            if not 0.0 < value <= high:
-                raise ValueError(f"gate.{key} must be above 0 and at most {high:g}, found {value}")
-
-        above("minRate", self.min_rate, 1000.0)
-        if not self.min_rate <= self.max_rate <= 10_000_000.0:
-            raise ValueError(f"gate.maxRate must be {self.min_rate:g} (minRate) to 10000000, found {self.max_rate}")
-        if not 0.0 < self.beta < 1.0:
-            raise ValueError(f"gate.beta must be above 0 and below 1, found {self.beta}")
-        above("scale", self.scale, 1000.0)
-        above("ramp", self.ramp, 1000.0)
-        if not 1_000_000 <= self.quiet_ns <= MAX_DELAY_NANOS:
-            raise ValueError(f"gate.quietMs must be 1 to {MAX_DELAY_NANOS // 1_000_000} ms, "
-                             f"found {self.quiet_ns / 1e6:g}")
+        limits.number("gate.minRate", self.min_rate)
+        max_rate = limits.of("gate.maxRate", "number")
+        if math.isfinite(self.min_rate):
+            max_rate = max_rate.starting_at(max(self.min_rate, max_rate.low))
+        max_rate.check(self.max_rate)
+        limits.number("gate.beta", self.beta)
+        limits.number("gate.scale", self.scale)
+        limits.number("gate.ramp", self.ramp)
+        limits.duration("gate.quiet", self.quiet_ns)
         if self.overload_when not in OVERLOAD_WHEN_NAMES:
             raise ValueError(f"gate.overloadWhen must be one of {', '.join(OVERLOAD_WHEN_NAMES)}, "
                              f"found {self.overload_when!r}")

@@ -11,6 +11,7 @@ import math
 import random
 from collections.abc import Callable, Mapping
 
+from . import limits
 from .backoff import JITTERS, Backoff
 from .breaker import BreakerPolicy, CircuitBreaker, millis_to_nanos
 from .budget import SCOPES, RetryBudget
@@ -18,10 +19,8 @@ from .gate import GatePolicy, SendGate
 from .policies import DEFAULT_POLICY
 from .retry_on import RetryOn
 
-MAX_RETRIES = 100
-
-__all__ = ["backoff", "block", "breaker", "breaker_policy", "budget", "gate", "gate_policy", "max_retries",
-           "millis_to_nanos", "per_try_timeout", "retry_on", "value"]
+__all__ = ["backoff", "block", "breaker", "breaker_policy", "budget", "gate", "gate_policy", "max_elapsed",
+           "max_retries", "millis_to_nanos", "per_try_timeout", "retry_on", "value"]
 
 
 def value(policy: Mapping[str, object], key: str) -> object:
@@ -39,10 +38,11 @@ def block(policy: Mapping[str, object], key: str) -> dict[str, object]:
 
 
 def max_retries(policy: Mapping[str, object]) -> int:
-    """The policy's ``maxRetries``: retries after the first try, 0 to 100."""
+    """The policy's ``maxRetries``: retries after the first try."""
     retries = value(policy, "maxRetries")
-    if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
-        raise ValueError(f"maxRetries must be a whole number from 0 to {MAX_RETRIES}, not {retries!r}")
+    if isinstance(retries, bool) or not isinstance(retries, int):
+        raise ValueError(f"maxRetries must be a whole number, not {retries!r}")
+    limits.count("maxRetries", retries)
     return retries
 
 
@@ -57,9 +57,14 @@ def backoff(policy: Mapping[str, object]) -> Backoff:
     jitter = value(policy, "jitter")
     if not isinstance(jitter, str):
         raise ValueError(f"jitter must be one of {', '.join(JITTERS)}, not {jitter!r}")
+    max_nanos = millis_to_nanos("maxDelayMs", value(policy, "maxDelayMs"))
+    limits.duration("maxDelay", max_nanos)
+    limits.number("multiplier", multiplier)
+    limits.number("jitterFactor", factor)
+    limits.count("delays", len(delays))
     return Backoff(
         initial_nanos=millis_to_nanos("initialDelayMs", value(policy, "initialDelayMs")),
-        max_nanos=millis_to_nanos("maxDelayMs", value(policy, "maxDelayMs")),
+        max_nanos=max_nanos,
         multiplier=multiplier,
         jitter=jitter,
         jitter_factor=factor,
@@ -80,14 +85,27 @@ def _finite(key: str, number: object) -> float:
 
 
 def per_try_timeout(policy: Mapping[str, object]) -> float | None:
-    """The policy's ``perTryTimeoutMs`` in seconds (a float), or None for no timeout."""
-    millis = value(policy, "perTryTimeoutMs")
+    """The policy's ``perTryTimeoutMs`` in seconds (a float), or None for no
+    timeout: null, or 0 as a policy file's ``perTryTimeout: 0s`` means."""
+    nanos = _optional_nanos(policy, "perTryTimeout")
+    return None if nanos is None else nanos / 1e9
+
+
+def _optional_nanos(policy: Mapping[str, object], key: str) -> int | None:
+    """The policy's ``{key}Ms`` in nanoseconds, held to the daemon's range
+    for ``key``, or None when null or 0 (none)."""
+    millis = value(policy, key + "Ms")
     if millis is None:
         return None
-    nanos = millis_to_nanos("perTryTimeoutMs", millis)
-    if nanos == 0:
-        raise ValueError("perTryTimeoutMs must be above 0, or null for none")
-    return nanos / 1e9
+    nanos = millis_to_nanos(key + "Ms", millis)
+    limits.duration(key, nanos)
+    return nanos or None
+
+
+def max_elapsed(policy: Mapping[str, object]) -> int | None:
+    """The policy's ``maxElapsedMs`` in nanoseconds, or None for no bound
+    (null or 0)."""
+    return _optional_nanos(policy, "maxElapsed")
 
 
 def budget(policy: Mapping[str, object], now_ns: int = 0) -> RetryBudget | None:
@@ -100,13 +118,14 @@ def budget(policy: Mapping[str, object], now_ns: int = 0) -> RetryBudget | None:
             raise ValueError(f"budget.enabled must be true or false, not {settings['enabled']!r}")
         return None
     ratio, reserve = settings["retryRatio"], settings["minRetriesPerSecond"]
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 <= ratio <= 1000.0:
-        raise ValueError(f"budget.retryRatio must be 0 to 1000, found {ratio!r}")
-    if isinstance(reserve, bool) or not isinstance(reserve, int) or not 0 <= reserve <= 1_000_000:
-        raise ValueError(f"budget.minRetriesPerSecond must be a whole number from 0 to 1000000, found {reserve!r}")
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)):
+        raise ValueError(f"budget.retryRatio must be a number, found {ratio!r}")
+    limits.number("budget.retryRatio", ratio)
+    if isinstance(reserve, bool) or not isinstance(reserve, int):
+        raise ValueError(f"budget.minRetriesPerSecond must be a whole number, found {reserve!r}")
+    limits.count("budget.minRetriesPerSecond", reserve)
     ttl = millis_to_nanos("budget.ttlMs", settings["ttlMs"])
-    if not 10**9 <= ttl <= 60 * 10**9:
-        raise ValueError(f"budget.ttlMs must be 1000 to 60000, found {settings['ttlMs']!r}")
+    limits.duration("budget.ttl", ttl)
     scope = settings.get("scope", "process")
     if scope not in SCOPES:
         raise ValueError(f"budget.scope must be one of {', '.join(SCOPES)}, found {scope!r}")

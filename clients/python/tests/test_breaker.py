@@ -84,9 +84,14 @@ def test_a_bad_setting_is_refused_naming_it():
              "slowCallDurationMs": 100, "minimumCalls": 5, "slidingWindow": {"type": "count", "calls": 10},
              "openTimeoutMs": 1000, "halfOpenMaxCalls": 2, "successThreshold": 2}
     CircuitBreaker(BreakerPolicy.from_json(block))
-    for key, value in [("failureRateThreshold", 0.0), ("halfOpenMaxCalls", 0), ("openTimeoutMs", 0.5),
-                       ("minimumCalls", 10_001), ("slidingWindow", {"type": "time", "durationMs": 999})]:
-        with pytest.raises(ValueError, match=f"circuitBreaker.{key}"):
+    for key, value, message in [
+        ("failureRateThreshold", 0.0, "failureRateThreshold must be above 0 and at most 1, found 0"),
+        ("halfOpenMaxCalls", 0, "halfOpenMaxCalls must be between 1 and 1000, found 0"),
+        ("openTimeoutMs", 0.5, "openTimeout must be between 1ms and 3600000ms, found 0.5ms"),
+        ("minimumCalls", 10_001, "minimumCalls must be between 1 and 10000, found 10001"),
+        ("slidingWindow", {"type": "time", "durationMs": 999}, "slidingWindow must be between 1000ms and"),
+    ]:
+        with pytest.raises(ValueError, match=f"^circuitBreaker.{message}"):
             CircuitBreaker(BreakerPolicy.from_json(dict(block, **{key: value})))
     with pytest.raises(ValueError, match="circuitBreaker.successThreshold is missing"):
         BreakerPolicy.from_json({k: v for k, v in block.items() if k != "successThreshold"})

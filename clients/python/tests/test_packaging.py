@@ -27,9 +27,10 @@ def test_the_package_version_is_the_workspaces():
     assert declared == cargo_version(), "clients/python/pyproject.toml's version follows Cargo.toml's [package]"
 
 
-def test_the_package_carries_its_default_policy_and_type_marker():
+def test_the_package_carries_its_default_policy_limits_and_type_marker():
     files = importlib.resources.files("stormguard_client")
     assert json.loads(files.joinpath("default_policy.json").read_text())["maxRetries"] == 3
+    assert json.loads(files.joinpath("limits.json").read_text())["limits"][0]["key"] == "maxRetries"
     assert files.joinpath("py.typed").is_file()
 
 

@@ -204,12 +204,14 @@ pub mod millis {
             }
         }
 
-        /// Reads `null` as `None`.
+        /// Reads `null` as `None`, and 0 too, as a policy file means it
+        /// (`perTryTimeout: 0s` is no timeout, not one that fires at once).
         pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-            Option::<f64>::deserialize(d)?
+            let read = Option::<f64>::deserialize(d)?
                 .map(|millis| Duration::try_from_secs_f64(millis / 1e3))
                 .transpose()
-                .map_err(serde::de::Error::custom)
+                .map_err(serde::de::Error::custom)?;
+            Ok(read.filter(|d| !d.is_zero()))
         }
     }
 
@@ -341,5 +343,21 @@ mod tests {
             assert_eq!(GoDuration(d).to_string(), text);
             assert_eq!(parse_duration(text), Ok(d), "round trip of {text}");
         }
+    }
+
+    /// A served optional duration of 0 ms is none, as `0s` is in a policy
+    /// file; before, a client reading `perTryTimeoutMs: 0` timed every
+    /// attempt out at once.
+    #[test]
+    fn zero_milliseconds_read_as_none() {
+        #[derive(serde::Deserialize)]
+        struct Timeout {
+            #[serde(with = "millis::option")]
+            t: Option<Duration>,
+        }
+        let read = |text: &str| serde_json::from_str::<Timeout>(text).unwrap().t;
+        assert_eq!(read(r#"{"t": 0}"#), None);
+        assert_eq!(read(r#"{"t": null}"#), None);
+        assert_eq!(read(r#"{"t": 1.5}"#), Some(Duration::from_micros(1500)));
     }
 }

@@ -10,6 +10,7 @@ mod document;
 mod duration;
 mod forecast;
 mod layer;
+pub mod limits;
 mod model;
 mod name;
 mod reporters;
@@ -35,4 +36,4 @@ pub use name::{check_service_name, InvalidServiceName, NameProblem, MAX_SERVICE_
 pub use reporters::{BadReporter, Reporter, Reporters, MAX_REPORTERS};
 pub use tree::{did_you_mean, Errors, KeyPath, Node, PolicyError, Segment, Target};
 pub use valid::{InvalidPolicy, ValidPolicy};
-pub use validate::{Violation, MAX_DELAY, MAX_DELAYS, MAX_RETRIES, MAX_TIMEOUT};
+pub use validate::Violation;

@@ -18,7 +18,7 @@ policy_block! {
     /// How a client retries calls to one service: backoff, which failures to
     /// retry, and the budget, throttling, breaker and hedging around them.
     pub struct RetryPolicy, layer RetryPolicySpec {
-        /// Retries after the first attempt (0 to 100); attempts = 1 + maxRetries.
+        /// Retries after the first attempt ([`limits::MAX_RETRIES`](super::limits::MAX_RETRIES)); attempts = 1 + maxRetries.
         max_retries: u32 = "maxRetries",
         /// The delay before the first retry, and the base of the exponential schedule.
         #[serde(rename = "initialDelayMs", with = "millis")]
@@ -65,11 +65,12 @@ policy_block! {
     pub struct BudgetPolicy, layer BudgetPolicySpec {
         /// Whether the budget applies.
         enabled: bool = "enabled",
-        /// Retries allowed per request, from 0 to 1000 (0.2 = 20 %).
+        /// Retries allowed per request (0.2 = 20 %; [`limits::budget::RETRY_RATIO`](super::limits::budget::RETRY_RATIO)).
         retry_ratio: f64 = "retryRatio",
-        /// Retries always allowed per second, so low traffic can still retry (0 to 1,000,000).
+        /// Retries always allowed per second, so low traffic can still retry
+        /// ([`limits::budget::MIN_RETRIES_PER_SECOND`](super::limits::budget::MIN_RETRIES_PER_SECOND)).
         min_retries_per_second: u32 = "minRetriesPerSecond",
-        /// How long a request counts towards the budget, from 1s to 60s.
+        /// How long a request counts towards the budget ([`limits::budget::TTL`](super::limits::budget::TTL)).
         #[serde(rename = "ttlMs", with = "millis")]
         ttl: Duration = "ttl",
         /// Whose floor `minRetriesPerSecond` is: each process's, or the
@@ -86,9 +87,9 @@ policy_block! {
     pub struct RetryThrottlingPolicy, layer RetryThrottlingPolicySpec {
         /// Whether throttling applies.
         enabled: bool = "enabled",
-        /// Bucket size, 1 to 1000.
+        /// Bucket size ([`limits::throttling::MAX_TOKENS`](super::limits::throttling::MAX_TOKENS)).
         max_tokens: u32 = "maxTokens",
-        /// Tokens returned per success, above 0 and at most 1000.
+        /// Tokens returned per success ([`limits::throttling::TOKEN_RATIO`](super::limits::throttling::TOKEN_RATIO)).
         token_ratio: f64 = "tokenRatio",
     }
 }
@@ -101,23 +102,28 @@ policy_block! {
         enabled: bool = "enabled",
         /// Opens after this many failures in a row; 0 turns this trigger off.
         consecutive_failures: u32 = "consecutiveFailures",
-        /// Opens when the failure rate over the window reaches this, in (0, 1].
+        /// Opens when the failure rate over the window reaches this
+        /// ([`limits::breaker::FAILURE_RATE_THRESHOLD`](super::limits::breaker::FAILURE_RATE_THRESHOLD)).
         failure_rate_threshold: f64 = "failureRateThreshold",
-        /// Opens when the share of slow calls reaches this, in (0, 1]; 1 = only if all are slow.
+        /// Opens when the share of slow calls reaches this; 1 = only if all are slow
+        /// ([`limits::breaker::SLOW_CALL_RATE_THRESHOLD`](super::limits::breaker::SLOW_CALL_RATE_THRESHOLD)).
         slow_call_rate_threshold: f64 = "slowCallRateThreshold",
         /// A call slower than this counts as slow.
         #[serde(rename = "slowCallDurationMs", with = "millis")]
         slow_call_duration: Duration = "slowCallDuration",
-        /// Rates are judged only once the window holds this many calls (1 to 10,000).
+        /// Rates are judged only once the window holds this many calls
+        /// ([`limits::breaker::MINIMUM_CALLS`](super::limits::breaker::MINIMUM_CALLS)).
         minimum_calls: u32 = "minimumCalls",
         /// The window rates are computed over: a number of calls or a duration.
         sliding_window: SlidingWindow = "slidingWindow",
         /// How long the breaker stays open before it lets trial calls through.
         #[serde(rename = "openTimeoutMs", with = "millis")]
         open_timeout: Duration = "openTimeout",
-        /// Trial calls admitted at once while half-open (1 to 1000).
+        /// Trial calls admitted at once while half-open
+        /// ([`limits::breaker::HALF_OPEN_MAX_CALLS`](super::limits::breaker::HALF_OPEN_MAX_CALLS)).
         half_open_max_calls: u32 = "halfOpenMaxCalls",
-        /// Successful trial calls needed to close again (1 to 1000).
+        /// Successful trial calls needed to close again
+        /// ([`limits::breaker::SUCCESS_THRESHOLD`](super::limits::breaker::SUCCESS_THRESHOLD)).
         success_threshold: u32 = "successThreshold",
         /// Who decides when an open breaker tries its dependency again:
         /// each process alone, or the daemon for the whole fleet. Missing
@@ -136,7 +142,8 @@ policy_block! {
         /// Wait before each extra attempt.
         #[serde(rename = "delayMs", with = "millis")]
         delay: Duration = "delay",
-        /// Extra attempts at most, 1 to 4 (gRPC allows 5 attempts in all).
+        /// Extra attempts at most ([`limits::hedging::MAX_HEDGES`](super::limits::hedging::MAX_HEDGES); gRPC allows 5
+        /// attempts in all).
         max_hedges: u32 = "maxHedges",
     }
 }
@@ -152,20 +159,21 @@ policy_block! {
         /// Whether the gate applies.
         enabled: bool = "enabled",
         /// The lowest rate, attempts per second: the probe rate during a
-        /// full outage. Above 0, at most 1000.
+        /// full outage ([`limits::gate::MIN_RATE`](super::limits::gate::MIN_RATE)).
         min_rate: f64 = "minRate",
-        /// The highest rate the gate paces at, attempts per second: from
-        /// minRate to 10,000,000.
+        /// The highest rate the gate paces at, attempts per second, not
+        /// below minRate ([`limits::gate::MAX_RATE`](super::limits::gate::MAX_RATE)).
         max_rate: f64 = "maxRate",
-        /// The share of the rate kept after an overload, above 0 and below 1.
+        /// The share of the rate kept after an overload ([`limits::gate::BETA`](super::limits::gate::BETA)).
         beta: f64 = "beta",
-        /// How fast the rate regrows after an overload (CUBIC's C), above 0, at most 1000.
+        /// How fast the rate regrows after an overload (CUBIC's C;
+        /// [`limits::gate::SCALE`](super::limits::gate::SCALE)).
         scale: f64 = "scale",
         /// Slow start: attempts per second each accepted attempt adds to the
-        /// rate, above 0, at most 1000; at 8 the rate doubles about every 90 ms.
+        /// rate ([`limits::gate::RAMP`](super::limits::gate::RAMP)); at 8 the rate doubles about every 90 ms.
         ramp: f64 = "ramp",
         /// The gate turns off after this long without an overload and
-        /// without a caller having to wait (1ms to 1h).
+        /// without a caller having to wait ([`limits::gate::QUIET`](super::limits::gate::QUIET)).
         #[serde(rename = "quietMs", with = "millis")]
         quiet: Duration = "quiet",
         /// Which of the failures `retryOn` retries say the service is
@@ -561,12 +569,12 @@ fn retry_condition(node: &Node, path: &KeyPath, errors: &mut Errors) -> Option<R
 pub enum SlidingWindow {
     /// The last `calls` calls (written as a number: `slidingWindow: 100`).
     Count {
-        /// Calls in the window, 1 to 10,000.
+        /// Calls in the window ([`limits::breaker::WINDOW_CALLS`](super::limits::breaker::WINDOW_CALLS)).
         calls: u32,
     },
     /// The calls of the last `duration` (written as a duration: `slidingWindow: 60s`).
     Time {
-        /// Length of the window, 1s to 1h.
+        /// Length of the window ([`limits::breaker::WINDOW_DURATION`](super::limits::breaker::WINDOW_DURATION)).
         #[serde(rename = "durationMs", with = "millis")]
         duration: Duration,
     },

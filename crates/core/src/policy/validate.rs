@@ -8,16 +8,8 @@ use std::fmt::Display;
 use std::time::Duration;
 
 use super::layer::show;
+use super::limits::{self, breaker, budget, gate, hedging, throttling, Limit};
 use super::model::{GatePolicy, RetryPolicy, SlidingWindow};
-
-/// The most retries a policy may ask for: beyond this, retries are a storm.
-pub const MAX_RETRIES: u32 = 100;
-/// The longest delay or hedge delay a policy may set.
-pub const MAX_DELAY: Duration = Duration::from_secs(3600);
-/// The longest timeout a policy may set.
-pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
-/// The most entries an explicit `delays` list may have.
-pub const MAX_DELAYS: usize = 100;
 
 /// A setting outside its range, or two settings that contradict each other.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,58 +38,29 @@ impl Checks {
         });
     }
 
-    /// Checks `lo <= value <= hi`, naming the range in the message.
-    fn range<T: PartialOrd + Copy, S: Display>(
-        &mut self,
-        key: &'static str,
-        value: T,
-        lo: T,
-        hi: T,
-        show: impl Fn(T) -> S,
-    ) {
-        if !(lo..=hi).contains(&value) {
-            self.push(
-                &[key],
-                format!(
-                    "must be between {} and {}, found {}",
-                    show(lo),
-                    show(hi),
-                    show(value)
-                ),
-            );
+    /// Checks `value` against `limit`, naming the range in the message.
+    fn within<T: PartialOrd + Copy, S: Display>(&mut self, limit: Limit<T>, value: T, show: impl Fn(T) -> S) {
+        if !limit.admits(value) {
+            self.push(&[limit.key], limit.refusal(value, show));
         }
     }
 
-    /// Checks `lo < value <= hi`.
-    fn above<S: Display>(
-        &mut self,
-        key: &'static str,
-        value: f64,
-        lo: f64,
-        hi: f64,
-        show: impl Fn(f64) -> S,
-    ) {
-        if !(value > lo && value <= hi) {
-            self.push(
-                &[key],
-                format!(
-                    "must be above {} and at most {}, found {}",
-                    show(lo),
-                    show(hi),
-                    show(value)
-                ),
-            );
-        }
+    fn count(&mut self, limit: Limit<u32>, value: u32) {
+        self.within(limit, value, |v| v);
     }
-}
 
-fn plain<T>(v: T) -> T {
-    v
+    fn number(&mut self, limit: Limit<f64>, value: f64) {
+        self.within(limit, value, |v| v);
+    }
+
+    fn duration(&mut self, limit: Limit<Duration>, value: Duration) {
+        self.within(limit, value, show);
+    }
 }
 
 fn check_backoff(p: &RetryPolicy, out: &mut Checks) {
-    out.range("maxRetries", p.max_retries, 0, MAX_RETRIES, plain);
-    out.range("maxDelay", p.max_delay, Duration::ZERO, MAX_DELAY, show);
+    out.count(limits::MAX_RETRIES, p.max_retries);
+    out.duration(limits::MAX_DELAY, p.max_delay);
     if p.initial_delay > p.max_delay {
         out.push(
             &["initialDelay", "maxDelay"],
@@ -108,12 +71,16 @@ fn check_backoff(p: &RetryPolicy, out: &mut Checks) {
             ),
         );
     }
-    out.range("multiplier", p.multiplier, 1.0, 100.0, plain);
-    out.range("jitterFactor", p.jitter_factor, 0.0, 1.0, plain);
-    if p.delays.len() > MAX_DELAYS {
+    out.number(limits::MULTIPLIER, p.multiplier);
+    out.number(limits::JITTER_FACTOR, p.jitter_factor);
+    if !limits::DELAYS.admits(p.delays.len()) {
         out.push(
-            &["delays"],
-            format!("has {} entries; at most {MAX_DELAYS} are allowed", p.delays.len()),
+            &[limits::DELAYS.key],
+            format!(
+                "has {} entries; at most {} are allowed",
+                p.delays.len(),
+                limits::DELAYS.high
+            ),
         );
     }
     if let Some((i, d)) = p.delays.iter().enumerate().find(|(_, d)| **d > p.max_delay) {
@@ -126,125 +93,60 @@ fn check_backoff(p: &RetryPolicy, out: &mut Checks) {
             ),
         );
     }
-    let timeouts = [
-        ("perTryTimeout", p.per_try_timeout),
-        ("maxElapsed", p.max_elapsed),
-    ];
-    for (key, timeout) in timeouts {
-        out.range(
-            key,
-            timeout.unwrap_or_default(),
-            Duration::ZERO,
-            MAX_TIMEOUT,
-            show,
-        );
-    }
+    out.duration(limits::PER_TRY_TIMEOUT, p.per_try_timeout.unwrap_or_default());
+    out.duration(limits::MAX_ELAPSED, p.max_elapsed.unwrap_or_default());
 }
 
 fn check_blocks(p: &RetryPolicy, out: &mut Checks) {
     let b = &p.budget;
-    out.range("budget.retryRatio", b.retry_ratio, 0.0, 1000.0, plain);
-    out.range(
-        "budget.minRetriesPerSecond",
-        b.min_retries_per_second,
-        0,
-        1_000_000,
-        plain,
-    );
-    out.range(
-        "budget.ttl",
-        b.ttl,
-        Duration::from_secs(1),
-        Duration::from_secs(60),
-        show,
-    );
+    out.number(budget::RETRY_RATIO, b.retry_ratio);
+    out.count(budget::MIN_RETRIES_PER_SECOND, b.min_retries_per_second);
+    out.duration(budget::TTL, b.ttl);
 
     let t = &p.retry_throttling;
-    out.range("retryThrottling.maxTokens", t.max_tokens, 1, 1000, plain);
-    out.above("retryThrottling.tokenRatio", t.token_ratio, 0.0, 1000.0, plain);
+    out.count(throttling::MAX_TOKENS, t.max_tokens);
+    out.number(throttling::TOKEN_RATIO, t.token_ratio);
 
     let c = &p.circuit_breaker;
-    out.range(
-        "circuitBreaker.consecutiveFailures",
-        c.consecutive_failures,
-        0,
-        10_000,
-        plain,
-    );
-    out.above(
-        "circuitBreaker.failureRateThreshold",
-        c.failure_rate_threshold,
-        0.0,
-        1.0,
-        plain,
-    );
-    out.above(
-        "circuitBreaker.slowCallRateThreshold",
-        c.slow_call_rate_threshold,
-        0.0,
-        1.0,
-        plain,
-    );
-    out.range(
-        "circuitBreaker.slowCallDuration",
-        c.slow_call_duration,
-        Duration::from_millis(1),
-        MAX_TIMEOUT,
-        show,
-    );
-    out.range("circuitBreaker.minimumCalls", c.minimum_calls, 1, 10_000, plain);
+    out.count(breaker::CONSECUTIVE_FAILURES, c.consecutive_failures);
+    out.number(breaker::FAILURE_RATE_THRESHOLD, c.failure_rate_threshold);
+    out.number(breaker::SLOW_CALL_RATE_THRESHOLD, c.slow_call_rate_threshold);
+    out.duration(breaker::SLOW_CALL_DURATION, c.slow_call_duration);
+    out.count(breaker::MINIMUM_CALLS, c.minimum_calls);
     match c.sliding_window {
-        SlidingWindow::Count { calls } => out.range("circuitBreaker.slidingWindow", calls, 1, 10_000, plain),
-        SlidingWindow::Time { duration } => out.range(
-            "circuitBreaker.slidingWindow",
-            duration,
-            Duration::from_secs(1),
-            MAX_DELAY,
-            show,
-        ),
+        SlidingWindow::Count { calls } => out.count(breaker::WINDOW_CALLS, calls),
+        SlidingWindow::Time { duration } => out.duration(breaker::WINDOW_DURATION, duration),
     }
-    out.range(
-        "circuitBreaker.openTimeout",
-        c.open_timeout,
-        Duration::from_millis(1),
-        MAX_DELAY,
-        show,
-    );
-    out.range(
-        "circuitBreaker.halfOpenMaxCalls",
-        c.half_open_max_calls,
-        1,
-        1000,
-        plain,
-    );
-    out.range(
-        "circuitBreaker.successThreshold",
-        c.success_threshold,
-        1,
-        1000,
-        plain,
-    );
+    out.duration(breaker::OPEN_TIMEOUT, c.open_timeout);
+    out.count(breaker::HALF_OPEN_MAX_CALLS, c.half_open_max_calls);
+    out.count(breaker::SUCCESS_THRESHOLD, c.success_threshold);
 
     let h = &p.hedging;
-    out.range("hedging.delay", h.delay, Duration::ZERO, MAX_DELAY, show);
-    out.range("hedging.maxHedges", h.max_hedges, 1, 4, plain);
+    out.duration(hedging::DELAY, h.delay);
+    out.count(hedging::MAX_HEDGES, h.max_hedges);
 
     check_gate(&p.gate, out);
 }
 
 fn check_gate(g: &GatePolicy, out: &mut Checks) {
-    out.above("gate.minRate", g.min_rate, 0.0, 1000.0, plain);
-    let min = if g.min_rate.is_finite() { g.min_rate } else { 0.0 };
-    out.range("gate.maxRate", g.max_rate, min, 10_000_000.0, plain);
-    if !(g.beta > 0.0 && g.beta < 1.0) {
-        out.push(
-            &["gate.beta"],
-            format!("must be above 0 and below 1, found {}", g.beta),
-        );
-    }
-    out.above("gate.scale", g.scale, 0.0, 1000.0, plain);
-    out.above("gate.ramp", g.ramp, 0.0, 1000.0, plain);
-    out.range("gate.quiet", g.quiet, Duration::from_millis(1), MAX_DELAY, show);
+    out.number(gate::MIN_RATE, g.min_rate);
+    // maxRate never below minRate; a minRate that is no number is refused above.
+    let low = if g.min_rate.is_finite() {
+        g.min_rate.max(gate::MAX_RATE.low)
+    } else {
+        gate::MAX_RATE.low
+    };
+    out.number(
+        Limit {
+            low,
+            ..gate::MAX_RATE
+        },
+        g.max_rate,
+    );
+    out.number(gate::BETA, g.beta);
+    out.number(gate::SCALE, g.scale);
+    out.number(gate::RAMP, g.ramp);
+    out.duration(gate::QUIET, g.quiet);
 }
 
 #[cfg(test)]
@@ -295,6 +197,58 @@ mod tests {
         assert_eq!(check(&p)[9].message, "must be above 0 and below 1, found 1");
     }
 
+    /// Every range validation applies is one the clients are given, and the
+    /// other way round.
+    #[test]
+    fn the_checks_apply_every_listed_limit_and_no_other() {
+        let mut p = RetryPolicy {
+            max_retries: 101,
+            initial_delay: Duration::ZERO,
+            max_delay: Duration::from_secs(7200),
+            multiplier: 0.5,
+            jitter_factor: 2.0,
+            delays: vec![Duration::ZERO; 101],
+            per_try_timeout: Some(Duration::from_secs(200_000)),
+            max_elapsed: Some(Duration::from_secs(200_000)),
+            ..RetryPolicy::default()
+        };
+        p.budget.retry_ratio = -1.0;
+        p.budget.min_retries_per_second = 2_000_000;
+        p.budget.ttl = Duration::ZERO;
+        p.retry_throttling.max_tokens = 0;
+        p.retry_throttling.token_ratio = 0.0;
+        let c = &mut p.circuit_breaker;
+        c.consecutive_failures = 20_000;
+        c.failure_rate_threshold = 0.0;
+        c.slow_call_rate_threshold = 0.0;
+        c.slow_call_duration = Duration::ZERO;
+        c.minimum_calls = 0;
+        c.sliding_window = SlidingWindow::Count { calls: 0 };
+        c.open_timeout = Duration::ZERO;
+        c.half_open_max_calls = 0;
+        c.success_threshold = 0;
+        p.hedging.delay = Duration::from_secs(7200);
+        p.hedging.max_hedges = 0;
+        p.gate.min_rate = 0.0;
+        p.gate.max_rate = -1.0;
+        p.gate.beta = 1.0;
+        p.gate.scale = 0.0;
+        p.gate.ramp = 0.0;
+        p.gate.quiet = Duration::ZERO;
+        let violated: Vec<&str> = keys_of(&p)
+            .into_iter()
+            .filter(|k| k.len() == 1)
+            .map(|k| k[0])
+            .collect();
+        let listed: Vec<&str> = limits::all().iter().map(|r| r.key).collect();
+        for key in &violated {
+            assert!(listed.contains(key), "{key} is checked but not listed");
+        }
+        for key in &listed {
+            assert!(violated.contains(key), "{key} is listed but not checked");
+        }
+    }
+
     #[test]
     fn initial_delay_above_max_delay_names_both() {
         let p = RetryPolicy {
@@ -320,7 +274,7 @@ mod tests {
             "delays[1] (30s) is greater than maxDelay (10s)"
         );
         let many = RetryPolicy {
-            delays: vec![Duration::from_millis(1); MAX_DELAYS + 1],
+            delays: vec![Duration::from_millis(1); limits::DELAYS.high + 1],
             ..RetryPolicy::default()
         };
         assert_eq!(keys_of(&many), vec![vec!["delays"]]);
@@ -332,7 +286,7 @@ mod tests {
         p.circuit_breaker.sliding_window = SlidingWindow::Time {
             duration: Duration::from_millis(10),
         };
-        p.per_try_timeout = Some(MAX_TIMEOUT + Duration::from_secs(1));
+        p.per_try_timeout = Some(limits::PER_TRY_TIMEOUT.high + Duration::from_secs(1));
         assert_eq!(
             keys_of(&p),
             vec![vec!["perTryTimeout"], vec!["circuitBreaker.slidingWindow"]]

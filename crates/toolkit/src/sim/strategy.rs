@@ -4,9 +4,10 @@
 use std::fmt;
 use std::time::Duration;
 
+use stormguard_core::policy::limits::MAX_RETRIES;
 use stormguard_core::policy::{
     BreakerScope, BudgetPolicy, BudgetScope, CircuitBreakerPolicy, GatePolicy, InvalidPolicy, Jitter,
-    RetryPolicy, ValidPolicy, MAX_RETRIES,
+    RetryPolicy, ValidPolicy,
 };
 
 /// A named strategy: the four of the thundering-herd comparison, and their kin.
@@ -220,7 +221,7 @@ impl Strategy {
             label.push_str(&format!("+max{max}"));
         }
         let max_retries = policy.max_retries;
-        policy.max_retries = max_retries.min(MAX_RETRIES);
+        policy.max_retries = max_retries.min(MAX_RETRIES.high);
         let fleet_budget = policy.budget.enabled && policy.budget.scope == BudgetScope::Fleet;
         let fleet_breaker =
             policy.circuit_breaker.enabled && policy.circuit_breaker.scope == BreakerScope::Fleet;

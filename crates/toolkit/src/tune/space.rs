@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use stormguard_core::policy::{BudgetPolicy, GatePolicy, Jitter, RetryPolicy, MAX_RETRIES};
+use stormguard_core::policy::{limits, BudgetPolicy, GatePolicy, Jitter, RetryPolicy};
 
 /// Delays the search tries, from 10 ms to 2 minutes.
 const DELAYS_MS: [u64; 30] = [
@@ -15,6 +15,8 @@ const DELAYS_MS: [u64; 30] = [
 ];
 /// Growth factors of the exponential schedule.
 const MULTIPLIERS: [f64; 5] = [1.5, 2.0, 2.5, 3.0, 4.0];
+/// The most retries a policy may ask for.
+const MAX_RETRIES: u32 = limits::MAX_RETRIES.high;
 /// Retry counts, up to what a policy file allows.
 const RETRIES: [u32; 11] = [1, 2, 3, 5, 8, 10, 15, 20, 30, 50, MAX_RETRIES];
 /// The jitters worth recommending: a schedule without jitter, or with a
