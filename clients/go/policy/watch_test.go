@@ -34,8 +34,8 @@ func TestATLSFileThatCannotBeUsedIsNamedAtStart(t *testing.T) {
 	}
 }
 
-// ExampleStart is the README's: a Go service retrying a call to payments
-// as the fleet's policy says.
+// ExampleStart is docs/adopt-a-client.md's: a Go service retrying a call
+// to payments as the fleet's policy says.
 func ExampleStart() {
 	watch, err := Start(context.Background(), Config{Daemon: "http://127.0.0.1:1", Services: []string{"payments"}, StartupWait: time.Millisecond})
 	if err != nil {

@@ -11,11 +11,11 @@ from test_httpx import Loopback, answer
 
 needs_httpx()
 
-SECTION = "## Clients in other languages"
+SECTION = "## Guard a call"
 
 
 def example():
-    """The one ``python`` block of the README's section on other languages."""
+    """The one ``python`` block of the README's section on guarding a call."""
     readme = (ROOT / "README.md").read_text()
     section = readme[readme.index(SECTION):]
     section = section[:section.find("\n## ", len(SECTION))]
