@@ -5,11 +5,9 @@
 //! families that show what it does.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use prometheus::{
-    CounterVec, Encoder, GaugeVec, Histogram, HistogramOpts, IntCounterVec, Opts, Registry, TextEncoder,
-};
+use prometheus::{CounterVec, GaugeVec, IntCounterVec, Opts};
 use stormguard_core::fleet::shared::{Contribution, Published, Shared};
 use stormguard_core::fleet::{self, FleetController, ASK_EVERY};
 use stormguard_core::gate::Judgement;
@@ -18,6 +16,7 @@ use stormguard_core::wire::{PaceAsk, PaceGrant};
 use tokio::time::Instant;
 
 use crate::fleet_breaker::FleetBreakers;
+use crate::metrics::{Refreshed, Registry};
 
 /// Dependencies the daemon keeps fleet state for at once, at most, for
 /// each of pacing, fleet-scoped breakers and fleet-scoped budgets: asks
@@ -83,7 +82,6 @@ struct Paced {
 }
 
 struct Families {
-    registry: Registry,
     rate: GaugeVec,
     judgement: GaugeVec,
     refused_ratio: GaugeVec,
@@ -93,45 +91,35 @@ struct Families {
     shared: GaugeVec,
     owner: GaugeVec,
     alone: CounterVec,
-    store_seconds: Histogram,
-    store_errors: IntCounterVec,
 }
 
 impl Fleet {
-    /// No dependency paced yet.
-    pub fn new() -> Self {
-        Self::with(Families::new(false), false)
+    /// No dependency paced yet; the families registered in `registry`.
+    pub fn new(registry: &Registry) -> Arc<Self> {
+        Self::with(registry, false)
     }
 
-    fn with(families: Families, shares: bool) -> Self {
-        Self {
+    fn with(registry: &Registry, shares: bool) -> Arc<Self> {
+        let fleet = Arc::new(Self {
             paced: Mutex::default(),
-            breakers: FleetBreakers::new(&families.registry),
-            families,
+            breakers: FleetBreakers::new(registry.families()),
+            families: Families::new(registry.families(), shares),
             shares,
-        }
+        });
+        registry.refresh(fleet.clone());
+        fleet
     }
 
     /// [`new`](Self::new), for a replica that shares its pace through a
     /// store: the families then say whether each dependency is paced by the
-    /// shared rate or alone, and how the store answers.
-    pub fn sharing() -> Self {
-        Self::with(Families::new(true), true)
+    /// shared rate or alone.
+    pub fn sharing(registry: &Registry) -> Arc<Self> {
+        Self::with(registry, true)
     }
 
     /// The fleet-scoped breakers' dependencies, for their exchanges with the store.
     pub fn breakers(&self) -> &FleetBreakers {
         &self.breakers
-    }
-
-    /// The store answered an exchange after `took`.
-    pub fn store_answered(&self, took: std::time::Duration) {
-        self.families.store_seconds.observe(took.as_secs_f64());
-    }
-
-    /// A call to the store failed, for a reason of `kind`.
-    pub fn store_failed(&self, kind: &str) {
-        self.families.store_errors.with_label_values(&[kind]).inc();
     }
 
     /// `ask` from a process, under its dependency's resolved `policy`, at
@@ -266,29 +254,6 @@ impl Fleet {
         }
     }
 
-    /// The text exposition of the fleet families, after dropping idle dependencies.
-    pub fn encode(&self, now: Instant) -> Vec<u8> {
-        {
-            let mut paced = self.lock();
-            self.sweep(&mut paced, now);
-            for (service, entry) in paced.iter_mut() {
-                self.families
-                    .paced_seconds
-                    .with_label_values(&[service])
-                    .set(now.saturating_duration_since(entry.since).as_secs_f64());
-                self.families.judged(service, entry, now);
-                if self.shares {
-                    self.families.sharing(service, entry, now);
-                }
-            }
-        }
-        let mut out = Vec::new();
-        TextEncoder::new()
-            .encode(&self.families.registry.gather(), &mut out)
-            .expect("encoding to a Vec cannot fail");
-        out
-    }
-
     fn sweep(&self, paced: &mut HashMap<String, Paced>, now: Instant) {
         paced.retain(|service, entry| {
             let idle = entry.controller.is_idle_at(now);
@@ -304,9 +269,22 @@ impl Fleet {
     }
 }
 
-impl Default for Fleet {
-    fn default() -> Self {
-        Self::new()
+impl Refreshed for Fleet {
+    /// Drops idle dependencies' series, and sets what changes with time
+    /// alone: how long each has been paced, what the rate law believes.
+    fn refresh(&self, now: Instant) {
+        let mut paced = self.lock();
+        self.sweep(&mut paced, now);
+        for (service, entry) in paced.iter_mut() {
+            self.families
+                .paced_seconds
+                .with_label_values(&[service])
+                .set(now.saturating_duration_since(entry.since).as_secs_f64());
+            self.families.judged(service, entry, now);
+            if self.shares {
+                self.families.sharing(service, entry, now);
+            }
+        }
     }
 }
 
@@ -322,9 +300,9 @@ impl Paced {
 }
 
 impl Families {
-    /// The families, and the pace store's if this replica `shares` one.
-    fn new(shares: bool) -> Self {
-        let registry = Registry::new();
+    /// The families, registered in `registry`; the time paced alone too
+    /// if this replica `shares` a store.
+    fn new(registry: &prometheus::Registry, shares: bool) -> Self {
         let gauge = |name: &str, help: &str| {
             GaugeVec::new(Opts::new(name, help), &["service"]).expect("valid metric")
         };
@@ -376,27 +354,6 @@ impl Families {
             &["service"],
         )
         .expect("valid metric");
-        let store_seconds = Histogram::with_opts(
-            HistogramOpts::new(
-                "stormguard_pace_store_seconds",
-                "Round trip of this replica's exchanges with the pace store.",
-            )
-            .buckets(vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25]),
-        )
-        .expect("valid metric");
-        let store_errors = IntCounterVec::new(
-            Opts::new(
-                "stormguard_pace_store_errors_total",
-                "Calls to the pace store that failed, by kind: timeout, refused, connection, tls, auth, redis, malformed, contended.",
-            ),
-            &["kind"],
-        )
-        .expect("valid metric");
-        let store: [Box<dyn prometheus::core::Collector>; 3] = [
-            Box::new(alone.clone()),
-            Box::new(store_seconds.clone()),
-            Box::new(store_errors.clone()),
-        ];
         for collector in [
             Box::new(rate.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(judgement.clone()),
@@ -408,14 +365,13 @@ impl Families {
             Box::new(owner.clone()),
         ]
         .into_iter()
-        .chain(store.into_iter().filter(|_| shares))
+        .chain(shares.then(|| Box::new(alone.clone()) as Box<dyn prometheus::core::Collector>))
         {
             registry
                 .register(collector)
                 .expect("each family is registered once");
         }
         Self {
-            registry,
             rate,
             judgement,
             refused_ratio,
@@ -425,8 +381,6 @@ impl Families {
             shared,
             owner,
             alone,
-            store_seconds,
-            store_errors,
         }
     }
 
@@ -576,7 +530,7 @@ mod tests {
     #[test]
     fn open_fleet_scoped_breakers_share_the_trials_and_are_handed_to_the_pace_when_they_succeed() {
         use stormguard_core::breaker::CircuitState;
-        let fleet = Fleet::new();
+        let (fleet, registry) = scraped(false);
         let policy = fleet_breaker(true);
         let t0 = Instant::now();
         let first = fleet.ask(&broken("a", 0), &policy, t0).unwrap();
@@ -587,7 +541,9 @@ mod tests {
             (0.0, false),
             "a breaker's ask is no gate's"
         );
-        assert!(exposition(&fleet, t0).contains("stormguard_fleet_breaker_state{service=\"payments\"} 2"));
+        assert!(registry
+            .text(t0)
+            .contains("stormguard_fleet_breaker_state{service=\"payments\"} 2"));
 
         let due = t0 + Duration::from_secs(1);
         let slots: u32 = ["a", "b", "c"]
@@ -618,7 +574,7 @@ mod tests {
             closing.pace && closing.rate > 0.0,
             "handed to the pace: {closing:?}"
         );
-        let text = exposition(&fleet, due);
+        let text = registry.text(due);
         assert!(
             text.contains("stormguard_fleet_breaker_state{service=\"payments\"} 0"),
             "{text}"
@@ -631,7 +587,7 @@ mod tests {
 
     #[test]
     fn a_breakers_ask_is_answered_without_a_gate_only_when_the_breaker_is_fleet_scoped() {
-        let fleet = Fleet::new();
+        let (fleet, _registry) = scraped(false);
         let now = Instant::now();
         let alone = fleet.ask(&broken("a", 0), &fleet_breaker(false), now).unwrap();
         assert!(alone.breaker.is_some() && alone.rate == 0.0 && !alone.pace);
@@ -656,36 +612,25 @@ mod tests {
         assert!(paced.breaker.is_none() && paced.rate > 0.0);
     }
 
-    fn exposition(fleet: &Fleet, now: Instant) -> String {
-        String::from_utf8(fleet.encode(now)).unwrap()
-    }
-
-    #[test]
-    fn only_a_replica_that_shares_its_pace_shows_the_stores_families() {
-        let t0 = Instant::now();
-        assert!(!exposition(&Fleet::new(), t0).contains("stormguard_pace_store"));
-        let sharing = Fleet::sharing();
-        sharing.store_answered(std::time::Duration::from_millis(2));
-        sharing.store_failed("timeout");
-        let shown = exposition(&sharing, t0);
-        assert!(shown.contains("stormguard_pace_store_seconds_count 1"), "{shown}");
-        assert!(
-            shown.contains("stormguard_pace_store_errors_total{kind=\"timeout\"} 1"),
-            "{shown}"
-        );
+    /// A fleet whose families are in a registry of its own.
+    fn scraped(shares: bool) -> (Arc<Fleet>, Registry) {
+        let registry = Registry::new();
+        let fleet = if shares {
+            Fleet::sharing(&registry)
+        } else {
+            Fleet::new(&registry)
+        };
+        (fleet, registry)
     }
 
     #[test]
     fn time_paced_without_the_store_is_counted_alone() {
         let t0 = Instant::now();
         let alone = r#"stormguard_fleet_alone_seconds_total{service="inventory"}"#;
-        let fleet = Fleet::new();
+        let (fleet, registry) = scraped(false);
         fleet.ask(&ask("inventory", "pod-a"), &gated(true), t0).unwrap();
-        assert!(
-            !exposition(&fleet, t0).contains(alone),
-            "no store, nothing to miss"
-        );
-        let sharing = Fleet::sharing();
+        assert!(!registry.text(t0).contains(alone), "no store, nothing to miss");
+        let (sharing, sharing_registry) = scraped(true);
         sharing.ask(&ask("inventory", "pod-a"), &gated(true), t0).unwrap();
         sharing
             .ask(
@@ -694,13 +639,13 @@ mod tests {
                 t0 + Duration::from_secs(2),
             )
             .unwrap();
-        let shown = exposition(&sharing, t0 + Duration::from_secs(3));
+        let shown = sharing_registry.text(t0 + Duration::from_secs(3));
         assert!(shown.contains(&format!("{alone} 3")), "{shown}");
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_dependency_nobody_asks_about_is_no_longer_paced_nor_shared() {
-        let fleet = Fleet::sharing();
+        let (fleet, _registry) = scraped(true);
         fleet
             .ask(&ask("inventory", "pod-a"), &gated(true), Instant::now())
             .unwrap();
@@ -712,15 +657,17 @@ mod tests {
 
     #[test]
     fn a_dependency_nobody_asks_about_goes_with_its_series() {
-        let fleet = Fleet::new();
+        let (fleet, registry) = scraped(false);
         let t0 = Instant::now();
         fleet.ask(&ask("inventory", "pod-a"), &gated(true), t0).unwrap();
         assert_eq!(fleet.paced(), 1);
-        assert!(exposition(&fleet, t0).contains("stormguard_fleet_rate{service=\"inventory\"} 0.5"));
+        assert!(registry
+            .text(t0)
+            .contains("stormguard_fleet_rate{service=\"inventory\"} 0.5"));
         let later = t0 + IDLE;
-        let shown = exposition(&fleet, t0);
+        let shown = registry.text(t0);
         assert!(shown.contains(r#"stormguard_fleet_judgement{judgement="down",service="inventory"} 1"#));
-        assert!(!exposition(&fleet, later).contains("service=\"inventory\""));
+        assert!(!registry.text(later).contains("service=\"inventory\""));
         assert_eq!(fleet.paced(), 0);
     }
 
@@ -740,7 +687,7 @@ mod tests {
         most_refused.gate.enabled = true;
         most_refused.gate.overload_when = stormguard_core::policy::OverloadWhen::MostRefused;
         let most_refused = ValidPolicy::try_from(most_refused).unwrap();
-        let fleet = Fleet::new();
+        let (fleet, registry) = scraped(false);
         let t0 = Instant::now();
         fleet.ask(&ask("search", "pod-a"), &most_refused, t0).unwrap();
         fleet.ask(&ask("inventory", "pod-a"), &gated(true), t0).unwrap();
@@ -754,7 +701,7 @@ mod tests {
                 .ask(&a_tenth_refused("inventory", "pod-a", 20), &gated(true), now)
                 .unwrap();
         }
-        let shown = exposition(&fleet, now);
+        let shown = registry.text(now);
         for line in [
             r#"stormguard_fleet_judgement{judgement="failing_at_random",service="search"} 1"#,
             r#"stormguard_fleet_judgement{judgement="overloaded",service="search"} 0"#,
@@ -779,7 +726,7 @@ mod tests {
 
     #[test]
     fn a_policy_without_a_gate_is_not_paced() {
-        let fleet = Fleet::new();
+        let (fleet, _registry) = scraped(false);
         let refused = fleet.ask(&ask("payments", "pod-a"), &gated(false), Instant::now());
         assert_eq!(refused, Err(Refused::GateOff("payments".into())));
         assert_eq!(fleet.paced(), 0);
@@ -787,7 +734,7 @@ mod tests {
 
     #[test]
     fn dependencies_past_the_cap_are_refused_until_one_goes() {
-        let fleet = Fleet::new();
+        let (fleet, _registry) = scraped(false);
         let t0 = Instant::now();
         let names: Vec<String> = (0..=MAX_DEPENDENCIES).map(|i| format!("dep-{i}")).collect();
         for name in &names[..MAX_DEPENDENCIES] {
@@ -807,7 +754,7 @@ mod tests {
 
     #[test]
     fn a_policy_change_starts_the_dependency_afresh() {
-        let fleet = Fleet::new();
+        let (fleet, _registry) = scraped(false);
         let t0 = Instant::now();
         let mut busy = ask("inventory", "pod-a");
         fleet.ask(&busy, &gated(true), t0).unwrap();

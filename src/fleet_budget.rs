@@ -26,16 +26,17 @@
 //! floors a second.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use prometheus::{Encoder, GaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{GaugeVec, Opts};
 use stormguard_core::fleet::floor::{Claims, Division, Part, KEPT_AT_LEAST};
 use stormguard_core::policy::{BudgetPolicy, BudgetScope};
 use stormguard_core::wire::Report;
 use tokio::time::Instant;
 
 use crate::fleet::MAX_DEPENDENCIES;
+use crate::metrics::{Refreshed, Registry};
 
 /// How often a replica shares its processes' claims on one dependency with
 /// the others, at most.
@@ -108,13 +109,16 @@ pub struct FleetBudgets {
 }
 
 impl FleetBudgets {
-    /// No dependency followed yet; `shares` when the replicas share a store.
-    pub fn new(shares: bool) -> Self {
-        Self {
+    /// No dependency followed yet; `shares` when the replicas share a
+    /// store; the families registered in `registry`.
+    pub fn new(shares: bool, registry: &Registry) -> Arc<Self> {
+        let budgets = Arc::new(Self {
             divided: Mutex::default(),
-            families: Families::new(),
+            families: Families::new(registry.families()),
             shares,
-        }
+        });
+        registry.refresh(budgets.clone());
+        budgets
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Divided>> {
@@ -206,22 +210,6 @@ impl FleetBudgets {
             .collect()
     }
 
-    /// The families, in the text exposition format.
-    pub fn encode(&self, now: Instant) -> Vec<u8> {
-        {
-            let mut divided = self.lock();
-            self.sweep(&mut divided, now);
-            for (service, entry) in divided.iter_mut() {
-                self.families.observe(service, entry, now);
-            }
-        }
-        let mut out = Vec::new();
-        TextEncoder::new()
-            .encode(&self.families.registry.gather(), &mut out)
-            .expect("encoding to a Vec cannot fail");
-        out
-    }
-
     /// Drops dependencies nobody has reported about for [`KEPT_AT_LEAST`].
     fn sweep(&self, divided: &mut HashMap<String, Divided>, now: Instant) {
         divided.retain(|service, entry| {
@@ -234,10 +222,21 @@ impl FleetBudgets {
     }
 }
 
+impl Refreshed for FleetBudgets {
+    /// Drops dependencies nobody reports about any more, and sets each
+    /// one's families as at `now`.
+    fn refresh(&self, now: Instant) {
+        let mut divided = self.lock();
+        self.sweep(&mut divided, now);
+        for (service, entry) in divided.iter_mut() {
+            self.families.observe(service, entry, now);
+        }
+    }
+}
+
 /// Each family is this replica's view: summed over the replicas, the
 /// fleet's (the ratio and the configured floor aside).
 struct Families {
-    registry: Registry,
     floor: GaugeVec,
     ratio: GaugeVec,
     processes: GaugeVec,
@@ -246,8 +245,7 @@ struct Families {
 }
 
 impl Families {
-    fn new() -> Self {
-        let registry = Registry::new();
+    fn new(registry: &prometheus::Registry) -> Self {
         let gauge = |name: &str, help: &str, labels: &[&str]| {
             let family = GaugeVec::new(Opts::new(name, help), labels).expect("valid family");
             registry
@@ -281,7 +279,6 @@ impl Families {
                 "Retries a second the floors of those processes allow whatever their traffic: each process's floor for a process-scoped budget, their parts of the fleet's for a fleet-scoped one.",
                 &["service"],
             ),
-            registry,
         }
     }
 

@@ -306,7 +306,7 @@ mod tests {
         dir: tempfile::TempDir,
         reloader: Reloader,
         store: Arc<PolicyStore>,
-        metrics: Arc<DaemonMetrics>,
+        registry: crate::metrics::Registry,
     }
 
     fn fixture(text: &str) -> Fixture {
@@ -317,13 +317,14 @@ mod tests {
         let store = Arc::new(PolicyStore::new(
             PolicySnapshot::new(document, hash, path.clone()).unwrap(),
         ));
-        let metrics = Arc::new(DaemonMetrics::new());
+        let registry = crate::metrics::Registry::new();
+        let metrics = Arc::new(DaemonMetrics::new(registry.families()));
         let reloader = Reloader::new(store.clone(), metrics.clone(), path, LoadLimits::default());
         Fixture {
             dir,
             reloader,
             store,
-            metrics,
+            registry,
         }
     }
 
@@ -335,7 +336,7 @@ mod tests {
             self.store.current().document.defaults_policy().max_retries
         }
         fn exposition(&self) -> String {
-            String::from_utf8(self.metrics.encode()).unwrap()
+            self.registry.text(tokio::time::Instant::now())
         }
     }
 

@@ -11,7 +11,7 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 
 use crate::identity::{Bindings, Callers, KeysError, Mode, TokenRules};
-use crate::metrics::DaemonMetrics;
+use crate::metrics::{DaemonMetrics, Registry};
 use crate::pace_store::{Access, PaceStore, StoreError};
 use crate::reload::{Reloader, Trigger};
 use crate::reports::ClientMetrics;
@@ -154,7 +154,7 @@ pub enum PaceStoreSetupError {
 
 /// The pace store `config` names, under this replica's name: its pod's
 /// (`HOSTNAME`) and a random part, unique however replicas are named.
-fn pace_store(config: &PaceStoreConfig) -> Result<Arc<PaceStore>, PaceStoreSetupError> {
+fn pace_store(config: &PaceStoreConfig, registry: &Registry) -> Result<Arc<PaceStore>, PaceStoreSetupError> {
     let password = match &config.password_file {
         Some(path) => Some(
             std::fs::read_to_string(path)
@@ -178,7 +178,7 @@ fn pace_store(config: &PaceStoreConfig) -> Result<Arc<PaceStore>, PaceStoreSetup
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "stormguard".into());
     let replica = format!("{host}-{:08x}", rand::random::<u32>());
     let access = Access { password, ca };
-    Ok(Arc::new(PaceStore::new(&config.url, access, replica)?))
+    Ok(Arc::new(PaceStore::new(&config.url, access, replica, registry)?))
 }
 
 /// The CA file at `path` for the store at `url`: PEM certificates, for a
@@ -234,7 +234,8 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
     let snapshot = PolicySnapshot::new(document, hash, config.policy.clone())
         .map_err(|invalid| ServeError::Policy(vec![invalid]))?;
     let store = Arc::new(PolicyStore::new(snapshot));
-    let metrics = Arc::new(DaemonMetrics::new());
+    let registry = Arc::new(Registry::new());
+    let metrics = Arc::new(DaemonMetrics::new(registry.families()));
     let reloader = Arc::new(Reloader::new(
         store.clone(),
         metrics.clone(),
@@ -246,7 +247,7 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
     listener.set_nonblocking(true).map_err(bind_error)?;
     let address = listener.local_addr().map_err(bind_error)?;
     let (shutdown_tx, shutdown) = watch::channel(false);
-    let reports = Arc::new(ClientMetrics::new(config.limits.reports));
+    let reports = ClientMetrics::new(config.limits.reports, &registry);
     let long_polls = LoadShedLayer::new(
         config.limits.max_long_polls,
         Duration::from_secs(1)..=Duration::from_secs(5),
@@ -260,22 +261,26 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
     let watcher_health = Arc::new(WatcherHealth::default());
     let callers = callers(&config)?;
     callers
-        .register(metrics.registry())
+        .register(registry.families())
         .expect("the token families are registered once");
     let tls = config.tls.clone().map(Tls::load).transpose()?.map(Arc::new);
     if let Some(tls) = &tls {
-        tls.register(metrics.registry())
+        tls.register(registry.families())
             .expect("the TLS families are registered once");
     }
     let bindings = Bindings::new(
         config.limits.reports.instance_ttl,
         config.limits.reports.max_instances,
     );
-    let pace_store = config.pace_store.as_ref().map(pace_store).transpose()?;
-    let fleet = Arc::new(match &pace_store {
-        Some(_) => crate::fleet::Fleet::sharing(),
-        None => crate::fleet::Fleet::new(),
-    });
+    let pace_store = config
+        .pace_store
+        .as_ref()
+        .map(|store| pace_store(store, &registry))
+        .transpose()?;
+    let fleet = match &pace_store {
+        Some(_) => crate::fleet::Fleet::sharing(&registry),
+        None => crate::fleet::Fleet::new(&registry),
+    };
     let state_metrics = metrics.clone();
     let state = Arc::new(Shared {
         store,
@@ -283,7 +288,8 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
         metrics,
         reports,
         fleet: fleet.clone(),
-        budgets: Arc::new(crate::fleet_budget::FleetBudgets::new(pace_store.is_some())),
+        budgets: crate::fleet_budget::FleetBudgets::new(pace_store.is_some(), &registry),
+        registry,
         admin,
         limits: config.limits,
         long_polls,

@@ -98,7 +98,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_watcher_that_panics_is_counted_marked_down_and_restarted() {
-        let metrics = Arc::new(DaemonMetrics::new());
+        let registry = crate::metrics::Registry::new();
+        let metrics = Arc::new(DaemonMetrics::new(registry.families()));
         let health = Arc::new(WatcherHealth::default());
         let (stop, shutdown) = watch::channel(false);
         let starts = Arc::new(AtomicU32::new(0));
@@ -129,7 +130,7 @@ mod tests {
         tokio::time::sleep(FIRST_RESTART * 2).await;
         assert_eq!(starts.load(Relaxed), 3, "the second wait doubles");
         assert!(health.is_up());
-        let text = String::from_utf8(metrics.encode()).unwrap();
+        let text = registry.text(tokio::time::Instant::now());
         assert!(text.contains("stormguard_reload_task_restarts_total 2"), "{text}");
         assert_eq!(*restarted_flags.lock().unwrap(), [false, true, true]);
         stop.send_replace(true);
@@ -146,7 +147,7 @@ mod tests {
                 counter.fetch_add(1, Relaxed);
                 async {}
             },
-            Arc::new(DaemonMetrics::new()),
+            Arc::new(DaemonMetrics::new(&prometheus::Registry::new())),
             Arc::new(WatcherHealth::default()),
             shutdown,
         )

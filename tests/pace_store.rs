@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::redis::Redis;
 
+use stormguard::metrics::Registry;
 use stormguard::pace_store::{Access, PaceStore, STORE_TIMEOUT};
 use stormguard_core::fleet::shared::{Contribution, Outcomes, Published, Tallies};
 use stormguard_core::fleet::LEASE;
@@ -38,7 +39,7 @@ fn replica(redis: &Redis, name: &str) -> PaceStore {
         password: redis.password.clone(),
         ..Access::default()
     };
-    PaceStore::new(&redis.url(), access, name.to_string()).expect("a valid address")
+    PaceStore::new(&redis.url(), access, name.to_string(), &Registry::new()).expect("a valid address")
 }
 
 #[tokio::test]
@@ -180,14 +181,14 @@ async fn the_password_is_sent_and_never_shown() {
     };
     let a = replica(&redis, "a");
     assert!(a.exchange("inventory", &contribution(1, 1, 5.0, 1)).await.is_ok());
-    let without = PaceStore::new(&redis.url(), Access::default(), "b".into()).unwrap();
+    let without = PaceStore::new(&redis.url(), Access::default(), "b".into(), &Registry::new()).unwrap();
     let error = without
         .exchange("inventory", &contribution(1, 1, 5.0, 1))
         .await
         .expect_err("no password");
     assert!(!error.to_string().contains("s3cret"), "{error}");
     let in_url = format!("redis://:s3cret-pace@{}", redis.address);
-    let c = PaceStore::new(&in_url, Access::default(), "c".into()).unwrap();
+    let c = PaceStore::new(&in_url, Access::default(), "c".into(), &Registry::new()).unwrap();
     assert!(c.exchange("inventory", &contribution(1, 1, 5.0, 1)).await.is_ok());
     assert!(!c.address().contains("s3cret"), "{}", c.address());
 }
@@ -267,14 +268,14 @@ async fn a_store_behind_tls_is_reached_with_its_ca_and_refused_without() {
         ca: Some(ca),
         ..Access::default()
     };
-    let a = PaceStore::new(&redis.url(), access, "a".into()).expect("a valid address");
+    let a = PaceStore::new(&redis.url(), access, "a".into(), &Registry::new()).expect("a valid address");
     let shared = a
         .exchange("inventory", &contribution(10, 8, 40.0, 4))
         .await
         .expect("over TLS");
     assert!(shared.taken.is_some(), "a owns the pace");
 
-    let untrusting = PaceStore::new(&redis.url(), Access::default(), "b".into()).unwrap();
+    let untrusting = PaceStore::new(&redis.url(), Access::default(), "b".into(), &Registry::new()).unwrap();
     let refused = untrusting
         .exchange("inventory", &contribution(1, 1, 4.0, 1))
         .await

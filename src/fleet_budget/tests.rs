@@ -56,7 +56,8 @@ fn first_tries_are_the_attempts_that_are_not_retries() {
 
 #[test]
 fn processes_reporting_twice_split_the_floor_by_their_requests() {
-    let budgets = FleetBudgets::new(false);
+    let registry = Registry::new();
+    let budgets = FleetBudgets::new(false, &registry);
     let t0 = Instant::now();
     for (instance, first) in [("a", 10), ("b", 30)] {
         assert_eq!(
@@ -77,7 +78,8 @@ fn processes_reporting_twice_split_the_floor_by_their_requests() {
 
 #[test]
 fn a_sharing_replica_shares_at_most_once_a_second_and_counts_the_others() {
-    let budgets = FleetBudgets::new(true);
+    let registry = Registry::new();
+    let budgets = FleetBudgets::new(true, &registry);
     let t0 = Instant::now();
     let mine = budgets.report("payments", "a", (50, None), &fleet(10), true, t0);
     assert_eq!(
@@ -133,13 +135,14 @@ fn a_sharing_replica_shares_at_most_once_a_second_and_counts_the_others() {
 
 #[test]
 fn the_families_show_each_budgets_floors_and_forget_a_dependency_nobody_reports_about() {
-    let budgets = FleetBudgets::new(false);
+    let registry = Registry::new();
+    let budgets = FleetBudgets::new(false, &registry);
     let t0 = Instant::now();
     budgets.report("payments", "a", (40, None), &fleet(10), true, t0);
     for instance in ["a", "b", "c"] {
         budgets.report("orders", instance, (5, None), &BudgetPolicy::default(), true, t0);
     }
-    let text = String::from_utf8(budgets.encode(t0)).unwrap();
+    let text = registry.text(t0);
     for line in [
         "stormguard_budget_min_retries_per_second{scope=\"fleet\",service=\"payments\"} 10",
         "stormguard_budget_retry_ratio{service=\"payments\"} 0.2",
@@ -157,13 +160,14 @@ fn the_families_show_each_budgets_floors_and_forget_a_dependency_nobody_reports_
         None,
         "a process-scoped budget gets no part"
     );
-    let text = String::from_utf8(budgets.encode(t0 + KEPT_AT_LEAST)).unwrap();
+    let text = registry.text(t0 + KEPT_AT_LEAST);
     assert!(!text.contains("payments") && !text.contains("orders"), "{text}");
 }
 
 #[test]
 fn a_replica_tells_what_it_sees_of_every_budgeted_dependency() {
-    let budgets = FleetBudgets::new(false);
+    let registry = Registry::new();
+    let budgets = FleetBudgets::new(false, &registry);
     let t0 = Instant::now();
     for p in 0..200 {
         budgets.report(
@@ -199,7 +203,8 @@ fn a_replica_tells_what_it_sees_of_every_budgeted_dependency() {
 
 #[test]
 fn a_process_scoped_budget_is_followed_only_for_a_service_with_a_label_of_its_own() {
-    let budgets = FleetBudgets::new(false);
+    let registry = Registry::new();
+    let budgets = FleetBudgets::new(false, &registry);
     let t0 = Instant::now();
     budgets.report("folded", "pod-0", (5, None), &BudgetPolicy::default(), false, t0);
     budgets.report("shared", "pod-0", (5, None), &fleet(10), false, t0);

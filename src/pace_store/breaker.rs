@@ -21,6 +21,14 @@ impl PaceStore {
     /// Merges `share` into `service`'s episode: the episode as written,
     /// the slots granted to this replica, and the store's time.
     pub async fn share_breaker(&self, service: &str, share: &Share) -> Result<EpisodeAnswer, StoreError> {
+        self.counted(self.share_breaker_uncounted(service, share)).await
+    }
+
+    async fn share_breaker_uncounted(
+        &self,
+        service: &str,
+        share: &Share,
+    ) -> Result<EpisodeAnswer, StoreError> {
         let key = format!("stormguard:breaker:{{{service}}}:episode");
         let keep = Duration::from_millis(share.rules.open_timeout_ms) + IDLE;
         let (_, mut version, mut text, mut read_at) = self.swap(&key, "", "", keep).await?;

@@ -17,6 +17,16 @@ impl PaceStore {
         mine: Claims,
         window: Duration,
     ) -> Result<Claims, StoreError> {
+        self.counted(self.share_claims_uncounted(service, mine, window))
+            .await
+    }
+
+    async fn share_claims_uncounted(
+        &self,
+        service: &str,
+        mine: Claims,
+        window: Duration,
+    ) -> Result<Claims, StoreError> {
         let rate = if mine.requests_per_second.is_finite() {
             mine.requests_per_second.max(0.0)
         } else {

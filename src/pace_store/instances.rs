@@ -19,6 +19,15 @@ impl PaceStore {
         caller: Option<&Identity>,
         ttl: Duration,
     ) -> Result<Option<Identity>, StoreError> {
+        self.counted(self.bind_uncounted(instance, caller, ttl)).await
+    }
+
+    async fn bind_uncounted(
+        &self,
+        instance: &str,
+        caller: Option<&Identity>,
+        ttl: Duration,
+    ) -> Result<Option<Identity>, StoreError> {
         let mut invocation = self.bind.prepare_invoke();
         invocation
             .key(instance_key(instance, "owner"))
@@ -39,6 +48,16 @@ impl PaceStore {
     /// Records batch `sequence` of `instance` fleet-wide: true the first
     /// time any replica records it within `window` of the instance's last batch.
     pub async fn first_count(
+        &self,
+        instance: &str,
+        sequence: u64,
+        window: Duration,
+    ) -> Result<bool, StoreError> {
+        self.counted(self.first_count_uncounted(instance, sequence, window))
+            .await
+    }
+
+    async fn first_count_uncounted(
         &self,
         instance: &str,
         sequence: u64,

@@ -35,11 +35,14 @@ pub mod share;
 use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
+use prometheus::{Histogram, HistogramOpts, IntCounterVec, Opts};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, IntoConnectionInfo, Script};
 use stormguard_core::fleet::shared::{Contribution, Outcomes, Published, Shared, Tallies};
 use stormguard_core::fleet::LEASE;
 use tokio::sync::Mutex;
+
+use crate::metrics::Registry;
 
 /// How long one call to the store may take before it counts as failed: a
 /// quarter of a lease, so that a slow store is noticed well before the
@@ -147,6 +150,41 @@ pub struct PaceStore {
     batch: Script,
     claims: Script,
     breaker: Script,
+    metrics: StoreMetrics,
+}
+
+/// How this replica's calls to the store go.
+struct StoreMetrics {
+    seconds: Histogram,
+    errors: IntCounterVec,
+}
+
+impl StoreMetrics {
+    fn new(registry: &prometheus::Registry) -> Self {
+        let seconds = Histogram::with_opts(
+            HistogramOpts::new(
+                "stormguard_pace_store_seconds",
+                "Round trip of this replica's calls to the pace store.",
+            )
+            .buckets(vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25]),
+        )
+        .expect("valid metric");
+        let errors = IntCounterVec::new(
+            Opts::new(
+                "stormguard_pace_store_errors_total",
+                "Calls to the pace store that failed, by kind: timeout, refused, connection, tls, auth, redis, malformed, contended.",
+            ),
+            &["kind"],
+        )
+        .expect("valid metric");
+        for family in [
+            Box::new(seconds.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(errors.clone()),
+        ] {
+            registry.register(family).expect("each family is registered once");
+        }
+        Self { seconds, errors }
+    }
 }
 
 /// What the daemon needs besides the address to reach the store.
@@ -165,8 +203,9 @@ type Answer = (i64, Vec<String>, Vec<String>, Option<String>, String);
 impl PaceStore {
     /// The store at `url` (`redis://[user:password@]host:port[/db]`, or
     /// `rediss://` for TLS), with `access`'s password and CA if given, for
-    /// the replica named `replica`. Nothing is sent until the first call.
-    pub fn new(url: &str, access: Access, replica: String) -> Result<Self, StoreError> {
+    /// the replica named `replica`; how its calls go counted in
+    /// `registry`. Nothing is sent until the first call.
+    pub fn new(url: &str, access: Access, replica: String, registry: &Registry) -> Result<Self, StoreError> {
         let refused = |error: redis::RedisError| StoreError::Address(redacted(url), error.to_string());
         let mut info = url.into_connection_info().map_err(refused)?;
         if let Some(password) = access.password {
@@ -195,6 +234,7 @@ impl PaceStore {
             batch: Script::new(include_str!("batch.lua")),
             claims: Script::new(include_str!("claims.lua")),
             breaker: Script::new(include_str!("breaker.lua")),
+            metrics: StoreMetrics::new(registry.families()),
         })
     }
 
@@ -211,6 +251,10 @@ impl PaceStore {
     /// Adds this replica's contribution `mine` to the pace of `service`,
     /// and the store's answer.
     pub async fn exchange(&self, service: &str, mine: &Contribution) -> Result<Shared, StoreError> {
+        self.counted(self.exchange_uncounted(service, mine)).await
+    }
+
+    async fn exchange_uncounted(&self, service: &str, mine: &Contribution) -> Result<Shared, StoreError> {
         let keys = Keys::of(service);
         let tallies = mine.tallies;
         let outcomes = tallies.outcomes;
@@ -245,6 +289,10 @@ impl PaceStore {
     /// Publishes `rate` as the fleet's rate for `service`: whether it was,
     /// that is whether this replica still owns the pace.
     pub async fn publish(&self, service: &str, rate: Published) -> Result<bool, StoreError> {
+        self.counted(self.publish_uncounted(service, rate)).await
+    }
+
+    async fn publish_uncounted(&self, service: &str, rate: Published) -> Result<bool, StoreError> {
         let keys = Keys::of(service);
         let mut invocation = self.publish.prepare_invoke();
         invocation
@@ -263,6 +311,10 @@ impl PaceStore {
     /// The rates owners publish, as `(service, rate)`, as they arrive.
     /// Messages this daemon cannot read are passed over.
     pub async fn subscribe(&self) -> Result<impl Stream<Item = (String, Published)>, StoreError> {
+        self.counted(self.subscribe_uncounted()).await
+    }
+
+    async fn subscribe_uncounted(&self) -> Result<impl Stream<Item = (String, Published)>, StoreError> {
         let mut pubsub = self.bounded(self.client.get_async_pubsub()).await?;
         self.bounded(pubsub.psubscribe("stormguard:pace:{*}:published"))
             .await?;
@@ -311,6 +363,21 @@ impl PaceStore {
             }),
             Err(_) => Err(StoreError::Timeout(self.at.clone())),
         }
+    }
+
+    /// `call`, timed and, if it fails, counted by its kind of failure:
+    /// every public call goes through here.
+    async fn counted<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let began = std::time::Instant::now();
+        let result = call.await;
+        self.metrics.seconds.observe(began.elapsed().as_secs_f64());
+        if let Err(error) = &result {
+            self.metrics.errors.with_label_values(&[error.kind()]).inc();
+        }
+        result
     }
 
     fn malformed(&self, what: String) -> StoreError {

@@ -36,7 +36,6 @@ pub async fn share(fleet: Arc<Fleet>, store: Arc<PaceStore>) {
         }
         while let Some(outcome) = turns.join_next().await {
             if let Ok(Err(error)) = outcome {
-                fleet.store_failed(error.kind());
                 if complained.is_none_or(|at| at.elapsed() >= COMPLAIN_EVERY) {
                     tracing::warn!("{error}; pacing alone until it answers");
                     complained = Some(Instant::now());
@@ -51,9 +50,7 @@ async fn turn(fleet: Arc<Fleet>, store: Arc<PaceStore>, service: String) -> Resu
     let Some(mine) = fleet.contribute(&service, Instant::now()) else {
         return Ok(());
     };
-    let began = std::time::Instant::now();
     let shared = store.exchange(&service, &mine).await?;
-    fleet.store_answered(began.elapsed());
     if let Some(rate) = fleet.shared(&service, &mine, &shared, Instant::now()) {
         store.publish(&service, rate).await?;
     }
@@ -71,10 +68,8 @@ async fn breaker_turn(
     service: String,
     share: Share,
 ) -> Result<(), StoreError> {
-    let began = std::time::Instant::now();
     match store.share_breaker(&service, &share).await {
         Ok(answer) => {
-            fleet.store_answered(began.elapsed());
             fleet.breakers().adopt_at(&service, &answer, Instant::now());
             Ok(())
         }
@@ -114,8 +109,7 @@ pub async fn listen(fleet: Arc<Fleet>, store: Arc<PaceStore>) {
                     }
                 }
             }
-            Err(error) => {
-                fleet.store_failed(error.kind());
+            Err(_) => {
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use foldhash::HashMap;
@@ -26,6 +26,7 @@ use stormguard_core::breaker::CircuitState;
 use stormguard_core::wire::{Folded, Report};
 
 use super::batches::{Batch, BatchLog};
+use crate::metrics::{Registry, Written};
 
 /// The label value overflow is folded into.
 pub const OTHER: &str = "other";
@@ -112,13 +113,15 @@ pub struct ClientMetrics {
 }
 
 impl ClientMetrics {
-    /// Empty families under `limits`.
-    pub fn new(limits: ReportLimits) -> Self {
-        Self {
+    /// Empty families under `limits`, written at each scrape of `registry`.
+    pub fn new(limits: ReportLimits, registry: &Registry) -> Arc<Self> {
+        let metrics = Arc::new(Self {
             batches: BatchLog::new(limits.batch_window, limits.max_instances),
             limits,
             table: Mutex::default(),
-        }
+        });
+        registry.write(metrics.clone());
+        metrics
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
@@ -210,14 +213,16 @@ impl ClientMetrics {
         }
         folded
     }
+}
 
-    /// The text exposition of every client family, with the state gauges
-    /// computed from the instances still live at `now`.
-    pub fn encode(&self, now: Instant) -> String {
+impl Written for ClientMetrics {
+    /// Every client family, with the state gauges computed from the
+    /// instances still live at `now`.
+    fn write(&self, now: Instant, out: &mut Vec<u8>) {
         let mut table = self.lock();
         table.expire(self.limits.instance_ttl, now);
         table.expire_unlisted(self.limits.label_ttl, now);
-        render(&table)
+        out.extend_from_slice(render(&table).as_bytes());
     }
 }
 

@@ -65,7 +65,6 @@ async fn bound_fleet_wide(
     let owner = match store.bind(instance, caller, state.bindings.ttl()).await {
         Ok(owner) => owner,
         Err(error) => {
-            state.fleet.store_failed(error.kind());
             tracing::debug!("{error}; instance {instance:?} checked by this replica alone");
             return Ok(());
         }

@@ -35,7 +35,7 @@ pub use error::ApiError;
 use crate::fleet::Fleet;
 use crate::fleet_budget::FleetBudgets;
 use crate::identity::{Bindings, Callers};
-use crate::metrics::DaemonMetrics;
+use crate::metrics::{DaemonMetrics, Registry};
 use crate::pace_store::PaceStore;
 use crate::reload::Reloader;
 use crate::reports::{ClientMetrics, ReportLimits};
@@ -80,7 +80,9 @@ pub struct Shared {
     pub store: Arc<PolicyStore>,
     /// Reloads on request.
     pub reloader: Arc<Reloader>,
-    /// The daemon's metrics.
+    /// Every family `/metrics` exports.
+    pub registry: Arc<Registry>,
+    /// The daemon's own families.
     pub metrics: Arc<DaemonMetrics>,
     /// The families fed by client reports.
     pub reports: Arc<ClientMetrics>,
@@ -240,11 +242,7 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Value>
 }
 
 async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
-    let mut body = state.metrics.encode();
-    let now = tokio::time::Instant::now();
-    body.extend_from_slice(state.reports.encode(now).as_bytes());
-    body.extend_from_slice(&state.fleet.encode(now));
-    body.extend_from_slice(&state.budgets.encode(now));
+    let body = state.registry.encode(tokio::time::Instant::now());
     let content_type = HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
     ([(header::CONTENT_TYPE, content_type)], body)
 }

@@ -107,7 +107,6 @@ async fn divide_floors(
         let shared = due.iter().map(|(service, mine)| async move {
             let others = store.share_claims(service, *mine, KEPT_AT_LEAST).await;
             if let Err(error) = &others {
-                state.fleet.store_failed(error.kind());
                 tracing::debug!("{error}; {service}'s retry budget floor divided by this replica's word");
             }
             state.budgets.heard(service, others.ok(), now);
@@ -144,7 +143,6 @@ async fn repeated(state: &Shared, instance: &str, sequence: u64, reports: usize,
             true
         }
         Err(error) => {
-            state.fleet.store_failed(error.kind());
             tracing::debug!("{error}; batch {sequence} of {instance:?} checked by this replica alone");
             false
         }

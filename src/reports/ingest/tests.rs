@@ -1,5 +1,13 @@
 use super::*;
+
 use crate::reports::decode;
+
+/// The families `m` writes at a scrape at `now`.
+fn scrape(m: &ClientMetrics, now: Instant) -> String {
+    let mut out = Vec::new();
+    m.write(now, &mut out);
+    String::from_utf8(out).unwrap()
+}
 
 /// The value of the series `name{labels}` (labels as exposed), if present.
 fn value(text: &str, series: &str) -> Option<f64> {
@@ -30,10 +38,10 @@ const CHARGE: &str = r#"{"service": "payment-service", "instance": "pod-a",
 
 #[test]
 fn a_report_moves_each_family_by_its_values_and_a_second_adds() {
-    let m = ClientMetrics::new(LIMITS);
+    let m = ClientMetrics::new(LIMITS, &Registry::new());
     let t0 = Instant::now();
     assert!(m.ingest(&report(CHARGE), |_| true, t0).is_empty());
-    let text = m.encode(t0);
+    let text = scrape(&m, t0);
     let series = |s: &str| value(&text, s);
     let req = r#"http_client_requests_total{endpoint="/charge",service="payment-service",status="#;
     assert_eq!(series(&format!(r#"{req}"success"}}"#)), Some(120.0));
@@ -66,7 +74,7 @@ fn a_report_moves_each_family_by_its_values_and_a_second_adds() {
     );
 
     m.ingest(&report(CHARGE), |_| true, t0);
-    let text = m.encode(t0);
+    let text = scrape(&m, t0);
     assert_eq!(
         value(&text, &format!(r#"{req}"success"}}"#)),
         Some(240.0),
@@ -80,10 +88,10 @@ fn a_report_moves_each_family_by_its_values_and_a_second_adds() {
 
 #[test]
 fn every_family_has_help_and_type_and_labels_are_escaped() {
-    let m = ClientMetrics::new(LIMITS);
+    let m = ClientMetrics::new(LIMITS, &Registry::new());
     let odd = r#"{"service": "a", "instance": "i", "endpoints": [{"endpoint": "/q\"x\\y\nz", "requests": {"success": 1}}]}"#;
     m.ingest(&report(odd), |_| true, Instant::now());
-    let text = m.encode(Instant::now());
+    let text = scrape(&m, Instant::now());
     assert!(
         text.contains(r#"http_client_requests_total{endpoint="/q\"x\\y\nz",service="a",status="success"} 1"#),
         "{text}"
@@ -104,7 +112,7 @@ fn states_take_the_worst_live_instance_and_expire_after_the_ttl() {
         instance_ttl: Duration::from_secs(10),
         ..LIMITS
     };
-    let m = ClientMetrics::new(limits);
+    let m = ClientMetrics::new(limits, &Registry::new());
     let t0 = Instant::now();
     let at = |instance: &str, state: &str, in_flight: u64| {
         report(&format!(
@@ -113,19 +121,19 @@ fn states_take_the_worst_live_instance_and_expire_after_the_ttl() {
     };
     m.ingest(&at("one", "closed", 3), |_| true, t0);
     m.ingest(&at("two", "half-open", 5), |_| true, t0 + Duration::from_secs(5));
-    let text = m.encode(t0 + Duration::from_secs(6));
+    let text = scrape(&m, t0 + Duration::from_secs(6));
     assert_eq!(value(&text, r#"circuit_breaker_state{service="a"}"#), Some(1.0));
     assert_eq!(
         value(&text, r#"http_client_concurrent_requests{service="a"}"#),
         Some(8.0)
     );
-    let text = m.encode(t0 + Duration::from_secs(12));
+    let text = scrape(&m, t0 + Duration::from_secs(12));
     assert_eq!(
         value(&text, r#"http_client_concurrent_requests{service="a"}"#),
         Some(5.0),
         "one expired"
     );
-    let text = m.encode(t0 + Duration::from_secs(20));
+    let text = scrape(&m, t0 + Duration::from_secs(20));
     assert_eq!(
         value(&text, r#"circuit_breaker_state{service="a"}"#),
         None,
@@ -139,14 +147,14 @@ fn gates_on_count_the_live_instances_pacing_and_a_policy_without_a_gate_adds_not
         instance_ttl: Duration::from_secs(10),
         ..LIMITS
     };
-    let m = ClientMetrics::new(limits);
+    let m = ClientMetrics::new(limits, &Registry::new());
     let t0 = Instant::now();
     let at = |instance: &str, gate: &str| {
         report(&format!(r#"{{"service": "a", "instance": "{instance}"{gate}}}"#))
     };
     let gates_on = r#"stormguard_send_gates_on{service="a"}"#;
     m.ingest(&at("no-gate", ""), |_| true, t0);
-    assert_eq!(value(&m.encode(t0), gates_on), None, "no instance has a gate");
+    assert_eq!(value(&scrape(&m, t0), gates_on), None, "no instance has a gate");
     m.ingest(&at("one", r#", "gateOn": true"#), |_| true, t0);
     m.ingest(&at("two", r#", "gateOn": false"#), |_| true, t0);
     m.ingest(
@@ -154,19 +162,22 @@ fn gates_on_count_the_live_instances_pacing_and_a_policy_without_a_gate_adds_not
         |_| true,
         t0 + Duration::from_secs(5),
     );
-    assert_eq!(value(&m.encode(t0 + Duration::from_secs(6)), gates_on), Some(2.0));
+    assert_eq!(
+        value(&scrape(&m, t0 + Duration::from_secs(6)), gates_on),
+        Some(2.0)
+    );
     m.ingest(
         &at("one", r#", "gateOn": false"#),
         |_| true,
         t0 + Duration::from_secs(6),
     );
     assert_eq!(
-        value(&m.encode(t0 + Duration::from_secs(7)), gates_on),
+        value(&scrape(&m, t0 + Duration::from_secs(7)), gates_on),
         Some(1.0),
         "the latest report of an instance wins"
     );
     assert_eq!(
-        value(&m.encode(t0 + Duration::from_millis(15_500)), gates_on),
+        value(&scrape(&m, t0 + Duration::from_millis(15_500)), gates_on),
         Some(0.0),
         "three expired; one still reports a gate, off"
     );
@@ -174,7 +185,7 @@ fn gates_on_count_the_live_instances_pacing_and_a_policy_without_a_gate_adds_not
 
 #[test]
 fn breakers_open_count_the_live_instances_whose_breaker_is_not_closed() {
-    let m = ClientMetrics::new(LIMITS);
+    let m = ClientMetrics::new(LIMITS, &Registry::new());
     let t0 = Instant::now();
     let at = |instance: &str, breaker: &str| {
         report(&format!(
@@ -183,12 +194,12 @@ fn breakers_open_count_the_live_instances_whose_breaker_is_not_closed() {
     };
     let open = r#"stormguard_circuit_breakers_open{service="a"}"#;
     m.ingest(&at("no-breaker", ""), |_| true, t0);
-    assert_eq!(value(&m.encode(t0), open), None, "no instance has a breaker");
+    assert_eq!(value(&scrape(&m, t0), open), None, "no instance has a breaker");
     m.ingest(&at("one", r#", "circuitState": "open""#), |_| true, t0);
     m.ingest(&at("two", r#", "circuitState": "half-open""#), |_| true, t0);
     m.ingest(&at("three", r#", "circuitState": "closed""#), |_| true, t0);
     assert_eq!(
-        value(&m.encode(t0 + Duration::from_secs(1)), open),
+        value(&scrape(&m, t0 + Duration::from_secs(1)), open),
         Some(2.0),
         "open and half-open both wait to probe; closed does not count"
     );
@@ -205,7 +216,7 @@ fn the_guard_folds_unlisted_services_endpoints_and_attempts_into_other() {
         max_instances: 2,
         ..LIMITS
     };
-    let m = ClientMetrics::new(limits);
+    let m = ClientMetrics::new(limits, &Registry::new());
     let now = Instant::now();
     let listed = |s: &str| s == "listed";
     let with = |service: &str, instance: &str, endpoint: &str| {
@@ -238,7 +249,7 @@ fn the_guard_folds_unlisted_services_endpoints_and_attempts_into_other() {
         "a known instance stays"
     );
 
-    let text = m.encode(now);
+    let text = scrape(&m, now);
     assert!(
         text.contains(r#"http_client_requests_total{endpoint="other",service="listed",status="success"} 1"#),
         "{text}"
@@ -269,7 +280,7 @@ fn the_guard_folds_unlisted_services_endpoints_and_attempts_into_other() {
 
 #[test]
 fn a_flood_of_names_keeps_the_series_bounded() {
-    let m = ClientMetrics::new(LIMITS);
+    let m = ClientMetrics::new(LIMITS, &Registry::new());
     let now = Instant::now();
     for i in 0..12_000 {
         let r = report(&format!(
@@ -278,7 +289,7 @@ fn a_flood_of_names_keeps_the_series_bounded() {
         ));
         m.ingest(&r, |_| false, now);
     }
-    let text = m.encode(now);
+    let text = scrape(&m, now);
     let series = text
         .lines()
         .filter(|l| l.starts_with("http_client_requests_total{"))
@@ -305,7 +316,7 @@ fn unlisted_services_that_stop_reporting_expire_and_free_their_place() {
         label_ttl: Duration::from_secs(60),
         ..LIMITS
     };
-    let m = ClientMetrics::new(limits);
+    let m = ClientMetrics::new(limits, &Registry::new());
     let t0 = Instant::now();
     let listed = |s: &str| s == "listed";
     let calls = |service: &str| {
@@ -330,7 +341,7 @@ fn unlisted_services_that_stop_reporting_expire_and_free_their_place() {
         !m.ingest(&calls("newcomer"), listed, later).service,
         "one-off-a expired and freed its place"
     );
-    let text = m.encode(later);
+    let text = scrape(&m, later);
     assert_eq!(value(&text, &requests("one-off-a")), None, "its series are gone");
     assert_eq!(value(&text, &requests("one-off-b")), Some(2.0), "still reporting");
     assert_eq!(value(&text, &requests("newcomer")), Some(1.0));
@@ -339,7 +350,7 @@ fn unlisted_services_that_stop_reporting_expire_and_free_their_place() {
         Some(1.0),
         "listed services never expire"
     );
-    let text = m.encode(t0 + Duration::from_secs(3600));
+    let text = scrape(&m, t0 + Duration::from_secs(3600));
     assert_eq!(value(&text, &requests("listed")), Some(1.0));
     assert_eq!(value(&text, &requests("newcomer")), None);
 }

@@ -1,8 +1,9 @@
-//! The daemon's own Prometheus families, on a registry of its own.
+//! The families the daemon keeps about itself: policy reloads, HTTP
+//! requests, the file watcher, and the reload outcomes of the files it follows.
 
 use prometheus::{
-    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    Opts, Registry, TextEncoder,
+    Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
+    Registry,
 };
 
 use axum::http::StatusCode;
@@ -70,7 +71,6 @@ impl ReloadOutcomes {
 
 /// Every family the daemon exports about itself.
 pub struct DaemonMetrics {
-    registry: Registry,
     reloads: IntCounterVec,
     last_reload_success: IntGauge,
     last_reload_timestamp: Gauge,
@@ -82,9 +82,8 @@ pub struct DaemonMetrics {
 }
 
 impl DaemonMetrics {
-    /// Creates and registers every family.
-    pub fn new() -> Self {
-        let registry = Registry::new();
+    /// Every family, registered in `registry`.
+    pub fn new(registry: &Registry) -> Self {
         let reloads = IntCounterVec::new(
             Opts::new(
                 "stormguard_policy_reloads_total",
@@ -159,7 +158,6 @@ impl DaemonMetrics {
             reloads.with_label_values(&[result]);
         }
         Self {
-            registry,
             reloads,
             last_reload_success,
             last_reload_timestamp,
@@ -169,11 +167,6 @@ impl DaemonMetrics {
             http_duration,
             watcher_restarts,
         }
-    }
-
-    /// The registry, for families kept elsewhere (token checks).
-    pub fn registry(&self) -> &Registry {
-        &self.registry
     }
 
     /// Counts a restart of the policy file watcher.
@@ -205,21 +198,6 @@ impl DaemonMetrics {
     pub fn http_duration(&self, route: &str) -> Histogram {
         self.http_duration.with_label_values(&[route])
     }
-
-    /// The text exposition of every family.
-    pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(8 * 1024);
-        TextEncoder::new()
-            .encode(&self.registry.gather(), &mut out)
-            .expect("encoding to a Vec cannot fail");
-        out
-    }
-}
-
-impl Default for DaemonMetrics {
-    fn default() -> Self {
-        Self::new()
-    }
 }
 
 #[cfg(test)]
@@ -228,13 +206,14 @@ mod tests {
 
     #[test]
     fn exposes_reload_families() {
-        let metrics = DaemonMetrics::new();
+        let registry = super::super::Registry::new();
+        let metrics = DaemonMetrics::new(registry.families());
         metrics.policy_served(&ContentHash::of(b"x"));
         metrics.reload_attempted(false, 12.0);
         metrics
             .http_requests("/v1/policies", StatusCode::NOT_MODIFIED)
             .inc();
-        let text = String::from_utf8(metrics.encode()).unwrap();
+        let text = registry.text(tokio::time::Instant::now());
         assert!(text.contains("stormguard_policy_reloads_total{result=\"failure\"} 1"));
         assert!(text.contains("stormguard_policy_reloads_total{result=\"success\"} 0"));
         assert!(text.contains("stormguard_policy_last_reload_success 0"));
