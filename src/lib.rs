@@ -5,8 +5,6 @@
 #![warn(missing_docs)]
 
 pub mod fleet;
-pub mod fleet_breaker;
-pub mod fleet_budget;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod identity;

@@ -288,7 +288,7 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
         metrics,
         reports,
         fleet: fleet.clone(),
-        budgets: crate::fleet_budget::FleetBudgets::new(pace_store.is_some(), &registry),
+        budgets: crate::fleet::budgets::FleetBudgets::new(pace_store.is_some(), &registry),
         registry,
         admin,
         limits: config.limits,

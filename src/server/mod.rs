@@ -33,7 +33,7 @@ pub use admin::{AdminAuth, AdminToken, TokenFile, TokenFileError};
 pub use error::ApiError;
 
 use crate::fleet::Fleet;
-use crate::fleet_budget::FleetBudgets;
+use crate::fleet::FleetBudgets;
 use crate::identity::{Bindings, Callers};
 use crate::metrics::{DaemonMetrics, Registry};
 use crate::pace_store::PaceStore;

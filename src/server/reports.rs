@@ -17,7 +17,7 @@ use super::body::LimitedBody;
 use super::caller;
 use super::error::ApiError;
 use super::{AppState, Peer, Shared};
-use crate::fleet_budget::first_tries;
+use crate::fleet::budgets::first_tries;
 use crate::reports::{decode_body, Batch};
 use crate::snapshot::PolicySnapshot;
 

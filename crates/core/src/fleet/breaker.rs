@@ -42,7 +42,7 @@ use tokio::time::Instant;
 
 use self::episode::{Episode, EpisodeAnswer, EpisodePhase, Rules, Share};
 use super::LEASE;
-use crate::breaker::CircuitState;
+use crate::breaker::state::CircuitState;
 use crate::policy::CircuitBreakerPolicy;
 
 pub mod episode;

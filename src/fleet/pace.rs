@@ -15,15 +15,9 @@ use stormguard_core::policy::{GatePolicy, ValidPolicy};
 use stormguard_core::wire::{PaceAsk, PaceGrant};
 use tokio::time::Instant;
 
-use crate::fleet_breaker::FleetBreakers;
+use super::breakers::FleetBreakers;
+use super::capacity::{MAX_DEPENDENCIES, MAX_PROCESSES};
 use crate::metrics::{Refreshed, Registry};
-
-/// Dependencies the daemon keeps fleet state for at once, at most, for
-/// each of pacing, fleet-scoped breakers and fleet-scoped budgets: asks
-/// and reports about more get no share, and their processes decide alone.
-pub const MAX_DEPENDENCIES: usize = 1000;
-/// Processes paced per dependency, at most.
-pub const MAX_PROCESSES: usize = 10_000;
 
 /// Why an ask got no grant.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -35,7 +35,7 @@ use stormguard_core::policy::{BudgetPolicy, BudgetScope};
 use stormguard_core::wire::Report;
 use tokio::time::Instant;
 
-use crate::fleet::MAX_DEPENDENCIES;
+use super::capacity::MAX_DEPENDENCIES;
 use crate::metrics::{Refreshed, Registry};
 
 /// How often a replica shares its processes' claims on one dependency with

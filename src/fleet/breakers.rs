@@ -18,7 +18,7 @@ use stormguard_core::policy::{BreakerScope, CircuitBreakerPolicy, ValidPolicy};
 use stormguard_core::wire::PaceAsk;
 use tokio::time::Instant;
 
-use crate::fleet::MAX_DEPENDENCIES;
+use super::capacity::MAX_DEPENDENCIES;
 
 /// Every dependency whose fleet-scoped breakers have asked lately.
 pub struct FleetBreakers {
