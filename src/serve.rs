@@ -14,7 +14,7 @@ use crate::identity::{Bindings, Callers, KeysError, Mode, TokenRules};
 use crate::metrics::{DaemonMetrics, Registry};
 use crate::pace_store::{Access, PaceStore, StoreError};
 use crate::reload::{Reloader, Trigger};
-use crate::reports::ClientMetrics;
+use crate::reports::{BatchLog, ClientMetrics};
 use crate::server::{self, AdminAuth, AdminToken, Limits, Routes, Shared, TokenFile, TokenFileError};
 use crate::snapshot::{PolicySnapshot, PolicyStore};
 use crate::supervise::{supervise, WatcherHealth};
@@ -286,6 +286,10 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
         store,
         reloader: reloader.clone(),
         metrics,
+        batches: BatchLog::new(
+            config.limits.reports.batch_window,
+            config.limits.reports.max_instances,
+        ),
         reports,
         fleet: fleet.clone(),
         budgets: crate::fleet::budgets::FleetBudgets::new(pace_store.is_some(), &registry),
@@ -362,8 +366,8 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
                 store.address(),
                 store.replica()
             );
-            tokio::spawn(crate::pace_store::share::share(fleet.clone(), store.clone()));
-            tokio::spawn(crate::pace_store::share::listen(fleet.clone(), store));
+            tokio::spawn(crate::fleet::sharing::share(fleet.clone(), store.clone()));
+            tokio::spawn(crate::fleet::sharing::listen(fleet.clone(), store));
         }
         let scheme = if tls.is_some() { "https" } else { "http" };
         if let Some(admin) = admin_address {

@@ -10,6 +10,7 @@ use common::redis::Redis;
 
 use stormguard::metrics::Registry;
 use stormguard::pace_store::{Access, PaceStore, STORE_TIMEOUT};
+use stormguard::reports::REMEMBERED;
 use stormguard_core::fleet::shared::{Contribution, Outcomes, Published, Tallies};
 use stormguard_core::fleet::LEASE;
 
@@ -198,29 +199,29 @@ async fn a_batch_number_counts_once_across_replicas_until_its_instance_goes_quie
     let Some(redis) = Redis::start(None) else { return };
     let (a, b) = (replica(&redis, "a"), replica(&redis, "b"));
     let window = Duration::from_millis(300);
-    assert!(a.first_count("pod-1", 41, window).await.unwrap());
+    assert!(a.first_count("pod-1", 41, window, REMEMBERED).await.unwrap());
     assert!(
-        !b.first_count("pod-1", 41, window).await.unwrap(),
+        !b.first_count("pod-1", 41, window, REMEMBERED).await.unwrap(),
         "the other replica"
     );
     assert!(
-        b.first_count("pod-2", 41, window).await.unwrap(),
+        b.first_count("pod-2", 41, window, REMEMBERED).await.unwrap(),
         "numbers are per instance"
     );
     for n in 42..50 {
-        assert!(a.first_count("pod-1", n, window).await.unwrap());
+        assert!(a.first_count("pod-1", n, window, REMEMBERED).await.unwrap());
     }
     assert!(
-        !b.first_count("pod-1", 42, window).await.unwrap(),
+        !b.first_count("pod-1", 42, window, REMEMBERED).await.unwrap(),
         "the last 8 are kept"
     );
     assert!(
-        b.first_count("pod-1", 41, window).await.unwrap(),
+        b.first_count("pod-1", 41, window, REMEMBERED).await.unwrap(),
         "older ones are not"
     );
     tokio::time::sleep(window + Duration::from_millis(100)).await;
     assert!(
-        a.first_count("pod-1", 49, window).await.unwrap(),
+        a.first_count("pod-1", 49, window, REMEMBERED).await.unwrap(),
         "quiet: forgotten"
     );
 }

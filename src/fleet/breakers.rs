@@ -2,7 +2,7 @@
 //! dependency whose policy says `circuitBreaker.scope: fleet` and whose
 //! processes report an open breaker in their pace asks, with the families
 //! that show it. With a shared store the replicas share one episode per
-//! dependency through it (`pace_store::share`), and the fleet's trials are
+//! dependency through it (`super::sharing`), and the fleet's trials are
 //! `halfOpenMaxCalls` however many replicas there are. Without one each
 //! replica keeps its own, for the processes that ask it: a fleet spread
 //! over R replicas then sends up to R × `halfOpenMaxCalls` trials at once.

@@ -25,18 +25,20 @@
 //! processes it hears from: with R replicas the fleet may retry up to R
 //! floors a second.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus::{GaugeVec, Opts};
 use stormguard_core::fleet::floor::{Claims, Division, Part, KEPT_AT_LEAST};
 use stormguard_core::policy::{BudgetPolicy, BudgetScope};
-use stormguard_core::wire::Report;
+use stormguard_core::wire::{FloorPart, Folded, Report};
 use tokio::time::Instant;
 
 use super::capacity::MAX_DEPENDENCIES;
 use crate::metrics::{Refreshed, Registry};
+use crate::pace_store::PaceStore;
+use crate::snapshot::PolicySnapshot;
 
 /// How often a replica shares its processes' claims on one dependency with
 /// the others, at most.
@@ -119,6 +121,48 @@ impl FleetBudgets {
         });
         registry.refresh(budgets.clone());
         budgets
+    }
+
+    /// Each reporting process's part of the floor of every fleet-scoped
+    /// budget it reported about in `reports` (`folded` as counted; each
+    /// service's budget as `snapshot` resolves it), at `now`, after sharing
+    /// what this replica's processes claim with the other replicas through
+    /// `store` where it is time to. Every budgeted report's claim is kept,
+    /// for the families and the lint.
+    pub async fn divide(
+        &self,
+        reports: &[Report<'_>],
+        folded: &[Folded],
+        snapshot: &PolicySnapshot,
+        store: Option<&PaceStore>,
+        now: Instant,
+    ) -> BTreeMap<String, FloorPart> {
+        let mut due = Vec::new();
+        for (report, folded) in reports.iter().zip(folded) {
+            let budget = snapshot.budget(&report.service);
+            let tries = (first_tries(report), report.span_ms.map(Duration::from_millis));
+            let labelled = !folded.service;
+            if let Some(mine) = self.report(&report.service, &report.instance, tries, budget, labelled, now) {
+                due.push((&*report.service, mine));
+            }
+        }
+        if let Some(store) = store {
+            let shared = due.iter().map(|(service, mine)| async move {
+                let others = store.share_claims(service, *mine, KEPT_AT_LEAST).await;
+                if let Err(error) = &others {
+                    tracing::debug!("{error}; {service}'s retry budget floor divided by this replica's word");
+                }
+                self.heard(service, others.ok(), now);
+            });
+            futures_util::future::join_all(shared).await;
+        }
+        reports
+            .iter()
+            .filter_map(|report| {
+                let part = self.part(&report.service, &report.instance, now)?;
+                Some((report.service.to_string(), FloorPart::from(part)))
+            })
+            .collect()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Divided>> {

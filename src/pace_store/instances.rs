@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use super::{PaceStore, StoreError};
 use crate::identity::Identity;
-use crate::reports::REMEMBERED;
 
 impl PaceStore {
     /// Binds `instance` to `caller` fleet-wide for `ttl` unless another
@@ -45,15 +44,17 @@ impl PaceStore {
             .transpose()
     }
 
-    /// Records batch `sequence` of `instance` fleet-wide: true the first
-    /// time any replica records it within `window` of the instance's last batch.
+    /// Records batch `sequence` of `instance` fleet-wide, among the last
+    /// `remembered` of its batches: true the first time any replica records
+    /// it within `window` of the instance's last batch.
     pub async fn first_count(
         &self,
         instance: &str,
         sequence: u64,
         window: Duration,
+        remembered: usize,
     ) -> Result<bool, StoreError> {
-        self.counted(self.first_count_uncounted(instance, sequence, window))
+        self.counted(self.first_count_uncounted(instance, sequence, window, remembered))
             .await
     }
 
@@ -62,13 +63,14 @@ impl PaceStore {
         instance: &str,
         sequence: u64,
         window: Duration,
+        remembered: usize,
     ) -> Result<bool, StoreError> {
         let mut invocation = self.batch.prepare_invoke();
         invocation
             .key(instance_key(instance, "batches"))
             .arg(sequence)
             .arg(window.as_millis().max(1) as u64)
-            .arg(REMEMBERED);
+            .arg(remembered);
         let mut connection = self.connection().await?;
         let first: i64 = self.bounded(invocation.invoke_async(&mut connection)).await?;
         Ok(first == 1)

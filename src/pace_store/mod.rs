@@ -30,7 +30,6 @@
 mod breaker;
 mod claims;
 mod instances;
-pub mod share;
 
 use std::time::Duration;
 

@@ -131,7 +131,7 @@ async fn the_store_counts_its_own_calls_and_failures() {
     let registry = Registry::new();
     let store = PaceStore::new(&url, Access::default(), "a".into(), &registry).unwrap();
     let error = store
-        .first_count("pod-a", 1, Duration::from_secs(1))
+        .first_count("pod-a", 1, Duration::from_secs(1), 8)
         .await
         .unwrap_err();
     assert_eq!(error.kind(), "refused");

@@ -13,6 +13,8 @@ use std::time::Duration;
 use foldhash::HashMap;
 use tokio::time::Instant;
 
+use crate::pace_store::PaceStore;
+
 /// Batch numbers remembered per instance.
 pub const REMEMBERED: usize = 8;
 
@@ -50,6 +52,35 @@ impl BatchLog {
             window,
             max_instances,
             recent: Mutex::default(),
+        }
+    }
+
+    /// Whether batch `sequence` of `instance`, received at `now`, was
+    /// counted before: by this replica, or, with a shared `store`, by any
+    /// replica. A store that does not answer leaves this replica's word
+    /// standing.
+    pub async fn counted_before(
+        &self,
+        instance: &str,
+        sequence: u64,
+        store: Option<&PaceStore>,
+        now: Instant,
+    ) -> bool {
+        if self.record(instance, sequence, now) == Batch::Repeat {
+            return true;
+        }
+        let Some(store) = store else {
+            return false;
+        };
+        match store
+            .first_count(instance, sequence, self.window, REMEMBERED)
+            .await
+        {
+            Ok(first) => !first,
+            Err(error) => {
+                tracing::debug!("{error}; batch {sequence} of {instance:?} checked by this replica alone");
+                false
+            }
         }
     }
 

@@ -25,7 +25,6 @@ use tokio::time::Instant;
 use stormguard_core::breaker::CircuitState;
 use stormguard_core::wire::{Folded, Report};
 
-use super::batches::{Batch, BatchLog};
 use crate::metrics::{Registry, Written};
 
 /// The label value overflow is folded into.
@@ -109,14 +108,12 @@ struct Table {
 pub struct ClientMetrics {
     limits: ReportLimits,
     table: Mutex<Table>,
-    batches: BatchLog,
 }
 
 impl ClientMetrics {
     /// Empty families under `limits`, written at each scrape of `registry`.
     pub fn new(limits: ReportLimits, registry: &Registry) -> Arc<Self> {
         let metrics = Arc::new(Self {
-            batches: BatchLog::new(limits.batch_window, limits.max_instances),
             limits,
             table: Mutex::default(),
         });
@@ -132,16 +129,6 @@ impl ClientMetrics {
     /// Counts `n` reports refused as malformed.
     pub fn rejected(&self, n: usize) {
         self.lock().rejected += n as u64;
-    }
-
-    /// Records a batch of `reports` reports; see [`Batch`]. A repeat is
-    /// counted as `n` duplicate reports and nothing else.
-    pub fn batch(&self, instance: &str, sequence: u64, reports: usize, now: Instant) -> Batch {
-        let batch = self.batches.record(instance, sequence, now);
-        if batch == Batch::Repeat {
-            self.repeated(reports);
-        }
-        batch
     }
 
     /// Counts a batch of `reports` reports counted before, by this replica or another.

@@ -38,7 +38,7 @@ use crate::identity::{Bindings, Callers};
 use crate::metrics::{DaemonMetrics, Registry};
 use crate::pace_store::PaceStore;
 use crate::reload::Reloader;
-use crate::reports::{ClientMetrics, ReportLimits};
+use crate::reports::{BatchLog, ClientMetrics, ReportLimits};
 use crate::snapshot::PolicyStore;
 use crate::supervise::WatcherHealth;
 use crate::tls::Tls;
@@ -86,6 +86,8 @@ pub struct Shared {
     pub metrics: Arc<DaemonMetrics>,
     /// The families fed by client reports.
     pub reports: Arc<ClientMetrics>,
+    /// Report batches counted lately, so that one sent again counts once.
+    pub batches: BatchLog,
     /// The paced dependencies.
     pub fleet: Arc<Fleet>,
     /// The fleet-scoped retry budgets' floors, divided.

@@ -13,8 +13,8 @@ use stormguard_core::fleet::SHARE_EVERY;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::{PaceStore, StoreError};
-use crate::fleet::Fleet;
+use super::Fleet;
+use crate::pace_store::{PaceStore, StoreError};
 
 /// Failures logged at most once in this long: the metric counts them all.
 const COMPLAIN_EVERY: Duration = Duration::from_secs(10);
