@@ -1,5 +1,6 @@
 use super::*;
 use crate::policy::{load_bytes, LoadLimits};
+use stormguard_core::fleet::floor::Claims;
 
 fn lint_yaml(yaml: &str) -> Lint {
     let document = load_bytes("test.yaml", yaml.as_bytes(), LoadLimits::default()).expect("a valid policy");
