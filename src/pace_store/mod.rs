@@ -1,44 +1,41 @@
-//! The store daemon replicas share a dependency's pace through: Redis.
+//! The store daemon replicas share their fleet state through: Redis. This
+//! file is the client (one connection, made at the first call and again
+//! after it breaks; every call bounded by [`STORE_TIMEOUT`], timed and its
+//! failures counted); each kind of state has its room:
 //!
-//! Each replica's exchange for a paced dependency is one script, atomic in
-//! Redis (`exchange.lua`): it adds the replica's contribution, keeps its
-//! demand for a lease, renews or takes the dependency's ownership
-//! (set-if-absent with a lease, as envoyproxy/ratelimit and Redis's own lock
-//! pattern do), hands the owner every replica's outcomes since it last took
-//! them, and answers with the other replicas' demand and the published rate.
-//! The owner publishes with a second script (`publish.lua`) that writes the
-//! rate only while it still owns the pace, and pushes it on a channel.
+//! - `pace.rs`: a paced dependency's exchange, one atomic script
+//!   (`exchange.lua`) that adds the replica's contribution, keeps its
+//!   demand for a lease, renews or takes the dependency's ownership
+//!   (set-if-absent with a lease, as envoyproxy/ratelimit and Redis's own
+//!   lock pattern do), hands the owner every replica's outcomes and answers
+//!   with the other replicas' demand and the published rate; the owner
+//!   publishes with `publish.lua`, which writes only while it still owns
+//!   the pace and pushes the rate on a channel.
+//! - `breaker.rs`: one fleet breaker episode per dependency, merged in by
+//!   each replica and written back under compare-and-set (`breaker.lua`).
+//! - `claims.rs`: what each replica's processes claim of a fleet-scoped
+//!   retry budget's floor.
+//! - `instances.rs`: who owns each reporting instance, and which of its
+//!   report batches were counted.
 //!
-//! What goes in and comes out are `stormguard_core::fleet::shared`'s types:
-//! the simulator's model of the store answers in the same terms. Every key
-//! of a dependency carries its name as a hash tag, so that on a Redis
-//! Cluster one script's keys would live on one node; the client is not a
-//! cluster client yet, so the store is one Redis server. A store that cannot be
-//! reached is not an error the daemon stops for: each call fails within
-//! [`STORE_TIMEOUT`] with a [`StoreError`], and the replica paces alone.
-//!
-//! Fleet-scoped breakers share one episode per dependency (`breaker.rs`):
-//! each replica merges its share in and writes it back under
-//! compare-and-set (`breaker.lua`).
-//!
-//! The store also keeps what must be one across replicas about reporting
-//! instances (`instances.rs`): who owns each, and which report batches
-//! were counted; and what each replica's processes claim of a fleet-scoped
-//! retry budget (`claims.rs`). When it cannot be reached, each replica
-//! decides alone.
+//! What goes in and comes out are `stormguard_core`'s types: the
+//! simulator's model of the store answers in the same terms. Every key of
+//! a dependency or instance carries its name as a hash tag, so that on a
+//! Redis Cluster one script's keys would live on one node; the client is
+//! not a cluster client yet, so the store is one Redis server. A store that
+//! cannot be reached is not an error the daemon stops for: each call fails
+//! with a [`StoreError`], and the replica decides alone.
 
 mod breaker;
 mod claims;
 mod instances;
+mod pace;
 
 use std::time::Duration;
 
-use futures_util::{Stream, StreamExt};
 use prometheus::{Histogram, HistogramOpts, IntCounterVec, Opts};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, IntoConnectionInfo, Script};
-use stormguard_core::fleet::shared::{Contribution, Outcomes, Published, Shared, Tallies};
-use stormguard_core::fleet::LEASE;
 use tokio::sync::Mutex;
 
 use crate::metrics::Registry;
@@ -196,9 +193,6 @@ pub struct Access {
     pub ca: Option<Vec<u8>>,
 }
 
-/// The script's answer: owner, taken, others, rate, now.
-type Answer = (i64, Vec<String>, Vec<String>, Option<String>, String);
-
 impl PaceStore {
     /// The store at `url` (`redis://[user:password@]host:port[/db]`, or
     /// `rediss://` for TLS), with `access`'s password and CA if given, for
@@ -245,89 +239,6 @@ impl PaceStore {
     /// This replica's name in the store.
     pub fn replica(&self) -> &str {
         &self.replica
-    }
-
-    /// Adds this replica's contribution `mine` to the pace of `service`,
-    /// and the store's answer.
-    pub async fn exchange(&self, service: &str, mine: &Contribution) -> Result<Shared, StoreError> {
-        self.counted(self.exchange_uncounted(service, mine)).await
-    }
-
-    async fn exchange_uncounted(&self, service: &str, mine: &Contribution) -> Result<Shared, StoreError> {
-        let keys = Keys::of(service);
-        let tallies = mine.tallies;
-        let outcomes = tallies.outcomes;
-        let age = tallies
-            .overloaded_since
-            .map_or(-1, |age| i64::try_from(age.as_millis()).unwrap_or(i64::MAX));
-        let want = if mine.want.is_finite() {
-            mine.want.max(0.0)
-        } else {
-            0.0
-        };
-        let mut invocation = self.exchange.prepare_invoke();
-        invocation
-            .key(&keys.tallies)
-            .key(&keys.wants)
-            .key(&keys.owner)
-            .key(&keys.rate)
-            .arg(&self.replica)
-            .arg(LEASE.as_millis() as u64)
-            .arg(outcomes.sent)
-            .arg(outcomes.accepted)
-            .arg(outcomes.overloaded)
-            .arg(outcomes.timed_out)
-            .arg(age)
-            .arg(want.to_string())
-            .arg(mine.members);
-        let mut connection = self.connection().await?;
-        let answer: Answer = self.bounded(invocation.invoke_async(&mut connection)).await?;
-        self.read(answer)
-    }
-
-    /// Publishes `rate` as the fleet's rate for `service`: whether it was,
-    /// that is whether this replica still owns the pace.
-    pub async fn publish(&self, service: &str, rate: Published) -> Result<bool, StoreError> {
-        self.counted(self.publish_uncounted(service, rate)).await
-    }
-
-    async fn publish_uncounted(&self, service: &str, rate: Published) -> Result<bool, StoreError> {
-        let keys = Keys::of(service);
-        let mut invocation = self.publish.prepare_invoke();
-        invocation
-            .key(&keys.owner)
-            .key(&keys.rate)
-            .arg(&self.replica)
-            .arg(LEASE.as_millis() as u64)
-            .arg(rate.rate.to_string())
-            .arg(u8::from(rate.probing))
-            .arg(&keys.channel);
-        let mut connection = self.connection().await?;
-        let published: i64 = self.bounded(invocation.invoke_async(&mut connection)).await?;
-        Ok(published == 1)
-    }
-
-    /// The rates owners publish, as `(service, rate)`, as they arrive.
-    /// Messages this daemon cannot read are passed over.
-    pub async fn subscribe(&self) -> Result<impl Stream<Item = (String, Published)>, StoreError> {
-        self.counted(self.subscribe_uncounted()).await
-    }
-
-    async fn subscribe_uncounted(&self) -> Result<impl Stream<Item = (String, Published)>, StoreError> {
-        let mut pubsub = self.bounded(self.client.get_async_pubsub()).await?;
-        self.bounded(pubsub.psubscribe("stormguard:pace:{*}:published"))
-            .await?;
-        Ok(pubsub.into_on_message().filter_map(|message| {
-            std::future::ready((|| {
-                let channel = message.get_channel_name();
-                let service = channel
-                    .strip_prefix("stormguard:pace:{")?
-                    .strip_suffix("}:published")?;
-                let payload: String = message.get_payload().ok()?;
-                let (rate, _) = parse_rate(&payload, 0)?;
-                Some((service.to_string(), rate))
-            })())
-        }))
     }
 
     async fn connection(&self) -> Result<ConnectionManager, StoreError> {
@@ -385,98 +296,6 @@ impl PaceStore {
             what,
         }
     }
-
-    fn read(&self, (owner, taken, others, rate, now): Answer) -> Result<Shared, StoreError> {
-        let malformed = |what: String| self.malformed(what);
-        let now: u64 = now.parse().map_err(|_| malformed(format!("time {now:?}")))?;
-        let others = others
-            .iter()
-            .map(|entry| parse_want(entry).ok_or_else(|| malformed(format!("demand {entry:?}"))))
-            .collect::<Result<Vec<_>, _>>()?;
-        let published = rate
-            .map(|text| parse_rate(&text, now).ok_or_else(|| malformed(format!("rate {text:?}"))))
-            .transpose()?;
-        let taken = (owner == 1)
-            .then(|| parse_taken(&taken).ok_or_else(|| malformed(format!("tallies {taken:?}"))))
-            .transpose()?;
-        Ok(Shared {
-            published,
-            others,
-            taken,
-        })
-    }
-}
-
-/// The keys of one dependency's pace, its name the hash tag.
-struct Keys {
-    tallies: String,
-    wants: String,
-    owner: String,
-    rate: String,
-    channel: String,
-}
-
-impl Keys {
-    fn of(service: &str) -> Self {
-        let key = |what: &str| format!("stormguard:pace:{{{service}}}:{what}");
-        Self {
-            tallies: key("tallies"),
-            wants: key("wants"),
-            owner: key("owner"),
-            rate: key("rate"),
-            channel: key("published"),
-        }
-    }
-}
-
-/// `"want members"`, as the exchange script answers each replica's demand.
-fn parse_want(entry: &str) -> Option<(f64, u32)> {
-    let (want, members) = entry.split_once(' ')?;
-    let want: f64 = want.parse().ok()?;
-    Some((
-        if want.is_finite() { want.max(0.0) } else { 0.0 },
-        members.parse().ok()?,
-    ))
-}
-
-/// `"rate probing at_ms"`, as the publish script writes it, seen at `now` ms.
-fn parse_rate(text: &str, now: u64) -> Option<(Published, Duration)> {
-    let mut fields = text.split(' ');
-    let rate: f64 = fields.next()?.parse().ok()?;
-    let probing = match fields.next()? {
-        "1" => true,
-        "0" => false,
-        _ => return None,
-    };
-    let at: u64 = fields.next()?.parse().ok()?;
-    (rate.is_finite() && rate > 0.0 && fields.next().is_none()).then(|| {
-        (
-            Published { rate, probing },
-            Duration::from_millis(now.saturating_sub(at)),
-        )
-    })
-}
-
-/// The tallies hash as the exchange script hands it to the owner: field,
-/// value, field, value; `overloaded_at` already turned into an age in ms.
-fn parse_taken(flat: &[String]) -> Option<Tallies> {
-    let mut tallies = Tallies {
-        outcomes: Outcomes::default(),
-        overloaded_since: None,
-    };
-    for pair in flat.chunks(2) {
-        let [field, value] = pair else { return None };
-        let value: u64 = value.parse().ok()?;
-        match field.as_str() {
-            "sent" => tallies.outcomes.sent = value,
-            "accepted" => tallies.outcomes.accepted = value,
-            "overloaded" => tallies.outcomes.overloaded = value,
-            "timed_out" => tallies.outcomes.timed_out = value,
-            "overloaded_at" => tallies.overloaded_since = Some(Duration::from_millis(value)),
-            _ => return None,
-        }
-    }
-    Some(tallies)
 }
 
 /// `url` with its password, if any, replaced by `***`.

@@ -41,67 +41,6 @@ fn an_address_that_is_not_redis_is_refused_at_once() {
 }
 
 #[test]
-fn a_dependencys_keys_share_its_name_as_the_hash_tag() {
-    let keys = Keys::of("payment-service");
-    for key in [&keys.tallies, &keys.wants, &keys.owner, &keys.rate, &keys.channel] {
-        assert!(key.starts_with("stormguard:pace:{payment-service}:"), "{key}");
-    }
-}
-
-#[test]
-fn the_scripts_answers_are_read_and_anything_else_refused() {
-    assert_eq!(parse_want("12.5 3"), Some((12.5, 3)));
-    assert_eq!(parse_want("NaN 3"), Some((0.0, 3)));
-    assert_eq!(parse_want("12.5"), None);
-    assert_eq!(parse_want("12.5 -1"), None);
-    let (rate, age) = parse_rate("180.25 0 1000", 1250).expect("a rate");
-    assert_eq!(
-        rate,
-        Published {
-            rate: 180.25,
-            probing: false
-        }
-    );
-    assert_eq!(age, Duration::from_millis(250));
-    assert_eq!(parse_rate("4 1 1000", 1000).map(|(r, _)| r.probing), Some(true));
-    for bad in ["0 0 1000", "inf 0 1000", "4 2 1000", "4 0", "4 0 1000 extra"] {
-        assert_eq!(parse_rate(bad, 2000), None, "{bad}");
-    }
-    let flat = |pairs: &[(&str, &str)]| -> Vec<String> {
-        pairs
-            .iter()
-            .flat_map(|(f, v)| [f.to_string(), v.to_string()])
-            .collect()
-    };
-    let taken = parse_taken(&flat(&[
-        ("sent", "9"),
-        ("accepted", "7"),
-        ("overloaded", "2"),
-        ("overloaded_at", "40"),
-    ]));
-    assert_eq!(
-        taken,
-        Some(Tallies {
-            outcomes: Outcomes {
-                sent: 9,
-                accepted: 7,
-                overloaded: 2,
-                timed_out: 0
-            },
-            overloaded_since: Some(Duration::from_millis(40)),
-        })
-    );
-    assert_eq!(
-        parse_taken(&[]),
-        Some(Tallies::default()),
-        "nothing contributed since"
-    );
-    assert_eq!(parse_taken(&flat(&[("sent", "-1")])), None);
-    assert_eq!(parse_taken(&flat(&[("bogus", "1")])), None);
-    assert_eq!(parse_taken(&["sent".to_string()]), None);
-}
-
-#[test]
 fn only_a_call_that_surely_wrote_nothing_is_sent_again() {
     let at = "redis://127.0.0.1:6379".to_string();
     assert!(StoreError::Contended {
