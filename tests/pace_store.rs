@@ -11,7 +11,7 @@ use common::redis::Redis;
 use stormguard::metrics::Registry;
 use stormguard::pace_store::{Access, PaceStore, STORE_TIMEOUT};
 use stormguard::reports::REMEMBERED;
-use stormguard_core::fleet::shared::{Contribution, Outcomes, Published, Tallies};
+use stormguard_core::fleet::replicas::{Contribution, Outcomes, Published, Tallies};
 use stormguard_core::fleet::LEASE;
 
 fn contribution(sent: u64, accepted: u64, want: f64, members: u32) -> Contribution {

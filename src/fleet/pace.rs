@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use prometheus::{CounterVec, GaugeVec, IntCounterVec, Opts};
-use stormguard_core::fleet::shared::{Contribution, Published, Shared};
+use stormguard_core::fleet::replicas::{Contribution, Published, Shared};
 use stormguard_core::fleet::{self, FleetController, ASK_EVERY};
 use stormguard_core::gate::Judgement;
 use stormguard_core::policy::{GatePolicy, ValidPolicy};

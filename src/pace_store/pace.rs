@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
-use stormguard_core::fleet::shared::{Contribution, Outcomes, Published, Shared, Tallies};
+use stormguard_core::fleet::replicas::{Contribution, Outcomes, Published, Shared, Tallies};
 use stormguard_core::fleet::LEASE;
 
 use super::{PaceStore, StoreError};

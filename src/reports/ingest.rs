@@ -209,7 +209,7 @@ impl Written for ClientMetrics {
         let mut table = self.lock();
         table.expire(self.limits.instance_ttl, now);
         table.expire_unlisted(self.limits.label_ttl, now);
-        out.extend_from_slice(render(&table).as_bytes());
+        out.extend_from_slice(exposition(&table).as_bytes());
     }
 }
 
@@ -377,7 +377,7 @@ impl Aggregate {
     }
 }
 
-fn render(t: &Table) -> String {
+fn exposition(t: &Table) -> String {
     let mut out = String::with_capacity(128 * (t.requests.len() + t.retries.len()) + 4096);
     let service = |id: u32| t.services[id as usize].name.as_str();
     let endpoint = |s: u32, e: u32| t.services[s as usize].endpoints[e as usize].as_str();

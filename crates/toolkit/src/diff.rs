@@ -298,7 +298,7 @@ fn warnings(old: &Lint, new: &Lint) -> (Vec<Warning>, Vec<Warning>) {
 }
 
 /// The diff as text, for a terminal or a pull request's comment.
-pub fn render(diff: &Diff) -> String {
+pub fn as_text(diff: &Diff) -> String {
     let mut out = String::new();
     if diff.services.is_empty() && diff.warnings_added.is_empty() && diff.warnings_cleared.is_empty() {
         out.push_str("no service's resolved policy changes\n");

@@ -70,7 +70,7 @@ pub fn simulate(request: &Request) -> Result<String, SimulateError> {
             source,
         })?;
     }
-    Ok(render(request, &summaries))
+    Ok(as_text(request, &summaries))
 }
 
 fn strategies(request: &Request) -> Result<Vec<Strategy>, SimulateError> {
@@ -163,7 +163,7 @@ fn resolve(document: &PolicyDocument, service: &str) -> Result<(String, RetryPol
     Ok((label, resolved.policy))
 }
 
-fn render(request: &Request, summaries: &[Summary]) -> String {
+fn as_text(request: &Request, summaries: &[Summary]) -> String {
     if request.json {
         // One object for one run; an array for several, or with --compare.
         let json = match summaries {

@@ -41,7 +41,7 @@ pub fn run(args: DiffArgs) -> ExitCode {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&diff).expect("plain data"));
     } else {
-        print!("{}", stormguard_toolkit::diff::render(&diff));
+        print!("{}", stormguard_toolkit::diff::as_text(&diff));
     }
     ExitCode::from(if diff.worsens() { 2 } else { 0 })
 }

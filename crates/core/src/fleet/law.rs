@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::excess::Excess;
-use super::shared::Published;
+use super::replicas::Published;
 use super::trial::{Finding, Trials};
 use super::{FIRST_WINDOW, PROBERS, ROUND};
 use crate::gate::rate::Rate;

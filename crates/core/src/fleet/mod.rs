@@ -37,10 +37,10 @@
 
 pub mod breaker;
 mod excess;
+pub mod fair_share;
 pub mod floor;
 mod law;
-pub mod share;
-pub mod shared;
+pub mod replicas;
 mod trial;
 
 use std::collections::HashMap;
@@ -50,7 +50,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use self::law::{Law, Learned};
-use self::shared::{Contribution, Outcomes, Part, Published, Shared, Tallies};
+use self::replicas::{Contribution, Outcomes, Part, Published, Shared, Tallies};
 use crate::gate::{Judged, Tally};
 use crate::policy::ValidPolicy;
 
@@ -546,8 +546,8 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
         let (want, members, ref others) = self.view;
         // A replica whose processes want next to nothing still gives its
         // new ones a floor of something.
-        let rate =
-            shared::part_of(fleet, (want, members), others, &mut self.scratch).max(self.law.policy.min_rate);
+        let rate = replicas::part_of(fleet, (want, members), others, &mut self.scratch)
+            .max(self.law.policy.min_rate);
         self.shared = Some(Part {
             fleet: fleet.rate,
             rate,
@@ -585,7 +585,7 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
             .values()
             .filter(|m| is_active(m, now))
             .map(|m| m.want);
-        let level = share::level(total, wants, &mut self.scratch);
+        let level = fair_share::level(total, wants, &mut self.scratch);
         let wanted: f64 = self.scratch.iter().map(|&(want, _)| want).sum();
         let (mut counted, mut above) = (0.0, 0);
         for member in self.members.values_mut() {

@@ -7,7 +7,7 @@ fn document(yaml: &str) -> PolicyDocument {
 
 /// The text lines of the diff, forecasts left out.
 fn keys_only(diff: &Diff) -> Vec<String> {
-    render(diff)
+    as_text(diff)
         .lines()
         .filter(|line| !line.trim_start().starts_with("forecast"))
         .map(str::to_string)
@@ -103,10 +103,10 @@ fn a_change_that_worsens_a_forecast_or_adds_a_warning_is_what_a_pipeline_gates_o
         .collect();
     assert_eq!(added, [("(defaults)", "no-jitter")]);
     assert!(diff.worsens());
-    assert!(render(&diff).contains("lint + (defaults) no-jitter: "));
+    assert!(as_text(&diff).contains("lint + (defaults) no-jitter: "));
     let back = super::diff(&document(&new), &document(BASE), 0.1);
     assert_eq!(back.warnings_cleared.len(), 1);
-    assert!(render(&super::diff(&document(BASE), &document(BASE), 0.1))
+    assert!(as_text(&super::diff(&document(BASE), &document(BASE), 0.1))
         .starts_with("no service's resolved policy changes"));
 }
 

@@ -6,27 +6,27 @@ mod arrivals;
 mod collapse;
 mod dependency;
 mod engine;
-mod errors;
+mod errors_scenario;
 mod fleet_budget;
 mod forecast;
-mod render;
 mod replicas;
 mod report;
 mod scenario;
 mod strategy;
 mod svg;
+mod text;
 mod time;
 
 pub use collapse::Collapse;
 pub use engine::{run, GaveUpCounts, Run};
-pub use errors::Errors;
+pub use errors_scenario::Errors;
 pub use fleet_budget::REPORT_EVERY;
 pub use forecast::{deployed, forecast};
-pub use render::{histogram, summary, table};
 pub use report::Summary;
 pub use scenario::{Backends, Brownout, Fleet, Scenario, STORE_ROUND_TRIP};
 pub use strategy::{Modifiers, Named, Strategy};
 pub use svg::small_multiples;
+pub use text::{histogram, summary, table};
 
 #[cfg(test)]
 mod tests;

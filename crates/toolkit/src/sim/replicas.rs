@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use stormguard_core::fleet::breaker::episode::{Episode, EpisodeAnswer, Share};
 use stormguard_core::fleet::breaker::{BreakerVerdict, FleetBreaker};
-use stormguard_core::fleet::shared::{Contribution, Published, Shared, Tallies};
+use stormguard_core::fleet::replicas::{Contribution, Published, Shared, Tallies};
 use stormguard_core::fleet::{self, Ask, FleetController, Grant, IDLE, LEASE, SHARE_EVERY};
 use stormguard_core::policy::ValidPolicy;
 use tokio::time::Instant;

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::collapse::Collapse;
 use super::engine::Run;
-use super::errors::Errors;
+use super::errors_scenario::Errors;
 use super::scenario::{Backends, Fleet};
 
 /// The figures of one run, as `--json` prints them.

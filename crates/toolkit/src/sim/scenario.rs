@@ -7,7 +7,7 @@ use serde::Serialize;
 use stormguard_core::policy::{Dependency, ForecastScenario, GoDuration};
 
 use super::collapse::Collapse;
-use super::errors::Errors;
+use super::errors_scenario::Errors;
 
 /// A replica's round trip to a shared pace store, where nothing says
 /// otherwise: a store in the same cluster.

@@ -26,7 +26,7 @@
 //! ([`neighbours`]), and reports how the recommendation does on each.
 
 pub mod neighbours;
-pub mod render;
+pub mod output;
 mod score;
 mod space;
 #[cfg(test)]
@@ -38,7 +38,7 @@ use std::time::Duration;
 use stormguard_core::policy::RetryPolicy;
 
 pub use neighbours::OnNeighbour;
-pub use render::{json, svg, text};
+pub use output::{json, svg, text};
 pub use score::{Bounds, Family, Figures, Score};
 pub use space::Knobs;
 

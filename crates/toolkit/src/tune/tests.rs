@@ -94,14 +94,14 @@ fn the_changes_name_only_what_differs_in_the_files_words() {
         ..from.clone()
     };
     assert_eq!(
-        render::changes(&from, &to, false),
+        output::changes(&from, &to, false),
         vec![
             ("jitter", "decorrelated".to_owned()),
             ("initialDelay", "3s".to_owned()),
             ("maxElapsed", "1m30s".to_owned()),
         ]
     );
-    assert_eq!(render::changes(&from, &from, true).len(), 8, "every searched key");
+    assert_eq!(output::changes(&from, &from, true).len(), 8, "every searched key");
 }
 
 #[test]

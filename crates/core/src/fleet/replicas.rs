@@ -159,7 +159,7 @@ pub(super) fn part_of(
     }
     let mean = |(want, n): (f64, u32)| (if n == 0 { 0.0 } else { want / f64::from(n) }, n);
     let groups = others.iter().copied().chain(std::iter::once(mine)).map(mean);
-    let level = super::share::level_of_groups(fleet.rate, groups, scratch);
+    let level = super::fair_share::level_of_groups(fleet.rate, groups, scratch);
     let (mean_want, n) = mean(mine);
     mean_want.min(level) * f64::from(n)
 }
