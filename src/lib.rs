@@ -8,6 +8,7 @@ pub mod fleet;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod identity;
+pub mod listen;
 pub mod metrics;
 pub mod pace_store;
 pub mod reload;

@@ -243,8 +243,8 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
         config.limits.policy,
     ));
     let bind_error = |e| ServeError::Bind(config.listen.clone(), e);
-    let listener = std::net::TcpListener::bind(&config.listen).map_err(bind_error)?;
-    listener.set_nonblocking(true).map_err(bind_error)?;
+    let mut sockets = crate::listen::Sockets::from_env();
+    let listener = sockets.listener(0, &config.listen).map_err(bind_error)?;
     let address = listener.local_addr().map_err(bind_error)?;
     let (shutdown_tx, shutdown) = watch::channel(false);
     let reports = ClientMetrics::new(config.limits.reports, &registry);
@@ -315,9 +315,7 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
         None => None,
         Some(address) => {
             let bind_error = |e| ServeError::Bind(address.clone(), e);
-            let listener = std::net::TcpListener::bind(address).map_err(bind_error)?;
-            listener.set_nonblocking(true).map_err(bind_error)?;
-            Some(listener)
+            Some(sockets.listener(1, address).map_err(bind_error)?)
         }
     };
     let admin_address = admin_listener.as_ref().and_then(|l| l.local_addr().ok());

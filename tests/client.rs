@@ -21,8 +21,9 @@ fn config(daemon: &str, service: &str) -> ClientConfig {
     }
 }
 
-fn unreachable() -> String {
-    format!("http://{}", common::free_loopback_address())
+/// An address where nobody listens, held for as long as the test holds it.
+fn unreachable() -> common::Reserved {
+    common::Reserved::new()
 }
 
 #[tokio::test]
@@ -89,10 +90,11 @@ async fn a_cache_it_cannot_read_is_ignored_for_the_defaults() {
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("payment-service.json");
     std::fs::write(&cache, "{ not json").unwrap();
+    let nobody = unreachable();
     let client = PolicyClient::start(ClientConfig {
         cache: Some(cache),
         startup_wait: Duration::from_millis(300),
-        ..config(&unreachable(), "payment-service")
+        ..config(&nobody.url(), "payment-service")
     })
     .await
     .expect("a valid client configuration");

@@ -223,7 +223,8 @@ async fn no_answer_at_all_is_the_guards_error_with_the_clients_as_its_cause() {
         .unwrap()
         .layer()
         .layer(hyper_client());
-    let nobody = format!("http://{}/charge", common::free_loopback_address());
+    let reserved = common::Reserved::new();
+    let nobody = format!("{}/charge", reserved.url());
     let error = client
         .ready()
         .await
@@ -281,7 +282,8 @@ async fn a_reqwest_client_through_the_middleware_is_retried_and_a_stream_is_sent
     );
     assert_eq!(streaming.sent().len(), 1);
 
-    let nobody = format!("http://{}/charge", common::free_loopback_address());
+    let reserved = common::Reserved::new();
+    let nobody = format!("{}/charge", reserved.url());
     let error = http.get(nobody).send().await.unwrap_err();
     assert!(error.to_string().contains("every attempt failed"), "{error}");
     stormguard.shutdown().await;

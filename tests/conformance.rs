@@ -112,6 +112,11 @@ fn serve(policy: &Path, extra: &[&str]) -> Daemon {
     Daemon::start(policy, &[&["--debounce", "20ms"], extra].concat())
 }
 
+/// [`serve`] on the socket `reserved` holds.
+fn serve_on(reserved: &common::Reserved, policy: &Path) -> Daemon {
+    Daemon::start_on(reserved, policy, &["--debounce", "20ms"])
+}
+
 /// A client quick to give up and to try again, as the scenarios want.
 fn quick(daemon: &str, services: &[&str]) -> ClientConfig {
     ClientConfig {
@@ -153,11 +158,11 @@ async fn within_10s(what: &str, mut check: impl FnMut() -> bool) {
 }
 
 async fn start_with_the_daemon_down() {
-    let listen = common::free_loopback_address();
+    let reserved = common::Reserved::new();
     let started = Instant::now();
     let watch = start(ClientConfig {
         startup_wait: Duration::from_millis(300),
-        ..quick(&format!("http://{listen}"), &["payments"])
+        ..quick(&reserved.url(), &["payments"])
     })
     .await;
     assert!(
@@ -169,7 +174,7 @@ async fn start_with_the_daemon_down() {
         (PolicySource::Defaults, 3)
     );
     let (_dir, file) = policy_file(5);
-    let _daemon = serve(&file, &["--listen", &listen]);
+    let _daemon = serve_on(&reserved, &file);
     within_10s("catching up with the daemon", || retries(&watch, "payments") == 5).await;
     assert_eq!(source(&watch), PolicySource::Daemon);
 }
@@ -177,8 +182,8 @@ async fn start_with_the_daemon_down() {
 async fn start_from_the_cache() {
     let (dir, file) = policy_file(5);
     let cache = dir.path().join("cache.json");
-    let listen = common::free_loopback_address();
-    let daemon = serve(&file, &["--listen", &listen]);
+    let reserved = common::Reserved::new();
+    let daemon = serve_on(&reserved, &file);
     let base = daemon.base.clone();
     let config = ClientConfig {
         cache: Some(cache),
@@ -196,7 +201,7 @@ async fn start_from_the_cache() {
         (source(&watch), retries(&watch, "payments")),
         (PolicySource::Cache, 5)
     );
-    let _daemon = serve(&file, &["--listen", &listen]);
+    let _daemon = serve_on(&reserved, &file);
     within_10s("confirming the cache with the daemon", || {
         source(&watch) == PolicySource::Daemon
     })
@@ -343,12 +348,12 @@ async fn a_refused_report() {
 }
 
 async fn reports_while_the_daemon_is_down() {
-    let listen = common::free_loopback_address();
-    let reporter = reporter(&format!("http://{listen}"));
+    let reserved = common::Reserved::new();
+    let reporter = reporter(&reserved.url());
     record(&reporter, "/charge", 3);
     assert!(reporter.flush().await.is_err(), "nobody listens yet");
     let (_dir, file) = policy_file(2);
-    let daemon = serve(&file, &["--listen", &listen]);
+    let daemon = serve_on(&reserved, &file);
     reporter.flush().await.expect("the daemon is up");
     reporter.flush().await.expect("nothing more to send");
     assert_eq!(successes(&daemon, "/charge").await, Some(3.0), "once");

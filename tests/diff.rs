@@ -152,7 +152,8 @@ fn a_file_against_the_running_daemon_shows_what_applying_it_changes() {
 #[test]
 fn a_daemon_that_cannot_be_read_is_named_and_exits_1() {
     let (_dir, file, _) = files(BASE, BASE);
-    let address = common::free_loopback_address();
+    let reserved = common::Reserved::new();
+    let address = reserved.address();
     let down = run_diff(format!("http://{address}").as_ref(), file.as_ref(), &[]);
     assert_eq!(down.status.code(), Some(1));
     assert!(

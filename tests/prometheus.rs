@@ -26,6 +26,7 @@ impl Drop for Prometheus {
     }
 }
 
+/// A port free when asked: for a server that binds it itself.
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -68,25 +69,38 @@ fn start_prometheus(target: &str) -> Option<Prometheus> {
          scrape_configs:\n  - job_name: stormguard\n    static_configs:\n      - targets: ['{target}']\n"
     );
     std::fs::write(dir.path().join("prometheus.yml"), config).unwrap();
-    let port = free_port();
-    let child = Command::new("prometheus")
-        .current_dir(dir.path())
-        .arg("--config.file=prometheus.yml")
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.path().join("data").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .arg("--log.level=warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("prometheus starts");
-    Some(Prometheus {
-        child,
-        base: format!("http://127.0.0.1:{port}"),
-        _dir: dir,
-    })
+    // Prometheus binds its port itself, so another test may take it first:
+    // then it exits, and it is started again on another.
+    for _ in 0..5 {
+        let port = free_port();
+        let mut child = Command::new("prometheus")
+            .current_dir(dir.path())
+            .arg("--config.file=prometheus.yml")
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg("--log.level=warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus starts");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while child.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Some(Prometheus {
+                    child,
+                    base: format!("http://127.0.0.1:{port}"),
+                    _dir: dir,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    panic!("prometheus did not start on any of 5 ports");
 }
 
 impl Prometheus {

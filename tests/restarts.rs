@@ -133,18 +133,13 @@ async fn retries_seen(processes: &[Process]) -> Vec<u32> {
 #[tokio::test]
 async fn clients_count_exactly_once_and_follow_the_policy_across_two_restarts() {
     let mut configmap = ConfigMapDir::new(SEED_POLICY);
-    let listen = common::free_loopback_address();
-    let flags = [
-        "--listen",
-        listen.as_str(),
-        "--shutdown-delay",
-        "1s",
-        "--debounce",
-        "20ms",
-    ];
-    let base = format!("http://{listen}");
+    // One socket across the restarts, as systemd's socket activation keeps
+    // one: calls made while the daemon is down wait for the next one.
+    let reserved = common::Reserved::new();
+    let flags = ["--shutdown-delay", "1s", "--debounce", "20ms"];
+    let base = reserved.url();
 
-    let mut daemon = Daemon::start(&configmap.policy(), &flags);
+    let mut daemon = Daemon::start_on(&reserved, &configmap.policy(), &flags);
     let mut started = Instant::now();
     let mut processes = Vec::new();
     for instance in 0..PROCESSES {
@@ -163,7 +158,7 @@ async fn clients_count_exactly_once_and_follow_the_policy_across_two_restarts() 
         configmap.update(&SEED_POLICY.replace("maxRetries: 2", &format!("maxRetries: {retries}")));
         tokio::time::sleep(Duration::from_millis(1500)).await;
 
-        daemon = Daemon::start(&configmap.policy(), &flags);
+        daemon = Daemon::start_on(&reserved, &configmap.policy(), &flags);
         started = Instant::now();
         let followed = eventually(Duration::from_secs(15), || async {
             (retries_seen(&processes).await == [retries; PROCESSES]).then_some(())

@@ -41,6 +41,24 @@ impl Daemon {
         Self::spawn(Command::new(env!("CARGO_BIN_EXE_stormguard")), policy, extra, env)
     }
 
+    /// [`start`](Self::start), listening on `reserved`'s socket, handed
+    /// over as systemd's socket activation does (`LISTEN_FDS`).
+    pub fn start_on(reserved: &Reserved, policy: &Path, extra: &[&str]) -> Daemon {
+        use command_fds::{CommandFdExt, FdMapping};
+        let mut command = Command::new(env!("CARGO_BIN_EXE_stormguard"));
+        let socket = reserved.socket.try_clone().unwrap();
+        command
+            .fd_mappings(vec![FdMapping {
+                parent_fd: socket.into(),
+                child_fd: 3,
+            }])
+            .unwrap()
+            .env("LISTEN_FDS", "1")
+            .env_remove("LISTEN_PID");
+        let listen = [&["--listen", reserved.address()], extra].concat();
+        Self::spawn(command, policy, &listen, &[("STORMGUARD_ADMIN_TOKEN", TOKEN)])
+    }
+
     /// Starts the daemon as the unprivileged user `nobody` (through setpriv),
     /// for tests of what root would simply be allowed to read.
     pub fn start_unprivileged(policy: &Path, extra: &[&str]) -> Daemon {
@@ -250,12 +268,38 @@ where
     None
 }
 
-/// A loopback address (`127.0.0.1:port`) whose port was free a moment ago:
-/// for a daemon that must come back on the same address, or a client
-/// pointed at one that is not there.
-pub fn free_loopback_address() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().to_string()
+/// A loopback address this test holds: a socket bound to it and not
+/// listening, so that a client meets a refusal there (nobody is there)
+/// and no other test can take its port while it is held. Never a port
+/// probed free and bound later: another test could take it between.
+///
+/// [`Daemon::start_on`] hands the socket to a daemon, as systemd's socket
+/// activation does, and the daemon listens on it. Once handed over it
+/// keeps listening when that daemon exits: connections then wait in its
+/// queue for the next daemon started on it.
+pub struct Reserved {
+    socket: socket2::Socket,
+    address: String,
+}
+
+impl Reserved {
+    pub fn new() -> Self {
+        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        let any_port: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+        socket.bind(&any_port.into()).unwrap();
+        let address = socket.local_addr().unwrap().as_socket().unwrap().to_string();
+        Self { socket, address }
+    }
+
+    /// `127.0.0.1:port`.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// `http://127.0.0.1:port`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.address)
+    }
 }
 
 /// The ETag `url` answers with now.

@@ -34,17 +34,25 @@ impl Redis {
         Some(Self::spawned(None, Some(dir)))
     }
 
-    fn spawned(password: Option<&str>, tls: Option<tempfile::TempDir>) -> Redis {
-        let address = super::free_loopback_address();
-        let child = spawn(&address, password, tls.as_ref().map(|d| d.path()));
-        let redis = Redis {
-            address,
-            password: password.map(str::to_string),
-            tls,
-            child,
-        };
-        redis.wait_ready();
-        redis
+    /// A server on a port the kernel says is free. redis-server binds the
+    /// port itself, so another test may take it first: then it exits, and
+    /// it is started again on another.
+    fn spawned(password: Option<&str>, mut tls: Option<tempfile::TempDir>) -> Redis {
+        for _ in 0..5 {
+            let address = free_port_now();
+            let child = spawn(&address, password, tls.as_ref().map(|d| d.path()));
+            let mut redis = Redis {
+                address,
+                password: password.map(str::to_string),
+                tls,
+                child,
+            };
+            if redis.ready() {
+                return redis;
+            }
+            tls = redis.tls.take();
+        }
+        panic!("redis-server did not start on any of 5 ports");
     }
 
     /// Its URL: `rediss://localhost:PORT` with TLS, else `redis://HOST:PORT`.
@@ -97,16 +105,24 @@ impl Redis {
         self.wait_ready();
     }
 
-    fn wait_ready(&self) {
+    fn wait_ready(&mut self) {
+        assert!(self.ready(), "redis-server did not listen on {}", self.address);
+    }
+
+    /// Whether this server listens within 10 s: false once it has exited
+    /// (its port was taken), and then whoever listens there is not it.
+    fn ready(&mut self) -> bool {
         let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(&self.address).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "redis-server did not listen on {}",
-                self.address
-            );
+        while Instant::now() < deadline {
+            if self.child.try_wait().unwrap().is_some() {
+                return false;
+            }
+            if std::net::TcpStream::connect(&self.address).is_ok() {
+                return true;
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
+        false
     }
 }
 
@@ -127,6 +143,12 @@ fn installed() -> bool {
     );
     eprintln!("SKIPPED: redis-server is not installed (apt-get install -y redis-server); CI runs this test");
     false
+}
+
+/// `127.0.0.1:port`, the port free when asked: for a server that binds it itself.
+fn free_port_now() -> String {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    probe.local_addr().unwrap().to_string()
 }
 
 fn spawn(address: &str, password: Option<&str>, tls: Option<&std::path::Path>) -> Child {
