@@ -223,6 +223,14 @@ impl Fleet {
             .map(|entry| entry.controller.contribute_at(now))
     }
 
+    /// `mine`, contributed for `service` at `now`, surely never reached
+    /// the store: it goes with the next contribution.
+    pub fn unsent(&self, service: &str, mine: &Contribution, now: Instant) {
+        if let Some(entry) = self.lock().get_mut(service) {
+            entry.controller.unsent_at(mine, now);
+        }
+    }
+
     /// The store's answer to `mine` for `service` at `now`: the rate to
     /// publish if this replica owns the pace.
     pub fn shared(

@@ -47,10 +47,21 @@ pub async fn share(fleet: Arc<Fleet>, store: Arc<PaceStore>) {
 
 /// One dependency's exchange, and the owner's publishing.
 async fn turn(fleet: Arc<Fleet>, store: Arc<PaceStore>, service: String) -> Result<(), StoreError> {
-    let Some(mine) = fleet.contribute(&service, Instant::now()) else {
+    let contributed = Instant::now();
+    let Some(mine) = fleet.contribute(&service, contributed) else {
         return Ok(());
     };
-    let shared = store.exchange(&service, &mine).await?;
+    let shared = match store.exchange(&service, &mine).await {
+        Ok(shared) => shared,
+        Err(error) => {
+            // A call that may have written (its answer timed out) is not
+            // sent again: its outcomes would count twice.
+            if error.wrote_nothing() {
+                fleet.unsent(&service, &mine, contributed);
+            }
+            return Err(error);
+        }
+    };
     if let Some(rate) = fleet.shared(&service, &mine, &shared, Instant::now()) {
         store.publish(&service, rate).await?;
     }
@@ -113,5 +124,56 @@ pub async fn listen(fleet: Arc<Fleet>, store: Arc<PaceStore>) {
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Registry;
+    use crate::pace_store::Access;
+    use stormguard_core::policy::{OverloadWhen, RetryPolicy, ValidPolicy};
+    use stormguard_core::wire::PaceAsk;
+
+    /// Outcomes whose exchange the store surely never took go with the
+    /// next one; before, they were lost with the failed call.
+    #[tokio::test]
+    async fn outcomes_the_store_never_took_go_with_the_next_exchange() {
+        let registry = Registry::new();
+        let fleet = Fleet::sharing(&registry);
+        let mut policy = RetryPolicy::default();
+        policy.gate.enabled = true;
+        policy.gate.overload_when = OverloadWhen::AnyRefusal;
+        let policy = ValidPolicy::try_from(policy).unwrap();
+        let ask = PaceAsk {
+            service: "payments".into(),
+            instance: "pod-a".into(),
+            sent: 5,
+            accepted: 3,
+            overloaded: 2,
+            timed_out: 0,
+            waiting: 1,
+            watching: false,
+            gate_off: false,
+            breaker: None,
+        };
+        let now = Instant::now();
+        fleet.ask(&ask, &policy, now).unwrap();
+        let untried = Fleet::sharing(&Registry::new());
+        untried.ask(&ask, &policy, now).unwrap();
+        let expected = untried.contribute("payments", now).unwrap().tallies;
+        assert!(expected.outcomes.sent > 0 && expected.overloaded_since.is_some());
+        // Bound but never listening: the store refuses every connection.
+        let closed = tokio::net::TcpSocket::new_v4().unwrap();
+        closed.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let url = format!("redis://{}", closed.local_addr().unwrap());
+        let store = Arc::new(PaceStore::new(&url, Access::default(), "a".into(), &registry).unwrap());
+        let error = turn(fleet.clone(), store, "payments".into()).await.unwrap_err();
+        assert!(error.wrote_nothing(), "{error}");
+        let next = fleet.contribute("payments", now).expect("still paced");
+        assert_eq!(
+            next.tallies, expected,
+            "the failed exchange's outcomes, and its overload's window"
+        );
     }
 }

@@ -490,6 +490,18 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
         }
     }
 
+    /// Takes back `mine`, a contribution made at `now` that surely never
+    /// reached the store (the call was refused, or never sent): its
+    /// outcomes go with the next one instead of being lost.
+    pub fn unsent_at(&mut self, mine: &Contribution, now: Instant) {
+        let tallies = mine.tallies;
+        let window_start = tallies
+            .overloaded_since
+            .and_then(|age| now.checked_sub(age))
+            .unwrap_or(now);
+        self.post(tallies.outcomes, window_start);
+    }
+
     /// The store's answer, at `now`, to the contribution `mine`: this
     /// replica paces by its part of the fleet's rate for a [`LEASE`]. If it
     /// owns the pace, it first folds everyone's contributions into the
