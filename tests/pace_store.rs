@@ -401,3 +401,93 @@ async fn replicas_merging_a_fleet_breaker_at_once_never_grant_more_than_its_slot
     assert_eq!(closed.episode.phase, EpisodePhase::Closed);
     assert!(closed.episode.closed_at.is_some());
 }
+
+/// The simulator's model of the store and the scripts themselves, told the
+/// same by the same replicas at the same times, answer alike: who owns the
+/// pace, whose outcomes the owner takes, the others' demand, the published
+/// rate, and who may publish. The simulator's figures about sharing hold
+/// only as far as this does.
+#[tokio::test]
+async fn the_simulators_store_answers_as_the_scripts_do() {
+    use stormguard_core::fleet::replicas::Shared;
+    use stormguard_toolkit::sim::StoreModel;
+
+    let Some(redis) = Redis::start(None) else { return };
+    let stores = [replica(&redis, "a"), replica(&redis, "b")];
+    let mut model = StoreModel::new(2, Duration::ZERO, None);
+    let began = Instant::now();
+    let now = || began.elapsed().as_nanos() as u64;
+    let close = |a: Option<Duration>, b: Option<Duration>| match (a, b) {
+        (Some(a), Some(b)) => a.abs_diff(b) < Duration::from_millis(100),
+        (a, b) => a.is_none() && b.is_none(),
+    };
+    let alike = |step: &str, real: &Shared, modelled: &Shared| {
+        let mut others = [real.others.clone(), modelled.others.clone()];
+        for list in &mut others {
+            list.sort_by(|x, y| x.partial_cmp(y).unwrap());
+        }
+        assert_eq!(others[0], others[1], "{step}: the others' demand");
+        assert_eq!(
+            real.published.map(|(rate, _)| rate),
+            modelled.published.map(|(rate, _)| rate),
+            "{step}: the published rate"
+        );
+        assert!(
+            close(real.published.map(|p| p.1), modelled.published.map(|p| p.1)),
+            "{step}: the rate's age, {:?} against {:?}",
+            real.published,
+            modelled.published
+        );
+        assert_eq!(
+            real.taken.map(|t| t.outcomes),
+            modelled.taken.map(|t| t.outcomes),
+            "{step}: what the owner takes"
+        );
+        assert!(
+            close(
+                real.taken.and_then(|t| t.overloaded_since),
+                modelled.taken.and_then(|t| t.overloaded_since)
+            ),
+            "{step}: the overload's window, {:?} against {:?}",
+            real.taken,
+            modelled.taken
+        );
+    };
+    let service = "parity";
+    let steps: [(&str, usize, Contribution); 4] = [
+        ("a first", 0, contribution(3, 1, 10.0, 2)),
+        ("b second", 1, contribution(5, 5, 5.0, 1)),
+        ("a again", 0, contribution(1, 1, 12.0, 2)),
+        ("b once a published", 1, contribution(0, 0, 6.0, 1)),
+    ];
+    for (step, r, mine) in steps {
+        if step == "b once a published" {
+            for (who, expected) in [(0, true), (1, false)] {
+                let real = stores[who]
+                    .publish(service, rate(40.0 + who as f64))
+                    .await
+                    .unwrap();
+                assert_eq!(real, expected, "replica {who} publishing");
+                assert_eq!(model.publish(who, rate(40.0 + who as f64), now()), expected);
+            }
+        }
+        let real = stores[r].exchange(service, &mine).await.unwrap();
+        let modelled = model.answer(r, &mine, now());
+        alike(step, &real, &modelled);
+    }
+    // a stops renewing: past its lease, b takes the pace over, and a can
+    // no longer publish.
+    tokio::time::sleep(LEASE + Duration::from_millis(300)).await;
+    let mine = contribution(2, 0, 6.0, 1);
+    let real = stores[1].exchange(service, &mine).await.unwrap();
+    let modelled = model.answer(1, &mine, now());
+    assert!(real.taken.is_some(), "b owns the pace now");
+    alike("b after a's lease", &real, &modelled);
+    assert!(!stores[0].publish(service, rate(45.0)).await.unwrap());
+    assert!(!model.publish(0, rate(45.0), now()));
+    let mine = contribution(1, 1, 6.0, 1);
+    let real = stores[0].exchange(service, &mine).await.unwrap();
+    let modelled = model.answer(0, &mine, now());
+    assert!(real.taken.is_none(), "a does not take it back");
+    alike("a after losing the pace", &real, &modelled);
+}

@@ -6,27 +6,27 @@
 //! ([`contribute_at`](FleetController::contribute_at),
 //! [`shared_at`](FleetController::shared_at) for the pace;
 //! [`share_at`](FleetBreaker::share_at), [`Episode::merge`],
-//! [`adopt_at`](FleetBreaker::adopt_at) for the breaker); [`Store`] answers
+//! [`adopt_at`](FleetBreaker::adopt_at) for the breaker); [`StoreModel`] answers
 //! as the daemon's Redis scripts do, after half the store's round trip each
 //! way. Without a store each replica keeps its own fleet breaker.
 
 use std::collections::VecDeque;
-use std::time::Duration;
 
-use stormguard_core::fleet::breaker::episode::{Episode, EpisodeAnswer, Share};
+use stormguard_core::fleet::breaker::episode::{EpisodeAnswer, Share};
 use stormguard_core::fleet::breaker::{BreakerVerdict, FleetBreaker};
-use stormguard_core::fleet::replicas::{Contribution, Published, Shared, Tallies};
-use stormguard_core::fleet::{self, Ask, FleetController, Grant, IDLE, LEASE, SHARE_EVERY};
+use stormguard_core::fleet::replicas::{Contribution, Published, Shared};
+use stormguard_core::fleet::{self, Ask, FleetController, Grant, IDLE, SHARE_EVERY};
 use stormguard_core::policy::ValidPolicy;
 use tokio::time::Instant;
 
 use super::scenario::Scenario;
+use super::store::StoreModel;
 use super::time::nanos;
 
 /// The replicas, and the store if they share one.
 pub(super) struct Replicas<'a> {
     replicas: Vec<Replica<'a>>,
-    store: Option<Store>,
+    store: Option<StoreModel>,
     /// Whether the replicas pace the processes' gates.
     paces: bool,
 }
@@ -98,7 +98,7 @@ impl<'a> Replicas<'a> {
                 .collect(),
             store: scenario
                 .pace_store
-                .map(|round_trip| Store::new(count as usize, round_trip, scenario.store_lost_at)),
+                .map(|round_trip| StoreModel::new(count as usize, round_trip, scenario.store_lost_at)),
         }
     }
 
@@ -219,7 +219,9 @@ impl<'a> Replicas<'a> {
         if store.is_lost_at(t) {
             return Vec::new();
         }
-        store.rate = Some((rate, t));
+        if !store.publish(r, rate, t) {
+            return Vec::new();
+        }
         let arrives = t + store.round_trip / 2;
         let mut pushed = Vec::new();
         for (other, replica) in self.replicas.iter_mut().enumerate() {
@@ -237,94 +239,6 @@ impl<'a> Replicas<'a> {
         if let (Some((_, rate)), Some(controller)) = (replica.pushed.pop_front(), replica.controller.as_mut())
         {
             controller.published_at(rate, now);
-        }
-    }
-}
-
-/// The shared store, as the daemon's Redis script keeps it.
-struct Store {
-    /// Its round trip from a replica.
-    round_trip: u64,
-    /// Who owns the pace, until when.
-    owner: Option<(usize, u64)>,
-    /// Contributions since the owner last took them, with when the newest
-    /// overload's window began.
-    pending: (Tallies, Option<u64>),
-    /// Each replica's demand as it last wrote it: (want, members, when).
-    wants: Vec<Option<(f64, u32, u64)>>,
-    /// The rate as last published, and when.
-    rate: Option<(Published, u64)>,
-    /// The fleet breaker's episode.
-    episode: Episode,
-    /// When it stops answering, for good.
-    lost_at: Option<u64>,
-}
-
-impl Store {
-    /// Whether a call reaching it at `t` goes unanswered.
-    fn is_lost_at(&self, t: u64) -> bool {
-        self.lost_at.is_some_and(|lost| t >= lost)
-    }
-
-    fn new(replicas: usize, round_trip: Duration, lost_at: Option<Duration>) -> Self {
-        Self {
-            lost_at: lost_at.map(nanos),
-            round_trip: nanos(round_trip),
-            owner: None,
-            pending: (Tallies::default(), None),
-            wants: vec![None; replicas],
-            rate: None,
-            episode: Episode::default(),
-        }
-    }
-
-    /// A replica's fleet breaker `share` arrives at `t`: merged into the
-    /// episode, as the daemon's compare-and-set does, and answered.
-    fn merge(&mut self, share: &Share, t: u64) -> EpisodeAnswer {
-        let at = t / 1_000_000;
-        let granted = self.episode.merge(share, at);
-        EpisodeAnswer {
-            episode: self.episode.clone(),
-            granted,
-            at,
-        }
-    }
-
-    /// Replica `r`'s contribution `mine` arrives at `t`: kept, and answered.
-    fn answer(&mut self, r: usize, mine: &Contribution, t: u64) -> Shared {
-        let lease = nanos(LEASE);
-        let (pending, newest) = &mut self.pending;
-        pending.outcomes = pending.outcomes.plus(mine.tallies.outcomes);
-        if let Some(age) = mine.tallies.overloaded_since {
-            let began = t.saturating_sub(nanos(age));
-            *newest = Some(newest.map_or(began, |n| n.max(began)));
-        }
-        self.wants[r] = Some((mine.want, mine.members, t));
-        if self.owner.is_none_or(|(owner, until)| owner == r || until <= t) {
-            self.owner = Some((r, t + lease));
-        }
-        let taken = (self.owner.map(|(owner, _)| owner) == Some(r)).then(|| {
-            let (tallies, newest) = std::mem::take(&mut self.pending);
-            Tallies {
-                overloaded_since: newest.map(|began| Duration::from_nanos(t.saturating_sub(began))),
-                ..tallies
-            }
-        });
-        let others = self
-            .wants
-            .iter()
-            .enumerate()
-            .filter(|&(other, _)| other != r)
-            .filter_map(|(_, written)| *written)
-            .filter(|&(_, _, at)| at + lease > t)
-            .map(|(want, members, _)| (want, members))
-            .collect();
-        Shared {
-            published: self
-                .rate
-                .map(|(rate, at)| (rate, Duration::from_nanos(t.saturating_sub(at)))),
-            others,
-            taken,
         }
     }
 }
