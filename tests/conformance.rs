@@ -508,9 +508,14 @@ fn gated_policy_file(extra: &str) -> (tempfile::TempDir, PathBuf) {
 }
 
 /// A process pacing payments: its guard under the policy `served` serves,
-/// tracked by a reporter with fleet pacing on that asks `daemon`, and its
-/// gate turned on by one refused attempt.
-async fn pacing_process(served: &Daemon, daemon: &str, token: Option<PathBuf>) -> (Guard, Reporter) {
+/// tracked by a reporter (instance `instance`) with fleet pacing on that
+/// asks `daemon`, and its gate turned on by one refused attempt.
+async fn pacing_process(
+    served: &Daemon,
+    daemon: &str,
+    token: Option<PathBuf>,
+    instance: &str,
+) -> (Guard, Reporter) {
     let watch = start(quick(&served.base, &["payments"])).await;
     let resolved = watch.client("payments").expect("watched").policy().policy;
     let guard = Guard::from_policy(&ValidPolicy::try_from(resolved).unwrap());
@@ -518,7 +523,7 @@ async fn pacing_process(served: &Daemon, daemon: &str, token: Option<PathBuf>) -
         interval: Duration::from_secs(3600),
         timeout: Duration::from_millis(500),
         token_file: token,
-        ..ReporterConfig::new(daemon, "pod-1")
+        ..ReporterConfig::new(daemon, instance)
     })
     .expect("a valid reporter configuration");
     reporter.track("payments", &guard);
@@ -540,25 +545,51 @@ async fn fleet_sample(daemon: &Daemon, name: &str) -> Option<f64> {
     sample(&metrics(daemon).await, name)
 }
 
-async fn paced_by_the_daemon() {
-    let (_dir, file) = gated_policy_file("");
-    let daemon = serve(&file, &[]);
-    let (guard, _reporter) = pacing_process(&daemon, &daemon.base, None).await;
+/// Two processes paced by the daemon, after pod-1's gate saw one attempt
+/// accepted and pod-2's three: alone each would pace at what its own
+/// outcomes say, and the daemon, which learns from both, grants each its
+/// part of the fleet's rate, which is neither: a gate that kept its own
+/// rate is told apart from one paced by the daemon.
+async fn two_paced_processes(daemon: &Daemon) -> [(Guard, Reporter); 2] {
+    let first = pacing_process(daemon, &daemon.base, None, "pod-1").await;
+    let second = pacing_process(daemon, &daemon.base, None, "pod-2").await;
+    for ((guard, _), accepted) in [(&first, 1), (&second, 3)] {
+        let gate = guard.gate().unwrap();
+        for _ in 0..accepted {
+            let now = tokio::time::Instant::now();
+            gate.record_at(Signal::Accepted, now, now);
+        }
+    }
     let counted = eventually(Duration::from_secs(5), || async {
-        let processes = fleet_sample(&daemon, r#"stormguard_fleet_processes{service="payments"}"#).await?;
-        let refused = r#"stormguard_fleet_attempts_total{outcome="overloaded",service="payments"}"#;
-        (processes == 1.0 && fleet_sample(&daemon, refused).await? == 1.0).then_some(())
+        let processes = fleet_sample(daemon, r#"stormguard_fleet_processes{service="payments"}"#).await?;
+        let accepted = r#"stormguard_fleet_attempts_total{outcome="accepted",service="payments"}"#;
+        (processes == 2.0 && fleet_sample(daemon, accepted).await? == 4.0).then_some(())
     })
     .await;
     assert!(
         counted.is_some(),
-        "the daemon paces the process\n{}",
-        metrics(&daemon).await
+        "the daemon paces both processes\n{}",
+        metrics(daemon).await
     );
-    let rate = fleet_sample(&daemon, r#"stormguard_fleet_rate{service="payments"}"#)
-        .await
-        .unwrap();
-    assert_eq!(paces(&guard).0, rate, "the gate paces at the daemon's grant");
+    [first, second]
+}
+
+async fn paced_by_the_daemon() {
+    let (_dir, file) = gated_policy_file("");
+    let daemon = serve(&file, &[]);
+    let processes = two_paced_processes(&daemon).await;
+    for ((guard, _), alone) in processes.iter().zip([16.5, 48.5]) {
+        let granted = eventually(Duration::from_secs(5), || {
+            let (pace, own) = paces(guard);
+            async move { (own == alone && pace > 0.0 && pace != own).then_some(()) }
+        })
+        .await;
+        assert!(
+            granted.is_some(),
+            "paced at its part of the grant, not {alone}: {:?}",
+            paces(guard)
+        );
+    }
 }
 
 async fn a_lease_expires() {
@@ -572,7 +603,7 @@ async fn a_lease_expires() {
         },
     )
     .await;
-    let (guard, reporter) = pacing_process(&daemon, &proxy.base, None).await;
+    let (guard, reporter) = pacing_process(&daemon, &proxy.base, None, "pod-1").await;
     let granted = eventually(Duration::from_secs(5), || {
         let paced = paces(&guard) == (7.25, 0.5);
         async move { paced.then_some(()) }
@@ -594,13 +625,17 @@ async fn a_lease_expires() {
 async fn the_daemon_goes_while_pacing() {
     let (_dir, file) = gated_policy_file("");
     let mut daemon = serve(&file, &[]);
-    let (guard, reporter) = pacing_process(&daemon, &daemon.base, None).await;
-    let paced = eventually(Duration::from_secs(5), || async {
-        let processes = fleet_sample(&daemon, r#"stormguard_fleet_processes{service="payments"}"#).await?;
-        (processes == 1.0).then_some(())
+    let [(guard, reporter), _other] = two_paced_processes(&daemon).await;
+    let granted = eventually(Duration::from_secs(5), || {
+        let (pace, own) = paces(&guard);
+        async move { (pace > 0.0 && pace != own).then_some(()) }
     })
     .await;
-    assert!(paced.is_some(), "paced by the daemon first");
+    assert!(
+        granted.is_some(),
+        "paced at its part of the grant first: {:?}",
+        paces(&guard)
+    );
     let failures = reporter.stats().pace_failures;
     daemon.kill();
     let alone = eventually(Duration::from_secs(5), || {
@@ -620,7 +655,7 @@ async fn a_refused_pace_ask() {
     let daemon = serve_checking_tokens(&file, &tokens);
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, tokens["valid"].as_str().unwrap()).unwrap();
-    let (guard, reporter) = pacing_process(&daemon, &daemon.base, Some(token_file)).await;
+    let (guard, reporter) = pacing_process(&daemon, &daemon.base, Some(token_file), "pod-1").await;
     within_10s("a refused ask", || reporter.stats().pace_failures >= 2).await;
     let (pace, own) = paces(&guard);
     assert_eq!(pace, own, "alone");

@@ -23,8 +23,7 @@ const gatedPolicyText = "defaults:\n  maxRetries: 3\nservices:\n  payments:\n   
 
 const (
 	fleetProcesses = `stormguard_fleet_processes{service="payments"}`
-	fleetRate      = `stormguard_fleet_rate{service="payments"}`
-	fleetRefused   = `stormguard_fleet_attempts_total{outcome="overloaded",service="payments"}`
+	fleetAccepted  = `stormguard_fleet_attempts_total{outcome="accepted",service="payments"}`
 )
 
 // gatedPolicyFile is a new pacing policy file with extra lines after
@@ -47,10 +46,15 @@ type pacingProcess struct {
 }
 
 // startPacing starts a process pacing payments: a gate under the policy
-// served serves, tracked by a reporter with fleet pacing on that asks
-// daemon (with the token in tokenFile, if any), and turned on by one
-// refused attempt.
+// served serves, tracked by a reporter (instance pod-1) with fleet pacing
+// on that asks daemon (with the token in tokenFile, if any), and turned on
+// by one refused attempt.
 func startPacing(t *testing.T, served, daemon, tokenFile string) pacingProcess {
+	return startPacingAs(t, served, daemon, tokenFile, "pod-1")
+}
+
+// startPacingAs is startPacing with the reporter's instance named.
+func startPacingAs(t *testing.T, served, daemon, tokenFile, instance string) pacingProcess {
 	t.Helper()
 	w := watch(t, policy.Config{Daemon: served, Services: []string{"payments"}, WatchWait: 2 * time.Second, MinPollInterval: 50 * time.Millisecond, RetryMax: 300 * time.Millisecond})
 	settings, on := w.Policy("payments").Gate()
@@ -62,7 +66,7 @@ func startPacing(t *testing.T, served, daemon, tokenFile string) pacingProcess {
 		t.Fatal(err)
 	}
 	debug := &lockedBuffer{}
-	r := startReporter(t, report.Config{Daemon: daemon, Instance: "pod-1", Interval: time.Hour, Timeout: 500 * time.Millisecond, TokenFile: tokenFile, DebugLogger: log.New(debug, "", 0)})
+	r := startReporter(t, report.Config{Daemon: daemon, Instance: instance, Interval: time.Hour, Timeout: 500 * time.Millisecond, TokenFile: tokenFile, DebugLogger: log.New(debug, "", 0)})
 	p := pacingProcess{gate: g, born: time.Now(), reporter: r, debug: debug}
 	r.Track("payments", nil, time.Time{}, nil, g, p.born)
 	now := p.now()
@@ -118,24 +122,40 @@ func within(d time.Duration, check func() bool) bool {
 	return check()
 }
 
+// twoPacedProcesses starts two processes paced by the daemon, after
+// pod-1's gate saw one attempt accepted and pod-2's three: alone each would
+// pace at what its own outcomes say (16.5 and 48.5 a second), and the
+// daemon, which learns from both, grants each its part of the fleet's
+// rate, which is neither, so a gate that kept its own rate is told apart
+// from one the daemon paces.
+func twoPacedProcesses(t *testing.T, daemon string) [2]pacingProcess {
+	t.Helper()
+	processes := [2]pacingProcess{startPacingAs(t, daemon, daemon, "", "pod-1"), startPacingAs(t, daemon, daemon, "", "pod-2")}
+	for i, accepted := range []int{1, 3} {
+		for n := 0; n < accepted; n++ {
+			now := processes[i].now()
+			processes[i].gate.Record(gate.Accepted, now, now)
+		}
+	}
+	if !within(5*time.Second, func() bool {
+		return metric(t, daemon, fleetProcesses) == 2 && metric(t, daemon, fleetAccepted) == 4
+	}) {
+		t.Fatalf("the daemon does not pace both processes: %v processes, %v accepted", metric(t, daemon, fleetProcesses), metric(t, daemon, fleetAccepted))
+	}
+	return processes
+}
+
 func pacedByTheDaemon(t *testing.T) {
 	port := freePort(t)
 	serve(t, port, gatedPolicyFile(t, t.TempDir(), ""))
 	daemon := daemonURL(port)
-	p := startPacing(t, daemon, daemon, "")
-	if !within(5*time.Second, func() bool {
-		return metric(t, daemon, fleetProcesses) == 1 && metric(t, daemon, fleetRefused) == 1
-	}) {
-		t.Fatalf("the daemon does not pace the process: %v processes, %v refused, %+v", metric(t, daemon, fleetProcesses), metric(t, daemon, fleetRefused), p.reporter.Stats())
-	}
-	var granted float64
-	if !within(5*time.Second, func() bool {
-		granted = metric(t, daemon, fleetRate)
-		pace, _ := p.paces()
-		return pace == granted
-	}) {
-		pace, _ := p.paces()
-		t.Fatalf("the gate paces at %v, the daemon granted %v", pace, granted)
+	processes := twoPacedProcesses(t, daemon)
+	for i, alone := range []float64{16.5, 48.5} {
+		p := processes[i]
+		if !within(5*time.Second, func() bool { pace, own := p.paces(); return own == alone && pace > 0 && pace != own }) {
+			pace, own := p.paces()
+			t.Fatalf("pod-%d paces at %v, its own rate %v: not at its part of the grant", i+1, pace, own)
+		}
 	}
 }
 
@@ -166,9 +186,10 @@ func theDaemonGoesWhilePacing(t *testing.T) {
 	port := freePort(t)
 	cmd := serve(t, port, gatedPolicyFile(t, t.TempDir(), ""))
 	daemon := daemonURL(port)
-	p := startPacing(t, daemon, daemon, "")
-	if !within(5*time.Second, func() bool { return metric(t, daemon, fleetProcesses) == 1 }) {
-		t.Fatalf("not paced by the daemon first: %+v", p.reporter.Stats())
+	p := twoPacedProcesses(t, daemon)[0]
+	if !within(5*time.Second, func() bool { pace, own := p.paces(); return pace > 0 && pace != own }) {
+		pace, own := p.paces()
+		t.Fatalf("not paced at its part of the grant first: %v, its own rate %v", pace, own)
 	}
 	failures := p.reporter.Stats().PaceFailures
 	_ = cmd.Process.Kill()

@@ -248,14 +248,14 @@ def https_with_a_ca(flavour, daemon, tmp_path, fault_proxy):
     distrusting.stop()
 
 
-def pacing_process(flavour, served, daemon_url, token_file=None):
+def pacing_process(flavour, served, daemon_url, token_file=None, instance="pod-1"):
     """A process pacing payments: its calls under the policy the daemon at
-    ``served`` serves, tracked by a started reporter (fleet pacing on) that
-    asks ``daemon_url``, and its gate turned on by one refused attempt.
-    Returns (gate, reporter, watch)."""
+    ``served`` serves, tracked by a started reporter (fleet pacing on,
+    instance ``instance``) that asks ``daemon_url``, and its gate turned on
+    by one refused attempt. Returns (gate, reporter, watch)."""
     watch = flavour.watch(served, ["payments"], **QUICK)
     assert watch.start() == "daemon"
-    reporter = Reporter(daemon_url, "pod-1", interval=3600, timeout=0.5, token_file=token_file).start()
+    reporter = Reporter(daemon_url, instance, interval=3600, timeout=0.5, token_file=token_file).start()
     payments = flavour.dependency(watch, "payments", reporter)
     gate = payments.gate
     assert gate is not None, "the policy has a gate"
@@ -282,17 +282,40 @@ def gets_a_turn_later(gate):
     return gate.turn(time.monotonic_ns() + 3 * S) is None
 
 
+def two_paced_processes(flavour, url):
+    """Two processes paced by the daemon at ``url``, after pod-1's gate saw
+    one attempt accepted and pod-2's three: alone each would pace at what
+    its own outcomes say, and the daemon, which learns from both, grants
+    each its part of the fleet's rate, which is neither, so a gate that
+    kept its own rate is told apart from one the daemon paces. Returns two
+    (gate, reporter, watch)."""
+    processes = [pacing_process(flavour, url, url, instance=f"pod-{i}") for i in (1, 2)]
+    for (gate, _, _), accepted in zip(processes, (1, 3)):
+        for _ in range(accepted):
+            now = time.monotonic_ns()
+            gate.record(Signal.ACCEPTED, now, now)
+    accepted = 'stormguard_fleet_attempts_total{outcome="accepted",service="payments"}'
+    assert eventually(lambda: metric(url, PROCESSES) == 2 and metric(url, accepted) == 4, within=5), \
+        "the daemon paces both processes, and heard of their outcomes"
+    return processes
+
+
+def stop_all(processes):
+    for _, reporter, watch in processes:
+        reporter.stop()
+        watch.stop()
+
+
 def paced_by_the_daemon(flavour, daemon, tmp_path, fault_proxy):
     url, _, _ = daemon(policy=GATED)
-    gate, reporter, watch = pacing_process(flavour, url, url)
-    refused = 'stormguard_fleet_attempts_total{outcome="overloaded",service="payments"}'
-    assert eventually(lambda: metric(url, PROCESSES) == 1 and metric(url, refused) == 1, within=5), \
-        "the daemon paces the process, and heard of the refusal that turned its gate on"
-    rate = 'stormguard_fleet_rate{service="payments"}'
-    assert eventually(lambda: paces(gate)[0] == metric(url, rate), within=5), "the gate paces at the daemon's grant"
-    assert reporter.stats.pace_asks >= 1
-    reporter.stop()
-    watch.stop()
+    processes = two_paced_processes(flavour, url)
+    for (gate, reporter, _), alone_rate in zip(processes, (16.5, 48.5)):
+        def granted():
+            pace, own = paces(gate)
+            return own == alone_rate and pace > 0 and pace != own
+        assert eventually(granted, within=5), f"paced at its part of the grant, not {alone_rate}: {paces(gate)}"
+        assert reporter.stats.pace_asks >= 1
+    stop_all(processes)
 
 
 def a_lease_expires(flavour, daemon, tmp_path, fault_proxy):
@@ -310,16 +333,17 @@ def a_lease_expires(flavour, daemon, tmp_path, fault_proxy):
 
 def the_daemon_goes_while_pacing(flavour, daemon, tmp_path, fault_proxy):
     url, _, process = daemon(policy=GATED)
-    gate, reporter, watch = pacing_process(flavour, url, url)
-    assert eventually(lambda: metric(url, PROCESSES) == 1, within=5), "paced by the daemon first"
+    processes = two_paced_processes(flavour, url)
+    gate, reporter, watch = processes[0]
+    assert eventually(lambda: paces(gate)[0] > 0 and not alone(gate), within=5), \
+        f"paced at its part of the grant first: {paces(gate)}"
     failures = reporter.stats.pace_failures
     process.kill()
     process.wait()
     assert eventually(lambda: reporter.stats.pace_failures > failures and alone(gate), within=5), \
         f"alone within 5 s: {paces(gate)}, {reporter.stats}"
     assert gets_a_turn_later(gate)
-    reporter.stop()
-    watch.stop()
+    stop_all(processes)
 
 
 def a_refused_pace_ask(flavour, daemon, tmp_path, fault_proxy):
