@@ -10,6 +10,7 @@ import pathlib
 import queue
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -30,11 +31,39 @@ def needs_httpx():
     return pytest.importorskip("httpx", reason="the httpx extra is not installed: pip install 'clients/python[httpx]'")
 
 
-def free_port():
-    """A loopback port nothing listens on (now)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class Reserved:
+    """A loopback address this test holds: a socket bound to it and not
+    listening, so that a client meets a refusal there (nobody is there) and
+    no other process can take its port while it is held; never a port
+    probed free and bound later, which another process could take between.
+
+    A daemon started on it (``daemon(on=reserved)``) is handed the socket,
+    as systemd's socket activation hands one (``LISTEN_FDS``), and listens
+    on it; it keeps listening when that daemon exits, and connections then
+    wait for the next daemon started on it."""
+
+    def __init__(self):
+        self.socket = socket.socket()
+        self.socket.bind(("127.0.0.1", 0))
+        self.port = self.socket.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def close(self):
+        self.socket.close()
+
+
+@pytest.fixture
+def reserved():
+    """Makes :class:`Reserved` addresses, closed when the test ends."""
+    held = []
+
+    def make():
+        held.append(Reserved())
+        return held[-1]
+
+    yield make
+    for address in held:
+        address.close()
 
 
 def eventually(check, within=10.0):
@@ -90,8 +119,9 @@ def _follow_log(process, log, urls):
 
 @pytest.fixture
 def daemon(tmp_path):
-    """Starts ``stormguard serve`` (``--shutdown-delay 2s``) on a port:
-    ``start(port=None, retries=2, policy=None, args=())`` returns (url,
+    """Starts ``stormguard serve`` (``--shutdown-delay 2s``) on a port of
+    its choosing, or on a :class:`Reserved` address's socket:
+    ``start(on=None, retries=2, policy=None, args=())`` returns (url,
     policy file, process), the URL as the daemon's start-up line gives it
     (``https://`` when ``args`` make it serve TLS). The policy file is
     written once per test (from ``policy``, else payments at ``retries``),
@@ -100,16 +130,26 @@ def daemon(tmp_path):
         pytest.fail(f"{BINARY} is missing: build it with cargo build (or set STORMGUARD_BINARY)")
     started = []
 
-    def start(port=None, retries=2, policy=None, args=()):
-        port = port or free_port()
+    def start(on=None, retries=2, policy=None, args=()):
         path = tmp_path / "policy.yaml"
         if not path.exists():
             path.write_text(policy if policy is not None else POLICY.format(retries=retries))
+        command = [str(BINARY), "serve", "--policy", str(path), "--listen",
+                   f"127.0.0.1:{on.port if on else 0}", "--shutdown-delay", "2s", *args]
+        env = {**os.environ, "RUST_LOG": "info"}
+        env.pop("LISTEN_FDS", None)
+        env.pop("LISTEN_PID", None)
+        handed = ()
+        if on is not None:
+            # Socket activation hands sockets over from descriptor 3 on.
+            fd = on.socket.fileno()
+            handed, env["LISTEN_FDS"] = (fd,), "1"
+            if fd != 3:
+                move = f"import os, sys; os.dup2({fd}, 3); os.close({fd}); os.execv(sys.argv[1], sys.argv[1:])"
+                command = [sys.executable, "-c", move, *command]
         process = subprocess.Popen(
-            [str(BINARY), "serve", "--policy", str(path), "--listen", f"127.0.0.1:{port}",
-             "--shutdown-delay", "2s", *args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace",
-            env={**os.environ, "RUST_LOG": "info"})
+            command, pass_fds=handed,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace", env=env)
         started.append(process)
         log, urls = [], queue.Queue()
         threading.Thread(target=_follow_log, args=(process, log, urls), daemon=True).start()

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, POLICY, batch, eventually, free_port, metric, requests_sample
+from conftest import ROOT, POLICY, batch, eventually, metric, requests_sample
 import flavours
 from stormguard_client import DaemonTls, Reporter, ReportNotDelivered, ReportRefused
 from stormguard_client.breaker import CallNotPermitted, CircuitState
@@ -47,22 +47,22 @@ def holds(check, seconds):
     return True
 
 
-def start_with_the_daemon_down(flavour, daemon, tmp_path, fault_proxy):
-    port = free_port()
-    watch = flavour.watch(f"http://127.0.0.1:{port}", ["payments"], startup_wait=0.3, **QUICK)
+def start_with_the_daemon_down(flavour, daemon, tmp_path, fault_proxy, reserved):
+    address = reserved()
+    watch = flavour.watch(address.url, ["payments"], startup_wait=0.3, **QUICK)
     began = time.monotonic()
     assert watch.start() == "defaults"
     assert time.monotonic() - began < 2, "ready within about its start-up wait"
     assert watch.source == "defaults" and watch.policy("payments")["maxRetries"] == 3
-    daemon(port=port, retries=5)
+    daemon(on=address, retries=5)
     assert eventually(lambda: watch.source == "daemon" and watch.policy("payments")["maxRetries"] == 5)
     watch.stop()
 
 
-def start_from_the_cache(flavour, daemon, tmp_path, fault_proxy):
-    port = free_port()
+def start_from_the_cache(flavour, daemon, tmp_path, fault_proxy, reserved):
+    address = reserved()
     cache = tmp_path / "cache.json"
-    url, _, process = daemon(port=port, retries=5)
+    url, _, process = daemon(on=address, retries=5)
     first = flavour.watch(url, ["payments"], cache=cache)
     assert first.start() == "daemon" and first.policy("payments")["maxRetries"] == 5
     first.stop()
@@ -72,13 +72,13 @@ def start_from_the_cache(flavour, daemon, tmp_path, fault_proxy):
     second = flavour.watch(url, ["payments"], cache=cache, startup_wait=0.3, **QUICK)
     assert second.start() == "cache"
     assert second.source == "cache" and second.policy("payments")["maxRetries"] == 5
-    daemon(port=port)
+    daemon(on=address)
     assert eventually(lambda: second.source == "daemon")
     assert second.policy("payments")["maxRetries"] == 5
     second.stop()
 
 
-def watch_a_change(flavour, daemon, tmp_path, fault_proxy):
+def watch_a_change(flavour, daemon, tmp_path, fault_proxy, reserved):
     url, policy, _ = daemon(retries=2)
     # No poll but the long-poll open at the edit can bring it within 10 s.
     watch = flavour.watch(url, ["payments", "search"], watch_wait=8, min_poll_interval=60)
@@ -91,7 +91,7 @@ def watch_a_change(flavour, daemon, tmp_path, fault_proxy):
     watch.stop()
 
 
-def a_bad_answer(flavour, daemon, tmp_path, fault_proxy):
+def a_bad_answer(flavour, daemon, tmp_path, fault_proxy, reserved):
     url, policy, _ = daemon(retries=2)
     proxy = fault_proxy(url)
     watch = flavour.watch(proxy.url, ["payments"], watch_wait=5, **QUICK)
@@ -105,7 +105,7 @@ def a_bad_answer(flavour, daemon, tmp_path, fault_proxy):
     watch.stop()
 
 
-def a_lost_answer(flavour, daemon, tmp_path, fault_proxy):
+def a_lost_answer(flavour, daemon, tmp_path, fault_proxy, reserved):
     url, policy, _ = daemon(retries=2)
     proxy = fault_proxy(url)
     watch = flavour.watch(proxy.url, ["payments"], watch_wait=5, **QUICK)
@@ -126,7 +126,7 @@ def a_lost_answer(flavour, daemon, tmp_path, fault_proxy):
     watch.stop()
 
 
-def a_draining_daemon(flavour, daemon, tmp_path, fault_proxy):
+def a_draining_daemon(flavour, daemon, tmp_path, fault_proxy, reserved):
     url, _, process = daemon(retries=4)
     watch = flavour.watch(url, ["payments"], watch_wait=5, **QUICK)
     assert watch.start() == "daemon"
@@ -135,7 +135,7 @@ def a_draining_daemon(flavour, daemon, tmp_path, fault_proxy):
     watch.stop()
 
 
-def a_report_answer_lost(flavour, daemon, tmp_path, fault_proxy):
+def a_report_answer_lost(flavour, daemon, tmp_path, fault_proxy, reserved):
     url, _, _ = daemon()
     proxy = fault_proxy(url)
     proxy.lose_report_batch = 1
@@ -155,7 +155,7 @@ def a_report_answer_lost(flavour, daemon, tmp_path, fault_proxy):
     assert reporter.stats.send_failures == 1 and reporter.stats.batches_sent == 2
 
 
-def a_refused_report(flavour, daemon, tmp_path, fault_proxy):
+def a_refused_report(flavour, daemon, tmp_path, fault_proxy, reserved):
     url, _, _ = daemon(args=("--max-body-bytes", "1024"))
     proxy = fault_proxy(url)
     reporter = Reporter(proxy.url, "pod-1", interval=3600, timeout=5)
@@ -173,21 +173,21 @@ def a_refused_report(flavour, daemon, tmp_path, fault_proxy):
     assert metric(url, requests_sample("/endpoint-0", "payments", "success")) is None
 
 
-def reports_while_the_daemon_is_down(flavour, daemon, tmp_path, fault_proxy):
-    port = free_port()
-    reporter = Reporter(f"http://127.0.0.1:{port}", "pod-1", interval=3600, timeout=2)
+def reports_while_the_daemon_is_down(flavour, daemon, tmp_path, fault_proxy, reserved):
+    address = reserved()
+    reporter = Reporter(address.url, "pod-1", interval=3600, timeout=2)
     for _ in range(3):
         reporter.record("payments", "/charge", 0, "success")
     with pytest.raises(ReportNotDelivered):
         reporter.flush()
-    url, _, _ = daemon(port=port)
+    url, _, _ = daemon(on=address)
     reporter.flush()
     assert metric(url, CHARGE) == 3
     reporter.flush()
     assert metric(url, CHARGE) == 3, "once"
 
 
-def shutdown_sends_the_last_counts(flavour, daemon, tmp_path, fault_proxy):
+def shutdown_sends_the_last_counts(flavour, daemon, tmp_path, fault_proxy, reserved):
     url, _, _ = daemon()
     proxy = fault_proxy(url)
     reporter = Reporter(proxy.url, "pod-1", interval=3600, timeout=5).start()
@@ -202,7 +202,7 @@ def shutdown_sends_the_last_counts(flavour, daemon, tmp_path, fault_proxy):
     assert not reporter._thread.is_alive()
 
 
-def a_rotated_token(flavour, daemon, tmp_path, fault_proxy):
+def a_rotated_token(flavour, daemon, tmp_path, fault_proxy, reserved):
     tokens = json.loads((CREDENTIALS / "tokens.json").read_text())
     url, _, _ = daemon(args=("--tokens", "required", "--token-keys", str(CREDENTIALS / "jwks.json"),
                              "--token-issuer", tokens["issuer"]))
@@ -221,7 +221,7 @@ def a_rotated_token(flavour, daemon, tmp_path, fault_proxy):
     assert reporter.stats.send_failures == 1 and reporter.stats.batches_dropped == 0
 
 
-def https_with_a_ca(flavour, daemon, tmp_path, fault_proxy):
+def https_with_a_ca(flavour, daemon, tmp_path, fault_proxy, reserved):
     flags = [("--tls-cert", "daemon.crt"), ("--tls-key", "daemon.key"), ("--tls-client-ca", "ca.crt")]
     url, _, _ = daemon(retries=5, args=[part for flag, name in flags for part in (flag, str(CREDENTIALS / name))])
     assert url.startswith("https://127.0.0.1:"), url
@@ -306,7 +306,7 @@ def stop_all(processes):
         watch.stop()
 
 
-def paced_by_the_daemon(flavour, daemon, tmp_path, fault_proxy):
+def paced_by_the_daemon(flavour, daemon, tmp_path, fault_proxy, reserved):
     url, _, _ = daemon(policy=GATED)
     processes = two_paced_processes(flavour, url)
     for (gate, reporter, _), alone_rate in zip(processes, (16.5, 48.5)):
@@ -318,7 +318,7 @@ def paced_by_the_daemon(flavour, daemon, tmp_path, fault_proxy):
     stop_all(processes)
 
 
-def a_lease_expires(flavour, daemon, tmp_path, fault_proxy):
+def a_lease_expires(flavour, daemon, tmp_path, fault_proxy, reserved):
     url, _, _ = daemon(policy=GATED)
     proxy = fault_proxy(url)
     proxy.grant_once = (7.25, 2000)
@@ -331,7 +331,7 @@ def a_lease_expires(flavour, daemon, tmp_path, fault_proxy):
     watch.stop()
 
 
-def the_daemon_goes_while_pacing(flavour, daemon, tmp_path, fault_proxy):
+def the_daemon_goes_while_pacing(flavour, daemon, tmp_path, fault_proxy, reserved):
     url, _, process = daemon(policy=GATED)
     processes = two_paced_processes(flavour, url)
     gate, reporter, watch = processes[0]
@@ -346,7 +346,7 @@ def the_daemon_goes_while_pacing(flavour, daemon, tmp_path, fault_proxy):
     stop_all(processes)
 
 
-def a_refused_pace_ask(flavour, daemon, tmp_path, fault_proxy):
+def a_refused_pace_ask(flavour, daemon, tmp_path, fault_proxy, reserved):
     tokens = json.loads((CREDENTIALS / "tokens.json").read_text())
     url, _, _ = daemon(policy=GATED + "reporters:\n  payments: [shop/cart]\n",
                        args=("--tokens", "required", "--token-keys", str(CREDENTIALS / "jwks.json"),
@@ -383,7 +383,7 @@ def floor(payments):
     return payments.budget.allowed(time.monotonic_ns()) / 10
 
 
-def a_fleet_budget_divided(flavour, daemon, tmp_path, fault_proxy):
+def a_fleet_budget_divided(flavour, daemon, tmp_path, fault_proxy, reserved):
     url, _, process = daemon(policy=FLEET_BUDGET)
     first, first_reporter, first_watch = budgeted_process(flavour, url, url, "pod-1")
     second, second_reporter, second_watch = budgeted_process(flavour, url, url, "pod-2")
@@ -402,7 +402,7 @@ def a_fleet_budget_divided(flavour, daemon, tmp_path, fault_proxy):
         watch.stop()
 
 
-def a_fleet_budget_falls_back(flavour, daemon, tmp_path, fault_proxy):
+def a_fleet_budget_falls_back(flavour, daemon, tmp_path, fault_proxy, reserved):
     url, _, _ = daemon(policy=FLEET_BUDGET)
     proxy = fault_proxy(url)
     proxy.floor_once = ("payments", 2.5, 4)
@@ -449,7 +449,7 @@ def first_permit(breaker):
     return permits[0]
 
 
-def a_fleet_half_open(flavour, daemon, tmp_path, fault_proxy):
+def a_fleet_half_open(flavour, daemon, tmp_path, fault_proxy, reserved):
     url, _, _ = daemon(policy=FLEET_BREAKER)
     breaker, reporter, watch = broken_process(flavour, url)
     assert eventually(lambda: metric(url, BREAKER_STATE) == 2), "the daemon keeps the fleet's breaker open"
@@ -462,7 +462,7 @@ def a_fleet_half_open(flavour, daemon, tmp_path, fault_proxy):
     watch.stop()
 
 
-def a_fleet_half_open_without_the_daemon(flavour, daemon, tmp_path, fault_proxy):
+def a_fleet_half_open_without_the_daemon(flavour, daemon, tmp_path, fault_proxy, reserved):
     url, _, process = daemon(policy=FLEET_BREAKER)
     breaker, reporter, watch = broken_process(flavour, url)
     assert eventually(lambda: metric(url, BREAKER_STATE) == 2), "the daemon keeps the fleet's breaker open"
@@ -509,10 +509,10 @@ def flavour(request):
 
 
 @pytest.mark.parametrize("scenario", IDS)
-def test_scenario(scenario, flavour, daemon, tmp_path, fault_proxy):
+def test_scenario(scenario, flavour, daemon, tmp_path, fault_proxy, reserved):
     if scenario not in IMPLEMENTATIONS:
         pytest.fail(f"conformance scenario {scenario!r} has no Python implementation ({flavour.name} flavour)")
-    IMPLEMENTATIONS[scenario](flavour, daemon, tmp_path, fault_proxy)
+    IMPLEMENTATIONS[scenario](flavour, daemon, tmp_path, fault_proxy, reserved)
 
 
 def test_every_implementation_is_a_scenario_of_the_file():

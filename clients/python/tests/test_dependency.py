@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from conftest import eventually, free_port, metric, requests_sample
+from conftest import Reserved, eventually, metric, requests_sample
 from stormguard_client import CallNotPermitted, Dependency, NoTurn, PolicyWatch, Reporter
 from stormguard_client.calls import _signal, parse_retry_after
 from stormguard_client.dependency import failure_of
@@ -143,7 +143,8 @@ def test_a_status_or_failure_retry_on_does_not_name_is_not_retried(payments, fla
     with pytest.raises(ConnectionResetError):
         dependency.call("/brew", reset)
     assert len(calls) == 2, "reset is not in retryOn"
-    refused = get(f"http://127.0.0.1:{free_port()}/x")
+    nobody = Reserved()
+    refused = get(f"{nobody.url}/x")
     with pytest.raises(urllib.error.URLError) as raised:
         dependency.call("/down", refused)
     assert failure_of(raised.value) == "connect-failure"

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import eventually, free_port
+from conftest import Reserved, eventually
 from stormguard_client import (BreakerPolicy, CircuitBreaker, GatePolicy, Reporter, ReportNotDelivered,
                                ReportRefused, RetryBudget, SendGate)
 from stormguard_client.gate import Signal
@@ -224,7 +224,8 @@ def test_a_refused_batch_is_dropped_named_and_never_resent(stand_in):
 
 
 def test_with_nothing_listening_the_batch_is_kept():
-    r = Reporter(f"http://127.0.0.1:{free_port()}", "pod-1", interval=3600, timeout=1)
+    nobody = Reserved()
+    r = Reporter(nobody.url, "pod-1", interval=3600, timeout=1)
     r.record("svc", "/a", 0, "success")
     for _ in range(2):
         with pytest.raises(ReportNotDelivered):
@@ -413,7 +414,8 @@ def test_no_grant_changes_nothing_and_is_counted(pace_stand_in, caplog, answer):
 
 
 def test_an_unreachable_daemon_is_counted_and_the_gate_paces_alone():
-    r = Reporter(f"http://127.0.0.1:{free_port()}", "pod-1", interval=3600, timeout=2)
+    nobody = Reserved()
+    r = Reporter(nobody.url, "pod-1", interval=3600, timeout=2)
     g = on_gate()
     g.lease(9.0, time.monotonic_ns() + 10**9, time.monotonic_ns())
     r.track("svc", gate=g)
