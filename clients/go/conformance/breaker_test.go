@@ -82,9 +82,9 @@ func fleetBreakerFile(t *testing.T) string {
 }
 
 func aFleetHalfOpen(t *testing.T) {
-	port := freePort(t)
-	serve(t, port, fleetBreakerFile(t))
-	daemon := daemonURL(port)
+	at := reserve(t)
+	serve(t, at, fleetBreakerFile(t))
+	daemon := daemonURL(at)
 	p := startBroken(t, daemon)
 	if !within(10*time.Second, func() bool { return metric(t, daemon, fleetBreakerState) == 2 }) {
 		t.Fatal("the daemon does not keep the fleet's breaker open")
@@ -103,9 +103,9 @@ func aFleetHalfOpen(t *testing.T) {
 }
 
 func aFleetHalfOpenWithoutTheDaemon(t *testing.T) {
-	port := freePort(t)
-	cmd := serve(t, port, fleetBreakerFile(t))
-	daemon := daemonURL(port)
+	at := reserve(t)
+	cmd := serve(t, at, fleetBreakerFile(t))
+	daemon := daemonURL(at)
 	p := startBroken(t, daemon)
 	if !within(10*time.Second, func() bool { return metric(t, daemon, fleetBreakerState) == 2 }) {
 		t.Fatal("the daemon does not keep the fleet's breaker open")

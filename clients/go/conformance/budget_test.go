@@ -50,9 +50,9 @@ func fleetBudgetFile(t *testing.T) string {
 }
 
 func aFleetBudgetDivided(t *testing.T) {
-	port := freePort(t)
-	cmd := serve(t, port, fleetBudgetFile(t))
-	daemon := daemonURL(port)
+	at := reserve(t)
+	cmd := serve(t, at, fleetBudgetFile(t))
+	daemon := daemonURL(at)
 	first, firstReporter := budgetedProcess(t, daemon, daemon, "pod-1")
 	second, secondReporter := budgetedProcess(t, daemon, daemon, "pod-2")
 	for _, r := range []*report.Reporter{firstReporter, secondReporter} {
@@ -81,9 +81,9 @@ func aFleetBudgetDivided(t *testing.T) {
 }
 
 func aFleetBudgetFallsBack(t *testing.T) {
-	port := freePort(t)
-	serve(t, port, fleetBudgetFile(t))
-	daemon := daemonURL(port)
+	at := reserve(t)
+	serve(t, at, fleetBudgetFile(t))
+	daemon := daemonURL(at)
 	p := newProxy(t, daemon)
 	p.set(func(p *proxy) {
 		p.floorOnce = `{"accepted": 1, "fleetBudgets": {"payments": {"minRetriesPerSecond": 2.5, "processes": 4}}}`

@@ -88,7 +88,7 @@ func TestConformance(t *testing.T) {
 	}
 }
 
-func daemonURL(port int) string { return fmt.Sprintf("http://127.0.0.1:%d", port) }
+func daemonURL(at *address) string { return at.URL() }
 
 func watch(t *testing.T, config policy.Config) *policy.Watch {
 	t.Helper()
@@ -101,16 +101,16 @@ func watch(t *testing.T, config policy.Config) *policy.Watch {
 }
 
 func startWithTheDaemonDown(t *testing.T) {
-	port := freePort(t)
+	at := reserve(t)
 	started := time.Now()
-	w := watch(t, policy.Config{Daemon: daemonURL(port), Services: []string{"payments"}, StartupWait: 300 * time.Millisecond, MinPollInterval: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond})
+	w := watch(t, policy.Config{Daemon: daemonURL(at), Services: []string{"payments"}, StartupWait: 300 * time.Millisecond, MinPollInterval: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond})
 	if took := time.Since(started); took > 2*time.Second {
 		t.Fatalf("ready after %s, with a start-up wait of 300ms", took)
 	}
 	if w.Source() != policy.FromDefaults || w.Policy("payments").Retries() != 3 {
 		t.Fatalf("%s %v", w.Source(), w.Policy("payments"))
 	}
-	serve(t, port, policyFile(t, 5))
+	serve(t, at, policyFile(t, 5))
 	if !eventually(func() bool { return w.Policy("payments").Retries() == 5 && w.Source() == policy.FromDaemon }) {
 		t.Fatalf("never caught up: %s %v", w.Source(), w.Policy("payments"))
 	}
@@ -119,9 +119,9 @@ func startWithTheDaemonDown(t *testing.T) {
 func startFromTheCache(t *testing.T) {
 	file := policyFile(t, 5)
 	cache := filepath.Join(t.TempDir(), "cache.json")
-	port := freePort(t)
-	first := serve(t, port, file)
-	fetched := watch(t, policy.Config{Daemon: daemonURL(port), Services: []string{"payments"}, Cache: cache})
+	at := reserve(t)
+	first := serve(t, at, file)
+	fetched := watch(t, policy.Config{Daemon: daemonURL(at), Services: []string{"payments"}, Cache: cache})
 	if fetched.Source() != policy.FromDaemon || fetched.Policy("payments").Retries() != 5 {
 		t.Fatalf("%s %v", fetched.Source(), fetched.Policy("payments"))
 	}
@@ -132,11 +132,11 @@ func startFromTheCache(t *testing.T) {
 	_ = first.Process.Kill()
 	_ = first.Wait()
 
-	w := watch(t, policy.Config{Daemon: daemonURL(port), Services: []string{"payments"}, Cache: cache, StartupWait: 300 * time.Millisecond, MinPollInterval: 100 * time.Millisecond, RetryMax: 200 * time.Millisecond})
+	w := watch(t, policy.Config{Daemon: daemonURL(at), Services: []string{"payments"}, Cache: cache, StartupWait: 300 * time.Millisecond, MinPollInterval: 100 * time.Millisecond, RetryMax: 200 * time.Millisecond})
 	if w.Source() != policy.FromCache || w.Policy("payments").Retries() != 5 {
 		t.Fatalf("%s %v", w.Source(), w.Policy("payments"))
 	}
-	serve(t, port, file)
+	serve(t, at, file)
 	if !eventually(func() bool { return w.Source() == policy.FromDaemon }) {
 		t.Fatal("it never caught up with the daemon")
 	}
@@ -147,9 +147,9 @@ func startFromTheCache(t *testing.T) {
 
 func watchAChange(t *testing.T) {
 	file := policyFile(t, 2)
-	port := freePort(t)
-	serve(t, port, file)
-	p := newProxy(t, daemonURL(port))
+	at := reserve(t)
+	serve(t, at, file)
+	p := newProxy(t, daemonURL(at))
 	w := watch(t, policy.Config{Daemon: p.URL, Services: []string{"payments", "search"}, WatchWait: 5 * time.Second})
 	if w.Source() != policy.FromDaemon || w.Policy("payments").Retries() != 2 || w.Policy("search").Retries() != 3 {
 		t.Fatalf("%s %v %v", w.Source(), w.Policy("payments"), w.Policy("search"))
@@ -179,9 +179,9 @@ func watchAChange(t *testing.T) {
 
 func aBadAnswer(t *testing.T) {
 	file := policyFile(t, 2)
-	port := freePort(t)
-	serve(t, port, file)
-	p := newProxy(t, daemonURL(port))
+	at := reserve(t)
+	serve(t, at, file)
+	p := newProxy(t, daemonURL(at))
 	w := watch(t, policy.Config{Daemon: p.URL, Services: []string{"payments"}, WatchWait: 5 * time.Second, MinPollInterval: 50 * time.Millisecond, RetryInitial: 20 * time.Millisecond, RetryMax: 100 * time.Millisecond})
 	if w.Source() != policy.FromDaemon || w.Policy("payments").Retries() != 2 {
 		t.Fatalf("%s %v", w.Source(), w.Policy("payments"))
@@ -204,9 +204,9 @@ func aBadAnswer(t *testing.T) {
 
 func aLostAnswer(t *testing.T) {
 	file := policyFile(t, 2)
-	port := freePort(t)
-	serve(t, port, file)
-	p := newProxy(t, daemonURL(port))
+	at := reserve(t)
+	serve(t, at, file)
+	p := newProxy(t, daemonURL(at))
 	w := watch(t, policy.Config{Daemon: p.URL, Services: []string{"payments"}, WatchWait: 5 * time.Second, MinPollInterval: 50 * time.Millisecond, RetryInitial: 20 * time.Millisecond, RetryMax: 100 * time.Millisecond})
 	if w.Policy("payments").Retries() != 2 {
 		t.Fatalf("%v", w.Policy("payments"))
@@ -229,9 +229,9 @@ func aLostAnswer(t *testing.T) {
 }
 
 func aDrainingDaemon(t *testing.T) {
-	port := freePort(t)
-	cmd := serve(t, port, policyFile(t, 4), "--shutdown-delay", "2s")
-	w := watch(t, policy.Config{Daemon: daemonURL(port), Services: []string{"payments"}, WatchWait: 5 * time.Second, MinPollInterval: 50 * time.Millisecond})
+	at := reserve(t)
+	cmd := serve(t, at, policyFile(t, 4), "--shutdown-delay", "2s")
+	w := watch(t, policy.Config{Daemon: daemonURL(at), Services: []string{"payments"}, WatchWait: 5 * time.Second, MinPollInterval: 50 * time.Millisecond})
 	if w.Policy("payments").Retries() != 4 {
 		t.Fatalf("%v", w.Policy("payments"))
 	}
@@ -276,9 +276,9 @@ func sequence(t *testing.T, body string) uint64 {
 }
 
 func aReportAnswerLost(t *testing.T) {
-	port := freePort(t)
-	serve(t, port, policyFile(t, 2))
-	daemon := daemonURL(port)
+	at := reserve(t)
+	serve(t, at, policyFile(t, 2))
+	daemon := daemonURL(at)
 	p := newProxy(t, daemon)
 	p.set(func(p *proxy) { p.loseBatch = 1 })
 	r := reporter(t, p.URL)
@@ -309,9 +309,9 @@ func aReportAnswerLost(t *testing.T) {
 }
 
 func aRefusedReport(t *testing.T) {
-	port := freePort(t)
-	serve(t, port, policyFile(t, 2), "--max-body-bytes", "1024")
-	daemon := daemonURL(port)
+	at := reserve(t)
+	serve(t, at, policyFile(t, 2), "--max-body-bytes", "1024")
+	daemon := daemonURL(at)
 	p := newProxy(t, daemon)
 	r := reporter(t, p.URL)
 	for i := 0; i < 40; i++ {
@@ -342,8 +342,8 @@ func aRefusedReport(t *testing.T) {
 }
 
 func reportsWhileTheDaemonIsDown(t *testing.T) {
-	port := freePort(t)
-	daemon := daemonURL(port)
+	at := reserve(t)
+	daemon := daemonURL(at)
 	r := reporter(t, daemon)
 	for i := 0; i < 3; i++ {
 		r.Record("payments", "/charge", 0, report.Success)
@@ -352,7 +352,7 @@ func reportsWhileTheDaemonIsDown(t *testing.T) {
 	if err := r.Flush(context.Background()); !errors.As(err, &unavailable) {
 		t.Fatalf("the flush with the daemon down: %v", err)
 	}
-	serve(t, port, policyFile(t, 2))
+	serve(t, at, policyFile(t, 2))
 	if err := r.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -365,9 +365,9 @@ func reportsWhileTheDaemonIsDown(t *testing.T) {
 }
 
 func shutdownSendsTheLastCounts(t *testing.T) {
-	port := freePort(t)
-	serve(t, port, policyFile(t, 2))
-	daemon := daemonURL(port)
+	at := reserve(t)
+	serve(t, at, policyFile(t, 2))
+	daemon := daemonURL(at)
 	p := newProxy(t, daemon)
 	r, err := report.Start(report.Config{Daemon: p.URL, Instance: "pod-1", Interval: time.Hour})
 	if err != nil {
@@ -417,9 +417,9 @@ func readTokens(t *testing.T) tokens {
 
 func aRotatedToken(t *testing.T) {
 	tokens := readTokens(t)
-	port := freePort(t)
-	serve(t, port, policyFile(t, 2), "--tokens", "required", "--token-keys", credential("jwks.json"), "--token-issuer", tokens.Issuer)
-	daemon := daemonURL(port)
+	at := reserve(t)
+	serve(t, at, policyFile(t, 2), "--tokens", "required", "--token-keys", credential("jwks.json"), "--token-issuer", tokens.Issuer)
+	daemon := daemonURL(at)
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokenFile, []byte(tokens.Expired), 0o600); err != nil {
 		t.Fatal(err)
@@ -455,9 +455,9 @@ func aRotatedToken(t *testing.T) {
 }
 
 func httpsWithACA(t *testing.T) {
-	port := freePort(t)
-	serve(t, port, policyFile(t, 5), "--tls-cert", credential("daemon.crt"), "--tls-key", credential("daemon.key"), "--tls-client-ca", credential("ca.crt"))
-	daemon := fmt.Sprintf("https://localhost:%d", port) // the certificate names localhost
+	at := reserve(t)
+	serve(t, at, policyFile(t, 5), "--tls-cert", credential("daemon.crt"), "--tls-key", credential("daemon.key"), "--tls-client-ca", credential("ca.crt"))
+	daemon := fmt.Sprintf("https://localhost:%d", at.Port) // the certificate names localhost
 	files := connect.TLS{CAFile: credential("ca.crt"), CertFile: credential("client.crt"), KeyFile: credential("client.key")}
 	trusting := watch(t, policy.Config{Daemon: daemon, Services: []string{"payments"}, TLS: files})
 	if trusting.Source() != policy.FromDaemon || trusting.Policy("payments").Retries() != 5 {

@@ -14,9 +14,12 @@ import (
 	"github.com/stormguard/stormguard/clients/go/internal/daemontest"
 )
 
+// address is a loopback address a test holds (see daemontest.Address).
+type address = daemontest.Address
+
 // The daemon helpers, shared with the other packages' tests.
 var (
-	freePort   = daemontest.FreePort
+	reserve    = daemontest.Reserve
 	serve      = daemontest.Serve
 	eventually = daemontest.Eventually
 	metric     = daemontest.Metric

@@ -146,9 +146,9 @@ func twoPacedProcesses(t *testing.T, daemon string) [2]pacingProcess {
 }
 
 func pacedByTheDaemon(t *testing.T) {
-	port := freePort(t)
-	serve(t, port, gatedPolicyFile(t, t.TempDir(), ""))
-	daemon := daemonURL(port)
+	at := reserve(t)
+	serve(t, at, gatedPolicyFile(t, t.TempDir(), ""))
+	daemon := daemonURL(at)
 	processes := twoPacedProcesses(t, daemon)
 	for i, alone := range []float64{16.5, 48.5} {
 		p := processes[i]
@@ -160,9 +160,9 @@ func pacedByTheDaemon(t *testing.T) {
 }
 
 func aLeaseExpires(t *testing.T) {
-	port := freePort(t)
-	serve(t, port, gatedPolicyFile(t, t.TempDir(), ""))
-	daemon := daemonURL(port)
+	at := reserve(t)
+	serve(t, at, gatedPolicyFile(t, t.TempDir(), ""))
+	daemon := daemonURL(at)
 	granting := newProxy(t, daemon)
 	granting.set(func(p *proxy) { p.grantOnce = `{"rate": 7.25, "leaseMs": 2000, "askEveryMs": 100}` })
 	p := startPacing(t, daemon, granting.URL, "")
@@ -183,9 +183,9 @@ func aLeaseExpires(t *testing.T) {
 }
 
 func theDaemonGoesWhilePacing(t *testing.T) {
-	port := freePort(t)
-	cmd := serve(t, port, gatedPolicyFile(t, t.TempDir(), ""))
-	daemon := daemonURL(port)
+	at := reserve(t)
+	cmd := serve(t, at, gatedPolicyFile(t, t.TempDir(), ""))
+	daemon := daemonURL(at)
 	p := twoPacedProcesses(t, daemon)[0]
 	if !within(5*time.Second, func() bool { pace, own := p.paces(); return pace > 0 && pace != own }) {
 		pace, own := p.paces()
@@ -209,9 +209,9 @@ func theDaemonGoesWhilePacing(t *testing.T) {
 func aRefusedPaceAsk(t *testing.T) {
 	tokens := readTokens(t)
 	dir := t.TempDir()
-	port := freePort(t)
-	serve(t, port, gatedPolicyFile(t, dir, "reporters:\n  payments: [shop/cart]\n"), "--tokens", "required", "--token-keys", credential("jwks.json"), "--token-issuer", tokens.Issuer)
-	daemon := daemonURL(port)
+	at := reserve(t)
+	serve(t, at, gatedPolicyFile(t, dir, "reporters:\n  payments: [shop/cart]\n"), "--tokens", "required", "--token-keys", credential("jwks.json"), "--token-issuer", tokens.Issuer)
+	daemon := daemonURL(at)
 	tokenFile := filepath.Join(dir, "token")
 	if err := os.WriteFile(tokenFile, []byte(tokens.Valid), 0o600); err != nil {
 		t.Fatal(err)

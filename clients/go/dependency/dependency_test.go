@@ -19,11 +19,12 @@ import (
 	"github.com/stormguard/stormguard/clients/go/report"
 )
 
-// serve starts the daemon on a free port with policyFile; its base URL.
+// serve starts the daemon on an address of its own with policyFile; its
+// base URL.
 func serve(t *testing.T, policyFile string) string {
-	port := daemontest.FreePort(t)
-	daemontest.Serve(t, port, policyFile)
-	return fmt.Sprintf("http://127.0.0.1:%d", port)
+	at := daemontest.Reserve(t)
+	daemontest.Serve(t, at, policyFile)
+	return at.URL()
 }
 
 var (

@@ -39,9 +39,9 @@ func guarded(t *testing.T) *http.Client {
 	if err := os.WriteFile(file, []byte(transportPolicy), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	port := daemontest.FreePort(t)
-	daemontest.Serve(t, port, file)
-	watch, err := policy.Start(context.Background(), policy.Config{Daemon: fmt.Sprintf("http://127.0.0.1:%d", port), Services: []string{"payments"}})
+	at := daemontest.Reserve(t)
+	daemontest.Serve(t, at, file)
+	watch, err := policy.Start(context.Background(), policy.Config{Daemon: at.URL(), Services: []string{"payments"}})
 	if err != nil || watch.Source() != policy.FromDaemon {
 		t.Fatalf("%v %v", err, watch.Source())
 	}

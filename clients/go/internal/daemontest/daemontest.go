@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -29,29 +30,59 @@ func Binary(t testing.TB) string {
 	return path
 }
 
-// FreePort is a loopback port that was free a moment ago.
-func FreePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// Address is a loopback address a test holds: a socket bound to it and
+// not listening, so that a client meets a refusal there (nobody is there)
+// and no other test can take its port while it is held; never a port
+// probed free and bound later, which another test could take between.
+// Serve hands the socket to the daemon, as systemd's socket activation
+// hands one (LISTEN_FDS), and the daemon listens on it; the socket keeps
+// listening when that daemon exits, and connections then wait for the
+// next daemon served on it.
+type Address struct {
+	socket *os.File
+	// Port is the address's port, on 127.0.0.1.
+	Port int
+}
+
+// Reserve holds a new loopback address for the test.
+func Reserve(t testing.TB) *Address {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		syscall.Close(fd)
+		t.Fatal(err)
+	}
+	bound, err := syscall.Getsockname(fd)
+	if err != nil {
+		syscall.Close(fd)
+		t.Fatal(err)
+	}
+	address := &Address{socket: os.NewFile(uintptr(fd), "reserved"), Port: bound.(*syscall.SockaddrInet4).Port}
+	t.Cleanup(func() { address.socket.Close() })
+	return address
 }
 
-// Serve starts the daemon on port with policyFile and extra flags, waits
-// until it listens, and stops it with the test. It waits for the port to
-// accept a connection, not for the start-up log line, so a daemon serving
-// HTTP and one serving HTTPS (--tls-cert) are waited for alike.
-func Serve(t testing.TB, port int, policyFile string, extra ...string) *exec.Cmd {
-	args := append([]string{"serve", "--policy", policyFile, "--listen", fmt.Sprintf("127.0.0.1:%d", port)}, extra...)
+// URL is the address's http:// URL.
+func (a *Address) URL() string { return fmt.Sprintf("http://127.0.0.1:%d", a.Port) }
+
+// Serve starts the daemon on the socket at holds, with policyFile and extra
+// flags, waits until it listens, and stops it with the test. It waits for
+// the port to accept a connection, not for the start-up log line, so a
+// daemon serving HTTP and one serving HTTPS (--tls-cert) are waited for
+// alike.
+func Serve(t testing.TB, at *Address, policyFile string, extra ...string) *exec.Cmd {
+	args := append([]string{"serve", "--policy", policyFile, "--listen", fmt.Sprintf("127.0.0.1:%d", at.Port)}, extra...)
 	cmd := exec.Command(Binary(t), args...)
+	cmd.ExtraFiles = []*os.File{at.socket}
+	cmd.Env = append(os.Environ(), "LISTEN_FDS=1")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	for i := 0; i < 100; i++ {
-		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", at.Port)); err == nil {
 			c.Close()
 			return cmd
 		}
