@@ -1,45 +1,32 @@
 package breaker
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/stormguard/stormguard/clients/go/internal/limits"
+	"github.com/stormguard/stormguard/clients/go/internal/vectortest"
 )
 
 // TestEveryRangeIsTheDaemons: each circuitBreaker range the daemon
 // validates, at its ends and just inside and outside them, is allowed or
 // refused here as the daemon allows or refuses it.
 func TestEveryRangeIsTheDaemons(t *testing.T) {
-	checked := 0
-	for _, r := range limits.All() {
-		if !strings.HasPrefix(r.Key, "circuitBreaker.") {
-			continue
+	vectortest.EveryRangeOf(t, "circuitBreaker", 10, nil, func(name string, r limits.Range, value float64) error {
+		block := map[string]any{}
+		switch {
+		case name == "slidingWindow" && r.Unit == "count":
+			block[name] = map[string]any{"type": "count", "calls": value}
+		case name == "slidingWindow":
+			block[name] = map[string]any{"type": "time", "durationMs": value / 1e6}
+		case r.Unit == "duration":
+			block[name+"Ms"] = value / 1e6
+		default:
+			block[name] = value
 		}
-		checked++
-		name := strings.TrimPrefix(r.Key, "circuitBreaker.")
-		for _, edge := range r.Edges() {
-			block := map[string]any{}
-			switch {
-			case name == "slidingWindow" && r.Unit == "count":
-				block[name] = map[string]any{"type": "count", "calls": edge.Value}
-			case name == "slidingWindow":
-				block[name] = map[string]any{"type": "time", "durationMs": edge.Value / 1e6}
-			case r.Unit == "duration":
-				block[name+"Ms"] = edge.Value / 1e6
-			default:
-				block[name] = edge.Value
-			}
-			p, err := valid().FromMap(block)
-			if err == nil {
-				err = p.Check()
-			}
-			if (err == nil) != edge.Allowed {
-				t.Errorf("%s = %v (%s): allowed %v here, %v by the daemon (%v)", r.Key, edge.Value, r.Unit, err == nil, edge.Allowed, err)
-			}
+		p, err := valid().FromMap(block)
+		if err != nil {
+			return err
 		}
-	}
-	if checked != 10 {
-		t.Fatalf("%d circuitBreaker ranges, want 10", checked)
-	}
+		return p.Check()
+	})
 }
