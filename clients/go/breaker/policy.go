@@ -1,3 +1,6 @@
+// The circuitBreaker block: its settings, their ranges, and reading
+// them from a policy as the daemon serves it.
+
 package breaker
 
 import (

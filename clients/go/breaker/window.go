@@ -1,3 +1,6 @@
+// The closed state's window of recent calls, counting calls, failures and
+// slow calls: a ring of the last N calls, or 20 time steps of the last T.
+
 package breaker
 
 import "time"

@@ -1,3 +1,6 @@
+// The service-account token file reports carry: read at each send, its
+// errors logged once, and set on a request as a Bearer token.
+
 package connect
 
 import (

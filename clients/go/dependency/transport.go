@@ -1,3 +1,6 @@
+// Transport, an http.RoundTripper that runs each request as one guarded
+// call: its body replayed for retries, Retry-After read from answers.
+
 package dependency
 
 import (

@@ -1,3 +1,6 @@
+// Waiting for an attempt's turn at the send gate, keeping a call's place
+// in line across its retries.
+
 package dependency
 
 import (

@@ -1,3 +1,6 @@
+// The attempts a dependency accepted and refused over the last three
+// seconds: what it delivers, and whether its refusals show overload.
+
 package gate
 
 import "math"

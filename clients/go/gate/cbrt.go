@@ -1,3 +1,5 @@
+// A correctly rounded cube root, as Rust's f64::cbrt gives, for CUBIC.
+
 package gate
 
 import (

@@ -1,3 +1,6 @@
+// Paced turns as credit that accrues at the rate (the gate's own, or one
+// leased from the fleet), and time and float arithmetic rounded as Rust's.
+
 package gate
 
 import (

@@ -1,3 +1,6 @@
+// The gate block: its settings, their ranges, overloadOn and
+// overloadWhen, and reading them from a policy as the daemon serves it.
+
 package gate
 
 import (

@@ -1,3 +1,5 @@
+// The rate the gate paces at, and how each outcome moves it.
+
 package gate
 
 // How the gate's rate is learned from outcomes: probing at the lowest rate

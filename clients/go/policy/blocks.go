@@ -1,3 +1,6 @@
+// A policy's settings with the built-in defaults filled in: its
+// circuitBreaker, gate and budget blocks, maxElapsedMs, perTryTimeoutMs.
+
 package policy
 
 import (

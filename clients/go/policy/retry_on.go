@@ -1,3 +1,5 @@
+// The policy's retryOn list: which statuses and failures it retries.
+
 package policy
 
 import "github.com/stormguard/stormguard/clients/go/retryon"

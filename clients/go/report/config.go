@@ -1,3 +1,6 @@
+// The reporter's Config, its defaults and checks, and the names the
+// daemon accepts for services, instances and endpoints.
+
 package report
 
 import (

@@ -1,3 +1,6 @@
+// Fleet-scoped retry budgets: setting each one's floor from the daemon's
+// answers to reports, or to a fallback while reports fail.
+
 package report
 
 import (

@@ -1,3 +1,6 @@
+// Fleet pacing: asking the daemon (POST /v1/pace) for this process's
+// share of a dependency's rate and for the fleet breaker's word.
+
 package report
 
 import (
