@@ -210,6 +210,9 @@ fn callers(config: &ServeConfig) -> Result<Callers, ServeError> {
 /// listening socket, so a connection's requests never hop between cores. The
 /// watcher and signal handling run on a small runtime of their own.
 pub fn run(config: ServeConfig) -> Result<(), ServeError> {
+    // Before any thread starts: reading the handed-over sockets clears
+    // LISTEN_FDS from the environment.
+    let mut sockets = crate::listen::Sockets::from_env();
     let control = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -243,7 +246,6 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
         config.limits.policy,
     ));
     let bind_error = |e| ServeError::Bind(config.listen.clone(), e);
-    let mut sockets = crate::listen::Sockets::from_env();
     let listener = sockets.listener(0, &config.listen).map_err(bind_error)?;
     let address = listener.local_addr().map_err(bind_error)?;
     let (shutdown_tx, shutdown) = watch::channel(false);

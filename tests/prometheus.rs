@@ -88,7 +88,13 @@ fn start_prometheus(target: &str) -> Option<Prometheus> {
             .expect("prometheus starts");
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while child.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
+            // Another test's server may answer before this one fails to
+            // bind: it counts only if this one still runs a moment later.
             if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                std::thread::sleep(Duration::from_millis(300));
+                if child.try_wait().unwrap().is_some() {
+                    break;
+                }
                 return Some(Prometheus {
                     child,
                     base: format!("http://127.0.0.1:{port}"),

@@ -160,7 +160,7 @@ impl StoreMetrics {
         let seconds = Histogram::with_opts(
             HistogramOpts::new(
                 "stormguard_pace_store_seconds",
-                "Round trip of this replica's calls to the pace store.",
+                "Round trip of this replica's calls to the pace store that it answered.",
             )
             .buckets(vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25]),
         )
@@ -275,17 +275,17 @@ impl PaceStore {
         }
     }
 
-    /// `call`, timed and, if it fails, counted by its kind of failure:
-    /// every public call goes through here.
+    /// `call`: its round trip timed if it was answered, its failure
+    /// counted by kind if not. Every public call goes through here.
     async fn counted<T>(
         &self,
         call: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
         let began = std::time::Instant::now();
         let result = call.await;
-        self.metrics.seconds.observe(began.elapsed().as_secs_f64());
-        if let Err(error) = &result {
-            self.metrics.errors.with_label_values(&[error.kind()]).inc();
+        match &result {
+            Ok(_) => self.metrics.seconds.observe(began.elapsed().as_secs_f64()),
+            Err(error) => self.metrics.errors.with_label_values(&[error.kind()]).inc(),
         }
         result
     }

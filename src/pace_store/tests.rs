@@ -75,7 +75,10 @@ async fn the_store_counts_its_own_calls_and_failures() {
         .unwrap_err();
     assert_eq!(error.kind(), "refused");
     let shown = registry.text(tokio::time::Instant::now());
-    assert!(shown.contains("stormguard_pace_store_seconds_count 1"), "{shown}");
+    assert!(
+        shown.contains("stormguard_pace_store_seconds_count 0"),
+        "a refusal is no round trip: {shown}"
+    );
     assert!(
         shown.contains("stormguard_pace_store_errors_total{kind=\"refused\"} 1"),
         "{shown}"

@@ -110,7 +110,9 @@ impl Redis {
     }
 
     /// Whether this server listens within 10 s: false once it has exited
-    /// (its port was taken), and then whoever listens there is not it.
+    /// (its port was taken), and then whoever listens there is not it. A
+    /// connection may reach another test's server before this one fails
+    /// to bind: it counts only if this one still runs a moment later.
     fn ready(&mut self) -> bool {
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
@@ -118,7 +120,8 @@ impl Redis {
                 return false;
             }
             if std::net::TcpStream::connect(&self.address).is_ok() {
-                return true;
+                std::thread::sleep(Duration::from_millis(300));
+                return self.child.try_wait().unwrap().is_none();
             }
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -5,7 +5,6 @@ package daemontest
 import (
 	"bufio"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -68,28 +67,46 @@ func Reserve(t testing.TB) *Address {
 func (a *Address) URL() string { return fmt.Sprintf("http://127.0.0.1:%d", a.Port) }
 
 // Serve starts the daemon on the socket at holds, with policyFile and extra
-// flags, waits until it listens, and stops it with the test. It waits for
-// the port to accept a connection, not for the start-up log line, so a
-// daemon serving HTTP and one serving HTTPS (--tls-cert) are waited for
-// alike.
+// flags, waits until it says it serves (its start-up line, alike for HTTP
+// and HTTPS; a socket another daemon listened on before queues connections
+// whoever is there, so a connection proves nothing), and stops it with the
+// test.
 func Serve(t testing.TB, at *Address, policyFile string, extra ...string) *exec.Cmd {
 	args := append([]string{"serve", "--policy", policyFile, "--listen", fmt.Sprintf("127.0.0.1:%d", at.Port)}, extra...)
 	cmd := exec.Command(Binary(t), args...)
 	cmd.ExtraFiles = []*os.File{at.socket}
 	cmd.Env = append(os.Environ(), "LISTEN_FDS=1")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	for i := 0; i < 100; i++ {
-		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", at.Port)); err == nil {
-			c.Close()
-			return cmd
+	serving := make(chan bool, 1)
+	go func() {
+		lines := bufio.NewScanner(stderr)
+		said := false
+		for lines.Scan() {
+			if !said && strings.Contains(lines.Text(), "serving on http") {
+				said = true
+				serving <- true
+			}
 		}
-		time.Sleep(50 * time.Millisecond)
+		if !said {
+			serving <- false
+		}
+	}()
+	select {
+	case ok := <-serving:
+		if !ok {
+			t.Fatal("the daemon exited before it served")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the daemon did not start within 10 s")
 	}
-	t.Fatal("the daemon did not start")
-	return nil
+	return cmd
 }
 
 // Eventually says whether check holds within 10 s.

@@ -1,6 +1,7 @@
 // Package limits holds the range of every policy setting as the daemon
-// validates it, read from the limits.json stormguard-core writes, so that a
-// client refuses exactly what the daemon refuses.
+// validates it, read from the limits.json stormguard-core writes, so that
+// the settings this client checks (the gate and circuitBreaker blocks) are
+// held to exactly the daemon's ranges.
 package limits
 
 import (
