@@ -60,8 +60,8 @@ type Config struct {
 	// TLS is TLS towards an https:// daemon: the CA to trust, a client
 	// certificate. Its files are read again when they change.
 	TLS connect.TLS
-	// Logger receives TLS files that changed and cannot be used;
-	// log.Default() when nil.
+	// Logger receives TLS files that changed and cannot be used, and a
+	// cache that cannot be written; log.Default() when nil.
 	Logger *log.Logger
 }
 
@@ -311,10 +311,37 @@ func (w *Watch) saveCache(etag string, policies map[string]Policy) {
 	if err != nil {
 		return
 	}
-	partial := w.config.Cache + ".partial"
-	if os.WriteFile(partial, text, 0o600) == nil {
-		_ = os.Rename(partial, filepath.Clean(w.config.Cache))
+	if err := writeStaged(filepath.Clean(w.config.Cache), text); err != nil {
+		w.logger().Printf("stormguard: cannot write the policy cache: %v", err)
 	}
+}
+
+// writeStaged writes text to path through a staged file of this write's
+// own (the processes of a pre-forking server share one cache path), so a
+// reader never sees half of it.
+func writeStaged(path string, text []byte) error {
+	staged, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.partial")
+	if err != nil {
+		return err
+	}
+	_, err = staged.Write(text)
+	if closeErr := staged.Close(); err == nil {
+		err = closeErr
+	}
+	if err == nil {
+		err = os.Rename(staged.Name(), path)
+	}
+	if err != nil {
+		_ = os.Remove(staged.Name())
+	}
+	return err
+}
+
+func (w *Watch) logger() *log.Logger {
+	if w.config.Logger != nil {
+		return w.config.Logger
+	}
+	return log.Default()
 }
 
 func (w *Watch) loadCache() bool {

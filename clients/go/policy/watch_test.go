@@ -1,11 +1,18 @@
 package policy
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log"
 	"math/rand"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,5 +67,54 @@ func TestTheDefaultsAreCores(t *testing.T) {
 	}
 	if string(vectors) != string(defaultPolicy) {
 		t.Fatal("default_policy.json is not clients/vectors/default-policy.json: copy it again")
+	}
+}
+
+// servePolicies is a daemon serving payments at the default policy,
+// counting its answers.
+func servePolicies(t *testing.T) *httptest.Server {
+	t.Helper()
+	body := fmt.Sprintf(`{"services":{"payments":{"policy":%s}}}`, defaultPolicy)
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("ETag", `"v1"`)
+		_, _ = w.Write([]byte(body))
+	}))
+	t.Cleanup(server.Close)
+	return server
+}
+
+func TestProcessesSharingACacheEachWriteAFileOfTheirOwn(t *testing.T) {
+	// A pre-forking server's workers share one cache path: one worker's
+	// staged file (here one that cannot be written over) is not another's.
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "cache.json.partial"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cache := filepath.Join(dir, "cache.json")
+	watch, err := Start(context.Background(), Config{Daemon: servePolicies(t).URL, Services: []string{"payments"}, Cache: cache})
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch.Stop()
+	var written cached
+	if text, err := os.ReadFile(cache); err != nil || json.Unmarshal(text, &written) != nil || written.ETag != `"v1"` {
+		t.Fatalf("the cache was not written: %v %+v", err, written)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 2 {
+		t.Fatalf("a staged file was left behind: %v", entries)
+	}
+}
+
+func TestACacheThatCannotBeWrittenIsLogged(t *testing.T) {
+	var logged bytes.Buffer
+	cache := filepath.Join(t.TempDir(), "no-such-directory", "cache.json")
+	watch, err := Start(context.Background(), Config{Daemon: servePolicies(t).URL, Services: []string{"payments"}, Cache: cache, Logger: log.New(&logged, "", 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch.Stop()
+	if watch.Source() != FromDaemon || !strings.Contains(logged.String(), "cannot write the policy cache") {
+		t.Fatalf("source %v, logged %q", watch.Source(), logged.String())
 	}
 }

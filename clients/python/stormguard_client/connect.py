@@ -258,10 +258,15 @@ class KeptConnection:
         self._open: http.client.HTTPConnection | None = None
 
     def post(self, path: str, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int, bytes]:
-        """POSTs ``body`` to ``path`` with ``headers``: (status, body). A kept
-        connection the daemon closed meanwhile is made again once; other
-        failures raise OSError or http.client.HTTPException, and the next
-        request makes a new connection."""
+        """POSTs ``body`` to ``path`` with ``headers``: (status, body).
+
+        When a kept connection turns out closed by the daemon (an idle one it
+        let go) before any answer came, the request is made once more on a
+        new connection. Any other failure, a timeout above all, raises
+        OSError or http.client.HTTPException and is not sent again: the
+        daemon may have read the request and counted what it carried, and a
+        second one would double that and the caller's wait. The next request
+        makes a new connection."""
         for attempt in (0, 1):
             reused = self._open is not None
             connection = self._open or self._connect(timeout)
@@ -274,10 +279,10 @@ class KeptConnection:
                 data = answer.read()
                 self._open = None if answer.will_close else connection
                 return answer.status, data
-            except (OSError, http.client.HTTPException):
+            except (OSError, http.client.HTTPException) as error:
                 connection.close()
                 self._open = None
-                if not (reused and attempt == 0):
+                if not (reused and attempt == 0 and _closed_by_the_daemon(error)):
                     raise
         raise AssertionError("unreachable: the second attempt returns or raises")
 
@@ -293,3 +298,10 @@ class KeptConnection:
             context = self._connection.context() or ssl.create_default_context()
             return http.client.HTTPSConnection(host, port, timeout=timeout, context=context)
         return http.client.HTTPConnection(host, port, timeout=timeout)
+
+
+def _closed_by_the_daemon(error: BaseException) -> bool:
+    """Whether ``error`` is a connection closed or reset by the other end
+    with no answer begun: on a kept connection, the daemon closing it as
+    idle while the request was on its way."""
+    return isinstance(error, (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected))

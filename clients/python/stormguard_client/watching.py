@@ -25,10 +25,13 @@ they rotate (see :mod:`stormguard_client.connect`).
 """
 
 import email.message
+import http.client
 import json
+import logging
 import os
 import pathlib
 import random
+import tempfile
 import threading
 import time
 import urllib.error
@@ -45,6 +48,7 @@ DEFAULT_POLICY: dict[str, Any] = json.loads((pathlib.Path(__file__).parent / "de
 """The built-in default policy (core's, ``clients/vectors/default-policy.json``)."""
 MAX_WAIT_HEADER = "Stormguard-Max-Wait-Ms"
 SOURCES = ("daemon", "cache", "defaults")
+log = logging.getLogger(__name__)
 
 Policy: TypeAlias = Mapping[str, object]
 """A resolved policy: its JSON, as the daemon serves it."""
@@ -202,6 +206,11 @@ class BaseWatch:
                 self._max_wait(error.headers)
                 return None
             raise
+        except OSError:
+            raise
+        except http.client.HTTPException as error:
+            # An answer cut off mid-way, or one that is not HTTP at all.
+            raise Unusable(f"the daemon's answer cannot be read: {error!r}") from error
         try:
             services = json.loads(body)["services"]
             policies = {s: services[s]["policy"] for s in self.services}
@@ -225,12 +234,24 @@ class BaseWatch:
     # --- the cache ----------------------------------------------------------
 
     def _save_cache(self, etag: str | None, policies: Policies) -> None:
+        """Writes the cache through a staged file of this write's own (the
+        processes of a pre-forking server share one cache path), so a reader
+        never sees half of it; a cache that cannot be written is logged and
+        the watch goes on."""
         if not self.cache:
             return
         text = json.dumps({"etag": etag, "services": policies})
-        partial = self.cache.with_suffix(self.cache.suffix + ".partial")
-        partial.write_text(text)
-        os.replace(partial, self.cache)
+        staged: str | None = None
+        try:
+            with tempfile.NamedTemporaryFile("w", dir=self.cache.parent, prefix=f".{self.cache.name}.",
+                                             suffix=".partial", delete=False) as file:
+                staged = file.name
+                file.write(text)
+            os.replace(staged, self.cache)
+        except OSError as error:
+            log.warning("cannot write the policy cache %s: %s", self.cache, error)
+            if staged is not None:
+                pathlib.Path(staged).unlink(missing_ok=True)
 
     def _load_cache(self) -> bool:
         if not self.cache or not self.cache.exists():

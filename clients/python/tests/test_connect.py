@@ -7,6 +7,7 @@ import http.server
 import logging
 import ssl
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -263,3 +264,62 @@ def test_a_kept_connection_carries_asks_one_after_another_and_is_made_again_when
 def test_a_kept_connection_needs_an_http_address():
     with pytest.raises(ValueError, match="http:// or https://"):
         Connection().kept("ftp://daemon")
+
+
+class _Late(http.server.BaseHTTPRequestHandler):
+    """Answers every POST with its body over HTTP/1.1 keep-alive, noting
+    each body it read; a body ``late`` is answered after ``delay`` seconds,
+    and after a body ``hang-up`` the connection is closed unanswered, as a
+    daemon closes an idle kept connection (the next request on it is never
+    read)."""
+
+    protocol_version = "HTTP/1.1"
+    bodies = []
+    delay = 1.0
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).bodies.append(body)
+        if body == b"late":
+            time.sleep(type(self).delay)
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        if body == b"hang-up":
+            self.close_connection = True
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def late_server():
+    _Late.bodies = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Late)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def test_an_ask_on_a_kept_connection_that_times_out_is_not_sent_again(late_server):
+    """The daemon read the ask, and may have counted it: sent again, its
+    outcomes would count twice, and the ask would take twice its timeout."""
+    kept = Connection().kept(f"http://127.0.0.1:{late_server.server_port}")
+    assert kept.post("/v1/pace", b"first", {}, 2) == (200, b"first")
+    with pytest.raises(TimeoutError):
+        kept.post("/v1/pace", b"late", {}, 0.3)
+    assert _Late.bodies == [b"first", b"late"], "sent once"
+    assert kept.post("/v1/pace", b"next", {}, 2) == (200, b"next"), "a new connection for the next"
+    kept.close()
+
+
+def test_a_kept_connection_the_daemon_closed_unannounced_is_made_again_and_the_ask_sent_on_it(late_server):
+    kept = Connection().kept(f"http://127.0.0.1:{late_server.server_port}")
+    assert kept.post("/v1/pace", b"hang-up", {}, 2) == (200, b"hang-up")
+    time.sleep(0.1)  # the server has closed it, without Connection: close
+    assert kept.post("/v1/pace", b"after", {}, 2) == (200, b"after")
+    assert _Late.bodies == [b"hang-up", b"after"], "the ask on the closed connection was never read"
+    kept.close()

@@ -44,18 +44,31 @@ impl Cached {
     }
 }
 
-/// Writes `cached` to `path` through a staged file, so a reader never sees half of it.
+/// Writes `cached` to `path` through a staged file of this write's own (the
+/// processes of a pre-forking server share one cache path), so a reader
+/// never sees half of it. A cache that cannot be written is logged.
 pub(super) async fn save(path: &Path, cached: Cached) {
     let path = path.to_path_buf();
-    let write = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-        let bytes = serde_json::to_vec(&cached).map_err(std::io::Error::other)?;
-        let staged = path.with_extension("tmp");
-        std::fs::write(&staged, bytes)?;
-        std::fs::rename(&staged, &path)
-    });
+    let write = tokio::task::spawn_blocking(move || write_staged(&path, &cached));
     if let Ok(Err(error)) = write.await {
         tracing::warn!(%error, "cannot write the stormguard policy cache");
     }
+}
+
+fn write_staged(path: &Path, cached: &Cached) -> std::io::Result<()> {
+    let bytes = serde_json::to_vec(cached).map_err(std::io::Error::other)?;
+    let directory = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let mut staged = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".partial")
+        .tempfile_in(directory)?;
+    std::io::Write::write_all(&mut staged, &bytes)?;
+    staged.persist(path).map_err(|error| error.error)?;
+    Ok(())
 }
 
 /// The cache at `path`; empty if there is none or it cannot be read (said in the log).
@@ -69,4 +82,52 @@ pub(super) async fn load(path: &Path) -> Cached {
         tracing::warn!(path = %path.display(), %error, "the stormguard policy cache is unreadable; ignoring it");
         Cached::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use stormguard_core::policy::{PolicySource, RetryPolicy};
+
+    use super::*;
+
+    fn one_policy() -> Cached {
+        let mut cached = Cached::default();
+        let policy = ResolvedPolicy {
+            source: PolicySource::Defaults,
+            overridden: Vec::new(),
+            policy: RetryPolicy::default(),
+        };
+        cached.insert("payments", &policy, Some("\"v1\""));
+        cached
+    }
+
+    #[test]
+    fn processes_sharing_a_cache_each_write_a_staged_file_of_their_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cache.json");
+        // Another process's staged file, in the way of a name fixed by the path.
+        std::fs::create_dir(dir.path().join("cache.tmp")).unwrap();
+        write_staged(&path, &one_policy()).unwrap();
+        let written: Cached = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert!(written.version("payments").is_some());
+        let mut left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["cache.json", "cache.tmp"], "no staged file left behind");
+    }
+
+    #[test]
+    fn a_cache_that_cannot_be_written_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cache.json");
+        std::fs::create_dir(&path).unwrap();
+        assert!(write_staged(&path, &one_policy()).is_err());
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "only the directory in the way"
+        );
+    }
 }
