@@ -108,12 +108,14 @@ def serving_on(line):
 
 def _follow_log(process, log, urls):
     """Keeps the daemon's log (its stderr) in ``log`` and puts the URL of
-    its start-up line in ``urls``; drained to the end, so it never blocks."""
-    for line in process.stderr:
-        log.append(line)
-        url = serving_on(line)
-        if url is not None:
-            urls.put(url)
+    its start-up line in ``urls``; drained to the end, so it never blocks,
+    and closed there."""
+    with process.stderr:
+        for line in process.stderr:
+            log.append(line)
+            url = serving_on(line)
+            if url is not None:
+                urls.put(url)
     urls.put(None)
 
 
@@ -128,7 +130,7 @@ def daemon(tmp_path):
     so a restart serves the same."""
     if not BINARY.exists():
         pytest.fail(f"{BINARY} is missing: build it with cargo build (or set STORMGUARD_BINARY)")
-    started = []
+    started, followers = [], []
 
     def start(on=None, retries=2, policy=None, args=()):
         path = tmp_path / "policy.yaml"
@@ -152,7 +154,9 @@ def daemon(tmp_path):
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace", env=env)
         started.append(process)
         log, urls = [], queue.Queue()
-        threading.Thread(target=_follow_log, args=(process, log, urls), daemon=True).start()
+        follower = threading.Thread(target=_follow_log, args=(process, log, urls), daemon=True)
+        follower.start()
+        followers.append(follower)
         try:
             url = urls.get(timeout=20)
         except queue.Empty:
@@ -167,6 +171,8 @@ def daemon(tmp_path):
     for process in started:
         process.kill()
         process.wait()
+    for follower in followers:
+        follower.join(timeout=10)
 
 
 class FaultProxy:

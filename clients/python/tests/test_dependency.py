@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from conftest import Reserved, eventually, metric, requests_sample
+from conftest import eventually, metric, requests_sample
 from stormguard_client import CallNotPermitted, Dependency, NoTurn, PolicyWatch, Reporter
 from stormguard_client.calls import _signal, parse_retry_after
 from stormguard_client.dependency import failure_of
@@ -126,7 +126,7 @@ def test_retries_follow_the_policy_and_reach_the_daemon(payments, flaky):
         assert metric(url, sample) == 2
 
 
-def test_a_status_or_failure_retry_on_does_not_name_is_not_retried(payments, flaky):
+def test_a_status_or_failure_retry_on_does_not_name_is_not_retried(payments, flaky, reserved):
     url, _, dependency, reporter = payments(retries=2)
     calls = []
 
@@ -143,7 +143,7 @@ def test_a_status_or_failure_retry_on_does_not_name_is_not_retried(payments, fla
     with pytest.raises(ConnectionResetError):
         dependency.call("/brew", reset)
     assert len(calls) == 2, "reset is not in retryOn"
-    nobody = Reserved()
+    nobody = reserved()
     refused = get(f"{nobody.url}/x")
     with pytest.raises(urllib.error.URLError) as raised:
         dependency.call("/down", refused)

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from conftest import Reserved, metric, needs_httpx, requests_sample
+from conftest import metric, needs_httpx, requests_sample
 from stormguard_client import CallNotPermitted, Dependency, PolicyWatch, Reporter
 from stormguard_client.aio import AsyncDependency
 from test_dependency import Watch
@@ -200,9 +200,9 @@ def test_the_requests_timeout_bounds_the_call_and_a_call_without_an_answer_raise
 
 
 @FLAVOURS
-def test_a_refused_connection_is_retried_as_a_connect_failure_and_raised(flavour, payments):
+def test_a_refused_connection_is_retried_as_a_connect_failure_and_raised(flavour, payments, reserved):
     dependency, reporter, url = payments(flavour)
-    nobody = Reserved()
+    nobody = reserved()
     with pytest.raises(httpx.ConnectError):
         send(dependency, "GET", f"{nobody.url}/down")
     reporter.flush()

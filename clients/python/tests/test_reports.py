@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import Reserved, eventually
+from conftest import eventually
 from stormguard_client import (BreakerPolicy, CircuitBreaker, GatePolicy, Reporter, ReportNotDelivered,
                                ReportRefused, RetryBudget, SendGate)
 from stormguard_client.gate import Signal
@@ -223,8 +223,8 @@ def test_a_refused_batch_is_dropped_named_and_never_resent(stand_in):
     assert (r.stats.batches_dropped, r.stats.batches_sent) == (1, 1)
 
 
-def test_with_nothing_listening_the_batch_is_kept():
-    nobody = Reserved()
+def test_with_nothing_listening_the_batch_is_kept(reserved):
+    nobody = reserved()
     r = Reporter(nobody.url, "pod-1", interval=3600, timeout=1)
     r.record("svc", "/a", 0, "success")
     for _ in range(2):
@@ -413,8 +413,8 @@ def test_no_grant_changes_nothing_and_is_counted(pace_stand_in, caplog, answer):
     assert all(rec.levelno == logging.DEBUG for rec in caplog.records if "pace" in rec.getMessage())
 
 
-def test_an_unreachable_daemon_is_counted_and_the_gate_paces_alone():
-    nobody = Reserved()
+def test_an_unreachable_daemon_is_counted_and_the_gate_paces_alone(reserved):
+    nobody = reserved()
     r = Reporter(nobody.url, "pod-1", interval=3600, timeout=2)
     g = on_gate()
     g.lease(9.0, time.monotonic_ns() + 10**9, time.monotonic_ns())
