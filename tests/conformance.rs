@@ -49,6 +49,9 @@ const RUNS: &[(&str, Scenario)] = &[
     ("the-daemon-goes-while-pacing", || {
         Box::pin(the_daemon_goes_while_pacing())
     }),
+    ("the-daemon-hangs-while-pacing", || {
+        Box::pin(the_daemon_hangs_while_pacing())
+    }),
     ("a-refused-pace-ask", || Box::pin(a_refused_pace_ask())),
     ("a-fleet-budget-divided", || Box::pin(a_fleet_budget_divided())),
     ("a-fleet-budget-falls-back", || {
@@ -545,6 +548,26 @@ async fn fleet_sample(daemon: &Daemon, name: &str) -> Option<f64> {
     sample(&metrics(daemon).await, name)
 }
 
+/// Over a second, at each moment the daemon paces every gate of `guards`
+/// (each at a grant, not its own rate): the sum of their paces and the rate
+/// the daemon shares, `stormguard_fleet_rate` (the higher of a reading
+/// before and after, as it may move meanwhile).
+async fn paced_together(daemon: &Daemon, guards: [&Guard; 2]) -> Vec<(f64, f64)> {
+    let rate = r#"stormguard_fleet_rate{service="payments"}"#;
+    let mut together = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < deadline {
+        let before = fleet_sample(daemon, rate).await.unwrap_or(0.0);
+        let now = guards.map(paces);
+        let after = fleet_sample(daemon, rate).await.unwrap_or(0.0);
+        if now.iter().all(|&(pace, own)| pace > 0.0 && pace != own) {
+            together.push((now.iter().map(|&(pace, _)| pace).sum(), before.max(after)));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    together
+}
+
 /// Two processes paced by the daemon, after pod-1's gate saw one attempt
 /// accepted and pod-2's three: alone each would pace at what its own
 /// outcomes say, and the daemon, which learns from both, grants each its
@@ -590,6 +613,13 @@ async fn paced_by_the_daemon() {
             paces(guard)
         );
     }
+    let guards = [&processes[0].0, &processes[1].0];
+    let together = paced_together(&daemon, guards).await;
+    assert!(!together.is_empty(), "both paced by the daemon for a while");
+    assert!(
+        together.iter().all(|&(paced, rate)| paced <= 1.2 * rate),
+        "together above the rate the daemon shares (paced, rate): {together:?}"
+    );
 }
 
 async fn a_lease_expires() {
@@ -624,7 +654,18 @@ async fn a_lease_expires() {
 
 async fn the_daemon_goes_while_pacing() {
     let (_dir, file) = gated_policy_file("");
-    let mut daemon = serve(&file, &[]);
+    paced_until_the_daemon_is_killed(serve(&file, &[])).await;
+}
+
+async fn the_daemon_hangs_while_pacing() {
+    let (_dir, file) = gated_policy_file("");
+    let held = common::Reserved::new();
+    paced_until_the_daemon_is_killed(serve_on(&held, &file)).await;
+}
+
+/// The pacing scenarios' end: pod-1 is paced at its part of the grant,
+/// then `daemon` is killed; what its address does then is the caller's.
+async fn paced_until_the_daemon_is_killed(mut daemon: Daemon) {
     let [(guard, reporter), _other] = two_paced_processes(&daemon).await;
     let granted = eventually(Duration::from_secs(5), || {
         let (pace, own) = paces(&guard);

@@ -105,6 +105,7 @@ func aFleetHalfOpen(t *testing.T) {
 func aFleetHalfOpenWithoutTheDaemon(t *testing.T) {
 	at := reserve(t)
 	cmd := serve(t, at, fleetBreakerFile(t))
+	at.Release() // once it is killed, nothing listens there
 	daemon := daemonURL(at)
 	p := startBroken(t, daemon)
 	if !within(10*time.Second, func() bool { return metric(t, daemon, fleetBreakerState) == 2 }) {

@@ -52,6 +52,7 @@ func fleetBudgetFile(t *testing.T) string {
 func aFleetBudgetDivided(t *testing.T) {
 	at := reserve(t)
 	cmd := serve(t, at, fleetBudgetFile(t))
+	at.Release() // once it is killed, nothing listens there
 	daemon := daemonURL(at)
 	first, firstReporter := budgetedProcess(t, daemon, daemon, "pod-1")
 	second, secondReporter := budgetedProcess(t, daemon, daemon, "pod-2")

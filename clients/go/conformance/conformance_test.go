@@ -39,6 +39,7 @@ var scenarios = map[string]func(t *testing.T){
 	"paced-by-the-daemon":                  pacedByTheDaemon,
 	"a-lease-expires":                      aLeaseExpires,
 	"the-daemon-goes-while-pacing":         theDaemonGoesWhilePacing,
+	"the-daemon-hangs-while-pacing":        theDaemonHangsWhilePacing,
 	"a-refused-pace-ask":                   aRefusedPaceAsk,
 	"a-fleet-budget-divided":               aFleetBudgetDivided,
 	"a-fleet-budget-falls-back":            aFleetBudgetFallsBack,

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"log"
+	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -24,6 +26,7 @@ const gatedPolicyText = "defaults:\n  maxRetries: 3\nservices:\n  payments:\n   
 const (
 	fleetProcesses = `stormguard_fleet_processes{service="payments"}`
 	fleetAccepted  = `stormguard_fleet_attempts_total{outcome="accepted",service="payments"}`
+	fleetRate      = `stormguard_fleet_rate{service="payments"}`
 )
 
 // gatedPolicyFile is a new pacing policy file with extra lines after
@@ -157,6 +160,35 @@ func pacedByTheDaemon(t *testing.T) {
 			t.Fatalf("pod-%d paces at %v, its own rate %v: not at its part of the grant", i+1, pace, own)
 		}
 	}
+	together := pacedTogether(t, daemon, processes[0], processes[1])
+	if len(together) == 0 {
+		t.Fatal("not both paced by the daemon for a while")
+	}
+	for _, moment := range together {
+		if moment[0] > 1.2*moment[1] {
+			t.Fatalf("together above the rate the daemon shares ([paced, rate]): %v", together)
+		}
+	}
+}
+
+// pacedTogether is, over a second, at each moment the daemon paces every
+// one of processes (each at a grant, not its own rate): the sum of their
+// paces and the rate the daemon shares, stormguard_fleet_rate (the higher
+// of a reading before and after, as it may move meanwhile).
+func pacedTogether(t *testing.T, daemon string, processes ...pacingProcess) [][2]float64 {
+	var together [][2]float64
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		before := metric(t, daemon, fleetRate)
+		paced, granted := 0.0, true
+		for _, p := range processes {
+			pace, own := p.paces()
+			paced, granted = paced+pace, granted && pace > 0 && pace != own
+		}
+		if granted {
+			together = append(together, [2]float64{paced, math.Max(before, metric(t, daemon, fleetRate))})
+		}
+	}
+	return together
 }
 
 func aLeaseExpires(t *testing.T) {
@@ -185,7 +217,20 @@ func aLeaseExpires(t *testing.T) {
 func theDaemonGoesWhilePacing(t *testing.T) {
 	at := reserve(t)
 	cmd := serve(t, at, gatedPolicyFile(t, t.TempDir(), ""))
-	daemon := daemonURL(at)
+	at.Release()
+	pacedUntilTheDaemonIsKilled(t, cmd, daemonURL(at))
+}
+
+func theDaemonHangsWhilePacing(t *testing.T) {
+	at := reserve(t)
+	cmd := serve(t, at, gatedPolicyFile(t, t.TempDir(), ""))
+	pacedUntilTheDaemonIsKilled(t, cmd, daemonURL(at))
+}
+
+// pacedUntilTheDaemonIsKilled is the pacing scenarios' end: pod-1 is paced
+// at its part of the grant, then the daemon is killed; what its address
+// does then is the caller's.
+func pacedUntilTheDaemonIsKilled(t *testing.T, cmd *exec.Cmd, daemon string) {
 	p := twoPacedProcesses(t, daemon)[0]
 	if !within(5*time.Second, func() bool { pace, own := p.paces(); return pace > 0 && pace != own }) {
 		pace, own := p.paces()
@@ -199,7 +244,7 @@ func theDaemonGoesWhilePacing(t *testing.T) {
 		return p.reporter.Stats().PaceFailures > failures && pace == own
 	}) {
 		pace, own := p.paces()
-		t.Fatalf("not alone within 3 s: paced at %v, its own rate %v, %+v", pace, own, p.reporter.Stats())
+		t.Fatalf("not alone within 5 s: paced at %v, its own rate %v, %+v", pace, own, p.reporter.Stats())
 	}
 	if !p.turnsLater() {
 		t.Fatal("no turn at its own rate")

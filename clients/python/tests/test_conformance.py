@@ -300,6 +300,23 @@ def two_paced_processes(flavour, url):
     return processes
 
 
+def paced_together(url, gates, seconds=1.0):
+    """Over ``seconds``, at each moment the daemon paces every gate of
+    ``gates`` (each at a grant, not its own rate): the sum of their paces
+    and the rate the daemon shares, stormguard_fleet_rate (the higher of a
+    reading before and after, as it may move meanwhile)."""
+    rate = 'stormguard_fleet_rate{service="payments"}'
+    together, deadline = [], time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        before = metric(url, rate)
+        now = [paces(gate) for gate in gates]
+        after = metric(url, rate)
+        if all(pace > 0 and pace != own for pace, own in now):
+            together.append((sum(pace for pace, _ in now), max(before, after)))
+        time.sleep(0.05)
+    return together
+
+
 def stop_all(processes):
     for _, reporter, watch in processes:
         reporter.stop()
@@ -315,6 +332,10 @@ def paced_by_the_daemon(flavour, daemon, tmp_path, fault_proxy, reserved):
             return own == alone_rate and pace > 0 and pace != own
         assert eventually(granted, within=5), f"paced at its part of the grant, not {alone_rate}: {paces(gate)}"
         assert reporter.stats.pace_asks >= 1
+    together = paced_together(url, [gate for gate, _, _ in processes])
+    assert together, "both paced by the daemon for a while"
+    assert all(paced <= 1.2 * rate for paced, rate in together), \
+        f"together above the rate the daemon shares (paced, rate): {together}"
     stop_all(processes)
 
 
@@ -333,6 +354,17 @@ def a_lease_expires(flavour, daemon, tmp_path, fault_proxy, reserved):
 
 def the_daemon_goes_while_pacing(flavour, daemon, tmp_path, fault_proxy, reserved):
     url, _, process = daemon(policy=GATED)
+    paced_until_the_daemon_is_killed(flavour, url, process)
+
+
+def the_daemon_hangs_while_pacing(flavour, daemon, tmp_path, fault_proxy, reserved):
+    url, _, process = daemon(on=reserved(), policy=GATED)
+    paced_until_the_daemon_is_killed(flavour, url, process)
+
+
+def paced_until_the_daemon_is_killed(flavour, url, process):
+    """The pacing scenarios' end: pod-1 is paced at its part of the grant,
+    then the daemon is killed; what its address does then is the caller's."""
     processes = two_paced_processes(flavour, url)
     gate, reporter, watch = processes[0]
     assert eventually(lambda: paces(gate)[0] > 0 and not alone(gate), within=5), \
@@ -492,6 +524,7 @@ IMPLEMENTATIONS = {
     "paced-by-the-daemon": paced_by_the_daemon,
     "a-lease-expires": a_lease_expires,
     "the-daemon-goes-while-pacing": the_daemon_goes_while_pacing,
+    "the-daemon-hangs-while-pacing": the_daemon_hangs_while_pacing,
     "a-refused-pace-ask": a_refused_pace_ask,
     "a-fleet-budget-divided": a_fleet_budget_divided,
     "a-fleet-budget-falls-back": a_fleet_budget_falls_back,

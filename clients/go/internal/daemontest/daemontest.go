@@ -66,6 +66,12 @@ func Reserve(t testing.TB) *Address {
 // URL is the address's http:// URL.
 func (a *Address) URL() string { return fmt.Sprintf("http://127.0.0.1:%d", a.Port) }
 
+// Release lets go of the test's hold on the socket. A daemon serving on it
+// is then its only holder, so once that daemon is gone nothing listens at
+// the address and connections are refused, where a held socket would take
+// them and leave them waiting for the next daemon.
+func (a *Address) Release() { _ = a.socket.Close() }
+
 // Serve starts the daemon on the socket at holds, with policyFile and extra
 // flags, waits until it says it serves (its start-up line, alike for HTTP
 // and HTTPS; a socket another daemon listened on before queues connections
