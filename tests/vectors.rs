@@ -418,12 +418,27 @@ const LIMITS: [&str; 3] = [
 #[test]
 fn the_committed_limits_are_cores() {
     let limits = json!({
-        "about": "stormguard-core's range for each policy setting, as the daemon validates it: `key` names the setting as the daemon's messages do, `unit` says what `low` and `high` count (count: a whole number, number: a real number, duration: nanoseconds), and `lowAllowed` and `highAllowed` whether each end itself is allowed. gate.maxRate is never below the policy's gate.minRate either. Regenerate with STORMGUARD_WRITE_VECTORS=1 cargo test --test vectors.",
-        "limits": stormguard_core::policy::limits::all(),
+        "about": "stormguard-core's range for each policy setting, as the daemon validates it: `key` names the setting as the daemon's messages do, `unit` says what `low` and `high` count (count: a whole number, number: a real number, duration: nanoseconds), `lowAllowed` and `highAllowed` whether each end itself is allowed, and `refusals` what the values just outside the range are told, word for word (durations as a policy file writes them). gate.maxRate is never below the policy's gate.minRate either. Regenerate with STORMGUARD_WRITE_VECTORS=1 cargo test --test vectors.",
+        "limits": stormguard_core::policy::limits::all()
+            .into_iter()
+            .map(with_refusals)
+            .collect::<Vec<_>>(),
     });
     for path in LIMITS {
         check_or_write(path, &limits);
     }
+}
+
+/// `range` as JSON, with what the values just outside it are told.
+fn with_refusals(range: stormguard_core::policy::limits::Range) -> serde_json::Value {
+    let refusals: Vec<_> = range
+        .just_outside()
+        .into_iter()
+        .map(|value| json!({"value": value, "message": range.refusal(value)}))
+        .collect();
+    let mut value = serde_json::to_value(range).unwrap();
+    value["refusals"] = json!(refusals);
+    value
 }
 
 /// The policy a client applies when it has neither the daemon's answer nor

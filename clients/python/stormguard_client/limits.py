@@ -4,6 +4,7 @@ exactly what the daemon refuses: a policy from a stale cache or an older
 daemon is held to the same ranges as one the daemon serves now.
 """
 
+import decimal
 import json
 import math
 import pathlib
@@ -71,8 +72,13 @@ class Range:
 
 
 def _plain(value: float) -> str:
-    """A number as the daemon shows it: 100, 0.5, 10000000."""
-    return str(int(value)) if math.isfinite(value) and value == int(value) else str(value)
+    """A number as the daemon shows it: 100, 0.5, 10000000, never with an
+    exponent (5e-324 is 0.000…005)."""
+    if not math.isfinite(value):
+        return str(value)
+    if value == int(value):
+        return str(int(value))
+    return format(decimal.Decimal(repr(value)), "f")
 
 
 def _read() -> tuple[Range, ...]:
@@ -108,5 +114,30 @@ def number(key: str, value: float) -> None:
 
 def duration(key: str, nanos: int) -> None:
     """Raises ValueError naming ``key`` unless its duration range admits
-    ``nanos``, showing durations in milliseconds as policies serve them."""
-    of(key, "duration").check(nanos, lambda v: f"{_plain(v / 1e6)}ms")
+    ``nanos``, showing durations as a policy file writes them ("1h0m0s"),
+    as the daemon does."""
+    of(key, "duration").check(nanos, lambda v: go_duration(round(v)))
+
+
+def go_duration(nanos: int) -> str:
+    """``nanos`` nanoseconds written as a policy file (and Go) writes a
+    duration: "0s", "250ms", "1.5s", "1h0m0s"; "us" for microseconds."""
+    if nanos < 0:
+        return "-" + go_duration(-nanos)
+    if nanos == 0:
+        return "0s"
+    for per, unit in ((1, "ns"), (1_000, "us"), (1_000_000, "ms")):
+        if nanos < per * 1_000:
+            return _fraction(nanos, per, unit)
+    hours, rest = divmod(nanos, 3_600_000_000_000)
+    minutes, rest = divmod(rest, 60_000_000_000)
+    lead = f"{hours}h{minutes}m" if hours else (f"{minutes}m" if minutes else "")
+    return lead + _fraction(rest, 1_000_000_000, "s")
+
+
+def _fraction(nanos: int, per: int, unit: str) -> str:
+    whole, part = divmod(nanos, per)
+    if part == 0:
+        return f"{whole}{unit}"
+    digits = f"{part:0{len(str(per)) - 1}d}".rstrip("0")
+    return f"{whole}.{digits}{unit}"

@@ -3,7 +3,9 @@
 its ends and just inside and outside them, is allowed or refused here as the
 daemon allows or refuses it."""
 
+import json
 from collections.abc import Callable
+from importlib import resources
 
 import pytest
 
@@ -75,3 +77,30 @@ def test_a_refusal_reads_as_the_daemons() -> None:
         settings.gate({"gate": {"enabled": True, "beta": 1}})
     with pytest.raises(ValueError, match=r"^budget.retryRatio must be between 0 and 1000, found 1000.5$"):
         settings.budget({"budget": {"retryRatio": 1000.5}})
+
+
+@pytest.mark.parametrize("r", [r for r in applied() if r.key != "gate.maxRate"], ids=lambda r: f"{r.key}:{r.unit}")
+def test_a_refusal_is_worded_as_the_daemon_words_it(r: limits.Range) -> None:
+    """Word for word, durations included ("found 1h0m0.000000001s"), as
+    core gives each value just outside the range in limits.json (all but
+    gate.maxRate's, whose lower end is the policy's minRate, for the
+    daemon as here)."""
+    read = READERS[r.key.split(".")[0]]
+    for refusal in REFUSALS[(r.key, r.unit)]:
+        with pytest.raises(ValueError) as raised:
+            read(served(r, refusal["value"]))
+        assert str(raised.value) == f"{r.key} {refusal['message']}"
+
+
+REFUSALS = {(r["key"], r["unit"]): r["refusals"]
+            for r in json.loads(resources.files("stormguard_client").joinpath("limits.json").read_text())["limits"]}
+"""What core tells each value just outside each range."""
+
+
+@pytest.mark.parametrize(("nanos", "text"), [
+    (0, "0s"), (1, "1ns"), (999_999, "999.999us"), (1_500_000, "1.5ms"), (999_999_999, "999.999999ms"),
+    (1_000_000_000, "1s"), (90_000_000_000, "1m30s"), (3_600_000_000_001, "1h0m0.000000001s"),
+    (86_400_000_000_000, "24h0m0s"),
+])
+def test_durations_are_written_as_a_policy_file_writes_them(nanos: int, text: str) -> None:
+    assert limits.go_duration(nanos) == text

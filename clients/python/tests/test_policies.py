@@ -107,7 +107,8 @@ def test_a_watch_lives_through_an_answer_cut_short_and_takes_the_next(flavour_na
     try:
         watch = flavour.watch(daemon.url, ["payments"], watch_wait=5, min_poll_interval=0.05,
                               retry_initial=0.05, retry_max=0.2)
-        assert watch.start() == "daemon" and watch.policy("payments")["maxRetries"] == 2
+        # The watch goes on at once: it may already have taken the later answers.
+        assert watch.start() == "daemon" and watch.policy("payments")["maxRetries"] in (2, 7)
         assert eventually(lambda: watch.policy("payments")["maxRetries"] == 7, within=5), \
             f"the watch stopped after {daemon.asked} answers"
         assert watch.source == "daemon"
@@ -126,7 +127,8 @@ def test_a_cache_that_cannot_be_written_is_logged_and_the_watch_goes_on(flavour_
     try:
         cache = tmp_path / "no-such-directory" / "cache.json"
         watch = flavour.watch(daemon.url, ["payments"], cache=cache, watch_wait=5, min_poll_interval=0.05)
-        assert watch.start() == "daemon" and watch.policy("payments")["maxRetries"] == 5
+        # The watch goes on at once: it may already have taken the second answer.
+        assert watch.start() == "daemon" and watch.policy("payments")["maxRetries"] in (5, 6)
         assert eventually(lambda: watch.policy("payments")["maxRetries"] == 6, within=5), "watching still"
         assert "cannot write the policy cache" in caplog.text and not cache.exists()
         watch.stop()

@@ -36,7 +36,7 @@ def test_a_partial_block_takes_the_rest_from_the_defaults():
 
 def test_a_bad_value_is_refused_naming_its_key():
     for policy, key in [({"maxRetries": 101}, "maxRetries"), ({"budget": {"retryRatio": -1}}, "budget.retryRatio"),
-                        ({"budget": {"ttlMs": 500}}, "budget.ttl must be between 1000ms and 60000ms, found 500ms"),
+                        ({"budget": {"ttlMs": 500}}, "budget.ttl must be between 1s and 1m0s, found 500ms"),
                         ({"budget": {"minRetriesPerSecond": 1.5}}, "budget.minRetriesPerSecond"),
                         ({"budget": {"scope": "cluster"}}, "budget.scope"),
                         ({"circuitBreaker": {"enabled": True, "halfOpenMaxCalls": 0}}, "circuitBreaker.halfOpenMaxCalls"),

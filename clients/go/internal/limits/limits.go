@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -80,9 +81,13 @@ func Number(key string, v float64) error {
 	return Of(key, "number").Check(v)
 }
 
-// Duration checks a duration against the duration range of key.
+// Duration checks a duration against the duration range of key, showing
+// durations as a policy file writes them, as the daemon does: Go's way,
+// with "us" for microseconds.
 func Duration(key string, v time.Duration) error {
-	return Of(key, "duration").check(float64(v), func(f float64) string { return time.Duration(f).String() })
+	return Of(key, "duration").check(float64(v), func(f float64) string {
+		return strings.Replace(time.Duration(f).String(), "µs", "us", 1)
+	})
 }
 
 // Check says what is wrong with the number v, naming r's key, or nil.

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::duration::GoDuration;
+
 /// The range one setting must lie in: from `low` to `high`, each end
 /// allowed or not.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -159,6 +161,63 @@ pub struct Range {
     pub high: f64,
     /// Whether `high` itself is allowed.
     pub high_allowed: bool,
+}
+
+impl Range {
+    /// What `value` (a count, a number, or nanoseconds, as [`Range::unit`]
+    /// says) is told when it lies outside: the words validation gives it,
+    /// durations shown as a policy file writes them ("1h0m0s").
+    pub fn refusal(&self, value: f64) -> String {
+        match self.unit {
+            Unit::Count | Unit::Number => self.limit().refusal(value, |v| v),
+            Unit::Duration => self
+                .limit()
+                .refusal(value, |v| GoDuration(Duration::from_nanos(v as u64))),
+        }
+    }
+
+    /// The values just outside each end that its unit can hold (a count or
+    /// a duration is never below 0): an end that is not allowed, else one
+    /// step past it, a step being one for a count, a nanosecond for a
+    /// duration and the next float for a number.
+    pub fn just_outside(&self) -> Vec<f64> {
+        let number = self.unit == Unit::Number;
+        let below = match (self.low_allowed, number) {
+            (false, _) => self.low,
+            (true, true) => next_float(self.low, false),
+            (true, false) => self.low - 1.0,
+        };
+        let above = match (self.high_allowed, number) {
+            (false, _) => self.high,
+            (true, true) => next_float(self.high, true),
+            (true, false) => self.high + 1.0,
+        };
+        [below, above]
+            .into_iter()
+            .filter(|&value| number || value >= 0.0)
+            .collect()
+    }
+
+    fn limit(&self) -> Limit<f64> {
+        Limit {
+            key: self.key,
+            low: self.low,
+            low_allowed: self.low_allowed,
+            high: self.high,
+            high_allowed: self.high_allowed,
+        }
+    }
+}
+
+/// The float next to `value` (finite), upward or downward.
+fn next_float(value: f64, up: bool) -> f64 {
+    if value == 0.0 {
+        let tiny = f64::from_bits(1);
+        return if up { tiny } else { -tiny };
+    }
+    let away_from_zero = up == (value > 0.0);
+    let bits = value.to_bits();
+    f64::from_bits(if away_from_zero { bits + 1 } else { bits - 1 })
 }
 
 impl<T: Bounded> Limit<T> {
@@ -348,6 +407,54 @@ mod tests {
         assert_eq!(
             low_only.refusal(100, plain),
             "must be at least 0 and below 100, found 100"
+        );
+    }
+
+    #[test]
+    fn a_range_words_a_refusal_as_validation_does() {
+        let mut policy = crate::policy::RetryPolicy {
+            max_retries: 101,
+            max_delay: HOUR + Duration::from_nanos(1),
+            ..Default::default()
+        };
+        policy.circuit_breaker.enabled = true;
+        policy.circuit_breaker.open_timeout = Duration::from_nanos(999_999);
+        policy.gate.enabled = true;
+        policy.gate.beta = 1.0;
+        let violations = crate::policy::validate::check(&policy);
+        for (range, value) in [
+            (MAX_RETRIES.range(), 101.0),
+            (MAX_DELAY.range(), 3.6e12 + 1.0),
+            (breaker::OPEN_TIMEOUT.range(), 999_999.0),
+            (gate::BETA.range(), 1.0),
+        ] {
+            let refusal = range.refusal(value);
+            assert!(
+                violations
+                    .iter()
+                    .any(|v| v.keys == [range.key] && v.message == refusal),
+                "{} {refusal:?} is not among {violations:?}",
+                range.key
+            );
+        }
+    }
+
+    #[test]
+    fn just_outside_is_refused_and_as_near_as_the_unit_goes() {
+        for range in all() {
+            for value in range.just_outside() {
+                assert!(!range.limit().admits(value), "{} admits {value}", range.key);
+            }
+        }
+        assert_eq!(MAX_RETRIES.range().just_outside(), [101.0], "no count below 0");
+        assert_eq!(
+            gate::BETA.range().just_outside(),
+            [0.0, 1.0],
+            "an end not allowed is itself outside"
+        );
+        assert_eq!(
+            MULTIPLIER.range().just_outside(),
+            [1.0 - f64::EPSILON / 2.0, 100.0 + 64.0 * f64::EPSILON]
         );
     }
 
