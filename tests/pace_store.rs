@@ -490,4 +490,16 @@ async fn the_simulators_store_answers_as_the_scripts_do() {
     let modelled = model.answer(0, &mine, now());
     assert!(real.taken.is_none(), "a does not take it back");
     alike("a after losing the pace", &real, &modelled);
+    // Nobody speaks for ten leases: the outcomes a left pending and the
+    // published rate are forgotten, and a takes the pace with its own alone.
+    tokio::time::sleep(10 * LEASE + Duration::from_millis(300)).await;
+    let mine = contribution(4, 2, 6.0, 1);
+    let real = stores[0].exchange(service, &mine).await.unwrap();
+    let modelled = model.answer(0, &mine, now());
+    assert_eq!(
+        (real.published, real.taken.map(|t| t.outcomes)),
+        (None, Some(mine.tallies.outcomes)),
+        "forgotten after ten leases"
+    );
+    alike("a after ten silent leases", &real, &modelled);
 }

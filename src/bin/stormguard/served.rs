@@ -25,9 +25,12 @@ pub enum ReadError {
         /// What the TLS library said.
         source: reqwest::Error,
     },
-    /// The HTTP client or its runtime could not be built.
+    /// The HTTP client could not be built.
     #[error("cannot make an HTTP client: {0}")]
-    Client(String),
+    Client(#[source] reqwest::Error),
+    /// The runtime the request runs on could not be started.
+    #[error("cannot start the runtime to ask the daemon: {0}")]
+    Runtime(#[source] std::io::Error),
     /// The request failed: no connection, a TLS failure, a timeout.
     #[error("GET {endpoint}: {causes}")]
     Get {
@@ -65,7 +68,7 @@ pub fn daemon_policies(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| ReadError::Client(e.to_string()))?;
+        .map_err(ReadError::Runtime)?;
     let body = runtime.block_on(async {
         let failed = |e: reqwest::Error| ReadError::Get {
             endpoint: endpoint.clone(),
@@ -106,7 +109,7 @@ fn client(ca_file: Option<&Path>) -> Result<reqwest::Client, ReadError> {
                 client.add_root_certificate(ca)
             });
     }
-    client.build().map_err(|e| ReadError::Client(e.to_string()))
+    client.build().map_err(ReadError::Client)
 }
 
 /// `error` and what caused it, down to the root (`connection refused`).
