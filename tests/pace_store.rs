@@ -402,6 +402,59 @@ async fn replicas_merging_a_fleet_breaker_at_once_never_grant_more_than_its_slot
     assert!(closed.episode.closed_at.is_some());
 }
 
+/// The version the store holds `ledger`'s fleet breaker episode at.
+async fn episode_version(url: &str) -> String {
+    let client = redis::Client::open(url).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    redis::cmd("HGET")
+        .arg("stormguard:breaker:{ledger}:episode")
+        .arg("version")
+        .query_async(&mut connection)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_share_that_changes_nothing_does_not_make_the_other_replicas_read_again() {
+    use stormguard_core::fleet::breaker::episode::{EpisodePhase, Rules, Share};
+    let Some(redis) = Redis::start(None) else { return };
+    let replicas: Vec<PaceStore> = (0..4).map(|r| replica(&redis, &format!("r{r}"))).collect();
+    let share = |opened_ago_ms| Share {
+        rules: Rules {
+            open_timeout_ms: 60_000,
+            max_trials: 3,
+            success_threshold: 2,
+        },
+        epoch: 1,
+        opened_ago_ms,
+        wanted: 0,
+        succeeded: 0,
+        failed: 0,
+        settled: 0,
+        unused: 0,
+    };
+    let opened = replicas[0]
+        .share_breaker("ledger", &share(Some(5)))
+        .await
+        .unwrap();
+    assert!(matches!(opened.episode.phase, EpisodePhase::Open { .. }));
+    let before = episode_version(&redis.url()).await;
+    // While it stays open, every replica's share changes nothing: all at
+    // once, ten times over, none loses its compare-and-set.
+    let again = share(Some(5));
+    for _ in 0..10 {
+        let rounds = replicas.iter().map(|r| r.share_breaker("ledger", &again));
+        for answer in futures_util::future::join_all(rounds).await {
+            assert_eq!(answer.unwrap().episode, opened.episode);
+        }
+    }
+    assert_eq!(
+        episode_version(&redis.url()).await,
+        before,
+        "no write while nothing changed"
+    );
+}
+
 /// The simulator's model of the store and the scripts themselves, told the
 /// same by the same replicas at the same times, answer alike: who owns the
 /// pace, whose outcomes the owner takes, the others' demand, the published

@@ -1,6 +1,9 @@
 -- Compare-and-set of one dependency's fleet breaker episode, atomic in
 -- Redis: the replica read the episode at a version, merged its share into
--- it, and writes it back only if no other replica wrote since.
+-- it, and writes it back only if no other replica wrote since. A merge that
+-- changed nothing (most shares while the breaker is open) only keeps the
+-- episode alive: it does not bump the version, which would make every other
+-- replica's merge of that moment lose and read again.
 -- KEYS: 1 the episode (hash: version, episode)
 -- ARGV: 1 the version read ('' to read only), 2 the merged episode (JSON),
 --       3 how long to keep it, in ms
@@ -10,8 +13,10 @@ local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local version = redis.call('HGET', KEYS[1], 'version') or '0'
 if ARGV[1] == version then
-  version = tostring(tonumber(version) + 1)
-  redis.call('HSET', KEYS[1], 'version', version, 'episode', ARGV[2])
+  if redis.call('HGET', KEYS[1], 'episode') ~= ARGV[2] then
+    version = tostring(tonumber(version) + 1)
+    redis.call('HSET', KEYS[1], 'version', version, 'episode', ARGV[2])
+  end
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return {1, version, ARGV[2], tostring(now)}
 end

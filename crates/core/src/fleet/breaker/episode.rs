@@ -117,6 +117,7 @@ impl Episode {
     /// (at most `halfOpenMaxCalls` out at once fleet-wide, and no more in one
     /// half-open than that or `successThreshold`, if more).
     pub fn merge(&mut self, share: &Share, now: u64) -> u32 {
+        self.no_later_than(now);
         let life = SLOT_LIFE.as_millis() as u64;
         self.out.retain(|&at| now.saturating_sub(at) < life);
         if share.epoch == self.epoch && self.phase == EpisodePhase::HalfOpen {
@@ -135,6 +136,24 @@ impl Episode {
             }
         }
         self.grant(share, now)
+    }
+
+    /// Brings every time the episode holds back to `now` at the latest. A
+    /// store whose clock stepped back (a failover to a server behind, a
+    /// clock set back) would otherwise find them in its future: slots that
+    /// never expire and an open that outlasts openTimeout by the step,
+    /// however long. Clamped, an open counts from `now`, and a slot lives
+    /// its life from `now`.
+    fn no_later_than(&mut self, now: u64) {
+        if let EpisodePhase::Open { since } = &mut self.phase {
+            *since = (*since).min(now);
+        }
+        if let Some(closed) = &mut self.closed_at {
+            *closed = (*closed).min(now);
+        }
+        for at in &mut self.out {
+            *at = (*at).min(now);
+        }
     }
 
     /// The replica's trial outcomes of this half-open: a failure opens it
@@ -332,6 +351,34 @@ mod tests {
         };
         episode.merge(&after, 40_200);
         assert_eq!(episode.phase, EpisodePhase::Open { since: 40_190 });
+    }
+
+    #[test]
+    fn a_store_clock_that_steps_back_an_hour_delays_nothing_by_an_hour() {
+        let hour = 3_600_000;
+        let mut episode = Episode::default();
+        let opened = Share {
+            opened_ago_ms: Some(0),
+            ..share(0)
+        };
+        episode.merge(&opened, 10 * hour);
+        // The store's clock is set back an hour: the open counts from the
+        // first share after, and half-opens one openTimeout later.
+        let back = 9 * hour;
+        episode.merge(&share(episode.epoch), back);
+        assert_eq!(episode.phase, EpisodePhase::Open { since: back });
+        episode.merge(&share(episode.epoch), back + RULES.open_timeout_ms);
+        assert_eq!(episode.phase, EpisodePhase::HalfOpen);
+        // Slots granted before a step back are free one slot life after it.
+        let epoch = episode.epoch;
+        let want = |n| Share {
+            wanted: n,
+            ..share(epoch)
+        };
+        assert_eq!(episode.merge(&want(10), back + hour), 10);
+        let life = SLOT_LIFE.as_millis() as u64;
+        assert_eq!(episode.merge(&want(10), back), 0);
+        assert_eq!(episode.merge(&want(10), back + life), 10);
     }
 
     #[test]
