@@ -434,6 +434,11 @@ impl<K: Eq + Hash + Clone> FleetBreaker<K> {
         if new_epoch {
             mirror.epoch = episode.epoch;
             mirror.allowance.clear();
+            // Trials settled since the share were of the epoch before:
+            // the store counts outcomes only in the half-open they were
+            // granted in, and sent now they would carry the new epoch.
+            let pending = &mut mirror.pending;
+            (pending.succeeded, pending.failed, pending.settled) = (0, 0, 0);
         }
         let pending = mirror.pending;
         match episode.phase {

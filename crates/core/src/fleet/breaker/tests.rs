@@ -454,3 +454,40 @@ async fn a_slot_granted_while_deciding_alone_is_not_settled_in_the_store() {
     let share = fleet.replicas[1].share_at(alone_at + ms(60)).expect("a share");
     assert_eq!((share.settled, share.succeeded), (0, 0), "{share:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn trial_outcomes_heard_while_a_share_is_out_stay_in_their_half_open() {
+    let t0 = Instant::now();
+    let mut fleet = breaker(true, t0);
+    fleet.ask_at(0, open(Duration::ZERO), t0);
+    let half_open = |epoch, granted, at| EpisodeAnswer {
+        episode: Episode {
+            phase: EpisodePhase::HalfOpen,
+            epoch,
+            ..Episode::default()
+        },
+        granted,
+        at,
+    };
+    let due = t0 + OPEN_TIMEOUT;
+    fleet.adopt_at(&half_open(2, 1, 30_000), due);
+    assert_eq!(
+        fleet.ask_at(0, open(OPEN_TIMEOUT), due).trials,
+        1,
+        "the store's slot"
+    );
+    let share = fleet.share_at(due + ms(10)).expect("a share while half-open");
+    assert_eq!(share.epoch, 2);
+    // The trial succeeds while the share is on its way; the answer brings
+    // a later half-open (another replica's trial failed, and the store
+    // waited openTimeout again while this replica could not reach it).
+    fleet.ask_at(0, outcome(1, 0), due + ms(20));
+    fleet.adopt_at(&half_open(4, 0, 60_000), due + ms(30));
+    let next = fleet.share_at(due + ms(40)).expect("a share while half-open");
+    assert_eq!(next.epoch, 4);
+    assert_eq!(
+        (next.succeeded, next.settled),
+        (0, 0),
+        "the success belongs to half-open 2, not 4"
+    );
+}
