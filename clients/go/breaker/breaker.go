@@ -322,6 +322,20 @@ func (b *Breaker) Heard(v Verdict, until, now uint64) bool {
 // Trial says whether this is a half-open trial call.
 func (p *Permit) Trial() bool { return p.trial }
 
+// Current says whether the breaker is still in the state it granted this
+// permit in: once it changed (it opened while the call waited in a send
+// gate's line), the call's outcome would be ignored, and the breaker must
+// be asked again before anything is sent.
+func (p *Permit) Current() bool {
+	if p.fleetTrial {
+		return true
+	}
+	b := p.breaker
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.generation == p.generation
+}
+
 // FleetTrial says whether this is a trial on a slot the daemon granted the
 // fleet: the fleet's trials are few already, so it does not wait for a send
 // gate's turn.

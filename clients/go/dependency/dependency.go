@@ -334,6 +334,15 @@ func (d *Dependency) call(ctx context.Context, endpoint string, attempt func(ctx
 				}
 				return gaveUp(reason, retry, lastStatus, err)
 			}
+			if permit != nil && !permit.Current() {
+				// The breaker changed state while the call waited in
+				// line (it opened): it decides again, and may refuse.
+				permit.Cancel()
+				var err error
+				if permit, err = g.breaker.Acquire(since(g.breakerBorn)); err != nil {
+					return gaveUp(CircuitOpen, retry, lastStatus, err)
+				}
+			}
 		}
 		sent := since(g.gateBorn)
 		attemptCtx, cancel := callCtx, context.CancelFunc(func() {})

@@ -7,10 +7,12 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stormguard/stormguard/clients/go/breaker"
 	"github.com/stormguard/stormguard/clients/go/policy"
 	"github.com/stormguard/stormguard/clients/go/report"
 )
@@ -277,4 +279,70 @@ func TestThePolicysMaxElapsedEndsACallWithoutAContextDeadline(t *testing.T) {
 	if !errors.As(err, &gaveUp) || gaveUp.Reason != NoTurn || !errors.Is(err, context.DeadlineExceeded) || gaveUp.Attempts > 2 {
 		t.Fatalf("%v", err)
 	}
+}
+
+// TestACallWhoseBreakerOpensWhileItWaitsInLineIsNotSent: a call takes the
+// breaker's permit before it waits for the gate's turn; when another
+// call's failure opens the breaker meanwhile, the turn that comes sends
+// nothing, and the call ends CircuitOpen.
+func TestACallWhoseBreakerOpensWhileItWaitsInLineIsNotSent(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	text := strings.Replace(gatedPolicy, "maxRetries: 3\n    initialDelay", "maxRetries: 0\n    circuitBreaker: {enabled: true, consecutiveFailures: 2, openTimeout: 1h}\n    initialDelay", 1)
+	text = strings.Replace(text, "minRate: 0.001", "minRate: 4", 1)
+	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	watch, err := policy.Start(context.Background(), policy.Config{Daemon: serve(t, file), Services: []string{"payments"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Stop()
+	dependency := New(watch, "payments", nil)
+	var calls atomic.Int64
+	payments := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer payments.Close()
+	if err := dependency.Call(context.Background(), "/charge", attempt(payments.URL)); err == nil || !dependency.Gate().On() {
+		t.Fatalf("the 503 did not turn the gate on: %v", err)
+	}
+	if state := dependency.Breaker().State(); state != breaker.Closed {
+		t.Fatalf("one failure of two opened it: %v", state)
+	}
+
+	ended := callInLine(t, dependency, attempt(payments.URL))
+	sent := calls.Load()
+	permit, err := dependency.Breaker().Acquire(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	permit.Record(true, 0) // another call's failure: the second in a row
+	var gaveUp *CallError
+	if err := <-ended; !errors.As(err, &gaveUp) || gaveUp.Reason != CircuitOpen {
+		t.Fatalf("%v", err)
+	}
+	if calls.Load() != sent {
+		t.Fatal("the call in line was sent once the breaker was open")
+	}
+}
+
+// callInLine starts a call through dependency that waits in its gate's
+// line (a call the gate's first credit lets through at once is let go,
+// and another started); it ends on the channel.
+func callInLine(t *testing.T, dependency *Dependency, attempt func(context.Context) (int, error)) <-chan error {
+	for try := 0; try < 5; try++ {
+		ended := make(chan error, 1)
+		go func() { ended <- dependency.Call(context.Background(), "/charge", attempt) }()
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if dependency.Gate().Waiting() > 0 {
+				return ended
+			}
+			if len(ended) > 0 {
+				break
+			}
+		}
+	}
+	t.Fatal("no call waited in the gate's line")
+	return nil
 }

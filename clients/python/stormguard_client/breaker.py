@@ -327,6 +327,14 @@ class Permit:
         """Whether this is a trial on a slot the daemon granted the fleet: the
         fleet's trials are few already, so it does not wait for a gate's turn."""
 
+    @property
+    def current(self) -> bool:
+        """Whether the breaker is still in the state it granted this permit
+        in: once it changed (it opened while the call waited in a send
+        gate's line), the call's outcome would be ignored, and the breaker
+        must be asked again before anything is sent."""
+        return self.fleet_trial or self._generation == self._breaker._generation
+
     def record(self, failed: bool, now_ns: int) -> None:
         """Records how the call went (``failed`` true for a connect error, a
         timeout, a 5xx); its duration since the permit decides whether it was slow."""

@@ -226,6 +226,11 @@ def call_plan(c: Controls, *, clock: Clock, rng: random.Random, new_wakeup: Call
                 if permit is not None:
                     permit.cancel()
                 raise NoTurn(waited, retry, status) from error
+            if c.breaker is not None and permit is not None and not permit.current:
+                # The breaker changed state while the call waited in line
+                # (it opened): it decides again, and may refuse the call.
+                permit.cancel()
+                permit = c.breaker.acquire(clock())
         per_try = c.per_try_timeout
         if deadline is not None:
             left = max(deadline - clock(), 1) / 1e9

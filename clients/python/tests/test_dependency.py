@@ -451,6 +451,34 @@ def test_a_call_that_gets_no_turn_gives_back_its_breaker_permit():
     assert dependency.gate.waiting == 0, "the one trial slot was free again: the breaker let the call wait"
 
 
+class FailsWhileWaiting(VirtualTime):
+    """Virtual time in which, while a call waits in the gate's line,
+    another call's attempt fails (once ``dependency`` is set)."""
+
+    dependency = None
+
+    def wait(self, event, seconds):
+        if self.dependency is not None:
+            self.dependency.breaker.acquire(self.now).record(True, self.now)
+            self.dependency = None
+        return super().wait(event, seconds)
+
+
+def test_a_call_whose_breaker_opens_while_it_waits_in_line_is_not_sent():
+    breaker = {"enabled": True, "consecutiveFailures": 2, "openTimeoutMs": 60000}
+    clock = FailsWhileWaiting()
+    dependency = gated(clock, maxRetries=0, circuitBreaker=breaker)
+    assert dependency.call("/charge", lambda timeout: 503) == 503
+    assert dependency.gate.is_on and dependency.breaker.state == "closed", "one failure of two"
+    clock.dependency = dependency
+    sent = []
+    with pytest.raises(CallNotPermitted):
+        dependency.call("/charge", lambda timeout: sent.append(timeout) or 200)
+    assert dependency.breaker.state == "open" and clock.waits, "it opened while the call waited in line"
+    assert not sent, "the call was not sent once its turn came"
+    assert dependency.gate.waiting == 0
+
+
 def test_the_reporter_is_told_the_gate_and_reads_it_on_the_calls_clock():
     clock = VirtualTime()
     reporter = Reporter("http://127.0.0.1:9", "pod-1", interval=3600)

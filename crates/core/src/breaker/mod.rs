@@ -540,6 +540,14 @@ impl Permit {
         self.breaker.record(&self, outcome, now);
     }
 
+    /// Whether the breaker is still in the state it granted this permit
+    /// in: once it changed (it opened while the call waited in a send
+    /// gate's line), the call's outcome would be ignored, and the breaker
+    /// must be asked again before anything is sent.
+    pub fn is_current(&self) -> bool {
+        self.breaker.shared.phase.load(Acquire) >> 2 == self.generation
+    }
+
     /// Whether this is a half-open trial call.
     pub fn is_trial(&self) -> bool {
         self.trial

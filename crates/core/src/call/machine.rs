@@ -220,12 +220,28 @@ impl Call {
             return Step::Stop(GaveUp::NoTurn);
         }
         let wait = match gate.claim_at(&ticket, now, waker) {
-            Claim::Go => return self.send(controls, permit, now),
+            Claim::Go => return self.send_on_turn(controls, permit, now),
             Claim::At(due) => earliest(Some(due), self.deadline),
             Claim::Behind => self.deadline,
         };
         self.stage = Stage::Queued(Box::new(Queued { gate, ticket, permit }));
         Step::Wait(wait)
+    }
+
+    /// Sends once the gate's turn came, asking the breaker again if it
+    /// changed state while the call waited: an open breaker stops it.
+    fn send_on_turn(&mut self, controls: &impl Controls, permit: Option<Permit>, now: Instant) -> Step {
+        let permit = match permit {
+            Some(stale) if !stale.is_current() => {
+                drop(stale);
+                match controls.admit_at(now) {
+                    Ok(fresh) => fresh,
+                    Err(why) => return Step::Stop(why),
+                }
+            }
+            permit => permit,
+        };
+        self.send(controls, permit, now)
     }
 
     fn send(&mut self, controls: &impl Controls, permit: Option<Permit>, now: Instant) -> Step {

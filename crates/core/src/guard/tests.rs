@@ -373,6 +373,55 @@ async fn a_call_that_gets_no_turn_before_its_deadline_ends_and_leaves_the_line()
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_call_whose_breaker_opens_while_it_waits_in_line_is_not_sent() {
+    let p = RetryPolicy {
+        max_retries: 0,
+        circuit_breaker: CircuitBreakerPolicy {
+            enabled: true,
+            consecutive_failures: 2,
+            ..CircuitBreakerPolicy::default()
+        },
+        ..gated()
+    };
+    let guard = Guard::from_policy(&valid(p));
+    // One refusal turns the gate on (and is the breaker's first failure).
+    let (first, _) = failing_call(&guard, unavailable()).await;
+    assert_eq!(first.gave_up, GaveUp::Exhausted);
+    assert!(guard.gate().unwrap().is_on());
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let waiting = {
+        let (guard, sent) = (guard.clone(), sent.clone());
+        tokio::spawn(async move {
+            guard
+                .call(
+                    |_| {
+                        sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        async { Ok::<(), Failure>(()) }
+                    },
+                    |f| guard.verdict(*f),
+                    Options::default(),
+                )
+                .await
+                .map_err(|e| e.gave_up)
+        })
+    };
+    // The first credit is less than a turn: the call waits in line.
+    while guard.gate().unwrap().waiting() == 0 {
+        assert!(!waiting.is_finished(), "the call did not wait in line");
+        tokio::task::yield_now().await;
+    }
+    // Another call's failure opens the breaker meanwhile.
+    let breaker = guard.breaker().unwrap();
+    breaker
+        .try_acquire()
+        .unwrap()
+        .record(crate::breaker::CallOutcome::Failure);
+    assert_eq!(breaker.state(), CircuitState::Open);
+    assert_eq!(waiting.await.unwrap(), Err(GaveUp::CircuitOpen));
+    assert_eq!(sent.load(std::sync::atomic::Ordering::Relaxed), 0, "nothing sent");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_call_dropped_while_in_line_leaves_it() {
     let guard = Guard::from_policy(&valid(gated()));
     let call = guard.call(
