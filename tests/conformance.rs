@@ -557,10 +557,11 @@ async fn paced_together(daemon: &Daemon, guards: [&Guard; 2]) -> Vec<(f64, f64)>
     let mut together = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(1);
     while Instant::now() < deadline {
-        let before = fleet_sample(daemon, rate).await.unwrap_or(0.0);
+        let before = fleet_sample(daemon, rate).await;
         let now = guards.map(paces);
-        let after = fleet_sample(daemon, rate).await.unwrap_or(0.0);
-        if now.iter().all(|&(pace, own)| pace > 0.0 && pace != own) {
+        let after = fleet_sample(daemon, rate).await;
+        let granted = now.iter().all(|&(pace, own)| pace > 0.0 && pace != own);
+        if let (true, Some(before), Some(after)) = (granted, before, after) {
             together.push((now.iter().map(|&(pace, _)| pace).sum(), before.max(after)));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

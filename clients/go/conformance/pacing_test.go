@@ -184,8 +184,9 @@ func pacedTogether(t *testing.T, daemon string, processes ...pacingProcess) [][2
 			pace, own := p.paces()
 			paced, granted = paced+pace, granted && pace > 0 && pace != own
 		}
-		if granted {
-			together = append(together, [2]float64{paced, math.Max(before, metric(t, daemon, fleetRate))})
+		after := metric(t, daemon, fleetRate)
+		if granted && before >= 0 && after >= 0 { // -1: not shown at that moment
+			together = append(together, [2]float64{paced, math.Max(before, after)})
 		}
 	}
 	return together

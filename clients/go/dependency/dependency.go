@@ -321,27 +321,32 @@ func (d *Dependency) call(ctx context.Context, endpoint string, attempt func(ctx
 			}
 		}
 		// The breaker first, so that a call it refuses does not wait in
-		// line for nothing, and an attempt that waited its turn is sent.
+		// line for nothing; a call in line asks it again if it changed
+		// state meanwhile (it opened), and leaves the line if refused.
 		// The fleet's trials are few already: one does not wait for a turn.
 		if permit == nil || !permit.FleetTrial() {
-			if err := line.turn(callCtx); err != nil {
+			renewed := func() error {
+				if permit == nil || permit.Current() {
+					return nil
+				}
+				permit.Cancel()
+				var err error
+				permit, err = g.breaker.Acquire(since(g.breakerBorn))
+				return err
+			}
+			if err := line.turn(callCtx, renewed); err != nil {
 				if permit != nil {
 					permit.Cancel()
 				}
+				var refused *breaker.NotPermitted
 				reason := Cancelled
-				if errors.Is(err, context.DeadlineExceeded) {
+				switch {
+				case errors.As(err, &refused):
+					return gaveUp(CircuitOpen, retry, 0, err)
+				case errors.Is(err, context.DeadlineExceeded):
 					reason = NoTurn
 				}
 				return gaveUp(reason, retry, lastStatus, err)
-			}
-			if permit != nil && !permit.Current() {
-				// The breaker changed state while the call waited in
-				// line (it opened): it decides again, and may refuse.
-				permit.Cancel()
-				var err error
-				if permit, err = g.breaker.Acquire(since(g.breakerBorn)); err != nil {
-					return gaveUp(CircuitOpen, retry, lastStatus, err)
-				}
 			}
 		}
 		sent := since(g.gateBorn)

@@ -283,12 +283,12 @@ func TestThePolicysMaxElapsedEndsACallWithoutAContextDeadline(t *testing.T) {
 
 // TestACallWhoseBreakerOpensWhileItWaitsInLineIsNotSent: a call takes the
 // breaker's permit before it waits for the gate's turn; when another
-// call's failure opens the breaker meanwhile, the turn that comes sends
-// nothing, and the call ends CircuitOpen.
+// call's failure opens the breaker meanwhile, the call asks it again the
+// next time it is woken in line, and leaves the line unsent, ending
+// CircuitOpen, without spending a turn.
 func TestACallWhoseBreakerOpensWhileItWaitsInLineIsNotSent(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "policy.yaml")
 	text := strings.Replace(gatedPolicy, "maxRetries: 3\n    initialDelay", "maxRetries: 0\n    circuitBreaker: {enabled: true, consecutiveFailures: 2, openTimeout: 1h}\n    initialDelay", 1)
-	text = strings.Replace(text, "minRate: 0.001", "minRate: 4", 1)
 	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -311,38 +311,47 @@ func TestACallWhoseBreakerOpensWhileItWaitsInLineIsNotSent(t *testing.T) {
 		t.Fatalf("one failure of two opened it: %v", state)
 	}
 
-	ended := callInLine(t, dependency, attempt(payments.URL))
-	sent := calls.Load()
+	// Two calls wait in line (a turn comes every 1000 s); the first will
+	// be cancelled, which wakes the second.
+	first, cancelFirst := context.WithCancel(context.Background())
+	defer cancelFirst()
+	ended := [2]chan error{make(chan error, 1), make(chan error, 1)}
+	for i, ctx := range []context.Context{first, context.Background()} {
+		i, ctx := i, ctx
+		go func() { ended[i] <- dependency.Call(ctx, "/charge", attempt(payments.URL)) }()
+		if !within(5*time.Second, func() bool { return dependency.Gate().Waiting() == i+1 }) {
+			t.Fatalf("%d calls wait in line, not %d", dependency.Gate().Waiting(), i+1)
+		}
+	}
 	permit, err := dependency.Breaker().Acquire(0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	permit.Record(true, 0) // another call's failure: the second in a row
+	cancelFirst()
 	var gaveUp *CallError
-	if err := <-ended; !errors.As(err, &gaveUp) || gaveUp.Reason != CircuitOpen {
-		t.Fatalf("%v", err)
+	if err := <-ended[0]; !errors.As(err, &gaveUp) || gaveUp.Reason != Cancelled {
+		t.Fatalf("the first: %v", err)
 	}
-	if calls.Load() != sent {
-		t.Fatal("the call in line was sent once the breaker was open")
+	select {
+	case err := <-ended[1]:
+		if !errors.As(err, &gaveUp) || gaveUp.Reason != CircuitOpen {
+			t.Fatalf("the second: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second call still waits in line for a turn, its breaker open")
+	}
+	if calls.Load() != 1 || dependency.Gate().Waiting() != 0 {
+		t.Fatalf("%d attempts sent after the first, %d waiting", calls.Load()-1, dependency.Gate().Waiting())
 	}
 }
 
-// callInLine starts a call through dependency that waits in its gate's
-// line (a call the gate's first credit lets through at once is let go,
-// and another started); it ends on the channel.
-func callInLine(t *testing.T, dependency *Dependency, attempt func(context.Context) (int, error)) <-chan error {
-	for try := 0; try < 5; try++ {
-		ended := make(chan error, 1)
-		go func() { ended <- dependency.Call(context.Background(), "/charge", attempt) }()
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-			if dependency.Gate().Waiting() > 0 {
-				return ended
-			}
-			if len(ended) > 0 {
-				break
-			}
+// within says whether check holds within d.
+func within(d time.Duration, check func() bool) bool {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if check() {
+			return true
 		}
 	}
-	t.Fatal("no call waited in the gate's line")
-	return nil
+	return check()
 }

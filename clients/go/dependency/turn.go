@@ -24,8 +24,11 @@ type place struct {
 
 // turn waits for an attempt's turn: none while the gate is off; else in
 // line until the gate says go, or until ctx ends: then the call leaves the
-// line, and turn returns ctx's error.
-func (p *place) turn(ctx context.Context) error {
+// line, and turn returns ctx's error. Each time the call is to claim its
+// turn, permitted says whether it may still go (the breaker may have
+// opened meanwhile); its error makes the call leave the line, no turn
+// spent, and is returned.
+func (p *place) turn(ctx context.Context, permitted func() error) error {
 	if p.gate == nil {
 		return nil
 	}
@@ -44,7 +47,11 @@ func (p *place) turn(ctx context.Context) error {
 	}
 	wake := make(chan struct{}, 1)
 	for {
-		if err := ctx.Err(); err != nil {
+		err := ctx.Err()
+		if err == nil {
+			err = permitted()
+		}
+		if err != nil {
 			p.gate.Leave(ticket)
 			return err
 		}

@@ -9,7 +9,8 @@
    waits in line for its turn, up to the call's deadline; a call that gets
    no turn before it ends (NoTurn), its attempt not sent. The gate stands
    after the breaker so that a call the breaker would refuse does not wait
-   for nothing, and an attempt that waited its turn is sent. A retry waits
+   for nothing; a call in line asks the breaker again if it changed state
+   meanwhile (it opened), and leaves the line unsent if refused. A retry waits
    at the call's old place in line, ahead of calls that came after it. The
    gate hears of each attempt it let through (see :func:`_signal`): only a
    failure ``gate.overloadOn`` names, or an answer that asked for a wait,
@@ -37,7 +38,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeAlias, TypeVar, Union, cast
 
-from .breaker import Permit
+from .breaker import CircuitBreaker, Permit
 from .controls import Controls
 from .gate import NoTurn, SendGate, Signal, Ticket
 from .retry_on import RetryOn
@@ -216,21 +217,16 @@ def call_plan(c: Controls, *, clock: Clock, rng: random.Random, new_wakeup: Call
             # The fleet's trials are few already: one does not wait for a turn.
             sent = clock()
         elif c.gate is not None:
+            held = _Held(c.breaker, permit)
             try:
-                sent, place, waited = yield from _turn(c.gate, place, deadline, clock, new_wakeup)
+                sent, place, waited = yield from _turn(c.gate, place, deadline, clock, new_wakeup, held.renew)
             except BaseException:
-                if permit is not None:
-                    permit.cancel()
+                held.cancel()
                 raise
+            permit = held.permit
             if sent is None:
-                if permit is not None:
-                    permit.cancel()
+                held.cancel()
                 raise NoTurn(waited, retry, status) from error
-            if c.breaker is not None and permit is not None and not permit.current:
-                # The breaker changed state while the call waited in line
-                # (it opened): it decides again, and may refuse the call.
-                permit.cancel()
-                permit = c.breaker.acquire(clock())
         per_try = c.per_try_timeout
         if deadline is not None:
             left = max(deadline - clock(), 1) / 1e9
@@ -293,12 +289,39 @@ def _deadline(start: int, max_elapsed_ns: int | None, timeout: float | None) -> 
     return min(ends) if ends else None
 
 
+class _Held:
+    """The breaker's permit of a call waiting in the gate's line."""
+
+    def __init__(self, breaker: CircuitBreaker | None, permit: Permit | None) -> None:
+        self._breaker = breaker
+        self.permit = permit
+
+    def renew(self, now: int) -> None:
+        """Asks the breaker again if it left the state it gave the permit in
+        (it opened while the call waited): raises CallNotPermitted if it
+        refuses now."""
+        if self._breaker is None or self.permit is None or self.permit.current:
+            return
+        stale, self.permit = self.permit, None
+        stale.cancel()
+        self.permit = self._breaker.acquire(now)
+
+    def cancel(self) -> None:
+        """Gives the permit back, if the call holds one."""
+        if self.permit is not None:
+            self.permit.cancel()
+            self.permit = None
+
+
 def _turn(gate: SendGate, place: int | None, deadline: int | None, clock: Clock,
-          new_wakeup: Callable[[], W]) -> Generator[WaitInLine[W], object, tuple[int | None, int | None, int]]:
+          new_wakeup: Callable[[], W], permitted: Callable[[int], None],
+          ) -> Generator[WaitInLine[W], object, tuple[int | None, int | None, int]]:
     """Waits for ``gate`` to give the call's next attempt a turn, at the
     call's old ``place`` in line if it has one: (when the turn came, the
     call's place, how long it waited), the first None if no turn came
-    before ``deadline``. The call leaves the line unless it got its turn."""
+    before ``deadline``. Before each claim of its turn, ``permitted(now)``
+    may raise (the breaker opened meanwhile): the call then leaves the
+    line, no turn spent. The call leaves the line unless it got its turn."""
     now = clock()
     ticket: Ticket | None = gate.turn(now) if place is None else gate.rejoin(place, now)
     if ticket is None:
@@ -309,6 +332,7 @@ def _turn(gate: SendGate, place: int | None, deadline: int | None, clock: Clock,
         while deadline is None or now < deadline:
             # Cleared before the claim, so that a wake after it is kept.
             woken.clear()
+            permitted(now)
             claim = gate.claim(ticket, now, woken.set)
             if claim.go:
                 ticket = None

@@ -270,20 +270,25 @@ class KeptConnection:
         for attempt in (0, 1):
             reused = self._open is not None
             connection = self._open or self._connect(timeout)
+            self._open = None
             try:
                 connection.timeout = timeout
                 if connection.sock is not None:
                     connection.sock.settimeout(timeout)
                 connection.request("POST", self._base_path + path, body=body, headers=headers)
                 answer = connection.getresponse()
-                data = answer.read()
-                self._open = None if answer.will_close else connection
-                return answer.status, data
             except (OSError, http.client.HTTPException) as error:
                 connection.close()
-                self._open = None
-                if not (reused and attempt == 0 and _closed_by_the_daemon(error)):
-                    raise
+                if reused and attempt == 0 and _closed_by_the_daemon(error):
+                    continue
+                raise
+            try:
+                data = answer.read()
+            except (OSError, http.client.HTTPException):
+                connection.close()  # an answer begun: never sent again
+                raise
+            self._open = None if answer.will_close else connection
+            return answer.status, data
         raise AssertionError("unreachable: the second attempt returns or raises")
 
     def close(self) -> None:

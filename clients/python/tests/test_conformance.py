@@ -311,7 +311,8 @@ def paced_together(url, gates, seconds=1.0):
         before = metric(url, rate)
         now = [paces(gate) for gate in gates]
         after = metric(url, rate)
-        if all(pace > 0 and pace != own for pace, own in now):
+        granted = all(pace > 0 and pace != own for pace, own in now)
+        if granted and before is not None and after is not None:
             together.append((sum(pace for pace, _ in now), max(before, after)))
         time.sleep(0.05)
     return together

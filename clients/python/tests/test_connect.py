@@ -3,9 +3,12 @@
 the service-account token file (read at each send)."""
 
 import base64
+import http.client
 import http.server
 import logging
+import socket
 import ssl
+import struct
 import threading
 import time
 import urllib.error
@@ -282,6 +285,17 @@ class _Late(http.server.BaseHTTPRequestHandler):
         type(self).bodies.append(body)
         if body == b"late":
             time.sleep(type(self).delay)
+        if body == b"reset":
+            # An answer begun, then the connection reset mid-body.
+            self.send_response(200)
+            self.send_header("Content-Length", "100")
+            self.end_headers()
+            self.wfile.write(b"partial")
+            self.wfile.flush()
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
+            self.close_connection = True
+            return
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -313,6 +327,15 @@ def test_an_ask_on_a_kept_connection_that_times_out_is_not_sent_again(late_serve
         kept.post("/v1/pace", b"late", {}, 0.3)
     assert _Late.bodies == [b"first", b"late"], "sent once"
     assert kept.post("/v1/pace", b"next", {}, 2) == (200, b"next"), "a new connection for the next"
+    kept.close()
+
+
+def test_an_ask_whose_answer_is_cut_off_is_not_sent_again(late_server):
+    kept = Connection().kept(f"http://127.0.0.1:{late_server.server_port}")
+    assert kept.post("/v1/pace", b"first", {}, 2) == (200, b"first")
+    with pytest.raises((ConnectionResetError, http.client.IncompleteRead)):
+        kept.post("/v1/pace", b"reset", {}, 2)
+    assert _Late.bodies == [b"first", b"reset"], "sent once"
     kept.close()
 
 

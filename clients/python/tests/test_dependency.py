@@ -471,11 +471,13 @@ def test_a_call_whose_breaker_opens_while_it_waits_in_line_is_not_sent():
     assert dependency.call("/charge", lambda timeout: 503) == 503
     assert dependency.gate.is_on and dependency.breaker.state == "closed", "one failure of two"
     clock.dependency = dependency
+    turns = dependency.gate.tally().sent
     sent = []
     with pytest.raises(CallNotPermitted):
         dependency.call("/charge", lambda timeout: sent.append(timeout) or 200)
     assert dependency.breaker.state == "open" and clock.waits, "it opened while the call waited in line"
     assert not sent, "the call was not sent once its turn came"
+    assert dependency.gate.tally().sent == turns, "it left the line with no turn spent"
     assert dependency.gate.waiting == 0
 
 

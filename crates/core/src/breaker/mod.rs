@@ -545,7 +545,7 @@ impl Permit {
     /// gate's line), the call's outcome would be ignored, and the breaker
     /// must be asked again before anything is sent.
     pub fn is_current(&self) -> bool {
-        self.breaker.shared.phase.load(Acquire) >> 2 == self.generation
+        self.fleet_trial || self.breaker.shared.phase.load(Acquire) >> 2 == self.generation
     }
 
     /// Whether this is a half-open trial call.

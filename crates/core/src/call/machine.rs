@@ -184,7 +184,7 @@ impl Call {
 
     /// Leave from the breaker, then a turn from the gate. The breaker asks
     /// first so that a call it would refuse does not wait in line for
-    /// nothing, and so that a paced attempt, once its turn comes, is sent.
+    /// nothing; a call in line asks it again if it changed state meanwhile.
     fn ask(&mut self, controls: &impl Controls, now: Instant, waker: Option<&Waker>) -> Step {
         let permit = match controls.admit_at(now) {
             Ok(permit) => permit,
@@ -219,29 +219,29 @@ impl Call {
             gate.leave(ticket);
             return Step::Stop(GaveUp::NoTurn);
         }
-        let wait = match gate.claim_at(&ticket, now, waker) {
-            Claim::Go => return self.send_on_turn(controls, permit, now),
-            Claim::At(due) => earliest(Some(due), self.deadline),
-            Claim::Behind => self.deadline,
-        };
-        self.stage = Stage::Queued(Box::new(Queued { gate, ticket, permit }));
-        Step::Wait(wait)
-    }
-
-    /// Sends once the gate's turn came, asking the breaker again if it
-    /// changed state while the call waited: an open breaker stops it.
-    fn send_on_turn(&mut self, controls: &impl Controls, permit: Option<Permit>, now: Instant) -> Step {
+        // A breaker that left the state it gave the permit in (it opened
+        // while the call waited) decides again. A refusal leaves the line
+        // before a turn is spent, so the calls behind move up at once.
         let permit = match permit {
             Some(stale) if !stale.is_current() => {
                 drop(stale);
                 match controls.admit_at(now) {
                     Ok(fresh) => fresh,
-                    Err(why) => return Step::Stop(why),
+                    Err(why) => {
+                        gate.leave(ticket);
+                        return Step::Stop(why);
+                    }
                 }
             }
             permit => permit,
         };
-        self.send(controls, permit, now)
+        let wait = match gate.claim_at(&ticket, now, waker) {
+            Claim::Go => return self.send(controls, permit, now),
+            Claim::At(due) => earliest(Some(due), self.deadline),
+            Claim::Behind => self.deadline,
+        };
+        self.stage = Stage::Queued(Box::new(Queued { gate, ticket, permit }));
+        Step::Wait(wait)
     }
 
     fn send(&mut self, controls: &impl Controls, permit: Option<Permit>, now: Instant) -> Step {

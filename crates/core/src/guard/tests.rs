@@ -373,7 +373,7 @@ async fn a_call_that_gets_no_turn_before_its_deadline_ends_and_leaves_the_line()
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_call_whose_breaker_opens_while_it_waits_in_line_is_not_sent() {
+async fn calls_whose_breaker_opens_while_they_wait_in_line_leave_it_unsent_at_the_first_turn() {
     let p = RetryPolicy {
         max_retries: 0,
         circuit_breaker: CircuitBreakerPolicy {
@@ -387,27 +387,33 @@ async fn a_call_whose_breaker_opens_while_it_waits_in_line_is_not_sent() {
     // One refusal turns the gate on (and is the breaker's first failure).
     let (first, _) = failing_call(&guard, unavailable()).await;
     assert_eq!(first.gave_up, GaveUp::Exhausted);
-    assert!(guard.gate().unwrap().is_on());
+    let gate = guard.gate().unwrap();
+    let sent_before = gate.tally().sent;
     let sent = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
-    let waiting = {
-        let (guard, sent) = (guard.clone(), sent.clone());
-        tokio::spawn(async move {
-            guard
-                .call(
-                    |_| {
-                        sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        async { Ok::<(), Failure>(()) }
-                    },
-                    |f| guard.verdict(*f),
-                    Options::default(),
-                )
-                .await
-                .map_err(|e| e.gave_up)
+    let waiting: Vec<_> = (0..3)
+        .map(|_| {
+            let (guard, sent) = (guard.clone(), sent.clone());
+            tokio::spawn(async move {
+                let result = guard
+                    .call(
+                        |_| {
+                            sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            async { Ok::<(), Failure>(()) }
+                        },
+                        |f| guard.verdict(*f),
+                        Options::default(),
+                    )
+                    .await;
+                (result.map_err(|e| e.gave_up), Instant::now())
+            })
         })
-    };
-    // The first credit is less than a turn: the call waits in line.
-    while guard.gate().unwrap().waiting() == 0 {
-        assert!(!waiting.is_finished(), "the call did not wait in line");
+        .collect();
+    // The first credit is less than a turn: the calls wait in line.
+    while gate.waiting() < 3 {
+        assert!(
+            waiting.iter().all(|w| !w.is_finished()),
+            "a call did not wait in line"
+        );
         tokio::task::yield_now().await;
     }
     // Another call's failure opens the breaker meanwhile.
@@ -417,8 +423,19 @@ async fn a_call_whose_breaker_opens_while_it_waits_in_line_is_not_sent() {
         .unwrap()
         .record(crate::breaker::CallOutcome::Failure);
     assert_eq!(breaker.state(), CircuitState::Open);
-    assert_eq!(waiting.await.unwrap(), Err(GaveUp::CircuitOpen));
+    let mut ended = Vec::new();
+    for call in waiting {
+        let (result, at) = call.await.unwrap();
+        assert_eq!(result, Err(GaveUp::CircuitOpen));
+        ended.push(at);
+    }
     assert_eq!(sent.load(std::sync::atomic::Ordering::Relaxed), 0, "nothing sent");
+    assert_eq!(gate.tally().sent, sent_before, "no turn spent on them");
+    assert!(
+        ended.iter().all(|&at| at == ended[0]),
+        "the line emptied at the first turn, not one turn a call: {ended:?}"
+    );
+    assert_eq!(gate.waiting(), 0);
 }
 
 #[tokio::test(start_paused = true)]
