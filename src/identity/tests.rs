@@ -1,3 +1,6 @@
+//! Tests of service-account tokens: who each names, and each forged, expired or misdirected token
+//! refused for its reason.
+
 use axum::http::{header, HeaderMap, HeaderValue};
 use base64::Engine;
 use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};

@@ -1,3 +1,6 @@
+//! Tests of the pace store's client that need no Redis: secrets kept out of messages, bad
+//! addresses, what is sent again, its own counts.
+
 use super::*;
 
 #[test]

@@ -1,3 +1,6 @@
+//! Tests of the daemon's TLS: pairs loaded with and without client certificates, unusable files
+//! named, a changed pair served.
+
 use super::*;
 
 #[path = "../../tests/common/certs.rs"]

@@ -1,3 +1,6 @@
+// Tests of the delay law against core's vectors, to the nanosecond, and of a
+// bad jitter named.
+
 package backoff
 
 import (

@@ -1,3 +1,6 @@
+// Tests of the circuit breaker against core's verdict vectors (reports,
+// fleet verdicts heard), and of its settings read and refused.
+
 package breaker
 
 import (

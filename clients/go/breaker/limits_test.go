@@ -1,3 +1,6 @@
+// Tests that the breaker's settings are held to the daemon's ranges, at each
+// end.
+
 package breaker
 
 import (

@@ -1,3 +1,6 @@
+// Tests of the retry budget against core's verdict vectors, and of a bad
+// setting named.
+
 package budget
 
 import (

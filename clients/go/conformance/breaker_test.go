@@ -1,3 +1,6 @@
+// The conformance scenarios of a fleet-scoped breaker: a half-open the
+// daemon runs, and one without the daemon.
+
 package conformance
 
 import (

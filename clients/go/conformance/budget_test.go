@@ -1,3 +1,6 @@
+// The conformance scenarios of a fleet-scoped retry budget: its floor
+// divided by the daemon, and falling back without it.
+
 package conformance
 
 import (

@@ -1,3 +1,6 @@
+// What the conformance scenarios share: the policy files, the daemon helpers
+// and the fault proxy.
+
 package conformance
 
 import (

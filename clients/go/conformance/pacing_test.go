@@ -1,3 +1,6 @@
+// The conformance scenarios of pacing: gates paced by the daemon, a lease
+// that runs out, the daemon gone or hung, a refused ask.
+
 package conformance
 
 import (

@@ -1,3 +1,6 @@
+// Tests of the connection to the daemon: the token file followed as it
+// rotates, and TLS files named when unusable.
+
 package connect
 
 import (

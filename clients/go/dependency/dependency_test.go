@@ -1,3 +1,6 @@
+// Tests of a dependency's calls against the real daemon's policy: retries
+// reported, the breaker following the policy, failures named.
+
 package dependency
 
 import (

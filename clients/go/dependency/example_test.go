@@ -1,3 +1,6 @@
+// The client page's example of guarding an HTTP client's calls with
+// Transport.
+
 package dependency_test
 
 import (

@@ -1,3 +1,6 @@
+// Tests that fleet-scoped breakers send one set of trials through the
+// daemon, not one a process.
+
 package dependency
 
 import (

@@ -1,3 +1,6 @@
+// Tests of calls through the send gate: waiting in line, pacing by the
+// daemon, what turns it on, and a breaker that opens meanwhile.
+
 package dependency
 
 import (

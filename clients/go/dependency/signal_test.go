@@ -1,3 +1,6 @@
+// Tests of what the gate hears from each answer (overloadOn), and of Retry-
+// After read as the Rust library reads it.
+
 package dependency
 
 import (

@@ -1,3 +1,6 @@
+// Tests of the guarded http.RoundTripper: bodies sent again, per-try
+// timeouts, deadlines, Retry-After.
+
 package dependency
 
 import (

@@ -1,3 +1,6 @@
+// Tests of the answers the gate counts by the tenth of a second over the
+// last three seconds.
+
 package gate
 
 import (

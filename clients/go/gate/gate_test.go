@@ -1,3 +1,5 @@
+// Tests of the send gate: its line, its pace, and what turns it on and off.
+
 package gate
 
 import (

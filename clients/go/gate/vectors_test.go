@@ -1,3 +1,5 @@
+// Tests of the send gate against core's verdict vectors.
+
 package gate
 
 import (

@@ -1,3 +1,5 @@
+// Tests of a served policy's blocks read with their defaults.
+
 package policy
 
 import (

@@ -1,3 +1,6 @@
+// Tests that every retryOn list decides each status and failure as core
+// does.
+
 package policy
 
 import (

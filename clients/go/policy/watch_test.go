@@ -1,3 +1,6 @@
+// Tests of the policy watch's settings, its defaults and its cache file; its
+// behaviour against the daemon is the conformance scenarios'.
+
 package policy
 
 import (

@@ -1,3 +1,6 @@
+// Tests of pace asks: a dependency whose gate is on is paced at the daemon's
+// grant.
+
 package report
 
 import (

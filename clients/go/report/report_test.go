@@ -1,3 +1,6 @@
+// Tests of the reporter's batches: caps on endpoints and services, names
+// refused where they enter, numbering.
+
 package report
 
 import (

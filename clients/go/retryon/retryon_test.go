@@ -1,3 +1,6 @@
+// Tests that every retryOn list core serves is read and covers what core
+// covers.
+
 package retryon
 
 import (

@@ -1,3 +1,6 @@
+//! Tests of fleet-scoped budgets on the daemon: which are divided, by what, and how replicas share
+//! their counts.
+
 use super::*;
 use std::borrow::Cow;
 use std::collections::BTreeMap;

@@ -1,3 +1,6 @@
+//! Tests of the report table's exposition: families moved by reports, help and types, labels
+//! escaped, states expired.
+
 use super::*;
 
 use crate::reports::decode;

@@ -1,3 +1,6 @@
+// Tests of reading a policy block over the settings held, a bad block
+// changing nothing.
+
 package block
 
 import (

@@ -1,3 +1,6 @@
+// Tests that a value out of range is told what the daemon tells it, word for
+// word.
+
 package limits
 
 import (

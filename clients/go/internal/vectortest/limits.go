@@ -1,3 +1,6 @@
+// A walk over a block's ranges at their ends, for the breaker's and the
+// gate's tests.
+
 package vectortest
 
 import (

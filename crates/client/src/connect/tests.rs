@@ -1,3 +1,6 @@
+//! Tests of the connection to the daemon: the token read at each send and followed as it rotates,
+//! and TLS clients built from a CA and a client certificate.
+
 use super::*;
 
 fn credential(name: &str) -> PathBuf {

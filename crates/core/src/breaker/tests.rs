@@ -1,3 +1,6 @@
+//! Tests of the circuit breaker: what opens it, its half-open trials, its slow calls and windows,
+//! and the fleet's verdicts it hears.
+
 use super::*;
 use crate::policy::SlidingWindow;
 use tokio::time::advance;

@@ -1,3 +1,6 @@
+//! Tests of fleet pacing: one rate learnt from every process's outcomes, probing, and its division
+//! among the processes that ask.
+
 use super::*;
 use crate::gate::rate::SETTLE;
 use crate::gate::Judgement;

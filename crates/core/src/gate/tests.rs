@@ -1,3 +1,6 @@
+//! Tests of the send gate: its line, its pace, leases from the fleet, and what turns it on and
+//! off.
+
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::task::Wake;

@@ -1,3 +1,6 @@
+//! Tests of a call through the guard: backoff, the breaker, budgets and throttling, hedges, and
+//! the send gate's line.
+
 use super::*;
 use std::cell::RefCell;
 use std::time::Duration;

@@ -1,3 +1,6 @@
+//! Tests of policy diffs: which services a change reaches, renames, and the forecast and warning
+//! changes a pipeline gates on.
+
 use super::*;
 use crate::policy::{load_bytes, LoadLimits};
 

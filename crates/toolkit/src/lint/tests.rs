@@ -1,3 +1,5 @@
+//! Tests of the storm-risk lint: each rule on the policies that trip it and on those that do not.
+
 use super::*;
 use crate::policy::{load_bytes, LoadLimits};
 use stormguard_core::fleet::floor::Claims;

@@ -1,3 +1,6 @@
+//! Tests of the gRPC service config and mesh renderings: what each takes of a policy and what it
+//! says it cannot.
+
 use std::time::Duration;
 
 use serde_json::json;

@@ -1,3 +1,6 @@
+//! Tests of the fleet breaker: a fleet's open breakers given the policy's trials between them,
+//! alone and across replicas sharing a store.
+
 use super::episode::{Episode, EpisodeAnswer, EpisodePhase};
 use super::*;
 use crate::policy::CircuitBreakerPolicy;

@@ -1,3 +1,5 @@
+//! Tests of a fleet budget's floor divided among processes by their requests.
+
 use super::*;
 
 fn close(a: &[f64], b: &[f64]) -> bool {
