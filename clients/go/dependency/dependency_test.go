@@ -30,6 +30,26 @@ func serve(t *testing.T, policyFile string) string {
 	return at.URL()
 }
 
+// watchServed writes policyText to a file of the test's, serves it from a
+// daemon of the test's own and watches services there, quick to follow an
+// edit; the watch stops with the test.
+func watchServed(t *testing.T, policyText string, services ...string) *policy.Watch {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(file, []byte(policyText), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	watch, err := policy.Start(context.Background(), policy.Config{Daemon: serve(t, file), Services: services, WatchWait: 5 * time.Second, MinPollInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if watch.Source() != policy.FromDaemon {
+		t.Fatalf("the policies came from %v, not the daemon", watch.Source())
+	}
+	t.Cleanup(watch.Stop)
+	return watch
+}
+
 var (
 	eventually = daemontest.Eventually
 	metric     = daemontest.Metric

@@ -42,16 +42,7 @@ services:
 // call cancelled while it waits ends Cancelled, out of the line too, having
 // sent nothing.
 func TestACallWithNoTurnBeforeItsDeadlineGivesUpAndLeavesTheLine(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(file, []byte(gatedPolicy), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	watch, err := policy.Start(context.Background(), policy.Config{Daemon: serve(t, file), Services: []string{"payments"}, WatchWait: 5 * time.Second, MinPollInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer watch.Stop()
-	dependency := New(watch, "payments", nil)
+	dependency := New(watchServed(t, gatedPolicy, "payments"), "payments", nil)
 	if g := dependency.Gate(); g == nil || g.On() {
 		t.Fatalf("the policy's gate is %v", g)
 	}
@@ -65,7 +56,7 @@ func TestACallWithNoTurnBeforeItsDeadlineGivesUpAndLeavesTheLine(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	err = dependency.Call(ctx, "/charge", attempt(payments.URL))
+	err := dependency.Call(ctx, "/charge", attempt(payments.URL))
 	var gaveUp *CallError
 	if !errors.As(err, &gaveUp) || gaveUp.Reason != NoTurn || !errors.Is(err, context.DeadlineExceeded) || gaveUp.Status != 503 {
 		t.Fatalf("%v", err)
@@ -151,15 +142,7 @@ func TestAGateACallTurnedOnIsPacedByTheDaemon(t *testing.T) {
 // dependency's load. 503s turn it on; so, through the Transport, do 500s
 // that carry a Retry-After.
 func TestAnErrorTheDependencyAnswersLeavesTheGateOffAndAnOverloadTurnsItOn(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(file, []byte(gatedPolicy), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	watch, err := policy.Start(context.Background(), policy.Config{Daemon: serve(t, file), Services: []string{"payments"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer watch.Stop()
+	watch := watchServed(t, gatedPolicy, "payments")
 	var status atomic.Int64
 	status.Store(http.StatusInternalServerError)
 	var calls atomic.Int64
@@ -254,21 +237,13 @@ func TestThePolicysMaxElapsedEndsACallWithoutAContextDeadline(t *testing.T) {
     circuitBreaker: {enabled: false}
     gate: {enabled: true, minRate: 0.001, maxRate: 10, quiet: 1h, overloadWhen: any-refusal}
 `
-	file := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(file, []byte(bounded), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	watch, err := policy.Start(context.Background(), policy.Config{Daemon: serve(t, file), Services: []string{"payments", "gated"}, WatchWait: 5 * time.Second, MinPollInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer watch.Stop()
+	watch := watchServed(t, bounded, "payments", "gated")
 	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}))
 	defer down.Close()
 
-	err = New(watch, "payments", nil).Call(context.Background(), "/charge", attempt(down.URL))
+	err := New(watch, "payments", nil).Call(context.Background(), "/charge", attempt(down.URL))
 	var gaveUp *CallError
 	if !errors.As(err, &gaveUp) || gaveUp.Reason != Deadline || gaveUp.Status != 503 {
 		t.Fatalf("%v", err)
@@ -290,17 +265,8 @@ func TestThePolicysMaxElapsedEndsACallWithoutAContextDeadline(t *testing.T) {
 // next time it is woken in line, and leaves the line unsent, ending
 // CircuitOpen, without spending a turn.
 func TestACallWhoseBreakerOpensWhileItWaitsInLineIsNotSent(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "policy.yaml")
 	text := strings.Replace(gatedPolicy, "maxRetries: 3\n    initialDelay", "maxRetries: 0\n    circuitBreaker: {enabled: true, consecutiveFailures: 2, openTimeout: 1h}\n    initialDelay", 1)
-	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	watch, err := policy.Start(context.Background(), policy.Config{Daemon: serve(t, file), Services: []string{"payments"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer watch.Stop()
-	dependency := New(watch, "payments", nil)
+	dependency := New(watchServed(t, text, "payments"), "payments", nil)
 	var calls atomic.Int64
 	payments := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		calls.Add(1)

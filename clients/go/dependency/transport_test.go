@@ -170,16 +170,7 @@ func TestARetryWaitsWhatRetryAfterAskedUpToTheMaxDelay(t *testing.T) {
     budget: {enabled: false}
     circuitBreaker: {enabled: false}
 `
-	file := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(file, []byte(asked), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	watch, err := policy.Start(context.Background(), policy.Config{Daemon: serve(t, file), Services: []string{"payments"}})
-	if err != nil || watch.Source() != policy.FromDaemon {
-		t.Fatalf("%v %v", err, watch.Source())
-	}
-	defer watch.Stop()
-	client := &http.Client{Transport: New(watch, "payments", nil).Transport(nil)}
+	client := &http.Client{Transport: New(watchServed(t, asked, "payments"), "payments", nil).Transport(nil)}
 	for _, c := range []struct {
 		retryAfter    string
 		least, atMost time.Duration
