@@ -325,7 +325,8 @@ func (p *Permit) Trial() bool { return p.trial }
 // Current says whether the breaker is still in the state it granted this
 // permit in: once it changed (it opened while the call waited in a send
 // gate's line), the call's outcome would be ignored, and the breaker must
-// be asked again before anything is sent.
+// be asked again before anything is sent. The fleet's trial is always
+// current: its outcome is the daemon's to judge.
 func (p *Permit) Current() bool {
 	if p.fleetTrial {
 		return true

@@ -1,5 +1,6 @@
 // Tests of the connection to the daemon: the token file followed as it
-// rotates, and TLS files named when unusable.
+// rotates, and TLS (the CA trusted, the client certificate presented,
+// files followed, unusable ones named and the transport kept).
 
 package connect
 

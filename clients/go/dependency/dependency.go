@@ -322,17 +322,18 @@ func (d *Dependency) call(ctx context.Context, endpoint string, attempt func(ctx
 		}
 		// The breaker first, so that a call it refuses does not wait in
 		// line for nothing; a call in line asks it again if it changed
-		// state meanwhile (it opened), and leaves the line if refused.
+		// state meanwhile (it opened), and leaves the line if refused, or
+		// to go at once as the fleet's trial.
 		// The fleet's trials are few already: one does not wait for a turn.
 		if permit == nil || !permit.FleetTrial() {
-			renewed := func() error {
+			renewed := func() (bool, error) {
 				if permit == nil || permit.Current() {
-					return nil
+					return false, nil
 				}
 				permit.Cancel()
 				var err error
 				permit, err = g.breaker.Acquire(since(g.breakerBorn))
-				return err
+				return permit != nil && permit.FleetTrial(), err
 			}
 			if err := line.turn(callCtx, renewed); err != nil {
 				if permit != nil {

@@ -43,10 +43,10 @@ func watchServed(t *testing.T, policyText string, services ...string) *policy.Wa
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(watch.Stop)
 	if watch.Source() != policy.FromDaemon {
 		t.Fatalf("the policies came from %v, not the daemon", watch.Source())
 	}
-	t.Cleanup(watch.Stop)
 	return watch
 }
 

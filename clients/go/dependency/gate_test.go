@@ -280,7 +280,7 @@ func TestACallWhoseBreakerOpensWhileItWaitsInLineIsNotSent(t *testing.T) {
 		t.Fatalf("one failure of two opened it: %v", state)
 	}
 
-	// Two calls wait in line (a turn comes every 1000 s); the first will
+	// Two calls wait in line (a turn is up to 1000 s away); the first will
 	// be cancelled, which wakes the second.
 	first, cancelFirst := context.WithCancel(context.Background())
 	defer cancelFirst()
@@ -323,4 +323,52 @@ func within(d time.Duration, check func() bool) bool {
 		}
 	}
 	return check()
+}
+
+// TestACallInLineGrantedTheFleetsTrialMeanwhileLeavesTheLineAndGoes: when
+// the fleet-scoped breaker opens while a call waits in line and the daemon
+// grants the fleet a trial, the call asks again when woken, and goes at
+// once on the trial's slot, as one that never waited would.
+func TestACallInLineGrantedTheFleetsTrialMeanwhileLeavesTheLineAndGoes(t *testing.T) {
+	text := strings.Replace(gatedPolicy, "maxRetries: 3\n    initialDelay", "maxRetries: 0\n    circuitBreaker: {enabled: true, consecutiveFailures: 2, openTimeout: 1h, scope: fleet}\n    initialDelay", 1)
+	dependency := New(watchServed(t, text, "payments"), "payments", nil)
+	var calls atomic.Int64
+	payments := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer payments.Close()
+	if err := dependency.Call(context.Background(), "/charge", attempt(payments.URL)); err == nil || !dependency.Gate().On() {
+		t.Fatalf("the 503 did not turn the gate on: %v", err)
+	}
+	first, cancelFirst := context.WithCancel(context.Background())
+	defer cancelFirst()
+	ended := [2]chan error{make(chan error, 1), make(chan error, 1)}
+	for i, ctx := range []context.Context{first, context.Background()} {
+		i, ctx := i, ctx
+		go func() { ended[i] <- dependency.Call(ctx, "/charge", attempt(payments.URL)) }()
+		if !within(5*time.Second, func() bool { return dependency.Gate().Waiting() == i+1 }) {
+			t.Fatalf("%d calls wait in line, not %d", dependency.Gate().Waiting(), i+1)
+		}
+	}
+	b, now := dependency.Breaker(), since(dependency.guard().breakerBorn)
+	permit, err := b.Acquire(now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	permit.Record(true, now)
+	b.Heard(breaker.Verdict{State: breaker.HalfOpen, Trials: 1}, now+uint64(time.Minute), now)
+	cancelFirst()
+	select {
+	case err := <-ended[1]:
+		var gaveUp *CallError
+		if !errors.As(err, &gaveUp) || gaveUp.Reason == CircuitOpen || gaveUp.Attempts != 1 {
+			t.Fatalf("the second: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second call still waits in line, the fleet's trial granted")
+	}
+	if calls.Load() != 2 || dependency.Gate().Waiting() != 0 {
+		t.Fatalf("%d sent after the first, %d waiting", calls.Load()-1, dependency.Gate().Waiting())
+	}
 }

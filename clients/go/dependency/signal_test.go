@@ -1,5 +1,5 @@
-// Tests of what the gate hears from each answer (overloadOn), and of Retry-
-// After read as the Rust library reads it.
+// Tests of what the gate hears from each answer (overloadOn), and of
+// Retry-After read as the Rust library reads it.
 
 package dependency
 

@@ -26,9 +26,10 @@ type place struct {
 // line until the gate says go, or until ctx ends: then the call leaves the
 // line, and turn returns ctx's error. Each time the call is to claim its
 // turn, permitted says whether it may still go (the breaker may have
-// opened meanwhile); its error makes the call leave the line, no turn
-// spent, and is returned.
-func (p *place) turn(ctx context.Context, permitted func() error) error {
+// changed state meanwhile): its error makes the call leave the line, no
+// turn spent, and is returned; goNow makes it leave the line and go at
+// once (the fleet's trial, which waits for no turn).
+func (p *place) turn(ctx context.Context, permitted func() (goNow bool, err error)) error {
 	if p.gate == nil {
 		return nil
 	}
@@ -47,11 +48,11 @@ func (p *place) turn(ctx context.Context, permitted func() error) error {
 	}
 	wake := make(chan struct{}, 1)
 	for {
-		err := ctx.Err()
+		err, goNow := ctx.Err(), false
 		if err == nil {
-			err = permitted()
+			goNow, err = permitted()
 		}
-		if err != nil {
+		if err != nil || goNow {
 			p.gate.Leave(ticket)
 			return err
 		}

@@ -1,5 +1,6 @@
-// Tests of pace asks: a dependency whose gate is on is paced at the daemon's
-// grant.
+// Tests of pace asks: a gate paced at the daemon's grant, asks that get
+// none, and a fleet-scoped breaker asking for trials and closing with the
+// fleet.
 
 package report
 

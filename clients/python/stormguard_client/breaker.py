@@ -332,7 +332,8 @@ class Permit:
         """Whether the breaker is still in the state it granted this permit
         in: once it changed (it opened while the call waited in a send
         gate's line), the call's outcome would be ignored, and the breaker
-        must be asked again before anything is sent."""
+        must be asked again before anything is sent. The fleet's trial is
+        always current: its outcome is the daemon's to judge."""
         return self.fleet_trial or self._generation == self._breaker._generation
 
     def record(self, failed: bool, now_ns: int) -> None:

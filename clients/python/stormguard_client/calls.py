@@ -10,7 +10,8 @@
    no turn before it ends (NoTurn), its attempt not sent. The gate stands
    after the breaker so that a call the breaker would refuse does not wait
    for nothing; a call in line asks the breaker again if it changed state
-   meanwhile (it opened), and leaves the line unsent if refused. A retry waits
+   meanwhile (it opened), and leaves the line unsent if refused, or to go
+   at once as the fleet's trial. A retry waits
    at the call's old place in line, ahead of calls that came after it. The
    gate hears of each attempt it let through (see :func:`_signal`): only a
    failure ``gate.overloadOn`` names, or an answer that asked for a wait,
@@ -296,15 +297,17 @@ class _Held:
         self._breaker = breaker
         self.permit = permit
 
-    def renew(self, now: int) -> None:
+    def renew(self, now: int) -> bool:
         """Asks the breaker again if it left the state it gave the permit in
         (it opened while the call waited): raises CallNotPermitted if it
-        refuses now."""
+        refuses now; True if it grants the fleet's trial, which waits for
+        no turn."""
         if self._breaker is None or self.permit is None or self.permit.current:
-            return
+            return False
         stale, self.permit = self.permit, None
         stale.cancel()
         self.permit = self._breaker.acquire(now)
+        return self.permit.fleet_trial
 
     def cancel(self) -> None:
         """Gives the permit back, if the call holds one."""
@@ -314,14 +317,16 @@ class _Held:
 
 
 def _turn(gate: SendGate, place: int | None, deadline: int | None, clock: Clock,
-          new_wakeup: Callable[[], W], permitted: Callable[[int], None],
+          new_wakeup: Callable[[], W], permitted: Callable[[int], bool],
           ) -> Generator[WaitInLine[W], object, tuple[int | None, int | None, int]]:
     """Waits for ``gate`` to give the call's next attempt a turn, at the
     call's old ``place`` in line if it has one: (when the turn came, the
     call's place, how long it waited), the first None if no turn came
     before ``deadline``. Before each claim of its turn, ``permitted(now)``
     may raise (the breaker opened meanwhile): the call then leaves the
-    line, no turn spent. The call leaves the line unless it got its turn."""
+    line, no turn spent; if it says True (the fleet's trial), the call
+    leaves the line and goes at once. The call leaves the line unless it
+    got its turn."""
     now = clock()
     ticket: Ticket | None = gate.turn(now) if place is None else gate.rejoin(place, now)
     if ticket is None:
@@ -332,7 +337,8 @@ def _turn(gate: SendGate, place: int | None, deadline: int | None, clock: Clock,
         while deadline is None or now < deadline:
             # Cleared before the claim, so that a wake after it is kept.
             woken.clear()
-            permitted(now)
+            if permitted(now):
+                return now, place, now - entered
             claim = gate.claim(ticket, now, woken.set)
             if claim.go:
                 ticket = None

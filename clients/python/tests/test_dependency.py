@@ -16,6 +16,7 @@ from conftest import eventually, metric, requests_sample
 from stormguard_client import CallNotPermitted, Dependency, NoTurn, PolicyWatch, Reporter
 from stormguard_client.calls import _signal, parse_retry_after
 from stormguard_client.dependency import failure_of
+from stormguard_client.breaker import CircuitState, Verdict
 from stormguard_client.gate import Signal, Tally
 from stormguard_client.policies import DEFAULT_POLICY
 from stormguard_client.retry_on import RetryOn
@@ -479,6 +480,34 @@ def test_a_call_whose_breaker_opens_while_it_waits_in_line_is_not_sent():
     assert not sent, "the call was not sent once its turn came"
     assert dependency.gate.tally().sent == turns, "it left the line with no turn spent"
     assert dependency.gate.waiting == 0
+
+
+class FleetTrialWhileWaiting(VirtualTime):
+    """Virtual time in which, while a call waits in the gate's line, the
+    fleet-scoped breaker opens and the daemon grants the fleet a trial
+    (once ``dependency`` is set)."""
+
+    dependency = None
+
+    def wait(self, event, seconds):
+        if self.dependency is not None:
+            breaker = self.dependency.breaker
+            breaker.acquire(self.now).record(True, self.now)
+            breaker.heard(Verdict(CircuitState.HALF_OPEN, 1, 0), self.now + 60 * S, self.now)
+            self.dependency = None
+        return super().wait(event, seconds)
+
+
+def test_a_call_in_line_granted_the_fleets_trial_meanwhile_leaves_the_line_and_goes():
+    breaker = {"enabled": True, "consecutiveFailures": 2, "openTimeoutMs": 3_600_000, "scope": "fleet"}
+    clock = FleetTrialWhileWaiting()
+    dependency = gated(clock, maxRetries=0, circuitBreaker=breaker)
+    assert dependency.call("/charge", lambda timeout: 503) == 503
+    clock.dependency = dependency
+    assert dependency.call("/charge", lambda timeout: 200) == 200, "sent as the fleet's trial"
+    assert dependency.breaker.state == "open" and clock.waits, "it opened while the call waited in line"
+    assert dependency.gate.waiting == 0, "it left the line"
+    assert dependency.gate.credit >= 0.99, f"no turn spent: {dependency.gate.credit}"
 
 
 def test_the_reporter_is_told_the_gate_and_reads_it_on_the_calls_clock():

@@ -6,8 +6,9 @@
 //! 2. **Send gate**: while the dependency is unwell, an attempt with a permit
 //!    waits in line for its turn ([`SendGate`]), up to the call's deadline
 //!    ([`GaveUp::NoTurn`]). It stands after the breaker so that a call the
-//!    breaker would refuse does not wait for nothing, and so that an attempt
-//!    that waited its turn is sent, not turned away.
+//!    breaker would refuse does not wait for nothing; a call in line asks the
+//!    breaker again if it changed state meanwhile, and leaves the line unsent
+//!    if it now refuses, or at once as the fleet's trial if it grants one.
 //! 3. **Retry budget** and **retry throttling**: every retry (and every hedge)
 //!    needs their leave; when they refuse, the call ends
 //!    ([`GaveUp::BudgetExhausted`]) instead of adding load to a struggling

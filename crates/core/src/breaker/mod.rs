@@ -543,7 +543,8 @@ impl Permit {
     /// Whether the breaker is still in the state it granted this permit
     /// in: once it changed (it opened while the call waited in a send
     /// gate's line), the call's outcome would be ignored, and the breaker
-    /// must be asked again before anything is sent.
+    /// must be asked again before anything is sent. The fleet's trial is
+    /// always current: its outcome is the daemon's to judge.
     pub fn is_current(&self) -> bool {
         self.fleet_trial || self.breaker.shared.phase.load(Acquire) >> 2 == self.generation
     }

@@ -221,11 +221,16 @@ impl Call {
         }
         // A breaker that left the state it gave the permit in (it opened
         // while the call waited) decides again. A refusal leaves the line
-        // before a turn is spent, so the calls behind move up at once.
+        // before a turn is spent, so the calls behind move up at once; the
+        // fleet's trial leaves it to go now, as one does that never waited.
         let permit = match permit {
             Some(stale) if !stale.is_current() => {
                 drop(stale);
                 match controls.admit_at(now) {
+                    Ok(Some(trial)) if trial.is_fleet_trial() => {
+                        gate.leave(ticket);
+                        return self.send(controls, Some(trial), now);
+                    }
                     Ok(fresh) => fresh,
                     Err(why) => {
                         gate.leave(ticket);

@@ -692,3 +692,38 @@ async fn a_trial_on_the_fleets_slot_is_sent_without_waiting_for_the_gates_turn()
     let refused = queued.next_at(&guard, now, None);
     assert!(matches!(refused, Step::Stop(GaveUp::CircuitOpen)), "{refused:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_call_in_line_granted_the_fleets_trial_meanwhile_leaves_the_line_and_goes() {
+    use crate::call::{Call, Step};
+    use crate::gate::Signal;
+    let guard = fleet_scoped_with_a_gate();
+    let now = Instant::now();
+    let gate = guard.gate().unwrap();
+    gate.record_at(Signal::Overloaded, now, now);
+    while matches!(gate.turn_at(now), crate::gate::Turn::Now) {}
+    // In line (behind the ticket that found no turn), seconds from its
+    // turn, on the closed breaker's permit.
+    let mut queued = Call::begin_at(&guard, now, None);
+    assert!(matches!(queued.next_at(&guard, now, None), Step::Wait(_)));
+    assert_eq!(gate.waiting(), 2);
+    // The breaker opens meanwhile, and the daemon grants the fleet a slot.
+    for _ in 0..2 {
+        guard
+            .admit_at(now)
+            .unwrap()
+            .unwrap()
+            .record(crate::breaker::CallOutcome::Failure);
+    }
+    let slot = fleet::breaker::BreakerVerdict {
+        state: CircuitState::HalfOpen,
+        trials: 1,
+        retry_in: Duration::ZERO,
+    };
+    guard.heard_at(fleet::Grant::NONE, Some(slot), now);
+    match queued.next_at(&guard, now + ms(10), None) {
+        Step::Send(send) => assert!(send.is_trial(), "the fleet's trial"),
+        other => panic!("the fleet's trial waited for a turn: {other:?}"),
+    }
+    assert_eq!(gate.waiting(), 1, "it left the line");
+}
