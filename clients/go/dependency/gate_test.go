@@ -267,31 +267,12 @@ func TestThePolicysMaxElapsedEndsACallWithoutAContextDeadline(t *testing.T) {
 func TestACallWhoseBreakerOpensWhileItWaitsInLineIsNotSent(t *testing.T) {
 	text := strings.Replace(gatedPolicy, "maxRetries: 3\n    initialDelay", "maxRetries: 0\n    circuitBreaker: {enabled: true, consecutiveFailures: 2, openTimeout: 1h}\n    initialDelay", 1)
 	dependency := New(watchServed(t, text, "payments"), "payments", nil)
-	var calls atomic.Int64
-	payments := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		calls.Add(1)
-		w.WriteHeader(http.StatusServiceUnavailable)
-	}))
-	defer payments.Close()
-	if err := dependency.Call(context.Background(), "/charge", attempt(payments.URL)); err == nil || !dependency.Gate().On() {
-		t.Fatalf("the 503 did not turn the gate on: %v", err)
-	}
+	payments, calls := gatedOnByA503(t, dependency)
 	if state := dependency.Breaker().State(); state != breaker.Closed {
 		t.Fatalf("one failure of two opened it: %v", state)
 	}
 
-	// Two calls wait in line (a turn is up to 1000 s away); the first will
-	// be cancelled, which wakes the second.
-	first, cancelFirst := context.WithCancel(context.Background())
-	defer cancelFirst()
-	ended := [2]chan error{make(chan error, 1), make(chan error, 1)}
-	for i, ctx := range []context.Context{first, context.Background()} {
-		i, ctx := i, ctx
-		go func() { ended[i] <- dependency.Call(ctx, "/charge", attempt(payments.URL)) }()
-		if !within(5*time.Second, func() bool { return dependency.Gate().Waiting() == i+1 }) {
-			t.Fatalf("%d calls wait in line, not %d", dependency.Gate().Waiting(), i+1)
-		}
-	}
+	ended, cancelFirst := twoInLine(t, dependency, payments.URL)
 	permit, err := dependency.Breaker().Acquire(0)
 	if err != nil {
 		t.Fatal(err)
@@ -332,25 +313,8 @@ func within(d time.Duration, check func() bool) bool {
 func TestACallInLineGrantedTheFleetsTrialMeanwhileLeavesTheLineAndGoes(t *testing.T) {
 	text := strings.Replace(gatedPolicy, "maxRetries: 3\n    initialDelay", "maxRetries: 0\n    circuitBreaker: {enabled: true, consecutiveFailures: 2, openTimeout: 1h, scope: fleet}\n    initialDelay", 1)
 	dependency := New(watchServed(t, text, "payments"), "payments", nil)
-	var calls atomic.Int64
-	payments := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		calls.Add(1)
-		w.WriteHeader(http.StatusServiceUnavailable)
-	}))
-	defer payments.Close()
-	if err := dependency.Call(context.Background(), "/charge", attempt(payments.URL)); err == nil || !dependency.Gate().On() {
-		t.Fatalf("the 503 did not turn the gate on: %v", err)
-	}
-	first, cancelFirst := context.WithCancel(context.Background())
-	defer cancelFirst()
-	ended := [2]chan error{make(chan error, 1), make(chan error, 1)}
-	for i, ctx := range []context.Context{first, context.Background()} {
-		i, ctx := i, ctx
-		go func() { ended[i] <- dependency.Call(ctx, "/charge", attempt(payments.URL)) }()
-		if !within(5*time.Second, func() bool { return dependency.Gate().Waiting() == i+1 }) {
-			t.Fatalf("%d calls wait in line, not %d", dependency.Gate().Waiting(), i+1)
-		}
-	}
+	payments, calls := gatedOnByA503(t, dependency)
+	ended, cancelFirst := twoInLine(t, dependency, payments.URL)
 	b, now := dependency.Breaker(), since(dependency.guard().breakerBorn)
 	permit, err := b.Acquire(now)
 	if err != nil {
@@ -371,4 +335,39 @@ func TestACallInLineGrantedTheFleetsTrialMeanwhileLeavesTheLineAndGoes(t *testin
 	if calls.Load() != 2 || dependency.Gate().Waiting() != 0 {
 		t.Fatalf("%d sent after the first, %d waiting", calls.Load()-1, dependency.Gate().Waiting())
 	}
+}
+
+// gatedOnByA503 is a payments server that answers 503 to everything, and
+// the count of what it was sent, after a first call through dependency
+// has turned its gate on.
+func gatedOnByA503(t *testing.T, dependency *Dependency) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	calls := new(atomic.Int64)
+	payments := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(payments.Close)
+	if err := dependency.Call(context.Background(), "/charge", attempt(payments.URL)); err == nil || !dependency.Gate().On() {
+		t.Fatalf("the 503 did not turn the gate on: %v", err)
+	}
+	return payments, calls
+}
+
+// twoInLine starts two calls to url through dependency and waits until
+// both wait in its gate's line (a turn up to 1000 s away); cancelling the
+// first wakes the second. Each ends on its channel.
+func twoInLine(t *testing.T, dependency *Dependency, url string) ([2]chan error, context.CancelFunc) {
+	t.Helper()
+	first, cancelFirst := context.WithCancel(context.Background())
+	t.Cleanup(cancelFirst)
+	ended := [2]chan error{make(chan error, 1), make(chan error, 1)}
+	for i, ctx := range []context.Context{first, context.Background()} {
+		i, ctx := i, ctx
+		go func() { ended[i] <- dependency.Call(ctx, "/charge", attempt(url)) }()
+		if !within(5*time.Second, func() bool { return dependency.Gate().Waiting() == i+1 }) {
+			t.Fatalf("%d calls wait in line, not %d", dependency.Gate().Waiting(), i+1)
+		}
+	}
+	return ended, cancelFirst
 }

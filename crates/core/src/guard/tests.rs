@@ -655,12 +655,8 @@ async fn a_fleet_scoped_open_breaker_asks_and_a_fleet_close_hands_the_gate_to_th
     assert!(!other.gate().unwrap().is_on());
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_trial_on_the_fleets_slot_is_sent_without_waiting_for_the_gates_turn() {
-    use crate::call::{Call, Step};
-    use crate::gate::Signal;
-    let guard = fleet_scoped_with_a_gate();
-    let now = Instant::now();
+/// Two failures at `now` open the breaker of [`fleet_scoped_with_a_gate`].
+fn opens_at(guard: &Guard, now: Instant) {
     for _ in 0..2 {
         guard
             .admit_at(now)
@@ -668,6 +664,15 @@ async fn a_trial_on_the_fleets_slot_is_sent_without_waiting_for_the_gates_turn()
             .unwrap()
             .record(crate::breaker::CallOutcome::Failure);
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_trial_on_the_fleets_slot_is_sent_without_waiting_for_the_gates_turn() {
+    use crate::call::{Call, Step};
+    use crate::gate::Signal;
+    let guard = fleet_scoped_with_a_gate();
+    let now = Instant::now();
+    opens_at(&guard, now);
     // The gate is on, probing at half an attempt a second: once any turn
     // due now is spent, a call waits in line, seconds from its turn.
     let gate = guard.gate().unwrap();
@@ -708,13 +713,7 @@ async fn a_call_in_line_granted_the_fleets_trial_meanwhile_leaves_the_line_and_g
     assert!(matches!(queued.next_at(&guard, now, None), Step::Wait(_)));
     assert_eq!(gate.waiting(), 2);
     // The breaker opens meanwhile, and the daemon grants the fleet a slot.
-    for _ in 0..2 {
-        guard
-            .admit_at(now)
-            .unwrap()
-            .unwrap()
-            .record(crate::breaker::CallOutcome::Failure);
-    }
+    opens_at(&guard, now);
     let slot = fleet::breaker::BreakerVerdict {
         state: CircuitState::HalfOpen,
         trials: 1,
