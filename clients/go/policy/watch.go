@@ -114,6 +114,9 @@ func Start(ctx context.Context, config Config) (*Watch, error) {
 	sort.Strings(services)
 	config.Services = services
 	config.Daemon = strings.TrimRight(config.Daemon, "/")
+	if config.Logger == nil {
+		config.Logger = log.Default()
+	}
 	var defaults Policy
 	if err := json.Unmarshal(defaultPolicy, &defaults); err != nil {
 		return nil, fmt.Errorf("the built-in default policy: %w", err)
@@ -312,7 +315,7 @@ func (w *Watch) saveCache(etag string, policies map[string]Policy) {
 		return
 	}
 	if err := writeStaged(filepath.Clean(w.config.Cache), text); err != nil {
-		w.logger().Printf("stormguard: cannot write the policy cache: %v", err)
+		w.config.Logger.Printf("stormguard: cannot write the policy cache: %v", err)
 	}
 }
 
@@ -335,13 +338,6 @@ func writeStaged(path string, text []byte) error {
 		_ = os.Remove(staged.Name())
 	}
 	return err
-}
-
-func (w *Watch) logger() *log.Logger {
-	if w.config.Logger != nil {
-		return w.config.Logger
-	}
-	return log.Default()
 }
 
 func (w *Watch) loadCache() bool {
