@@ -330,14 +330,20 @@ fn concurrent_trials_never_exceed_the_limit() {
 
 mod model {
     //! The breaker against a plain reference model, over random sequences of
-    //! calls, outcomes, cancellations and clock steps.
+    //! calls, outcomes, cancellations and clock steps. The model keeps its
+    //! own list of the closed state's outcomes and works out from it, its
+    //! own way, which runs chance explains: the textbook Wilson bound, and
+    //! logarithms instead of a product.
     use super::*;
     use proptest::prelude::*;
+    use std::collections::VecDeque;
 
     const IN_A_ROW: u32 = 3;
     const MAX_TRIALS: u32 = 2;
     const SUCCESSES: u32 = 2;
     const OPEN_MS: u64 = 1000;
+    /// The count window's size, and the calls it holds before rates are judged.
+    const WINDOW: usize = 100;
 
     #[derive(Debug, Clone)]
     enum Op {
@@ -347,10 +353,12 @@ mod model {
         Advance(u64),
     }
 
-    fn op() -> impl Strategy<Value = Op> {
+    /// An op; a recorded call succeeds with odds `ok` to `10 - ok`.
+    fn op(ok: u32) -> impl Strategy<Value = Op> {
+        let outcome = prop_oneof![ok => Just(true), 10 - ok => Just(false)];
         prop_oneof![
             3 => Just(Op::Acquire),
-            4 => (any::<usize>(), any::<bool>()).prop_map(|(i, ok)| Op::Record(i, ok)),
+            4 => (any::<usize>(), outcome).prop_map(|(i, ok)| Op::Record(i, ok)),
             1 => any::<usize>().prop_map(Op::Cancel),
             2 => (0u64..1500).prop_map(Op::Advance),
         ]
@@ -364,6 +372,10 @@ mod model {
         opened_at: Instant,
         trials: u32,
         successes: u32,
+        /// The closed state's last [`WINDOW`] outcomes, oldest first: whether
+        /// each failed, and whether it is a failure of a run of
+        /// [`IN_A_ROW`] or more.
+        window: VecDeque<(bool, bool)>,
     }
 
     impl Model {
@@ -373,92 +385,293 @@ mod model {
             self.in_a_row = 0;
             self.trials = 0;
             self.successes = 0;
-            if state == CircuitState::Open {
-                self.opened_at = now;
+            match state {
+                CircuitState::Open => self.opened_at = now,
+                CircuitState::Closed => self.window.clear(),
+                CircuitState::HalfOpen => {}
+            }
+        }
+
+        /// Whether chance explains the current run: shorter than twice
+        /// IN_A_ROW, after fifty calls or more outside long runs failing
+        /// below `threshold`, and more likely than one in 100,000 at the
+        /// 95 % lower bound of their failure rate.
+        fn excuses(&self, threshold: f64) -> bool {
+            let run = self.in_a_row;
+            let background: Vec<bool> = self
+                .window
+                .iter()
+                .filter(|(_, in_run)| !in_run)
+                .map(|(failed, _)| *failed)
+                .collect();
+            let n = background.len() as f64;
+            let p = background.iter().filter(|f| **f).count() as f64 / n;
+            if run >= 2 * IN_A_ROW || background.len() < 50 || p >= threshold {
+                return false;
+            }
+            let z: f64 = 1.644_853_626_951_472_2;
+            let lower = (p + z * z / (2.0 * n) - z * (p * (1.0 - p) / n + z * z / (4.0 * n * n)).sqrt())
+                / (1.0 + z * z / n);
+            // A chance within a hair of one in 100,000 is taken as at it.
+            f64::from(run) * lower.ln() > 1e-5f64.ln() + 1e-9
+        }
+
+        /// A call that started in the closed state ends: `ok` or failed.
+        fn closed_call(&mut self, ok: bool, threshold: f64, now: Instant, seen: &mut Seen) {
+            self.in_a_row = if ok { 0 } else { self.in_a_row + 1 };
+            self.window.push_back((!ok, false));
+            if self.window.len() > WINDOW {
+                self.window.pop_front();
+            }
+            let long = self.in_a_row >= IN_A_ROW;
+            if long {
+                for outcome in self.window.iter_mut().rev().take(self.in_a_row as usize) {
+                    outcome.1 = true;
+                }
+            }
+            let believed = long && !self.excuses(threshold);
+            let rate = self.window.len() == WINDOW
+                && self.window.iter().filter(|(failed, _)| *failed).count() as f64 / WINDOW as f64
+                    >= threshold;
+            if believed && self.in_a_row >= 2 * IN_A_ROW {
+                seen.capped += 1;
+            }
+            let background = self.window.iter().filter(|(_, in_run)| !in_run).count();
+            if believed && self.in_a_row < 2 * IN_A_ROW && background >= 50 {
+                seen.bounded += 1;
+            }
+            if long && !believed {
+                seen.excused += 1;
+            }
+            if believed || rate {
+                self.enter(CircuitState::Open, now);
             }
         }
     }
 
-    proptest! {
-        #[test]
-        fn the_breaker_follows_the_model(ops in prop::collection::vec(op(), 1..300)) {
-            // Rates never trigger here: the window is never full enough. And
-            // no run is excused as chance: any failure rate is past the threshold.
-            let policy = CircuitBreakerPolicy {
-                consecutive_failures: IN_A_ROW,
-                failure_rate_threshold: f64::MIN_POSITIVE,
-                minimum_calls: 10_000,
-                sliding_window: SlidingWindow::Count { calls: 10_000 },
-                open_timeout: ms(OPEN_MS),
-                half_open_max_calls: MAX_TRIALS,
-                success_threshold: SUCCESSES,
-                ..policy()
+    /// What a sequence of ops went through: runs excused; runs that
+    /// opened the breaker because they reached twice IN_A_ROW; shorter
+    /// runs that opened it after fifty calls or more, as the bound said.
+    #[derive(Debug, Default)]
+    struct Seen {
+        excused: u32,
+        capped: u32,
+        bounded: u32,
+    }
+
+    impl Seen {
+        fn add(&mut self, other: Seen) {
+            self.excused += other.excused;
+            self.capped += other.capped;
+            self.bounded += other.bounded;
+        }
+    }
+
+    /// One step of a closed breaker's calls, one after another: a call that
+    /// fails if its draw (of 1,000) is below the background's share, or a
+    /// run of failures.
+    #[derive(Debug, Clone)]
+    enum Step {
+        Call(u32),
+        Run(u32),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            25 => (0u32..1000).prop_map(Step::Call),
+            1 => (1u32..8).prop_map(Step::Run),
+        ]
+    }
+
+    /// Plays `steps` on a closed breaker and on the model, a call at a
+    /// time, until the model says the breaker opened: a background failing
+    /// `failing` calls in 1,000 with runs among it.
+    fn follow_runs(threshold: f64, failing: u32, steps: Vec<Step>) -> Result<Seen, TestCaseError> {
+        let policy = CircuitBreakerPolicy {
+            consecutive_failures: IN_A_ROW,
+            failure_rate_threshold: threshold,
+            minimum_calls: 10_000,
+            sliding_window: SlidingWindow::Count { calls: WINDOW as u32 },
+            ..policy()
+        };
+        let now = Instant::now();
+        let breaker = CircuitBreaker::new_at(&policy, now);
+        let mut model = Model {
+            state: CircuitState::Closed,
+            episode: 0,
+            in_a_row: 0,
+            opened_at: now,
+            trials: 0,
+            successes: 0,
+            window: VecDeque::new(),
+        };
+        let mut seen = Seen::default();
+        let calls = steps.into_iter().flat_map(|step| match step {
+            Step::Call(draw) => vec![draw >= failing],
+            Step::Run(n) => vec![false; n as usize],
+        });
+        for ok in calls {
+            let outcome = if ok {
+                CallOutcome::Success
+            } else {
+                CallOutcome::Failure
             };
-            let mut now = Instant::now();
-            let breaker = CircuitBreaker::new_at(&policy, now);
-            let mut model = Model { state: CircuitState::Closed, episode: 0, in_a_row: 0, opened_at: now, trials: 0, successes: 0 };
-            let mut held: Vec<(Permit, u64)> = Vec::new();
-            for op in ops {
-                match op {
-                    Op::Acquire => {
-                        if model.state == CircuitState::Open && now >= model.opened_at + ms(OPEN_MS) {
-                            model.enter(CircuitState::HalfOpen, now);
-                        }
-                        let result = breaker.try_acquire_at(now);
-                        match model.state {
-                            CircuitState::Open => {
-                                let refused = result.expect_err("open refuses");
-                                prop_assert_eq!(refused.retry_in, model.opened_at + ms(OPEN_MS) - now);
-                            }
-                            CircuitState::HalfOpen if model.trials >= MAX_TRIALS => {
-                                prop_assert!(result.is_err(), "a trial over the limit was admitted");
-                            }
-                            state => {
-                                let permit = result.expect("a permit");
-                                prop_assert_eq!(permit.is_trial(), state == CircuitState::HalfOpen);
-                                model.trials += u32::from(permit.is_trial());
-                                held.push((permit, model.episode));
-                            }
-                        }
-                    }
-                    Op::Record(i, ok) if !held.is_empty() => {
-                        let (permit, episode) = held.swap_remove(i % held.len());
-                        permit.record_at(if ok { CallOutcome::Success } else { CallOutcome::Failure }, now);
-                        if episode == model.episode {
-                            match (model.state, ok) {
-                                (CircuitState::Closed, true) => model.in_a_row = 0,
-                                (CircuitState::Closed, false) => {
-                                    model.in_a_row += 1;
-                                    if model.in_a_row >= IN_A_ROW {
-                                        model.enter(CircuitState::Open, now);
-                                    }
-                                }
-                                (CircuitState::HalfOpen, false) => model.enter(CircuitState::Open, now),
-                                (CircuitState::HalfOpen, true) => {
-                                    model.trials -= 1;
-                                    model.successes += 1;
-                                    if model.successes >= SUCCESSES {
-                                        model.enter(CircuitState::Closed, now);
-                                    }
-                                }
-                                (CircuitState::Open, _) => {}
-                            }
-                        }
-                    }
-                    Op::Cancel(i) if !held.is_empty() => {
-                        let (permit, episode) = held.swap_remove(i % held.len());
-                        if permit.is_trial() && episode == model.episode {
-                            model.trials -= 1;
-                        }
-                        drop(permit);
-                    }
-                    Op::Advance(step) => now += ms(step),
-                    Op::Record(..) | Op::Cancel(_) => {}
-                }
-                prop_assert_eq!(breaker.state(), model.state);
-                prop_assert_eq!(breaker.snapshot().transitions, model.episode);
+            breaker
+                .try_acquire_at(now)
+                .expect("closed")
+                .record_at(outcome, now);
+            model.closed_call(ok, threshold, now, &mut seen);
+            prop_assert_eq!(breaker.state(), model.state);
+            if model.state != CircuitState::Closed {
+                break;
             }
         }
+        Ok(seen)
+    }
+
+    /// Plays `ops` on a breaker whose failure-rate threshold is
+    /// `threshold` and on the model, step by step.
+    fn follow(threshold: f64, ops: Vec<Op>) -> Result<Seen, TestCaseError> {
+        // Slow calls never count; rates are judged once the window is full.
+        let policy = CircuitBreakerPolicy {
+            consecutive_failures: IN_A_ROW,
+            failure_rate_threshold: threshold,
+            slow_call_duration: Duration::from_secs(86_400),
+            minimum_calls: 10_000,
+            sliding_window: SlidingWindow::Count { calls: WINDOW as u32 },
+            open_timeout: ms(OPEN_MS),
+            half_open_max_calls: MAX_TRIALS,
+            success_threshold: SUCCESSES,
+            ..policy()
+        };
+        let mut now = Instant::now();
+        let breaker = CircuitBreaker::new_at(&policy, now);
+        let mut model = Model {
+            state: CircuitState::Closed,
+            episode: 0,
+            in_a_row: 0,
+            opened_at: now,
+            trials: 0,
+            successes: 0,
+            window: VecDeque::new(),
+        };
+        let mut seen = Seen::default();
+        let mut held: Vec<(Permit, u64)> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Acquire => {
+                    if model.state == CircuitState::Open && now >= model.opened_at + ms(OPEN_MS) {
+                        model.enter(CircuitState::HalfOpen, now);
+                    }
+                    let result = breaker.try_acquire_at(now);
+                    match model.state {
+                        CircuitState::Open => {
+                            let refused = result.expect_err("open refuses");
+                            prop_assert_eq!(refused.retry_in, model.opened_at + ms(OPEN_MS) - now);
+                        }
+                        CircuitState::HalfOpen if model.trials >= MAX_TRIALS => {
+                            prop_assert!(result.is_err(), "a trial over the limit was admitted");
+                        }
+                        state => {
+                            let permit = result.expect("a permit");
+                            prop_assert_eq!(permit.is_trial(), state == CircuitState::HalfOpen);
+                            model.trials += u32::from(permit.is_trial());
+                            held.push((permit, model.episode));
+                        }
+                    }
+                }
+                Op::Record(i, ok) if !held.is_empty() => {
+                    let (permit, episode) = held.swap_remove(i % held.len());
+                    permit.record_at(
+                        if ok {
+                            CallOutcome::Success
+                        } else {
+                            CallOutcome::Failure
+                        },
+                        now,
+                    );
+                    if episode == model.episode {
+                        match (model.state, ok) {
+                            (CircuitState::Closed, ok) => model.closed_call(ok, threshold, now, &mut seen),
+                            (CircuitState::HalfOpen, false) => model.enter(CircuitState::Open, now),
+                            (CircuitState::HalfOpen, true) => {
+                                model.trials -= 1;
+                                model.successes += 1;
+                                if model.successes >= SUCCESSES {
+                                    model.enter(CircuitState::Closed, now);
+                                }
+                            }
+                            (CircuitState::Open, _) => {}
+                        }
+                    }
+                }
+                Op::Cancel(i) if !held.is_empty() => {
+                    let (permit, episode) = held.swap_remove(i % held.len());
+                    if permit.is_trial() && episode == model.episode {
+                        model.trials -= 1;
+                    }
+                    drop(permit);
+                }
+                Op::Advance(step) => now += ms(step),
+                Op::Record(..) | Op::Cancel(_) => {}
+            }
+            prop_assert_eq!(breaker.state(), model.state);
+            prop_assert_eq!(breaker.snapshot().transitions, model.episode);
+        }
+        Ok(seen)
+    }
+
+    proptest! {
+        #[test]
+        fn the_breaker_follows_the_model(
+            threshold in prop::sample::select(vec![0.3, 0.6, 1.0]),
+            ops in (1u32..10).prop_flat_map(|ok| prop::collection::vec(op(ok), 1..300)),
+        ) {
+            follow(threshold, ops)?;
+        }
+
+        #[test]
+        fn runs_after_a_background_are_excused_as_the_model_says(
+            threshold in prop::sample::select(vec![0.1, 0.5, 1.0]),
+            failing in 0u32..250,
+            steps in prop::collection::vec(step(), 1..500),
+        ) {
+            follow_runs(threshold, failing, steps)?;
+        }
+    }
+
+    /// The properties reach what they are for: over fixed draws of their
+    /// inputs, runs are excused, runs open the breaker at twice IN_A_ROW,
+    /// and shorter ones open it as the bound says.
+    #[test]
+    fn the_model_sees_runs_excused_capped_and_bounded() {
+        use proptest::strategy::ValueTree;
+        use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+        let seed = [7; 32];
+        let mut runner =
+            TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &seed));
+        let (mut ops, mut runs) = (Seen::default(), Seen::default());
+        for failing in (0..250).step_by(10) {
+            let steps = prop::collection::vec(step(), 400)
+                .new_tree(&mut runner)
+                .unwrap()
+                .current();
+            runs.add(follow_runs(1.0, failing, steps).unwrap());
+        }
+        let mut runner =
+            TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &seed));
+        for _ in 0..32 {
+            let sequence = prop::collection::vec(op(7), 600)
+                .new_tree(&mut runner)
+                .unwrap()
+                .current();
+            ops.add(follow(1.0, sequence).unwrap());
+        }
+        assert!(ops.excused > 0 && ops.capped > 0, "{ops:?}");
+        assert!(
+            runs.excused > 0 && runs.capped > 0 && runs.bounded > 0,
+            "{runs:?}"
+        );
     }
 }
 
