@@ -14,13 +14,18 @@ fn policy_file() -> (tempfile::TempDir, std::path::PathBuf) {
     (dir, path)
 }
 
-/// The gated policy, and `search` gated under `overloadWhen: most-refused`.
+/// The gated policy with `inventory` under `overloadWhen: any-refusal`, and
+/// `search` gated under `overloadWhen: most-refused`.
 fn with_search_most_refused() -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("policy.yaml");
+    let inventory_any_refusal = common::GATED_POLICY.replace(
+        "      enabled: true\n  payments",
+        "      enabled: true\n      overloadWhen: any-refusal\n  payments",
+    );
+    assert_ne!(inventory_any_refusal, common::GATED_POLICY);
     let policy = format!(
-        "{}  search:\n    gate:\n      enabled: true\n      overloadWhen: most-refused\n",
-        common::GATED_POLICY
+        "{inventory_any_refusal}  search:\n    gate:\n      enabled: true\n      overloadWhen: most-refused\n"
     );
     std::fs::write(&path, policy).unwrap();
     (dir, path)
@@ -149,7 +154,7 @@ async fn status_and_metrics_say_whether_a_dependency_is_paced_for_overload_or_fa
     let (_dir, path) = with_search_most_refused();
     let daemon = Daemon::start(&path, &[]);
     // Two dependencies that each refuse a tenth of what they are sent, at
-    // random: one under the default any-refusal, one under most-refused.
+    // random: one under any-refusal, one under most-refused.
     let mut granted = std::collections::HashMap::new();
     for _ in 0..20 {
         for service in ["inventory", "search"] {

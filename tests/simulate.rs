@@ -249,8 +249,15 @@ fn compare_puts_gates_and_fleet_pacing_beside_each_strategy_with_the_same_keys()
     let wasted: Vec<u64> = runs.iter().map(|r| r["wasted"].as_u64().unwrap()).collect();
     assert!(wasted[1] * 5 < wasted[0], "{wasted:?}");
     // Over a few seeds (one seed's refusals after the outage vary by a
-    // hundred either way), the fleet wastes less than a gate per process.
+    // hundred either way), the fleet recovers no later than a gate per
+    // process. As shipped (`overloadWhen: evidence`) its slow start goes on
+    // past refusals a random share would explain, so that a dependency back
+    // from an outage that also fails a tenth at random is not cut far
+    // below its capacity; against a bare capacity that costs refusals
+    // after the outage (seeds 1-5: 864 a herd against the gates' 631,
+    // where under any-refusal the fleet wasted less).
     let mut totals = [0, 0];
+    let mut p99s = [0.0, 0.0];
     for seed in ["1", "2", "3", "4", "5"] {
         let runs: serde_json::Value = serde_json::from_str(&stdout(&simulate(&[
             "--compare",
@@ -271,8 +278,11 @@ fn compare_puts_gates_and_fleet_pacing_beside_each_strategy_with_the_same_keys()
         .unwrap();
         totals[0] += runs[1]["wasted"].as_u64().unwrap();
         totals[1] += runs[2]["wasted"].as_u64().unwrap();
+        p99s[0] += runs[1]["p99_seconds"].as_f64().unwrap();
+        p99s[1] += runs[2]["p99_seconds"].as_f64().unwrap();
     }
-    assert!(totals[1] < totals[0], "gates, fleet: {totals:?}");
+    assert!(p99s[1] <= p99s[0], "gates, fleet: {p99s:?}");
+    assert!(2 * totals[1] < 3 * totals[0], "gates, fleet: {totals:?}");
 }
 
 #[test]

@@ -555,6 +555,8 @@ fn the_committed_gate_vectors_are_what_core_decides() {
         "answering",
         "refusal_not_overload",
         "paced_by_fleet",
+        "evidence_down",
+        "trial_found_random",
     ] {
         assert!(
             seen.contains(phase),

@@ -56,6 +56,13 @@ pub struct PaceStatus {
     pub rate: f64,
     /// Processes this replica paces for it.
     pub processes: usize,
+    /// Of those heard from lately, the ones whose own gate is on: each
+    /// judges, alone, the dependency down or overloaded (or was told to
+    /// pace).
+    pub gates_on: usize,
+    /// Of those heard from lately, the ones whose own gate watches: each
+    /// has heard refusals and judges, alone, that the dependency answers.
+    pub gates_watching: usize,
     /// How long it has been paced without a 10 s pause.
     pub paced_seconds: f64,
     /// The policy's `gate.overloadWhen`: which refusals it takes for overload.
@@ -80,6 +87,7 @@ struct Families {
     judgement: GaugeVec,
     refused_ratio: GaugeVec,
     processes: GaugeVec,
+    gates: GaugeVec,
     paced_seconds: GaugeVec,
     attempts: IntCounterVec,
     shared: GaugeVec,
@@ -197,6 +205,7 @@ impl Fleet {
             .iter_mut()
             .map(|(service, entry)| {
                 let judged = entry.controller.judged_at(now);
+                let (gates_watching, gates_on) = entry.controller.gates_at(now);
                 PaceStatus {
                     service: service.clone(),
                     judgement: judged.judgement,
@@ -204,6 +213,8 @@ impl Fleet {
                     delivered_per_second: judged.delivered,
                     rate: entry.controller.part_at(now),
                     processes: entry.controller.members(),
+                    gates_on,
+                    gates_watching,
                     paced_seconds: now.saturating_duration_since(entry.since).as_secs_f64(),
                     overload_when: entry.gate.overload_when.to_string(),
                     shared: self.shares.then(|| entry.controller.is_shared_at(now)),
@@ -326,8 +337,16 @@ impl Families {
         );
         let processes = gauge(
             "stormguard_fleet_processes",
-            "Processes whose send gate is on and that this daemon paces, per dependency.",
+            "Processes that ask this daemon for their share of a paced dependency's rate: their send gate is on, or watching.",
         );
+        let gates = GaugeVec::new(
+            Opts::new(
+                "stormguard_fleet_process_gates",
+                "Of the processes heard from about a paced dependency within the last three asks, how many have their own send gate on (each judges, alone, the dependency down or overloaded, or was told to pace) and how many watch (each has heard refusals and judges, alone, that it answers).",
+            ),
+            &["service", "gate"],
+        )
+        .expect("valid metric");
         let paced_seconds = gauge(
             "stormguard_fleet_paced_seconds",
             "How long the dependency has been paced without a pause of 10 s: a dependency paced for long is not coming back.",
@@ -361,6 +380,7 @@ impl Families {
             Box::new(judgement.clone()),
             Box::new(refused_ratio.clone()),
             Box::new(processes.clone()),
+            Box::new(gates.clone()),
             Box::new(paced_seconds.clone()),
             Box::new(attempts.clone()),
             Box::new(shared.clone()),
@@ -378,6 +398,7 @@ impl Families {
             judgement,
             refused_ratio,
             processes,
+            gates,
             paced_seconds,
             attempts,
             shared,
@@ -431,6 +452,11 @@ impl Families {
         self.processes
             .with_label_values(&[service])
             .set(entry.controller.members() as f64);
+        let (watching, on) = entry.controller.gates_at(now);
+        self.gates.with_label_values(&[service, "on"]).set(on as f64);
+        self.gates
+            .with_label_values(&[service, "watching"])
+            .set(watching as f64);
         self.paced_seconds
             .with_label_values(&[service])
             .set(now.saturating_duration_since(entry.since).as_secs_f64());
@@ -461,6 +487,9 @@ impl Families {
             let _ = family.remove_label_values(&[service]);
         }
         let _ = self.alone.remove_label_values(&[service]);
+        for gate in ["on", "watching"] {
+            let _ = self.gates.remove_label_values(&[service, gate]);
+        }
         for outcome in ["sent", "accepted", "overloaded", "timed_out"] {
             let _ = self.attempts.remove_label_values(&[service, outcome]);
         }
@@ -724,6 +753,40 @@ mod tests {
         assert_eq!(status[0].judgement, Judgement::Overloaded);
         assert_eq!(status[0].overload_when, "any-refusal");
         assert_eq!(search.shared, None, "no store, nothing shared");
+    }
+
+    #[test]
+    fn what_each_process_judges_shows_beside_what_the_fleet_does() {
+        let mut shipped = RetryPolicy::default();
+        shipped.gate.enabled = true;
+        let shipped = ValidPolicy::try_from(shipped).unwrap();
+        let (fleet, registry) = scraped(false);
+        let t0 = Instant::now();
+        let watching = |instance| PaceAsk {
+            watching: true,
+            ..a_tenth_refused("search", instance, 20)
+        };
+        fleet.ask(&watching("pod-a"), &shipped, t0).unwrap();
+        fleet.ask(&watching("pod-b"), &shipped, t0).unwrap();
+        fleet.ask(&ask("search", "pod-c"), &shipped, t0).unwrap();
+        let status = fleet.status(t0);
+        assert_eq!((status[0].gates_watching, status[0].gates_on), (2, 1));
+        assert_eq!(status[0].overload_when, "evidence");
+        let shown = registry.text(t0);
+        for line in [
+            r#"stormguard_fleet_process_gates{gate="on",service="search"} 1"#,
+            r#"stormguard_fleet_process_gates{gate="watching",service="search"} 2"#,
+        ] {
+            assert!(shown.contains(line), "{line} in {shown}");
+        }
+        let later = t0 + ASK_EVERY * 5;
+        fleet.ask(&watching("pod-a"), &shipped, later).unwrap();
+        let status = fleet.status(later);
+        assert_eq!(
+            (status[0].gates_watching, status[0].gates_on),
+            (1, 0),
+            "processes not heard from for three asks no longer count"
+        );
     }
 
     #[test]

@@ -48,7 +48,7 @@ struct Shape {
     overload_when: OverloadWhen,
 }
 
-const SHAPES: [Shape; 7] = [
+const SHAPES: [Shape; 10] = [
     // The default gate: an outage, a recovery at 40 a second, healthy again.
     Shape {
         min_rate: 0.5,
@@ -179,6 +179,65 @@ const SHAPES: [Shape; 7] = [
         latency: (1, 10),
         overload_when: OverloadWhen::MostRefused,
     },
+    // `evidence`, the default: the most-refused world above, where an
+    // outage after acceptances is down only once ten refusals come in a row
+    // (or three over a second), and its recovery is judged as any-refusal's.
+    Shape {
+        min_rate: 0.5,
+        max_rate: 10_000.0,
+        beta: 0.7,
+        scale: 0.4,
+        ramp: 8.0,
+        quiet_ms: 500,
+        health: &[
+            (0, Health::Up),
+            (300, Health::Random(0.2)),
+            (2_500, Health::Random(0.8)),
+            (5_000, Health::Up),
+            (7_000, Health::Down),
+            (10_000, Health::CapacityAndRandom(25, 0.3)),
+            (14_000, Health::Up),
+        ],
+        latency: (1, 15),
+        overload_when: OverloadWhen::Evidence,
+    },
+    // `evidence` from a fresh process: down from the start (ten refusals
+    // in a row), back failing half at random (which the gate's trials of
+    // its cuts find), then a capacity, then a tenth at random.
+    Shape {
+        min_rate: 1.0,
+        max_rate: 500.0,
+        beta: 0.5,
+        scale: 2.0,
+        ramp: 20.0,
+        quiet_ms: 3_000,
+        health: &[
+            (0, Health::Down),
+            (1_500, Health::Random(0.5)),
+            (9_000, Health::Capacity(20)),
+            (12_000, Health::Random(0.1)),
+        ],
+        latency: (1, 10),
+        overload_when: OverloadWhen::Evidence,
+    },
+    // `evidence` at a trickle: refusals a second apart, so that three over
+    // a second show the dependency down.
+    Shape {
+        min_rate: 0.5,
+        max_rate: 1_000.0,
+        beta: 0.7,
+        scale: 0.4,
+        ramp: 8.0,
+        quiet_ms: 2_000,
+        health: &[
+            (0, Health::Up),
+            (1_000, Health::Down),
+            (8_000, Health::Capacity(10)),
+            (12_000, Health::Up),
+        ],
+        latency: (200, 400),
+        overload_when: OverloadWhen::Evidence,
+    },
 ];
 
 /// How long each scenario runs, and how many operations at most.
@@ -193,7 +252,7 @@ pub fn vectors() -> (Value, BTreeSet<&'static str>) {
         scenarios.push(scenario);
         seen.extend(visited);
     }
-    let about = "stormguard-core's send gate: for each scenario, a gate with the policy's `gate` block (as the daemon serves it), created off at time 0 and fed, at the given nanoseconds: `turn` (an attempt asks for a turn: \"now\" or [\"queued\", ticket]), `rejoin` (a call that waited under ticket `place` asks again: the same verdicts), `claim` (a ticket's holder claims: \"go\", [\"at\", nanoseconds when to claim again] or \"behind\"), `leave` (a ticket's holder gives up its place), `record` (the outcome, \"accepted\", \"overloaded\" or \"timed_out\", of an attempt sent at `sent`; when it turns the gate on, `draw` is the random first credit, in [0, 1), the gate drew), `lease` (the fleet grants `rate` until `until`), `pace` (the fleet's grant says pace: a watching gate turns on, drawing `draw` as a refusal's turning on would) and `tally` (what the gate saw since the last tally: sent, accepted, overloaded, timed out, waiting, whether it watches, whose counts are then of every attempt sent since the refusal that began it, and whether it asks the fleet: on, or watching a dependency that accepted something within three seconds). Each op ends with the gate's state after it: [on, the rate it paces at or null, its own rate or null, tickets waiting, its phase, its credit, watching (off, counting answers since a refusal under overloadWhen: most-refused), answering (on under most-refused, judging the dependency to answer: a refusal cuts only while refusals outnumber acceptances)]. Phases: off, probing, slow_start, cubic (after a cut, below the rate cut from), regrown (back at or past it). Regenerate with STORMGUARD_WRITE_VECTORS=1 cargo test --test vectors.";
+    let about = "stormguard-core's send gate: for each scenario, a gate with the policy's `gate` block (as the daemon serves it), created off at time 0 and fed, at the given nanoseconds: `turn` (an attempt asks for a turn: \"now\" or [\"queued\", ticket]), `rejoin` (a call that waited under ticket `place` asks again: the same verdicts), `claim` (a ticket's holder claims: \"go\", [\"at\", nanoseconds when to claim again] or \"behind\"), `leave` (a ticket's holder gives up its place), `record` (the outcome, \"accepted\", \"overloaded\" or \"timed_out\", of an attempt sent at `sent`; when it turns the gate on, `draw` is the random first credit, in [0, 1), the gate drew), `lease` (the fleet grants `rate` until `until`), `pace` (the fleet's grant says pace: a watching gate turns on, drawing `draw` as a refusal's turning on would) and `tally` (what the gate saw since the last tally: sent, accepted, overloaded, timed out, waiting, whether it watches, whose counts are then of every attempt sent since the refusal that began it, and whether it asks the fleet: on, or watching a dependency that accepted something within three seconds). Each op ends with the gate's state after it: [on, the rate it paces at or null, its own rate or null, tickets waiting, its phase, its credit, watching (off, counting answers since a refusal, unless overloadWhen: any-refusal), answering (on unless any-refusal, judging the dependency to answer: a refusal cuts only while refusals outnumber acceptances)]. Phases: off, probing, slow_start, cubic (after a cut, below the rate cut from), regrown (back at or past it). Regenerate with STORMGUARD_WRITE_VECTORS=1 cargo test --test vectors.";
     (json!({ "about": about, "scenarios": scenarios }), seen)
 }
 
@@ -267,6 +326,7 @@ fn scenario(shape: &Shape, seed: u64) -> (Value, BTreeSet<&'static str>) {
                 Health::CapacityAndRandom(..) => refused,
             };
             let (was_on, before) = (gate.is_on(), gate.own_rate());
+            let was_answering = gate.is_answering();
             gate.record_at(signal, t0 + Duration::from_nanos(attempt.sent), now);
             let mut op = json!({"op": "record", "at": at, "signal": name, "sent": attempt.sent});
             if !was_on && gate.is_on() {
@@ -277,6 +337,13 @@ fn scenario(shape: &Shape, seed: u64) -> (Value, BTreeSet<&'static str>) {
             }
             if signal == Signal::Overloaded && gate.is_answering() && gate.own_rate() >= before {
                 ops.seen.insert("refusal_not_overload");
+            }
+            let evidence = shape.overload_when == OverloadWhen::Evidence;
+            if evidence && !was_on && gate.phase() == "probing" {
+                ops.seen.insert("evidence_down");
+            }
+            if evidence && was_on && !was_answering && gate.is_answering() {
+                ops.seen.insert("trial_found_random");
             }
             ops.push(&gate, op);
         }
@@ -360,8 +427,8 @@ fn scenario(shape: &Shape, seed: u64) -> (Value, BTreeSet<&'static str>) {
                 json!({"op": "lease", "at": at, "rate": rate, "until": until}),
             );
             next_claim = first_due(&gate, t0, at);
-        } else if roll < calls + 0.13 && gate.is_watching() {
-            // The fleet, hearing every process, says to pace.
+        } else if roll < calls + 0.13 && gate.is_watching() && gate.asks_fleet_at(now) {
+            // The fleet, hearing every process that asks, says to pace.
             gate.pace_by_fleet_at(now);
             ops.seen.insert("paced_by_fleet");
             let op = json!({"op": "pace", "at": at, "draw": gate.credit()});

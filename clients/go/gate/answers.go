@@ -153,6 +153,16 @@ func (a *answers) anyAccepted() bool {
 	return !a.accepted.empty()
 }
 
+// refusedShareLastSecond is, of the answers over the last second, the share
+// refused; 0 with none.
+func (a *answers) refusedShareLastSecond() float64 {
+	accepted, refused := a.accepted.secondEnding(0), a.refused.secondEnding(0)
+	if accepted+refused == 0 {
+		return 0
+	}
+	return refused / (accepted + refused)
+}
+
 // showOverload says whether, over the last second, refusals outnumbered
 // acceptances by more than chance would: fewer than half accepted, as
 // Google's K = 2.

@@ -26,18 +26,22 @@
 //     rate grows no faster than 1.25 times that most.
 //   - Off again once nothing has been refused and nobody has had to wait
 //     for Quiet.
-//   - Under Policy.OverloadWhen MostRefused, for a dependency that fails
-//     a share of requests at random (which the above would pace down by
-//     that share, every second), a refusal says overload only once
+//   - Unless Policy.OverloadWhen is AnyRefusal, for a dependency that
+//     fails a share of requests at random (which the above would pace down
+//     by that share, every second), a refusal says overload only once
 //     refusals outnumber acceptances over the last second by more than
 //     chance would (Google's client-side throttling, K = 2), or when
-//     three refusals have come with nothing accepted for three seconds
-//     (the dependency is down: on, probing, as above). Until then the gate watches: off,
+//     refusals have come with nothing accepted for three seconds (the
+//     dependency is down: on, probing, as above; under MostRefused three
+//     refusals, under Evidence five in a row or three over a second). Until
+//     then the gate watches: off,
 //     counting answers; if they come to show overload, it turns on at
-//     twice what the dependency delivered. Once something is accepted, the
-//     rate is never below twice what was accepted over the last second,
-//     and a refusal cuts it only while refusals outnumber acceptances. A
-//     timeout turns the gate on at once either way.
+//     twice what the dependency delivered. Under MostRefused, once
+//     something is accepted, the rate is never below twice what was
+//     accepted over the last second, and a refusal cuts it only while
+//     refusals outnumber acceptances; under Evidence a dependency found
+//     down recovers as under AnyRefusal. A timeout turns the gate on at
+//     once under every setting.
 //   - The fleet. While on, or watching a dependency that has lately
 //     accepted something (AsksFleet), the process tells the fleet's
 //     coordinator what the gate heard (Tally) and paces at the share it
@@ -103,9 +107,9 @@ const (
 	// Overloaded: overloaded or down: a failure the policy retries that
 	// Policy.OverloadOn covers (by default a refused connection, a timeout,
 	// 429 or 503), or an answer with a Retry-After (see Policy.Overloads).
-	// Under Policy.OverloadWhen MostRefused the gate reads a refusal as
-	// overload only once refusals outnumber acceptances, or three have come
-	// with nothing accepted for three seconds.
+	// Unless Policy.OverloadWhen is AnyRefusal, the gate reads a refusal
+	// as overload only once refusals outnumber acceptances, or enough
+	// have come with nothing accepted for three seconds.
 	Overloaded
 	// TimedOut: no answer in time. Unlike a refusal, the dependency may
 	// still be working on it: the rate is cut to what it has lately been
@@ -143,7 +147,7 @@ type Tally struct {
 	TimedOut uint64
 	// Waiting is the attempts waiting in line now: the demand not yet served.
 	Waiting uint64
-	// Watching says the gate is off, watching (under MostRefused): the
+	// Watching says the gate is off, watching (unless AnyRefusal): the
 	// counts are of what it heard since it began to, every attempt sent
 	// unpaced. The fleet's coordinator judges from every process's
 	// whether the refusals are a capacity's.
@@ -155,11 +159,11 @@ type Tally struct {
 type Gate struct {
 	policy Policy
 	on     atomic.Bool
-	// watching says the gate is off but has heard a refusal under
-	// MostRefused: outcomes are counted until they show overload (the gate
+	// watching says the gate is off but has heard a refusal (unless
+	// AnyRefusal): outcomes are counted until they show overload (the gate
 	// turns on) or Quiet passes without another refusal.
 	watching atomic.Bool
-	// lastAccepted is, under MostRefused, the tenth of a second (since the
+	// lastAccepted is, unless AnyRefusal, the tenth of a second (since the
 	// gate's creation, plus one; 0: never) of the last accepted attempt:
 	// whether the dependency was lately accepting. It is stored at most
 	// once a tenth while healthy, so noting it costs a healthy call a load.
@@ -184,21 +188,45 @@ type Gate struct {
 	// watch is, while watching, what the dependency answered since
 	// watching began.
 	watch answers
+	// refusalRun is, while watching, the refusals since the last
+	// acceptance (or since watching began), the first of them at
+	// refusalRunSince.
+	refusalRun      uint32
+	refusalRunSince uint64
+	// trials are, under Evidence, once on for a dependency found down,
+	// what the gate's cuts do to the refusals.
+	trials trials
 }
 
 // downAfterTenths is how long, in tenths of a second, the dependency must
-// have accepted nothing under MostRefused for a refusal to turn the gate
+// have accepted nothing (unless AnyRefusal) for a refusal to turn the gate
 // on at once, as for a dependency that is down: as long as the gate's
 // counts go back.
 const downAfterTenths = 30
 
-// downRefusals is, under MostRefused, how many refusals within three
-// seconds, with nothing accepted, show a dependency down. One would do for
-// a gate that has heard nothing else, but a process's first answers come
-// from a dependency that fails a share at random too: at a half, the first
-// is refused in one process of two, the first three in one of eight. A
-// herd of callers refused together counts three at once.
+// downRefusals is how many refusals, with nothing accepted lately, show a
+// dependency down: under MostRefused within three seconds, under Evidence
+// in a row over downSpan. One would do for a gate that has heard nothing
+// else, but a process's first answers come from a dependency that fails a
+// share at random too: at a half, the first is refused in one process of
+// two, the first three in one of eight. A herd of callers refused together
+// counts three at once.
 const downRefusals = 3
+
+// downRun is, under Evidence, the refusals in a row, with nothing accepted
+// lately, that show a dependency down at once: a herd's callers, refused
+// together, count five at once. A dependency failing a half at random
+// refuses a process's first five about once in 32 starts; the gate then
+// probes, and the trials of its cuts find the refusals random within a few
+// dozen answers.
+const downRun = 5
+
+// downSpan is, under Evidence, how long downRefusals in a row, with nothing
+// accepted lately, must span to show a dependency down: a process that
+// sends a few attempts a second to a dependency failing up to a half at
+// random hears one accepted within a second, while a process with one
+// caller, whose retries back off, counts ten only after seconds.
+const downSpan = time.Second
 
 // watched is what an outcome heard while off says.
 type watched uint8
@@ -251,7 +279,7 @@ func (g *Gate) OnAt(now uint64) bool {
 }
 
 // Watching says whether the gate is off but counting what the dependency
-// answers since a refusal (under Policy.OverloadWhen MostRefused): it
+// answers since a refusal (unless Policy.OverloadWhen is AnyRefusal): it
 // turns on if refusals come to outnumber acceptances.
 func (g *Gate) Watching() bool { return g.watching.Load() }
 
@@ -501,7 +529,7 @@ func (g *Gate) Leave(ticket Ticket) {
 // Record learns from the outcome, at now, of an attempt sent at sent.
 func (g *Gate) Record(signal Signal, sent, now uint64) {
 	if signal == Accepted {
-		if g.policy.OverloadWhen == MostRefused {
+		if g.policy.OverloadWhen.weighsRefusals() {
 			g.noteAccepted(now)
 		}
 		if !g.On() && !g.Watching() {
@@ -527,16 +555,25 @@ func (g *Gate) Record(signal Signal, sent, now uint64) {
 			g.tally.TimedOut++
 		} else {
 			g.rate.refused(1, now)
+			if g.trialHolds(0, 1, sent, now) {
+				return
+			}
 		}
 		g.pacer.accrue(g.rate.now, now)
+		lastCut := g.rate.lastCut
 		// A refusal the rate judges random is no trouble: it cuts nothing
 		// and does not keep the gate on.
 		if g.rate.overloaded(p, sent, now, timedOut) {
 			g.lastTrouble = now
 			g.pacer.overloaded(p.Beta, sent)
 		}
+		if g.triesCuts() && !timedOut && g.rate.lastCut > lastCut {
+			g.rate.answers.roll(now)
+			g.trials.cut(g.rate.answers.refusedShareLastSecond(), now)
+		}
 		return
 	}
+	g.trialHolds(1, 0, sent, now)
 	g.tally.Accepted++
 	g.pacer.accrue(g.rate.now, now)
 	g.rate.accepted(p, now)
@@ -568,16 +605,17 @@ func (g *Gate) acceptedLately(now uint64) bool {
 // watched counts an outcome heard while off (a refusal, or anything while
 // watching), in the answers watched and in the tally the fleet hears, and
 // says what it shows. A timeout turns the gate on at once, and so does
-// any refusal unless the policy says MostRefused. Then a refusal starts
-// watching, and turns the gate on at once only if nothing was accepted
-// lately; while watching, outcomes are counted until they show overload,
+// any refusal under AnyRefusal. Otherwise a refusal starts watching, and
+// turns the gate on at once only once refusals show the dependency down
+// (see showsDown); while watching, outcomes are counted until they show overload,
 // and watching ends after Quiet without a refusal.
 func (g *Gate) watched(signal Signal, now uint64) watched {
-	if g.policy.OverloadWhen == AnyRefusal && signal != Accepted {
+	if !g.policy.OverloadWhen.weighsRefusals() && signal != Accepted {
 		return down
 	}
 	switch signal {
 	case Accepted:
+		g.refusalRun = 0
 		g.watch.accept(1, now)
 		g.tally.Sent++
 		g.tally.Accepted++
@@ -591,13 +629,55 @@ func (g *Gate) watched(signal Signal, now uint64) watched {
 	g.watchRefusal(now)
 	g.watch.refuse(1, now)
 	g.lastTrouble = now
+	if g.refusalRun == 0 {
+		g.refusalRunSince = now
+	}
+	g.refusalRun++
 	switch {
-	case !g.acceptedLately(now) && !g.watch.anyAccepted() && g.watch.refusals() >= downRefusals:
+	case !g.acceptedLately(now) && !g.watch.anyAccepted() && g.showsDown(now):
 		return down
 	case g.watch.showOverload():
 		return outnumbered
 	}
 	return notYet
+}
+
+// triesCuts says whether the gate tries its cuts: under Evidence, on for a
+// dependency it found down that has since accepted something, until a
+// trial finds it failing a share at random, or the gate is slow.
+func (g *Gate) triesCuts() bool {
+	r := &g.rate
+	return g.policy.OverloadWhen == Evidence && r.phase != probing && !r.answering && !r.slow
+}
+
+// trialHolds hears, at now, accepted and refused answers to an attempt sent
+// at sent in the trial of the gate's last cut, if it tries its cuts, and
+// says whether the trial holds the rate (a refusal then cuts nothing). A
+// trial whose refusals kept their share over two cuts judges the dependency
+// to answer, failing a share at random: refusals from then on cut only
+// while most are refused, as under MostRefused.
+func (g *Gate) trialHolds(accepted, refused float64, sent, now uint64) bool {
+	if !g.triesCuts() {
+		return false
+	}
+	if g.trials.answered(accepted, refused, sent) == randomFound {
+		g.rate.answeringVerdict(g.policy, now)
+		g.trials.reset()
+		return false
+	}
+	return g.trials.holds()
+}
+
+// showsDown says whether the refusals heard while watching, with nothing
+// accepted lately, show the dependency down: under MostRefused, three
+// within three seconds; under Evidence, downRun in a row, or downRefusals
+// in a row over downSpan.
+func (g *Gate) showsDown(now uint64) bool {
+	if g.policy.OverloadWhen == MostRefused {
+		return g.watch.refusals() >= downRefusals
+	}
+	spanned := now >= g.refusalRunSince && now-g.refusalRunSince >= uint64(downSpan)
+	return g.refusalRun >= downRun || (g.refusalRun >= downRefusals && spanned)
 }
 
 // watchRefusal counts, at now, a refusal heard while watching in the
@@ -612,6 +692,7 @@ func (g *Gate) watchRefusal(now uint64) {
 		return
 	}
 	g.watch = newAnswers(now)
+	g.refusalRun = 0
 	g.tally = Tally{}
 	g.watching.Store(true)
 }
@@ -628,6 +709,7 @@ func (g *Gate) turnOnAnswering(signal Signal, now uint64) {
 // it probes at the lowest rate.
 func (g *Gate) turnOn(signal Signal, sent, now uint64) {
 	g.rate = probingRate(g.policy, now)
+	g.trials.reset()
 	// The rate is at its lowest already; this only notes whether the
 	// dependency is slow.
 	g.rate.overloaded(g.policy, sent, now, signal == TimedOut)

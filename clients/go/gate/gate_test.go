@@ -4,6 +4,7 @@ package gate
 
 import (
 	"math"
+	"math/rand"
 	"testing"
 	"time"
 )
@@ -696,27 +697,112 @@ func TestOverloadWhenIsReadByNameAndAnythingElseIsNamed(t *testing.T) {
 	if err := p.UnmarshalJSON([]byte(`{"overloadWhen": "any-refusal"}`)); err != nil || p.OverloadWhen != AnyRefusal {
 		t.Fatal(p.OverloadWhen, err)
 	}
-	if (Policy{}).OverloadWhen != AnyRefusal || AnyRefusal.String() != "any-refusal" || MostRefused.String() != "most-refused" {
-		t.Fatal("the zero value is any-refusal, the default")
+	if err := p.UnmarshalJSON([]byte(`{"overloadWhen": "evidence"}`)); err != nil || p.OverloadWhen != Evidence {
+		t.Fatal(p.OverloadWhen, err)
+	}
+	if (Policy{}).OverloadWhen != Evidence || Evidence.String() != "evidence" || AnyRefusal.String() != "any-refusal" || MostRefused.String() != "most-refused" {
+		t.Fatal("the zero value is evidence, the default")
 	}
 	for value, want := range map[string]string{
-		`"most_refused"`:   `gate.overloadWhen: unknown overloadWhen value "most_refused"; expected one of: any-refusal, most-refused`,
-		`""`:               `gate.overloadWhen: unknown overloadWhen value ""; expected one of: any-refusal, most-refused`,
-		`1`:                `gate.overloadWhen: expected one of any-refusal, most-refused, found 1`,
-		`["most-refused"]`: `gate.overloadWhen: expected one of any-refusal, most-refused, found ["most-refused"]`,
-		`null`:             `gate.overloadWhen: expected one of any-refusal, most-refused, found null`,
+		`"most_refused"`:   `gate.overloadWhen: unknown overloadWhen value "most_refused"; expected one of: evidence, any-refusal, most-refused`,
+		`""`:               `gate.overloadWhen: unknown overloadWhen value ""; expected one of: evidence, any-refusal, most-refused`,
+		`1`:                `gate.overloadWhen: expected one of evidence, any-refusal, most-refused, found 1`,
+		`["most-refused"]`: `gate.overloadWhen: expected one of evidence, any-refusal, most-refused, found ["most-refused"]`,
+		`null`:             `gate.overloadWhen: expected one of evidence, any-refusal, most-refused, found null`,
 	} {
 		p := defaults()
 		if err := p.UnmarshalJSON([]byte(`{"overloadWhen": ` + value + `}`)); err == nil || err.Error() != want {
 			t.Errorf("overloadWhen %s: %v, want %s", value, err, want)
 		}
-		if p.OverloadWhen != AnyRefusal {
+		if p.OverloadWhen != Evidence {
 			t.Errorf("overloadWhen %s: read as %s", value, p.OverloadWhen)
 		}
 	}
 	p = defaults()
-	p.OverloadWhen = 2
-	if _, err := New(p, nil); err == nil || err.Error() != "gate.overloadWhen must be one of any-refusal, most-refused, found OverloadWhen(2)" {
+	p.OverloadWhen = 3
+	if _, err := New(p, nil); err == nil || err.Error() != "gate.overloadWhen must be one of evidence, any-refusal, most-refused, found OverloadWhen(3)" {
 		t.Fatal(err)
+	}
+}
+
+// shipped is a gate under the default policy: overloadWhen: evidence.
+func shipped(t *testing.T) *Gate {
+	t.Helper()
+	return gateFrom(t, func(*Policy) {})
+}
+
+func TestAsShippedADependencyFailingAShareAtRandomIsNeverPaced(t *testing.T) {
+	for _, share := range []float64{0.1, 0.3} {
+		g := shipped(t)
+		rng := rand.New(rand.NewSource(11))
+		for i := 0; i < 1800; i++ {
+			now := at(float64(i) / 30)
+			if _, wait := g.Turn(now); wait {
+				t.Fatalf("paced at %v after %d calls", share, i)
+			}
+			signal := Accepted
+			if rng.Float64() < share {
+				signal = Overloaded
+			}
+			g.Record(signal, now, now+5_000_000)
+		}
+		if g.On() || !g.Watching() {
+			t.Fatalf("a share of %v at random keeps it watching", share)
+		}
+	}
+}
+
+func TestAsShippedFiveRefusalsInARowFromADependencyAcceptingNothingShowItDown(t *testing.T) {
+	g := shipped(t)
+	answer(g, Overloaded, 4, 0, 4)
+	if g.On() || !g.Watching() {
+		t.Fatal("four in a row: a half at random does that once in 16 runs")
+	}
+	g.Record(Overloaded, at(0.01), at(0.01))
+	if !g.On() || g.Phase() != "probing" || g.Answering() {
+		t.Fatal("the fifth: down", g.Phase())
+	}
+}
+
+func TestAsShippedThreeRefusalsOverASecondShowADependencyAcceptingNothingDown(t *testing.T) {
+	g := shipped(t)
+	for _, s := range []float64{0, 0.3, 0.9} {
+		g.Record(Overloaded, at(s), at(s))
+	}
+	if g.On() {
+		t.Fatal("three within a second: a trickle's chance run")
+	}
+	g.Record(Overloaded, at(1), at(1))
+	if !g.On() {
+		t.Fatal("the run has lasted a second with nothing accepted")
+	}
+}
+
+func TestAsShippedADependencyFoundDownRecoversAsACapacityUntilCutsShowItsRefusalsRandom(t *testing.T) {
+	g := shipped(t)
+	// A chance run of five refusals from a dependency that fails half its
+	// requests at random looks like an outage.
+	answer(g, Overloaded, 5, 0, 5)
+	g.Record(Accepted, at(1), at(1))
+	if g.Phase() != "slow_start" || g.Answering() {
+		t.Fatal("a recovering capacity's refusals say overload", g.Phase())
+	}
+	// A half refused at any rate: the gate's cuts leave the refusals at
+	// their share, and two trials in a row judge them random.
+	rng := rand.New(rand.NewSource(3))
+	answering := 0
+	for i := 1; i <= 400 && answering == 0; i++ {
+		now := at(1 + float64(i)*0.01)
+		signal := Accepted
+		if rng.Float64() < 0.5 {
+			signal = Overloaded
+		}
+		g.Record(signal, now, now)
+		if g.Answering() {
+			answering = i
+		}
+	}
+	if answering == 0 || answering > 200 || g.Phase() != "slow_start" {
+		t.Fatalf("judged to answer after %d answers, %s", answering, g.Phase())
 	}
 }

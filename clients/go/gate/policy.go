@@ -44,11 +44,10 @@ type Policy struct {
 	// overload. See Overloads.
 	OverloadOn retryon.Conditions
 	// OverloadWhen is when the refusals OverloadOn names say overload
-	// (gate.overloadWhen): at the first (AnyRefusal, the default and the
-	// zero value), or only once they outnumber acceptances or nothing is
-	// accepted (MostRefused), for a dependency that fails a share of
-	// requests at random. A TimedOut signal turns the gate on at once
-	// either way.
+	// (gate.overloadWhen): by the evidence (Evidence, the default and the
+	// zero value), at the first (AnyRefusal), or only once they outnumber
+	// acceptances or nothing is accepted (MostRefused). A TimedOut signal
+	// turns the gate on at once under every setting.
 	OverloadWhen OverloadWhen
 }
 
@@ -58,26 +57,40 @@ type OverloadWhen uint8
 
 // The values of gate.overloadWhen.
 const (
+	// Evidence, the default: a dependency that has accepted nothing lately
+	// is down at once (five refusals in a row, or three over a second), as
+	// under AnyRefusal; refusals from one that has been accepting are
+	// weighed first, as under MostRefused, and the daemon, hearing the
+	// whole fleet, tries a cut as soon as they come. A herd is paced after
+	// an outage, a brownout within a second, and a dependency that fails a
+	// share at random keeps its throughput.
+	Evidence OverloadWhen = iota
 	// AnyRefusal: at the first. A refusal turns the gate on, and every
 	// refusal cuts its rate (never below what was accepted over the last
 	// second). For a dependency that refuses only when it is overloaded.
-	AnyRefusal OverloadWhen = iota
+	AnyRefusal
 	// MostRefused: only once refusals outnumber acceptances by more than
 	// chance would (Google's client-side throttling, K = 2), or three
 	// have come with nothing accepted for three seconds (the dependency
-	// is down). A
-	// dependency that fails a share of requests at random keeps its
-	// throughput; an overload that still accepts about half of what it is
-	// sent is not paced.
+	// is down). A dependency that fails a share of requests at random
+	// keeps its throughput; an overload that still accepts about half of
+	// what it is sent is not paced.
 	MostRefused
 )
 
 // OverloadWhenNames is every value of gate.overloadWhen as a policy
 // writes it, in the order of the constants.
-var OverloadWhenNames = []string{"any-refusal", "most-refused"}
+var OverloadWhenNames = []string{"evidence", "any-refusal", "most-refused"}
 
-// String is the value as a policy writes it: "any-refusal" or
-// "most-refused".
+// weighsRefusals says whether refusals from a dependency that has been
+// accepting are weighed before they say overload: under every setting but
+// AnyRefusal.
+func (w OverloadWhen) weighsRefusals() bool {
+	return w != AnyRefusal
+}
+
+// String is the value as a policy writes it: "evidence", "any-refusal"
+// or "most-refused".
 func (w OverloadWhen) String() string {
 	if int(w) < len(OverloadWhenNames) {
 		return OverloadWhenNames[w]
@@ -94,14 +107,14 @@ func parseOverloadWhen(v any) (OverloadWhen, error) {
 	if !isString {
 		// Shown as the policy wrote it: null, not Go's <nil>.
 		written, _ := json.Marshal(v)
-		return AnyRefusal, fmt.Errorf("gate.overloadWhen: expected one of %s, found %s", allowed, written)
+		return Evidence, fmt.Errorf("gate.overloadWhen: expected one of %s, found %s", allowed, written)
 	}
 	for i, known := range OverloadWhenNames {
 		if name == known {
 			return OverloadWhen(i), nil
 		}
 	}
-	return AnyRefusal, fmt.Errorf("gate.overloadWhen: unknown overloadWhen value %q; expected one of: %s", name, allowed)
+	return Evidence, fmt.Errorf("gate.overloadWhen: unknown overloadWhen value %q; expected one of: %s", name, allowed)
 }
 
 // Overloads says whether a failed attempt that the policy retries says the

@@ -61,6 +61,19 @@ type rate struct {
 	answering bool
 }
 
+// answeringVerdict judges, at now, the dependency to answer, failing up to
+// a half at random (as under most-refused): the gate's trials found its
+// refusals keep their share. The rate grows as in slow start from
+// answeringGain times what it delivers.
+func (r *rate) answeringVerdict(p Policy, now uint64) {
+	r.answers.roll(now)
+	r.answering = true
+	r.slow = false
+	r.phase = slowStart
+	answered := r.answers.delivered() / (1 - 0.5)
+	r.now = clampFloat(maxFloat(r.now, answered), p.MinRate, p.MaxRate)
+}
+
 // probingRate is the rate of a gate that has just turned on at now.
 func probingRate(p Policy, now uint64) rate {
 	return rate{now: p.MinRate, phase: probing, lastCut: now, answers: newAnswers(now)}
@@ -165,7 +178,8 @@ func (r *rate) accepted(p Policy, now uint64) {
 	case probing:
 		r.phase = slowStart
 		// Something got through: under most-refused, refusals count as
-		// overload from now on only while they outnumber acceptances.
+		// overload from now on only while they outnumber acceptances
+		// (under evidence, once the gate's trials find them random).
 		r.answering = p.OverloadWhen == MostRefused
 		grown = r.now + p.Ramp
 	case slowStart:

@@ -118,12 +118,12 @@ func TestGateOverloadOnIsReadAsRetryOnIs(t *testing.T) {
 	}
 }
 
-// TestGateOverloadWhenDefaultsToAnyRefusal: gate.overloadWhen defaults to
-// any-refusal (the built-in default says so); most-refused is read; any
+// TestGateOverloadWhenDefaultsToEvidence: gate.overloadWhen defaults to
+// evidence (the built-in default says so); most-refused is read; any
 // other value makes the block unreadable, with an error naming the key and
 // the values allowed.
-func TestGateOverloadWhenDefaultsToAnyRefusal(t *testing.T) {
-	if g, _ := (Policy{"gate": map[string]any{"enabled": true}}).Gate(); g.OverloadWhen != gate.AnyRefusal {
+func TestGateOverloadWhenDefaultsToEvidence(t *testing.T) {
+	if g, _ := (Policy{"gate": map[string]any{"enabled": true}}).Gate(); g.OverloadWhen != gate.Evidence {
 		t.Fatalf("the default overloadWhen is %v", g.OverloadWhen)
 	}
 	var read Policy
@@ -138,11 +138,11 @@ func TestGateOverloadWhenDefaultsToAnyRefusal(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := Policy{"gate": map[string]any{"enabled": true, "overloadWhen": "sometimes"}}
-	if g, enabled := bad.Gate(); enabled || g.OverloadWhen != gate.AnyRefusal {
+	if g, enabled := bad.Gate(); enabled || g.OverloadWhen != gate.Evidence {
 		t.Fatalf("an unreadable gate block is enabled, overloadWhen %v", g.OverloadWhen)
 	}
 	_, err := gate.Policy{}.FromMap(bad["gate"].(map[string]any))
-	if want := `gate.overloadWhen: unknown overloadWhen value "sometimes"; expected one of: any-refusal, most-refused`; err == nil || err.Error() != want {
+	if want := `gate.overloadWhen: unknown overloadWhen value "sometimes"; expected one of: evidence, any-refusal, most-refused`; err == nil || err.Error() != want {
 		t.Fatalf("%v, want %s", err, want)
 	}
 }

@@ -122,6 +122,12 @@ class Answers:
         """Whether anything was accepted in the last three seconds."""
         return not self._accepted.is_empty()
 
+    def refused_share_last_second(self) -> float:
+        """Of the answers over the last second, the share refused; 0 with
+        none."""
+        accepted, refused = self._accepted.second_ending(0), self._refused.second_ending(0)
+        return 0.0 if accepted + refused == 0 else refused / (accepted + refused)
+
     def shows_overload(self) -> bool:
         """Whether, over the last second, refusals outnumbered acceptances by
         more than chance would: fewer than half accepted, as Google's K = 2."""

@@ -11,8 +11,8 @@ the rate it can take rather than all at once.
   timeout, a 429 or a 503), or one whose answer asked for a wait
   (``Retry-After``). Any other failure (a 500, say) is an error the
   dependency answered with, which says nothing of its load.
-- **Or once refusals outnumber acceptances.** Under ``gate.overloadWhen:
-  most-refused`` (``any-refusal``, the default, is the above) a refusal
+- **Or once refusals outnumber acceptances.** Unless ``gate.overloadWhen:
+  any-refusal`` (which is the above) a refusal
   heard while off starts *watching*: the gate stays off and counts what
   the dependency answers, and turns on only once refusals outnumber
   acceptances over a second by more than chance would (as Google's
@@ -49,7 +49,7 @@ the rate it can take rather than all at once.
   refusal shows it answering at once the rate then grows no faster than
   1.25 times that most.
 - **Off again** once nothing has been refused and nobody has had to wait
-  for ``quietMs`` (under ``most-refused``, a refusal that does not say
+  for ``quietMs`` (unless ``any-refusal``, a refusal that does not say
   overload is no trouble).
 
 Decisions take the time as an argument (``now`` in nanoseconds, on any
@@ -71,6 +71,7 @@ from . import blocks, limits
 from .answers import TENTH_NANOS, Answers
 from .breaker import millis_to_nanos
 from .retry_on import RetryOn
+from .trial import Finding, Trials
 
 NANOS_PER_SECOND = 1_000_000_000
 # How much more than one turn of credit may build up: what accrues over this
@@ -87,21 +88,38 @@ GAIN = 1.25
 # While the dependency is judged to answer, how far past what it delivers the
 # rate always reaches: Google's K.
 ANSWERING_GAIN = 2.0
-# Under most-refused, how long (in tenths of a second, as the answers are
+# Unless any-refusal, how long (in tenths of a second, as the answers are
 # counted) the dependency must have accepted nothing for a refusal to turn
 # the gate on at once, as for a dependency that is down: as long as the
 # gate's counts go back.
 DOWN_AFTER_TENTHS = 30
-# Under most-refused, the refusals within three seconds, with nothing
-# accepted, that show a dependency down. One would do for a gate that has
+# The refusals, with nothing accepted lately, that show a dependency down:
+# under most-refused within three seconds, under evidence in a row over
+# DOWN_SPAN_NS. One would do for a gate that has
 # heard nothing else, but a process's first answers come from a dependency
 # that fails a share at random too: at a half, the first is refused in one
 # process of two, the first three in one of eight. A herd of callers refused
 # together counts three at once.
 DOWN_REFUSALS = 3
-OVERLOAD_WHEN_NAMES = ("any-refusal", "most-refused")
+# Under evidence, the refusals in a row, with nothing accepted lately, that
+# show a dependency down at once: a herd's callers, refused together, count
+# five at once. A dependency failing a half at random refuses a process's
+# first five about once in 32 starts; the gate then probes, and the trials of
+# its cuts find the refusals random within a few dozen answers.
+DOWN_RUN = 5
+# Under evidence, how long DOWN_REFUSALS in a row, with nothing accepted
+# lately, must span to show a dependency down: a process that sends a few
+# attempts a second to a dependency failing up to a half at random hears one
+# accepted within a second, while a process with one caller, whose retries
+# back off, counts ten only after seconds.
+DOWN_SPAN_NS = 1_000_000_000
+OVERLOAD_WHEN_NAMES = ("evidence", "any-refusal", "most-refused")
 """``gate.overloadWhen``'s values, as written in a policy: when the refusals
-``overloadOn`` names say overload. ``any-refusal`` (the default): at the
+``overloadOn`` names say overload. ``evidence`` (the default): a dependency
+that has accepted nothing lately is down at once (five refusals in a row, or
+three over a second); refusals from one that has been accepting are weighed
+as under ``most-refused``, and the daemon, hearing the whole fleet, tells a
+capacity from failure at random. ``any-refusal``: at the
 first, and every refusal cuts the rate (never below what was accepted over
 the last second), for a service that refuses only when it is overloaded.
 ``most-refused``: only once refusals outnumber acceptances by more than
@@ -188,7 +206,7 @@ class Tally:
     turns given while on (``sent``), attempts accepted, refused or timed out
     while on (``overloaded``, of which ``timed_out`` timed out), and the
     attempts waiting in line now. While the gate is off and ``watching``
-    (under ``overloadWhen: most-refused``, since a refusal), the counts are
+    (unless ``overloadWhen: any-refusal``, since a refusal), the counts are
     of every attempt it heard the outcome of since the refusal that began
     watching (that one left out: every process would report one, and none
     of the acceptances before it), each sent unpaced; the fleet's
@@ -219,10 +237,9 @@ class GatePolicy:
     AWS SDKs' adaptive mode feeds only throttling errors to its rate. An
     answer that asked for a wait (``Retry-After``) always says overload.
     ``overload_when`` (``overloadWhen``, one of :data:`OVERLOAD_WHEN_NAMES`)
-    says when those refusals say overload: at the first
-    (``any-refusal``, the default), or only once they outnumber acceptances
-    or nothing is accepted (``most-refused``), for a service that fails a
-    share of requests at random."""
+    says when those refusals say overload: by the evidence (``evidence``,
+    the default), at the first (``any-refusal``), or only once they
+    outnumber acceptances or nothing is accepted (``most-refused``)."""
 
     enabled: bool = False
     min_rate: float = 0.5
@@ -232,7 +249,7 @@ class GatePolicy:
     ramp: float = 16.0
     quiet_ns: int = 5_000_000_000
     overload_on: RetryOn = field(default_factory=RetryOn.overload)
-    overload_when: str = "any-refusal"
+    overload_when: str = "evidence"
 
     @classmethod
     def from_json(cls, block: object, defaults: Mapping[str, object] | None = None) -> "GatePolicy":
@@ -263,10 +280,10 @@ class GatePolicy:
         return "timeout" in self.overload_on
 
     @property
-    def most_refused(self) -> bool:
-        """Whether refusals say overload only once they outnumber acceptances
-        (``overloadWhen: most-refused``)."""
-        return self.overload_when == "most-refused"
+    def weighs_refusals(self) -> bool:
+        """Whether refusals from a dependency that has been accepting are
+        weighed before they say overload: unless ``any-refusal``."""
+        return self.overload_when != "any-refusal"
 
     def check(self) -> None:
         """Raises ValueError naming the first setting outside the range the
@@ -343,7 +360,7 @@ class _Rate:
         # delivers. A refusal clears it: a dependency that refuses is answering.
         self.slow = False
         self.answers = Answers(now)
-        # Under most-refused, whether the dependency has accepted something
+        # Unless any-refusal, whether the dependency has accepted something
         # since the gate turned on (or was accepting when it did): a refusal
         # then cuts only while refusals outnumber acceptances, and the rate is
         # never below ANSWERING_GAIN times what it delivers, as Google's
@@ -351,6 +368,18 @@ class _Rate:
         # failing a share up to a half at random is never paced below what it
         # answers.
         self.answering = False
+
+    def answering_verdict(self, policy: "GatePolicy", now: int) -> None:
+        """The gate's trials found its refusals keep their share: from ``now``
+        the dependency is judged to answer, failing up to a half at random
+        (as under most-refused), and the rate grows as in slow start from
+        ANSWERING_GAIN times what it delivers."""
+        self.answers.roll(now)
+        self.answering = True
+        self.slow = False
+        self.phase = "slow_start"
+        answered = self.answers.delivered() / (1.0 - 0.5)
+        self.now = min(max(max(self.now, answered), policy.min_rate), policy.max_rate)
 
     @classmethod
     def answering_from(cls, policy: "GatePolicy", answers: Answers, now: int) -> "_Rate":
@@ -417,8 +446,9 @@ class _Rate:
         if self.phase == "probing":
             self.phase = "slow_start"
             # Something got through: under most-refused, refusals count as
-            # overload from now on only while they outnumber acceptances.
-            self.answering = policy.most_refused
+            # overload from now on only while they outnumber acceptances
+            # (under evidence, once the gate's trials find them random).
+            self.answering = policy.overload_when == "most-refused"
             grown = self.now + policy.ramp
         elif self.phase == "slow_start":
             grown = self.now + policy.ramp
@@ -544,12 +574,18 @@ class SendGate:
         # Since the last tally: turns given (while watching, outcomes heard:
         # each was sent unpaced), accepted, overloaded, timed out.
         self._counts = [0, 0, 0, 0]
-        # Off, but a refusal has been heard under most-refused: outcomes are
+        # Off, but a refusal has been heard (unless any-refusal): outcomes are
         # counted (in `_watch`, since watching began) until they show overload
         # (the gate turns on) or `quiet` passes without another refusal.
         self._watching = False
         self._watch = Answers(now_ns)
-        # Under most-refused, the tenth of a second (counted from `_origin`,
+        # While watching, the refusals since the last acceptance (or since
+        # watching began), and when the first of them came.
+        self._refusal_run: tuple[int, int] | None = None
+        # Under evidence, once on for a dependency found down: what the
+        # gate's cuts do to the refusals.
+        self._trials = Trials()
+        # Unless any-refusal, the tenth of a second (counted from `_origin`,
         # plus one; 0: never) of the last accepted attempt: whether the
         # dependency was lately accepting. At most a store a tenth while
         # healthy.
@@ -597,13 +633,13 @@ class SendGate:
     @property
     def is_watching(self) -> bool:
         """Whether the gate is off but counting outcomes since a refusal
-        (under ``overloadWhen: most-refused``)."""
+        (unless ``overloadWhen: any-refusal``)."""
         return self._watching
 
     @property
     def is_answering(self) -> bool:
         """Whether the gate judges the dependency to answer rather than to be
-        overloaded (under ``overloadWhen: most-refused``, once something was
+        overloaded (unless ``overloadWhen: any-refusal``, once something was
         accepted): a refusal then cuts the rate only while refusals
         outnumber acceptances. False while off."""
         with self._lock:
@@ -728,7 +764,7 @@ class SendGate:
         """Learns from the outcome (a :class:`Signal`), at ``now_ns``, of an
         attempt sent at ``sent_ns``."""
         if signal == Signal.ACCEPTED:
-            if self.policy.most_refused:
+            if self.policy.weighs_refusals:
                 self._note_accepted(now_ns)
             if not self._on and not self._watching:
                 return
@@ -815,11 +851,18 @@ class SendGate:
             self._counts[3] += int(timed_out)
             if not timed_out:
                 self._rate.refused(1, now)
+                if self._trial_holds(0.0, 1.0, sent, now):
+                    return
             self._pacer.accrue(self._rate.now, now)
+            last_cut = self._rate.last_cut
             if self._rate.overloaded(policy, sent, now, timed_out):
                 self._last_trouble = now
                 self._pacer.overloaded(policy.beta, sent)
+            if self._tries_cuts() and not timed_out and self._rate.last_cut > last_cut:
+                self._rate.answers.roll(now)
+                self._trials.cut(self._rate.answers.refused_share_last_second(), now)
         else:
+            self._trial_holds(1.0, 0.0, sent, now)
             self._counts[1] += 1
             self._pacer.accrue(self._rate.now, now)
             self._rate.accepted(policy, now)
@@ -833,14 +876,15 @@ class SendGate:
         """Counts an outcome heard while off (a refusal, or anything while
         watching; in the tally too, but for the refusal that begins
         watching), and says what a refusal shows. A timeout turns the gate
-        on at once, and so does any refusal unless the policy says
-        most-refused. Then a refusal starts watching, and turns the gate on
-        at once only if nothing was accepted lately; while watching,
+        on at once, and so does any refusal under any-refusal. Otherwise a
+        refusal starts watching, and turns the gate on at once only once
+        refusals show the dependency down (``_shows_down``); while watching,
         outcomes are counted until they show overload, and watching ends
         after ``quiet`` without a refusal."""
-        if not self.policy.most_refused and signal != Signal.ACCEPTED:
+        if not self.policy.weighs_refusals and signal != Signal.ACCEPTED:
             return _Watched.DOWN
         if signal == Signal.ACCEPTED:
+            self._refusal_run = None
             self._watch.accepted(1, now)
             self._counts[0] += 1
             self._counts[1] += 1
@@ -857,21 +901,58 @@ class SendGate:
             # hears: every process would report one, and none of the
             # acceptances before it.
             self._watch = Answers(now)
+            self._refusal_run = None
             self._counts = [0, 0, 0, 0]
             self._watching = True
         self._watch.refused(1, now)
         self._last_trouble = now
+        run, since = self._refusal_run or (0, now)
+        self._refusal_run = (run + 1, since)
         down = not self._accepted_lately(now) and not self._watch.any_accepted()
-        if down and self._watch.refusals() >= DOWN_REFUSALS:
+        if down and self._shows_down(now):
             return _Watched.DOWN
         if self._watch.shows_overload():
             return _Watched.OVERLOADED
         return _Watched.NOT_YET
 
+    def _shows_down(self, now: int) -> bool:
+        """Whether the refusals heard while watching, with nothing accepted
+        lately, show the dependency down: under most-refused, three within
+        three seconds; under evidence, DOWN_RUN in a row, or DOWN_REFUSALS
+        in a row over DOWN_SPAN_NS."""
+        if self.policy.overload_when == "most-refused":
+            return self._watch.refusals() >= DOWN_REFUSALS
+        run, since = self._refusal_run or (0, now)
+        return run >= DOWN_RUN or (run >= DOWN_REFUSALS and now - since >= DOWN_SPAN_NS)
+
+    def _tries_cuts(self) -> bool:
+        """Whether the gate tries its cuts: under evidence, on for a
+        dependency it found down that has since accepted something, until a
+        trial finds it failing a share at random, or the gate is slow."""
+        rate = self._rate
+        return (self.policy.overload_when == "evidence" and rate.phase != "probing"
+                and not rate.answering and not rate.slow)
+
+    def _trial_holds(self, accepted: float, refused: float, sent: int, now: int) -> bool:
+        """Hears, at ``now``, ``accepted`` and ``refused`` answers to an
+        attempt sent at ``sent`` in the trial of the gate's last cut, if it
+        tries its cuts; whether the trial holds the rate (a refusal then cuts
+        nothing). A trial whose refusals kept their share over two cuts judges
+        the dependency to answer, failing a share at random: refusals from
+        then on cut only while most are refused, as under most-refused."""
+        if not self._tries_cuts():
+            return False
+        if self._trials.answered(accepted, refused, sent) is Finding.RANDOM:
+            self._rate.answering_verdict(self.policy, now)
+            self._trials.reset()
+            return False
+        return self._trials.holds
+
     def _turn_on(self, signal: Signal, sent: int, now: int) -> None:
         """Turns the gate on at ``now`` for a dependency that accepts nothing:
         it probes at the lowest rate."""
         self._rate = _Rate(self.policy, now)
+        self._trials.reset()
         # The rate is at its lowest already; this only notes whether the
         # dependency is slow.
         self._rate.overloaded(self.policy, sent, now, signal == Signal.TIMED_OUT)

@@ -151,7 +151,7 @@ def gate_policy(policy: Mapping[str, object]) -> GatePolicy:
     """The policy's ``gate`` block as a :class:`GatePolicy`, its
     ``overloadOn`` read as ``retryOn`` is (see :class:`RetryOn`) and its
     ``overloadWhen`` one of :data:`~stormguard_client.gate.OVERLOAD_WHEN_NAMES`
-    (``any-refusal``, the default, or ``most-refused``)."""
+    (``evidence``, the default, ``any-refusal`` or ``most-refused``)."""
     given = policy.get("gate")
     if given is not None and not isinstance(given, dict):
         raise ValueError(f"gate must be an object, not {given!r}")

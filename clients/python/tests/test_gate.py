@@ -4,6 +4,7 @@ and its behaviour case by case."""
 import json
 import math
 import pathlib
+import random
 import re
 import threading
 from fractions import Fraction
@@ -76,15 +77,15 @@ def test_the_scenarios_visit_every_op_phase_and_verdict():
               for op in ops if op["op"] == "claim"}
     assert claims == {"go", "at", "behind"}
     assert sum("draw" in op for op in ops) >= 5, "the gates turn on (and off) again"
-    assert {s["policy"]["gate"]["overloadWhen"] for s in SCENARIOS} == {"any-refusal", "most-refused"}
+    assert {s["policy"]["gate"]["overloadWhen"] for s in SCENARIOS} == {"evidence", "any-refusal", "most-refused"}
     assert any(state[6] for state in states), "a gate off but watching after a refusal"
     assert any(state[7] for state in states), "a gate on, judging the dependency to answer"
     tallies = [op["tally"] for op in ops if op["op"] == "tally"]
     assert any(t["watching"] and t["sent"] for t in tallies), "a watching gate tells what it heard"
     assert any(t["asks"] and t["watching"] for t in tallies), "a watching gate asks the fleet"
     paced = [s for s in SCENARIOS for op, _ in s["ops"] if op["op"] == "pace"]
-    assert paced and all(s["policy"]["gate"]["overloadWhen"] == "most-refused" for s in paced), \
-        "the fleet tells watching gates to pace, and only most-refused watches"
+    assert paced and all(s["policy"]["gate"]["overloadWhen"] != "any-refusal" for s in paced), \
+        "the fleet tells watching gates to pace, and any-refusal never watches"
     assert not any(state[6] or state[7] for s in SCENARIOS if s["policy"]["gate"]["overloadWhen"] == "any-refusal"
                    for _, state in s["ops"]), "any-refusal neither watches nor judges"
 
@@ -414,16 +415,17 @@ def test_the_policy_block_parses_with_the_defaults_and_refuses_a_bad_setting():
 
 def test_the_overload_when_setting_parses_and_refuses_any_other_value():
     block = dict(DEFAULT_POLICY["gate"], enabled=True)
-    assert GatePolicy.from_json(block).overload_when == "any-refusal" == GatePolicy().overload_when, "the default"
-    assert GatePolicy.from_json(dict(block, overloadWhen="most-refused")).most_refused
-    assert not GatePolicy.from_json(dict(block, overloadWhen="any-refusal")).most_refused
+    assert GatePolicy.from_json(block).overload_when == "evidence" == GatePolicy().overload_when, "the default"
+    assert GatePolicy.from_json(dict(block, overloadWhen="most-refused")).weighs_refusals
+    assert GatePolicy.from_json(dict(block, overloadWhen="evidence")).weighs_refusals
+    assert not GatePolicy.from_json(dict(block, overloadWhen="any-refusal")).weighs_refusals
     for bad in ("most_refused", "Most-Refused", "", 1, None, ["most-refused"]):
-        message = f"gate.overloadWhen must be one of any-refusal, most-refused, not {bad!r}"
+        message = f"gate.overloadWhen must be one of evidence, any-refusal, most-refused, not {bad!r}"
         with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
             GatePolicy.from_json(dict(block, overloadWhen=bad))
     with pytest.raises(ValueError, match="gate.overloadWhen is missing"):
         GatePolicy.from_json({k: v for k, v in block.items() if k != "overloadWhen"})
-    with pytest.raises(ValueError, match=r"^gate.overloadWhen must be one of any-refusal, most-refused, found 'x'$"):
+    with pytest.raises(ValueError, match=r"^gate.overloadWhen must be one of evidence, any-refusal, most-refused, found 'x'$"):
         SendGate(GatePolicy(enabled=True, overload_when="x"))
 
 
@@ -658,3 +660,61 @@ def test_threads_share_one_line_and_every_waiter_gets_its_turn_once():
     assert not errors and g.waiting == 0 and len(turns) == 1600
     numbered = [n for n in turns if n is not None]
     assert numbered and len(numbered) == len(set(numbered)), "a ticket goes once"
+
+
+# --- as shipped: overloadWhen: evidence -----------------------------------------
+
+
+def shipped():
+    """A gate under the default policy, whose first credit is 0."""
+    return SendGate(GatePolicy(enabled=True), 0, draw=lambda: 0.0)
+
+
+@pytest.mark.parametrize("share", [0.1, 0.3])
+def test_as_shipped_a_dependency_failing_a_share_at_random_is_never_paced(share):
+    gate = shipped()
+    rng = random.Random(11)
+    for i in range(1_800):
+        at = i * S // 30
+        assert gate.turn(at) is None, f"paced after {i} calls"
+        signal = Signal.OVERLOADED if rng.random() < share else Signal.ACCEPTED
+        gate.record(signal, at, at + 5 * MS)
+    assert not gate.is_on and gate.is_watching
+
+
+def test_as_shipped_five_refusals_in_a_row_from_a_dependency_accepting_nothing_show_it_down():
+    gate = shipped()
+    answers(gate, Signal.OVERLOADED, 4, 0, 4)
+    assert not gate.is_on and gate.is_watching, "four in a row: a half at random does that once in 16 runs"
+    gate.record(Signal.OVERLOADED, 10 * MS, 10 * MS)
+    assert gate.is_on and gate.phase == "probing" and not gate.is_answering
+
+
+def test_as_shipped_three_refusals_over_a_second_show_a_dependency_accepting_nothing_down():
+    gate = shipped()
+    for at in (0, 300 * MS, 900 * MS):
+        gate.record(Signal.OVERLOADED, at, at)
+    assert not gate.is_on, "three within a second: a trickle's chance run"
+    gate.record(Signal.OVERLOADED, S, S)
+    assert gate.is_on
+
+
+def test_as_shipped_a_dependency_found_down_recovers_as_a_capacity_until_cuts_show_its_refusals_random():
+    gate = shipped()
+    # A chance run of five refusals from a dependency that fails half its
+    # requests at random looks like an outage.
+    answers(gate, Signal.OVERLOADED, 5, 0, 5)
+    gate.record(Signal.ACCEPTED, S, S)
+    assert gate.phase == "slow_start" and not gate.is_answering, "a recovering capacity's refusals say overload"
+    # A half refused at any rate: the gate's cuts leave the refusals at their
+    # share, and two trials in a row judge them random.
+    rng = random.Random(3)
+    answering = None
+    for i in range(1, 401):
+        at = S + i * 10 * MS
+        gate.record(Signal.OVERLOADED if rng.random() < 0.5 else Signal.ACCEPTED, at, at)
+        if gate.is_answering:
+            answering = i
+            break
+    assert answering is not None and answering <= 200, answering
+    assert gate.phase == "slow_start"

@@ -64,13 +64,13 @@ def test_the_gates_overload_on_is_read_as_retry_on_is():
 
 
 def test_the_gates_overload_when_is_one_of_its_names():
-    assert settings.gate_policy({}).overload_when == "any-refusal", "the default"
-    assert not settings.gate_policy({}).most_refused
-    chosen = settings.gate_policy({"gate": {"enabled": True, "overloadWhen": "most-refused"}})
-    assert chosen.overload_when == "most-refused" and chosen.most_refused
+    assert settings.gate_policy({}).overload_when == "evidence", "the default"
+    assert settings.gate_policy({}).weighs_refusals
+    chosen = settings.gate_policy({"gate": {"enabled": True, "overloadWhen": "any-refusal"}})
+    assert chosen.overload_when == "any-refusal" and not chosen.weighs_refusals
     gate = settings.gate({"gate": {"enabled": True, "overloadWhen": "most-refused"}})
-    assert gate is not None and gate.policy.most_refused
+    assert gate is not None and gate.policy.overload_when == "most-refused" and gate.policy.weighs_refusals
     for overload_when in ("most_refused", "always", "", 2, None, True):
-        message = f"gate.overloadWhen must be one of any-refusal, most-refused, not {overload_when!r}"
+        message = f"gate.overloadWhen must be one of evidence, any-refusal, most-refused, not {overload_when!r}"
         with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
             settings.gate_policy({"gate": {"enabled": True, "overloadWhen": overload_when}})

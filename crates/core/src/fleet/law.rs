@@ -14,11 +14,11 @@ use tokio::time::Instant;
 
 use super::excess::Excess;
 use super::replicas::Published;
-use super::trial::{Finding, Trials};
 use super::{FIRST_WINDOW, PROBERS, ROUND};
 use crate::gate::rate::Rate;
+use crate::gate::trial::{Finding, Trials};
 use crate::gate::Judged;
-use crate::policy::{GatePolicy, OverloadWhen, ValidPolicy};
+use crate::policy::{GatePolicy, ValidPolicy};
 
 /// What a law learns from at once: outcomes since the last time, and the
 /// demand now.
@@ -154,7 +154,7 @@ impl Law {
 
     /// Whether the law tells a capacity from failure at random.
     fn judges_by_share(&self) -> bool {
-        self.policy.overload_when == OverloadWhen::MostRefused
+        self.policy.overload_when.weighs_refusals()
     }
 
     /// Whether the law holds the fleet back at `now`: it takes the

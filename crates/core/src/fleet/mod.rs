@@ -41,7 +41,6 @@ pub mod fair_share;
 pub mod floor;
 mod law;
 pub mod replicas;
-mod trial;
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -209,6 +208,9 @@ struct Member {
     /// What it counts for in the last division, as its want has changed
     /// since: `min(want, level)`, and whether its want is above the level.
     counted: (f64, bool),
+    /// Whether its gate watched at its last ask: off, judging alone that
+    /// the dependency answers (its refusals within what chance explains).
+    watching: bool,
 }
 
 /// The last division of the rate.
@@ -274,6 +276,23 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
     /// Processes that asked within the last two seconds.
     pub fn members(&self) -> usize {
         self.members.len()
+    }
+
+    /// Of the processes heard from within the last three asks at `now`,
+    /// those whose own gate watches (it has heard refusals and judges,
+    /// alone, that the dependency answers) and those whose gate is on (it
+    /// judges the dependency down or overloaded, or the fleet told it to
+    /// pace): what each process believes, beside what the fleet does.
+    pub fn gates_at(&self, now: Instant) -> (usize, usize) {
+        self.members
+            .values()
+            .filter(|member| is_active(member, now))
+            .fold((0, 0), |(watching, on), member| {
+                (
+                    watching + usize::from(member.watching),
+                    on + usize::from(!member.watching),
+                )
+            })
     }
 
     /// Whether `who` is among the processes counted.
@@ -344,7 +363,9 @@ impl<K: Eq + Hash + Clone> FleetController<K> {
             last_ask: now.checked_sub(ASK_EVERY).unwrap_or(now),
             waiting: 0,
             counted: (0.0, false),
+            watching: tally.watching,
         });
+        member.watching = tally.watching;
         let elapsed = now.saturating_duration_since(member.last_ask).max(ASK_EVERY / 10);
         let seconds = elapsed.as_secs_f64();
         // At most what it could have sent at twice its grant (or the lowest rate).

@@ -68,6 +68,7 @@ mod answers;
 mod judgement;
 mod pace;
 pub(crate) mod rate;
+pub(crate) mod trial;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -85,6 +86,7 @@ pub use judgement::{Judged, Judgement};
 pub use pace::Lease;
 use pace::Pacer;
 use rate::Rate;
+use trial::{Finding, Trials};
 
 /// What an attempt learns when it asks for a turn.
 #[derive(Debug, PartialEq, Eq)]
@@ -164,6 +166,23 @@ const DOWN_AFTER_TENTHS: u64 = 30;
 /// of callers refused together counts three at once.
 const DOWN_REFUSALS: f64 = 3.0;
 
+/// Under `evidence`, the refusals in a row, with nothing accepted lately,
+/// that show a dependency down at once: a herd's callers, refused together,
+/// count five at once (a thousand callers through 200 processes are five a
+/// process). A dependency failing a half at random refuses a process's
+/// first five about once in 32 starts; the gate then probes, and the trials
+/// of its cuts find the refusals random within a few dozen answers. Ten in
+/// a row would mislead one start in a thousand, but cost the simulator's
+/// herd through 200 processes a thousand more refused first tries.
+const DOWN_RUN: u32 = 5;
+
+/// Under `evidence`, how long [`DOWN_REFUSALS`] in a row, with nothing
+/// accepted lately, must span to show a dependency down: a process that
+/// sends a few attempts a second to a dependency failing up to a half at
+/// random hears one accepted within a second, while a process with one
+/// caller, whose retries back off, counts ten only after seconds.
+const DOWN_SPAN: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// What a gate saw since it was last asked (see [`SendGate::tally`]): what
 /// a process tells the fleet's coordinator.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -202,6 +221,12 @@ struct State {
     rng: SmallRng,
     /// While watching, what the dependency answered since watching began.
     watch: Answers,
+    /// While watching, the refusals since the last acceptance (or since
+    /// watching began), and when the first of them came.
+    refusal_run: Option<(u32, Instant)>,
+    /// Under `evidence`, once on for a dependency found down: what the
+    /// gate's cuts do to the refusals.
+    trials: Trials,
 }
 
 /// What an outcome heard while off says.
@@ -237,6 +262,8 @@ impl SendGate {
                 tally: Tally::default(),
                 rng: SmallRng::seed_from_u64(seed),
                 watch: Answers::new(now),
+                refusal_run: None,
+                trials: Trials::default(),
             }),
             on: AtomicBool::new(false),
             watching: AtomicBool::new(false),
@@ -461,12 +488,12 @@ impl SendGate {
     #[inline]
     pub fn record_at(&self, signal: Signal, sent: Instant, now: Instant) {
         if signal == Signal::Accepted {
-            let most_refused = self.policy.overload_when == OverloadWhen::MostRefused;
-            if most_refused {
+            let weighs = self.policy.overload_when.weighs_refusals();
+            if weighs {
                 self.note_accepted(now);
             }
             // Under any-refusal nothing watches: a healthy call loads `on` alone.
-            let counted = self.is_on() || (most_refused && self.is_watching());
+            let counted = self.is_on() || (weighs && self.is_watching());
             if !counted {
                 return;
             }
@@ -517,15 +544,24 @@ impl SendGate {
                 state.tally.timed_out += u64::from(timed_out);
                 if !timed_out {
                     state.rate.refused(1, now);
+                    if self.trial_holds(&mut state, 0.0, 1.0, sent, now) {
+                        return;
+                    }
                 }
                 let own = state.rate.now;
                 state.pacer.accrue(own, now);
+                let last_cut = state.rate.last_cut();
                 if state.rate.overloaded(policy, sent, now, timed_out) {
                     state.last_trouble = now;
                     state.pacer.overloaded(policy.beta, sent);
                 }
+                if self.tries_cuts(&state) && !timed_out && state.rate.last_cut() > last_cut {
+                    let share = state.rate.refused_share_last_second(now);
+                    state.trials.cut(share, now);
+                }
             }
             Signal::Accepted => {
+                self.trial_holds(&mut state, 1.0, 0.0, sent, now);
                 state.tally.accepted += 1;
                 let own = state.rate.now;
                 state.pacer.accrue(own, now);
@@ -545,11 +581,12 @@ impl SendGate {
     /// lately; while watching, outcomes are counted until they show
     /// overload, and watching ends after `quiet` without a refusal.
     fn watched(&self, state: &mut State, signal: Signal, now: Instant) -> Option<Watched> {
-        if self.policy.overload_when == OverloadWhen::AnyRefusal && signal != Signal::Accepted {
+        if !self.policy.overload_when.weighs_refusals() && signal != Signal::Accepted {
             return Some(Watched::Down);
         }
         match signal {
             Signal::Accepted => {
+                state.refusal_run = None;
                 state.watch.accepted(1, now);
                 state.tally.sent += 1;
                 state.tally.accepted += 1;
@@ -568,13 +605,17 @@ impl SendGate {
                     // the fleet hears: every process would report one, and
                     // none of the acceptances before it.
                     state.watch = Answers::new(now);
+                    state.refusal_run = None;
                     state.tally = Tally::default();
                     self.watching.store(true, Ordering::Relaxed);
                 }
                 state.watch.refused(1, now);
                 state.last_trouble = now;
-                let down = !self.accepted_lately(now) && !state.watch.any_accepted();
-                Some(if down && state.watch.refusals() >= DOWN_REFUSALS {
+                let (run, since) = state.refusal_run.unwrap_or((0, now));
+                state.refusal_run = Some((run + 1, since));
+                let down =
+                    !self.accepted_lately(now) && !state.watch.any_accepted() && self.shows_down(state, now);
+                Some(if down {
                     Watched::Down
                 } else if state.watch.shows_overload() {
                     Watched::Overloaded
@@ -582,6 +623,55 @@ impl SendGate {
                     Watched::NotYet
                 })
             }
+        }
+    }
+
+    /// Whether the gate tries its cuts: under `evidence`, on for a
+    /// dependency it found down that has since accepted something, until
+    /// a trial finds it failing a share at random, or the gate is slow.
+    fn tries_cuts(&self, state: &State) -> bool {
+        self.policy.overload_when == OverloadWhen::Evidence
+            && !state.rate.is_probing()
+            && !state.rate.is_answering()
+            && !state.rate.is_slow()
+    }
+
+    /// Hears, at `now`, `accepted` and `refused` answers to an attempt sent
+    /// at `sent` in the trial of the gate's last cut, if it tries its cuts;
+    /// whether the trial holds the rate (a refusal then cuts nothing). A
+    /// trial whose refusals kept their share over two cuts judges the
+    /// dependency to answer, failing a share at random: refusals from then
+    /// on cut only while most are refused, as under `most-refused`.
+    fn trial_holds(
+        &self,
+        state: &mut State,
+        accepted: f64,
+        refused: f64,
+        sent: Instant,
+        now: Instant,
+    ) -> bool {
+        if !self.tries_cuts(state) {
+            return false;
+        }
+        if let Some(Finding::Random(_)) = state.trials.answered(accepted, refused, sent) {
+            state.rate.answering_verdict(&self.policy, now);
+            state.trials.reset();
+            return false;
+        }
+        state.trials.holds()
+    }
+
+    /// Whether the refusals heard while watching, with nothing accepted
+    /// lately, show the dependency down: under `most-refused`, three within
+    /// three seconds; under `evidence`, [`DOWN_RUN`] in a row, or
+    /// [`DOWN_REFUSALS`] in a row over [`DOWN_SPAN`].
+    fn shows_down(&self, state: &State, now: Instant) -> bool {
+        match self.policy.overload_when {
+            OverloadWhen::MostRefused => state.watch.refusals() >= DOWN_REFUSALS,
+            _ => state.refusal_run.is_some_and(|(run, since)| {
+                run >= DOWN_RUN
+                    || (f64::from(run) >= DOWN_REFUSALS && now.saturating_duration_since(since) >= DOWN_SPAN)
+            }),
         }
     }
 
@@ -628,6 +718,7 @@ impl SendGate {
     /// it probes at the lowest rate.
     fn turn_on(&self, state: &mut State, signal: Signal, sent: Instant, now: Instant) {
         state.rate = Rate::probing(&self.policy, now);
+        state.trials.reset();
         // The rate is at its lowest already; this only notes whether the
         // dependency is slow.
         let timed_out = signal == Signal::TimedOut;

@@ -78,13 +78,18 @@ enum Phase {
     Cubic { max: f64, since: Instant, k: f64 },
 }
 
-/// The random share a gate takes once something has got through: a half
-/// under `most-refused` (refusals count as overload only while they
-/// outnumber acceptances), none under `any-refusal`.
+/// The random share a gate takes once something has got through after it
+/// found its dependency down: a half under `most-refused` (refusals count
+/// as overload only while they outnumber acceptances), none under
+/// `any-refusal` and `evidence` (a recovering capacity refuses what is sent
+/// past it). Under `evidence` a process's gate then tries its cuts (see the
+/// `trial` module): a chance run of refusals from a dependency failing a
+/// share at random may have looked like an outage, and taking every refusal
+/// for overload from then on would pace that process into a backlog.
 fn random_share_of(policy: &GatePolicy) -> f64 {
     match policy.overload_when {
         OverloadWhen::MostRefused => HALF,
-        OverloadWhen::AnyRefusal => 0.0,
+        OverloadWhen::AnyRefusal | OverloadWhen::Evidence => 0.0,
     }
 }
 
@@ -238,7 +243,9 @@ impl Rate {
         self.judged_overloaded = Some(now);
         self.last_cut = now;
         self.now = cut;
-        self.phase = if self.answers.counted_for_a_second_at(now) {
+        let measured =
+            self.answers.counted_for_a_second_at(now) || policy.overload_when == OverloadWhen::Evidence;
+        self.phase = if measured {
             Phase::Cubic {
                 max: cut,
                 since: now,
@@ -263,6 +270,20 @@ impl Rate {
         self.slow = false;
         self.phase = Phase::SlowStart;
         let answered = self.answers.delivered_rate_at(now) / (1.0 - self.random_share);
+        self.now = self.now.max(answered).clamp(policy.min_rate, policy.max_rate);
+    }
+
+    /// A process's gate found, by trying its cuts, that its refusals keep
+    /// their share: from `now` the dependency is judged to answer, failing
+    /// up to a half at random (as under `most-refused`), and the rate grows
+    /// as in slow start from twice what it delivers.
+    pub(crate) fn answering_verdict(&mut self, policy: &GatePolicy, now: Instant) {
+        self.answers.roll(now);
+        self.random_share = HALF;
+        self.judged_overloaded = None;
+        self.slow = false;
+        self.phase = Phase::SlowStart;
+        let answered = self.answers.delivered() / (1.0 - HALF);
         self.now = self.now.max(answered).clamp(policy.min_rate, policy.max_rate);
     }
 

@@ -836,3 +836,101 @@ fn a_timeout_turns_the_gate_on_at_once_under_most_refused_too() {
     assert!(gate.is_on());
     assert!(!gate.is_answering());
 }
+
+/// A gate as shipped: `overloadWhen: evidence`.
+fn shipped(now: Instant) -> SendGate {
+    SendGate::seeded_at(&policy(GatePolicy::default()), now, 7)
+}
+
+#[test]
+fn the_shipped_gate_judges_by_the_evidence() {
+    assert_eq!(GatePolicy::default().overload_when, OverloadWhen::Evidence);
+}
+
+#[test]
+fn as_shipped_a_dependency_failing_a_share_at_random_is_never_paced() {
+    // 30 calls a second for a minute, a tenth or three tenths refused at
+    // random, as a bad replica behind a balancer refuses: under
+    // any-refusal (the default before) the first refusal paced it.
+    for share in [0.1, 0.3] {
+        let t0 = Instant::now();
+        let gate = shipped(t0);
+        let mut rng = SmallRng::seed_from_u64(11);
+        for i in 0..1_800 {
+            let at = t0 + secs(f64::from(i) / 30.0);
+            assert_eq!(gate.turn_at(at), Turn::Now, "paced at {share} after {i} calls");
+            let signal = if rng.random_bool(share) {
+                Signal::Overloaded
+            } else {
+                Signal::Accepted
+            };
+            gate.record_at(signal, at, at + Duration::from_millis(5));
+        }
+        assert!(
+            !gate.is_on() && gate.is_watching(),
+            "a share at random keeps it watching"
+        );
+    }
+}
+
+#[test]
+fn as_shipped_five_refusals_in_a_row_from_a_dependency_accepting_nothing_show_it_down() {
+    let t0 = Instant::now();
+    let gate = shipped(t0);
+    answers(&gate, Signal::Overloaded, 4, t0, 4);
+    assert!(
+        !gate.is_on(),
+        "four in a row: a half at random does that once in 16 runs"
+    );
+    assert!(gate.is_watching());
+    gate.record_at(Signal::Overloaded, t0 + secs(0.01), t0 + secs(0.01));
+    assert!(gate.is_on(), "the fifth: down");
+    assert_eq!(gate.phase(), "probing");
+    assert!(!gate.is_answering());
+}
+
+#[test]
+fn as_shipped_three_refusals_over_a_second_show_a_dependency_accepting_nothing_down() {
+    let t0 = Instant::now();
+    let gate = shipped(t0);
+    gate.record_at(Signal::Overloaded, t0, t0);
+    gate.record_at(Signal::Overloaded, t0 + secs(0.3), t0 + secs(0.3));
+    gate.record_at(Signal::Overloaded, t0 + secs(0.9), t0 + secs(0.9));
+    assert!(!gate.is_on(), "three within a second: a trickle's chance run");
+    gate.record_at(Signal::Overloaded, t0 + secs(1.0), t0 + secs(1.0));
+    assert!(gate.is_on(), "the run has lasted a second with nothing accepted");
+}
+
+#[test]
+fn as_shipped_a_dependency_found_down_recovers_as_a_capacity_until_cuts_show_its_refusals_random() {
+    let t0 = Instant::now();
+    let gate = shipped(t0);
+    // A chance run of five refusals from a dependency that fails half its
+    // requests at random looks like an outage.
+    answers(&gate, Signal::Overloaded, 5, t0, 5);
+    assert!(gate.is_on());
+    gate.record_at(Signal::Accepted, t0 + secs(1.0), t0 + secs(1.0));
+    assert_eq!(gate.phase(), "slow_start");
+    assert!(
+        !gate.is_answering(),
+        "a recovering capacity's refusals say overload"
+    );
+    // A half refused at any rate: the gate's cuts leave the refusals at
+    // their share, and two trials in a row judge them random.
+    let mut rng = SmallRng::seed_from_u64(3);
+    let answering = (1..=400).find(|i| {
+        let at = t0 + secs(1.0 + f64::from(*i) * 0.01);
+        let signal = if rng.random_bool(0.5) {
+            Signal::Overloaded
+        } else {
+            Signal::Accepted
+        };
+        gate.record_at(signal, at, at);
+        gate.is_answering()
+    });
+    assert!(
+        answering.is_some_and(|i| i <= 200),
+        "judged to answer after {answering:?} answers"
+    );
+    assert_eq!(gate.phase(), "slow_start");
+}

@@ -596,6 +596,8 @@ async fn a_timeout_turns_the_gate_on_only_if_overload_on_lists_timeouts() {
 }
 
 /// A fleet-scoped breaker that two failures open, and a gate, off.
+/// A guard with a fleet-scoped breaker and a gate under `overloadWhen:
+/// any-refusal`, which one refusal turns on.
 fn fleet_scoped_with_a_gate() -> Guard {
     Guard::from_policy(&valid(RetryPolicy {
         circuit_breaker: CircuitBreakerPolicy {
@@ -606,6 +608,7 @@ fn fleet_scoped_with_a_gate() -> Guard {
         },
         gate: GatePolicy {
             enabled: true,
+            overload_when: crate::policy::OverloadWhen::AnyRefusal,
             ..GatePolicy::default()
         },
         ..policy()

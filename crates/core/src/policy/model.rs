@@ -186,11 +186,13 @@ policy_block! {
         /// throttling errors to its rate. An answer with `Retry-After`
         /// always says overload.
         overload_on: RetryOn = "overloadOn",
-        /// When the refusals `overloadOn` names say overload: at the first
-        /// (`any-refusal`, the default, for a service that refuses only
-        /// when full), or only once they go beyond what failure at random
-        /// explains or nothing is accepted (`most-refused`: a service that
-        /// fails a share of requests at random keeps its throughput).
+        /// When the refusals `overloadOn` names say overload: by the
+        /// evidence (`evidence`, the default: at once from a dependency
+        /// that accepts nothing, and from one that accepts once a cut does
+        /// not leave them at the share failure at random explains), at the
+        /// first (`any-refusal`, for a service that refuses only when
+        /// full), or only once they go beyond what failure at random
+        /// explains or nothing is accepted (`most-refused`).
         overload_when: OverloadWhen = "overloadWhen",
     }
 }
@@ -275,7 +277,7 @@ impl Default for GatePolicy {
             ramp: 16.0,
             quiet: Duration::from_secs(5),
             overload_on: RetryOn::overload(),
-            overload_when: OverloadWhen::AnyRefusal,
+            overload_when: OverloadWhen::Evidence,
         }
     }
 }
@@ -344,11 +346,21 @@ pub enum BreakerScope {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum OverloadWhen {
+    /// By the evidence, the default: a dependency that has accepted
+    /// nothing lately is down at once (five refusals in a row, or three
+    /// over a second), as under `any-refusal`; refusals from one that has
+    /// been accepting are weighed first, as under `most-refused`, except
+    /// that the daemon, hearing the whole fleet, tries a cut as soon as
+    /// they come and paces the fleet unless the refusals keep their share
+    /// below it (failure at random). A herd is paced after an outage, a
+    /// brownout is paced within a second, and a dependency that fails a
+    /// share at random keeps its throughput.
+    #[default]
+    Evidence,
     /// At the first: a refusal turns the gate on, and every refusal cuts
     /// its rate (never below what was accepted over the last second). For
     /// a service that refuses only when it is overloaded: one that fails a
     /// share at random is paced down by that share, every second.
-    #[default]
     AnyRefusal,
     /// A process's gate turns on only once refusals outnumber
     /// acceptances by more than chance would (Google's client-side
@@ -358,8 +370,18 @@ pub enum OverloadWhen {
     /// paces it once the fleet's refusals go beyond what failure at random
     /// explains, and frees it again when they keep their share after its
     /// cuts. A service that fails a share of requests at random keeps its
-    /// throughput.
+    /// throughput; a brownout is paced only once most of what is sent is
+    /// refused.
     MostRefused,
+}
+
+impl OverloadWhen {
+    /// Whether refusals from a dependency that has been accepting are
+    /// weighed before they say overload: under every setting but
+    /// `any-refusal`.
+    pub fn weighs_refusals(self) -> bool {
+        self != OverloadWhen::AnyRefusal
+    }
 }
 
 named_values!(Jitter, "jitter", {
@@ -381,6 +403,7 @@ named_values!(BreakerScope, "scope", {
 });
 
 named_values!(OverloadWhen, "overloadWhen value", {
+    Evidence => "evidence",
     AnyRefusal => "any-refusal",
     MostRefused => "most-refused",
 });

@@ -169,11 +169,8 @@ fn advice(t: &Tuning) -> String {
     if let Some(plain) = &t.without_gate {
         out.push_str(
             "\nThe recommendation turns on the send gate, which paces callers through the stormguard client\n\
-             library (and the daemon, with its reporter running). It reads refused connections, timeouts,\n\
-             429s and 503s as overload (gate.overloadOn), at the first refusal: if the dependency answers 503\n\
-             for reasons other than load (a bad replica behind a balancer), set gate.overloadWhen: most-refused,\n\
-             or the gate will pace a healthy dependency down by the share it fails. For callers without the\n\
-             library, the best found:\n",
+             library (and the daemon, with its reporter running). For callers without the library, the best\n\
+             found:\n",
         );
         out.push_str(&block(t, plain));
     }

@@ -1,5 +1,8 @@
-//! Whether a fleet's refusals are a capacity's or a share failed at
-//! random, told by what a cut does to them. A capacity refuses what is
+//! Whether refusals are a capacity's or a share failed at random, told by
+//! what a cut does to them: a fleet's law tries every cut (see the fleet's
+//! `law` module), and under `overloadWhen: evidence` a process's gate tries
+//! the cuts it makes after finding its dependency down, in case a chance
+//! run of refusals misled it. A capacity refuses what is
 //! sent past it: cut to what it delivered, its refusals vanish. A
 //! dependency failing a share at random (a bad replica behind a balancer, a
 //! flaky disk) refuses that share at any rate. As BBR learns its bottleneck
@@ -26,7 +29,7 @@
 
 use tokio::time::Instant;
 
-use crate::gate::beyond_random;
+use super::beyond_random;
 
 /// Refusals a trial expects, at the share before its cut, before it
 /// judges: with ten, a dependency failing a share at random shows so few
@@ -45,7 +48,7 @@ const IN_A_ROW: u32 = 2;
 
 /// What a trial's answers say, once they say something.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) enum Finding {
+pub(crate) enum Finding {
     /// The refusals went beyond their share before the cut, or vanished:
     /// a capacity's. The trials start again from the next cut.
     Capacity,
@@ -56,9 +59,9 @@ pub(super) enum Finding {
     Random(f64),
 }
 
-/// The trials of one fleet's law.
+/// The trials of one fleet's law, or of one process's gate.
 #[derive(Debug, Default)]
-pub(super) struct Trials {
+pub(crate) struct Trials {
     current: Option<Trial>,
     /// Trials in a row whose refusals kept their share.
     kept: u32,
@@ -79,7 +82,7 @@ struct Trial {
 impl Trials {
     /// The rate was cut at `now`, after `share_before` of the answers over
     /// the last second were refused: a trial begins unless one is under way.
-    pub(super) fn cut(&mut self, share_before: f64, now: Instant) {
+    pub(crate) fn cut(&mut self, share_before: f64, now: Instant) {
         if self.current.is_none() && share_before > 0.0 {
             self.current = Some(Trial {
                 since: now,
@@ -92,18 +95,18 @@ impl Trials {
 
     /// Whether a trial holds the rate: refusals do not cut it, and it does
     /// not probe.
-    pub(super) fn holds(&self) -> bool {
+    pub(crate) fn holds(&self) -> bool {
         self.current.is_some()
     }
 
     /// Forgets every trial.
-    pub(super) fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         *self = Self::default();
     }
 
     /// Counts `accepted` and `refused` answers to attempts sent since
     /// `sent_since`; what the trial under way found, once it has found it.
-    pub(super) fn answered(&mut self, accepted: f64, refused: f64, sent_since: Instant) -> Option<Finding> {
+    pub(crate) fn answered(&mut self, accepted: f64, refused: f64, sent_since: Instant) -> Option<Finding> {
         let trial = self.current.as_mut()?;
         if sent_since < trial.since {
             return None;
