@@ -4,15 +4,11 @@
 // recover, then lets a few trial calls through to see whether it has.
 //
 //   - Closed (0): calls pass. The breaker opens after ConsecutiveFailures
-//     failures in a row (0 turns this trigger off), unless chance explains
-//     the run: the window holds at least MinBackgroundCalls calls outside
-//     earlier such runs, and at the low end of their failure rate (a
-//     one-sided 95 % Wilson bound, see BackgroundZ) the run is more likely
-//     than RunByChance; twice ConsecutiveFailures in a row always open it.
-//     It also opens once the window (the last N calls, or the calls of the
-//     last T) holds MinimumCalls calls and the share that failed reaches
-//     FailureRateThreshold, or the share slower than SlowCallDuration
-//     reaches SlowCallRateThreshold.
+//     failures in a row that chance does not explain (see RunByChance; 0
+//     turns this trigger off), or once the window (the
+//     last N calls, or the calls of the last T) holds MinimumCalls calls and
+//     the share that failed reaches FailureRateThreshold, or the share
+//     slower than SlowCallDuration reaches SlowCallRateThreshold.
 //   - Open (2): calls are refused at once, for OpenTimeout.
 //   - Half-open (1): at most HalfOpenMaxCalls trial calls at a time;
 //     SuccessThreshold good trials close the breaker, a failed or slow one
@@ -33,7 +29,6 @@ package breaker
 
 import (
 	"fmt"
-	"math"
 	"sync"
 	"time"
 )
@@ -430,137 +425,49 @@ func (b *Breaker) recordClosed(failed, slow bool, now uint64) {
 		b.consecutiveFailures = 0
 	}
 	b.window.record(now, failed, slow)
-	longRun := b.policy.ConsecutiveFailures > 0 && b.consecutiveFailures >= b.policy.ConsecutiveFailures
-	if longRun {
-		b.window.longRun()
-	}
-	inARow := longRun && !chanceExplains(b.consecutiveFailures, b.policy.ConsecutiveFailures,
-		b.window.background(now), b.policy.FailureRateThreshold)
+	inARow := b.policy.ConsecutiveFailures > 0 && b.consecutiveFailures >= b.policy.ConsecutiveFailures &&
+		!runByChance(b.consecutiveFailures, b.window.tally(now), b.policy.FailureRateThreshold)
 	if inARow || b.ratesExceeded(now) {
 		b.transition(Open, now)
 	}
 }
 
 // RunByChance is how likely, at most, a run of failures may be by chance
-// for the breaker to believe it: one in 100,000, for that run. A dependency
-// that fails 30 % of calls at random (a bad replica behind a balancer)
-// fails five in a row about once in 590 calls, and a breaker that opened
-// on those would hold open a dependency that serves 70 % of calls. So a run
-// of ConsecutiveFailures or more is excused while its chance at the
-// background rate (the rate before it, taken at the low end of what the
-// window shows: see BackgroundZ) is above this, and believed once it is at
-// most this, or once it reaches twice ConsecutiveFailures.
-//
-// The bound is per run, not per call: a dependency failing a share p at
-// random starts a run of r or more failures about (1 − p)·p^r times a call,
-// so a run of ten at 30 % comes about once in 242,000 calls. Taken at the
-// low end of the background, the runs believed are shorter: a dependency
-// failing 30 % at random opens the breaker about once in 12,500 calls
-// under the defaults (measured over a million calls in the Rust library's
-// tests; once in 590 if every run of five were believed).
-//
-// A dependency that was answering and went down shows no failures before
-// its run, so ConsecutiveFailures open the breaker at once; behind a 10 %
-// background they still do (0.1⁵ is one in 100,000 exactly), behind 30 %
-// seven to nine do, and never more than twice ConsecutiveFailures.
+// before the breaker believes it: one in 100,000. A dependency that fails
+// 30 % of calls at random fails five in a row every few hundred calls, and
+// a breaker that opened on those would hold open a dependency that serves
+// 70 % of calls; a run of ten at 30 % comes about once in 400,000 calls. A
+// dependency that was answering and went down shows no failures before its
+// run, so five still open the breaker at once.
 const RunByChance = 1e-5
 
-// MinBackgroundCalls is the fewest calls the window must hold outside long
-// runs (runs of ConsecutiveFailures or more) before any run is excused. An
-// outage often begins ragged, a few failures among successes before every
-// call fails, and those land in the window just before its run: in a
-// window of a few calls they would be most of the background, and the
-// dependency's own onset would excuse its outage. Fifty calls hold five
-// failures at 10 %, the rate below which chance never explains the default
-// five in a row, and five failures are the usual least count (np ≥ 5) for
-// a rate to be estimated at all. A window that cannot hold fifty calls
-// besides the run (a count window of fewer than 50 + ConsecutiveFailures
-// calls, a time window at low traffic) never excuses a run: the breaker
-// opens at ConsecutiveFailures, as it reads.
-const MinBackgroundCalls = 50
-
-// BackgroundZ is the standard normal quantile of the bound the background
-// is taken at: 1.645, for a one-sided 95 % confidence bound, written to
-// the last digit a float64 holds, as every client writes it.
-const BackgroundZ = 1.6448536269514722
-
-// backgroundFloor is the lowest failure rate the background could have,
-// 95 % sure, for failures failed calls of calls: the lower one-sided
-// Wilson score bound at BackgroundZ; 0 without a failure.
-//
-// The low end, because the bound decides whether to excuse a run: the
-// breaker opens at ConsecutiveFailures, as the policy says, unless the
-// window shows that the dependency fails often enough for chance to explain
-// the run; a rate read high from a few calls, or by the luck of the window,
-// would excuse a real outage. Taken low, the rule is conservative about
-// excusing: the less the window shows, the lower the bound.
-//
-// Computed as 2f² / (n·(2f + z² + z·√(z² + 4f(n − f)/n))), in the same
-// operations and order as the Rust library, each rounded by IEEE 754 (the
-// float64 conversions keep the compiler from fusing a multiply and an add),
-// so that both reach the same bound to the last bit.
-func backgroundFloor(failures, calls uint32) float64 {
-	if failures == 0 || calls == 0 {
-		return 0
+// runByChance says whether run failures in a row are likely enough by
+// chance at the failure rate the window held before them (t counts the run
+// too): that rate, below threshold (a higher one is a failing dependency,
+// run or no run), to the power of the run is at least RunByChance.
+// Multiplied out one failure at a time, as the Rust library does, so that
+// both reach the same verdict to the last bit.
+func runByChance(run uint32, t tally, threshold float64) bool {
+	if t.calls <= run {
+		return false
 	}
-	if failures > calls {
-		failures = calls
+	before := t.calls - run
+	failures := uint32(0)
+	if t.failures > run {
+		failures = t.failures - run
 	}
-	f, n := float64(failures), float64(calls)
-	z := float64(BackgroundZ)
-	z2 := z * z
-	spread := math.Sqrt(z2 + 4*f*(n-f)/n)
-	return 2 * f * f / (n * (float64(2*f) + z2 + float64(z*spread)))
-}
-
-// rare says whether run failures in a row, each failing with chance rate,
-// are at most RunByChance likely, as exact arithmetic would say. Multiplied
-// out one failure at a time, each product rounds by at most half a unit in
-// the last place; with rate and RunByChance each rounded once, the chance
-// is off by less than about run × 2⁻⁵² of itself. A chance within twice
-// that of the limit is taken as at it, so that 0.1⁵, which rounds to just
-// above 1e-5, is one in 100,000, while a rate a hair above 0.1 still is
-// not. The Rust library computes the same products and limit.
-func rare(rate float64, run uint32) bool {
-	limit := RunByChance * (1 + float64(2*float64(run)*0x1p-52))
+	rate := float64(failures) / float64(before)
+	if rate >= threshold {
+		return false
+	}
 	chance := 1.0
 	for i := uint32(0); i < run; i++ {
 		chance *= rate
-		if chance <= limit {
-			return true
+		if chance < RunByChance {
+			return false
 		}
 	}
-	return false
-}
-
-// chanceExplains says whether chance explains run failures in a row of a
-// breaker that opens at consecutive (above 0, at most run), given the
-// window's background (its calls and failures outside runs of consecutive
-// or more, this one included) and FailureRateThreshold. It does not, and
-// the run opens the breaker, when the run is twice consecutive or longer
-// (however often the dependency fails, a run that long is an outage), when
-// the background holds fewer than MinBackgroundCalls calls, when its
-// failure rate is at threshold or past it (a failing dependency, run or no
-// run), or when, at the low end of that rate, the run is at most
-// RunByChance likely.
-//
-// Leaving earlier long runs out of the background is what keeps a flapping
-// dependency from excusing itself: runs are not independent failures, and
-// a dependency that went down briefly, twice, and was excused each time
-// would otherwise show a background inflated by its own outages, and
-// excuse the next one longer.
-func chanceExplains(run, consecutive uint32, bg background, threshold float64) bool {
-	limit := uint32(math.MaxUint32)
-	if consecutive <= math.MaxUint32/2 {
-		limit = 2 * consecutive
-	}
-	if run >= limit || bg.calls < MinBackgroundCalls {
-		return false
-	}
-	if float64(bg.failures)/float64(bg.calls) >= threshold {
-		return false
-	}
-	return !rare(backgroundFloor(bg.failures, bg.calls), run)
+	return true
 }
 
 // ratesExceeded says whether the window holds enough calls and too many

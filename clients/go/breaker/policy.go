@@ -16,9 +16,7 @@ import (
 // the daemon's range for it.
 type Policy struct {
 	Enabled bool
-	// ConsecutiveFailures in a row open the breaker, unless chance explains
-	// the run (see RunByChance), and twice as many always do; 0 turns this
-	// trigger off.
+	// ConsecutiveFailures in a row open the breaker; 0 turns this trigger off.
 	ConsecutiveFailures uint32
 	// FailureRateThreshold over the window opens the breaker.
 	FailureRateThreshold float64

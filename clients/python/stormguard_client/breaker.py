@@ -3,15 +3,11 @@ dependency that keeps failing, so it gets room to recover, then lets a few
 trial calls through to see whether it has.
 
 - **closed** (0): calls pass. The breaker opens after ``consecutiveFailures``
-  failures in a row (0 turns that trigger off), unless chance explains the
-  run: the window holds at least ``MIN_BACKGROUND_CALLS`` calls outside
-  earlier such runs, and at the low end of their failure rate
-  (:func:`background_floor`) the run is more likely than ``RUN_BY_CHANCE``;
-  twice ``consecutiveFailures`` in a row always open it (see
-  :func:`chance_explains`). It also opens once the window (the last N calls,
-  or the calls of the last T) holds ``minimumCalls`` calls and the share
-  that failed reaches ``failureRateThreshold``, or the share slower than
-  ``slowCallDuration`` reaches ``slowCallRateThreshold``.
+  failures in a row that chance does not explain (see ``RUN_BY_CHANCE``; 0
+  turns that trigger off), or once the window (the last
+  N calls, or the calls of the last T) holds ``minimumCalls`` calls and the
+  share that failed reaches ``failureRateThreshold``, or the share slower
+  than ``slowCallDuration`` reaches ``slowCallRateThreshold``.
 - **open** (2): calls are refused at once, for ``openTimeout``.
 - **half-open** (1): at most ``halfOpenMaxCalls`` trial calls at a time.
   ``successThreshold`` good trials close the breaker; a failed or slow
@@ -45,118 +41,34 @@ BUCKETS = 20
 U32_MAX = (1 << 32) - 1
 
 RUN_BY_CHANCE = 1e-5
-"""How likely, at most, a run of failures may be by chance for the breaker to
-believe it: one in 100,000, for that run. A dependency that fails 30 % of
-calls at random (a bad replica behind a balancer) fails five in a row about
-once in 590 calls, and a breaker that opened on those would hold open a
-dependency that serves 70 % of calls. So a run of ``consecutiveFailures`` or
-more is excused while its chance at the background rate (the rate before it,
-taken at the low end of what the window shows: see :func:`background_floor`)
-is above this, and believed once it is at most this, or once it reaches twice
-``consecutiveFailures`` (see :func:`chance_explains`).
-
-The bound is per run, not per call: a dependency failing a share p at random
-starts a run of r or more failures about (1 − p)·p^r times a call, so a run of
-ten at 30 % comes about once in 242,000 calls. Taken at the low end of the
-background, the runs believed are shorter: a dependency failing 30 % at random
-opens the breaker about once in 12,500 calls under the defaults (measured over
-a million calls in the Rust library's tests; once in 590 if every run of five
-were believed).
-
-A dependency that was answering and went down shows no failures before its
-run, so ``consecutiveFailures`` open the breaker at once; behind a 10 %
-background they still do (0.1⁵ is one in 100,000 exactly), behind 30 % seven
-to nine do, and never more than twice ``consecutiveFailures``."""
-
-MIN_BACKGROUND_CALLS = 50
-"""The fewest calls the window must hold outside long runs (runs of
-``consecutiveFailures`` or more) before any run is excused. An outage often
-begins ragged, a few failures among successes before every call fails, and
-those land in the window just before its run: in a window of a few calls they
-would be most of the background, and the dependency's own onset would excuse
-its outage. Fifty calls hold five failures at 10 %, the rate below which
-chance never explains the default five in a row, and five failures are the
-usual least count (np ≥ 5) for a rate to be estimated at all. A window that
-cannot hold fifty calls besides the run (a count window of fewer than 50 +
-``consecutiveFailures`` calls, a time window at low traffic) never excuses a
-run: the breaker opens at ``consecutiveFailures``, as it reads."""
-
-BACKGROUND_Z = 1.6448536269514722
-"""The standard normal quantile of the bound the background is taken at: 1.645,
-for a one-sided 95 % confidence bound, written to the last digit a float
-holds, as every client writes it."""
-
-_EPSILON = 2.0**-52
+"""How likely, at most, a run of failures may be by chance before the breaker
+believes it: one in 100,000. A dependency that fails 30 % of calls at random
+fails five in a row every few hundred calls, and a breaker that opened on
+those would hold open a dependency that serves 70 % of calls; a run of ten at
+30 % comes about once in 400,000 calls. A dependency that was answering and
+went down shows no failures before its run, so five still open the breaker at
+once."""
 
 
-def background_floor(failures: int, calls: int) -> float:
-    """The lowest failure rate the background could have, 95 % sure, for
-    ``failures`` failed calls of ``calls``: the lower one-sided Wilson score
-    bound at ``BACKGROUND_Z``; 0 without a failure.
-
-    The low end, because the bound decides whether to excuse a run: the
-    breaker opens at ``consecutiveFailures``, as the policy says, unless the
-    window shows that the dependency fails often enough for chance to explain
-    the run; a rate read high from a few calls, or by the luck of the window,
-    would excuse a real outage. Taken low, the rule is conservative about
-    excusing: the less the window shows, the lower the bound.
-
-    Computed as 2f² / (n·(2f + z² + z·√(z² + 4f(n − f)/n))), in the same
-    operations and order as the Rust library, each rounded by IEEE 754, so
-    that both reach the same bound to the last bit."""
-    if failures == 0 or calls == 0:
-        return 0.0
-    f, n = float(min(failures, calls)), float(calls)
-    z = BACKGROUND_Z
-    z2 = z * z
-    spread = math.sqrt(z2 + 4.0 * f * (n - f) / n)
-    return 2.0 * f * f / (n * (2.0 * f + z2 + z * spread))
-
-
-def _rare(rate: float, run: int) -> bool:
-    """Whether ``run`` failures in a row, each failing with chance ``rate``,
-    are at most RUN_BY_CHANCE likely, as exact arithmetic would say.
-    Multiplied out one failure at a time, each product rounds by at most half
-    a unit in the last place; with ``rate`` and RUN_BY_CHANCE each rounded
-    once, the chance is off by less than about ``run`` × 2⁻⁵² of itself. A
-    chance within twice that of the limit is taken as at it, so that 0.1⁵,
-    which rounds to just above 1e-5, is one in 100,000, while a rate a hair
-    above 0.1 still is not. The Rust library computes the same products and
-    limit."""
-    limit = RUN_BY_CHANCE * (1.0 + 2.0 * float(run) * _EPSILON)
+def _run_by_chance(run: int, tally: tuple[int, int, int], threshold: float) -> bool:
+    """Whether ``run`` failures in a row are likely enough by chance at the
+    failure rate the window held before them (``tally`` counts the run too):
+    that rate, below ``threshold`` (a higher one is a failing dependency, run or
+    no run), to the power of the run is at least RUN_BY_CHANCE. Multiplied out
+    one failure at a time, as the Rust library does, so that every client
+    reaches the same verdict to the last bit."""
+    calls, failures, _ = tally
+    if calls <= run:
+        return False
+    rate = max(failures - run, 0) / (calls - run)
+    if rate >= threshold:
+        return False
     chance = 1.0
     for _ in range(run):
         chance *= rate
-        if chance <= limit:
-            return True
-    return False
-
-
-def chance_explains(run: int, consecutive_failures: int, background: tuple[int, int], threshold: float) -> bool:
-    """Whether chance explains ``run`` failures in a row of a breaker that
-    opens at ``consecutive_failures`` (above 0, at most ``run``), given the
-    window's ``background`` (its calls and failures outside runs of
-    ``consecutive_failures`` or more, this one included) and
-    ``failureRateThreshold``. It does not, and the run opens the breaker,
-    when the run is twice ``consecutive_failures`` or longer (however often
-    the dependency fails, a run that long is an outage), when the background
-    holds fewer than MIN_BACKGROUND_CALLS calls, when its failure rate is at
-    ``threshold`` or past it (a failing dependency, run or no run), or when,
-    at the low end of that rate, the run is at most RUN_BY_CHANCE likely.
-
-    Leaving earlier long runs out of the background is what keeps a flapping
-    dependency from excusing itself: runs are not independent failures, and a
-    dependency that went down briefly, twice, and was excused each time would
-    otherwise show a background inflated by its own outages, and excuse the
-    next one longer."""
-    calls, failures = background
-    if run >= min(2 * consecutive_failures, U32_MAX) or calls < MIN_BACKGROUND_CALLS:
-        return False
-    if failures / calls >= threshold:
-        return False
-    return not _rare(background_floor(failures, calls), run)
-
-
+        if chance < RUN_BY_CHANCE:
+            return False
+    return True
 KEYS = ("enabled", "consecutiveFailures", "failureRateThreshold", "slowCallRateThreshold",
         "slowCallDurationMs", "minimumCalls", "slidingWindow", "openTimeoutMs",
         "halfOpenMaxCalls", "successThreshold")
@@ -280,66 +192,36 @@ class BreakerPolicy:
 
 
 class _CountWindow:
-    """A ring of the last N outcomes [failed, slow, of a long run], with
-    running totals [calls, failures, slow] and the failures of long runs
-    (runs of ``consecutiveFailures`` or more), which the background a run is
-    judged against leaves out."""
+    """A ring of the last N outcomes, with running totals [calls, failures, slow]."""
 
     def __init__(self, calls: int) -> None:
         self.capacity = max(calls, 1)
         self.clear()
 
     def clear(self) -> None:
-        self._outcomes: list[list[int] | None] = [None] * self.capacity
+        self._outcomes: list[tuple[int, int] | None] = [None] * self.capacity
         self._next = 0
         self._tally = [0, 0, 0]
-        self._in_runs = 0
-        self._long = False
 
     def record(self, now: int, failed: bool, slow: bool) -> None:
-        """Records a call: a failure continues the current run of failures
-        (a long one, if :meth:`long_run` said so), a success ends it."""
         old = self._outcomes[self._next]
         if old is not None:
             self._tally[0] -= 1
             self._tally[1] -= old[0]
             self._tally[2] -= old[1]
-            self._in_runs -= old[2]
-        self._long = self._long and failed
-        self._outcomes[self._next] = [int(failed), int(slow), int(self._long)]
-        self._in_runs += int(self._long)
+        self._outcomes[self._next] = (int(failed), int(slow))
         self._tally[0] += 1
         self._tally[1] += int(failed)
         self._tally[2] += int(slow)
         self._next = (self._next + 1) % self.capacity
 
-    def long_run(self) -> None:
-        """The run of failures just recorded is a long one: marks its
-        failures, newest first, back to the success (or empty slot) before it."""
-        if self._long:
-            return
-        self._long = True
-        for back in range(1, self.capacity + 1):
-            slot = self._outcomes[(self._next - back) % self.capacity]
-            if slot is None or not slot[0] or slot[2]:
-                break
-            slot[2] = 1
-            self._in_runs += 1
-
     def tally(self, now: int) -> tuple[int, int, int]:
         calls, failures, slow = self._tally
         return calls, failures, slow
 
-    def background(self, now: int) -> tuple[int, int]:
-        """The window's calls and failures outside long runs."""
-        return max(self._tally[0] - self._in_runs, 0), max(self._tally[1] - self._in_runs, 0)
-
 
 class _TimeWindow:
-    """The calls of the last ``duration``, in BUCKETS steps of ``duration //
-    BUCKETS``, each also counting the failures of long runs (runs of
-    ``consecutiveFailures`` or more), which the background a run is judged
-    against leaves out, and those of the current run, not yet known to be long."""
+    """The calls of the last ``duration``, in BUCKETS steps of ``duration // BUCKETS``."""
 
     capacity: int | None = None
 
@@ -349,65 +231,29 @@ class _TimeWindow:
         self.clear()
 
     def clear(self) -> None:
-        # Per bucket: [step, calls, failures, slow, failures of long runs, of the current run].
-        self._buckets = [[0, 0, 0, 0, 0, 0] for _ in range(BUCKETS)]
-        self._long = False
-        self._pending = False
+        # Per bucket: [step, calls, failures, slow].
+        self._buckets = [[0, 0, 0, 0] for _ in range(BUCKETS)]
 
     def _step_at(self, now: int) -> int:
         return max(now - self._start, 0) // self._step
 
     def record(self, now: int, failed: bool, slow: bool) -> None:
-        """Records a call: a failure continues the current run of failures
-        (a long one, if :meth:`long_run` said so), a success ends it."""
         step = self._step_at(now)
-        if not failed:
-            self._long = False
-            if self._pending:
-                for other in self._buckets:
-                    other[5] = 0
-                self._pending = False
         bucket = self._buckets[step % BUCKETS]
         if bucket[0] != step:
-            bucket[:] = [step, 0, 0, 0, 0, 0]
+            bucket[:] = [step, 0, 0, 0]
         bucket[1] += 1
         bucket[2] += int(failed)
         bucket[3] += int(slow)
-        if failed and self._long:
-            bucket[4] += 1
-        elif failed:
-            bucket[5] += 1
-            self._pending = True
-
-    def long_run(self) -> None:
-        """The run of failures just recorded is a long one: counts its
-        failures, in whichever buckets they fell, as a long run's."""
-        if self._long:
-            return
-        self._long = True
-        for bucket in self._buckets:
-            bucket[4] += bucket[5]
-            bucket[5] = 0
-        self._pending = False
-
-    def _totals(self, now: int) -> list[int]:
-        """[calls, failures, slow, failures of long runs] in the window."""
-        step = self._step_at(now)
-        total = [0, 0, 0, 0]
-        for bucket in self._buckets:
-            if bucket[0] <= step and step - bucket[0] < BUCKETS:
-                for i in range(4):
-                    total[i] += bucket[i + 1]
-        return total
 
     def tally(self, now: int) -> tuple[int, int, int]:
-        calls, failures, slow, _ = self._totals(now)
-        return calls, failures, slow
-
-    def background(self, now: int) -> tuple[int, int]:
-        """The window's calls and failures outside long runs."""
-        calls, failures, _, in_runs = self._totals(now)
-        return max(calls - in_runs, 0), max(failures - in_runs, 0)
+        step = self._step_at(now)
+        total = [0, 0, 0]
+        for bucket in self._buckets:
+            if bucket[0] <= step and step - bucket[0] < BUCKETS:
+                for i in range(3):
+                    total[i] += bucket[i + 1]
+        return total[0], total[1], total[2]
 
 
 def _scope(scope: object) -> bool:
@@ -650,11 +496,9 @@ class CircuitBreaker:
         policy = self.policy
         self._consecutive_failures = min(self._consecutive_failures + 1, U32_MAX) if failed else 0
         self._window.record(now, failed, slow)
-        long_run = 0 < policy.consecutive_failures <= self._consecutive_failures
-        if long_run:
-            self._window.long_run()
-        in_a_row = long_run and not chance_explains(self._consecutive_failures, policy.consecutive_failures,
-                                                    self._window.background(now), policy.failure_rate_threshold)
+        in_a_row = (0 < policy.consecutive_failures <= self._consecutive_failures
+                    and not _run_by_chance(self._consecutive_failures, self._window.tally(now),
+                                           policy.failure_rate_threshold))
         if in_a_row or self._rates_exceeded(now):
             self._transition(CircuitState.OPEN, now)
 

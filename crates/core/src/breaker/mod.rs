@@ -3,15 +3,11 @@
 //! it has.
 //!
 //! - **Closed** (0): calls pass. The breaker opens after `consecutiveFailures`
-//!   failures in a row, unless chance explains the run: the window holds at
-//!   least [`MIN_BACKGROUND_CALLS`] calls outside earlier such runs, and at
-//!   the low end of their failure rate ([`background_floor`]) the run is more
-//!   likely than [`RUN_BY_CHANCE`]; twice `consecutiveFailures` in a row
-//!   always open it (see [`chance_explains`]). It also opens once the window
-//!   (the last N calls, or the calls of the last T) holds `minimumCalls`
-//!   calls and the share that failed reaches `failureRateThreshold`, or the
-//!   share slower than `slowCallDuration` reaches `slowCallRateThreshold`
-//!   (Resilience4j).
+//!   failures in a row that chance does not explain (see [`RUN_BY_CHANCE`]),
+//!   or once the window (the last N calls, or
+//!   the calls of the last T) holds `minimumCalls` calls and the share that
+//!   failed reaches `failureRateThreshold`, or the share slower than
+//!   `slowCallDuration` reaches `slowCallRateThreshold` (Resilience4j).
 //! - **Open** (2): calls are refused at once, for `openTimeout`.
 //! - **Half-open** (1): at most `halfOpenMaxCalls` trial calls at a time (the
 //!   seed let any number through). `successThreshold` good trials close the
@@ -53,139 +49,40 @@
 pub(crate) mod state;
 mod window;
 
-/// How likely, at most, a run of failures may be by chance for the breaker
-/// to believe it: one in 100,000, for that run. A dependency that fails 30 %
-/// of calls at random (a bad replica behind a balancer) fails five in a
-/// row about once in 590 calls, and a breaker that opened on those would
-/// hold a dependency that serves 70 % of calls open for most of a minute.
-/// So a run of `consecutiveFailures` or more is excused while its chance
-/// at the background rate (the rate before it, taken at the low end of what
-/// the window shows: see [`background_floor`]) is above this, and believed
-/// once it is at most this, or once it reaches twice `consecutiveFailures`
-/// (see [`chance_explains`]).
-///
-/// The bound is per run, not per call: a dependency failing a share p at
-/// random starts a run of r or more failures about (1 − p)·p^r times a
-/// call, so a run of ten at 30 % comes about once in 242,000 calls. Taken
-/// at the low end of the background, the runs believed are shorter: a
-/// dependency failing 30 % at random opens the breaker about once in
-/// 12,500 calls under the defaults (measured over a million calls in the
-/// breaker's tests; once in 590 if every run of five were believed).
-///
-/// A dependency that was answering and went down shows no failures before
-/// its run, so `consecutiveFailures` open the breaker at once; behind a
-/// 10 % background they still do (0.1⁵ is one in 100,000 exactly), behind
-/// 30 % seven to nine do, and never more than twice `consecutiveFailures`.
+/// How likely, at most, a run of failures may be by chance before the
+/// breaker believes it: one in 100,000. A dependency that fails 30 % of
+/// calls at random (a bad replica behind a balancer) fails five in a row
+/// every few hundred calls, and a breaker that opened on those would hold
+/// a dependency that serves 70 % of calls open for most of a minute; a run
+/// of ten at 30 % comes about once in 400,000 calls. A dependency that was
+/// answering and went down shows no failures before its run, so five
+/// still open the breaker at once.
 pub const RUN_BY_CHANCE: f64 = 1e-5;
 
-/// The fewest calls the window must hold outside long runs (runs of
-/// `consecutiveFailures` or more) before any run is excused: fifty. An
-/// outage often begins ragged, a few failures among successes before every
-/// call fails, and those land in the window just before its run: in a
-/// window of a few calls they would be most of the background, and the
-/// dependency's own onset would excuse its outage (without a minimum, one
-/// failure in two calls, read as a 50 % rate, excused sixteen in a row
-/// under a threshold above 0.5). Fifty calls hold five failures at 10 %,
-/// the rate below which chance never explains the default five in a row,
-/// and five failures are the usual least count (np ≥ 5) for a rate to be
-/// estimated at all; a ragged onset of ten calls, half of them failed,
-/// moves the rate of fifty by ten points at most. A window that cannot
-/// hold fifty calls besides the run (a count window of fewer than 50 +
-/// `consecutiveFailures` calls, a time window at low traffic) never
-/// excuses a run: the breaker opens at `consecutiveFailures`, as it reads.
-pub const MIN_BACKGROUND_CALLS: u32 = 50;
-
-/// The standard normal quantile of the bound the background is taken at:
-/// 1.645, for a one-sided 95 % confidence bound (see [`background_floor`]).
-/// Written to the last digit an `f64` holds, as every client writes it.
-pub const BACKGROUND_Z: f64 = 1.6448536269514722;
-
-/// The lowest failure rate the background could have, 95 % sure, for
-/// `failures` failed calls of `calls`: the lower one-sided Wilson score
-/// bound at [`BACKGROUND_Z`]; 0 without a failure.
-///
-/// The low end, not the middle or the high end, because the bound decides
-/// whether to *excuse* a run: the breaker opens at `consecutiveFailures`
-/// failures in a row, as the policy says, unless the window shows that the
-/// dependency fails often enough for chance to explain the run; a rate
-/// read high from a few calls, or by the luck of the window, would excuse a
-/// real outage. Taken low, the rule is conservative about excusing: the
-/// less the window shows, the lower the bound and the sooner a run opens
-/// the breaker (1 failure in 2 calls: 0.12, not 0.5; 30 in 100: 0.23).
-/// Even so, a bound from a handful of calls is no evidence (0.12⁵ is more
-/// than one in 100,000): hence [`MIN_BACKGROUND_CALLS`]. Wilson's bound
-/// stays inside [0, 1] and sound for small samples and rates near 0,
-/// where the textbook p ± z·√(p(1 − p)/n) does not.
-///
-/// Computed as 2f² / (n·(2f + z² + z·√(z² + 4f(n − f)/n))), the usual
-/// formula with its numerator rationalised (no cancellation near 0), in
-/// operations IEEE 754 rounds exactly (+, −, ×, ÷, √), in this order, so
-/// that the Go and Python clients reach the same bound to the last bit.
-pub fn background_floor(failures: u32, calls: u32) -> f64 {
-    if failures == 0 || calls == 0 {
-        return 0.0;
+/// Whether `run` failures in a row are likely enough by chance at the
+/// failure rate the window held before them (`tally` counts the run too):
+/// that rate, below `threshold` (a higher one is a failing dependency, run
+/// or no run), to the power of the run is at least [`RUN_BY_CHANCE`].
+/// Multiplied out one failure at a time, so that every language reaches
+/// the same verdict to the last bit.
+fn run_by_chance(run: u32, tally: window::Tally, threshold: f64) -> bool {
+    let before = tally.calls.saturating_sub(run);
+    if before == 0 {
+        return false;
     }
-    let (f, n) = (f64::from(failures.min(calls)), f64::from(calls));
-    let z = BACKGROUND_Z;
-    let z2 = z * z;
-    let spread = (z2 + 4.0 * f * (n - f) / n).sqrt();
-    2.0 * f * f / (n * (2.0 * f + z2 + z * spread))
-}
-
-/// Whether `run` failures in a row, each failing with chance `rate`, are
-/// at most [`RUN_BY_CHANCE`] likely, as exact arithmetic would say.
-/// Multiplied out one failure at a time, each product rounds by at most
-/// half a unit in the last place (2⁻⁵³ of it); with `rate` and
-/// `RUN_BY_CHANCE` each rounded once from what they stand for, the chance
-/// is off by less than about `run` × [`f64::EPSILON`] (2⁻⁵²) of itself. A
-/// chance within twice that of the limit is taken as at it, so that 0.1⁵,
-/// which rounds to just above 1e-5, is one in 100,000 (the plain
-/// comparison excused it), while a rate a hair above 0.1 (0.10000001)
-/// still is not. Every client computes the same products and the same
-/// limit, and reaches the same verdict.
-fn rare(rate: f64, run: u32) -> bool {
-    let limit = RUN_BY_CHANCE * (1.0 + 2.0 * f64::from(run) * f64::EPSILON);
+    let failures = tally.failures.saturating_sub(run.min(tally.failures));
+    let rate = f64::from(failures) / f64::from(before);
+    if rate >= threshold {
+        return false;
+    }
     let mut chance = 1.0;
     for _ in 0..run {
         chance *= rate;
-        if chance <= limit {
-            return true;
+        if chance < RUN_BY_CHANCE {
+            return false;
         }
     }
-    false
-}
-
-/// Whether chance explains `run` failures in a row of a breaker that opens
-/// at `consecutive_failures` (above 0, at most `run`), given the window's
-/// `background` (its calls and failures outside runs of
-/// `consecutive_failures` or more, this one included) and
-/// `failureRateThreshold`. It does not, and the run opens the breaker,
-/// when any of these holds:
-///
-/// - the run is twice `consecutive_failures` or longer: however often the
-///   dependency fails, a run that long is an outage (read at its plain
-///   rate, a 49 % background explained sixteen in a row, and one just under
-///   a threshold of 0.95 over two hundred);
-/// - the background holds fewer than [`MIN_BACKGROUND_CALLS`] calls;
-/// - its failure rate is at `threshold` or past it (a failing dependency,
-///   run or no run);
-/// - at the low end of that rate ([`background_floor`]), the run is at
-///   most [`RUN_BY_CHANCE`] likely.
-///
-/// Leaving earlier long runs out of the background is what keeps a
-/// flapping dependency from excusing itself: runs are not independent
-/// failures, and a dependency that went down briefly, twice, and was
-/// excused each time would otherwise show a background inflated by its own
-/// outages, and excuse the next one longer. Left out, an excused run costs
-/// the background nothing but the calls it took.
-pub fn chance_explains(run: u32, consecutive_failures: u32, background: Background, threshold: f64) -> bool {
-    if run >= consecutive_failures.saturating_mul(2) || background.calls < MIN_BACKGROUND_CALLS {
-        return false;
-    }
-    if f64::from(background.failures) / f64::from(background.calls) >= threshold {
-        return false;
-    }
-    !rare(background_floor(background.failures, background.calls), run)
+    true
 }
 
 use std::sync::atomic::{
@@ -201,8 +98,8 @@ use tokio::time::Instant;
 use crate::fleet::breaker::{BreakerReport, BreakerVerdict};
 use crate::policy::{BreakerScope, CircuitBreakerPolicy};
 pub use state::CircuitState;
+pub use window::Tally;
 use window::Window;
-pub use window::{Background, Tally};
 
 /// How a call that held a permit ended, for the breaker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -554,16 +451,11 @@ impl CircuitBreaker {
             0
         };
         m.window.record(now, failed, slow);
-        let long_run =
-            policy.consecutive_failures > 0 && m.consecutive_failures >= policy.consecutive_failures;
-        if long_run {
-            m.window.long_run();
-        }
-        let in_a_row = long_run
-            && !chance_explains(
+        let in_a_row = policy.consecutive_failures > 0
+            && m.consecutive_failures >= policy.consecutive_failures
+            && !run_by_chance(
                 m.consecutive_failures,
-                policy.consecutive_failures,
-                m.window.background(now),
+                m.window.tally(now),
                 policy.failure_rate_threshold,
             );
         if in_a_row || self.rates_exceeded(m, now) {

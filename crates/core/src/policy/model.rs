@@ -100,9 +100,7 @@ policy_block! {
     pub struct CircuitBreakerPolicy, layer CircuitBreakerPolicySpec {
         /// Whether the breaker applies.
         enabled: bool = "enabled",
-        /// Opens after this many failures in a row, unless chance explains
-        /// the run ([`breaker::chance_explains`](crate::breaker::chance_explains)),
-        /// and always after twice as many; 0 turns this trigger off.
+        /// Opens after this many failures in a row; 0 turns this trigger off.
         consecutive_failures: u32 = "consecutiveFailures",
         /// Opens when the failure rate over the window reaches this
         /// ([`limits::breaker::FAILURE_RATE_THRESHOLD`](super::limits::breaker::FAILURE_RATE_THRESHOLD)).
