@@ -58,12 +58,13 @@ type OverloadWhen uint8
 // The values of gate.overloadWhen.
 const (
 	// Evidence, the default: a dependency that has accepted nothing lately
-	// is down at once (five refusals in a row, or three over a second), as
-	// under AnyRefusal; refusals from one that has been accepting are
-	// weighed first, as under MostRefused, and the daemon, hearing the
-	// whole fleet, tries a cut as soon as they come. A herd is paced after
-	// an outage, a brownout within a second, and a dependency that fails a
-	// share at random keeps its throughput.
+	// is down at once (five refusals in a row, or three over a second), and
+	// its recovery is paced as under AnyRefusal, except that the gate tries
+	// its cuts: refusals that keep their share over two cuts were a chance
+	// run from a dependency failing at random, and from then on cut only
+	// while most are refused. Refusals from one that has been accepting are
+	// weighed as under MostRefused. A herd is paced after an outage, and a
+	// dependency that fails a share at random keeps its throughput.
 	Evidence OverloadWhen = iota
 	// AnyRefusal: at the first. A refusal turns the gate on, and every
 	// refusal cuts its rate (never below what was accepted over the last

@@ -180,7 +180,7 @@ const DOWN_RUN: u32 = 5;
 /// accepted lately, must span to show a dependency down: a process that
 /// sends a few attempts a second to a dependency failing up to a half at
 /// random hears one accepted within a second, while a process with one
-/// caller, whose retries back off, counts ten only after seconds.
+/// caller, whose retries back off, counts five only after seconds.
 const DOWN_SPAN: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What a gate saw since it was last asked (see [`SendGate::tally`]): what

@@ -346,13 +346,15 @@ pub enum BreakerScope {
 pub enum OverloadWhen {
     /// By the evidence, the default: a dependency that has accepted
     /// nothing lately is down at once (five refusals in a row, or three
-    /// over a second), as under `any-refusal`; refusals from one that has
-    /// been accepting are weighed first, as under `most-refused`, except
-    /// that the daemon, hearing the whole fleet, tries a cut as soon as
-    /// they come and paces the fleet unless the refusals keep their share
-    /// below it (failure at random). A herd is paced after an outage, a
-    /// brownout is paced within a second, and a dependency that fails a
-    /// share at random keeps its throughput.
+    /// over a second), and its recovery is paced as under `any-refusal`,
+    /// except that a process's gate tries its cuts: refusals that keep
+    /// their share over two cuts were a chance run from a dependency
+    /// failing at random, not an outage, and from then on cut only while
+    /// most are refused. Refusals from a dependency that has been accepting
+    /// are weighed as under `most-refused`: the gate watches, and the
+    /// daemon, hearing the whole fleet, paces it once they go beyond what
+    /// failure at random explains. A herd is paced after an outage, and a
+    /// dependency that fails a share at random keeps its throughput.
     #[default]
     Evidence,
     /// At the first: a refusal turns the gate on, and every refusal cuts
