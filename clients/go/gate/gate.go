@@ -225,7 +225,7 @@ const downRun = 5
 // accepted lately, must span to show a dependency down: a process that
 // sends a few attempts a second to a dependency failing up to a half at
 // random hears one accepted within a second, while a process with one
-// caller, whose retries back off, counts ten only after seconds.
+// caller, whose retries back off, counts five only after seconds.
 const downSpan = time.Second
 
 // watched is what an outcome heard while off says.

@@ -111,7 +111,7 @@ DOWN_RUN = 5
 # lately, must span to show a dependency down: a process that sends a few
 # attempts a second to a dependency failing up to a half at random hears one
 # accepted within a second, while a process with one caller, whose retries
-# back off, counts ten only after seconds.
+# back off, counts five only after seconds.
 DOWN_SPAN_NS = 1_000_000_000
 OVERLOAD_WHEN_NAMES = ("evidence", "any-refusal", "most-refused")
 """``gate.overloadWhen``'s values, as written in a policy: when the refusals
