@@ -37,22 +37,27 @@
 //!   a rate that far past the dependency's is still past it.
 //! - **Off again** once nothing has been refused and nobody has had to wait
 //!   for `quiet`.
-//! - **Under `overloadWhen: most-refused`**, for a dependency that fails a
-//!   share of requests at random (which the above would pace down by that
-//!   share, every second), a refusal says overload only once refusals
-//!   outnumber acceptances over the last second by more than chance would
-//!   (Google's client-side throttling, K = 2), or when three have come and
-//!   nothing has been accepted for three seconds (the dependency is down:
-//!   on, and probing, as above). Until then the gate watches: off, counting
-//!   answers, and, if the dependency has accepted something within three
-//!   seconds, telling the fleet's controller what it hears
-//!   ([`asks_fleet_at`](SendGate::asks_fleet_at)): one process hears a
-//!   couple of answers a second, too few to tell a brownout from failure at
-//!   random; the fleet hears them all, and may tell it to pace
-//!   ([`pace_by_fleet_at`](SendGate::pace_by_fleet_at)). Once something is
-//!   accepted, the rate is never below twice what was accepted over the
-//!   last second, and a refusal cuts it only while refusals outnumber
-//!   acceptances.
+//! - **Unless `overloadWhen: any-refusal`** (as shipped, `evidence`), for a
+//!   dependency that fails a share of requests at random (which the above
+//!   would pace down by that share, every second), a refusal says overload
+//!   only once refusals outnumber acceptances over the last second by more
+//!   than chance would (Google's client-side throttling, K = 2), or when
+//!   enough have come with nothing accepted for three seconds (the
+//!   dependency is down: on, and probing, as above; under `evidence` five
+//!   in a row or three over a second, under `most-refused` three). Until
+//!   then the gate watches: off, counting answers, and, if the dependency
+//!   has accepted something within three seconds, telling the fleet's
+//!   controller what it hears ([`asks_fleet_at`](SendGate::asks_fleet_at)):
+//!   one process hears a couple of answers a second, too few to tell a
+//!   brownout from failure at random; the fleet hears them all, and may
+//!   tell it to pace ([`pace_by_fleet_at`](SendGate::pace_by_fleet_at)).
+//!   Under `most-refused`, once something is accepted the rate is never
+//!   below twice what was accepted over the last second, and a refusal cuts
+//!   it only while refusals outnumber acceptances. Under `evidence` a gate
+//!   that found its dependency down recovers as under `any-refusal`, but
+//!   tries its cuts (the `trial` module): refusals that keep their share
+//!   over two cuts were a chance run, and from then on it judges as
+//!   `most-refused` does.
 //!
 //! CUBIC's constants (`C = 0.4`, `β = 0.7`) and the lowest rate (0.5 per
 //! second) are those of the AWS SDKs' adaptive retry mode (botocore
