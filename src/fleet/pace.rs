@@ -429,9 +429,10 @@ impl Families {
             .set(controller.part_at(now));
     }
 
-    /// What the rate law believes of `service` at `now`, and the share
-    /// refused it rests on: set when the families are encoded, not at every
-    /// ask, as it changes with time alone.
+    /// What the rate law believes of `service` at `now`, the share refused
+    /// it rests on, and what its processes' own gates believe: set when the
+    /// families are encoded, not at every ask (counting the gates walks every
+    /// process), as they change with time alone.
     fn judged(&self, service: &str, entry: &mut Paced, now: Instant) {
         let judged = entry.controller.judged_at(now);
         for judgement in Judgement::ALL {
@@ -443,6 +444,11 @@ impl Families {
         self.refused_ratio
             .with_label_values(&[service])
             .set(judged.refused_share);
+        let (watching, on) = entry.controller.gates_at(now);
+        self.gates.with_label_values(&[service, "on"]).set(on as f64);
+        self.gates
+            .with_label_values(&[service, "watching"])
+            .set(watching as f64);
     }
 
     fn observe(&self, service: &str, entry: &Paced, ask: &PaceAsk, now: Instant) {
@@ -452,11 +458,6 @@ impl Families {
         self.processes
             .with_label_values(&[service])
             .set(entry.controller.members() as f64);
-        let (watching, on) = entry.controller.gates_at(now);
-        self.gates.with_label_values(&[service, "on"]).set(on as f64);
-        self.gates
-            .with_label_values(&[service, "watching"])
-            .set(watching as f64);
         self.paced_seconds
             .with_label_values(&[service])
             .set(now.saturating_duration_since(entry.since).as_secs_f64());
