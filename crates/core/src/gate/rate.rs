@@ -265,11 +265,19 @@ impl Rate {
     /// delivers over `1 − share`) until it paces nobody: at once, it would
     /// release every line the pace held back.
     pub(crate) fn random_verdict(&mut self, policy: &GatePolicy, share: f64, now: Instant) {
+        let delivered = self.answers.delivered_rate_at(now);
+        self.judged_random(policy, share, delivered);
+    }
+
+    /// Judges the dependency to fail `share` at random (at most a half),
+    /// delivering `delivered` a second: refusals cut only beyond that share,
+    /// and the rate grows as in slow start from what it answers.
+    fn judged_random(&mut self, policy: &GatePolicy, share: f64, delivered: f64) {
         self.random_share = share.clamp(0.0, HALF);
         self.judged_overloaded = None;
         self.slow = false;
         self.phase = Phase::SlowStart;
-        let answered = self.answers.delivered_rate_at(now) / (1.0 - self.random_share);
+        let answered = delivered / (1.0 - self.random_share);
         self.now = self.now.max(answered).clamp(policy.min_rate, policy.max_rate);
     }
 
@@ -279,12 +287,8 @@ impl Rate {
     /// as in slow start from twice what it delivers.
     pub(crate) fn answering_verdict(&mut self, policy: &GatePolicy, now: Instant) {
         self.answers.roll(now);
-        self.random_share = HALF;
-        self.judged_overloaded = None;
-        self.slow = false;
-        self.phase = Phase::SlowStart;
-        let answered = self.answers.delivered() / (1.0 - HALF);
-        self.now = self.now.max(answered).clamp(policy.min_rate, policy.max_rate);
+        let delivered = self.answers.delivered();
+        self.judged_random(policy, HALF, delivered);
     }
 
     /// Whether, over the last second to `now`, more was refused than a
