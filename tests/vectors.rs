@@ -232,7 +232,11 @@ fn breaker_vectors() -> Value {
         (2, 1.0, 0.25, 250, 3, time(1_500), 400, 4, 2, Process),
         (3, 0.5, 1.0, 2_000, 5, count(10), 1_000, 2, 2, Fleet),
         (2, 0.5, 0.5, 300, 3, time(2_000), 3_000, 3, 2, Fleet),
+        // Runs that chance explains, and outages after them.
+        (3, 0.5, 1.0, 60_000, 20, count(40), 1_000, 2, 2, Process),
+        (4, 0.45, 1.0, 60_000, 15, time(5_000), 800, 2, 1, Process),
     ];
+    let mut excused = 0;
     let mut scenarios = Vec::new();
     for (
         seed,
@@ -274,7 +278,8 @@ fn breaker_vectors() -> Value {
         for i in 0..600 {
             at += rng.random_range(0..step);
             let now = t0 + Duration::from_nanos(at);
-            let failing = if (i / 75) % 2 == 1 { 0.9 } else { 0.05 };
+            // Phases: healthy, failing, failing at random, down.
+            let failing = [0.05, 0.9, 0.3, 1.0][(i / 75) % 4];
             if scope == Fleet && rng.random_bool(0.25) {
                 ops.push(fleet_op(&breaker, &mut rng, at, now));
                 continue;
@@ -304,10 +309,17 @@ fn breaker_vectors() -> Value {
                 (CallOutcome::Success, "success")
             };
             permit.record_at(outcome, now);
+            let run = breaker.snapshot().consecutive_failures;
+            excused +=
+                usize::from(breaker.state() == CircuitState::Closed && consecutive > 0 && run >= consecutive);
             ops.push(json!(["record", at, id, name, breaker.state().name()]));
         }
         scenarios.push(json!({ "policy": policy, "ops": ops }));
     }
+    assert!(
+        excused > 0,
+        "no run was excused as chance: the vectors do not check the rule"
+    );
     /// A fleet-scoped breaker hears a random word from the daemon (as
     /// [state, trial slots, nanoseconds to retry in, nanoseconds the word
     /// holds], and whether it closed the breaker), or reports what it has

@@ -4,8 +4,9 @@
 // recover, then lets a few trial calls through to see whether it has.
 //
 //   - Closed (0): calls pass. The breaker opens after ConsecutiveFailures
-//     failures in a row that chance does not explain (see RunByChance; 0
-//     turns this trigger off), or once the window (the
+//     failures in a row that chance does not explain at the failure rate
+//     the window held before them (see RunByChance; a run of twice that many
+//     always opens it; 0 turns this trigger off), or once the window (the
 //     last N calls, or the calls of the last T) holds MinimumCalls calls and
 //     the share that failed reaches FailureRateThreshold, or the share
 //     slower than SlowCallDuration reaches SlowCallRateThreshold.
@@ -426,48 +427,15 @@ func (b *Breaker) recordClosed(failed, slow bool, now uint64) {
 	}
 	b.window.record(now, failed, slow)
 	inARow := b.policy.ConsecutiveFailures > 0 && b.consecutiveFailures >= b.policy.ConsecutiveFailures &&
-		!runByChance(b.consecutiveFailures, b.window.tally(now), b.policy.FailureRateThreshold)
+		!run{
+			length:    b.consecutiveFailures,
+			t:         b.window.tally(now),
+			opensAt:   b.policy.ConsecutiveFailures,
+			threshold: b.policy.FailureRateThreshold,
+		}.byChance()
 	if inARow || b.ratesExceeded(now) {
 		b.transition(Open, now)
 	}
-}
-
-// RunByChance is how likely, at most, a run of failures may be by chance
-// before the breaker believes it: one in 100,000. A dependency that fails
-// 30 % of calls at random fails five in a row every few hundred calls, and
-// a breaker that opened on those would hold open a dependency that serves
-// 70 % of calls; a run of ten at 30 % comes about once in 400,000 calls. A
-// dependency that was answering and went down shows no failures before its
-// run, so five still open the breaker at once.
-const RunByChance = 1e-5
-
-// runByChance says whether run failures in a row are likely enough by
-// chance at the failure rate the window held before them (t counts the run
-// too): that rate, below threshold (a higher one is a failing dependency,
-// run or no run), to the power of the run is at least RunByChance.
-// Multiplied out one failure at a time, as the Rust library does, so that
-// both reach the same verdict to the last bit.
-func runByChance(run uint32, t tally, threshold float64) bool {
-	if t.calls <= run {
-		return false
-	}
-	before := t.calls - run
-	failures := uint32(0)
-	if t.failures > run {
-		failures = t.failures - run
-	}
-	rate := float64(failures) / float64(before)
-	if rate >= threshold {
-		return false
-	}
-	chance := 1.0
-	for i := uint32(0); i < run; i++ {
-		chance *= rate
-		if chance < RunByChance {
-			return false
-		}
-	}
-	return true
 }
 
 // ratesExceeded says whether the window holds enough calls and too many
@@ -475,15 +443,20 @@ func runByChance(run uint32, t tally, threshold float64) bool {
 // once full.
 func (b *Breaker) ratesExceeded(now uint64) bool {
 	t := b.window.tally(now)
-	minimum := b.policy.MinimumCalls
-	if c, ok := b.window.capacity(); ok && c < minimum {
-		minimum = c
-	}
-	if t.calls == 0 || t.calls < minimum {
+	if t.calls == 0 || t.calls < b.minimumCalls() {
 		return false
 	}
 	share := func(n uint32) float64 { return float64(n) / float64(t.calls) }
 	return share(t.failures) >= b.policy.FailureRateThreshold || share(t.slow) >= b.policy.SlowCallRateThreshold
+}
+
+// minimumCalls is how many calls the window must hold before its rates are
+// judged: MinimumCalls, or a smaller count window once full.
+func (b *Breaker) minimumCalls() uint32 {
+	if c, ok := b.window.capacity(); ok && c < b.policy.MinimumCalls {
+		return c
+	}
+	return b.policy.MinimumCalls
 }
 
 func (b *Breaker) recordTrial(bad bool, now uint64) {

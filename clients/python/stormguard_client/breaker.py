@@ -3,8 +3,9 @@ dependency that keeps failing, so it gets room to recover, then lets a few
 trial calls through to see whether it has.
 
 - **closed** (0): calls pass. The breaker opens after ``consecutiveFailures``
-  failures in a row that chance does not explain (see ``RUN_BY_CHANCE``; 0
-  turns that trigger off), or once the window (the last
+  failures in a row that chance does not explain at the failure rate the
+  window held before them (see ``chance``; a run of twice that many always
+  opens it; 0 turns that trigger off), or once the window (the last
   N calls, or the calls of the last T) holds ``minimumCalls`` calls and the
   share that failed reaches ``failureRateThreshold``, or the share slower
   than ``slowCallDuration`` reaches ``slowCallRateThreshold``.
@@ -36,39 +37,11 @@ from fractions import Fraction
 from typing import Literal, TypeAlias
 
 from . import blocks, limits
+from .chance import Run
 
 BUCKETS = 20
 U32_MAX = (1 << 32) - 1
 
-RUN_BY_CHANCE = 1e-5
-"""How likely, at most, a run of failures may be by chance before the breaker
-believes it: one in 100,000. A dependency that fails 30 % of calls at random
-fails five in a row every few hundred calls, and a breaker that opened on
-those would hold open a dependency that serves 70 % of calls; a run of ten at
-30 % comes about once in 400,000 calls. A dependency that was answering and
-went down shows no failures before its run, so five still open the breaker at
-once."""
-
-
-def _run_by_chance(run: int, tally: tuple[int, int, int], threshold: float) -> bool:
-    """Whether ``run`` failures in a row are likely enough by chance at the
-    failure rate the window held before them (``tally`` counts the run too):
-    that rate, below ``threshold`` (a higher one is a failing dependency, run or
-    no run), to the power of the run is at least RUN_BY_CHANCE. Multiplied out
-    one failure at a time, as the Rust library does, so that every client
-    reaches the same verdict to the last bit."""
-    calls, failures, _ = tally
-    if calls <= run:
-        return False
-    rate = max(failures - run, 0) / (calls - run)
-    if rate >= threshold:
-        return False
-    chance = 1.0
-    for _ in range(run):
-        chance *= rate
-        if chance < RUN_BY_CHANCE:
-            return False
-    return True
 KEYS = ("enabled", "consecutiveFailures", "failureRateThreshold", "slowCallRateThreshold",
         "slowCallDurationMs", "minimumCalls", "slidingWindow", "openTimeoutMs",
         "halfOpenMaxCalls", "successThreshold")
@@ -496,9 +469,10 @@ class CircuitBreaker:
         policy = self.policy
         self._consecutive_failures = min(self._consecutive_failures + 1, U32_MAX) if failed else 0
         self._window.record(now, failed, slow)
+        calls, failures, _ = self._window.tally(now)
         in_a_row = (0 < policy.consecutive_failures <= self._consecutive_failures
-                    and not _run_by_chance(self._consecutive_failures, self._window.tally(now),
-                                           policy.failure_rate_threshold))
+                    and not Run(self._consecutive_failures, calls, failures, policy.consecutive_failures,
+                                policy.failure_rate_threshold).by_chance())
         if in_a_row or self._rates_exceeded(now):
             self._transition(CircuitState.OPEN, now)
 
@@ -506,12 +480,16 @@ class CircuitBreaker:
         """Whether the window holds enough calls and too many failed or were
         slow. A count window smaller than minimumCalls is judged once full."""
         calls, failures, slow = self._window.tally(now)
-        capacity = self._window.capacity
-        minimum = self.policy.minimum_calls if capacity is None else min(capacity, self.policy.minimum_calls)
-        if calls == 0 or calls < minimum:
+        if calls == 0 or calls < self._minimum_calls():
             return False
         return (failures / calls >= self.policy.failure_rate_threshold
                 or slow / calls >= self.policy.slow_call_rate_threshold)
+
+    def _minimum_calls(self) -> int:
+        """Calls the window must hold before its rates are judged:
+        minimumCalls, or a smaller count window once full."""
+        capacity = self._window.capacity
+        return self.policy.minimum_calls if capacity is None else min(capacity, self.policy.minimum_calls)
 
     def _record_trial(self, bad: bool, now: int) -> None:
         self._trials_in_flight = max(self._trials_in_flight - 1, 0)

@@ -3,7 +3,9 @@
 //! it has.
 //!
 //! - **Closed** (0): calls pass. The breaker opens after `consecutiveFailures`
-//!   failures in a row that chance does not explain (see [`RUN_BY_CHANCE`]),
+//!   failures in a row that chance does not explain at the failure rate
+//!   the window held before them (see [`RUN_BY_CHANCE`]; a run of twice
+//!   that many always opens it),
 //!   or once the window (the last N calls, or
 //!   the calls of the last T) holds `minimumCalls` calls and the share that
 //!   failed reaches `failureRateThreshold`, or the share slower than
@@ -46,44 +48,9 @@
 //! assert_eq!(refused.state.as_metric(), 2);
 //! ```
 
+mod chance;
 pub(crate) mod state;
 mod window;
-
-/// How likely, at most, a run of failures may be by chance before the
-/// breaker believes it: one in 100,000. A dependency that fails 30 % of
-/// calls at random (a bad replica behind a balancer) fails five in a row
-/// every few hundred calls, and a breaker that opened on those would hold
-/// a dependency that serves 70 % of calls open for most of a minute; a run
-/// of ten at 30 % comes about once in 400,000 calls. A dependency that was
-/// answering and went down shows no failures before its run, so five
-/// still open the breaker at once.
-pub const RUN_BY_CHANCE: f64 = 1e-5;
-
-/// Whether `run` failures in a row are likely enough by chance at the
-/// failure rate the window held before them (`tally` counts the run too):
-/// that rate, below `threshold` (a higher one is a failing dependency, run
-/// or no run), to the power of the run is at least [`RUN_BY_CHANCE`].
-/// Multiplied out one failure at a time, so that every language reaches
-/// the same verdict to the last bit.
-fn run_by_chance(run: u32, tally: window::Tally, threshold: f64) -> bool {
-    let before = tally.calls.saturating_sub(run);
-    if before == 0 {
-        return false;
-    }
-    let failures = tally.failures.saturating_sub(run.min(tally.failures));
-    let rate = f64::from(failures) / f64::from(before);
-    if rate >= threshold {
-        return false;
-    }
-    let mut chance = 1.0;
-    for _ in 0..run {
-        chance *= rate;
-        if chance < RUN_BY_CHANCE {
-            return false;
-        }
-    }
-    true
-}
 
 use std::sync::atomic::{
     AtomicU64,
@@ -97,6 +64,7 @@ use tokio::time::Instant;
 
 use crate::fleet::breaker::{BreakerReport, BreakerVerdict};
 use crate::policy::{BreakerScope, CircuitBreakerPolicy};
+pub use chance::{BOUND_Z, RUN_BY_CHANCE};
 pub use state::CircuitState;
 pub use window::Tally;
 use window::Window;
@@ -453,11 +421,13 @@ impl CircuitBreaker {
         m.window.record(now, failed, slow);
         let in_a_row = policy.consecutive_failures > 0
             && m.consecutive_failures >= policy.consecutive_failures
-            && !run_by_chance(
-                m.consecutive_failures,
-                m.window.tally(now),
-                policy.failure_rate_threshold,
-            );
+            && !chance::Run {
+                length: m.consecutive_failures,
+                tally: m.window.tally(now),
+                opens_at: policy.consecutive_failures,
+                threshold: policy.failure_rate_threshold,
+            }
+            .by_chance();
         if in_a_row || self.rates_exceeded(m, now) {
             self.transition(m, CircuitState::Open, now);
         }
@@ -468,16 +438,19 @@ impl CircuitBreaker {
     fn rates_exceeded(&self, m: &Machine, now: Instant) -> bool {
         let policy = &self.shared.policy;
         let tally = m.window.tally(now);
-        let minimum = m
-            .window
-            .capacity()
-            .map_or(policy.minimum_calls, |c| c.min(policy.minimum_calls));
-        if tally.calls == 0 || tally.calls < minimum {
+        if tally.calls == 0 || tally.calls < self.minimum_calls(m) {
             return false;
         }
         let share = |n: u32| f64::from(n) / f64::from(tally.calls);
         share(tally.failures) >= policy.failure_rate_threshold
             || share(tally.slow) >= policy.slow_call_rate_threshold
+    }
+
+    /// Calls the window must hold before its rates are judged:
+    /// `minimumCalls`, or a smaller count window once full.
+    fn minimum_calls(&self, m: &Machine) -> u32 {
+        let minimum = self.shared.policy.minimum_calls;
+        m.window.capacity().map_or(minimum, |c| c.min(minimum))
     }
 
     fn record_trial(&self, m: &mut Machine, bad: bool, now: Instant) {

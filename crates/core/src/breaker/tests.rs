@@ -335,6 +335,8 @@ mod model {
     use proptest::prelude::*;
 
     const IN_A_ROW: u32 = 3;
+    const WINDOW: usize = 20;
+    const MINIMUM: usize = 10;
     const MAX_TRIALS: u32 = 2;
     const SUCCESSES: u32 = 2;
     const OPEN_MS: u64 = 1000;
@@ -350,7 +352,8 @@ mod model {
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
             3 => Just(Op::Acquire),
-            4 => (any::<usize>(), any::<bool>()).prop_map(|(i, ok)| Op::Record(i, ok)),
+            // Three in ten fail: backgrounds that chance excuses runs at, and rates past the threshold.
+            4 => (any::<usize>(), 0u8..10).prop_map(|(i, draw)| Op::Record(i, draw >= 3)),
             1 => any::<usize>().prop_map(Op::Cancel),
             2 => (0u64..1500).prop_map(Op::Advance),
         ]
@@ -361,6 +364,8 @@ mod model {
         state: CircuitState,
         episode: u64,
         in_a_row: u32,
+        /// The closed state's last `WINDOW` outcomes (true: failed).
+        window: std::collections::VecDeque<bool>,
         opened_at: Instant,
         trials: u32,
         successes: u32,
@@ -371,24 +376,56 @@ mod model {
             self.state = state;
             self.episode += 1;
             self.in_a_row = 0;
+            self.window.clear();
             self.trials = 0;
             self.successes = 0;
             if state == CircuitState::Open {
                 self.opened_at = now;
             }
         }
+
+        /// A closed call's outcome: whether it opens the breaker.
+        fn closed_call_opens(&mut self, failed: bool) -> bool {
+            self.in_a_row = if failed { self.in_a_row + 1 } else { 0 };
+            if self.window.len() == WINDOW {
+                self.window.pop_front();
+            }
+            self.window.push_back(failed);
+            let failures = self.window.iter().filter(|f| **f).count();
+            let rate_past = self.window.len() >= MINIMUM && 2 * failures >= self.window.len();
+            rate_past || (self.in_a_row >= IN_A_ROW && !self.run_excused(failures))
+        }
+
+        /// The run is chance: under twice `IN_A_ROW`, at least as many calls
+        /// before it, a failure among them at a rate under one half, and the
+        /// run's odds at that rate's upper Wilson bound above 1e-5.
+        fn run_excused(&self, failures: usize) -> bool {
+            let run = self.in_a_row as usize;
+            let before = self.window.len() - run;
+            let failed_before = failures - run;
+            if run >= 2 * IN_A_ROW as usize
+                || before < run
+                || failed_before == 0
+                || 2 * failed_before >= before
+            {
+                return false;
+            }
+            let (n, p, z) = (before as f64, failed_before as f64 / before as f64, 1.96_f64);
+            let bound = (p + z * z / (2.0 * n) + z * ((p * (1.0 - p) + z * z / (4.0 * n)) / n).sqrt())
+                / (1.0 + z * z / n);
+            bound.powi(self.in_a_row as i32) > 1e-5
+        }
     }
 
     proptest! {
         #[test]
         fn the_breaker_follows_the_model(ops in prop::collection::vec(op(), 1..300)) {
-            // Rates never trigger here: the window is never full enough. And
-            // no run is excused as chance: any failure rate is past the threshold.
             let policy = CircuitBreakerPolicy {
                 consecutive_failures: IN_A_ROW,
-                failure_rate_threshold: f64::MIN_POSITIVE,
-                minimum_calls: 10_000,
-                sliding_window: SlidingWindow::Count { calls: 10_000 },
+                failure_rate_threshold: 0.5,
+                slow_call_duration: Duration::from_secs(3_600),
+                minimum_calls: MINIMUM as u32,
+                sliding_window: SlidingWindow::Count { calls: WINDOW as u32 },
                 open_timeout: ms(OPEN_MS),
                 half_open_max_calls: MAX_TRIALS,
                 success_threshold: SUCCESSES,
@@ -396,7 +433,7 @@ mod model {
             };
             let mut now = Instant::now();
             let breaker = CircuitBreaker::new_at(&policy, now);
-            let mut model = Model { state: CircuitState::Closed, episode: 0, in_a_row: 0, opened_at: now, trials: 0, successes: 0 };
+            let mut model = Model { state: CircuitState::Closed, episode: 0, in_a_row: 0, window: Default::default(), opened_at: now, trials: 0, successes: 0 };
             let mut held: Vec<(Permit, u64)> = Vec::new();
             for op in ops {
                 match op {
@@ -426,10 +463,8 @@ mod model {
                         permit.record_at(if ok { CallOutcome::Success } else { CallOutcome::Failure }, now);
                         if episode == model.episode {
                             match (model.state, ok) {
-                                (CircuitState::Closed, true) => model.in_a_row = 0,
-                                (CircuitState::Closed, false) => {
-                                    model.in_a_row += 1;
-                                    if model.in_a_row >= IN_A_ROW {
+                                (CircuitState::Closed, ok) => {
+                                    if model.closed_call_opens(!ok) {
                                         model.enter(CircuitState::Open, now);
                                     }
                                 }
@@ -471,28 +506,85 @@ fn runs_policy() -> CircuitBreakerPolicy {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_run_that_a_dependency_failing_at_random_makes_by_chance_does_not_open_it() {
-    let b = CircuitBreaker::new(&runs_policy());
-    // 30 % of calls failing, spread out: three in every ten.
-    for i in 0..90 {
-        let outcome = if i % 10 < 3 {
+/// Fills a breaker's window with `calls` calls of which `per_hundred` in
+/// every hundred fail, spread out, none of them in a run that opens it.
+fn background(b: &CircuitBreaker, calls: u32, per_hundred: u32) {
+    for i in 0..calls {
+        let outcome = if (i * per_hundred) % 100 < per_hundred {
             CallOutcome::Failure
         } else {
             CallOutcome::Success
         };
-        call(&b, outcome);
+        call(b, outcome);
     }
+    assert_eq!(
+        b.state(),
+        CircuitState::Closed,
+        "the background alone opens nothing"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_that_a_dependency_failing_at_random_makes_by_chance_does_not_open_it() {
+    let b = CircuitBreaker::new(&runs_policy());
+    background(&b, 200, 30);
     for _ in 0..9 {
         call(&b, CallOutcome::Failure);
     }
     assert_eq!(
         b.state(),
         CircuitState::Closed,
-        "nine in a row at 30 %: 0.3^9 = 2e-5, more than one in 100,000"
+        "nine in a row at 30 % (bound 0.4): 0.4^9 = 3e-4, more than one in 100,000"
     );
     call(&b, CallOutcome::Failure);
-    assert_eq!(b.state(), CircuitState::Open, "ten in a row: 0.3^10 = 6e-6");
+    assert_eq!(
+        b.state(),
+        CircuitState::Open,
+        "ten in a row: twice consecutiveFailures"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_outage_after_any_background_below_the_threshold_opens_it_within_two_runs() {
+    for per_hundred in [10, 30, 49] {
+        let b = CircuitBreaker::new(&runs_policy());
+        background(&b, 300, per_hundred);
+        let mut failures = 0;
+        while b.state() == CircuitState::Closed {
+            call(&b, CallOutcome::Failure);
+            failures += 1;
+        }
+        let most = 2 * runs_policy().consecutive_failures;
+        assert!(
+            failures <= most,
+            "{per_hundred} % before: opened after {failures}, more than {most}"
+        );
+        assert!(
+            failures > runs_policy().consecutive_failures || per_hundred == 49,
+            "{per_hundred} %: {failures} excused nothing"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_longer_than_the_calls_before_it_is_not_excused() {
+    let b = CircuitBreaker::new(&runs_policy());
+    for outcome in [
+        CallOutcome::Success,
+        CallOutcome::Failure,
+        CallOutcome::Success,
+        CallOutcome::Success,
+    ] {
+        call(&b, outcome);
+    }
+    for _ in 0..5 {
+        call(&b, CallOutcome::Failure);
+    }
+    assert_eq!(
+        b.state(),
+        CircuitState::Open,
+        "four calls before a run of five measure no background"
+    );
 }
 
 #[tokio::test(start_paused = true)]

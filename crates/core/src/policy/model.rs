@@ -100,7 +100,10 @@ policy_block! {
     pub struct CircuitBreakerPolicy, layer CircuitBreakerPolicySpec {
         /// Whether the breaker applies.
         enabled: bool = "enabled",
-        /// Opens after this many failures in a row; 0 turns this trigger off.
+        /// Opens after this many failures in a row that the failure rate
+        /// before them does not explain, and after twice as many whatever
+        /// it was ([`breaker::RUN_BY_CHANCE`](crate::breaker::RUN_BY_CHANCE));
+        /// 0 turns this trigger off.
         consecutive_failures: u32 = "consecutiveFailures",
         /// Opens when the failure rate over the window reaches this
         /// ([`limits::breaker::FAILURE_RATE_THRESHOLD`](super::limits::breaker::FAILURE_RATE_THRESHOLD)).
