@@ -53,6 +53,9 @@ const RUNS: &[(&str, Scenario)] = &[
         Box::pin(the_daemon_hangs_while_pacing())
     }),
     ("a-refused-pace-ask", || Box::pin(a_refused_pace_ask())),
+    ("failing-at-random-is-not-paced", || {
+        Box::pin(failing_at_random_is_not_paced())
+    }),
     ("a-fleet-budget-divided", || Box::pin(a_fleet_budget_divided())),
     ("a-fleet-budget-falls-back", || {
         Box::pin(a_fleet_budget_falls_back())
@@ -105,9 +108,14 @@ fn policy_text(retries: u32) -> String {
 
 /// A policy file for payments at `retries`, in a directory kept with it.
 fn policy_file(retries: u32) -> (tempfile::TempDir, PathBuf) {
+    policy_file_of(&policy_text(retries))
+}
+
+/// A policy file of `text`, in a directory kept with it.
+fn policy_file_of(text: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("policy.yaml");
-    std::fs::write(&file, policy_text(retries)).unwrap();
+    std::fs::write(&file, text).unwrap();
     (dir, file)
 }
 
@@ -501,19 +509,32 @@ async fn trusting_metrics(base: &str, tls: &DaemonTls) -> String {
 /// The policy of the pacing scenarios: payments with its send gate on,
 /// and `extra` lines after it.
 fn gated_policy_file(extra: &str) -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("policy.yaml");
-    let text = format!(
+    policy_file_of(&format!(
         "defaults:\n  maxRetries: 3\nservices:\n  payments:\n    maxRetries: 2\n    gate:\n      enabled: true\n      overloadWhen: any-refusal\n{extra}"
-    );
-    std::fs::write(&file, text).unwrap();
-    (dir, file)
+    ))
 }
 
 /// A process pacing payments: its guard under the policy `served` serves,
 /// tracked by a reporter (instance `instance`) with fleet pacing on that
 /// asks `daemon`, and its gate turned on by one refused attempt.
 async fn pacing_process(
+    served: &Daemon,
+    daemon: &str,
+    token: Option<PathBuf>,
+    instance: &str,
+) -> (Guard, Reporter) {
+    let (guard, reporter) = gated_process(served, daemon, token, instance).await;
+    let now = tokio::time::Instant::now();
+    let gate = guard.gate().expect("the policy has a gate");
+    gate.record_at(Signal::Overloaded, now, now);
+    assert!(gate.is_on());
+    (guard, reporter)
+}
+
+/// A process with payments's gate: its guard under the policy `served`
+/// serves, tracked by a reporter (instance `instance`) with fleet pacing on
+/// that asks `daemon`.
+async fn gated_process(
     served: &Daemon,
     daemon: &str,
     token: Option<PathBuf>,
@@ -530,10 +551,6 @@ async fn pacing_process(
     })
     .expect("a valid reporter configuration");
     reporter.track("payments", &guard);
-    let now = tokio::time::Instant::now();
-    let gate = guard.gate().expect("the policy has a gate");
-    gate.record_at(Signal::Overloaded, now, now);
-    assert!(gate.is_on());
     (guard, reporter)
 }
 
@@ -689,6 +706,58 @@ async fn paced_until_the_daemon_is_killed(mut daemon: Daemon) {
     assert!(alone.is_some(), "alone within 5 s: {:?}", paces(&guard));
     let later = tokio::time::Instant::now() + Duration::from_secs(3);
     assert_eq!(guard.gate().unwrap().turn_at(later), Turn::Now);
+}
+
+async fn failing_at_random_is_not_paced() {
+    let (_dir, file) = policy_file_of(
+        "defaults:\n  maxRetries: 3\nservices:\n  payments:\n    maxRetries: 2\n    gate:\n      enabled: true\n",
+    );
+    let daemon = serve(&file, &[]);
+    let first = gated_process(&daemon, &daemon.base, None, "pod-1").await;
+    let second = gated_process(&daemon, &daemon.base, None, "pod-2").await;
+    let gates = [first.0.gate().unwrap(), second.0.gate().unwrap()];
+    for i in 0..50 {
+        let signal = if i % 3 == 2 {
+            Signal::Overloaded
+        } else {
+            Signal::Accepted
+        };
+        for gate in gates {
+            let now = tokio::time::Instant::now();
+            assert_eq!(gate.turn_at(now), Turn::Now, "attempt {i}: a turn at once");
+            gate.record_at(signal, now, now);
+            assert!(
+                !gate.is_on(),
+                "attempt {i}: a third refused at random turned the gate on"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let heard = eventually(Duration::from_secs(10), || async {
+        let watching = r#"stormguard_fleet_process_gates{gate="watching",service="payments"}"#;
+        let overloaded = r#"stormguard_fleet_judgement{judgement="overloaded",service="payments"}"#;
+        (fleet_sample(&daemon, watching).await? == 2.0 && fleet_sample(&daemon, overloaded).await? == 0.0)
+            .then_some(())
+    })
+    .await;
+    assert!(
+        heard.is_some(),
+        "the daemon hears two watching gates and judges no overload\n{}",
+        metrics(&daemon).await
+    );
+    assert!(gates.iter().all(|gate| !gate.is_on()), "no gate was told to pace");
+
+    let (third, _reporter) = gated_process(&daemon, &daemon.base, None, "pod-3").await;
+    let gate = third.gate().unwrap();
+    for refusal in 1..=5 {
+        let now = tokio::time::Instant::now();
+        gate.record_at(Signal::Overloaded, now, now);
+        assert_eq!(
+            gate.is_on(),
+            refusal == 5,
+            "after {refusal} refusals with nothing accepted"
+        );
+    }
 }
 
 async fn a_refused_pace_ask() {

@@ -41,6 +41,7 @@ var scenarios = map[string]func(t *testing.T){
 	"the-daemon-goes-while-pacing":         theDaemonGoesWhilePacing,
 	"the-daemon-hangs-while-pacing":        theDaemonHangsWhilePacing,
 	"a-refused-pace-ask":                   aRefusedPaceAsk,
+	"failing-at-random-is-not-paced":       failingAtRandomIsNotPaced,
 	"a-fleet-budget-divided":               aFleetBudgetDivided,
 	"a-fleet-budget-falls-back":            aFleetBudgetFallsBack,
 	"a-fleet-half-open":                    aFleetHalfOpen,

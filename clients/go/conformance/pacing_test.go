@@ -62,6 +62,20 @@ func startPacing(t *testing.T, served, daemon, tokenFile string) pacingProcess {
 // startPacingAs is startPacing with the reporter's instance named.
 func startPacingAs(t *testing.T, served, daemon, tokenFile, instance string) pacingProcess {
 	t.Helper()
+	p := startGated(t, served, daemon, tokenFile, instance)
+	now := p.now()
+	p.gate.Record(gate.Overloaded, now, now)
+	if !p.gate.On() {
+		t.Fatal("a refusal did not turn the gate on")
+	}
+	return p
+}
+
+// startGated starts a process with payments's gate: under the policy
+// served serves, tracked by a reporter (instance) with fleet pacing on that
+// asks daemon (with the token in tokenFile, if any).
+func startGated(t *testing.T, served, daemon, tokenFile, instance string) pacingProcess {
+	t.Helper()
 	w := watch(t, policy.Config{Daemon: served, Services: []string{"payments"}, WatchWait: 2 * time.Second, MinPollInterval: 50 * time.Millisecond, RetryMax: 300 * time.Millisecond})
 	settings, on := w.Policy("payments").Gate()
 	if w.Source() != policy.FromDaemon || !on {
@@ -75,11 +89,6 @@ func startPacingAs(t *testing.T, served, daemon, tokenFile, instance string) pac
 	r := startReporter(t, report.Config{Daemon: daemon, Instance: instance, Interval: time.Hour, Timeout: 500 * time.Millisecond, TokenFile: tokenFile, DebugLogger: log.New(debug, "", 0)})
 	p := pacingProcess{gate: g, born: time.Now(), reporter: r, debug: debug}
 	r.Track("payments", nil, time.Time{}, nil, g, p.born)
-	now := p.now()
-	g.Record(gate.Overloaded, now, now)
-	if !g.On() {
-		t.Fatal("a refusal did not turn the gate on")
-	}
 	return p
 }
 
@@ -280,5 +289,57 @@ func aRefusedPaceAsk(t *testing.T) {
 	}
 	if got := metric(t, daemon, fleetProcesses); got != -1 {
 		t.Fatalf("the daemon paces %v processes for payments", got)
+	}
+}
+
+// failingAtRandomIsNotPaced: under the shipped judgement, a third of
+// attempts refused at random turns no gate on and the daemon judges no
+// overload, while a process that has seen nothing accepted turns its gate
+// on at the fifth refusal in a row.
+func failingAtRandomIsNotPaced(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "policy.yaml")
+	text := "defaults:\n  maxRetries: 3\nservices:\n  payments:\n    maxRetries: 2\n    gate:\n      enabled: true\n"
+	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	at := reserve(t)
+	serve(t, at, file)
+	daemon := daemonURL(at)
+	processes := []pacingProcess{startGated(t, daemon, daemon, "", "pod-1"), startGated(t, daemon, daemon, "", "pod-2")}
+	for i := 0; i < 50; i++ {
+		signal := gate.Accepted
+		if i%3 == 2 {
+			signal = gate.Overloaded
+		}
+		for _, p := range processes {
+			now := p.now()
+			if _, wait := p.gate.Turn(now); wait {
+				t.Fatalf("attempt %d waited for its turn", i)
+			}
+			p.gate.Record(signal, now, now)
+			if p.gate.On() {
+				t.Fatalf("attempt %d: a third refused at random turned the gate on", i)
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	watching := `stormguard_fleet_process_gates{gate="watching",service="payments"}`
+	overloaded := `stormguard_fleet_judgement{judgement="overloaded",service="payments"}`
+	if !within(10*time.Second, func() bool { return metric(t, daemon, watching) == 2 && metric(t, daemon, overloaded) == 0 }) {
+		t.Fatalf("the daemon hears %v watching gates and judges overload %v", metric(t, daemon, watching), metric(t, daemon, overloaded))
+	}
+	for _, p := range processes {
+		if p.gate.On() {
+			t.Fatal("a gate was told to pace")
+		}
+	}
+	third := startGated(t, daemon, daemon, "", "pod-3")
+	for refusal := 1; refusal <= 5; refusal++ {
+		now := third.now()
+		third.gate.Record(gate.Overloaded, now, now)
+		if third.gate.On() != (refusal == 5) {
+			t.Fatalf("after %d refusals with nothing accepted the gate is on: %v", refusal, third.gate.On())
+		}
 	}
 }

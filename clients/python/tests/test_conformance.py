@@ -249,10 +249,20 @@ def https_with_a_ca(flavour, daemon, tmp_path, fault_proxy, reserved):
 
 
 def pacing_process(flavour, served, daemon_url, token_file=None, instance="pod-1"):
-    """A process pacing payments: its calls under the policy the daemon at
-    ``served`` serves, tracked by a started reporter (fleet pacing on,
-    instance ``instance``) that asks ``daemon_url``, and its gate turned on
-    by one refused attempt. Returns (gate, reporter, watch)."""
+    """A process pacing payments: a gated process (see gated_process) whose
+    gate one refused attempt turned on. Returns (gate, reporter, watch)."""
+    gate, reporter, watch = gated_process(flavour, served, daemon_url, token_file, instance)
+    now = time.monotonic_ns()
+    gate.record(Signal.OVERLOADED, now, now)
+    assert gate.is_on
+    return gate, reporter, watch
+
+
+def gated_process(flavour, served, daemon_url, token_file=None, instance="pod-1"):
+    """A process with payments's gate: its calls under the policy the daemon
+    at ``served`` serves, tracked by a started reporter (fleet pacing on,
+    instance ``instance``) that asks ``daemon_url``. Returns (gate,
+    reporter, watch)."""
     watch = flavour.watch(served, ["payments"], **QUICK)
     assert watch.start() == "daemon"
     reporter = Reporter(daemon_url, instance, interval=3600, timeout=0.5, token_file=token_file).start()
@@ -260,9 +270,6 @@ def pacing_process(flavour, served, daemon_url, token_file=None, instance="pod-1
     gate = payments.gate
     assert gate is not None, "the policy has a gate"
     reporter.track("payments", payments.breaker, payments.budget, gate)
-    now = time.monotonic_ns()
-    gate.record(Signal.OVERLOADED, now, now)
-    assert gate.is_on
     return gate, reporter, watch
 
 
@@ -397,6 +404,31 @@ def a_refused_pace_ask(flavour, daemon, tmp_path, fault_proxy, reserved):
     watch.stop()
 
 
+def failing_at_random_is_not_paced(flavour, daemon, tmp_path, fault_proxy, reserved):
+    url, _, _ = daemon(policy=POLICY.format(retries=2) + "    gate:\n      enabled: true\n")
+    processes = [gated_process(flavour, url, url, instance=f"pod-{i}") for i in (1, 2)]
+    for i in range(50):
+        signal_ = Signal.OVERLOADED if i % 3 == 2 else Signal.ACCEPTED
+        for gate, _, _ in processes:
+            now = time.monotonic_ns()
+            assert gate.turn(now) is None, f"attempt {i}: a turn at once"
+            gate.record(signal_, now, now)
+            assert not gate.is_on, f"attempt {i}: a third refused at random turned the gate on"
+        time.sleep(0.05)
+    watching = 'stormguard_fleet_process_gates{gate="watching",service="payments"}'
+    overloaded = 'stormguard_fleet_judgement{judgement="overloaded",service="payments"}'
+    assert eventually(lambda: metric(url, watching) == 2 and metric(url, overloaded) == 0, within=10), \
+        f"the daemon hears {metric(url, watching)} watching gates, judges overload {metric(url, overloaded)}"
+    assert not any(gate.is_on for gate, _, _ in processes), "no gate was told to pace"
+    third = gated_process(flavour, url, url, instance="pod-3")
+    gate = third[0]
+    for refusal in range(1, 6):
+        now = time.monotonic_ns()
+        gate.record(Signal.OVERLOADED, now, now)
+        assert gate.is_on == (refusal == 5), f"after {refusal} refusals with nothing accepted"
+    stop_all([*processes, third])
+
+
 def budgeted_process(flavour, served, daemon_url, instance):
     """A process calling payments under the policy the daemon at ``served``
     serves, reporting to ``daemon_url`` as ``instance`` when the test flushes
@@ -527,6 +559,7 @@ IMPLEMENTATIONS = {
     "the-daemon-goes-while-pacing": the_daemon_goes_while_pacing,
     "the-daemon-hangs-while-pacing": the_daemon_hangs_while_pacing,
     "a-refused-pace-ask": a_refused_pace_ask,
+    "failing-at-random-is-not-paced": failing_at_random_is_not_paced,
     "a-fleet-budget-divided": a_fleet_budget_divided,
     "a-fleet-budget-falls-back": a_fleet_budget_falls_back,
     "a-fleet-half-open": a_fleet_half_open,
