@@ -42,7 +42,7 @@ pub mod floor;
 mod law;
 pub mod replicas;
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::hash::Hash;
 use std::time::Duration;
 
@@ -167,7 +167,9 @@ pub struct FleetController<K> {
     policy: ValidPolicy,
     /// The rate learned from this controller's own processes.
     law: Law,
-    members: HashMap<K, Member>,
+    /// Ordered by name: sums of their wants come out the same, to the last
+    /// bit, in every run of the simulator for a seed.
+    members: BTreeMap<K, Member>,
     division: Division,
     /// While nothing has been accepted, one process probes for the fleet,
     /// so that probes come evenly at the probe rate, and not at random from
@@ -233,13 +235,13 @@ struct Division {
     stale: bool,
 }
 
-impl<K: Eq + Hash + Clone> FleetController<K> {
+impl<K: Ord + Hash + Clone> FleetController<K> {
     /// A controller for a dependency whose gate `policy` sets, probing.
     pub fn new_at(policy: &ValidPolicy, now: Instant) -> Self {
         Self {
             law: Law::new_at(policy, now),
             policy: policy.clone(),
-            members: HashMap::new(),
+            members: BTreeMap::new(),
             division: Division {
                 total: 1.0,
                 level: 0.0,

@@ -441,6 +441,22 @@ fn paced_runs_are_deterministic_for_a_seed() {
     assert_ne!(paced(50, true, 7).wasted, 0);
 }
 
+#[test]
+fn replicas_sharing_a_store_are_deterministic_for_a_seed() {
+    // What each replica tells the store sums its processes' wants: summed in
+    // a map's random order, the last bits differed from run to run.
+    for seed in 1..=3 {
+        let first = replicated(200, 2, Some(Duration::from_millis(1)), seed);
+        for _ in 0..4 {
+            assert_eq!(
+                replicated(200, 2, Some(Duration::from_millis(1)), seed),
+                first,
+                "seed {seed}"
+            );
+        }
+    }
+}
+
 /// Brooker's collapse with `strategy`'s retries and `modifiers`, seed 2
 /// (one that collapses with retries), the mean goodput from 35 s to 75 s.
 fn collapse_goodput(modifiers: Modifiers, max_elapsed: Option<Duration>) -> (f64, Summary) {
