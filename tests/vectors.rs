@@ -481,6 +481,7 @@ fn the_committed_gate_vectors_are_what_core_decides() {
         "refusal_not_overload",
         "paced_by_fleet",
         "evidence_down",
+        "accepted_after_an_outage_run",
         "trial_found_random",
     ] {
         assert!(

@@ -48,7 +48,7 @@ struct Shape {
     overload_when: OverloadWhen,
 }
 
-const SHAPES: [Shape; 10] = [
+const SHAPES: [Shape; 11] = [
     // The default gate: an outage, a recovery at 40 a second, healthy again.
     Shape {
         min_rate: 0.5,
@@ -201,9 +201,9 @@ const SHAPES: [Shape; 10] = [
         latency: (1, 15),
         overload_when: OverloadWhen::Evidence,
     },
-    // `evidence` from a fresh process: down from the start (ten refusals
-    // in a row), back failing half at random (which the gate's trials of
-    // its cuts find), then a capacity, then a tenth at random.
+    // `evidence` from a fresh process: a chance run of refusals at the
+    // start (five in a row), then failing half at random (which the gate's
+    // trials of its cuts find), then a capacity, then a tenth at random.
     Shape {
         min_rate: 1.0,
         max_rate: 500.0,
@@ -213,7 +213,26 @@ const SHAPES: [Shape; 10] = [
         quiet_ms: 3_000,
         health: &[
             (0, Health::Down),
-            (1_500, Health::Random(0.5)),
+            (300, Health::Random(0.5)),
+            (9_000, Health::Capacity(20)),
+            (12_000, Health::Random(0.1)),
+        ],
+        latency: (1, 10),
+        overload_when: OverloadWhen::Evidence,
+    },
+    // `evidence` from a fresh process: down from the start for more
+    // refusals in a row than chance gives (so its cuts are not tried), back
+    // failing half at random, then a capacity, then a tenth at random.
+    Shape {
+        min_rate: 5.0,
+        max_rate: 500.0,
+        beta: 0.5,
+        scale: 2.0,
+        ramp: 20.0,
+        quiet_ms: 3_000,
+        health: &[
+            (0, Health::Down),
+            (4_000, Health::Random(0.5)),
             (9_000, Health::Capacity(20)),
             (12_000, Health::Random(0.1)),
         ],
@@ -289,6 +308,8 @@ fn scenario(shape: &Shape, seed: u64) -> (Value, BTreeSet<&'static str>) {
     let mut served: Vec<u64> = Vec::new();
     let mut next_claim: Option<u64> = None;
     let mut accepted_in_second = (0u64, 0u32);
+    // Refusals in a row while off or probing: an outage's run, once long.
+    let mut outage_run = 0u32;
     let mut next_tally = 100_000_000u64;
     let mut at = 0u64;
     let ms = 1_000_000u64;
@@ -339,6 +360,14 @@ fn scenario(shape: &Shape, seed: u64) -> (Value, BTreeSet<&'static str>) {
                 ops.seen.insert("refusal_not_overload");
             }
             let evidence = shape.overload_when == OverloadWhen::Evidence;
+            if signal == Signal::Accepted {
+                if evidence && outage_run >= 20 {
+                    ops.seen.insert("accepted_after_an_outage_run");
+                }
+                outage_run = 0;
+            } else if signal == Signal::Overloaded && (!was_on || gate.phase() == "probing") {
+                outage_run += 1;
+            }
             if evidence && !was_on && gate.phase() == "probing" {
                 ops.seen.insert("evidence_down");
             }

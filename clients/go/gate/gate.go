@@ -193,6 +193,10 @@ type Gate struct {
 	// refusalRunSince.
 	refusalRun      uint32
 	refusalRunSince uint64
+	// outageRun is, once on for a dependency found down, the refusals in a
+	// row, with nothing accepted, that found it down and met the probes
+	// since.
+	outageRun uint32
 	// trials are, under Evidence, once on for a dependency found down,
 	// what the gate's cuts do to the refusals.
 	trials trials
@@ -227,6 +231,15 @@ const downRun = 5
 // random hears one accepted within a second, while a process with one
 // caller, whose retries back off, counts five only after seconds.
 const downSpan = time.Second
+
+// outageRun is, under Evidence, the refusals in a row, with nothing
+// accepted, past which a gate that found its dependency down does not try
+// its cuts: a half failed at random gives twenty in a row once in a million
+// runs, so the dependency was down, and the refusals after its return are a
+// capacity's. A trial holds the rate at its cut until it has counted twenty
+// answers; at a limit that counts what it refuses (a request-rate limit)
+// the hold keeps its window full.
+const outageRun = 20
 
 // watched is what an outcome heard while off says.
 type watched uint8
@@ -554,6 +567,9 @@ func (g *Gate) Record(signal Signal, sent, now uint64) {
 		if timedOut {
 			g.tally.TimedOut++
 		} else {
+			if g.rate.phase == probing && g.outageRun < ^uint32(0) {
+				g.outageRun++
+			}
 			g.rate.refused(1, now)
 			if g.trialHolds(0, 1, sent, now) {
 				return
@@ -644,10 +660,11 @@ func (g *Gate) watched(signal Signal, now uint64) watched {
 
 // triesCuts says whether the gate tries its cuts: under Evidence, on for a
 // dependency it found down that has since accepted something, until a
-// trial finds it failing a share at random, or the gate is slow.
+// trial finds it failing a share at random, or the gate is slow; not after
+// a run of refusals no chance explains (outageRun).
 func (g *Gate) triesCuts() bool {
 	r := &g.rate
-	return g.policy.OverloadWhen == Evidence && r.phase != probing && !r.answering && !r.slow
+	return g.policy.OverloadWhen == Evidence && g.outageRun < outageRun && r.phase != probing && !r.answering && !r.slow
 }
 
 // trialHolds hears, at now, accepted and refused answers to an attempt sent
@@ -710,6 +727,10 @@ func (g *Gate) turnOnAnswering(signal Signal, now uint64) {
 func (g *Gate) turnOn(signal Signal, sent, now uint64) {
 	g.rate = probingRate(g.policy, now)
 	g.trials.reset()
+	g.outageRun = g.refusalRun
+	if g.outageRun == 0 {
+		g.outageRun = 1
+	}
 	// The rate is at its lowest already; this only notes whether the
 	// dependency is slow.
 	g.rate.overloaded(g.policy, sent, now, signal == TimedOut)

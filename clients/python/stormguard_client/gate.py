@@ -113,6 +113,13 @@ DOWN_RUN = 5
 # accepted within a second, while a process with one caller, whose retries
 # back off, counts five only after seconds.
 DOWN_SPAN_NS = 1_000_000_000
+# Under evidence, the refusals in a row, with nothing accepted, past which a
+# gate that found its dependency down does not try its cuts: a half failed at
+# random gives twenty in a row once in a million runs, so the dependency was
+# down, and the refusals after its return are a capacity's. A trial holds the
+# rate at its cut until it has counted twenty answers; at a limit that counts
+# what it refuses (a request-rate limit) the hold keeps its window full.
+OUTAGE_RUN = 20
 OVERLOAD_WHEN_NAMES = ("evidence", "any-refusal", "most-refused")
 """``gate.overloadWhen``'s values, as written in a policy: when the refusals
 ``overloadOn`` names say overload. ``evidence`` (the default): a dependency
@@ -582,6 +589,9 @@ class SendGate:
         # While watching, the refusals since the last acceptance (or since
         # watching began), and when the first of them came.
         self._refusal_run: tuple[int, int] | None = None
+        # Once on for a dependency found down: the refusals in a row, with
+        # nothing accepted, that found it down and met the probes since.
+        self._outage_run = 0
         # Under evidence, once on for a dependency found down: what the
         # gate's cuts do to the refusals.
         self._trials = Trials()
@@ -850,6 +860,8 @@ class SendGate:
             self._counts[2] += 1
             self._counts[3] += int(timed_out)
             if not timed_out:
+                if self._rate.phase == "probing":
+                    self._outage_run += 1
                 self._rate.refused(1, now)
                 if self._trial_holds(0.0, 1.0, sent, now):
                     return
@@ -928,10 +940,11 @@ class SendGate:
     def _tries_cuts(self) -> bool:
         """Whether the gate tries its cuts: under evidence, on for a
         dependency it found down that has since accepted something, until a
-        trial finds it failing a share at random, or the gate is slow."""
+        trial finds it failing a share at random, or the gate is slow; not
+        after a run of refusals no chance explains (OUTAGE_RUN)."""
         rate = self._rate
-        return (self.policy.overload_when == "evidence" and rate.phase != "probing"
-                and not rate.answering and not rate.slow)
+        return (self.policy.overload_when == "evidence" and self._outage_run < OUTAGE_RUN
+                and rate.phase != "probing" and not rate.answering and not rate.slow)
 
     def _trial_holds(self, accepted: float, refused: float, sent: int, now: int) -> bool:
         """Hears, at ``now``, ``accepted`` and ``refused`` answers to an
@@ -953,6 +966,7 @@ class SendGate:
         it probes at the lowest rate."""
         self._rate = _Rate(self.policy, now)
         self._trials.reset()
+        self._outage_run = self._refusal_run[0] if self._refusal_run else 1
         # The rate is at its lowest already; this only notes whether the
         # dependency is slow.
         self._rate.overloaded(self.policy, sent, now, signal == Signal.TIMED_OUT)

@@ -188,6 +188,16 @@ const DOWN_RUN: u32 = 5;
 /// caller, whose retries back off, counts five only after seconds.
 const DOWN_SPAN: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// Under `evidence`, the refusals in a row, with nothing accepted, past
+/// which a gate that found its dependency down does not try its cuts: a
+/// half failed at random gives twenty in a row once in a million runs, so
+/// the dependency was down, and the refusals after its return are a
+/// capacity's. A trial holds the rate at its cut until it has counted
+/// twenty answers; at a limit that counts what it refuses (a request-rate
+/// limit, HAProxy's as usually set) the hold keeps its window full, and the
+/// herd through 50 processes took a second longer.
+const OUTAGE_RUN: u32 = 20;
+
 /// What a gate saw since it was last asked (see [`SendGate::tally`]): what
 /// a process tells the fleet's coordinator.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -229,6 +239,9 @@ struct State {
     /// While watching, the refusals since the last acceptance (or since
     /// watching began), and when the first of them came.
     refusal_run: Option<(u32, Instant)>,
+    /// Once on for a dependency found down: the refusals in a row, with
+    /// nothing accepted, that found it down and met the probes since.
+    outage_run: u32,
     /// Under `evidence`, once on for a dependency found down: what the
     /// gate's cuts do to the refusals.
     trials: Trials,
@@ -268,6 +281,7 @@ impl SendGate {
                 rng: SmallRng::seed_from_u64(seed),
                 watch: Answers::new(now),
                 refusal_run: None,
+                outage_run: 0,
                 trials: Trials::default(),
             }),
             on: AtomicBool::new(false),
@@ -548,6 +562,9 @@ impl SendGate {
                 state.tally.overloaded += 1;
                 state.tally.timed_out += u64::from(timed_out);
                 if !timed_out {
+                    if state.rate.is_probing() {
+                        state.outage_run = state.outage_run.saturating_add(1);
+                    }
                     state.rate.refused(1, now);
                     if self.trial_holds(&mut state, 0.0, 1.0, sent, now) {
                         return;
@@ -633,9 +650,11 @@ impl SendGate {
 
     /// Whether the gate tries its cuts: under `evidence`, on for a
     /// dependency it found down that has since accepted something, until
-    /// a trial finds it failing a share at random, or the gate is slow.
+    /// a trial finds it failing a share at random, or the gate is slow;
+    /// not after a run of refusals no chance explains ([`OUTAGE_RUN`]).
     fn tries_cuts(&self, state: &State) -> bool {
         self.policy.overload_when == OverloadWhen::Evidence
+            && state.outage_run < OUTAGE_RUN
             && !state.rate.is_probing()
             && !state.rate.is_answering()
             && !state.rate.is_slow()
@@ -724,6 +743,7 @@ impl SendGate {
     fn turn_on(&self, state: &mut State, signal: Signal, sent: Instant, now: Instant) {
         state.rate = Rate::probing(&self.policy, now);
         state.trials.reset();
+        state.outage_run = state.refusal_run.map_or(1, |(run, _)| run);
         // The rate is at its lowest already; this only notes whether the
         // dependency is slow.
         let timed_out = signal == Signal::TimedOut;

@@ -934,3 +934,25 @@ fn as_shipped_a_dependency_found_down_recovers_as_a_capacity_until_cuts_show_its
     );
     assert_eq!(gate.phase(), "slow_start");
 }
+
+#[test]
+fn as_shipped_a_dependency_down_for_twenty_refusals_in_a_row_is_not_tried_for_failure_at_random() {
+    // The same half refused as above, after an outage no chance explains:
+    // the refusals are a recovering capacity's, and no trial holds them.
+    let t0 = Instant::now();
+    let gate = shipped(t0);
+    answers(&gate, Signal::Overloaded, 20, t0, 20);
+    gate.record_at(Signal::Accepted, t0 + secs(1.0), t0 + secs(1.0));
+    let mut rng = SmallRng::seed_from_u64(3);
+    for i in 1..=400 {
+        let at = t0 + secs(1.0 + f64::from(i) * 0.01);
+        let signal = if rng.random_bool(0.5) {
+            Signal::Overloaded
+        } else {
+            Signal::Accepted
+        };
+        gate.record_at(signal, at, at);
+        assert!(!gate.is_answering(), "judged to answer after {i} answers");
+    }
+    assert!(gate.is_on());
+}
