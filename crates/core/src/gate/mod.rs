@@ -55,9 +55,9 @@
 //!   below twice what was accepted over the last second, and a refusal cuts
 //!   it only while refusals outnumber acceptances. Under `evidence` a gate
 //!   that found its dependency down recovers as under `any-refusal`, but
-//!   tries its cuts (the `trial` module): refusals that keep their share
-//!   over two cuts were a chance run, and from then on it judges as
-//!   `most-refused` does.
+//!   tries its cuts (the `trial` module) unless twenty refusals came in a
+//!   row first: refusals that keep their share over two cuts were a chance
+//!   run, and from then on it judges as `most-refused` does.
 //!
 //! CUBIC's constants (`C = 0.4`, `β = 0.7`) and the lowest rate (0.5 per
 //! second) are those of the AWS SDKs' adaptive retry mode (botocore
