@@ -23,11 +23,13 @@ const tenths = 30
 // tenth is a tenth of a second in nanoseconds.
 const tenth = 100_000_000
 
-// beyondChance is how many standard deviations refusals must outnumber
-// acceptances by over a second to show overload: with fewer, a dependency
-// that fails half its answers at random would seem overloaded every few
-// seconds.
-const beyondChance = 3.0
+// beyondChance is how many standard deviations refusals must go beyond a
+// random share by, over a second, for the gate (the K = 2 test, its
+// refusals while judged to answer, its trials): it tests again at every
+// answer, scores of times a second, and at three a dependency failing half
+// at random seemed overloaded to one of ten processes of 100 calls a second
+// every few seconds, each time pacing its calls into a backlog.
+const beyondChance = 4.0
 
 // counts is a count per tenth of a second over the last three seconds.
 type counts struct {

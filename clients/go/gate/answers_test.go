@@ -77,18 +77,22 @@ func TestATenthRefusedIsNoOverloadMostOfThemIs(t *testing.T) {
 	if a.showOverload() {
 		t.Fatal("90 and 90: a dependency failing half at random")
 	}
-	a.refuse(50, 0)
+	a.refuse(60, 0)
+	if a.showOverload() {
+		t.Fatal("90 and 150: within four standard deviations")
+	}
+	a.refuse(10, 0)
 	if !a.showOverload() {
-		t.Fatal("90 and 140: beyond three standard deviations")
+		t.Fatal("90 and 160: beyond four standard deviations")
 	}
 	down := newAnswers(0)
-	down.refuse(9, 0)
+	down.refuse(16, 0)
 	if down.showOverload() {
-		t.Fatal("nine refusals could be chance")
+		t.Fatal("sixteen refusals could be chance")
 	}
 	down.refuse(1, 0)
 	if !down.showOverload() {
-		t.Fatal("ten and nothing accepted are not")
+		t.Fatal("seventeen and nothing accepted are not")
 	}
 }
 

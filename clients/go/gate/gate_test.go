@@ -503,7 +503,7 @@ func TestUnderMostRefusedRefusalsThatOutnumberAcceptancesTurnItOnAtTwiceWhatIsDe
 		t.Fatal("not watching")
 	}
 	// Then far more refused than accepted: 12 accepted, and refusals until
-	// they outnumber them by three standard deviations: 32 of 44. The 20
+	// they outnumber them by four standard deviations: 42 of 54. The 20
 	// accepted before watching began are not counted.
 	answer(g, Accepted, 12, 0.55, 400)
 	refused := 1
@@ -515,8 +515,8 @@ func TestUnderMostRefusedRefusalsThatOutnumberAcceptancesTurnItOnAtTwiceWhatIsDe
 		g.Record(Overloaded, now, now)
 		refused++
 	}
-	if refused != 32 {
-		t.Fatalf("on after %d refusals in all, want 32", refused)
+	if refused != 42 {
+		t.Fatalf("on after %d refusals in all, want 42", refused)
 	}
 	if !g.Answering() || g.Watching() || g.Phase() != "slow_start" {
 		t.Fatal("it accepts some: judged to answer, growing as in slow start", g.Answering(), g.Watching(), g.Phase())

@@ -18,10 +18,13 @@ import math
 # Tenths kept: three seconds, the longest a timeout's cut looks back.
 TENTH_NANOS = 100_000_000
 TENTHS = 30
-# Standard deviations by which refusals must outnumber acceptances over a
-# second to show overload: with fewer, a dependency that fails half its
-# answers at random would seem overloaded every few seconds.
-BEYOND_CHANCE = 3.0
+# Standard deviations by which refusals must go beyond a random share, over a
+# second, for the gate (the K = 2 test, its refusals while judged to answer,
+# its trials): it tests again at every answer, scores of times a second, and at
+# three a dependency failing half at random seemed overloaded to one of ten
+# processes of 100 calls a second every few seconds, each time pacing its
+# calls into a backlog.
+BEYOND_CHANCE = 4.0
 U32_MAX = (1 << 32) - 1
 
 

@@ -27,13 +27,15 @@ def test_a_tenth_of_the_answers_refused_is_no_overload_most_of_them_is():
     assert not answers.shows_overload(), "90 accepted, 10 refused"
     answers.refused(80, 0)
     assert not answers.shows_overload(), "90 and 90: a dependency failing half at random"
-    answers.refused(50, 0)
-    assert answers.shows_overload(), "90 and 140: beyond three standard deviations"
+    answers.refused(60, 0)
+    assert not answers.shows_overload(), "90 and 150: within four standard deviations"
+    answers.refused(10, 0)
+    assert answers.shows_overload(), "90 and 160: beyond four standard deviations"
     down = Answers(0)
-    down.refused(9, 0)
-    assert not down.shows_overload(), "nine refusals could be chance"
+    down.refused(16, 0)
+    assert not down.shows_overload(), "sixteen refusals could be chance"
     down.refused(1, 0)
-    assert down.shows_overload(), "ten and nothing accepted are not"
+    assert down.shows_overload(), "seventeen and nothing accepted are not"
 
 
 def test_counting_one_kind_moves_the_other_on_too():

@@ -14,10 +14,18 @@ use tokio::time::Instant;
 /// Tenths kept: three seconds, the longest a timeout's cut looks back.
 const TENTHS: usize = 30;
 
-/// Standard deviations by which refusals must outnumber acceptances over a
-/// second to show overload: with fewer, a dependency that fails half its
-/// answers at random would seem overloaded every few seconds.
-const BEYOND_CHANCE: f64 = 3.0;
+/// Standard deviations by which refusals must go beyond a random share, over
+/// a second, for a test made once a report (a fleet's law, its trials and
+/// its slow start): with fewer, a dependency that fails half its answers at
+/// random would seem overloaded every few seconds.
+pub(crate) const BEYOND_CHANCE: f64 = 3.0;
+
+/// Standard deviations a process's gate asks for (Google's K = 2 test, its
+/// refusals while judged to answer, its trials): it tests again at every
+/// answer, scores of times a second, and at three a dependency failing half
+/// at random seemed overloaded to one of ten processes of 100 calls a second
+/// every few seconds, each time pacing its calls into a backlog.
+pub(crate) const OWN_CHANCE: f64 = 4.0;
 
 /// Counts per tenth of a second over the last three seconds.
 #[derive(Debug, Clone, Copy)]
@@ -157,14 +165,24 @@ impl Answers {
     }
 
     /// Whether, over the last second, refusals outnumbered acceptances by
-    /// more than chance would: fewer than half accepted, as Google's K = 2.
+    /// more than chance would ([`OWN_CHANCE`]): fewer than half accepted, as
+    /// Google's K = 2.
     pub(crate) fn shows_overload(&self) -> bool {
         self.shows_refusals_beyond(HALF)
     }
 
     /// Whether, over the last second, more was refused than a dependency
-    /// failing `random_share` at random would refuse, beyond chance.
+    /// failing `random_share` at random would refuse, by more than one
+    /// process's chance ([`OWN_CHANCE`]).
     pub(crate) fn shows_refusals_beyond(&self, random_share: f64) -> bool {
+        let (accepted, refused) = (self.accepted.second_ending(0), self.refused.second_ending(0));
+        beyond_random_by(accepted, refused, random_share, OWN_CHANCE)
+    }
+
+    /// [`shows_refusals_beyond`](Self::shows_refusals_beyond) by
+    /// [`BEYOND_CHANCE`]: the test a law that looks at each report, not at
+    /// each answer, makes.
+    pub(crate) fn shows_refusals_beyond_by_reports(&self, random_share: f64) -> bool {
         let (accepted, refused) = (self.accepted.second_ending(0), self.refused.second_ending(0));
         beyond_random(accepted, refused, random_share)
     }
@@ -182,13 +200,18 @@ pub(crate) const HALF: f64 = 0.5;
 /// Whether `refused` of `accepted + refused` answers are more than a
 /// dependency failing `random_share` of its requests at random would
 /// refuse, by [`BEYOND_CHANCE`] standard deviations of the binomial count.
-/// At a share of a half it is the K = 2 test (refusals outnumber
-/// acceptances beyond chance); at none, any refusal is beyond it.
 pub(crate) fn beyond_random(accepted: f64, refused: f64, random_share: f64) -> bool {
+    beyond_random_by(accepted, refused, random_share, BEYOND_CHANCE)
+}
+
+/// [`beyond_random`] by `deviations` standard deviations. At a share of a
+/// half it is the K = 2 test (refusals outnumber acceptances beyond
+/// chance); at none, any refusal is beyond it.
+pub(crate) fn beyond_random_by(accepted: f64, refused: f64, random_share: f64, deviations: f64) -> bool {
     let answered = accepted + refused;
     let expected = random_share * answered;
     let spread = (answered * random_share * (1.0 - random_share)).sqrt();
-    refused - expected > BEYOND_CHANCE * spread
+    refused - expected > deviations * spread
 }
 
 fn share(accepted: f64, refused: f64) -> f64 {
@@ -238,15 +261,20 @@ mod tests {
             !answers.shows_overload(),
             "90 and 90: a dependency failing half at random"
         );
-        answers.refused(50, t0);
+        answers.refused(60, t0);
+        assert!(
+            !answers.shows_overload(),
+            "90 and 150: within four standard deviations"
+        );
+        answers.refused(10, t0);
         assert!(
             answers.shows_overload(),
-            "90 and 140: beyond three standard deviations"
+            "90 and 160: beyond four standard deviations"
         );
         let mut down = Answers::new(t0);
-        down.refused(9, t0);
-        assert!(!down.shows_overload(), "nine refusals could be chance");
+        down.refused(16, t0);
+        assert!(!down.shows_overload(), "sixteen refusals could be chance");
         down.refused(1, t0);
-        assert!(down.shows_overload(), "ten and nothing accepted are not");
+        assert!(down.shows_overload(), "seventeen and nothing accepted are not");
     }
 }

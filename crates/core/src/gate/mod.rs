@@ -85,8 +85,8 @@ use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
 use crate::policy::{GatePolicy, OverloadWhen, ValidPolicy};
-pub(crate) use answers::beyond_random;
 use answers::Answers;
+pub(crate) use answers::{beyond_random_by, BEYOND_CHANCE, OWN_CHANCE};
 pub use judgement::{Judged, Judgement};
 pub use pace::Lease;
 use pace::Pacer;
@@ -282,7 +282,7 @@ impl SendGate {
                 watch: Answers::new(now),
                 refusal_run: None,
                 outage_run: 0,
-                trials: Trials::default(),
+                trials: Trials::of_a_process(),
             }),
             on: AtomicBool::new(false),
             watching: AtomicBool::new(false),

@@ -295,7 +295,7 @@ impl Rate {
     /// dependency failing `share` at random would refuse, beyond chance.
     pub(crate) fn shows_refusals_beyond_at(&mut self, share: f64, now: Instant) -> bool {
         self.answers.roll(now);
-        self.answers.shows_refusals_beyond(share)
+        self.answers.shows_refusals_beyond_by_reports(share)
     }
 
     /// Of the answers over the last second, the share refused.

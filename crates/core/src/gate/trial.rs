@@ -29,7 +29,7 @@
 
 use tokio::time::Instant;
 
-use super::beyond_random;
+use super::{beyond_random_by, BEYOND_CHANCE, OWN_CHANCE};
 
 /// Refusals a trial expects, at the share before its cut, before it
 /// judges: with ten, a dependency failing a share at random shows so few
@@ -67,6 +67,9 @@ pub(crate) struct Trials {
     kept: u32,
     /// What those trials counted, accepted and refused.
     pooled: (f64, f64),
+    /// Whether a process's gate runs them: it weighs every answer as it
+    /// comes, not a report's at a time, and asks for more evidence.
+    own: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -99,9 +102,20 @@ impl Trials {
         self.current.is_some()
     }
 
+    /// The trials of a process's gate.
+    pub(crate) fn of_a_process() -> Self {
+        Self {
+            own: true,
+            ..Self::default()
+        }
+    }
+
     /// Forgets every trial.
     pub(crate) fn reset(&mut self) {
-        *self = Self::default();
+        *self = Self {
+            own: self.own,
+            ..Self::default()
+        };
     }
 
     /// Counts `accepted` and `refused` answers to attempts sent since
@@ -114,7 +128,8 @@ impl Trials {
         trial.accepted += accepted;
         trial.refused += refused;
         let trial = *trial;
-        if beyond_random(trial.accepted, trial.refused, trial.share_before) {
+        let deviations = if self.own { OWN_CHANCE } else { BEYOND_CHANCE };
+        if beyond_random_by(trial.accepted, trial.refused, trial.share_before, deviations) {
             self.reset();
             return Some(Finding::Capacity);
         }
