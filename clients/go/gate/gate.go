@@ -197,6 +197,12 @@ type Gate struct {
 	// row, with nothing accepted, that found it down and met the probes
 	// since.
 	outageRun uint32
+	// downSince is when the gate last turned on for a dependency found down.
+	downSince uint64
+	// untriedUntil is, after an outage of outageRunLimit refusals or more,
+	// until when its recovery is not tried for failure at random (0: no
+	// such outage).
+	untriedUntil uint64
 	// trials are, under Evidence, once on for a dependency found down,
 	// what the gate's cuts do to the refusals.
 	trials trials
@@ -232,14 +238,15 @@ const downRun = 5
 // caller, whose retries back off, counts five only after seconds.
 const downSpan = time.Second
 
-// outageRun is, under Evidence, the refusals in a row, with nothing
+// outageRunLimit is, under Evidence, the refusals in a row, with nothing
 // accepted, past which a gate that found its dependency down does not try
-// its cuts: a half failed at random gives twenty in a row once in a million
+// its cuts while it recovers (for as long again as the dependency was
+// down): a half failed at random gives twenty in a row once in a million
 // runs, so the dependency was down, and the refusals after its return are a
 // capacity's. A trial holds the rate at its cut until it has counted twenty
 // answers; at a limit that counts what it refuses (a request-rate limit)
 // the hold keeps its window full.
-const outageRun = 20
+const outageRunLimit = 20
 
 // watched is what an outcome heard while off says.
 type watched uint8
@@ -583,11 +590,18 @@ func (g *Gate) Record(signal Signal, sent, now uint64) {
 			g.lastTrouble = now
 			g.pacer.overloaded(p.Beta, sent)
 		}
-		if g.triesCuts() && !timedOut && g.rate.lastCut > lastCut {
+		if g.triesCuts(now) && !timedOut && g.rate.lastCut > lastCut {
 			g.rate.answers.roll(now)
 			g.trials.cut(g.rate.answers.refusedShareLastSecond(), now)
 		}
 		return
+	}
+	if g.rate.phase == probing && g.outageRun >= outageRunLimit {
+		downFor := uint64(0)
+		if now > g.downSince {
+			downFor = now - g.downSince
+		}
+		g.untriedUntil = now + downFor
 	}
 	g.trialHolds(1, 0, sent, now)
 	g.tally.Accepted++
@@ -658,13 +672,13 @@ func (g *Gate) watched(signal Signal, now uint64) watched {
 	return notYet
 }
 
-// triesCuts says whether the gate tries its cuts: under Evidence, on for a
-// dependency it found down that has since accepted something, until a
-// trial finds it failing a share at random, or the gate is slow; not after
-// a run of refusals no chance explains (outageRun).
-func (g *Gate) triesCuts() bool {
+// triesCuts says whether the gate tries its cuts at now: under Evidence, on
+// for a dependency it found down that has since accepted something, until a
+// trial finds it failing a share at random, or the gate is slow; not while
+// it recovers from an outage no chance explains (outageRunLimit).
+func (g *Gate) triesCuts(now uint64) bool {
 	r := &g.rate
-	return g.policy.OverloadWhen == Evidence && g.outageRun < outageRun && r.phase != probing && !r.answering && !r.slow
+	return g.policy.OverloadWhen == Evidence && now >= g.untriedUntil && r.phase != probing && !r.answering && !r.slow
 }
 
 // trialHolds hears, at now, accepted and refused answers to an attempt sent
@@ -674,7 +688,7 @@ func (g *Gate) triesCuts() bool {
 // to answer, failing a share at random: refusals from then on cut only
 // while most are refused, as under MostRefused.
 func (g *Gate) trialHolds(accepted, refused float64, sent, now uint64) bool {
-	if !g.triesCuts() {
+	if !g.triesCuts(now) {
 		return false
 	}
 	if g.trials.answered(accepted, refused, sent) == randomFound {
@@ -731,6 +745,9 @@ func (g *Gate) turnOn(signal Signal, sent, now uint64) {
 	if g.outageRun == 0 {
 		g.outageRun = 1
 	}
+	g.refusalRun = 0
+	g.downSince = now
+	g.untriedUntil = 0
 	// The rate is at its lowest already; this only notes whether the
 	// dependency is slow.
 	g.rate.overloaded(g.policy, sent, now, signal == TimedOut)

@@ -37,7 +37,7 @@ from fractions import Fraction
 from typing import Literal, TypeAlias
 
 from . import blocks, limits
-from .chance import Run
+from .chance import BOUND_Z as BOUND_Z, RUN_BY_CHANCE as RUN_BY_CHANCE, Run
 
 BUCKETS = 20
 U32_MAX = (1 << 32) - 1

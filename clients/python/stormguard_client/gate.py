@@ -114,11 +114,12 @@ DOWN_RUN = 5
 # back off, counts five only after seconds.
 DOWN_SPAN_NS = 1_000_000_000
 # Under evidence, the refusals in a row, with nothing accepted, past which a
-# gate that found its dependency down does not try its cuts: a half failed at
-# random gives twenty in a row once in a million runs, so the dependency was
-# down, and the refusals after its return are a capacity's. A trial holds the
-# rate at its cut until it has counted twenty answers; at a limit that counts
-# what it refuses (a request-rate limit) the hold keeps its window full.
+# gate that found its dependency down does not try its cuts while it recovers
+# (for as long again as the dependency was down): a half failed at random
+# gives twenty in a row once in a million runs, so the dependency was down,
+# and the refusals after its return are a capacity's. A trial holds the rate
+# at its cut until it has counted twenty answers; at a limit that counts what
+# it refuses (a request-rate limit) the hold keeps its window full.
 OUTAGE_RUN = 20
 OVERLOAD_WHEN_NAMES = ("evidence", "any-refusal", "most-refused")
 """``gate.overloadWhen``'s values, as written in a policy: when the refusals
@@ -592,6 +593,11 @@ class SendGate:
         # Once on for a dependency found down: the refusals in a row, with
         # nothing accepted, that found it down and met the probes since.
         self._outage_run = 0
+        # When the gate last turned on for a dependency found down, and after
+        # an outage of OUTAGE_RUN refusals or more, until when its recovery is
+        # not tried for failure at random.
+        self._down_since = now_ns
+        self._untried_until: int | None = None
         # Under evidence, once on for a dependency found down: what the
         # gate's cuts do to the refusals.
         self._trials = Trials()
@@ -870,10 +876,12 @@ class SendGate:
             if self._rate.overloaded(policy, sent, now, timed_out):
                 self._last_trouble = now
                 self._pacer.overloaded(policy.beta, sent)
-            if self._tries_cuts() and not timed_out and self._rate.last_cut > last_cut:
+            if self._tries_cuts(now) and not timed_out and self._rate.last_cut > last_cut:
                 self._rate.answers.roll(now)
                 self._trials.cut(self._rate.answers.refused_share_last_second(), now)
         else:
+            if self._rate.phase == "probing" and self._outage_run >= OUTAGE_RUN:
+                self._untried_until = now + max(now - self._down_since, 0)
             self._trial_holds(1.0, 0.0, sent, now)
             self._counts[1] += 1
             self._pacer.accrue(self._rate.now, now)
@@ -937,13 +945,14 @@ class SendGate:
         run, since = self._refusal_run or (0, now)
         return run >= DOWN_RUN or (run >= DOWN_REFUSALS and now - since >= DOWN_SPAN_NS)
 
-    def _tries_cuts(self) -> bool:
-        """Whether the gate tries its cuts: under evidence, on for a
+    def _tries_cuts(self, now: int) -> bool:
+        """Whether the gate tries its cuts at ``now``: under evidence, on for a
         dependency it found down that has since accepted something, until a
         trial finds it failing a share at random, or the gate is slow; not
-        after a run of refusals no chance explains (OUTAGE_RUN)."""
+        while it recovers from an outage no chance explains (OUTAGE_RUN)."""
         rate = self._rate
-        return (self.policy.overload_when == "evidence" and self._outage_run < OUTAGE_RUN
+        untried = self._untried_until is not None and now < self._untried_until
+        return (self.policy.overload_when == "evidence" and not untried
                 and rate.phase != "probing" and not rate.answering and not rate.slow)
 
     def _trial_holds(self, accepted: float, refused: float, sent: int, now: int) -> bool:
@@ -953,7 +962,7 @@ class SendGate:
         nothing). A trial whose refusals kept their share over two cuts judges
         the dependency to answer, failing a share at random: refusals from
         then on cut only while most are refused, as under most-refused."""
-        if not self._tries_cuts():
+        if not self._tries_cuts(now):
             return False
         if self._trials.answered(accepted, refused, sent) is Finding.RANDOM:
             self._rate.answering_verdict(self.policy, now)
@@ -967,6 +976,9 @@ class SendGate:
         self._rate = _Rate(self.policy, now)
         self._trials.reset()
         self._outage_run = self._refusal_run[0] if self._refusal_run else 1
+        self._refusal_run = None
+        self._down_since = now
+        self._untried_until = None
         # The rate is at its lowest already; this only notes whether the
         # dependency is slow.
         self._rate.overloaded(self.policy, sent, now, signal == Signal.TIMED_OUT)

@@ -55,9 +55,10 @@
 //!   below twice what was accepted over the last second, and a refusal cuts
 //!   it only while refusals outnumber acceptances. Under `evidence` a gate
 //!   that found its dependency down recovers as under `any-refusal`, but
-//!   tries its cuts (the `trial` module) unless twenty refusals came in a
-//!   row first: refusals that keep their share over two cuts were a chance
-//!   run, and from then on it judges as `most-refused` does.
+//!   tries its cuts (the `trial` module), after twenty refusals in a row
+//!   only once it has recovered for as long as it was down: refusals that
+//!   keep their share over two cuts were a chance run, and from then on it
+//!   judges as `most-refused` does.
 //!
 //! CUBIC's constants (`C = 0.4`, `β = 0.7`) and the lowest rate (0.5 per
 //! second) are those of the AWS SDKs' adaptive retry mode (botocore
@@ -189,9 +190,10 @@ const DOWN_RUN: u32 = 5;
 const DOWN_SPAN: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Under `evidence`, the refusals in a row, with nothing accepted, past
-/// which a gate that found its dependency down does not try its cuts: a
-/// half failed at random gives twenty in a row once in a million runs, so
-/// the dependency was down, and the refusals after its return are a
+/// which a gate that found its dependency down does not try its cuts while
+/// it recovers (for as long again as the dependency was down): a half
+/// failed at random gives twenty in a row once in a million runs, so the
+/// dependency was down, and the refusals after its return are a
 /// capacity's. A trial holds the rate at its cut until it has counted
 /// twenty answers; at a limit that counts what it refuses (a request-rate
 /// limit, HAProxy's as usually set) the hold keeps its window full, and the
@@ -242,6 +244,11 @@ struct State {
     /// Once on for a dependency found down: the refusals in a row, with
     /// nothing accepted, that found it down and met the probes since.
     outage_run: u32,
+    /// When the gate last turned on for a dependency found down.
+    down_since: Instant,
+    /// After an outage of [`OUTAGE_RUN`] refusals or more, until when its
+    /// recovery is not tried for failure at random.
+    untried_until: Option<Instant>,
     /// Under `evidence`, once on for a dependency found down: what the
     /// gate's cuts do to the refusals.
     trials: Trials,
@@ -282,6 +289,8 @@ impl SendGate {
                 watch: Answers::new(now),
                 refusal_run: None,
                 outage_run: 0,
+                down_since: now,
+                untried_until: None,
                 trials: Trials::of_a_process(),
             }),
             on: AtomicBool::new(false),
@@ -577,12 +586,16 @@ impl SendGate {
                     state.last_trouble = now;
                     state.pacer.overloaded(policy.beta, sent);
                 }
-                if self.tries_cuts(&state) && !timed_out && state.rate.last_cut() > last_cut {
+                if self.tries_cuts(&state, now) && !timed_out && state.rate.last_cut() > last_cut {
                     let share = state.rate.refused_share_last_second(now);
                     state.trials.cut(share, now);
                 }
             }
             Signal::Accepted => {
+                if state.rate.is_probing() && state.outage_run >= OUTAGE_RUN {
+                    let down_for = now.saturating_duration_since(state.down_since);
+                    state.untried_until = Some(now + down_for);
+                }
                 self.trial_holds(&mut state, 1.0, 0.0, sent, now);
                 state.tally.accepted += 1;
                 let own = state.rate.now;
@@ -648,13 +661,14 @@ impl SendGate {
         }
     }
 
-    /// Whether the gate tries its cuts: under `evidence`, on for a
+    /// Whether the gate tries its cuts at `now`: under `evidence`, on for a
     /// dependency it found down that has since accepted something, until
     /// a trial finds it failing a share at random, or the gate is slow;
-    /// not after a run of refusals no chance explains ([`OUTAGE_RUN`]).
-    fn tries_cuts(&self, state: &State) -> bool {
+    /// not while it recovers from an outage no chance explains
+    /// ([`OUTAGE_RUN`]).
+    fn tries_cuts(&self, state: &State, now: Instant) -> bool {
         self.policy.overload_when == OverloadWhen::Evidence
-            && state.outage_run < OUTAGE_RUN
+            && state.untried_until.is_none_or(|until| now >= until)
             && !state.rate.is_probing()
             && !state.rate.is_answering()
             && !state.rate.is_slow()
@@ -674,7 +688,7 @@ impl SendGate {
         sent: Instant,
         now: Instant,
     ) -> bool {
-        if !self.tries_cuts(state) {
+        if !self.tries_cuts(state, now) {
             return false;
         }
         if let Some(Finding::Random(_)) = state.trials.answered(accepted, refused, sent) {
@@ -743,7 +757,9 @@ impl SendGate {
     fn turn_on(&self, state: &mut State, signal: Signal, sent: Instant, now: Instant) {
         state.rate = Rate::probing(&self.policy, now);
         state.trials.reset();
-        state.outage_run = state.refusal_run.map_or(1, |(run, _)| run);
+        state.outage_run = state.refusal_run.take().map_or(1, |(run, _)| run);
+        state.down_since = now;
+        state.untried_until = None;
         // The rate is at its lowest already; this only notes whether the
         // dependency is slow.
         let timed_out = signal == Signal::TimedOut;

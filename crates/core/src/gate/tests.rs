@@ -936,25 +936,64 @@ fn as_shipped_a_dependency_found_down_recovers_as_a_capacity_until_cuts_show_its
 }
 
 #[test]
-fn as_shipped_a_dependency_down_for_twenty_refusals_in_a_row_is_not_tried_for_failure_at_random() {
-    // The same half refused as above, after an outage no chance explains:
-    // the refusals are a recovering capacity's, and no trial holds them.
+fn as_shipped_a_recovery_from_twenty_refusals_in_a_row_is_tried_for_failure_at_random_only_once_it_has_lasted_the_outage(
+) {
+    // The same half refused as above, after an outage no chance explains
+    // (twenty refusals, on at the fifth, down for 4 s): the refusals of its
+    // recovery are a capacity's, and no trial holds them for as long again;
+    // after that, a dependency still refusing half is tried, and judged to
+    // fail it at random.
     let t0 = Instant::now();
     let gate = shipped(t0);
-    answers(&gate, Signal::Overloaded, 20, t0, 20);
-    gate.record_at(Signal::Accepted, t0 + secs(1.0), t0 + secs(1.0));
+    answers(&gate, Signal::Overloaded, 20, t0, 5_000);
+    gate.record_at(Signal::Accepted, t0 + secs(5.0), t0 + secs(5.0));
     let mut rng = SmallRng::seed_from_u64(3);
-    for i in 1..=400 {
-        let at = t0 + secs(1.0 + f64::from(i) * 0.01);
+    let mut half = |at: Instant| {
         let signal = if rng.random_bool(0.5) {
             Signal::Overloaded
         } else {
             Signal::Accepted
         };
         gate.record_at(signal, at, at);
-        assert!(!gate.is_answering(), "judged to answer after {i} answers");
+    };
+    for i in 1..400 {
+        half(t0 + secs(5.0 + f64::from(i) * 0.01));
+        assert!(
+            !gate.is_answering(),
+            "judged to answer {i} answers into its recovery"
+        );
     }
-    assert!(gate.is_on());
+    let answering = (0..400).find(|i| {
+        half(t0 + secs(9.0 + f64::from(*i) * 0.01));
+        gate.is_answering()
+    });
+    assert!(
+        answering.is_some(),
+        "never tried once the recovery had lasted the outage"
+    );
+}
+
+#[test]
+fn as_shipped_nineteen_refusals_in_a_row_are_a_run_chance_may_give() {
+    let t0 = Instant::now();
+    let gate = shipped(t0);
+    answers(&gate, Signal::Overloaded, 19, t0, 5_000);
+    gate.record_at(Signal::Accepted, t0 + secs(5.0), t0 + secs(5.0));
+    let mut rng = SmallRng::seed_from_u64(3);
+    let answering = (1..=400).find(|i| {
+        let at = t0 + secs(5.0 + f64::from(*i) * 0.01);
+        let signal = if rng.random_bool(0.5) {
+            Signal::Overloaded
+        } else {
+            Signal::Accepted
+        };
+        gate.record_at(signal, at, at);
+        gate.is_answering()
+    });
+    assert!(
+        answering.is_some_and(|i| i <= 200),
+        "tried at once: judged to answer after {answering:?}"
+    );
 }
 
 #[test]
