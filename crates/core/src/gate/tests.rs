@@ -918,16 +918,7 @@ fn as_shipped_a_dependency_found_down_recovers_as_a_capacity_until_cuts_show_its
     // A half refused at any rate: the gate's cuts leave the refusals at
     // their share, and two trials in a row judge them random.
     let mut rng = SmallRng::seed_from_u64(3);
-    let answering = (1..=400).find(|i| {
-        let at = t0 + secs(1.0 + f64::from(*i) * 0.01);
-        let signal = if rng.random_bool(0.5) {
-            Signal::Overloaded
-        } else {
-            Signal::Accepted
-        };
-        gate.record_at(signal, at, at);
-        gate.is_answering()
-    });
+    let answering = answers_until_judged_random(&gate, &mut rng, t0 + secs(1.0), 400);
     assert!(
         answering.is_some_and(|i| i <= 200),
         "judged to answer after {answering:?} answers"
@@ -948,25 +939,14 @@ fn as_shipped_a_recovery_from_twenty_refusals_in_a_row_is_tried_for_failure_at_r
     answers(&gate, Signal::Overloaded, 20, t0, 5_000);
     gate.record_at(Signal::Accepted, t0 + secs(5.0), t0 + secs(5.0));
     let mut rng = SmallRng::seed_from_u64(3);
-    let mut half = |at: Instant| {
-        let signal = if rng.random_bool(0.5) {
-            Signal::Overloaded
-        } else {
-            Signal::Accepted
-        };
-        gate.record_at(signal, at, at);
-    };
     for i in 1..400 {
-        half(t0 + secs(5.0 + f64::from(i) * 0.01));
+        half_at_random(&gate, &mut rng, t0 + secs(5.0 + f64::from(i) * 0.01));
         assert!(
             !gate.is_answering(),
             "judged to answer {i} answers into its recovery"
         );
     }
-    let answering = (0..400).find(|i| {
-        half(t0 + secs(9.0 + f64::from(*i) * 0.01));
-        gate.is_answering()
-    });
+    let answering = answers_until_judged_random(&gate, &mut rng, t0 + secs(8.99), 400);
     assert!(
         answering.is_some(),
         "never tried once the recovery had lasted the outage"
@@ -980,20 +960,31 @@ fn as_shipped_nineteen_refusals_in_a_row_are_a_run_chance_may_give() {
     answers(&gate, Signal::Overloaded, 19, t0, 5_000);
     gate.record_at(Signal::Accepted, t0 + secs(5.0), t0 + secs(5.0));
     let mut rng = SmallRng::seed_from_u64(3);
-    let answering = (1..=400).find(|i| {
-        let at = t0 + secs(5.0 + f64::from(*i) * 0.01);
-        let signal = if rng.random_bool(0.5) {
-            Signal::Overloaded
-        } else {
-            Signal::Accepted
-        };
-        gate.record_at(signal, at, at);
-        gate.is_answering()
-    });
+    let answering = answers_until_judged_random(&gate, &mut rng, t0 + secs(5.0), 400);
     assert!(
         answering.is_some_and(|i| i <= 200),
         "tried at once: judged to answer after {answering:?}"
     );
+}
+
+/// An attempt answered at `at`, refused half the time at random.
+fn half_at_random(gate: &SendGate, rng: &mut SmallRng, at: Instant) {
+    let signal = if rng.random_bool(0.5) {
+        Signal::Overloaded
+    } else {
+        Signal::Accepted
+    };
+    gate.record_at(signal, at, at);
+}
+
+/// Up to `most` attempts answered [`half_at_random`], 10 ms apart from
+/// 10 ms after `from`: after how many the gate judges its dependency to
+/// answer, failing a share at random.
+fn answers_until_judged_random(gate: &SendGate, rng: &mut SmallRng, from: Instant, most: u32) -> Option<u32> {
+    (1..=most).find(|i| {
+        half_at_random(gate, rng, from + secs(f64::from(*i) * 0.01));
+        gate.is_answering()
+    })
 }
 
 #[test]
@@ -1008,12 +999,7 @@ fn as_shipped_half_failed_at_random_seldom_seems_overloaded_to_a_busy_process() 
     for i in 0..60_000 {
         let at = t0 + secs(f64::from(i) / 100.0);
         let was_on = gate.is_on();
-        let signal = if rng.random_bool(0.5) {
-            Signal::Overloaded
-        } else {
-            Signal::Accepted
-        };
-        gate.record_at(signal, at, at);
+        half_at_random(&gate, &mut rng, at);
         turned_on += usize::from(!was_on && gate.is_on());
     }
     assert!(turned_on <= 1, "turned on {turned_on} times in ten minutes");
