@@ -335,15 +335,16 @@ impl Law {
     }
 
     /// `members` processes are paced: while nothing gets through they probe
-    /// as at most [`PROBERS`] would, and no cut takes the rate below that.
+    /// as at most [`PROBERS`] would (never past `maxRate`), and no cut takes
+    /// the rate below that.
     /// A cut to what was delivered, just as the first attempts get through,
     /// would otherwise leave the fleet slower than while it probed.
     pub(super) fn probe_for(&mut self, members: f64) {
-        let probe = self.policy.min_rate * members.min(PROBERS);
+        let probe = (self.policy.min_rate * members.min(PROBERS)).min(self.policy.max_rate);
         if self.rate.is_probing() {
             self.rate.now = probe;
         } else {
-            self.rate.now = self.rate.now.max(probe.min(self.policy.max_rate));
+            self.rate.now = self.rate.now.max(probe);
         }
     }
 

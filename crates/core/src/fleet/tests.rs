@@ -73,6 +73,27 @@ fn while_nothing_is_accepted_the_whole_fleet_probes_as_a_few_processes_would() {
 }
 
 #[test]
+fn the_fleets_probes_never_pass_max_rate() {
+    let t0 = Instant::now();
+    let low_ceiling = ValidPolicy::try_from(RetryPolicy {
+        gate: GatePolicy {
+            enabled: true,
+            overload_when: crate::policy::OverloadWhen::AnyRefusal,
+            min_rate: 0.5,
+            max_rate: 2.0,
+            ..GatePolicy::default()
+        },
+        ..RetryPolicy::default()
+    })
+    .unwrap();
+    let mut fleet = FleetController::new_at(&low_ceiling, t0);
+    let grants = round(&mut fleet, 0..20, t0, |_| tally(0, 0, 1, 5));
+    assert_eq!(fleet.rate(), 2.0, "eight probers' 4 a second, held to maxRate");
+    let total: f64 = grants.iter().sum();
+    assert!(total <= 2.0 * (1.0 + FLOOR) + 1e-9, "{grants:?}");
+}
+
+#[test]
 fn accepted_attempts_from_every_process_grow_one_rate() {
     let t0 = Instant::now();
     let ramp = GatePolicy::default().ramp;
