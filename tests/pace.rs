@@ -105,6 +105,13 @@ async fn bad_asks_are_refused_with_what_is_wrong() {
         body["error"].as_str().unwrap().contains("malformed ask"),
         "{body}"
     );
+
+    // More timeouts than overloads would count refusals below none.
+    let mut timeouts_beyond = tally("inventory", "pod-a", 2, 0, 1, 0);
+    timeouts_beyond["timedOut"] = json!(2);
+    let (status, body) = ask(&daemon, timeouts_beyond).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body["path"], "timedOut", "{body}");
 }
 
 #[tokio::test]

@@ -158,10 +158,22 @@ pub struct PaceGrant {
 }
 
 impl PaceAsk<'_> {
-    /// The rules the JSON types alone cannot say: the names.
+    /// The rules the JSON types alone cannot say: the names, and that the
+    /// timeouts are among the overloads they are counted in (more would
+    /// leave the fleet's law a negative count of refusals).
     pub fn check(&self) -> Result<(), FieldError> {
         check_service_name(&self.service).map_err(|e| FieldError::at("service", e))?;
-        check_instance(&self.instance).map_err(|e| FieldError::at("instance", e))
+        check_instance(&self.instance).map_err(|e| FieldError::at("instance", e))?;
+        if self.timed_out > self.overloaded {
+            return Err(FieldError::at(
+                "timedOut",
+                format!(
+                    "{} is more than overloaded ({}): timeouts are counted among the overloaded",
+                    self.timed_out, self.overloaded
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -190,9 +202,17 @@ mod tests {
         assert_eq!(bad.check().unwrap_err().path, "service");
         let nameless = PaceAsk {
             instance: "".into(),
-            ..ask
+            ..ask.clone()
         };
         assert_eq!(nameless.check().unwrap_err().path, "instance");
+        let timeouts_beyond = PaceAsk {
+            overloaded: 1,
+            timed_out: 2,
+            ..ask
+        };
+        let error = timeouts_beyond.check().unwrap_err();
+        assert_eq!(error.path, "timedOut");
+        assert!(error.message.contains("more than overloaded (1)"), "{error}");
         let unknown =
             r#"{"service":"a","instance":"p","sent":0,"accepted":0,"overloaded":0,"waiting":0,"rate":1e9}"#;
         assert!(serde_json::from_str::<PaceAsk>(unknown).is_err());
