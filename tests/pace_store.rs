@@ -107,6 +107,39 @@ async fn the_first_replica_owns_the_pace_and_takes_every_replicas_outcomes() {
     );
 }
 
+/// A failover to a Redis whose clock is behind finds the newest overload
+/// in its future: the owner still takes the tallies, the overload as just
+/// begun, instead of an age it cannot read and a round's outcomes lost.
+#[tokio::test]
+async fn a_store_whose_clock_stepped_back_hands_over_the_tallies_with_the_overload_as_new() {
+    let Some(redis) = Redis::start(None) else { return };
+    let a = replica(&redis, "a");
+    a.exchange("inventory", &contribution(0, 0, 1.0, 1))
+        .await
+        .unwrap();
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let (seconds, _): (u64, u64) = redis::cmd("TIME").query_async(&mut connection).await.unwrap();
+    let a_minute_ahead = seconds * 1000 + 60_000;
+    let () = redis::cmd("HSET")
+        .arg("stormguard:pace:{inventory}:tallies")
+        .arg("overloaded")
+        .arg(3)
+        .arg("overloaded_at")
+        .arg(a_minute_ahead)
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+
+    let shared = a
+        .exchange("inventory", &contribution(5, 4, 1.0, 1))
+        .await
+        .expect("the tallies are read, not refused as malformed");
+    let taken = shared.taken.expect("a owns the pace");
+    assert_eq!((taken.outcomes.sent, taken.outcomes.overloaded), (5, 4));
+    assert_eq!(taken.overloaded_since, Some(Duration::ZERO));
+}
+
 #[tokio::test]
 async fn an_owner_that_stops_renewing_loses_the_pace_and_cannot_publish_over_its_successor() {
     let Some(redis) = Redis::start(None) else { return };

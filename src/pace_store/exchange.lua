@@ -41,7 +41,9 @@ if owner == replica then
   redis.call('DEL', KEYS[1])
   for i = 1, #taken, 2 do
     if taken[i] == 'overloaded_at' then
-      taken[i + 1] = tostring(now - tonumber(taken[i + 1]))
+      -- A store whose clock stepped back (a failover to a server behind)
+      -- finds the overload in its future: it began no later than now.
+      taken[i + 1] = tostring(math.max(0, now - tonumber(taken[i + 1])))
     end
   end
 end
