@@ -76,12 +76,15 @@ pub enum Dependency {
     /// whole.
     #[default]
     Quota,
-    /// A token bucket refilled at `capacity` tokens a second, holding at
-    /// most `burst`: each request takes a token or is refused. The rate
-    /// limit of Envoy's `local_ratelimit` filter, of API gateways, and of
-    /// web servers and proxies (nginx's `limit_req` is its leaky-bucket
-    /// twin). Full when the dependency comes back, so a herd gets `burst`
-    /// at once and then `capacity` a second, however it times its sends.
+    /// A token bucket refilled continuously at `capacity` tokens a second,
+    /// holding at most `burst`: each request takes a token or is refused.
+    /// The rate limit of API gateways and of web servers and proxies
+    /// (nginx's `limit_req` is its leaky-bucket twin). Envoy's
+    /// `local_ratelimit` adds its tokens in steps instead, `tokens_per_fill`
+    /// every `fill_interval`: with a fill a second it is closer to
+    /// [`Quota`](Self::Quota) with a bucket that carries over. Full when the
+    /// dependency comes back, so a herd gets `burst` at once and then
+    /// `capacity` a second, however it times its sends.
     TokenBucket {
         /// Requests it takes at once, from full. In [1, 1,000,000].
         burst: u32,
