@@ -245,7 +245,7 @@ impl Law {
             let share = self.rate.refused_share_last_second(now);
             self.trials.cut(share, now);
         }
-        if !self.trials.holds() {
+        if !self.trials.holds_at(now) {
             self.probe_up(outcomes.demand, now);
         }
     }
@@ -437,7 +437,7 @@ impl Law {
         if overloaded > timed_out {
             self.rate.refused((overloaded - timed_out) as u32, now);
             // A trial holds the rate while the refusals keep their share.
-            if !self.trials.holds() && !self.slow_start_goes_on(now) {
+            if !self.trials.holds_at(now) && !self.slow_start_goes_on(now) {
                 self.rate.overloaded(&self.policy, window_start, now, false);
             }
         }

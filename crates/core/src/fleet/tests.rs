@@ -897,6 +897,50 @@ fn a_shared_pace_carried_on_under_most_refused_is_not_cut_by_a_random_tenth() {
     }
 }
 
+/// A fleet at a few answers a second whose refusals keep their share
+/// after a cut: the trial counts on, but holds the rate at the cut only
+/// for a while, and a refusal after that cuts again.
+#[test]
+fn a_trial_at_a_few_answers_a_second_holds_the_rate_only_for_a_while() {
+    let t0 = Instant::now();
+    let mut law = law::Law::new_at(&most_refused(), t0);
+    let learned = |accepted: u32, overloaded: f64, demand: f64| law::Learned {
+        accepted,
+        overloaded,
+        timed_out: 0.0,
+        demand,
+    };
+    law.learn(learned(0, 1.0, 5.0), t0, t0);
+    let back = t0 + Duration::from_secs(2);
+    law.learn(learned(3, 0.0, 5.0), back, back);
+    // Slow start meets most refused: cut, and a trial of the cut begins.
+    let cut_at = back + ASK_EVERY;
+    law.learn(learned(1, 9.0, 5.0), back, cut_at);
+    let cut = law.rate();
+    assert!(cut < 50.0, "{cut}");
+    // One answer a second, refused every other time: too few to tell.
+    let mut now = cut_at;
+    let mut refusals = Vec::new();
+    for answer in 0..10 {
+        now += Duration::from_millis(500);
+        let refused = answer % 2 == 1;
+        let rate = law.rate();
+        law.learn(
+            learned(u32::from(!refused), f64::from(u8::from(refused)), 1.0),
+            now - ASK_EVERY,
+            now,
+        );
+        if refused {
+            refusals.push((now.saturating_duration_since(cut_at), rate, law.rate()));
+        }
+    }
+    let cuts = |i: usize| refusals[i].2 < refusals[i].1;
+    assert_eq!(refusals[1].0, crate::gate::trial::FLEET_HOLD, "{refusals:?}");
+    assert!(!cuts(0), "held at the cut: {refusals:?}");
+    assert!(cuts(1), "past the hold, a refusal cuts: {refusals:?}");
+    assert!(!cuts(2), "and the hold begins again at that cut: {refusals:?}");
+}
+
 #[test]
 fn under_most_refused_the_fleet_cuts_for_refusals_that_outnumber_acceptances_not_for_a_random_tenth() {
     let t0 = Instant::now();

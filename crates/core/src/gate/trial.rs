@@ -16,7 +16,11 @@
 //! failing a tenth at random would see its rate cut by a tenth at every
 //! refusal, faster than a trial at a low rate can count enough answers.
 //! Refusals beyond that share end the trial at once: the rate is still
-//! past a capacity, and the next refusal cuts it.
+//! past a capacity, and the next refusal cuts it. A fleet's law holds for
+//! at most [`FLEET_HOLD`] at a cut, counting on across the cuts after it:
+//! a fleet at a few answers a second would otherwise hold a rate past a
+//! capacity for as long as twenty answers take, and one failing at random
+//! loses a share of its rate per hold, not per refusal.
 //!
 //! One trial is not enough: the first cut of a dependency whose capacity
 //! has just fallen (a brownout's first second) goes to what it delivered
@@ -26,6 +30,8 @@
 //! at random, the cost is those two cuts and the holds after them: about
 //! twenty refusals' worth of answers, under a second at a fleet's hundreds
 //! of answers a second.
+
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -45,6 +51,13 @@ const FEWER_THAN_CHANCE: f64 = 2.0;
 /// random: two, because the first cut after a capacity falls may still be
 /// past it.
 const IN_A_ROW: u32 = 2;
+/// How long a fleet's trial holds the rate at its cut, at most, before
+/// the next refusal may cut it again (and the hold begins anew at that
+/// cut, the trial counting on): a trial at a few answers a second would
+/// otherwise hold a rate past a capacity for as long as it takes to count
+/// twenty. Eight rounds of the fleet's law: a fleet at tens of answers a
+/// second or more decides well within it.
+pub(crate) const FLEET_HOLD: Duration = Duration::from_secs(2);
 
 /// What a trial's answers say, once they say something.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -76,6 +89,8 @@ pub(crate) struct Trials {
 struct Trial {
     /// When the cut was: only attempts sent since tell of its rate.
     since: Instant,
+    /// When the rate was last held at a cut: the trial's, or a later one's.
+    held_since: Instant,
     /// The share refused over the second before the cut.
     share_before: f64,
     accepted: f64,
@@ -85,14 +100,21 @@ struct Trial {
 impl Trials {
     /// The rate was cut at `now`, after `share_before` of the answers over
     /// the last second were refused: a trial begins unless one is under way.
+    /// A cut while a trial is under way (its hold ran out) holds the rate
+    /// again, at the new cut.
     pub(crate) fn cut(&mut self, share_before: f64, now: Instant) {
-        if self.current.is_none() && share_before > 0.0 {
-            self.current = Some(Trial {
-                since: now,
-                share_before,
-                accepted: 0.0,
-                refused: 0.0,
-            });
+        match &mut self.current {
+            Some(trial) => trial.held_since = now,
+            None if share_before > 0.0 => {
+                self.current = Some(Trial {
+                    since: now,
+                    held_since: now,
+                    share_before,
+                    accepted: 0.0,
+                    refused: 0.0,
+                });
+            }
+            None => {}
         }
     }
 
@@ -100,6 +122,13 @@ impl Trials {
     /// not probe.
     pub(crate) fn holds(&self) -> bool {
         self.current.is_some()
+    }
+
+    /// Whether a fleet's trial holds the rate at `now`: for at most
+    /// [`FLEET_HOLD`] since its last cut.
+    pub(crate) fn holds_at(&self, now: Instant) -> bool {
+        self.current
+            .is_some_and(|trial| now.saturating_duration_since(trial.held_since) < FLEET_HOLD)
     }
 
     /// The trials of a process's gate.
@@ -164,7 +193,6 @@ impl Trials {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     fn ms(t0: Instant, millis: u64) -> Instant {
         t0 + Duration::from_millis(millis)
@@ -246,6 +274,23 @@ mod tests {
         trials.cut(0.2, ms(t0, 100));
         assert_eq!(trials.answered(0.0, 100.0, t0), None);
         assert_eq!(trials.answered(5.0, 1.0, ms(t0, 100)), None);
-        assert!(trials.holds(), "it holds until it can tell, however long");
+        assert!(trials.holds(), "it counts on until it can tell");
+    }
+
+    #[test]
+    fn a_fleets_hold_ends_after_a_while_and_begins_again_at_the_next_cut() {
+        let t0 = Instant::now();
+        let mut trials = Trials::default();
+        trials.cut(0.3, t0);
+        trials.answered(3.0, 1.0, ms(t0, 10));
+        assert!(trials.holds_at(ms(t0, 1_990)));
+        assert!(
+            !trials.holds_at(ms(t0, 2_000)),
+            "a few answers a second: the next refusal may cut"
+        );
+        trials.cut(0.9, ms(t0, 2_500));
+        assert!(trials.holds_at(ms(t0, 2_600)), "held at the new cut");
+        // The trial counted on across the cut, at the share before the first.
+        assert_eq!(trials.answered(20.0, 10.0, ms(t0, 2_600)), Some(Finding::Kept));
     }
 }
