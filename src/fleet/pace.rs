@@ -65,6 +65,10 @@ pub struct PaceStatus {
     pub gates_watching: usize,
     /// How long it has been paced without a 10 s pause.
     pub paced_seconds: f64,
+    /// The mean interval between a process's asks: a process asks every
+    /// 100 ms, or a round trip apart across a slower link. The rate law's
+    /// rounds and waits, and the leases, stretch with it.
+    pub ask_interval_seconds: f64,
     /// The policy's `gate.overloadWhen`: which refusals it takes for overload.
     pub overload_when: String,
     /// With a pace store: whether this replica paces by the shared rate.
@@ -89,6 +93,7 @@ struct Families {
     processes: GaugeVec,
     gates: GaugeVec,
     paced_seconds: GaugeVec,
+    ask_interval: GaugeVec,
     attempts: IntCounterVec,
     shared: GaugeVec,
     owner: GaugeVec,
@@ -216,6 +221,7 @@ impl Fleet {
                     gates_on,
                     gates_watching,
                     paced_seconds: now.saturating_duration_since(entry.since).as_secs_f64(),
+                    ask_interval_seconds: entry.controller.feedback().interval().as_secs_f64(),
                     overload_when: entry.gate.overload_when.to_string(),
                     shared: self.shares.then(|| entry.controller.is_shared_at(now)),
                 }
@@ -351,6 +357,10 @@ impl Families {
             "stormguard_fleet_paced_seconds",
             "How long the dependency has been paced without a pause of 10 s: a dependency paced for long is not coming back.",
         );
+        let ask_interval = gauge(
+            "stormguard_fleet_ask_interval_seconds",
+            "The mean interval between the asks of a paced dependency's processes: 0.1 nearby, a round trip across a slower link. The rate law's rounds and waits, and the grants' leases, stretch with it.",
+        );
         let attempts = IntCounterVec::new(
             Opts::new(
                 "stormguard_fleet_attempts_total",
@@ -382,6 +392,7 @@ impl Families {
             Box::new(processes.clone()),
             Box::new(gates.clone()),
             Box::new(paced_seconds.clone()),
+            Box::new(ask_interval.clone()),
             Box::new(attempts.clone()),
             Box::new(shared.clone()),
             Box::new(owner.clone()),
@@ -400,6 +411,7 @@ impl Families {
             processes,
             gates,
             paced_seconds,
+            ask_interval,
             attempts,
             shared,
             owner,
@@ -461,6 +473,9 @@ impl Families {
         self.paced_seconds
             .with_label_values(&[service])
             .set(now.saturating_duration_since(entry.since).as_secs_f64());
+        self.ask_interval
+            .with_label_values(&[service])
+            .set(entry.controller.feedback().interval().as_secs_f64());
         for (outcome, count) in [
             ("sent", ask.sent),
             ("accepted", ask.accepted),
@@ -482,6 +497,7 @@ impl Families {
             &self.refused_ratio,
             &self.processes,
             &self.paced_seconds,
+            &self.ask_interval,
             &self.shared,
             &self.owner,
         ] {

@@ -14,15 +14,13 @@
 use std::sync::Weak;
 use std::time::Duration;
 
-use stormguard_core::fleet::{Grant, ASK_EVERY};
+use stormguard_core::fleet::{Grant, ASK_EVERY, ASK_TIMEOUT};
 use stormguard_core::guard::Guard;
 use stormguard_core::wire::{PaceAsk, PaceGrant};
 use tokio::time::Instant;
 
 use super::Inner;
 
-/// The longest an ask may take: a grant later than this is stale.
-const ASK_TIMEOUT: Duration = Duration::from_millis(500);
 /// The bounds on the ask interval a daemon may set.
 const FASTEST: Duration = Duration::from_millis(20);
 const SLOWEST: Duration = Duration::from_secs(1);

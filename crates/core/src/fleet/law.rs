@@ -13,6 +13,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::excess::Excess;
+use super::feedback::Feedback;
 use super::replicas::Published;
 use super::{FIRST_WINDOW, PROBERS, ROUND};
 use crate::gate::rate::Rate;
@@ -76,6 +77,9 @@ pub(super) struct Law {
     /// back to, a round at a time: as TCP slow-starts back to half its
     /// window after a timeout.
     regrow_to: Option<f64>,
+    /// How long its processes' feedback takes: its rounds and waits are
+    /// sized from it.
+    feedback: Feedback,
 }
 
 /// How far past what the dependency delivers the fleet's rate probes, per
@@ -86,28 +90,32 @@ pub(super) const PROBE_GAIN: f64 = 1.25;
 /// costs a tenth of a second's worth, and one that finds room is followed
 /// by probes at [`PROBE_GAIN`].
 const FIRST_PROBE_GAIN: f64 = 1.1;
-/// Cuts within this long of one another are one episode of refusals, whose
-/// first says what the dependency delivered before it refused.
-const ONE_EPISODE: Duration = Duration::from_millis(500);
+/// Rounds within which cuts are one episode of refusals, whose first says
+/// what the dependency delivered before it refused: 500 ms nearby.
+const EPISODE_ROUNDS: u32 = 2;
 /// A cut this soon after a probe was the probe's refusal: the dependency
-/// had no room. Two seconds: a dependency that limits by the second may
-/// take a probe's extra attempts until its second is full, and the reports
-/// of the refusals arrive a round or two after that.
-const REFUSED_WITHIN: Duration = Duration::from_secs(2);
+/// had no room. A second and four rounds (2 s nearby): a dependency that
+/// limits by the second may take a probe's extra attempts until its second
+/// is full, and the reports of the refusals arrive a round or two after
+/// that.
+const REFUSED_WITHIN: Duration = Duration::from_secs(1);
+const REFUSED_WITHIN_ROUNDS: u32 = 4;
 /// Under `most-refused`, the share of a second's answers refused that ends
 /// slow start: past what a dependency failing a share at random after an
 /// outage is likely to refuse (the tenths seen in the field), short of
 /// the half a doubling rate meets once past a capacity.
 const SLOW_START_SHARE: f64 = 0.25;
-/// A law that has probed this long without an acceptance found its
-/// dependency down, rather than short of capacity.
+/// A law that has probed this long without an acceptance (a second, or
+/// four rounds if that is longer) found its dependency down, rather than
+/// short of capacity.
 const DOWN_FOR: Duration = Duration::from_secs(1);
-/// After a refused probe, the next waits this long after the cut: eight
-/// rounds, as BBR probes one round in eight once it has found the
+const DOWN_FOR_ROUNDS: u32 = 4;
+/// After a refused probe, the next waits this many rounds after the cut (2 s
+/// nearby), as BBR probes one round in eight once it has found the
 /// bottleneck, so that a fleet at capacity is not refused every other round.
 /// It doubles for each probe refused in a row before, up to four times (a
-/// brownout that lasts is probed every 8 s).
-const PROBE_AGAIN: Duration = Duration::from_secs(2);
+/// brownout that lasts is probed every 8 s nearby).
+const PROBE_AGAIN_ROUNDS: u32 = 8;
 
 impl Law {
     /// Probing, under the gate `policy` sets.
@@ -125,7 +133,18 @@ impl Law {
             judged_capacity: false,
             refused_from: None,
             regrow_to: None,
+            feedback: Feedback::default(),
         }
+    }
+
+    /// Its processes' feedback now takes `feedback`: the law's rounds and
+    /// waits follow.
+    pub(super) fn hear_feedback(&mut self, feedback: Feedback) {
+        self.feedback = feedback;
+    }
+
+    fn round(&self) -> Duration {
+        self.feedback.round()
     }
 
     /// Under `most-refused`, for processes that see the dependency accept
@@ -236,7 +255,7 @@ impl Law {
         let cut = self.rate.last_cut() > last_cut;
         if cut {
             self.regrow_to = None;
-            let new_episode = now.saturating_duration_since(last_cut) >= ONE_EPISODE;
+            let new_episode = now.saturating_duration_since(last_cut) >= self.round() * EPISODE_ROUNDS;
             if new_episode || self.refused_from.is_none() {
                 self.refused_from = Some(self.rate.delivered_at(now));
             }
@@ -278,8 +297,8 @@ impl Law {
     /// (about 5 s at 160 a second under the default policy: its constant
     /// is sized for windows of packets) while callers wait. A fleet that
     /// wants more than its rate instead probes, a round after the cut (once
-    /// the end of slow start has settled, and [`PROBE_AGAIN`] after a cut
-    /// that refused a probe) and each round after that: to [`PROBE_GAIN`]
+    /// the end of slow start has settled, and [`PROBE_AGAIN_ROUNDS`] after
+    /// a cut that refused a probe) and each round after that: to [`PROBE_GAIN`]
     /// times what was delivered over the last second if the last probe drew
     /// no refusal (it found room), else [`FIRST_PROBE_GAIN`] times: BBR's
     /// probe, a gain over the delivery rate. Never a gain over the rate
@@ -295,13 +314,14 @@ impl Law {
             return;
         }
         self.settle_probe(now);
+        let round = self.round();
         let rate = &mut self.rate;
         let last_cut = rate.last_cut();
         let wait = match self.refused_probes {
-            0 => ROUND,
-            n => PROBE_AGAIN.saturating_mul(1 << (n - 1).min(2)),
+            0 => round,
+            n => (round * PROBE_AGAIN_ROUNDS).saturating_mul(1 << (n - 1).min(2)),
         };
-        let due = now.saturating_duration_since(self.probed) >= ROUND
+        let due = now.saturating_duration_since(self.probed) >= round
             && now.saturating_duration_since(last_cut) >= wait;
         if !rate.is_after_cut() || rate.is_slow() || rate.is_settling_at(now) || !due || demand <= rate.now {
             return;
@@ -318,17 +338,19 @@ impl Law {
     }
 
     /// What the last probe found, once it is known: refused if a cut came
-    /// within [`REFUSED_WITHIN`] of it, room if none did.
+    /// within [`REFUSED_WITHIN`] and [`REFUSED_WITHIN_ROUNDS`] of it, room
+    /// if none did.
     fn settle_probe(&mut self, now: Instant) {
         if !self.probe_pending {
             return;
         }
         let last_cut = self.rate.last_cut();
+        let within = REFUSED_WITHIN + self.round() * REFUSED_WITHIN_ROUNDS;
         if last_cut > self.probed {
-            let refused = last_cut.saturating_duration_since(self.probed) < REFUSED_WITHIN;
+            let refused = last_cut.saturating_duration_since(self.probed) < within;
             self.refused_probes = if refused { self.refused_probes + 1 } else { 0 };
             self.probe_pending = false;
-        } else if now.saturating_duration_since(self.probed) >= REFUSED_WITHIN {
+        } else if now.saturating_duration_since(self.probed) >= within {
             self.refused_probes = 0;
             self.probe_pending = false;
         }
@@ -350,12 +372,14 @@ impl Law {
 
     /// Slow start, at most doubling per round; CUBIC as the gate's.
     fn grow(&mut self, accepted: u32, now: Instant) {
-        if now.saturating_duration_since(self.round.0) >= ROUND {
+        let round = self.round();
+        if now.saturating_duration_since(self.round.0) >= round {
             self.round = (now, self.rate.now);
         }
         let slow_start = self.rate.is_slow_start() || self.rate.is_probing();
         let probing = self.rate.is_probing();
-        let down = now.saturating_duration_since(self.rate.last_cut()) >= DOWN_FOR;
+        let down_for = DOWN_FOR.max(round * DOWN_FOR_ROUNDS);
+        let down = now.saturating_duration_since(self.rate.last_cut()) >= down_for;
         self.rate.accepted_many(&self.policy, accepted, now);
         if probing && down && accepted > 0 {
             // The first acceptance after an outage opens the first window,
@@ -386,7 +410,8 @@ impl Law {
     /// go down with what it delivers, far below its limit.
     /// Returns whether the law is regrowing.
     fn regrow(&mut self, demand: f64, now: Instant) -> bool {
-        let quiet = now.saturating_duration_since(self.rate.last_cut()) >= ROUND;
+        let round = self.round();
+        let quiet = now.saturating_duration_since(self.rate.last_cut()) >= round;
         let target = self.refused_from.map(|from| self.policy.beta * from);
         if let (true, Some(target)) = (quiet, target) {
             if self.rate.now < target {
@@ -401,7 +426,7 @@ impl Law {
             self.regrow_to = None;
             return false;
         }
-        if now.saturating_duration_since(self.probed) >= ROUND && demand > self.rate.now {
+        if now.saturating_duration_since(self.probed) >= round && demand > self.rate.now {
             self.rate.now = (2.0 * self.rate.now).min(target).min(demand);
             self.probed = now;
         }

@@ -38,6 +38,7 @@
 pub mod breaker;
 mod excess;
 pub mod fair_share;
+mod feedback;
 pub mod floor;
 mod law;
 pub mod replicas;
@@ -48,6 +49,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+pub use self::feedback::Feedback;
 use self::law::{Law, Learned};
 use self::replicas::{Contribution, Outcomes, Part, Published, Shared, Tallies};
 use crate::gate::{Judged, Tally};
@@ -55,7 +57,14 @@ use crate::policy::ValidPolicy;
 
 /// How often a process whose gate is on asks for its share.
 pub const ASK_EVERY: Duration = Duration::from_millis(100);
-/// How long a grant lasts: ten asks, so that a few lost ones change nothing.
+/// The longest a process waits for its grant: a later one is stale, and the
+/// process asks again at once, pacing by its own gate meanwhile. Across a
+/// link whose round trip is longer no grant is heard, and each process's
+/// gate paces it alone.
+pub const ASK_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long a grant lasts nearby: ten asks, so that a few lost ones change
+/// nothing. A process across a slower link gets ten of its own asks
+/// ([`Feedback::lease`]).
 pub const LEASE: Duration = Duration::from_secs(1);
 /// How often a replica exchanges with the store it shares its pace through,
 /// while it paces a dependency: three quarters of an ask's period. The
@@ -71,12 +80,6 @@ pub const SHARE_EVERY: Duration = Duration::from_millis(75);
 /// processes' gates have turned off): its controller is done, and the next
 /// trouble starts a new one.
 pub const IDLE: Duration = Duration::from_secs(10);
-/// A process not heard from for this long no longer counts.
-const FORGET_AFTER: Duration = Duration::from_secs(2);
-/// A process not heard from for three asks has turned its gate off (its
-/// callers are served) or lost the daemon: neither its want nor its grant
-/// counts in the division, though it is known until [`FORGET_AFTER`].
-const SILENT_AFTER: Duration = Duration::from_millis(3 * ASK_EVERY.as_millis() as u64);
 /// How often the division is recomputed, at most: it sorts every process's want.
 const DIVIDE_EVERY: Duration = Duration::from_millis(25);
 /// Calls waiting in a process count as wanting to be sent within this long.
@@ -85,7 +88,8 @@ const BACKLOG_HORIZON: f64 = 1.0;
 /// window doubles per round trip), or grows by [`FIRST_WINDOW`] turns per
 /// round if that is more: outcomes come back a round late (an ask every
 /// 100 ms, and the way there and back), and growing faster than they come
-/// back overshoots the dependency.
+/// back overshoots the dependency. The round of a daemon nearby; across a
+/// slower link it stretches with the ask interval ([`Feedback::round`]).
 const ROUND: Duration = Duration::from_millis(250);
 /// Turns a round the rate may grow by however low it is, and the rate the
 /// first acceptance after an outage opens: 120 a second with 250 ms
@@ -192,6 +196,9 @@ pub struct FleetController<K> {
     /// What its last exchange showed: its processes' want and number, and
     /// the other replicas'.
     view: (f64, u32, Vec<(f64, u32)>),
+    /// Its processes' feedback loop, as the mean of their ask intervals at
+    /// the last division.
+    feedback: Feedback,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -213,6 +220,8 @@ struct Member {
     /// Whether its gate watched at its last ask: off, judging alone that
     /// the dependency answers (its refusals within what chance explains).
     watching: bool,
+    /// Its asks' interval: how long it may go unheard, and its lease.
+    feedback: Feedback,
 }
 
 /// The last division of the rate.
@@ -259,7 +268,13 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
             shared: None,
             owner: None,
             view: (0.0, 0, Vec::new()),
+            feedback: Feedback::default(),
         }
+    }
+
+    /// Its processes' feedback loop, as of the last division.
+    pub fn feedback(&self) -> Feedback {
+        self.feedback
     }
 
     /// The rate the whole fleet may send, attempts per second: the shared
@@ -366,9 +381,14 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
             waiting: 0,
             counted: (0.0, false),
             watching: tally.watching,
+            feedback: Feedback::default(),
         });
         member.watching = tally.watching;
         let elapsed = now.saturating_duration_since(member.last_ask).max(ASK_EVERY / 10);
+        if !is_new {
+            member.feedback = member.feedback.heard_after(elapsed);
+        }
+        let lease = member.feedback.lease();
         let seconds = elapsed.as_secs_f64();
         // At most what it could have sent at twice its grant (or the lowest rate).
         let could = (2.0 * member.granted.max(min_rate) * seconds).ceil() + 1.0;
@@ -399,6 +419,7 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
         member.last_ask = now;
 
         let learned = Learned::from_outcomes(outcomes, self.division.wanted);
+        self.law.hear_feedback(self.feedback);
         self.law.learn(learned, window_start, now);
         self.law.probe_for(self.members.len() as f64);
         self.post(outcomes, window_start);
@@ -425,7 +446,7 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
         self.held += share - held;
         Grant {
             rate,
-            lease: LEASE,
+            lease,
             pace: self.holds_back_at(now),
         }
     }
@@ -476,11 +497,11 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
         self.division.stale = true;
     }
 
-    /// Forgets the processes not heard from for [`FORGET_AFTER`], and
+    /// Forgets the processes not heard from for twenty of their asks, and
     /// counts again what the others hold.
     fn forget_silent(&mut self, now: Instant) {
         self.members
-            .retain(|_, m| now.saturating_duration_since(m.last_ask) < FORGET_AFTER);
+            .retain(|_, m| now.saturating_duration_since(m.last_ask) < m.feedback.forget_after());
         self.held = self
             .members
             .values()
@@ -551,6 +572,7 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
                     .and_then(|age| now.checked_sub(age))
                     .unwrap_or(now);
                 let demand = shared.others.iter().map(|&(want, _)| want).sum::<f64>() + mine.want;
+                law.hear_feedback(self.feedback);
                 law.learn(Learned::from_outcomes(outcomes, demand), window_start, now);
                 let members: f64 = shared.others.iter().map(|&(_, n)| f64::from(n)).sum();
                 law.probe_for(members + f64::from(mine.members));
@@ -622,6 +644,7 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
             .map(|m| m.want);
         let level = fair_share::level(total, wants, &mut self.scratch);
         let wanted: f64 = self.scratch.iter().map(|&(want, _)| want).sum();
+        self.feedback = mean_feedback(self.members.values().filter(|m| is_active(m, now)));
         let (mut counted, mut above) = (0.0, 0);
         for member in self.members.values_mut() {
             member.counted = if is_active(member, now) {
@@ -661,9 +684,24 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
     }
 }
 
-/// Whether `member` was heard from within [`SILENT_AFTER`].
+/// Whether `member` was heard from within three of its asks: a process not
+/// heard from for longer has turned its gate off (its callers are served)
+/// or lost the daemon, and neither its want nor its grant counts in the
+/// division, though it is known until twenty.
 fn is_active(member: &Member, now: Instant) -> bool {
-    now.saturating_duration_since(member.last_ask) < SILENT_AFTER
+    now.saturating_duration_since(member.last_ask) < member.feedback.silent_after()
+}
+
+/// The feedback loop of `members`: the mean of their ask intervals, or a
+/// daemon nearby's if there are none.
+fn mean_feedback<'a>(members: impl Iterator<Item = &'a Member>) -> Feedback {
+    let (sum, count) = members.fold((Duration::ZERO, 0u32), |(sum, count), m| {
+        (sum + m.feedback.interval(), count + 1)
+    });
+    match count {
+        0 => Feedback::default(),
+        n => Feedback::of_interval(sum / n),
+    }
 }
 
 impl Division {

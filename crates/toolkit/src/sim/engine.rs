@@ -576,9 +576,17 @@ impl<'a> World<'a> {
                 let replicas = self.replicas.as_mut().expect("a process asks only with replicas");
                 let replica = p % replicas.len();
                 let (grant, verdict, next) = replicas.ask_at(replica, p as u32, ask, t, now);
-                self.processes[p].asking = Asking::Returning(grant, verdict);
-                self.schedule_exchange(t + half, p);
                 self.schedule_replica(replica, next);
+                let given_up = self.processes[p].asked + nanos(fleet::ASK_TIMEOUT);
+                if t + half > given_up {
+                    // The grant comes back after the process stopped waiting
+                    // for it: it asks again, as a client does, and hears nothing.
+                    self.processes[p].asking = Asking::Due;
+                    self.schedule_exchange(given_up.max(t), p);
+                } else {
+                    self.processes[p].asking = Asking::Returning(grant, verdict);
+                    self.schedule_exchange(t + half, p);
+                }
             }
             Asking::Returning(grant, verdict) => {
                 let process = &mut self.processes[p];
