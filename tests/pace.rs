@@ -193,6 +193,10 @@ async fn status_and_metrics_say_whether_a_dependency_is_paced_for_overload_or_fa
         assert!(share > 0.0 && share < 0.5, "{paced}");
         assert!(paced["deliveredPerSecond"].as_f64().unwrap() > 0.0, "{paced}");
         assert!(paced["pacedSeconds"].as_f64().unwrap() >= 1.0, "{paced}");
+        // Asked every 100 ms or a little more over loopback: steered.
+        let interval = paced["askIntervalSeconds"].as_f64().unwrap();
+        assert!((0.1..0.4).contains(&interval), "{paced}");
+        assert_eq!(paced["steering"], true, "{paced}");
     }
 
     let exposition = metrics(&daemon).await;
@@ -207,6 +211,16 @@ async fn status_and_metrics_say_whether_a_dependency_is_paced_for_overload_or_fa
     assert_eq!(judged("inventory", "overloaded"), Some(1.0));
     let ratio = sample(&exposition, "stormguard_fleet_refused_ratio{service=\"search\"}").unwrap();
     assert!(ratio > 0.0 && ratio < 0.5, "{ratio}");
+    assert_eq!(
+        sample(&exposition, "stormguard_fleet_steering{service=\"search\"}"),
+        Some(1.0)
+    );
+    let interval = sample(
+        &exposition,
+        "stormguard_fleet_ask_interval_seconds{service=\"search\"}",
+    )
+    .unwrap();
+    assert!((0.1..0.4).contains(&interval), "{interval}");
 }
 
 #[tokio::test]

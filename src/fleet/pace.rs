@@ -69,6 +69,10 @@ pub struct PaceStatus {
     /// 100 ms, or a round trip apart across a slower link. The rate law's
     /// rounds and waits, and the leases, stretch with it.
     pub ask_interval_seconds: f64,
+    /// Whether the fleet steers its processes: false across a loop too slow
+    /// for it (asks 400 ms apart or more), where each process's gate paces
+    /// by its own rate and the grants carry no share.
+    pub steering: bool,
     /// The policy's `gate.overloadWhen`: which refusals it takes for overload.
     pub overload_when: String,
     /// With a pace store: whether this replica paces by the shared rate.
@@ -94,6 +98,7 @@ struct Families {
     gates: GaugeVec,
     paced_seconds: GaugeVec,
     ask_interval: GaugeVec,
+    steering: GaugeVec,
     attempts: IntCounterVec,
     shared: GaugeVec,
     owner: GaugeVec,
@@ -222,6 +227,7 @@ impl Fleet {
                     gates_watching,
                     paced_seconds: now.saturating_duration_since(entry.since).as_secs_f64(),
                     ask_interval_seconds: entry.controller.feedback().interval().as_secs_f64(),
+                    steering: entry.controller.steers(),
                     overload_when: entry.gate.overload_when.to_string(),
                     shared: self.shares.then(|| entry.controller.is_shared_at(now)),
                 }
@@ -361,6 +367,10 @@ impl Families {
             "stormguard_fleet_ask_interval_seconds",
             "The mean interval between the asks of a paced dependency's processes: 0.1 nearby, a round trip across a slower link. The rate law's rounds and waits, and the grants' leases, stretch with it.",
         );
+        let steering = gauge(
+            "stormguard_fleet_steering",
+            "1 while the fleet steers a paced dependency's processes, 0 while their feedback loop is too slow for it (asks 400 ms apart or more): each process's gate then paces by its own rate, and the grants carry no share.",
+        );
         let attempts = IntCounterVec::new(
             Opts::new(
                 "stormguard_fleet_attempts_total",
@@ -393,6 +403,7 @@ impl Families {
             Box::new(gates.clone()),
             Box::new(paced_seconds.clone()),
             Box::new(ask_interval.clone()),
+            Box::new(steering.clone()),
             Box::new(attempts.clone()),
             Box::new(shared.clone()),
             Box::new(owner.clone()),
@@ -412,6 +423,7 @@ impl Families {
             gates,
             paced_seconds,
             ask_interval,
+            steering,
             attempts,
             shared,
             owner,
@@ -476,6 +488,9 @@ impl Families {
         self.ask_interval
             .with_label_values(&[service])
             .set(entry.controller.feedback().interval().as_secs_f64());
+        self.steering
+            .with_label_values(&[service])
+            .set(if entry.controller.steers() { 1.0 } else { 0.0 });
         for (outcome, count) in [
             ("sent", ask.sent),
             ("accepted", ask.accepted),
@@ -498,6 +513,7 @@ impl Families {
             &self.processes,
             &self.paced_seconds,
             &self.ask_interval,
+            &self.steering,
             &self.shared,
             &self.owner,
         ] {

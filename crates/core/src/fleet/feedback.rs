@@ -26,6 +26,12 @@ const SILENT_ASKS: u32 = 3;
 const FORGOTTEN_ASKS: u32 = 20;
 /// Asks a grant lasts: a few lost ones change nothing.
 const LEASE_ASKS: u32 = 10;
+/// The ask interval from which the fleet no longer steers: its round is a
+/// second, and a recovery's few seconds are a handful of rounds, later than
+/// each process's gate reacts alone. In the simulator's herd at a 500 ms
+/// round trip the fleet was 0.9 s behind per-process gates on a worker pool
+/// and 4.8 s on a limit that counts its refusals (bench/loops.py).
+const STEERS_BELOW: Duration = Duration::from_millis(400);
 /// The weight of each new interval in a process's measure of its own.
 const NEW_INTERVAL_WEIGHT: f64 = 0.125;
 /// A new interval counts for at most this many times the measure: a
@@ -85,6 +91,12 @@ impl Feedback {
         ))
     }
 
+    /// Whether a loop this long can steer a recovery: if not, the fleet
+    /// hands the processes' own gates the wheel.
+    pub fn steers(&self) -> bool {
+        self.interval < STEERS_BELOW
+    }
+
     /// A round of the law: 250 ms nearby, two and a half intervals across
     /// a slower link.
     pub fn round(&self) -> Duration {
@@ -127,7 +139,10 @@ mod tests {
 
     #[test]
     fn a_slow_link_stretches_every_timer_with_its_interval() {
+        let steering = Feedback::of_interval(Duration::from_millis(399));
+        assert!(steering.steers() && Feedback::default().steers());
         let slow = Feedback::of_interval(Duration::from_millis(400));
+        assert!(!slow.steers(), "a round of a second steers too late");
         assert_eq!(slow.round(), Duration::from_secs(1));
         assert_eq!(slow.silent_after(), Duration::from_millis(1_200));
         assert_eq!(slow.lease(), Duration::from_secs(4));

@@ -386,7 +386,13 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
         member.watching = tally.watching;
         let elapsed = now.saturating_duration_since(member.last_ask).max(ASK_EVERY / 10);
         if !is_new {
-            member.feedback = member.feedback.heard_after(elapsed);
+            // One back after long enough to be forgotten starts afresh: its
+            // gate was off meanwhile, its link no slower.
+            member.feedback = if elapsed < member.feedback.forget_after() {
+                member.feedback.heard_after(elapsed)
+            } else {
+                Feedback::default()
+            };
         }
         let lease = member.feedback.lease();
         let seconds = elapsed.as_secs_f64();
@@ -445,10 +451,19 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
         }
         self.held += share - held;
         Grant {
-            rate,
+            // Across a loop too slow to steer, no share: each gate paces
+            // by its own rate, as it would without a daemon.
+            rate: if self.steers() { rate } else { 0.0 },
             lease,
             pace: self.holds_back_at(now),
         }
+    }
+
+    /// Whether its processes' feedback loop is quick enough for the fleet
+    /// to steer them: if not, its grants carry no share, and each process's
+    /// gate paces by its own rate.
+    pub fn steers(&self) -> bool {
+        self.feedback.steers()
     }
 
     /// Whether the law that sets the pace holds the fleet back at `now`.

@@ -692,6 +692,29 @@ fn a_process_silent_for_three_asks_holds_no_share() {
     assert!(grant > 99.0, "the whole rate, not what 1 held: {grant}");
 }
 
+/// Across a loop too slow to steer (asks 400 ms apart or more) the fleet
+/// hands the processes' gates the wheel: its grants carry no share, and
+/// still say whether it holds the fleet back.
+#[test]
+fn a_loop_too_slow_to_steer_hands_each_gate_the_wheel() {
+    let grants_at = |apart: Duration| {
+        let t0 = Instant::now();
+        let mut fleet = controller(t0);
+        let mut now = t0;
+        let mut last = Vec::new();
+        for _ in 0..10 {
+            last = round(&mut fleet, 0..5, now, |_| tally(1, 0, 1, 100));
+            now += apart;
+        }
+        (fleet.steers(), last)
+    };
+    let (steers, grants) = grants_at(Duration::from_millis(300));
+    assert!(steers && grants.iter().sum::<f64>() > 0.0, "{grants:?}");
+    let (steers, grants) = grants_at(Duration::from_millis(450));
+    assert!(!steers);
+    assert!(grants.iter().all(|&g| g == 0.0), "{grants:?}");
+}
+
 /// Across a slower link the law's rounds stretch with the ask interval:
 /// slow start doubles once per 750 ms at a 300 ms interval, as often as its
 /// outcomes can come back, where nearby it doubles every 250 ms.
