@@ -44,12 +44,17 @@ const LONGEST_SAMPLE: f64 = 4.0;
 /// steer a recovery, and its leases stay within twenty seconds.
 const LONGEST: Duration = Duration::from_secs(2);
 
+/// Intervals a process's measure rests on before it counts in the fleet's:
+/// one late ask (a process busy, an ask retried) does not hand the fleet
+/// over, three in a row do.
+const SETTLED_AFTER: u32 = 3;
+
 /// The fleet's feedback loop, as the interval between a process's asks.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Feedback {
     interval: Duration,
-    /// Whether an interval has been measured yet.
-    measured: bool,
+    /// Intervals measured so far (at most [`SETTLED_AFTER`]).
+    samples: u32,
 }
 
 impl Default for Feedback {
@@ -57,19 +62,25 @@ impl Default for Feedback {
     fn default() -> Self {
         Self {
             interval: ASK_EVERY,
-            measured: false,
+            samples: 0,
         }
     }
 }
 
 impl Feedback {
     /// Asks `interval` apart (taken for no shorter than [`ASK_EVERY`], and
-    /// no longer than two seconds).
+    /// no longer than two seconds), as settled as a measure gets.
     pub fn of_interval(interval: Duration) -> Self {
         Self {
             interval: interval.clamp(ASK_EVERY, LONGEST),
-            measured: true,
+            samples: SETTLED_AFTER,
         }
+    }
+
+    /// Whether the measure rests on enough intervals to speak for the
+    /// fleet's loop.
+    pub fn is_settled(&self) -> bool {
+        self.samples >= SETTLED_AFTER
     }
 
     /// The interval between asks.
@@ -81,14 +92,17 @@ impl Feedback {
     /// interval as it is (as TCP takes its first round trip), then an
     /// average that weighs each an eighth, as TCP's smoothed round trip.
     pub fn heard_after(&self, elapsed: Duration) -> Self {
-        if !self.measured {
-            return Self::of_interval(elapsed);
+        let interval = if self.samples == 0 {
+            elapsed
+        } else {
+            let now = self.interval.as_secs_f64();
+            let sample = elapsed.as_secs_f64().min(LONGEST_SAMPLE * now);
+            Duration::from_secs_f64(now + NEW_INTERVAL_WEIGHT * (sample - now))
+        };
+        Self {
+            interval: interval.clamp(ASK_EVERY, LONGEST),
+            samples: (self.samples + 1).min(SETTLED_AFTER),
         }
-        let now = self.interval.as_secs_f64();
-        let sample = elapsed.as_secs_f64().min(LONGEST_SAMPLE * now);
-        Self::of_interval(Duration::from_secs_f64(
-            now + NEW_INTERVAL_WEIGHT * (sample - now),
-        ))
     }
 
     /// Whether a loop this long can steer a recovery: if not, the fleet
@@ -152,6 +166,11 @@ mod tests {
     fn the_measure_follows_the_asks_and_shrugs_off_one_late_one() {
         let first = Feedback::default().heard_after(Duration::from_millis(300));
         assert_eq!(first.interval(), Duration::from_millis(300), "the first as it is");
+        assert!(!first.is_settled(), "one interval does not speak for the loop");
+        let third = first
+            .heard_after(Duration::from_millis(300))
+            .heard_after(Duration::from_millis(300));
+        assert!(third.is_settled());
         let mut feedback = first;
         for _ in 0..40 {
             feedback = feedback.heard_after(Duration::from_millis(300));

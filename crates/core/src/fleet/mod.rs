@@ -659,7 +659,11 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
             .map(|m| m.want);
         let level = fair_share::level(total, wants, &mut self.scratch);
         let wanted: f64 = self.scratch.iter().map(|&(want, _)| want).sum();
-        self.feedback = mean_feedback(self.members.values().filter(|m| is_active(m, now)));
+        self.feedback = mean_feedback(
+            self.members
+                .values()
+                .filter(|m| is_active(m, now) && m.feedback.is_settled()),
+        );
         let (mut counted, mut above) = (0.0, 0);
         for member in self.members.values_mut() {
             member.counted = if is_active(member, now) {
@@ -707,8 +711,8 @@ fn is_active(member: &Member, now: Instant) -> bool {
     now.saturating_duration_since(member.last_ask) < member.feedback.silent_after()
 }
 
-/// The feedback loop of `members`: the mean of their ask intervals, or a
-/// daemon nearby's if there are none.
+/// The feedback loop of `members` (those whose measure has settled): the
+/// mean of their ask intervals, or a daemon nearby's if there are none.
 fn mean_feedback<'a>(members: impl Iterator<Item = &'a Member>) -> Feedback {
     let (sum, count) = members.fold((Duration::ZERO, 0u32), |(sum, count), m| {
         (sum + m.feedback.interval(), count + 1)

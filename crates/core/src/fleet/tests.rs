@@ -715,6 +715,17 @@ fn a_loop_too_slow_to_steer_hands_each_gate_the_wheel() {
     assert!(grants.iter().all(|&g| g == 0.0), "{grants:?}");
 }
 
+/// One late ask (a process busy for half a second) does not hand the fleet
+/// over: a process's measure speaks for the loop only after three intervals.
+#[test]
+fn one_late_ask_does_not_hand_the_fleet_over() {
+    let t0 = Instant::now();
+    let mut fleet = controller(t0);
+    fleet.ask_at(0, tally(0, 0, 1, 100), t0);
+    let grant = fleet.ask_at(0, tally(1, 0, 1, 100), t0 + Duration::from_millis(600));
+    assert!(fleet.steers() && grant.rate > 0.0, "{grant:?}");
+}
+
 /// Across a slower link the law's rounds stretch with the ask interval:
 /// slow start doubles once per 750 ms at a 300 ms interval, as often as its
 /// outcomes can come back, where nearby it doubles every 250 ms.
