@@ -107,6 +107,9 @@ const FIRST_WINDOW: f64 = 30.0;
 /// 50 processes probing alone would send 25 a second, and one probing for
 /// all would find it a second late on average.
 const PROBERS: f64 = 8.0;
+/// How many times the median process's line one process's counts for, at
+/// most, in the fleet's line.
+const LINE_OUTLIER: f64 = 4.0;
 /// No process's grant falls below this share of an equal part, so one that
 /// wanted nothing at its last ask (or is new) is not stuck at nothing until
 /// its next. The grants of a fleet add up to at most its rate plus twice this
@@ -424,7 +427,10 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
         let window_start = member.last_ask;
         member.last_ask = now;
 
-        let learned = Learned::from_outcomes(outcomes, self.division.wanted);
+        let mut learned = Learned::from_outcomes(outcomes, self.division.wanted);
+        if self.law.is_probing() {
+            learned.line = self.line();
+        }
         self.law.hear_feedback(self.feedback);
         self.law.learn(learned, window_start, now);
         self.law.probe_for(self.members.len() as f64);
@@ -464,6 +470,24 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
     /// gate paces by its own rate.
     pub fn steers(&self) -> bool {
         self.feedback.steers()
+    }
+
+    /// Calls waiting in its processes' lines, each process counted for at
+    /// most four times the median's: one that claims a line it does not have
+    /// cannot open the first window past what the others wait with.
+    fn line(&mut self) -> f64 {
+        self.scratch.clear();
+        self.scratch
+            .extend(self.members.values().map(|m| (m.waiting as f64, 0)));
+        if self.scratch.is_empty() {
+            return 0.0;
+        }
+        let middle = self.scratch.len() / 2;
+        let (_, &mut (median, _), _) = self
+            .scratch
+            .select_nth_unstable_by(middle, |a, b| a.0.total_cmp(&b.0));
+        let most = LINE_OUTLIER * median;
+        self.members.values().map(|m| (m.waiting as f64).min(most)).sum()
     }
 
     /// Whether the law that sets the pace holds the fleet back at `now`.

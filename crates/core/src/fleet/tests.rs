@@ -118,6 +118,34 @@ fn accepted_attempts_from_every_process_grow_one_rate() {
     );
 }
 
+/// A line too long for the first window opens to a share of it: 100
+/// processes with 1,000 callers waiting each open at 12,000 a second, not
+/// at the 120 a fleet of 1,000 callers opens at; one process that claims a
+/// line it does not have counts for four times the median's, no more.
+#[test]
+fn the_first_window_follows_the_fleets_line() {
+    let t0 = Instant::now();
+    let back = t0 + Duration::from_secs(1);
+    let opened = |waiting: &dyn Fn(u32) -> u64| {
+        let mut fleet = controller(t0);
+        round(&mut fleet, 0..100, t0, |p| tally(0, 0, 1, waiting(p)));
+        round(&mut fleet, 0..100, back, |p| {
+            tally(1, u64::from(p == 0), 0, waiting(p))
+        });
+        fleet.rate()
+    };
+    let long = opened(&|_| 1_000);
+    assert!((long - 0.12 * 100_000.0).abs() < 1.0, "{long}");
+    let short = opened(&|_| 10);
+    assert_eq!(
+        short,
+        FIRST_WINDOW / ROUND.as_secs_f64(),
+        "a short line: the first window"
+    );
+    let one_liar = opened(&|p| if p == 7 { 1_000_000_000 } else { 1_000 });
+    assert!((one_liar - 0.12 * (99_000.0 + 4_000.0)).abs() < 1.0, "{one_liar}");
+}
+
 #[test]
 fn processes_that_want_less_than_a_part_get_it_and_the_rest_share_equally() {
     let t0 = Instant::now();
@@ -740,6 +768,7 @@ fn slow_start_doubles_once_a_round_and_a_round_follows_the_loop() {
             overloaded: 0.0,
             timed_out: 0.0,
             demand: 10_000.0,
+            line: 0.0,
         };
         law.learn(
             law::Learned {
@@ -1009,6 +1038,7 @@ fn a_shared_pace_carried_on_under_most_refused_is_not_cut_by_a_random_tenth() {
             overloaded: 2.0,
             timed_out: 0.0,
             demand: 200.0,
+            line: 0.0,
         };
         law.learn(outcomes, now - ASK_EVERY, now);
         assert!(law.rate() >= 200.0, "a tenth refused: {}", law.rate());
@@ -1027,6 +1057,7 @@ fn a_trial_at_a_few_answers_a_second_holds_the_rate_only_for_a_while() {
         overloaded,
         timed_out: 0.0,
         demand,
+        line: 0.0,
     };
     law.learn(learned(0, 1.0, 5.0), t0, t0);
     let back = t0 + Duration::from_secs(2);
