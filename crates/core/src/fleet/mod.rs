@@ -596,6 +596,16 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
             .map(|(published, _)| published);
         let publish = match shared.taken {
             Some(taken) => {
+                let members: f64 = shared.others.iter().map(|&(_, n)| f64::from(n)).sum();
+                let members = members + f64::from(mine.members);
+                // The other replicas' lines are not in the store: theirs
+                // are taken to be as long as this one's, process for process.
+                let probing = self.owner.as_ref().is_none_or(Law::is_probing);
+                let line = if probing && mine.members > 0 {
+                    self.line() * members / f64::from(mine.members)
+                } else {
+                    0.0
+                };
                 let policy = &self.policy;
                 let calm = self.law.is_calm();
                 let law = self.owner.get_or_insert_with(|| match shared.published {
@@ -612,9 +622,12 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
                     .unwrap_or(now);
                 let demand = shared.others.iter().map(|&(want, _)| want).sum::<f64>() + mine.want;
                 law.hear_feedback(self.feedback);
-                law.learn(Learned::from_outcomes(outcomes, demand), window_start, now);
-                let members: f64 = shared.others.iter().map(|&(_, n)| f64::from(n)).sum();
-                law.probe_for(members + f64::from(mine.members));
+                let learned = Learned {
+                    line,
+                    ..Learned::from_outcomes(outcomes, demand)
+                };
+                law.learn(learned, window_start, now);
+                law.probe_for(members);
                 Some(law.published())
             }
             None => {

@@ -857,6 +857,38 @@ impl Store {
     }
 }
 
+/// The owner of a shared pace opens the first window to the fleet's line
+/// as it estimates it: its own processes' line, as long again for each
+/// other replica's processes (the others' lines are not in the store).
+#[test]
+fn a_shared_pace_opens_to_the_line_of_every_replicas_processes() {
+    let t0 = Instant::now();
+    let mut replicas = [controller(t0), controller(t0)];
+    let mut store = Store {
+        owner: Some(0),
+        ..Store::default()
+    };
+    let back = t0 + Duration::from_secs(1);
+    for (now, accepted) in [(t0, 0), (back, 1)] {
+        for (r, replica) in replicas.iter_mut().enumerate() {
+            for p in 0..10 {
+                let report = if accepted == 0 {
+                    tally(0, 0, 1, 1_000)
+                } else {
+                    tally(1, u64::from(p == 0), 0, 1_000)
+                };
+                replica.ask_at(10 * r as u32 + p, report, now);
+            }
+        }
+        for (r, replica) in replicas.iter_mut().enumerate().rev() {
+            store.exchange(r, replica, now);
+        }
+    }
+    let published = store.rate.expect("the owner published").rate;
+    // 12 % of the 20,000 waiting, and the ramp for what was accepted.
+    assert!((2_400.0..2_450.0).contains(&published), "{published}");
+}
+
 /// Two replicas pacing one process each, every process accepted `accepted`
 /// an ask, exchanging with the store after each round of asks: replica 0
 /// owns the pace, and exchanges after the other, so that it folds what
