@@ -16,6 +16,7 @@
 use std::time::Duration;
 
 use super::{ASK_EVERY, ROUND};
+
 /// Rounds per ask interval, once the interval is longer than
 /// [`ASK_EVERY`]: a round takes two intervals (a grant heard, its outcomes
 /// reported) and a half more for the asks that fall between.

@@ -428,7 +428,9 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
         member.last_ask = now;
 
         let mut learned = Learned::from_outcomes(outcomes, self.division.wanted);
-        if self.law.is_probing() {
+        // Only the acceptance that ends probing opens to the line: counted
+        // at every ask of an outage, it would walk every process each time.
+        if self.law.is_probing() && outcomes.accepted > 0 {
             learned.line = self.line();
         }
         self.law.hear_feedback(self.feedback);
@@ -601,7 +603,8 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
                 // The other replicas' lines are not in the store: theirs
                 // are taken to be as long as this one's, process for process.
                 let probing = self.owner.as_ref().is_none_or(Law::is_probing);
-                let line = if probing && mine.members > 0 {
+                let opens = probing && taken.outcomes.accepted > 0;
+                let line = if opens && mine.members > 0 {
                     self.line() * members / f64::from(mine.members)
                 } else {
                     0.0
