@@ -21,9 +21,8 @@ Needs a release build (cargo build --release).
 import argparse
 import concurrent.futures
 import os
-import sys
 
-from worlds import MODELS, NO_GATE, means
+from worlds import MODELS, NO_GATE, finish, means
 
 DELAYS = ["20ms", "100ms", "200ms", "300ms", "500ms", "1s", "2s"]
 GATED = ["--service", "herd-gated"]
@@ -53,9 +52,7 @@ def main():
                 ok = fleet["p99"] <= alone["gates"]["p99"] + MARGIN and fleet["p99"] <= alone["full jitter"]["p99"]
                 missed += not ok
                 print(f"  {delay:>10} {cell(fleet):>14}  {'met' if ok else 'NOT MET'}")
-    print()
-    print(f"{missed} target(s) missed" if missed else "every target met")
-    sys.exit(1 if missed else 0)
+    finish(missed)
 
 
 if __name__ == "__main__":

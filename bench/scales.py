@@ -23,9 +23,8 @@ import argparse
 import concurrent.futures
 import itertools
 import os
-import sys
 
-from worlds import MODELS, means
+from worlds import MODELS, finish, means
 
 CAPACITIES = [10, 200, 2_000, 20_000]
 SECONDS_WAITING = 5
@@ -64,9 +63,7 @@ def main():
             verdict = "(reported)" if margin is None else ("met" if behind <= margin else "NOT MET")
             missed += verdict == "NOT MET"
             print(f"{row} {fleet['p99']:>8.2f}±{fleet['p99 spread']:.2f} {behind:>+7.2f}  {verdict}")
-    print()
-    print(f"{missed} target(s) missed" if missed else "every target met")
-    sys.exit(1 if missed else 0)
+    finish(missed)
 
 
 if __name__ == "__main__":

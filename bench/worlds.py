@@ -216,6 +216,13 @@ def model_rows(pool, binary, seeds):
     return missed
 
 
+def finish(missed):
+    """Says how many targets were missed, and exits 1 if any was."""
+    print()
+    print(f"{missed} target(s) missed" if missed else "every target met")
+    sys.exit(1 if missed else 0)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--binary", default="target/release/stormguard")
@@ -240,9 +247,7 @@ def main():
             missed += brownout_rows(pool, args.binary, seeds, settings)
         if "models" in only:
             missed += model_rows(pool, args.binary, seeds)
-    print()
-    print(f"{missed} target(s) missed" if missed else "every target met")
-    sys.exit(1 if missed else 0)
+    finish(missed)
 
 
 if __name__ == "__main__":
