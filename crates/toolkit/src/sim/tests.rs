@@ -286,6 +286,38 @@ fn paced(processes: u32, fleet: bool, seed: u64) -> Summary {
     Summary::of(&run(&scenario, &Strategy::named(Named::FullJitter, modifiers)))
 }
 
+/// Across a round trip longer than a client waits for its grant, no grant
+/// is heard: the fleet's herd is the per-process gates' herd, attempt for
+/// attempt, as real clients behind such a link pace alone.
+#[test]
+fn past_the_ask_timeout_no_grant_is_heard_and_each_gate_paces_alone() {
+    let herd = |fleet: bool, feedback_delay: Duration| {
+        let modifiers = Modifiers {
+            gate: true,
+            fleet,
+            ..Modifiers::default()
+        };
+        let scenario = Scenario {
+            processes: 20,
+            seed: 3,
+            feedback_delay,
+            ..Scenario::default()
+        };
+        Summary::of(&run(&scenario, &Strategy::named(Named::FullJitter, modifiers)))
+    };
+    let slow = Duration::from_secs(1);
+    let (alone, unheard) = (herd(false, slow), herd(true, slow));
+    assert_eq!(
+        (unheard.wasted, unheard.succeeded, &unheard.requests_per_second),
+        (alone.wasted, alone.succeeded, &alone.requests_per_second)
+    );
+    let heard = herd(true, Duration::from_millis(300));
+    assert_ne!(
+        heard.requests_per_second, alone.requests_per_second,
+        "a 300 ms link is heard"
+    );
+}
+
 #[test]
 fn a_send_gate_paces_the_herd_to_what_the_server_takes() {
     let plain = seed_run(Named::FullJitter);
