@@ -119,17 +119,20 @@ def redis_info(port, section):
 class ServiceProxy:
     """A loopback TCP proxy that deals each new connection to the next of
     `ports` that accepts it, as a Kubernetes Service does: a replica that is
-    gone is skipped, and the connections it held are cut."""
+    gone is skipped, and the connections it held are cut. With `delay`
+    (seconds), a link that slow: each byte arrives `delay / 2` after it
+    was sent, each way, as across zones or regions, and bytes in flight do
+    not wait for one another."""
 
-    def __init__(self, ports):
-        self.ports, self.next = list(ports), 0
+    def __init__(self, ports, delay=0.0):
+        self.ports, self.next, self.delay = list(ports), 0, delay
         self.loop = asyncio.new_event_loop()
         ready = threading.Event()
 
         def run():
             asyncio.set_event_loop(self.loop)
-            server = self.loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
-            self.port = server.sockets[0].getsockname()[1]
+            self.server = self.loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
+            self.port = self.server.sockets[0].getsockname()[1]
             ready.set()
             self.loop.run_forever()
 
@@ -144,20 +147,60 @@ class ServiceProxy:
             except OSError:
                 continue
             self.next = (self.next + i + 1) % len(self.ports)
-            await asyncio.gather(_pipe(reader, upstream_writer), _pipe(upstream_reader, writer))
+            one_way = self.delay / 2
+            try:
+                await asyncio.gather(_pipe(reader, upstream_writer, one_way), _pipe(upstream_reader, writer, one_way))
+            except asyncio.CancelledError:
+                pass  # stopped: the connection is cut
             return
         writer.close()
 
     def stop(self):
+        """Closes every connection it holds, then stops."""
+
+        async def close_all():
+            self.server.close()
+            held = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in held:
+                task.cancel()
+            await asyncio.gather(*held, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(close_all(), self.loop).result(timeout=10)
         self.loop.call_soon_threadsafe(self.loop.stop)
 
 
-async def _pipe(reader, writer):
+async def _pipe(reader, writer, delay=0.0):
+    """Copies `reader` to `writer`, each chunk `delay` seconds after it was read."""
+    if delay <= 0:
+        try:
+            while chunk := await reader.read(65536):
+                writer.write(chunk)
+                await writer.drain()
+        except OSError:
+            pass
+        finally:
+            writer.close()
+        return
+    loop = asyncio.get_running_loop()
+    in_flight = asyncio.Queue()
+
+    async def deliver():
+        try:
+            while (item := await in_flight.get()) is not None:
+                due, chunk = item
+                await asyncio.sleep(max(0.0, due - loop.time()))
+                writer.write(chunk)
+                await writer.drain()
+        except OSError:
+            pass
+        finally:
+            writer.close()
+
+    delivering = asyncio.ensure_future(deliver())
     try:
         while chunk := await reader.read(65536):
-            writer.write(chunk)
-            await writer.drain()
+            in_flight.put_nowait((loop.time() + delay, chunk))
     except OSError:
         pass
-    finally:
-        writer.close()
+    in_flight.put_nowait(None)
+    await delivering

@@ -24,7 +24,7 @@ For each it prints the most requests that reached HAProxy in any 3 s window
 into the outage: every request then is a half-open trial), the requests it
 received while down in all, how long after it came back it served 95 % of
 the calls arriving (the breakers closed), and the calls served; beside the
-last three, the simulator's means over seeds 1-5 for the same set-up
+last three, the simulator's means over seeds 2001-2020 for the same set-up
 (`simulate --scenario errors`: its requests refused during the outage, when
 the last breaker closed after it, the calls served). Target: the fleet's
 trials per window at most 2 x halfOpenMaxCalls = 6 through one daemon and

@@ -14,11 +14,15 @@ every caller wanting one call served from the same instant. Three runs:
 
 For each it prints wasted requests (those the dependency refused), p50 and
 p99 time to success and the callers that gave up, and beside them the means
-of `stormguard simulate` over seeds 1-5 with 20 processes and a 1 ms
-latency, loopback's order: with no latency at all, the simulator answers the
-first refusal before the other callers' first tries leave, so their gates
-hold them back, which no real network allows. Target: the real fleet run
-wastes at most 1.3x its simulation; exit 1 when it does not.
+of `stormguard simulate` over seeds 2001-2020 (kept for reports) with 20
+processes, a 1 ms latency (loopback's order) and the callers' first tries
+spread over 20 ms, as a real process's leave: each opens its connections
+and its gate turns on at the first refusals, before the rest are sent (real
+runs refuse 115-170 first tries in the outage's first second, the simulator
+145-155 at 20 ms; all 1,000 with every first try at one instant, where
+per-process gates then came out 1.8 s slower than the real ones). Target:
+the real fleet run wastes at most 1.3x its simulation; exit 1 when it does
+not.
 
 With `--replicas N` it runs the fleet through N real daemons behind a
 loopback proxy that deals connections to them as a Kubernetes Service does,
@@ -41,6 +45,14 @@ three clients' herd examples (the Rust, Go and Python twins of one
 process); with `--replicas` and `--pace-store` it also runs the same fleet
 all in Rust, and the mixed fleet must waste within 1.3x of its simulation,
 reach p99 within 0.5 s of it, and waste within 1.1x of the all-Rust fleet.
+
+With `--link-delays 100ms,300ms,1s` it runs per-process gates and then
+the fleet through one daemon across a loopback proxy that delays every byte
+between the processes and the daemon by half of each round trip each way
+(a daemon in another zone or region), beside `simulate --fleet
+--feedback-delay` of the same round trip. Targets: each real p99 within
+0.5 s of its simulation, and the fleet's no worse than per-process gates'
++ 0.3 s. It goes with `--dependency haproxy`.
 
 With `--errors SHARE` it runs instead a healthy dependency that fails SHARE
 of requests at random (503, or `--error-status`) and never runs out of capacity, the world of
@@ -85,7 +97,7 @@ pool no later than the +-10 % loop, with at most half its refusals.
 Usage: bench/real_fleet.py [--processes N] [--callers N] [--runs N] [--json FILE]
        [--dependency own|haproxy|postgres [--connections N]]
        [--languages L,L,...] [--replicas N [--pace-store] [--kill-store-at S] [--kill-replica-at S]]
-       [--errors SHARE [--rate R] [--error-status S]]
+       [--link-delays D,D,...] [--errors SHARE [--rate R] [--error-status S]]
 It builds what it runs first (release: the daemon and the Rust client's
 examples; the Go example with `go build` when Go is dealt processes).
 """
@@ -112,8 +124,10 @@ HERDS = {
     "python": [sys.executable, PY_HERD],
 }
 POLICY = os.path.join(ROOT, "bench", "real-fleet.yaml")
-SEEDS = range(1, 6)
+SEEDS = range(2001, 2021)
 OUTAGE, CAPACITY, LATENCY = 10, 200, "1ms"
+# How long a real herd's first tries take to leave its processes (see above).
+FIRST_TRIES_OVER = "20ms"
 # The --errors world: a capacity no run reaches, and the simulator's length
 # of its errors scenario.
 UNLIMITED, ERRORS_SECONDS = 1_000_000, 60
@@ -176,18 +190,21 @@ class Fleet:
     """How the processes reach the daemon: `replicas` real daemons (behind
     a Service's proxy when more than one), sharing a real Redis if `store`;
     Redis killed `kill_store_at` seconds after the callers start, the first
-    replica `kill_replica_at` seconds after."""
+    replica `kill_replica_at` seconds after; across a link of `link_delay`
+    seconds' round trip if given."""
 
-    def __init__(self, replicas=1, store=False, kill_store_at=None, kill_replica_at=None):
+    def __init__(self, replicas=1, store=False, kill_store_at=None, kill_replica_at=None, link_delay=0.0):
         self.replicas, self.store = replicas, store
         self.kill_store_at, self.kill_replica_at = kill_store_at, kill_replica_at
+        self.link_delay = link_delay
 
     def start(self, start_at):
         """Starts it all; the daemon URL the processes use."""
         self.redis = start_redis() if self.store else None
         flags = ["--pace-store", f"redis://127.0.0.1:{self.redis[1]}"] if self.redis else []
         self.daemons = [start_daemon(POLICY, *flags) for _ in range(self.replicas)]
-        self.proxy = ServiceProxy([port for _, port in self.daemons]) if self.replicas > 1 else None
+        ports = [port for _, port in self.daemons]
+        self.proxy = ServiceProxy(ports, self.link_delay) if self.replicas > 1 or self.link_delay else None
         self.commands_before = self.commands()
         self.timers = [
             threading.Timer(start_at / 1000 + at - time.time(), kill)
@@ -351,7 +368,7 @@ def simulated(service, flags, processes, callers, dependency="own"):
             [BINARY, "simulate", "--json", "--seed", str(seed), "--policy", POLICY, "--service", service,
              "--clients", str(processes * callers), "--processes", str(processes),
              "--capacity", str(CAPACITY), "--outage", f"{OUTAGE}s", "--latency", LATENCY,
-             *([] if "--replicas" in flags else ["--replicas", "1"]), *flags],
+             "--spread", FIRST_TRIES_OVER, *([] if "--replicas" in flags else ["--replicas", "1"]), *flags],
             check=True, capture_output=True, text=True).stdout
         run = json.loads(text)
         runs.append(run[-1] if isinstance(run, list) else run)
@@ -670,6 +687,47 @@ def replicas(opts):
     return report, met
 
 
+def seconds_of(text):
+    """A duration such as `300ms` or `1s`, in seconds."""
+    if text.endswith("ms"):
+        return float(text[:-2]) / 1000
+    if text.endswith("s"):
+        return float(text[:-1])
+    raise ValueError(f"{text!r}: a duration takes ms or s, e.g. 300ms or 1s")
+
+
+def delayed_link(opts):
+    """The fleet through one daemon across a link delayed by each of
+    `--link-delays` (the round trip between the processes and the daemon),
+    beside the simulator's `--feedback-delay` of the same, and per-process
+    gates (which pace alone, whatever the link) for reference."""
+    header(opts, f", the daemon across a link of {', '.join(opts.link_delays)} round trip")
+    report, targets = {}, []
+    ways = [("per-process gates", 0.0, ["--no-fleet-pacing"], ["--no-fleet-pacing"])]
+    ways += [(f"fleet, {delay} round trip", seconds_of(delay), [], ["--fleet", "--feedback-delay", delay])
+             for delay in opts.link_delays]
+    gates = None
+    for label, delay, flags, sim_flags in ways:
+        reals = [real_run("herd-gated", flags, opts.processes, opts.callers, Fleet(link_delay=delay),
+                          opts.languages, dependency=opts.dependency)
+                 for _ in range(opts.runs)]
+        real = mean_of(reals)
+        sim = simulated("herd-gated", sim_flags, opts.processes, opts.callers, opts.dependency)
+        report[label] = {"real": reals, "simulated": sim}
+        row(label, real, sim)
+        gap = real["p99_seconds"] - sim["p99_seconds"]
+        targets.append((f"{label}: real p99 - simulated {gap:+.2f} s (within 0.5 s)", abs(gap) <= 0.5))
+        if gates is None:
+            gates = real
+        else:
+            targets.append((f"{label}: real p99 {real['p99_seconds']:.2f} s, per-process gates "
+                            f"{gates['p99_seconds']:.2f} s (no worse + 0.3 s)",
+                            real["p99_seconds"] <= gates["p99_seconds"] + 0.3))
+    print()
+    met = all([verdict(what, ok) for what, ok in targets])
+    return report, met
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--processes", type=int, default=20)
@@ -690,6 +748,9 @@ def main():
                              "PostgreSQL that crashes under a fleet of connection pools (postgres)")
     parser.add_argument("--connections", type=int, default=5,
                         help="with --dependency postgres: each process's pool size")
+    parser.add_argument("--link-delays", type=lambda text: text.split(","), metavar="D,D,...",
+                        help="instead of the three ways: the fleet through one daemon across a link of each "
+                             "round trip (e.g. 100ms,300ms,1s), beside the simulator's --feedback-delay")
     parser.add_argument("--errors", type=float, metavar="SHARE",
                         help="instead of the herd: open-loop callers against a dependency failing SHARE at random")
     parser.add_argument("--rate", type=float, default=300, help="with --errors: calls a second, in all")
@@ -710,6 +771,16 @@ def main():
     if opts.replicas is None and (opts.pace_store or opts.kill_store_at is not None
                                   or opts.kill_replica_at is not None):
         parser.error("--pace-store, --kill-store-at and --kill-replica-at go with --replicas N")
+    if opts.link_delays is not None:
+        if opts.replicas is not None or opts.errors is not None or opts.dependency == "postgres":
+            parser.error("--link-delays runs the herd through one daemon: not with --replicas, --errors "
+                         "or --dependency postgres")
+        for delay in opts.link_delays:
+            try:
+                if seconds_of(delay) <= 0:
+                    raise ValueError(f"{delay!r}: a round trip above 0")
+            except ValueError as why:
+                parser.error(f"--link-delays: {why}")
     if opts.replicas is not None and opts.replicas < 1:
         parser.error("--replicas takes 1 or more")
     unknown = [language for language in opts.languages if language not in HERDS]
@@ -724,6 +795,8 @@ def main():
         report, met = postgres_world(opts)
     elif opts.errors is not None:
         report, met = errors_world(opts)
+    elif opts.link_delays is not None:
+        report, met = delayed_link(opts)
     else:
         report, met = replicas(opts) if opts.replicas else one_daemon(opts)
     if opts.json:
