@@ -47,6 +47,14 @@ pub struct TuneArgs {
     /// Seeds each policy runs on, per outage.
     #[arg(long, default_value_t = 5, value_parser = count_in(1u32, 100))]
     seeds: u32,
+    /// The first of the seeds the current policy and the recommendation are
+    /// reported on afterwards: none of the search's, so that the figures
+    /// are what to expect and not the luck of the seeds the search chose by.
+    #[arg(long, default_value_t = 1001)]
+    fresh_seed: u64,
+    /// How many fresh seeds, per outage.
+    #[arg(long, default_value_t = 20, value_parser = count_in(2u32, 1000))]
+    fresh_seeds: u32,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -91,6 +99,7 @@ pub fn run(args: TuneArgs) -> ExitCode {
         },
         outages,
         seeds: args.seeds,
+        fresh: (args.fresh_seed, args.fresh_seeds),
         max_p99: args.max_p99,
         max_gave_up: args.max_gave_up,
         gate: !args.without_gate,

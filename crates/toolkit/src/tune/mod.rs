@@ -78,6 +78,11 @@ pub struct Request {
     pub outages: Vec<Duration>,
     /// Seeds per outage.
     pub seeds: u32,
+    /// Where the seeds the result is reported on begin, and how many: a
+    /// set the search never ran, so that its figures are not the luck of
+    /// the seeds it chose by (a candidate picked as the best of hundreds
+    /// on five seeds is, on those five, better than it is).
+    pub fresh: (u64, u32),
     /// The most p99 time to success on every outage; `None`: the current
     /// policy's on each, or full jitter's (100ms × 2^attempt, capped at
     /// 10s, retried until served) where the current one serves fewer than
@@ -122,6 +127,24 @@ pub struct Tuning {
     pub without_gate: Option<Candidate>,
     /// Distinct policies tried, on one outage and seed or more.
     pub searched: usize,
+    /// The current policy, the recommendation and the one without the
+    /// gate on the fresh seeds.
+    pub fresh: Fresh,
+}
+
+/// Figures on seeds the search never ran: what to expect of a policy.
+#[derive(Debug, Clone)]
+pub struct Fresh {
+    /// The first seed.
+    pub seed: u64,
+    /// How many.
+    pub seeds: u32,
+    /// Per outage, of the current policy.
+    pub current: Vec<Figures>,
+    /// Per outage, of the recommendation.
+    pub recommended: Vec<Figures>,
+    /// Per outage, of the best without the gate, if there is one.
+    pub without_gate: Option<Vec<Figures>>,
 }
 
 /// The largest herd `tune` searches for: every candidate runs it many times.
@@ -149,6 +172,8 @@ pub enum Stage {
     WithoutGate,
     /// The recommendation on the fleets around the stated one.
     Fleets,
+    /// The current policy and the recommendation on fresh seeds.
+    Fresh,
 }
 
 impl std::fmt::Display for Stage {
@@ -158,6 +183,7 @@ impl std::fmt::Display for Stage {
             Stage::Climb => "one setting at a time from the best",
             Stage::WithoutGate => "the same without the send gate",
             Stage::Fleets => "the recommendation on the fleets around the stated one",
+            Stage::Fresh => "the current policy and the recommendation on fresh seeds",
         })
     }
 }
@@ -174,6 +200,21 @@ pub enum TuneError {
     /// The policy to tune does not run.
     #[error("the current policy is invalid; nothing was tuned")]
     InvalidCurrent,
+    /// The fresh seeds share some with the search's.
+    #[error(
+        "--fresh-seed: the fresh seeds {fresh_from}-{fresh_to} overlap the searched ones \
+         {searched_from}-{searched_to} (--seed, --seeds): start them past {searched_to}"
+    )]
+    FreshSeedsOverlap {
+        /// The search's first seed.
+        searched_from: u64,
+        /// Its last.
+        searched_to: u64,
+        /// The first fresh seed.
+        fresh_from: u64,
+        /// The last.
+        fresh_to: u64,
+    },
 }
 
 /// Runs the search, telling `progress` how far it has got after each batch
@@ -186,6 +227,7 @@ pub fn tune(request: &Request, progress: &dyn Fn(Progress)) -> Result<Tuning, Tu
     if scenario.capacity == 0 {
         return Err(TuneError::NoCapacity);
     }
+    fresh_apart(request)?;
     let family = Family {
         scenario: request.scenario.clone(),
         outages: request.outages.clone(),
@@ -236,6 +278,9 @@ pub fn tune(request: &Request, progress: &dyn Fn(Progress)) -> Result<Tuning, Tu
     let without_gate =
         without_gate.map(|c| search.holding(better(c, &current), &current, &around, |k| !k.gate));
     let searched = search.tried.len();
+    search.stage = Stage::Fresh;
+    search.report();
+    let fresh = Fresh::of(request, &current, &recommended, without_gate.as_ref());
     Ok(Tuning {
         request: request.clone(),
         bounds,
@@ -243,7 +288,56 @@ pub fn tune(request: &Request, progress: &dyn Fn(Progress)) -> Result<Tuning, Tu
         current,
         recommended,
         without_gate,
+        fresh,
     })
+}
+
+/// Refuses fresh seeds that share any with the search's.
+fn fresh_apart(request: &Request) -> Result<(), TuneError> {
+    let last = |first: u64, count: u32| first.saturating_add(u64::from(count.max(1)) - 1);
+    let (searched_from, fresh_from) = (request.scenario.seed, request.fresh.0);
+    let (searched_to, fresh_to) = (
+        last(searched_from, request.seeds),
+        last(fresh_from, request.fresh.1),
+    );
+    if fresh_from <= searched_to && searched_from <= fresh_to {
+        return Err(TuneError::FreshSeedsOverlap {
+            searched_from,
+            searched_to,
+            fresh_from,
+            fresh_to,
+        });
+    }
+    Ok(())
+}
+
+impl Fresh {
+    /// `current`, `recommended` and `without_gate` run on `request`'s fresh seeds.
+    fn of(
+        request: &Request,
+        current: &Candidate,
+        recommended: &Candidate,
+        without_gate: Option<&Candidate>,
+    ) -> Self {
+        let (seed, seeds) = request.fresh;
+        let family = Family {
+            scenario: Scenario {
+                seed,
+                ..request.scenario.clone()
+            },
+            outages: request.outages.clone(),
+            seeds,
+        };
+        // Each ran on the search's seeds, so each runs on these.
+        let figures = |c: &Candidate| family.figures(&c.policy, seeds).unwrap_or_default();
+        Self {
+            seed,
+            seeds,
+            current: figures(current),
+            recommended: figures(recommended),
+            without_gate: without_gate.map(figures),
+        }
+    }
 }
 
 impl Tuning {

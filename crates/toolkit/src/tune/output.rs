@@ -41,6 +41,7 @@ pub fn text(t: &Tuning, elapsed: std::time::Duration) -> String {
         }
     }
     out.push_str(&columns(&rows));
+    out.push_str(&fresh(t));
     out.push_str(&around(t));
     let _ = writeln!(
         out,
@@ -49,6 +50,42 @@ pub fn text(t: &Tuning, elapsed: std::time::Duration) -> String {
         elapsed.as_secs_f64()
     );
     out.push_str(&advice(t));
+    out
+}
+
+/// The policies on the fresh seeds: what to expect of them, where the
+/// table above is what the search chose by.
+fn fresh(t: &Tuning) -> String {
+    let f = &t.fresh;
+    let mut out = format!(
+        "\non {} fresh seeds ({}-{}), which the search never ran: what to expect (p99 mean ± spread over the seeds)\n",
+        f.seeds,
+        f.seed,
+        f.seed + u64::from(f.seeds.max(1)) - 1
+    );
+    let mut rows = vec![["OUTAGE", "POLICY", "WASTED", "P99", "GAVE UP"]
+        .map(str::to_owned)
+        .to_vec()];
+    let mut sides = vec![("current", &f.current), ("recommended", &f.recommended)];
+    if let Some(plain) = &f.without_gate {
+        sides.push(("without the gate", plain));
+    }
+    for (i, outage) in t.request.outages.iter().enumerate() {
+        for (name, figures) in &sides {
+            let Some(f) = figures.get(i) else { continue };
+            rows.push(vec![
+                seconds(*outage),
+                (*name).to_owned(),
+                format!("{:.0}", f.wasted),
+                f.p99_seconds.map_or("-".into(), |p| match f.p99_spread_seconds {
+                    Some(spread) => format!("{p:.1}s ± {spread:.1}s"),
+                    None => format!("{p:.1}s"),
+                }),
+                format!("{:.1}%", f.gave_up * 100.0),
+            ]);
+        }
+    }
+    out.push_str(&columns(&rows));
     out
 }
 
@@ -76,7 +113,7 @@ fn world(t: &Tuning) -> String {
     };
     let outages: Vec<String> = r.outages.iter().map(|o| seconds(*o)).collect();
     format!(
-        "{}, {arrival}; {} requests/s, outages of {}; means over seeds {}-{}",
+        "{}, {arrival}; {} requests/s, outages of {}; searched on the means over seeds {}-{}",
         s.shape(),
         s.capacity,
         outages.join(", "),
@@ -265,6 +302,15 @@ pub fn json(t: &Tuning) -> String {
         recommended: Side<'a>,
         without_gate: Option<Side<'a>>,
         searched: usize,
+        fresh: FreshSides<'a>,
+    }
+    /// The figures on seeds the search never ran.
+    #[derive(Serialize)]
+    struct FreshSides<'a> {
+        seeds: Vec<u64>,
+        current: &'a [Figures],
+        recommended: &'a [Figures],
+        without_gate: Option<&'a [Figures]>,
     }
     let r = &t.request;
     let complete = r.service.is_none();
@@ -283,6 +329,12 @@ pub fn json(t: &Tuning) -> String {
         recommended: side(&t.recommended),
         without_gate: t.without_gate.as_ref().map(side),
         searched: t.searched,
+        fresh: FreshSides {
+            seeds: (0..u64::from(t.fresh.seeds)).map(|i| t.fresh.seed + i).collect(),
+            current: &t.fresh.current,
+            recommended: &t.fresh.recommended,
+            without_gate: t.fresh.without_gate.as_deref(),
+        },
     };
     serde_json::to_string_pretty(&report).expect("plain data") + "\n"
 }

@@ -20,6 +20,9 @@ pub struct Figures {
     pub wasted: f64,
     /// 99th percentile time to success; `None` if a seed served too few clients to have one.
     pub p99_seconds: Option<f64>,
+    /// How far the seeds' p99s spread about it (their standard deviation);
+    /// `None` with a single seed or no p99.
+    pub p99_spread_seconds: Option<f64>,
     /// Share of the clients that gave up (or were still retrying at the horizon).
     pub gave_up: f64,
 }
@@ -239,10 +242,20 @@ pub fn in_parallel<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync)
 fn means(summaries: &[Summary], outage: Duration, clients: u32) -> Figures {
     let n = summaries.len().max(1) as f64;
     let p99s: Option<Vec<f64>> = summaries.iter().map(|s| s.p99_seconds).collect();
+    let p99_seconds = p99s.as_ref().map(|p| p.iter().sum::<f64>() / n);
+    let p99_spread_seconds = p99s
+        .as_ref()
+        .zip(p99_seconds)
+        .filter(|(p, _)| p.len() > 1)
+        .map(|(p, mean)| {
+            let squares: f64 = p.iter().map(|x| (x - mean).powi(2)).sum();
+            (squares / (p.len() - 1) as f64).sqrt()
+        });
     Figures {
         outage_seconds: outage.as_secs_f64(),
         wasted: summaries.iter().map(|s| s.wasted as f64).sum::<f64>() / n,
-        p99_seconds: p99s.map(|p| p.iter().sum::<f64>() / n),
+        p99_seconds,
+        p99_spread_seconds,
         gave_up: summaries
             .iter()
             .map(|s| f64::from(s.gave_up + s.unfinished) / f64::from(clients.max(1)))
@@ -260,6 +273,7 @@ mod tests {
             outage_seconds: 10.0,
             wasted,
             p99_seconds: p99,
+            p99_spread_seconds: None,
             gave_up,
         }
     }

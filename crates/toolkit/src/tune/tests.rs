@@ -13,10 +13,75 @@ fn herd_request() -> Request {
         scenario: Scenario::default(),
         outages: [2, 10, 60].map(Duration::from_secs).to_vec(),
         seeds: 5,
+        fresh: (1001, 2),
         max_p99: None,
         max_gave_up: 0.01,
         gate: false,
     }
+}
+
+#[test]
+fn the_current_policy_and_the_recommendation_are_reported_on_seeds_the_search_never_ran() {
+    let request = Request {
+        outages: vec![Duration::from_secs(10)],
+        seeds: 2,
+        fresh: (101, 3),
+        ..herd_request()
+    };
+    let t = tune(&request, &|_| {}).unwrap();
+    let on_fresh_seeds = |policy: &RetryPolicy| {
+        let p99s: Vec<f64> = (101..104)
+            .map(|seed| {
+                let scenario = Scenario {
+                    outage: Duration::from_secs(10),
+                    seed,
+                    ..request.scenario.clone()
+                };
+                crate::sim::forecast("fresh", policy.clone(), &scenario)
+                    .unwrap()
+                    .p99_seconds
+                    .unwrap()
+            })
+            .collect();
+        p99s.iter().sum::<f64>() / 3.0
+    };
+    let (fresh, searched) = (&t.fresh.recommended[0], &t.recommended.figures[0]);
+    assert_eq!(fresh.p99_seconds, Some(on_fresh_seeds(&t.recommended.policy)));
+    assert_eq!(
+        t.fresh.current[0].p99_seconds,
+        Some(on_fresh_seeds(&t.current.policy))
+    );
+    assert_ne!(fresh.p99_seconds, searched.p99_seconds, "other seeds, other luck");
+    assert!(fresh.p99_spread_seconds.unwrap() > 0.0);
+    let text = text(&t, Duration::ZERO);
+    assert!(
+        text.contains("on 3 fresh seeds (101-103), which the search never ran"),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&json(&t)).unwrap();
+    assert_eq!(json["fresh"]["seeds"], serde_json::json!([101, 102, 103]));
+}
+
+#[test]
+fn fresh_seeds_that_share_any_with_the_searchs_are_refused_naming_both() {
+    let request = Request {
+        outages: vec![Duration::from_secs(10)],
+        seeds: 5,
+        fresh: (3, 20),
+        ..herd_request()
+    };
+    let error = tune(&request, &|_| {}).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "--fresh-seed: the fresh seeds 3-22 overlap the searched ones 1-5 (--seed, --seeds): \
+         start them past 5"
+    );
+    let apart = Request {
+        fresh: (6, 2),
+        seeds: 1,
+        ..request
+    };
+    assert!(fresh_apart(&apart).is_ok());
 }
 
 #[test]
