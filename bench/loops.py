@@ -12,17 +12,18 @@ grant and their gates pace alone.
 
 The policies are bench/real-fleet.yaml's `herd-jittered` (full jitter,
 retried until success) and `herd-gated` (the same with the gate as shipped).
-Seeds are 101 to 100 + N, which no tuning used; cells are means ± one
-standard deviation. Prints a table and exits 1 if a target is missed.
+Seeds are N (20 unless given) from 2001, kept for reports (tune on others
+with `--first-seed`); cells are means ± one standard deviation. Prints a
+table and exits 1 if a target is missed.
 
-Usage: bench/loops.py [--binary PATH] [--seeds N] [--models M,M] [--delays D,D]
+Usage: bench/loops.py [--binary PATH] [--seeds N] [--first-seed S] [--models M,M] [--delays D,D]
 Needs a release build (cargo build --release).
 """
 import argparse
 import concurrent.futures
 import os
 
-from worlds import MODELS, NO_GATE, finish, means
+from worlds import MODELS, NO_GATE, finish, means, seed_flags, seeds_of
 
 DELAYS = ["20ms", "100ms", "200ms", "300ms", "500ms", "1s", "2s"]
 GATED = ["--service", "herd-gated"]
@@ -34,11 +35,11 @@ MARGIN = 0.3
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--binary", default="target/release/stormguard")
-    parser.add_argument("--seeds", type=int, default=10)
+    seed_flags(parser)
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--delays", default=",".join(DELAYS))
     args = parser.parse_args()
-    seeds = range(101, 101 + args.seeds)
+    seeds = seeds_of(args)
     missed = 0
     cell = lambda r: f"{r['p99']:6.2f}±{r['p99 spread']:.2f}"
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:

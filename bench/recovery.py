@@ -1,45 +1,61 @@
 #!/usr/bin/env python3
 """Recovery control in the herd simulator: what the send gate does to a
 herd returning to a recovering server, against the targets, as means over
-seeds 1-5.
+seeds.
 
-Each row runs `stormguard simulate --json` for seeds 1-5 and prints the
-means of wasted requests (rejected), p99 time to success and clients that
-gave up, beside the target and whether it holds.
+Each row runs `stormguard simulate --json` for each seed (20 from 2001,
+kept for reports, unless given) and prints the means of wasted requests
+(rejected), p99 time to success (± one standard deviation over the seeds)
+and clients that gave up, beside the target and whether it holds.
 
-Usage: bench/recovery.py [--binary PATH] [--latency D]
+Usage: bench/recovery.py [--binary PATH] [--latency D] [--seeds N] [--first-seed S]
 Needs a release build (cargo build --release).
 """
 import argparse
+import concurrent.futures
 import json
+import os
 import statistics
 import subprocess
 import sys
 
-SEEDS = range(1, 6)
+from worlds import REPORT_SEEDS, REPORT_SEEDS_FROM, seed_flags, seeds_of
+
+SEEDS = range(REPORT_SEEDS_FROM, REPORT_SEEDS_FROM + REPORT_SEEDS)
 
 
 def runs(binary, args):
     """One simulate invocation's JSON per seed of SEEDS, through one daemon
     unless `args` say how many replicas."""
     one_daemon = [] if "--replicas" in args else ["--replicas", "1"]
-    out = []
-    for seed in SEEDS:
-        text = subprocess.run(
-            [binary, "simulate", "--json", "--seed", str(seed), *one_daemon, *args],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-        out.append(json.loads(text))
-    return out
+
+    def one(seed):
+        command = [binary, "simulate", "--json", "--seed", str(seed), *one_daemon, *args]
+        return json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        return list(pool.map(one, SEEDS))
+
+
+class P99(float):
+    """A mean p99 over the seeds, printed with its spread."""
+
+    def __new__(cls, values):
+        p99 = super().__new__(cls, statistics.mean(values))
+        p99.spread = statistics.stdev(values) if len(values) > 1 else 0.0
+        return p99
+
+    def __format__(self, spec):
+        width = int(spec.split(".")[0] or 0)
+        return f"{float(self):.2f}±{self.spread:.2f}".rjust(width)
 
 
 def run(binary, args):
-    """Means over SEEDS of wasted requests, p99 time to success, gave up."""
+    """Means over SEEDS of wasted requests, p99 time to success (with its
+    spread), gave up."""
     results = runs(binary, args)
     mean = lambda key: statistics.mean(r[key] for r in results)
-    return mean("wasted"), mean("p99_seconds"), mean("gave_up")
+    return mean("wasted"), P99([r["p99_seconds"] for r in results]), mean("gave_up")
 
 
 def limits(clients, capacity, outage, spread):
@@ -60,14 +76,14 @@ def replicas(binary, common):
     print("daemon replicas (processes dealt round-robin); with a store: within 0.2 s of one daemon's p99")
     print("(0.5 s at a 20 ms store round trip) and at most 1.1x its waste; alone: p99 no worse than gates;")
     print("the store lost for good 1 s into the recovery (Redis killed at 11 s): p99 no worse than alone")
-    print(f"{'processes, replicas':40} {'wasted':>8} {'p99 s':>7}  target")
+    print(f"{'processes, replicas':40} {'wasted':>8} {'p99 s':>11}  target")
     failed = False
     for processes in ["50", "200"]:
         base = ["--processes", processes, *common]
         one_wasted, one_p99, _ = run(binary, ["--fleet", *base])
         gates_wasted, gates_p99, _ = run(binary, ["--gate", *base])
-        print(f"{processes + ', per-process gates':40} {gates_wasted:8,.0f} {gates_p99:7.2f}")
-        print(f"{processes + ', one daemon':40} {one_wasted:8,.0f} {one_p99:7.2f}")
+        print(f"{processes + ', per-process gates':40} {gates_wasted:8,.0f} {gates_p99:11.2f}")
+        print(f"{processes + ', one daemon':40} {one_wasted:8,.0f} {one_p99:11.2f}")
         for count in ["2", "3"]:
             rows = [
                 (f"{count} alone", [], None),
@@ -88,7 +104,7 @@ def replicas(binary, common):
                     ok = p99 <= one_p99 + within and wasted <= 1.1 * one_wasted
                     goal = f"p99 <= {one_p99 + within:.2f}, wasted <= {1.1 * one_wasted:,.0f}"
                 failed |= not ok
-                print(f"{processes + ', ' + label:40} {wasted:8,.0f} {p99:7.2f}  {goal}: {'met' if ok else 'NOT MET'}")
+                print(f"{processes + ', ' + label:40} {wasted:8,.0f} {p99:11.2f}  {goal}: {'met' if ok else 'NOT MET'}")
     return failed
 
 
@@ -97,7 +113,10 @@ def main():
     parser.add_argument("--binary", default="target/release/stormguard")
     parser.add_argument("--latency", default="0s")
     parser.add_argument("extra", nargs="*", help="more simulate flags for every row")
+    seed_flags(parser)
     opts = parser.parse_args()
+    global SEEDS
+    SEEDS = seeds_of(opts)
     common = ["--latency", opts.latency, *opts.extra]
     rows = [
         # (label, flags, max wasted, max p99 seconds)
@@ -110,7 +129,7 @@ def main():
     ]
     print(f"means over seeds {SEEDS.start}-{SEEDS.stop - 1}, latency {opts.latency}; fleet rows: 100 ms feedback delay")
     print()
-    print(f"{'scenario':40} {'wasted':>8} {'p99 s':>7} {'gave up':>8}  target")
+    print(f"{'scenario':40} {'wasted':>8} {'p99 s':>11} {'gave up':>8}  target")
     failed = False
     for label, flags, max_wasted, max_p99 in rows:
         wasted, p99, gave_up = run(opts.binary, [*flags, *common])
@@ -119,20 +138,20 @@ def main():
             ok = wasted <= max_wasted and p99 <= max_p99 and gave_up == 0
             failed |= not ok
             verdict = f"≤ {max_wasted:,} wasted, p99 ≤ {max_p99} s, none gave up: {'met' if ok else 'NOT MET'}"
-        print(f"{label:40} {wasted:8,.0f} {p99:7.2f} {gave_up:8.1f}  {verdict}")
+        print(f"{label:40} {wasted:8,.0f} {p99:11.2f} {gave_up:8.1f}  {verdict}")
 
     failed |= replicas(opts.binary, common)
 
     print()
     print("other scenarios, 50 processes, fleet: within 1.2x of the least waste and 1.5 s of the p99 limit")
-    print(f"{'scenario':40} {'wasted':>8} {'least':>7} {'p99 s':>7} {'limit':>7}  target")
+    print(f"{'scenario':40} {'wasted':>8} {'least':>7} {'p99 s':>11} {'limit':>7}  target")
     for label, outage, spread in [("outage 2 s", 2, 0), ("outage 60 s", 60, 0), ("first failures over 10 s", 10, 10)]:
         flags = ["--fleet", "--processes", "50", "--outage", f"{outage}s", "--spread", f"{spread}s", *common]
         wasted, p99, gave_up = run(opts.binary, flags)
         least, limit = limits(1000, 200, outage, spread)
         ok = wasted <= 1.2 * least and p99 <= limit + 1.5 and gave_up == 0
         failed |= not ok
-        print(f"{label:40} {wasted:8,.0f} {least:7,} {p99:7.2f} {limit:7.2f}  {'met' if ok else 'NOT MET'}")
+        print(f"{label:40} {wasted:8,.0f} {least:7,} {p99:11.2f} {limit:7.2f}  {'met' if ok else 'NOT MET'}")
 
     print()
     print("brownout: 100 arrivals a second over 60 s, 200/s capacity, 50/s from 20 s to 40 s;")

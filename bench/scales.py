@@ -12,11 +12,12 @@ of a second's capacity), within 1.0 s on a request-rate limit (one that
 counts what it refuses); a worker pool is reported, not judged.
 
 The policy is bench/real-fleet.yaml's `herd-gated` (full jitter, retried
-until success, the gate as shipped). Seeds are 101 to 100 + N, which no
-tuning used; cells are means ± one standard deviation. Prints a table and
+until success, the gate as shipped). Seeds are N (20 unless given) from
+2001, kept for reports (tune on others with `--first-seed`); cells are
+means ± one standard deviation. Prints a table and
 exits 1 if a target is missed.
 
-Usage: bench/scales.py [--binary PATH] [--seeds N] [--models M,M]
+Usage: bench/scales.py [--binary PATH] [--seeds N] [--first-seed S] [--models M,M]
 Needs a release build (cargo build --release).
 """
 import argparse
@@ -24,7 +25,7 @@ import concurrent.futures
 import itertools
 import os
 
-from worlds import MODELS, finish, means
+from worlds import MODELS, finish, means, seed_flags, seeds_of
 
 CAPACITIES = [10, 200, 2_000, 20_000]
 SECONDS_WAITING = 5
@@ -36,10 +37,10 @@ PACING = {"1 daemon": ["--replicas", "1"], "2 + store": ["--replicas", "2", "--p
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--binary", default="target/release/stormguard")
-    parser.add_argument("--seeds", type=int, default=5)
+    seed_flags(parser)
     parser.add_argument("--models", default=",".join(MODELS))
     args = parser.parse_args()
-    seeds = range(101, 101 + args.seeds)
+    seeds = seeds_of(args)
     missed = 0
     print(f"{'model':14} {'pacing':10} {'capacity/s':>10} {'callers':>8} {'limit s':>8} {'fleet p99 s':>14} "
           f"{'behind':>7}  target")

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use super::*;
+use stormguard_core::policy::Dependency;
 
 fn seed_run(named: Named) -> Summary {
     Summary::of(&run(
@@ -788,4 +789,81 @@ fn every_processs_breaker_sends_its_own_half_open_trials_into_the_same_window() 
         "no breakers, no trials"
     );
     assert_eq!(plain.breakers_closed_seconds, None);
+}
+
+/// The robustness property on small worlds of every dependency model, every
+/// way of reaching the daemon and loops from near to too slow to steer: the
+/// fleet's p99 is never more than the worse of per-process gates' and full
+/// jitter's, plus 0.3 s and 2 % of it, and it serves as many. The fleet
+/// must never be the reason a recovery is slower than going without the
+/// daemon. `bench/sweep.py` runs the same at every scale and in random worlds.
+#[test]
+fn in_every_model_pacing_and_loop_the_fleet_is_never_worse_than_going_without_it() {
+    let models = [
+        Dependency::Quota,
+        Dependency::TokenBucket { burst: 50 },
+        Dependency::Concurrency {
+            workers: 5,
+            queue: 50,
+        },
+        Dependency::RequestRate,
+    ];
+    // (replicas, a store's round trip)
+    let pacings = [(1, None), (2, None), (2, Some(Duration::from_millis(1)))];
+    let loops = [20, 300, 1000].map(Duration::from_millis);
+    let seeds = 2001..=2003;
+    for dependency in models {
+        let world = Scenario {
+            clients: 250,
+            capacity: 50,
+            dependency,
+            outage: Duration::from_secs(5),
+            latency: Duration::from_millis(1),
+            processes: 10,
+            ..Scenario::default()
+        };
+        // Mean p99 and callers served over the seeds.
+        let herd = |scenario: &Scenario, gate: bool, fleet: bool| {
+            let modifiers = Modifiers {
+                gate,
+                fleet,
+                ..Modifiers::default()
+            };
+            let strategy = Strategy::named(Named::FullJitter, modifiers);
+            let runs: Vec<Summary> = seeds
+                .clone()
+                .map(|seed| {
+                    Summary::of(&run(
+                        &Scenario {
+                            seed,
+                            ..scenario.clone()
+                        },
+                        &strategy,
+                    ))
+                })
+                .collect();
+            let p99 = runs.iter().map(|s| s.p99_seconds.expect("a p99")).sum::<f64>();
+            let served = runs.iter().map(|s| s.succeeded).sum::<u32>();
+            (p99 / runs.len() as f64, served)
+        };
+        let (gates, jitter) = (herd(&world, true, false), herd(&world, false, false));
+        let worse = gates.0.max(jitter.0);
+        for ((replicas, pace_store), feedback_delay) in
+            pacings.into_iter().flat_map(|p| loops.map(|l| (p, l)))
+        {
+            let paced = Scenario {
+                replicas,
+                pace_store,
+                feedback_delay,
+                ..world.clone()
+            };
+            let fleet = herd(&paced, true, true);
+            let what = format!(
+                "{dependency:?}, {replicas} replica(s), store {pace_store:?}, loop {feedback_delay:?}: \
+                 fleet {fleet:?}, gates {gates:?}, full jitter {jitter:?}"
+            );
+            assert!(fleet.0 <= worse + 0.3 + 0.02 * worse, "{what}");
+            assert!(fleet.1 >= gates.1.min(jitter.1), "{what}");
+        }
+    }
 }
