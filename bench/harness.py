@@ -170,17 +170,8 @@ class ServiceProxy:
 
 
 async def _pipe(reader, writer, delay=0.0):
-    """Copies `reader` to `writer`, each chunk `delay` seconds after it was read."""
-    if delay <= 0:
-        try:
-            while chunk := await reader.read(65536):
-                writer.write(chunk)
-                await writer.drain()
-        except OSError:
-            pass
-        finally:
-            writer.close()
-        return
+    """Copies `reader` to `writer`, each chunk `delay` seconds after it was
+    read: reading goes on meanwhile, as bytes in flight on a link do."""
     loop = asyncio.get_running_loop()
     in_flight = asyncio.Queue()
 
@@ -188,7 +179,8 @@ async def _pipe(reader, writer, delay=0.0):
         try:
             while (item := await in_flight.get()) is not None:
                 due, chunk = item
-                await asyncio.sleep(max(0.0, due - loop.time()))
+                if due > loop.time():
+                    await asyncio.sleep(due - loop.time())
                 writer.write(chunk)
                 await writer.drain()
         except OSError:
