@@ -84,6 +84,12 @@ pub(super) struct Law {
     /// How long its processes' feedback takes: its rounds and waits are
     /// sized from it.
     feedback: Feedback,
+    /// Whether the dependency has refused everything for a second after
+    /// accepting: a limit that counts the requests it refuses (HAProxy's,
+    /// as usually set) refuses a whole burst that way, not just its
+    /// excess, until the sender slows. Against it the law probes on the
+    /// last second's delivery alone, and so crosses the limit seldom.
+    refuses_bursts: bool,
 }
 
 /// How far past what the dependency delivers the fleet's rate probes, per
@@ -146,6 +152,7 @@ impl Law {
             refused_from: None,
             regrow_to: None,
             feedback: Feedback::default(),
+            refuses_bursts: false,
         }
     }
 
@@ -263,6 +270,7 @@ impl Law {
         }
         if !probing {
             self.overloaded(outcomes.overloaded, outcomes.timed_out, window_start, now);
+            self.refuses_bursts |= self.rate.refused_all_last_second_at(now);
         }
         let cut = self.rate.last_cut() > last_cut;
         if cut {
@@ -339,7 +347,20 @@ impl Law {
             return;
         }
         let found_room = last_cut < self.probed;
-        let delivered = rate.delivered_at(now);
+        // After a probe that found room, what the last round delivered
+        // too, up to the rate: the last second's count still holds the rate
+        // before that probe, and a gain over it alone grew the rate by a
+        // twentieth a round (two replicas pacing apart, the one left with
+        // the smaller part took seconds to take up what the other no
+        // longer wanted). Not against a limit that refuses whole bursts:
+        // each crossing costs a second of refusals, and the slower climb
+        // crosses less often.
+        let delivered = if found_room && !self.refuses_bursts {
+            let lately = rate.delivered_lately_at(now, round).min(rate.now);
+            rate.delivered_at(now).max(lately)
+        } else {
+            rate.delivered_at(now)
+        };
         let gain = if found_room { PROBE_GAIN } else { FIRST_PROBE_GAIN };
         let target = (gain * delivered).min(demand).min(self.policy.max_rate);
         if target > rate.now {

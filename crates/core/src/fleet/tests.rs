@@ -485,6 +485,47 @@ fn a_probe_goes_no_higher_than_a_probing_gain_over_what_the_fleet_delivered() {
     );
 }
 
+/// Two seconds of everything accepted, from `fleet` at `now`: the rate then.
+fn two_seconds_of_room(fleet: &mut FleetController<u32>, mut now: Instant) -> f64 {
+    let from = now;
+    while now < from + Duration::from_secs(2) {
+        now = ask_sending_its_rate(fleet, now, true);
+    }
+    fleet.rate()
+}
+
+#[test]
+fn probes_that_find_room_climb_a_probing_gain_a_round_unless_the_limit_refuses_whole_bursts() {
+    let (mut fleet, now) = cut_at_what_was_accepted();
+    let cut = fleet.rate();
+    // Everything accepted: the last round's delivery shows each probe's
+    // rate taken at once, where the last second's still holds the cut.
+    let climbed = two_seconds_of_room(&mut fleet, now);
+    assert!(
+        climbed >= cut * law::PROBE_GAIN.powi(3),
+        "{climbed} two seconds after a cut at {cut}"
+    );
+
+    // A limit that counts what it refuses: after the cut, a second of
+    // everything refused. Each crossing costs that, so the climb after it
+    // gains on the last second's delivery alone: a probing gain a round
+    // over a count that lags the rate.
+    let (mut burst_refused, mut now) = cut_at_what_was_accepted();
+    for _ in 0..10 {
+        now = ask_sending_its_rate(&mut burst_refused, now, false);
+    }
+    let low = burst_refused.rate();
+    for _ in 0..10 {
+        now = ask_sending_its_rate(&mut burst_refused, now, true);
+    }
+    let regrown = burst_refused.rate();
+    let slow = two_seconds_of_room(&mut burst_refused, now);
+    assert!(
+        slow < regrown * law::PROBE_GAIN.powi(3),
+        "{slow} two seconds after regrowing to {regrown} from {low}"
+    );
+}
+
 #[test]
 fn a_limit_still_full_from_the_burst_that_cut_the_rate_is_regrown_to_a_round_after_its_refusals_stop() {
     // 200 a second accepted, then a limit that counts what it refuses

@@ -64,7 +64,12 @@ impl Counts {
 
     /// The count over the second that ended `back` tenths ago.
     fn second_ending(&self, back: u64) -> f64 {
-        (back..back + 10)
+        self.tenths_ending(back, 10)
+    }
+
+    /// The count over the `tenths` that ended `back` tenths ago.
+    fn tenths_ending(&self, back: u64, tenths: u64) -> f64 {
+        (back..back + tenths.min(TENTHS as u64 - back))
             .map(|i| {
                 let slot = (self.current + TENTHS as u64 - i) % TENTHS as u64;
                 f64::from(self.tenths[slot as usize])
@@ -135,6 +140,24 @@ impl Answers {
     pub(crate) fn delivered_rate_at(&self, now: Instant) -> f64 {
         let counted = now.saturating_duration_since(self.accepted.origin).as_secs_f64();
         self.delivered() / counted.clamp(0.1, 1.0)
+    }
+
+    /// Accepted per second over the last `span` (whole tenths, at least
+    /// one, at most a second) before the current tenth: what the
+    /// dependency delivers lately, while a rate that rose in the last
+    /// second still shows only in part in [`delivered`](Self::delivered).
+    pub(crate) fn delivered_lately(&self, span: std::time::Duration) -> f64 {
+        let tenths = (span.as_millis() / 100).clamp(1, 10) as u64;
+        self.accepted.tenths_ending(1, tenths) / (tenths as f64 / 10.0)
+    }
+
+    /// Whether the last second refused everything, after acceptances in
+    /// the two before it: a limit that counts what it refuses refuses a
+    /// whole burst this way, where a quota or a bucket refuses its excess.
+    pub(crate) fn refused_all_last_second(&self) -> bool {
+        self.accepted.second_ending(0) == 0.0
+            && self.refused.second_ending(0) > 0.0
+            && self.accepted.total() > 0.0
     }
 
     /// Whether counting began a second or more before `now`.
@@ -247,6 +270,41 @@ mod tests {
         assert_eq!(answers.peak(), 7.0, "but not the last three");
         answers.roll(at(t0, 3_200));
         assert!(!answers.any_accepted());
+    }
+
+    #[test]
+    fn a_second_refused_whole_after_acceptances_is_told_from_an_excess_refused_and_from_an_outage() {
+        let t0 = Instant::now();
+        let mut answers = Answers::new(t0);
+        answers.refused(50, t0);
+        assert!(!answers.refused_all_last_second(), "nothing accepted yet: down");
+        answers.accepted(200, at(t0, 500));
+        answers.refused(30, at(t0, 900));
+        assert!(!answers.refused_all_last_second(), "the excess refused");
+        answers.refused(250, at(t0, 1_400));
+        assert!(
+            !answers.refused_all_last_second(),
+            "the acceptances are within the second"
+        );
+        answers.refused(250, at(t0, 2_200));
+        assert!(answers.refused_all_last_second(), "a whole second refused");
+        answers.roll(at(t0, 3_700));
+        assert!(
+            !answers.refused_all_last_second(),
+            "the acceptances have left the three seconds"
+        );
+    }
+
+    #[test]
+    fn lately_counts_the_whole_tenths_before_this_one() {
+        let t0 = Instant::now();
+        let mut answers = Answers::new(t0);
+        answers.accepted(10, t0);
+        answers.accepted(30, at(t0, 800));
+        answers.accepted(7, at(t0, 950));
+        let quarter = std::time::Duration::from_millis(250);
+        assert_eq!(answers.delivered_lately(quarter), 150.0, "30 over two tenths");
+        assert_eq!(answers.delivered(), 47.0);
     }
 
     #[test]

@@ -208,6 +208,20 @@ impl Rate {
         self.answers.delivered()
     }
 
+    /// Attempts accepted per second over the last `span` before `now`'s
+    /// tenth: see [`Answers::delivered_lately`].
+    pub(crate) fn delivered_lately_at(&mut self, now: Instant, span: Duration) -> f64 {
+        self.answers.roll(now);
+        self.answers.delivered_lately(span)
+    }
+
+    /// Whether the second before `now` refused everything after
+    /// acceptances: see [`Answers::refused_all_last_second`].
+    pub(crate) fn refused_all_last_second_at(&mut self, now: Instant) -> bool {
+        self.answers.roll(now);
+        self.answers.refused_all_last_second()
+    }
+
     /// A fleet's law that starts from processes that see the dependency
     /// accept and refuse (their gates watch): judged to fail up to a half
     /// at random until a second's answers show more, it paces nobody
