@@ -49,12 +49,14 @@ PACING = {"1 daemon": ["--replicas", "1"], "2 alone": ["--replicas", "2"],
           "2 + store": ["--replicas", "2", "--pace-store"]}
 GATED = ["--service", "herd-gated"]
 ALONE = {"full jitter": NO_GATE, "gates": [*GATED, "--no-fleet-pacing"]}
+# The random worlds' margin over the worse of gates and full jitter.
 MARGIN_SECONDS, MARGIN_SHARE = 0.3, 0.02
-MOST_CALLERS = 100_000
-
-
+# The grid's margin over per-process gates.
 GATES_MARGIN = 0.3
+# Served shares this close count as the same (a caller or two at the horizon).
 SERVED_MARGIN = 0.005
+# The largest herd a random world draws: the bench's time goes on these.
+MOST_CALLERS = 100_000
 
 
 def margin(worse):
@@ -67,7 +69,7 @@ def served_none(*ways):
 
 def served_less(fleet, alone):
     """Whether the fleet served fewer callers than another way, by more than
-    half a percent (a caller or two left at the horizon)."""
+    SERVED_MARGIN."""
     return any(fleet["served"] < way["served"] - SERVED_MARGIN for way in alone.values())
 
 
