@@ -270,7 +270,7 @@ impl Law {
         }
         if !probing {
             self.overloaded(outcomes.overloaded, outcomes.timed_out, window_start, now);
-            self.refuses_bursts |= self.rate.refused_all_last_second_at(now);
+            self.refuses_bursts = self.refuses_bursts || self.rate.refused_all_last_second_at(now);
         }
         let cut = self.rate.last_cut() > last_cut;
         if cut {

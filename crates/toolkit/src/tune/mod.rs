@@ -200,6 +200,19 @@ pub enum TuneError {
     /// The policy to tune does not run.
     #[error("the current policy is invalid; nothing was tuned")]
     InvalidCurrent,
+    /// A set of seeds runs past the last seed there is.
+    #[error(
+        "{flag}: {count} seeds from {first} run past the last seed, {}; start them lower",
+        u64::MAX
+    )]
+    SeedsPastTheLast {
+        /// The flag that gave the first seed.
+        flag: &'static str,
+        /// The first seed.
+        first: u64,
+        /// How many.
+        count: u32,
+    },
     /// The fresh seeds share some with the search's.
     #[error(
         "--fresh-seed: the fresh seeds {fresh_from}-{fresh_to} overlap the searched ones \
@@ -292,14 +305,17 @@ pub fn tune(request: &Request, progress: &dyn Fn(Progress)) -> Result<Tuning, Tu
     })
 }
 
-/// Refuses fresh seeds that share any with the search's.
+/// Refuses seed sets that run past the last seed there is, and fresh seeds
+/// that share any with the search's.
 fn fresh_apart(request: &Request) -> Result<(), TuneError> {
-    let last = |first: u64, count: u32| first.saturating_add(u64::from(count.max(1)) - 1);
+    let last = |flag: &'static str, first: u64, count: u32| {
+        first
+            .checked_add(u64::from(count.max(1)) - 1)
+            .ok_or(TuneError::SeedsPastTheLast { flag, first, count })
+    };
     let (searched_from, fresh_from) = (request.scenario.seed, request.fresh.0);
-    let (searched_to, fresh_to) = (
-        last(searched_from, request.seeds),
-        last(fresh_from, request.fresh.1),
-    );
+    let searched_to = last("--seed", searched_from, request.seeds)?;
+    let fresh_to = last("--fresh-seed", fresh_from, request.fresh.1)?;
     if fresh_from <= searched_to && searched_from <= fresh_to {
         return Err(TuneError::FreshSeedsOverlap {
             searched_from,

@@ -63,7 +63,7 @@ fn the_current_policy_and_the_recommendation_are_reported_on_seeds_the_search_ne
 }
 
 #[test]
-fn fresh_seeds_that_share_any_with_the_searchs_are_refused_naming_both() {
+fn fresh_seeds_that_share_any_with_the_searchs_or_run_past_the_last_are_refused_naming_them() {
     let request = Request {
         outages: vec![Duration::from_secs(10)],
         seeds: 5,
@@ -79,9 +79,18 @@ fn fresh_seeds_that_share_any_with_the_searchs_are_refused_naming_both() {
     let apart = Request {
         fresh: (6, 2),
         seeds: 1,
-        ..request
+        ..request.clone()
     };
     assert!(fresh_apart(&apart).is_ok());
+    let past_the_last = Request {
+        fresh: (u64::MAX, 20),
+        ..request
+    };
+    assert_eq!(
+        tune(&past_the_last, &|_| {}).unwrap_err().to_string(),
+        "--fresh-seed: 20 seeds from 18446744073709551615 run past the last seed, \
+         18446744073709551615; start them lower"
+    );
 }
 
 #[test]
