@@ -24,7 +24,8 @@ For each it prints the most requests that reached HAProxy in any 3 s window
 into the outage: every request then is a half-open trial), the requests it
 received while down in all, how long after it came back it served 95 % of
 the calls arriving (the breakers closed), and the calls served; beside the
-last three, the simulator's means over seeds 2001-2020 for the same set-up
+last three, the simulator's means over seeds 2001-2020 for the same set-up,
+with their spread (one standard deviation over the seeds)
 (`simulate --scenario errors`: its requests refused during the outage, when
 the last breaker closed after it, the calls served). Target: the fleet's
 trials per window at most 2 x halfOpenMaxCalls = 6 through one daemon and
@@ -36,6 +37,7 @@ Usage: bench/real_breakers.py [--processes N] [--rate R] [--outage S]
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import threading
@@ -152,10 +154,14 @@ def simulated(opts, service, flags):
             check=True, capture_output=True, text=True).stdout
         runs.append(json.loads(text))
     closed = [r["breakers_closed_seconds"] for r in runs]
+    served = [r["succeeded"] for r in runs]
+    spread = lambda values: statistics.stdev(values) if len(values) > 1 else 0.0
     return {
-        "received_while_down": sum(r["wasted_during_outage"] for r in runs) / len(runs),
-        "back_after_seconds": None if None in closed else sum(closed) / len(closed),
-        "served": sum(r["succeeded"] for r in runs) / len(runs),
+        "received_while_down": statistics.mean(r["wasted_during_outage"] for r in runs),
+        "back_after_seconds": None if None in closed else statistics.mean(closed),
+        "back_after_spread_seconds": None if None in closed else spread(closed),
+        "served": statistics.mean(served),
+        "served_spread": spread(served),
     }
 
 
@@ -175,8 +181,8 @@ def main():
           f"for {opts.seconds:.0f} s, each sent once; HAProxy down {opts.outage:.0f} s, then serving; "
           f"openTimeout {OPEN_TIMEOUT:.0f} s, halfOpenMaxCalls {HALF_OPEN_MAX_CALLS}; mean of {opts.runs} run(s)")
     print()
-    print(f"{'':28} {'trials per window':>17} {'received down':>15} {'back after, s':>15} {'served':>15}")
-    print(f"{'':28} {'real':>17} {'real':>7} {'sim':>7} {'real':>7} {'sim':>7} {'real':>7} {'sim':>7}")
+    print(f"{'':28} {'trials per window':>17} {'received down':>15} {'back after, s':>21} {'served':>21}")
+    print(f"{'':28} {'real':>17} {'real':>7} {'sim':>7} {'real':>7} {'sim':>7} {'±':>5} {'real':>7} {'sim':>7} {'±':>5}")
     report, met = {}, True
     seconds = lambda value: "never" if value is None else f"{value:.2f}"
     for label, service, fleet_options, sim_flags in WAYS:
@@ -190,7 +196,8 @@ def main():
         print(f"{label:28} {mean('trials_per_window'):9.1f} (max {worst:2}) "
               f"{mean('received_while_down'):7,.0f} {sim['received_while_down']:7,.0f} "
               f"{seconds(back):>7} {seconds(sim['back_after_seconds']):>7} "
-              f"{mean('served'):7,.0f} {sim['served']:7,.0f}")
+              f"{'' if sim['back_after_spread_seconds'] is None else format(sim['back_after_spread_seconds'], '.2f'):>5} "
+              f"{mean('served'):7,.0f} {sim['served']:7,.0f} {sim['served_spread']:5,.0f}")
         if label in TARGETED:
             met &= worst <= 2 * HALF_OPEN_MAX_CALLS
     print()

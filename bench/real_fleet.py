@@ -14,7 +14,8 @@ every caller wanting one call served from the same instant. Three runs:
 
 For each it prints wasted requests (those the dependency refused), p50 and
 p99 time to success and the callers that gave up, and beside them the means
-of `stormguard simulate` over seeds 2001-2020 (kept for reports) with 20
+of `stormguard simulate` over seeds 2001-2020 (kept for reports; ± is the
+p99's spread, one standard deviation over them) with 20
 processes, a 1 ms latency (loopback's order) and the callers' first tries
 spread over 20 ms, as a real process's leave: each opens its connections
 and its gate turns on at the first refusals, before the rest are sent (real
@@ -380,7 +381,15 @@ def simulated(service, flags, processes, callers, dependency="own"):
             check=True, capture_output=True, text=True).stdout
         run = json.loads(text)
         runs.append(run[-1] if isinstance(run, list) else run)
-    return {key: statistics.mean(r[key] for r in runs) for key in ("wasted", "p50_seconds", "p99_seconds", "gave_up")}
+    return sim_means(runs, ("wasted", "p50_seconds", "p99_seconds", "gave_up"))
+
+
+def sim_means(runs, keys):
+    """The means over the seeds' runs of `keys`, and the p99's spread (one
+    standard deviation over the seeds) as `p99_spread_seconds`."""
+    means = {key: statistics.mean(r[key] or 0.0 for r in runs) for key in keys}
+    means["p99_spread_seconds"] = statistics.stdev(r["p99_seconds"] or 0.0 for r in runs) if len(runs) > 1 else 0.0
+    return means
 
 
 def simulated_errors(service, flags, processes, errors, status, rate):
@@ -394,7 +403,7 @@ def simulated_errors(service, flags, processes, errors, status, rate):
              "--processes", str(processes), "--latency", LATENCY, "--horizon", "30m", *flags],
             check=True, capture_output=True, text=True).stdout
         runs.append(json.loads(text))
-    return {key: statistics.mean(r[key] or 0.0 for r in runs) for key in ("served_share", "p50_seconds", "p99_seconds")}
+    return sim_means(runs, ("served_share", "p50_seconds", "p99_seconds"))
 
 
 def errors_world(opts):
@@ -407,18 +416,19 @@ def errors_world(opts):
           f"capacity; a call gives up 60 s after it arrives; real: mean of {opts.runs} run(s), simulated: mean "
           f"of seeds {SEEDS.start}-{SEEDS.stop - 1}, latency {LATENCY}")
     print()
-    print(f"{'':20} {'served':>17} {'p50 s':>17} {'p99 s':>17}")
-    print(f"{'':20} {'real':>8} {'sim':>8} {'real':>8} {'sim':>8} {'real':>8} {'sim':>8}")
+    print(f"{'':20} {'served':>17} {'p50 s':>17} {'p99 s':>24}")
+    print(f"{'':20} {'real':>8} {'sim':>8} {'real':>8} {'sim':>8} {'real':>8} {'sim':>8} {'±':>6}")
     report, means, targets = {}, {}, []
     arrivals = ["--rate", f"{per_process:g}", "--seconds", str(ERRORS_SECONDS)]
     for label, service, flags, sim_flags in ERROR_WAYS:
         reals = [real_run(service, [*arrivals, *flags], opts.processes, 0, languages=opts.languages,
                           errors=opts.errors, status=opts.error_status) for _ in range(opts.runs)]
         sim = simulated_errors(service, sim_flags, opts.processes, opts.errors, opts.error_status, opts.rate)
-        real = {key: statistics.mean(r[key] for r in reals) for key in sim}
+        real = {key: statistics.mean(r[key] for r in reals) for key in ("served_share", "p50_seconds", "p99_seconds")}
         report[label], means[label] = {"real": reals, "simulated": sim}, real
         print(f"{label:20} {real['served_share']:8.2%} {sim['served_share']:8.2%} {real['p50_seconds']:8.3f} "
-              f"{sim['p50_seconds']:8.3f} {real['p99_seconds']:8.3f} {sim['p99_seconds']:8.3f}")
+              f"{sim['p50_seconds']:8.3f} {real['p99_seconds']:8.3f} {sim['p99_seconds']:8.3f} "
+              f"{sim['p99_spread_seconds']:6.3f}")
         worst = max(r["p99_seconds"] for r in reals)
         targets.append((f"{label}: real p99 {worst:.3f} s, simulated {sim['p99_seconds']:.3f} s (within + 0.5 s)",
                         worst <= sim["p99_seconds"] + 0.5))
@@ -595,8 +605,8 @@ def header(opts, what):
           f"then {LIMITS[opts.dependency]}; real: mean of {opts.runs} run(s), "
           f"simulated: mean of seeds {SEEDS.start}-{SEEDS.stop - 1}, latency {LATENCY}")
     print()
-    print(f"{'':34} {'wasted':>15} {'p50 s':>13} {'p99 s':>13} {'gave up':>13}")
-    print(f"{'':34} {'real':>7} {'sim':>7} {'real':>6} {'sim':>6} {'real':>6} {'sim':>6} {'real':>6} {'sim':>6}")
+    print(f"{'':34} {'wasted':>15} {'p50 s':>13} {'p99 s':>19} {'gave up':>13}")
+    print(f"{'':34} {'real':>7} {'sim':>7} {'real':>6} {'sim':>6} {'real':>6} {'sim':>6} {'±':>5} {'real':>6} {'sim':>6}")
 
 
 def row(label, real, sim):
@@ -605,7 +615,7 @@ def row(label, real, sim):
     print(f"{label:34} {real['wasted']:7,.0f} {cell(sim.get('wasted', 0), '7,.0f')} "
           f"{real['p50_seconds']:6.2f} {cell(sim.get('p50_seconds', 0), '6.2f')} "
           f"{real['p99_seconds']:6.2f} {cell(sim.get('p99_seconds', 0), '6.2f')} "
-          f"{real['gave_up']:6.0f} {cell(sim.get('gave_up', 0), '6.1f')}")
+          f"{cell(sim.get('p99_spread_seconds', 0), '5.2f')} {real['gave_up']:6.0f} {cell(sim.get('gave_up', 0), '6.1f')}")
 
 
 def verdict(what, met):
