@@ -11,7 +11,7 @@ use prometheus::{CounterVec, GaugeVec, IntCounterVec, Opts};
 use stormguard_core::fleet::replicas::{Contribution, Published, Shared};
 use stormguard_core::fleet::{self, FleetController, ASK_EVERY};
 use stormguard_core::gate::Judgement;
-use stormguard_core::policy::{GatePolicy, ValidPolicy};
+use stormguard_core::policy::ValidPolicy;
 use stormguard_core::wire::{PaceAsk, PaceGrant};
 use tokio::time::Instant;
 
@@ -82,7 +82,9 @@ pub struct PaceStatus {
 
 struct Paced {
     controller: FleetController<String>,
-    gate: GatePolicy,
+    /// The policy it paces under: a reload that changes it is taken up,
+    /// and only one that voids what was learned starts afresh.
+    policy: ValidPolicy,
     since: Instant,
     /// When this replica last looked whether the dependency was paced by
     /// the shared rate, and whether it was: the time since is counted alone
@@ -100,6 +102,7 @@ struct Families {
     ask_interval: GaugeVec,
     steering: GaugeVec,
     attempts: IntCounterVec,
+    resets: IntCounterVec,
     shared: GaugeVec,
     owner: GaugeVec,
     alone: CounterVec,
@@ -166,9 +169,8 @@ impl Fleet {
         let entry = paced
             .entry(ask.service.to_string())
             .or_insert_with(|| Paced::new(policy, now));
-        if entry.gate != policy.gate {
-            // The policy changed: learn again under the new settings.
-            *entry = Paced::new(policy, now);
+        if entry.policy != *policy {
+            self.reloaded(ask.service.as_ref(), entry, policy, now);
         }
         let instance = ask.instance.to_string();
         if !entry.controller.knows(&instance) && entry.controller.members() >= MAX_PROCESSES {
@@ -191,6 +193,28 @@ impl Fleet {
             self.families.sharing(&ask.service, entry, now);
         }
         Ok(grant)
+    }
+
+    /// Takes up a reloaded `policy` for `service`: what the fleet learned
+    /// is kept unless the change voids it (a change of which failures say
+    /// overload, or of when), and then the pace starts afresh under the new
+    /// setting, logged and counted by the setting.
+    fn reloaded(&self, service: &str, entry: &mut Paced, policy: &ValidPolicy, now: Instant) {
+        match entry.policy.gate.unlearned_by(&policy.gate) {
+            None => {
+                entry.controller.retune(policy);
+                entry.policy = policy.clone();
+            }
+            Some(setting) => {
+                tracing::warn!(
+                    "{service}'s {setting} changed in the policy: its fleet pace starts afresh, probing, and learns again under the new setting"
+                );
+                self.families.resets.with_label_values(&[service, setting]).inc();
+                let since = entry.since;
+                *entry = Paced::new(policy, now);
+                entry.since = since;
+            }
+        }
     }
 
     /// Dependencies paced now: asked about within the last [`IDLE`](stormguard_core::fleet::IDLE).
@@ -228,7 +252,7 @@ impl Fleet {
                     paced_seconds: now.saturating_duration_since(entry.since).as_secs_f64(),
                     ask_interval_seconds: entry.controller.feedback().interval().as_secs_f64(),
                     steering: entry.controller.steers(),
-                    overload_when: entry.gate.overload_when.to_string(),
+                    overload_when: entry.policy.gate.overload_when.to_string(),
                     shared: self.shares.then(|| entry.controller.is_shared_at(now)),
                 }
             })
@@ -317,7 +341,7 @@ impl Paced {
     fn new(policy: &ValidPolicy, now: Instant) -> Self {
         Self {
             controller: FleetController::new_at(policy, now),
-            gate: policy.gate.clone(),
+            policy: policy.clone(),
             since: now,
             looked: (now, false),
         }
@@ -379,6 +403,14 @@ impl Families {
             &["service", "outcome"],
         )
         .expect("valid metric");
+        let resets = IntCounterVec::new(
+            Opts::new(
+                "stormguard_fleet_pace_resets_total",
+                "Times a policy reload voided what the fleet had learned of a paced dependency, which then started afresh, probing, by the setting whose change did: gate.overloadOn or gate.overloadWhen (gate.enabled). A reload of any other setting keeps the pace.",
+            ),
+            &["service", "setting"],
+        )
+        .expect("valid metric");
         let shared = gauge(
             "stormguard_fleet_shared",
             "1 while this replica paces a dependency by its part of the rate shared through the pace store, 0 while it paces alone.",
@@ -405,6 +437,7 @@ impl Families {
             Box::new(ask_interval.clone()),
             Box::new(steering.clone()),
             Box::new(attempts.clone()),
+            Box::new(resets.clone()),
             Box::new(shared.clone()),
             Box::new(owner.clone()),
         ]
@@ -425,6 +458,7 @@ impl Families {
             ask_interval,
             steering,
             attempts,
+            resets,
             shared,
             owner,
             alone,
@@ -525,6 +559,9 @@ impl Families {
         }
         for outcome in ["sent", "accepted", "overloaded", "timed_out"] {
             let _ = self.attempts.remove_label_values(&[service, outcome]);
+        }
+        for setting in ["gate.enabled", "gate.overloadOn", "gate.overloadWhen"] {
+            let _ = self.resets.remove_label_values(&[service, setting]);
         }
     }
 }
@@ -850,22 +887,65 @@ mod tests {
             .is_ok());
     }
 
-    #[test]
-    fn a_policy_change_starts_the_dependency_afresh() {
-        let (fleet, _registry) = scraped(false);
-        let t0 = Instant::now();
+    /// Grows `fleet`'s rate for "inventory" past the probe rate by 100 ms
+    /// after `t0`; the grant's rate.
+    fn grown(fleet: &Fleet, policy: &ValidPolicy, t0: Instant) -> f64 {
         let mut busy = ask("inventory", "pod-a");
-        fleet.ask(&busy, &gated(true), t0).unwrap();
+        fleet.ask(&busy, policy, t0).unwrap();
         busy.sent = 1;
         busy.accepted = 1;
         busy.overloaded = 0;
-        let grown = fleet
-            .ask(&busy, &gated(true), t0 + Duration::from_millis(100))
+        let grown = fleet.ask(&busy, policy, t0 + Duration::from_millis(100)).unwrap();
+        assert!(grown.rate > 2.0, "{grown:?}");
+        grown.rate
+    }
+
+    #[test]
+    fn a_reload_of_the_gates_rates_or_quiet_keeps_what_the_fleet_learned() {
+        let t0 = Instant::now();
+        let (reloaded, registry) = scraped(false);
+        let (unchanged, _) = scraped(false);
+        grown(&reloaded, &gated(true), t0);
+        grown(&unchanged, &gated(true), t0);
+        let mut changed = RetryPolicy::from(gated(true));
+        changed.gate.quiet = Duration::from_secs(30);
+        changed.gate.max_rate = 1_000.0;
+        changed.per_try_timeout = Some(Duration::from_secs(2));
+        changed.max_retries = 7;
+        let at = t0 + Duration::from_millis(200);
+        let kept = reloaded
+            .ask(
+                &ask("inventory", "pod-a"),
+                &ValidPolicy::try_from(changed.clone()).unwrap(),
+                at,
+            )
             .unwrap();
-        assert!(grown.rate > 0.5, "{grown:?}");
-        let mut changed = RetryPolicy::default();
-        changed.gate.enabled = true;
-        changed.gate.min_rate = 2.0;
+        let same = unchanged
+            .ask(&ask("inventory", "pod-a"), &gated(true), at)
+            .unwrap();
+        assert_eq!(kept, same, "the pace goes on as if nothing was reloaded");
+        changed.gate.max_rate = 1.0;
+        changed.gate.min_rate = 1.0;
+        let bounded = reloaded
+            .ask(
+                &ask("inventory", "pod-a"),
+                &ValidPolicy::try_from(changed).unwrap(),
+                t0 + Duration::from_millis(300),
+            )
+            .unwrap();
+        assert_eq!(bounded.rate, 1.0, "the new bounds hold at once");
+        assert!(!registry
+            .text(t0 + Duration::from_millis(300))
+            .contains("stormguard_fleet_pace_resets_total{"));
+    }
+
+    #[test]
+    fn a_reload_that_changes_what_says_overload_starts_afresh_and_says_so() {
+        let (fleet, registry) = scraped(false);
+        let t0 = Instant::now();
+        grown(&fleet, &gated(true), t0);
+        let mut changed = RetryPolicy::from(gated(true));
+        changed.gate.overload_when = stormguard_core::policy::OverloadWhen::Evidence;
         let fresh = fleet
             .ask(
                 &ask("inventory", "pod-a"),
@@ -873,6 +953,13 @@ mod tests {
                 t0 + Duration::from_millis(200),
             )
             .unwrap();
-        assert_eq!(fresh.rate, 2.0, "probing at the new lowest rate");
+        assert_eq!(fresh.rate, 0.5, "probing under the new setting");
+        let text = registry.text(t0 + Duration::from_millis(200));
+        assert!(
+            text.contains(
+                r#"stormguard_fleet_pace_resets_total{service="inventory",setting="gate.overloadWhen"} 1"#
+            ),
+            "{text}"
+        );
     }
 }

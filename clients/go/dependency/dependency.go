@@ -196,6 +196,11 @@ func (d *Dependency) rebuild(etag string) {
 	switch {
 	case !gateOn:
 		d.gate = nil
+	case d.gate != nil && gp != d.gatePolicy && d.gate.Retune(gp):
+		// What the gate learned holds under the new settings: an update
+		// mid-incident neither lets new calls past its line nor sends it
+		// back to probing.
+		d.gatePolicy = gp
 	case d.gate == nil || gp != d.gatePolicy:
 		g, err := gate.New(gp, nil)
 		if err != nil {

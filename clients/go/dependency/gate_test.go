@@ -371,3 +371,53 @@ func twoInLine(t *testing.T, dependency *Dependency, url string) ([2]chan error,
 	}
 	return ended, cancelFirst
 }
+
+// TestAPolicyUpdateRetunesTheGateUnlessItChangesWhatSaysOverload: a 503
+// turns the gate on; the daemon then serves an update of the gate's quiet
+// and rates, and the dependency keeps the same gate, still on, so new
+// calls still wait in its line; an update of overloadWhen voids what the
+// gate learned, and the dependency starts a new one, off.
+func TestAPolicyUpdateRetunesTheGateUnlessItChangesWhatSaysOverload(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	write := func(text string) {
+		if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(gatedPolicy)
+	watch, err := policy.Start(context.Background(), policy.Config{Daemon: serve(t, file), Services: []string{"payments"}, WatchWait: 5 * time.Second, MinPollInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Stop()
+	dependency := New(watch, "payments", nil)
+	payments := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer payments.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := dependency.Call(ctx, "/charge", attempt(payments.URL)); err == nil {
+		t.Fatal("a 503 succeeded")
+	}
+	g := dependency.Gate()
+	if !g.On() {
+		t.Fatal("a 503 left the gate off")
+	}
+
+	write(strings.Replace(gatedPolicy, "maxRate: 10, quiet: 1h", "maxRate: 5, quiet: 30m", 1))
+	if !eventually(func() bool { return dependency.Gate().Settings().MaxRate == 5 }) {
+		t.Fatal("the update never reached the gate")
+	}
+	if dependency.Gate() != g || !g.On() {
+		t.Fatal("an update of the gate's rates and quiet replaced the gate or turned it off")
+	}
+
+	write(strings.Replace(gatedPolicy, "overloadWhen: any-refusal", "overloadWhen: most-refused", 1))
+	if !eventually(func() bool { return dependency.Gate() != g }) {
+		t.Fatal("an update of overloadWhen kept the gate that learned under the old setting")
+	}
+	if dependency.Gate().On() || !g.On() {
+		t.Fatal("the new gate should start off, and the old one, which calls in flight hold, stay on")
+	}
+}

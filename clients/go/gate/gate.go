@@ -157,8 +157,14 @@ type Tally struct {
 // Gate is the send gate of one dependency in one process, shared by every
 // call to it; its methods may be called from any goroutine.
 type Gate struct {
+	// policy is its settings, under mu: Retune replaces them with a new
+	// version's that hears overload as they do.
 	policy Policy
-	on     atomic.Bool
+	// overloadWhen is policy.OverloadWhen, fixed for the gate's life (a
+	// change of it voids what the gate learned) and read on every healthy
+	// answer without the lock.
+	overloadWhen OverloadWhen
+	on           atomic.Bool
 	// watching says the gate is off but has heard a refusal (unless
 	// AnyRefusal): outcomes are counted until they show overload (the gate
 	// turns on) or Quiet passes without another refusal.
@@ -279,7 +285,39 @@ func New(p Policy, draw func() float64) (*Gate, error) {
 	if draw == nil {
 		draw = rand.New(rand.NewSource(time.Now().UnixNano())).Float64
 	}
-	return &Gate{policy: p, rate: probingRate(p, 0), draw: draw, watch: newAnswers(0)}, nil
+	return &Gate{policy: p, overloadWhen: p.OverloadWhen, rate: probingRate(p, 0), draw: draw, watch: newAnswers(0)}, nil
+}
+
+// Retune takes up p, a new version of the gate's settings, keeping what
+// the gate has learned (on or off, its rate, judgement, trials and line):
+// its rates, CUBIC's constants and Quiet shape what comes next, and the
+// rate stays within the new bounds. It says whether it did: a change that
+// voids what the gate learned (see Policy.Unlearned), or a bad setting,
+// is refused, and needs a new gate.
+func (g *Gate) Retune(p Policy) bool {
+	if p.Check() != nil {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.policy.Unlearned(p) != "" {
+		return false
+	}
+	g.rate.now = math.Min(math.Max(g.rate.now, p.MinRate), p.MaxRate)
+	if g.pacer.lease != nil {
+		g.pacer.lease.rate = minFloat(g.pacer.lease.rate, p.MaxRate)
+	}
+	g.policy = p
+	// The first in line may be due sooner now.
+	g.wakeFirst()
+	return true
+}
+
+// Settings returns the gate's settings now.
+func (g *Gate) Settings() Policy {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.policy
 }
 
 // On says whether the gate paces attempts now.
@@ -549,7 +587,7 @@ func (g *Gate) Leave(ticket Ticket) {
 // Record learns from the outcome, at now, of an attempt sent at sent.
 func (g *Gate) Record(signal Signal, sent, now uint64) {
 	if signal == Accepted {
-		if g.policy.OverloadWhen.weighsRefusals() {
+		if g.overloadWhen.weighsRefusals() {
 			g.noteAccepted(now)
 		}
 		if !g.On() && !g.Watching() {

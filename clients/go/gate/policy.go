@@ -51,6 +51,23 @@ type Policy struct {
 	OverloadWhen OverloadWhen
 }
 
+// Unlearned names the setting, if any, whose change from p to next voids
+// what a gate learned under p: whether it is on, which failures it hears
+// as overload (gate.overloadOn), and when refusals say overload
+// (gate.overloadWhen); "" if none. Its rates, CUBIC's constants and Quiet
+// only shape what comes next, so a change of them keeps the pace.
+func (p Policy) Unlearned(next Policy) string {
+	switch {
+	case p.Enabled != next.Enabled:
+		return "gate.enabled"
+	case p.OverloadOn != next.OverloadOn:
+		return "gate.overloadOn"
+	case p.OverloadWhen != next.OverloadWhen:
+		return "gate.overloadWhen"
+	}
+	return ""
+}
+
 // OverloadWhen is when the send gate takes the refusals it hears for
 // overload.
 type OverloadWhen uint8

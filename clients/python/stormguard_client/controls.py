@@ -34,13 +34,13 @@ class Controls:
 
 
 def build(policy: Policy, old: Controls | None, now: int, draw: Callable[[], float]) -> Controls:
-    """The controls of ``policy``: the budget, the breaker and the gate of
-    ``old`` kept if their block did not change. Raises ValueError naming a
+    """The controls of ``policy``: the budget and the breaker of ``old``
+    kept if their block did not change, and its gate too, retuned, unless
+    the change voids what it learned. Raises ValueError naming a
     setting that cannot be used."""
     budget_block, breaker_block = settings.block(policy, "budget"), settings.block(policy, "circuitBreaker")
     keep_budget = old is not None and settings.block(old.policy, "budget") == budget_block
     keep_breaker = old is not None and settings.block(old.policy, "circuitBreaker") == breaker_block
-    keep_gate = old is not None and settings.block(old.policy, "gate") == settings.block(policy, "gate")
     return Controls(
         policy=policy,
         max_retries=settings.max_retries(policy),
@@ -50,5 +50,19 @@ def build(policy: Policy, old: Controls | None, now: int, draw: Callable[[], flo
         max_elapsed_ns=settings.max_elapsed(policy),
         budget=old.budget if old is not None and keep_budget else settings.budget(policy, now),
         breaker=old.breaker if old is not None and keep_breaker else settings.breaker(policy, now),
-        gate=old.gate if old is not None and keep_gate else settings.gate(policy, now, draw),
+        gate=_gate(policy, old, now, draw),
     )
+
+
+def _gate(policy: Policy, old: Controls | None, now: int, draw: Callable[[], float]) -> SendGate | None:
+    """The gate of ``policy``: ``old``'s if its block did not change, or
+    retuned if the change keeps what it learned (an update mid-incident
+    neither lets new calls past its line nor sends it back to probing);
+    else a new one."""
+    if old is not None and old.gate is not None:
+        if settings.block(old.policy, "gate") == settings.block(policy, "gate"):
+            return old.gate
+        following = settings.gate_policy(policy)
+        if following.enabled and old.gate.retune(following):
+            return old.gate
+    return settings.gate(policy, now, draw)

@@ -287,6 +287,21 @@ class GatePolicy:
         down (``overloadOn`` names ``timeout``)."""
         return "timeout" in self.overload_on
 
+    def unlearned_by(self, following: "GatePolicy") -> str | None:
+        """The setting, if any, whose change from this policy to
+        ``following`` voids what a gate learned under this one: whether it
+        is on, which failures it hears as overload (``gate.overloadOn``),
+        and when refusals say overload (``gate.overloadWhen``). Its rates,
+        CUBIC's constants and ``quiet`` only shape what comes next, so a
+        change of them keeps the pace."""
+        if self.enabled != following.enabled:
+            return "gate.enabled"
+        if self.overload_on != following.overload_on:
+            return "gate.overloadOn"
+        if self.overload_when != following.overload_when:
+            return "gate.overloadWhen"
+        return None
+
     @property
     def weighs_refusals(self) -> bool:
         """Whether refusals from a dependency that has been accepting are
@@ -801,6 +816,29 @@ class SendGate:
         """Whether anything was accepted within DOWN_AFTER_TENTHS of ``now``."""
         last = self._last_accepted
         return last != 0 and max(self._tenth(now) + 1 - last, 0) < DOWN_AFTER_TENTHS
+
+    def retune(self, policy: GatePolicy) -> bool:
+        """Takes up ``policy``, a new version of the gate's settings, keeping
+        what the gate has learned (on or off, its rate, judgement, trials and
+        line): its rates, CUBIC's constants and ``quiet`` shape what comes
+        next, and the rate stays within the new bounds. Whether it did: a
+        change that voids what the gate learned (see
+        :meth:`GatePolicy.unlearned_by`), or a bad setting, is refused, and
+        needs a new gate."""
+        try:
+            policy.check()
+        except ValueError:
+            return False
+        with self._lock:
+            if self.policy.unlearned_by(policy) is not None:
+                return False
+            self._rate.now = min(max(self._rate.now, policy.min_rate), policy.max_rate)
+            if self._pacer.lease is not None:
+                self._pacer.lease.rate = min(self._pacer.lease.rate, policy.max_rate)
+            self.policy = policy
+            # The first in line may be due sooner now.
+            self._wake_first()
+            return True
 
     def lease(self, rate: float, until_ns: int, now_ns: int) -> None:
         """Paces at ``rate`` until ``until_ns`` instead of the gate's own

@@ -420,7 +420,7 @@ def test_a_waiting_call_is_woken_when_the_line_moves():
     assert gate.waiting == 0
 
 
-def test_the_gate_is_rebuilt_only_when_its_block_changes():
+def test_the_gate_is_rebuilt_only_when_what_it_hears_as_overload_changes():
     clock = VirtualTime()
     dependency = gated(clock, maxRetries=0)
     dependency.call("/charge", lambda timeout: 503)
@@ -428,8 +428,13 @@ def test_the_gate_is_rebuilt_only_when_its_block_changes():
     assert gate.is_on
     dependency.watch.current = {**dependency.watch.current, "maxRetries": 1}
     assert dependency.gate is gate and gate.is_on, "the same block: the same gate, still pacing"
+    retuned = {"enabled": True, "overloadWhen": "any-refusal", "quietMs": 60_000, "minRate": 2.0}
+    dependency.watch.current = {**dependency.watch.current, "gate": retuned}
+    assert dependency.gate is gate and gate.is_on, "new rates and quiet: the same gate, still pacing"
+    assert gate.policy.quiet_ns == 60 * S and gate.own_rate == 2.0, "probing at the new lowest rate"
     dependency.watch.current = {**dependency.watch.current, "gate": {"enabled": True, "quietMs": 1000}}
-    assert dependency.gate is not gate and not dependency.gate.is_on, "a new block: a new gate, off"
+    assert dependency.gate is not gate and not dependency.gate.is_on, "a new overloadWhen: a new gate, off"
+    assert gate.is_on, "calls in flight keep the old one"
     dependency.watch.current = {**dependency.watch.current, "gate": {"enabled": False}}
     assert dependency.gate is None
     dependency.watch.current = {**dependency.watch.current, "gate": {"enabled": True, "beta": 1.5}}

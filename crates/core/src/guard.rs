@@ -132,7 +132,11 @@ impl Guard {
     /// A guard for a new version of the policy that keeps this one's budget,
     /// throttle and breaker (and their state) where their blocks did not
     /// change, so a policy update does not reset an open breaker or a spent
-    /// budget. Calls in flight keep the guard they started with.
+    /// budget, and its send gate, retuned, unless the update changes what
+    /// the gate hears as overload (see [`GatePolicy::unlearned_by`](crate::policy::GatePolicy::unlearned_by)):
+    /// an update mid-incident neither lets new calls past the line nor
+    /// sends the gate back to probing. Calls in flight keep the guard they
+    /// started with.
     pub fn updated(&self, policy: &ValidPolicy) -> Self {
         let mut next = Self::from_policy(policy);
         let old = &self.policy;
@@ -145,8 +149,10 @@ impl Guard {
         if old.circuit_breaker == policy.circuit_breaker {
             next.breaker = self.breaker.clone();
         }
-        if old.gate == policy.gate {
-            next.gate = self.gate.clone();
+        if let Some(gate) = &self.gate {
+            if old.gate == policy.gate || (policy.gate.enabled && gate.retune(&policy.gate)) {
+                next.gate = Some(gate.clone());
+            }
         }
         next
     }

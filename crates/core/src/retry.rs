@@ -104,6 +104,23 @@ impl GatePolicy {
     pub fn overloaded_by_timeouts(&self) -> bool {
         self.overload_on.contains(RetryCondition::Timeout)
     }
+
+    /// The setting, if any, whose change from this policy to `next` voids
+    /// what a gate learned under this one: whether it is on, which
+    /// failures it hears as overload (`overloadOn`), and when refusals say
+    /// overload (`overloadWhen`). Its rates, CUBIC's constants and `quiet`
+    /// only shape what comes next, so a change of them keeps the pace.
+    pub fn unlearned_by(&self, next: &GatePolicy) -> Option<&'static str> {
+        if self.enabled != next.enabled {
+            Some("gate.enabled")
+        } else if self.overload_on != next.overload_on {
+            Some("gate.overloadOn")
+        } else if self.overload_when != next.overload_when {
+            Some("gate.overloadWhen")
+        } else {
+            None
+        }
+    }
 }
 
 /// Parses a `Retry-After` value: delay-seconds or an HTTP date (RFC 9110).

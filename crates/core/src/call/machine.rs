@@ -285,7 +285,7 @@ impl Call {
         let gate = controls.gate();
         if let Some(gate) = gate {
             let signal = match (outcome, answer) {
-                (AttemptOutcome::Failed, Answer::TimedOut) if gate.policy().overloaded_by_timeouts() => {
+                (AttemptOutcome::Failed, Answer::TimedOut) if gate.overloaded_by_timeouts() => {
                     Signal::TimedOut
                 }
                 (AttemptOutcome::Failed, Answer::Failed(Verdict::Retry { .. })) => Signal::Overloaded,

@@ -156,6 +156,16 @@ impl Law {
         }
     }
 
+    /// Takes up `policy`'s settings from now on, keeping what the law has
+    /// learned: the policy changed in what shapes the rate's next steps
+    /// (see [`GatePolicy::unlearned_by`](crate::policy::GatePolicy::unlearned_by)),
+    /// and the rate stays within its new bounds.
+    pub(super) fn retune(&mut self, policy: &ValidPolicy) {
+        self.policy = policy.gate.clone();
+        self.per_try_timeout = policy.per_try_timeout;
+        self.rate.now = self.rate.now.clamp(self.policy.min_rate, self.policy.max_rate);
+    }
+
     /// Its processes' feedback now takes `feedback`: the law's rounds and
     /// waits follow.
     pub(super) fn hear_feedback(&mut self, feedback: Feedback) {

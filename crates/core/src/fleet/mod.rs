@@ -275,6 +275,19 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
         }
     }
 
+    /// Takes up `policy`, a new version of this dependency's, keeping what
+    /// the fleet has learned (its rate, judgement and trials, its division
+    /// and its part of a shared pace): for a change that
+    /// [`GatePolicy::unlearned_by`](crate::policy::GatePolicy::unlearned_by)
+    /// finds nothing in. A change it names needs a new controller.
+    pub fn retune(&mut self, policy: &ValidPolicy) {
+        self.law.retune(policy);
+        if let Some(owner) = &mut self.owner {
+            owner.retune(policy);
+        }
+        self.policy = policy.clone();
+    }
+
     /// Its processes' feedback loop, as of the last division.
     pub fn feedback(&self) -> Feedback {
         self.feedback

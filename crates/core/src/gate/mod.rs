@@ -78,9 +78,10 @@ pub(crate) mod trial;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::task::Waker;
 
+use arc_swap::ArcSwap;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
@@ -144,7 +145,12 @@ pub enum Signal {
 /// The gate of one dependency in one process. Shared by every call to it.
 #[derive(Debug)]
 pub struct SendGate {
-    policy: GatePolicy,
+    /// Its settings: [`retune`](SendGate::retune) replaces them with a
+    /// new version's that hears overload as they do.
+    policy: ArcSwap<GatePolicy>,
+    /// When refusals say overload: fixed for the gate's life (a change of
+    /// it voids what the gate learned), and read on every healthy answer.
+    overload_when: OverloadWhen,
     on: AtomicBool,
     /// Off, but a refusal has been heard under `most-refused`: outcomes are
     /// counted until they show overload (the gate turns on) or `quiet`
@@ -297,13 +303,40 @@ impl SendGate {
             watching: AtomicBool::new(false),
             last_accepted: AtomicU64::new(0),
             origin: now,
-            policy,
+            overload_when: policy.overload_when,
+            policy: ArcSwap::from_pointee(policy),
         }
     }
 
+    /// Takes up `policy`, a new version of the gate's settings, keeping
+    /// what the gate has learned (on or off, its rate, judgement, trials
+    /// and line): its rates, CUBIC's constants and `quiet` shape what comes
+    /// next, and the rate stays within the new bounds. Whether it did: a
+    /// change that voids what it learned (see
+    /// [`GatePolicy::unlearned_by`]) is refused, and needs a new gate.
+    pub fn retune(&self, policy: &GatePolicy) -> bool {
+        if self.policy.load().unlearned_by(policy).is_some() {
+            return false;
+        }
+        let mut state = self.lock();
+        state.rate.now = state.rate.now.clamp(policy.min_rate, policy.max_rate);
+        if let Some(lease) = &mut state.pacer.lease {
+            lease.rate = lease.rate.min(policy.max_rate);
+        }
+        self.policy.store(Arc::new(policy.clone()));
+        // The first in line may be due sooner now.
+        state.wake_first();
+        true
+    }
+
     /// The gate's settings.
-    pub fn policy(&self) -> &GatePolicy {
-        &self.policy
+    pub fn policy(&self) -> Arc<GatePolicy> {
+        self.policy.load_full()
+    }
+
+    /// Whether a timed-out attempt says the dependency is overloaded or down.
+    pub fn overloaded_by_timeouts(&self) -> bool {
+        self.policy.load().overloaded_by_timeouts()
     }
 
     /// Whether the gate paces attempts now.
@@ -324,7 +357,7 @@ impl SendGate {
     /// Turns the gate off if nothing has been refused and nobody has waited
     /// for `quiet`, and nobody waits now; whether it did.
     fn turn_off_if_quiet(&self, state: &State, now: Instant) -> bool {
-        let quiet = now.saturating_duration_since(state.last_trouble) >= self.policy.quiet;
+        let quiet = now.saturating_duration_since(state.last_trouble) >= self.policy.load().quiet;
         let off = quiet && state.line.is_empty();
         if off {
             self.on.store(false, Ordering::Relaxed);
@@ -391,7 +424,7 @@ impl SendGate {
         let own = state.rate.now;
         state.pacer.accrue(own, now);
         state.pacer.lease = Some(Lease {
-            rate: rate.min(self.policy.max_rate),
+            rate: rate.min(self.policy.load().max_rate),
             until,
             since: now,
             cut: false,
@@ -516,7 +549,7 @@ impl SendGate {
     #[inline]
     pub fn record_at(&self, signal: Signal, sent: Instant, now: Instant) {
         if signal == Signal::Accepted {
-            let weighs = self.policy.overload_when.weighs_refusals();
+            let weighs = self.overload_when.weighs_refusals();
             if weighs {
                 self.note_accepted(now);
             }
@@ -558,13 +591,13 @@ impl SendGate {
                 Some(Watched::NotYet) | None => {}
                 Some(Watched::Down) => self.turn_on(&mut state, signal, sent, now),
                 Some(Watched::Overloaded) => {
-                    state.rate = Rate::answering(&self.policy, state.watch, now);
+                    state.rate = Rate::answering(&self.policy.load(), state.watch, now);
                     self.start_pacing(&mut state, signal, now);
                 }
             }
             return;
         }
-        let policy = &self.policy;
+        let policy = &*self.policy.load();
         match signal {
             Signal::Overloaded | Signal::TimedOut => {
                 let timed_out = signal == Signal::TimedOut;
@@ -616,7 +649,7 @@ impl SendGate {
     /// lately; while watching, outcomes are counted until they show
     /// overload, and watching ends after `quiet` without a refusal.
     fn watched(&self, state: &mut State, signal: Signal, now: Instant) -> Option<Watched> {
-        if !self.policy.overload_when.weighs_refusals() && signal != Signal::Accepted {
+        if !self.overload_when.weighs_refusals() && signal != Signal::Accepted {
             return Some(Watched::Down);
         }
         match signal {
@@ -625,7 +658,7 @@ impl SendGate {
                 state.watch.accepted(1, now);
                 state.tally.sent += 1;
                 state.tally.accepted += 1;
-                if now.saturating_duration_since(state.last_trouble) >= self.policy.quiet {
+                if now.saturating_duration_since(state.last_trouble) >= self.policy.load().quiet {
                     self.watching.store(false, Ordering::Relaxed);
                 }
                 None
@@ -667,7 +700,7 @@ impl SendGate {
     /// not while it recovers from an outage no chance explains
     /// ([`OUTAGE_RUN`]).
     fn tries_cuts(&self, state: &State, now: Instant) -> bool {
-        self.policy.overload_when == OverloadWhen::Evidence
+        self.overload_when == OverloadWhen::Evidence
             && state.untried_until.is_none_or(|until| now >= until)
             && !state.rate.is_probing()
             && !state.rate.is_answering()
@@ -692,7 +725,7 @@ impl SendGate {
             return false;
         }
         if let Some(Finding::Random(_)) = state.trials.answered(accepted, refused, sent) {
-            state.rate.answering_verdict(&self.policy, now);
+            state.rate.answering_verdict(&self.policy.load(), now);
             state.trials.reset();
             return false;
         }
@@ -704,7 +737,7 @@ impl SendGate {
     /// three seconds; under `evidence`, [`DOWN_RUN`] in a row, or
     /// [`DOWN_REFUSALS`] in a row over [`DOWN_SPAN`].
     fn shows_down(&self, state: &State, now: Instant) -> bool {
-        match self.policy.overload_when {
+        match self.overload_when {
             OverloadWhen::MostRefused => state.watch.refusals() >= DOWN_REFUSALS,
             _ => state.refusal_run.is_some_and(|(run, since)| {
                 run >= DOWN_RUN
@@ -724,7 +757,7 @@ impl SendGate {
             return false;
         }
         if self.accepted_lately(now) {
-            state.rate = Rate::answering(&self.policy, state.watch, now);
+            state.rate = Rate::answering(&self.policy.load(), state.watch, now);
             self.start_pacing(&mut state, Signal::Overloaded, now);
         } else {
             self.turn_on(&mut state, Signal::Overloaded, now, now);
@@ -755,7 +788,8 @@ impl SendGate {
     /// Turns the gate on at `now` for a dependency that accepts nothing:
     /// it probes at the lowest rate.
     fn turn_on(&self, state: &mut State, signal: Signal, sent: Instant, now: Instant) {
-        state.rate = Rate::probing(&self.policy, now);
+        let policy = self.policy.load();
+        state.rate = Rate::probing(&policy, now);
         state.trials.reset();
         state.outage_run = state.refusal_run.take().map_or(1, |(run, _)| run);
         state.down_since = now;
@@ -763,7 +797,7 @@ impl SendGate {
         // The rate is at its lowest already; this only notes whether the
         // dependency is slow.
         let timed_out = signal == Signal::TimedOut;
-        state.rate.overloaded(&self.policy, sent, now, timed_out);
+        state.rate.overloaded(&policy, sent, now, timed_out);
         self.start_pacing(state, signal, now);
     }
 

@@ -130,6 +130,33 @@ async fn an_update_keeps_the_state_of_blocks_it_did_not_change() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_update_retunes_the_send_gate_unless_it_changes_what_says_overload() {
+    let mut gated = policy();
+    gated.gate.enabled = true;
+    gated.gate.overload_when = crate::policy::OverloadWhen::AnyRefusal;
+    let guard = Guard::from_policy(&valid(gated.clone()));
+    let gate = guard.gate().unwrap();
+    let now = Instant::now();
+    gate.record_at(crate::gate::Signal::Overloaded, now, now);
+    assert!(gate.is_on());
+
+    let mut quieter = gated;
+    quieter.gate.quiet = Duration::from_secs(60);
+    quieter.gate.min_rate = 2.0;
+    let next = guard.updated(&valid(quieter.clone()));
+    let kept = next.gate().unwrap();
+    assert!(kept.is_on(), "still pacing: new calls wait in the same line");
+    assert_eq!(kept.own_rate(), Some(2.0), "probing, at the new lowest rate");
+    assert_eq!(kept.policy().quiet, Duration::from_secs(60));
+
+    let mut hears_otherwise = quieter;
+    hears_otherwise.gate.overload_when = crate::policy::OverloadWhen::Evidence;
+    let fresh = next.updated(&valid(hears_otherwise));
+    assert!(!fresh.gate().unwrap().is_on(), "a new gate, off, learns afresh");
+    assert!(kept.is_on(), "calls in flight keep theirs");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_plain_policy_retries_with_its_backoff() {
     let guard = Guard::from_policy(&valid(policy()));
     let start = Instant::now();
