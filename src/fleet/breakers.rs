@@ -29,7 +29,8 @@ pub struct FleetBreakers {
 
 struct Entry {
     breaker: FleetBreaker<String>,
-    /// The block it was made under: a changed one starts again.
+    /// The block it runs under: a reload that changes it, or turns the
+    /// gate on or off, retunes the breaker and keeps its episode.
     policy: CircuitBreakerPolicy,
     paced: bool,
 }
@@ -92,7 +93,10 @@ impl FleetBreakers {
             .entry(ask.service.to_string())
             .or_insert_with(|| Entry::new(block, paced, now));
         if entry.policy != *block || entry.paced != paced {
-            *entry = Entry::new(block, paced, now);
+            // A reload: the episode goes on under the new rules.
+            entry.breaker.retune(block, paced);
+            entry.policy = block.clone();
+            entry.paced = paced;
         }
         let before = entry.breaker.slots_granted();
         let verdict = entry.breaker.ask_at(ask.instance.to_string(), report.into(), now);

@@ -629,6 +629,31 @@ mod tests {
     }
 
     #[test]
+    fn a_reload_mid_outage_keeps_the_fleet_breakers_episode() {
+        use stormguard_core::breaker::CircuitState;
+        let (fleet, _registry) = scraped(false);
+        let t0 = Instant::now();
+        let first = fleet.ask(&broken("a", 0), &fleet_breaker(true), t0).unwrap();
+        assert_eq!(first.breaker.unwrap().state, CircuitState::Open);
+        // 600 ms into the outage the gate is turned off and openTimeout doubled.
+        let mut reloaded = RetryPolicy::from(fleet_breaker(false));
+        reloaded.circuit_breaker.open_timeout = Duration::from_secs(2);
+        let later = fleet
+            .ask(
+                &broken("a", 0),
+                &ValidPolicy::try_from(reloaded).unwrap(),
+                t0 + Duration::from_millis(600),
+            )
+            .unwrap();
+        let word = later.breaker.unwrap();
+        assert_eq!(
+            (word.state, word.retry_in_ms),
+            (CircuitState::Open, 1400),
+            "the same episode, half-open 2 s after it opened"
+        );
+    }
+
+    #[test]
     fn open_fleet_scoped_breakers_share_the_trials_and_are_handed_to_the_pace_when_they_succeed() {
         use stormguard_core::breaker::CircuitState;
         let (fleet, registry) = scraped(false);

@@ -190,6 +190,18 @@ impl<K: Eq + Hash + Clone> FleetBreaker<K> {
         }
     }
 
+    /// Takes up a new version of the dependency's `circuitBreaker` block,
+    /// and whether its send gate is on, keeping the episode: a reload
+    /// mid-outage neither closes the fleet's breaker nor starts its
+    /// `openTimeout` again. The new timeout counts from when the episode
+    /// opened; new trial counts apply to the slots granted from now on.
+    pub fn retune(&mut self, policy: &CircuitBreakerPolicy, paced: bool) {
+        self.open_timeout = policy.open_timeout;
+        self.max_trials = policy.half_open_max_calls.max(1);
+        self.success_threshold = policy.success_threshold.max(1);
+        self.paced = paced;
+    }
+
     /// The fleet's breaker state at `now` (the move to half-open waits for an ask).
     pub fn state(&self) -> CircuitState {
         match self.phase {
