@@ -32,15 +32,105 @@ fn contribution(sent: u64, accepted: u64, want: f64, members: u32) -> Contributi
 
 /// A fleet's rate, past probing.
 fn rate(rate: f64) -> Published {
-    Published { rate, probing: false }
+    Published {
+        rate,
+        probing: false,
+        handover: None,
+    }
 }
 
 fn replica(redis: &Redis, name: &str) -> PaceStore {
+    replica_counted(redis, name, &Registry::new())
+}
+
+fn replica_counted(redis: &Redis, name: &str, registry: &Registry) -> PaceStore {
     let access = Access {
         password: redis.password.clone(),
         ..Access::default()
     };
-    PaceStore::new(&redis.url(), access, name.to_string(), &Registry::new()).expect("a valid address")
+    PaceStore::new(&redis.url(), access, name.to_string(), registry).expect("a valid address")
+}
+
+/// What an owner publishes after its law heard a recovery begin: a rate
+/// with the handover of what the law learned.
+fn published_by_a_law() -> Published {
+    let mut policy = stormguard_core::policy::RetryPolicy::default();
+    policy.gate.enabled = true;
+    let policy = stormguard_core::policy::ValidPolicy::try_from(policy).unwrap();
+    let now = tokio::time::Instant::now();
+    let mut owner = stormguard_core::fleet::FleetController::<String>::new_at(&policy, now);
+    let shared = stormguard_core::fleet::replicas::Shared {
+        taken: Some(contribution(10, 6, 50.0, 5).tallies),
+        ..Default::default()
+    };
+    owner
+        .shared_at(&contribution(10, 6, 50.0, 5), &shared, now)
+        .expect("the owner publishes")
+}
+
+#[tokio::test]
+async fn what_an_owner_learned_reaches_the_next_whole_and_a_torn_record_is_refused_and_counted() {
+    let Some(redis) = Redis::start(None) else { return };
+    let registry = Registry::new();
+    let (a, b) = (replica(&redis, "a"), replica_counted(&redis, "b", &registry));
+    a.exchange("inventory", &contribution(1, 1, 5.0, 1))
+        .await
+        .unwrap();
+    let published = published_by_a_law();
+    assert!(published.handover.is_some());
+    assert!(a.publish("inventory", published).await.unwrap());
+    let seen = b
+        .exchange("inventory", &contribution(0, 0, 5.0, 1))
+        .await
+        .unwrap();
+    let (carried, _) = seen.published.expect("the rate a published");
+    assert_eq!(carried, published, "the rate and the handover, to the last bit");
+
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let (seconds, _): (u64, u64) = redis::cmd("TIME").query_async(&mut connection).await.unwrap();
+    for (torn, reason) in [
+        ("{\"version\":1,\"law\":", "unreadable"),
+        ("{\"version\":9,\"law\":null}", "unreadable"),
+    ] {
+        let () = redis::cmd("SET")
+            .arg("stormguard:pace:{inventory}:rate")
+            .arg(format!("42 0 {} {torn}", seconds * 1000))
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        let seen = b
+            .exchange("inventory", &contribution(0, 0, 5.0, 1))
+            .await
+            .expect("a torn handover does not fail the exchange");
+        let (rate, _) = seen.published.expect("the rate is still read");
+        assert_eq!((rate.rate, rate.handover), (42.0, None), "{torn}");
+        let counted = format!("stormguard_pace_store_handovers_refused_total{{reason=\"{reason}\"}}");
+        assert!(
+            String::from_utf8(registry.encode(tokio::time::Instant::now()))
+                .unwrap()
+                .contains(&counted),
+            "{torn}"
+        );
+    }
+    let mut other = serde_json::to_value(published.handover.unwrap()).unwrap();
+    other["version"] = 9.into();
+    let () = redis::cmd("SET")
+        .arg("stormguard:pace:{inventory}:rate")
+        .arg(format!("42 0 {} {other}", seconds * 1000))
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    let seen = b
+        .exchange("inventory", &contribution(0, 0, 5.0, 1))
+        .await
+        .unwrap();
+    assert_eq!(seen.published.and_then(|(rate, _)| rate.handover), None);
+    let text = String::from_utf8(registry.encode(tokio::time::Instant::now())).unwrap();
+    assert!(
+        text.contains("stormguard_pace_store_handovers_refused_total{reason=\"version\"} 1"),
+        "{text}"
+    );
 }
 
 #[tokio::test]

@@ -4,7 +4,7 @@
 --       6 timed out, 7 ms since the newest overload's window began (-1: none),
 --       8 want (attempts/s), 9 members
 -- Returns {owner (1/0), taken (flat field/value list, owner only),
---          others ("want members" strings), rate ("rate probing at_ms") or
+--          others ("want members" strings), rate ("rate probing at_ms [handover]") or
 --          false, now_ms}. Numbers cross as strings: Redis truncates Lua
 --          numbers in replies to integers.
 local time = redis.call('TIME')

@@ -153,6 +153,7 @@ pub struct PaceStore {
 struct StoreMetrics {
     seconds: Histogram,
     errors: IntCounterVec,
+    handovers_refused: IntCounterVec,
 }
 
 impl StoreMetrics {
@@ -173,13 +174,26 @@ impl StoreMetrics {
             &["kind"],
         )
         .expect("valid metric");
+        let handovers_refused = IntCounterVec::new(
+            Opts::new(
+                "stormguard_pace_store_handovers_refused_total",
+                "Handovers of what a paced dependency's last owner learned that this replica found in the store and could not take up, by reason: version (another daemon's format), unreadable, out_of_range (torn). It then carries on from the published rate alone.",
+            ),
+            &["reason"],
+        )
+        .expect("valid metric");
         for family in [
             Box::new(seconds.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(errors.clone()),
+            Box::new(handovers_refused.clone()),
         ] {
             registry.register(family).expect("each family is registered once");
         }
-        Self { seconds, errors }
+        Self {
+            seconds,
+            errors,
+            handovers_refused,
+        }
     }
 }
 

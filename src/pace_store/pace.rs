@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
+use stormguard_core::fleet::handover::Handover;
 use stormguard_core::fleet::replicas::{Contribution, Outcomes, Published, Shared, Tallies};
 use stormguard_core::fleet::LEASE;
 
@@ -50,7 +51,7 @@ impl PaceStore {
             .arg(mine.members);
         let mut connection = self.connection().await?;
         let answer: Answer = self.bounded(invocation.invoke_async(&mut connection)).await?;
-        self.read(answer)
+        self.read(service, answer)
     }
 
     /// Publishes `rate` as the fleet's rate for `service`: whether it was,
@@ -69,7 +70,10 @@ impl PaceStore {
             .arg(LEASE.as_millis() as u64)
             .arg(rate.rate.to_string())
             .arg(u8::from(rate.probing))
-            .arg(&keys.channel);
+            .arg(&keys.channel)
+            .arg(rate.handover.map_or_else(String::new, |handover| {
+                serde_json::to_string(&handover).expect("a handover is plain numbers")
+            }));
         let mut connection = self.connection().await?;
         let published: i64 = self.bounded(invocation.invoke_async(&mut connection)).await?;
         Ok(published == 1)
@@ -92,13 +96,43 @@ impl PaceStore {
                     .strip_prefix("stormguard:pace:{")?
                     .strip_suffix("}:published")?;
                 let payload: String = message.get_payload().ok()?;
-                let (rate, _) = parse_rate(&payload, 0)?;
+                // A replica that does not own the pace divides its rate;
+                // only the next owner takes up what the last one learned.
+                let (rate, _, _) = parse_rate(&payload, 0)?;
                 Some((service.to_string(), rate))
             })())
         }))
     }
 
-    fn read(&self, (owner, taken, others, rate, now): Answer) -> Result<Shared, StoreError> {
+    /// The handover `text` a last owner left for `service`, if this replica
+    /// can take it up; if not, it says why in the log and the count, and
+    /// carries on from the published rate alone.
+    fn handover(&self, service: &str, text: &str) -> Option<Handover> {
+        let read = serde_json::from_str::<Handover>(text)
+            .map_err(|error| ("unreadable", error.to_string()))
+            .and_then(|handover| {
+                handover.checked().map_err(|refused| {
+                    let reason = match refused {
+                        stormguard_core::fleet::handover::Refused::Version(_) => "version",
+                        stormguard_core::fleet::handover::Refused::OutOfRange(_) => "out_of_range",
+                    };
+                    (reason, refused.to_string())
+                })
+            });
+        match read {
+            Ok(handover) => Some(handover),
+            Err((reason, why)) => {
+                tracing::warn!(
+                    "{service}'s pace in the store at {} carries a handover this replica cannot take up ({why}): it carries on from the published rate alone",
+                    self.at
+                );
+                self.metrics.handovers_refused.with_label_values(&[reason]).inc();
+                None
+            }
+        }
+    }
+
+    fn read(&self, service: &str, (owner, taken, others, rate, now): Answer) -> Result<Shared, StoreError> {
         let malformed = |what: String| self.malformed(what);
         let now: u64 = now.parse().map_err(|_| malformed(format!("time {now:?}")))?;
         let others = others
@@ -106,7 +140,12 @@ impl PaceStore {
             .map(|entry| parse_want(entry).ok_or_else(|| malformed(format!("demand {entry:?}"))))
             .collect::<Result<Vec<_>, _>>()?;
         let published = rate
-            .map(|text| parse_rate(&text, now).ok_or_else(|| malformed(format!("rate {text:?}"))))
+            .map(|text| {
+                let (rate, age, handover) =
+                    parse_rate(&text, now).ok_or_else(|| malformed(format!("rate {text:?}")))?;
+                let handover = handover.and_then(|text| self.handover(service, text));
+                Ok((Published { handover, ..rate }, age))
+            })
             .transpose()?;
         let taken = (owner == 1)
             .then(|| parse_taken(&taken).ok_or_else(|| malformed(format!("tallies {taken:?}"))))
@@ -151,9 +190,11 @@ fn parse_want(entry: &str) -> Option<(f64, u32)> {
     ))
 }
 
-/// `"rate probing at_ms"`, as the publish script writes it, seen at `now` ms.
-fn parse_rate(text: &str, now: u64) -> Option<(Published, Duration)> {
-    let mut fields = text.split(' ');
+/// `"rate probing at_ms [handover]"`, as the publish script writes it,
+/// seen at `now` ms: the rate (without its handover), its age, and the
+/// handover's text if there is one.
+fn parse_rate(text: &str, now: u64) -> Option<(Published, Duration, Option<&str>)> {
+    let mut fields = text.splitn(4, ' ');
     let rate: f64 = fields.next()?.parse().ok()?;
     let probing = match fields.next()? {
         "1" => true,
@@ -161,10 +202,16 @@ fn parse_rate(text: &str, now: u64) -> Option<(Published, Duration)> {
         _ => return None,
     };
     let at: u64 = fields.next()?.parse().ok()?;
-    (rate.is_finite() && rate > 0.0 && fields.next().is_none()).then(|| {
+    let handover = fields.next();
+    (rate.is_finite() && rate > 0.0).then(|| {
         (
-            Published { rate, probing },
+            Published {
+                rate,
+                probing,
+                handover: None,
+            },
             Duration::from_millis(now.saturating_sub(at)),
+            handover,
         )
     })
 }
@@ -209,17 +256,26 @@ mod tests {
         assert_eq!(parse_want("NaN 3"), Some((0.0, 3)));
         assert_eq!(parse_want("12.5"), None);
         assert_eq!(parse_want("12.5 -1"), None);
-        let (rate, age) = parse_rate("180.25 0 1000", 1250).expect("a rate");
+        let (rate, age, handover) = parse_rate("180.25 0 1000", 1250).expect("a rate");
         assert_eq!(
             rate,
             Published {
                 rate: 180.25,
-                probing: false
+                probing: false,
+                handover: None,
             }
         );
-        assert_eq!(age, Duration::from_millis(250));
-        assert_eq!(parse_rate("4 1 1000", 1000).map(|(r, _)| r.probing), Some(true));
-        for bad in ["0 0 1000", "inf 0 1000", "4 2 1000", "4 0", "4 0 1000 extra"] {
+        assert_eq!((age, handover), (Duration::from_millis(250), None));
+        assert_eq!(
+            parse_rate("4 1 1000", 1000).map(|(r, _, _)| r.probing),
+            Some(true)
+        );
+        assert_eq!(
+            parse_rate("4 0 1000 {\"version\":1}", 1000).and_then(|(_, _, h)| h),
+            Some("{\"version\":1}"),
+            "a handover rides after the time, read apart"
+        );
+        for bad in ["0 0 1000", "inf 0 1000", "4 2 1000", "4 0"] {
             assert_eq!(parse_rate(bad, 2000), None, "{bad}");
         }
         let flat = |pairs: &[(&str, &str)]| -> Vec<String> {

@@ -46,6 +46,18 @@ impl Excess {
     pub(super) fn reset(&mut self) {
         self.evidence = 0.0;
     }
+
+    /// The evidence so far, as a handover carries it.
+    pub(super) fn evidence(&self) -> f64 {
+        self.evidence
+    }
+
+    /// The test with `evidence` so far, from a handover.
+    pub(super) fn with_evidence(evidence: f64) -> Self {
+        Self {
+            evidence: evidence.max(0.0),
+        }
+    }
 }
 
 #[cfg(test)]

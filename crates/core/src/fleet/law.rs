@@ -10,14 +10,16 @@
 
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use super::excess::Excess;
 use super::feedback::Feedback;
+use super::handover::{sound, Handover, Refused, Restored, Taken, HANDOVER_VERSION};
 use super::replicas::Published;
 use super::{FIRST_WINDOW, PROBERS, ROUND};
-use crate::gate::rate::Rate;
-use crate::gate::trial::{Finding, Trials};
+use crate::gate::rate::{Rate, RateHandover};
+use crate::gate::trial::{Finding, Trials, TrialsHandover};
 use crate::gate::Judged;
 use crate::policy::{GatePolicy, ValidPolicy};
 
@@ -92,6 +94,37 @@ pub(super) struct Law {
     refuses_bursts: bool,
 }
 
+/// A [`Law`] as a handover carries it: its times as nanoseconds before the
+/// handover. Its processes' feedback loop is not in it: the controller
+/// that takes it up measures its own.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub(super) struct LawHandover {
+    rate: RateHandover,
+    round_ns: u64,
+    round_rate: f64,
+    probed_ns: u64,
+    refused_probes: u32,
+    probe_pending: bool,
+    trials: TrialsHandover,
+    evidence: f64,
+    judged_capacity: bool,
+    refused_from: Option<f64>,
+    regrow_to: Option<f64>,
+    refuses_bursts: bool,
+}
+
+impl LawHandover {
+    /// Whether its numbers could have come from a law.
+    pub(super) fn check(&self) -> Result<(), Refused> {
+        self.rate.check()?;
+        self.trials.check()?;
+        sound(self.round_rate, "round's rate")?;
+        sound(self.evidence, "evidence")?;
+        sound(self.refused_from.unwrap_or(0.0), "rate the refusals began at")?;
+        sound(self.regrow_to.unwrap_or(0.0), "rate to regrow to")
+    }
+}
+
 /// How far past what the dependency delivers the fleet's rate probes, per
 /// round, while the fleet wants more than its rate: BBR's probing gain.
 pub(super) const PROBE_GAIN: f64 = 1.25;
@@ -164,6 +197,50 @@ impl Law {
         self.policy = policy.gate.clone();
         self.per_try_timeout = policy.per_try_timeout;
         self.rate.now = self.rate.now.clamp(self.policy.min_rate, self.policy.max_rate);
+    }
+
+    /// What the law has learned, handed over at `now`.
+    pub(super) fn handover_at(&self, now: Instant) -> Handover {
+        let taken = Taken { at: now };
+        Handover {
+            version: HANDOVER_VERSION,
+            law: LawHandover {
+                rate: self.rate.handed(taken),
+                round_ns: taken.age(self.round.0),
+                round_rate: self.round.1,
+                probed_ns: taken.age(self.probed),
+                refused_probes: self.refused_probes,
+                probe_pending: self.probe_pending,
+                trials: self.trials.handed(taken),
+                evidence: self.excess.evidence(),
+                judged_capacity: self.judged_capacity,
+                refused_from: self.refused_from,
+                regrow_to: self.regrow_to,
+                refuses_bursts: self.refuses_bursts,
+            },
+        }
+    }
+
+    /// The law `handover` carries, handed over `age` before `now`, under
+    /// `policy` (a checked handover: see [`Handover::checked`]).
+    pub(super) fn taken_up(policy: &ValidPolicy, handover: &Handover, age: Duration, now: Instant) -> Self {
+        let restored = Restored::new(now, age);
+        let law = &handover.law;
+        let base = Self::new_at(policy, now);
+        Self {
+            rate: Rate::taken_up(&policy.gate, &law.rate, restored),
+            round: (restored.back_ns(law.round_ns), law.round_rate),
+            probed: restored.back_ns(law.probed_ns),
+            refused_probes: law.refused_probes,
+            probe_pending: law.probe_pending,
+            trials: Trials::taken_up(&law.trials, restored),
+            excess: Excess::with_evidence(law.evidence),
+            judged_capacity: law.judged_capacity,
+            refused_from: law.refused_from,
+            regrow_to: law.regrow_to,
+            refuses_bursts: law.refuses_bursts,
+            ..base
+        }
     }
 
     /// Its processes' feedback now takes `feedback`: the law's rounds and
@@ -255,11 +332,13 @@ impl Law {
         self.rate.judged_at(now)
     }
 
-    /// What the rate is to publish for the other replicas.
-    pub(super) fn published(&self) -> Published {
+    /// What the rate is to publish at `now` for the other replicas, with
+    /// what the law has learned for the next owner.
+    pub(super) fn published_at(&self, now: Instant) -> Published {
         Published {
             rate: self.rate.now,
             probing: self.rate.is_probing(),
+            handover: Some(self.handover_at(now)),
         }
     }
 

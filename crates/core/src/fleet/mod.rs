@@ -40,6 +40,7 @@ mod excess;
 pub mod fair_share;
 mod feedback;
 pub mod floor;
+pub mod handover;
 mod law;
 pub mod replicas;
 
@@ -545,6 +546,7 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
         let last = Published {
             rate,
             probing: part.probing,
+            handover: None,
         };
         self.law.carry_on_from(last, now);
         self.shared = None;
@@ -625,6 +627,14 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
                 let policy = &self.policy;
                 let calm = self.law.is_calm();
                 let law = self.owner.get_or_insert_with(|| match shared.published {
+                    // What the last owner learned goes on here.
+                    Some((
+                        Published {
+                            handover: Some(handover),
+                            ..
+                        },
+                        age,
+                    )) if handover.checked().is_ok() => Law::taken_up(policy, &handover, age, now),
                     Some((published, _)) => Law::resumed_at(policy, published, now),
                     // The fleet's law starts as this replica's did: calm if
                     // its processes saw the dependency accept and refuse.
@@ -644,7 +654,7 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
                 };
                 law.learn(learned, window_start, now);
                 law.probe_for(members);
-                Some(law.published())
+                Some(law.published_at(now))
             }
             None => {
                 self.owner = None;

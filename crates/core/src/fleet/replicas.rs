@@ -92,6 +92,10 @@ pub struct Published {
     /// Whether nothing has been accepted yet: then one process per
     /// replica probes with the replica's whole part.
     pub probing: bool,
+    /// What the owner's law has learned, for whoever owns the pace next
+    /// (`None` from a store or daemon that does not carry it: the next
+    /// owner then carries on from the rate alone).
+    pub handover: Option<super::handover::Handover>,
 }
 
 /// The store's answer to a replica's contribution.
@@ -169,7 +173,11 @@ mod tests {
     use super::*;
 
     fn part(rate: f64, mine: (f64, u32), others: &[(f64, u32)]) -> f64 {
-        let fleet = Published { rate, probing: false };
+        let fleet = Published {
+            rate,
+            probing: false,
+            handover: None,
+        };
         part_of(fleet, mine, others, &mut Vec::new())
     }
 
@@ -195,6 +203,7 @@ mod tests {
         let fleet = Published {
             rate: 4.0,
             probing: true,
+            handover: None,
         };
         assert_eq!(part_of(fleet, (50.0, 1), &[(0.0, 3)], &mut Vec::new()), 1.0);
         assert_eq!(part(8.0, (0.0, 2), &[(0.0, 6)]), 2.0);

@@ -1101,6 +1101,7 @@ fn a_shared_pace_carried_on_under_most_refused_is_not_cut_by_a_random_tenth() {
     let published = Published {
         rate: 200.0,
         probing: false,
+        handover: None,
     };
     let mut law = law::Law::resumed_at(&most_refused(), published, t0);
     let mut now = t0;
@@ -1422,4 +1423,156 @@ fn under_most_refused_a_fleet_probing_on_a_processs_word_is_calmed_by_a_watchers
     assert!(down.last().unwrap().pace);
     let later = t0 + Duration::from_secs(2);
     assert!(judged.ask_at(1, watching(1, 0), later).pace);
+}
+
+/// A law taken up from another's handover, as the store carries it (JSON,
+/// taken at the moment it was written), decides as the law that wrote it:
+/// fed the same reports round after round, through an outage, a recovery
+/// into a capacity that also fails a tenth at random, and a brownout, the
+/// two keep the same rate, judgement and refused share, to the last bit.
+/// Handed over at every round of it.
+#[test]
+fn a_law_taken_up_from_a_handover_decides_as_the_law_that_wrote_it() {
+    use rand::{rngs::SmallRng, Rng, SeedableRng};
+    let evidence = ValidPolicy::try_from(RetryPolicy {
+        gate: GatePolicy {
+            enabled: true,
+            ..GatePolicy::default()
+        },
+        ..RetryPolicy::default()
+    })
+    .unwrap();
+    for (policy, seed) in [(most_refused(), 1), (evidence, 2), (gated(), 3)] {
+        for handed_at in 0..320 {
+            let t0 = Instant::now();
+            let mut rng = SmallRng::seed_from_u64(seed);
+            let mut original = law::Law::new_at(&policy, t0);
+            let mut taken: Option<law::Law> = None;
+            let mut now = t0;
+            for round in 0..320 {
+                now += ASK_EVERY;
+                let seconds = now.duration_since(t0).as_secs_f64();
+                // Down for 2 s, then 100 a second, 25 a second from 20 s to 26 s.
+                let room = match seconds {
+                    s if s < 2.0 => 0,
+                    s if (20.0..26.0).contains(&s) => 3,
+                    _ => 10,
+                };
+                let sent = (original.rate() / 10.0).ceil() as u32;
+                let taken_in = sent.min(room);
+                let failed = (0..taken_in).filter(|_| rng.random::<f64>() < 0.1).count() as u32;
+                let outcomes = law::Learned {
+                    accepted: taken_in - failed,
+                    overloaded: f64::from(sent - taken_in + failed),
+                    timed_out: 0.0,
+                    demand: 300.0,
+                    line: 0.0,
+                };
+                if round == handed_at {
+                    let text = serde_json::to_string(&original.handover_at(now)).unwrap();
+                    let handover: handover::Handover = serde_json::from_str(&text).unwrap();
+                    let handover = handover.checked().expect("a law's own handover");
+                    taken = Some(law::Law::taken_up(&policy, &handover, Duration::ZERO, now));
+                }
+                original.learn(outcomes, now - ASK_EVERY, now);
+                original.probe_for(50.0);
+                let Some(taken) = taken.as_mut() else { continue };
+                taken.learn(outcomes, now - ASK_EVERY, now);
+                taken.probe_for(50.0);
+                let (a, b) = (original.judged_at(now), taken.judged_at(now));
+                assert_eq!(
+                    (original.rate().to_bits(), a.judgement, a.refused_share.to_bits()),
+                    (taken.rate().to_bits(), b.judgement, b.refused_share.to_bits()),
+                    "seed {seed}, handed over at round {handed_at}, round {round}: {} against {}",
+                    original.rate(),
+                    taken.rate()
+                );
+            }
+        }
+    }
+}
+
+/// A handover of another format, or torn, is refused, saying why.
+#[test]
+fn a_handover_of_another_format_or_torn_is_refused() {
+    let t0 = Instant::now();
+    let law = law::Law::new_at(&gated(), t0);
+    let good = serde_json::to_value(law.handover_at(t0)).unwrap();
+    let mut other = good.clone();
+    other["version"] = 2.into();
+    let other: handover::Handover = serde_json::from_value(other).unwrap();
+    assert_eq!(other.checked(), Err(handover::Refused::Version(2)));
+    let mut torn = good.clone();
+    torn["law"]["rate"]["now"] = (-3.0).into();
+    let torn: handover::Handover = serde_json::from_value(torn).unwrap();
+    assert_eq!(torn.checked(), Err(handover::Refused::OutOfRange("rate")));
+    let mut cut_short = good;
+    cut_short["law"].as_object_mut().unwrap().remove("trials");
+    assert!(serde_json::from_value::<handover::Handover>(cut_short).is_err());
+}
+
+/// A replica that takes over a shared pace in a lasting brownout (under
+/// `most-refused`) goes on judging the dependency overloaded, as its last
+/// owner did, and publishes the pace the last owner would have. From the
+/// published rate alone it would take the dependency for one failing at
+/// random (calm), and tell the gates not to pace.
+#[test]
+fn a_new_owner_goes_on_from_what_the_last_one_learned_not_from_its_rate_alone() {
+    let policy = most_refused();
+    let t0 = Instant::now();
+    let tallies = |accepted: u64, refused: u64| replicas::Tallies {
+        outcomes: replicas::Outcomes {
+            sent: accepted + refused,
+            accepted,
+            overloaded: refused,
+            timed_out: 0,
+        },
+        overloaded_since: (refused > 0).then_some(ASK_EVERY),
+    };
+    let mine = |tallies| replicas::Contribution {
+        tallies,
+        want: 400.0,
+        members: 5,
+    };
+    let exchange = |owner: &mut FleetController<u32>, published: Option<Published>, now| {
+        let contribution = mine(tallies(10, 30));
+        let shared = Shared {
+            published: published.map(|p| (p, Duration::ZERO)),
+            others: Vec::new(),
+            taken: Some(contribution.tallies),
+        };
+        owner
+            .shared_at(&contribution, &shared, now)
+            .expect("the owner publishes")
+    };
+    let mut last = FleetController::<u32>::new_at(&policy, t0);
+    let mut now = t0;
+    let mut published = None;
+    for _ in 0..60 {
+        now += ASK_EVERY;
+        published = Some(exchange(&mut last, published, now));
+    }
+    assert_eq!(
+        last.judged_at(now).judgement,
+        Judgement::Overloaded,
+        "a brownout, three in four refused"
+    );
+    now += ASK_EVERY;
+    let mut next = FleetController::<u32>::new_at(&policy, t0);
+    let taken_over = exchange(&mut next, published, now);
+    let went_on = exchange(&mut last, published, now);
+    assert_eq!(next.judged_at(now).judgement, Judgement::Overloaded);
+    assert_eq!(
+        taken_over.rate.to_bits(),
+        went_on.rate.to_bits(),
+        "the pace the last owner would have set"
+    );
+    let mut from_the_rate = FleetController::<u32>::new_at(&policy, t0);
+    let rate_alone = published.map(|p| Published { handover: None, ..p });
+    exchange(&mut from_the_rate, rate_alone, now);
+    assert_ne!(
+        from_the_rate.judged_at(now).judgement,
+        Judgement::Overloaded,
+        "without the handover the brownout looks like failure at random"
+    );
 }

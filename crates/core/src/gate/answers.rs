@@ -9,10 +9,16 @@
 //! a balancer, a flaky disk) up to a half is then never taken for
 //! overloaded.
 
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
+
+use crate::fleet::handover::{Restored, Taken};
 
 /// Tenths kept: three seconds, the longest a timeout's cut looks back.
 const TENTHS: usize = 30;
+const TENTH: Duration = Duration::from_millis(100);
 
 /// Standard deviations by which refusals must go beyond a random share, over
 /// a second, for a test made once a report (a fleet's law, its trials and
@@ -43,6 +49,34 @@ impl Counts {
             tenths: [0; TENTHS],
             current: 0,
             origin: now,
+        }
+    }
+
+    /// The counts as handed over at `taken`, the newest tenth first.
+    fn handed(mut self, taken: Taken) -> CountsHandover {
+        self.roll(taken.at);
+        let back = std::array::from_fn(|i| self.tenths[(self.current as usize + TENTHS - i) % TENTHS]);
+        let since_origin = taken.at.saturating_duration_since(self.origin);
+        let into = since_origin.saturating_sub(TENTH * u32::try_from(self.current).unwrap_or(u32::MAX));
+        CountsHandover {
+            back,
+            counted_tenths: self.current.min(Taken::OLDEST_TENTHS),
+            into_ns: taken.nanos(into.min(TENTH)),
+        }
+    }
+
+    /// Counts taken up from `handed`, restored to this clock.
+    fn taken_up(handed: &CountsHandover, restored: Restored) -> Self {
+        let current = handed.counted_tenths.min(Taken::OLDEST_TENTHS);
+        let mut tenths = [0; TENTHS];
+        for (i, &count) in handed.back.iter().enumerate() {
+            tenths[(current as usize + TENTHS - i) % TENTHS] = count;
+        }
+        let counted = TENTH * current as u32 + Duration::from_nanos(handed.into_ns.min(99_999_999));
+        Self {
+            tenths,
+            current,
+            origin: restored.back(counted),
         }
     }
 
@@ -101,7 +135,40 @@ pub(crate) struct Answers {
     refused: Counts,
 }
 
+/// [`Counts`] as a handover carries them: the tenths, the newest (the one
+/// the handover was taken in) first, how far into it the handover was
+/// taken, and how many whole tenths had been counted by then.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub(crate) struct CountsHandover {
+    back: [u32; TENTHS],
+    counted_tenths: u64,
+    into_ns: u64,
+}
+
+/// [`Answers`] as a handover carries them.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub(crate) struct AnswersHandover {
+    accepted: CountsHandover,
+    refused: CountsHandover,
+}
+
 impl Answers {
+    /// The answers as handed over at `taken`.
+    pub(crate) fn handed(&self, taken: Taken) -> AnswersHandover {
+        AnswersHandover {
+            accepted: self.accepted.handed(taken),
+            refused: self.refused.handed(taken),
+        }
+    }
+
+    /// Answers taken up from `handed`, restored to this clock.
+    pub(crate) fn taken_up(handed: &AnswersHandover, restored: Restored) -> Self {
+        Self {
+            accepted: Counts::taken_up(&handed.accepted, restored),
+            refused: Counts::taken_up(&handed.refused, restored),
+        }
+    }
+
     /// Nothing counted yet, at `now`.
     pub(crate) fn new(now: Instant) -> Self {
         Self {

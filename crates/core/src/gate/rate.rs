@@ -5,10 +5,12 @@
 
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use super::answers::{Answers, HALF};
+use super::answers::{Answers, AnswersHandover, HALF};
 use super::judgement::{Judged, Judgement, RECENT};
+use crate::fleet::handover::{sound, Refused, Restored, Taken};
 use crate::policy::{GatePolicy, OverloadWhen};
 
 /// The rate a gate paces at, and what it has learned.
@@ -67,6 +69,29 @@ const GAIN: f64 = 1.25;
 /// [`Rate::settling_until`](Rate).
 pub(crate) const SETTLE: Duration = Duration::from_secs(1);
 
+/// A fleet's [`Rate`] as a handover carries it: its times as nanoseconds
+/// before the handover (`settling_ns` after it).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub(crate) struct RateHandover {
+    now: f64,
+    phase: PhaseHandover,
+    last_cut_ns: u64,
+    slow: bool,
+    holds_at_cut: bool,
+    settling_ns: Option<u64>,
+    accepting_ns: Option<u64>,
+    answers: AnswersHandover,
+    random_share: f64,
+    judged_overloaded_ns: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+enum PhaseHandover {
+    Probing,
+    SlowStart,
+    Cubic { max: f64, since_ns: u64, k: f64 },
+}
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
     /// Nothing accepted since the gate turned on: overloads keep the rate low.
@@ -94,6 +119,55 @@ fn random_share_of(policy: &GatePolicy) -> f64 {
 }
 
 impl Rate {
+    /// The rate as handed over at `taken`.
+    pub(crate) fn handed(&self, taken: Taken) -> RateHandover {
+        RateHandover {
+            now: self.now,
+            phase: match self.phase {
+                Phase::Probing => PhaseHandover::Probing,
+                Phase::SlowStart => PhaseHandover::SlowStart,
+                Phase::Cubic { max, since, k } => PhaseHandover::Cubic {
+                    max,
+                    since_ns: taken.age(since),
+                    k,
+                },
+            },
+            last_cut_ns: taken.age(self.last_cut),
+            slow: self.slow,
+            holds_at_cut: self.holds_at_cut,
+            settling_ns: self.settling_until.map(|until| taken.ahead(until)),
+            accepting_ns: self.accepting_since.map(|since| taken.age(since)),
+            answers: self.answers.handed(taken),
+            random_share: self.random_share,
+            judged_overloaded_ns: self.judged_overloaded.map(|at| taken.age(at)),
+        }
+    }
+
+    /// A rate taken up from `handed`, restored to this clock, within
+    /// `policy`'s bounds.
+    pub(crate) fn taken_up(policy: &GatePolicy, handed: &RateHandover, restored: Restored) -> Self {
+        Self {
+            now: handed.now.clamp(policy.min_rate, policy.max_rate),
+            phase: match handed.phase {
+                PhaseHandover::Probing => Phase::Probing,
+                PhaseHandover::SlowStart => Phase::SlowStart,
+                PhaseHandover::Cubic { max, since_ns, k } => Phase::Cubic {
+                    max,
+                    since: restored.back_ns(since_ns),
+                    k,
+                },
+            },
+            last_cut: restored.back_ns(handed.last_cut_ns),
+            slow: handed.slow,
+            holds_at_cut: handed.holds_at_cut,
+            settling_until: handed.settling_ns.map(|ns| restored.ahead_ns(ns)),
+            accepting_since: handed.accepting_ns.map(|ns| restored.back_ns(ns)),
+            answers: Answers::taken_up(&handed.answers, restored),
+            random_share: handed.random_share,
+            judged_overloaded: handed.judged_overloaded_ns.map(|ns| restored.back_ns(ns)),
+        }
+    }
+
     /// The rate of a gate that has just turned on at `now`.
     pub(crate) fn probing(policy: &GatePolicy, now: Instant) -> Self {
         Self {
@@ -516,5 +590,21 @@ impl Rate {
             grown
         };
         self.now = grown.clamp(policy.min_rate, policy.max_rate);
+    }
+}
+
+impl RateHandover {
+    /// Whether its numbers could have come from a rate.
+    pub(crate) fn check(&self) -> Result<(), Refused> {
+        sound(self.now, "rate")?;
+        if let PhaseHandover::Cubic { max, k, .. } = self.phase {
+            sound(max, "CUBIC's max")?;
+            sound(k, "CUBIC's k")?;
+        }
+        sound(self.random_share, "random share")?;
+        if self.random_share > HALF {
+            return Err(Refused::OutOfRange("random share"));
+        }
+        Ok(())
     }
 }

@@ -97,7 +97,69 @@ struct Trial {
     refused: f64,
 }
 
+/// [`Trials`] as a handover carries them: the trial under way with its
+/// times as nanoseconds before the handover, and the evidence pooled.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct TrialsHandover {
+    /// The trial under way: since, held since, the share refused before
+    /// its cut, its answers accepted and refused.
+    current: Option<(u64, u64, f64, f64, f64)>,
+    kept: u32,
+    pooled: (f64, f64),
+    own: bool,
+}
+
+impl TrialsHandover {
+    /// Whether its numbers could have come from trials.
+    pub(crate) fn check(&self) -> Result<(), crate::fleet::handover::Refused> {
+        use crate::fleet::handover::sound;
+        if let Some((_, _, share, accepted, refused)) = self.current {
+            sound(share, "trial's share")?;
+            sound(accepted, "trial's acceptances")?;
+            sound(refused, "trial's refusals")?;
+        }
+        sound(self.pooled.0, "trials' pooled acceptances")?;
+        sound(self.pooled.1, "trials' pooled refusals")
+    }
+}
+
 impl Trials {
+    /// The trials as handed over at `taken`.
+    pub(crate) fn handed(&self, taken: crate::fleet::handover::Taken) -> TrialsHandover {
+        TrialsHandover {
+            current: self.current.map(|t| {
+                (
+                    taken.age(t.since),
+                    taken.age(t.held_since),
+                    t.share_before,
+                    t.accepted,
+                    t.refused,
+                )
+            }),
+            kept: self.kept,
+            pooled: self.pooled,
+            own: self.own,
+        }
+    }
+
+    /// Trials taken up from `handed`, restored to this clock.
+    pub(crate) fn taken_up(handed: &TrialsHandover, restored: crate::fleet::handover::Restored) -> Self {
+        Self {
+            current: handed
+                .current
+                .map(|(since, held, share_before, accepted, refused)| Trial {
+                    since: restored.back_ns(since),
+                    held_since: restored.back_ns(held),
+                    share_before,
+                    accepted,
+                    refused,
+                }),
+            kept: handed.kept,
+            pooled: handed.pooled,
+            own: handed.own,
+        }
+    }
+
     /// The rate was cut at `now`, after `share_before` of the answers over
     /// the last second were refused: a trial begins unless one is under way.
     /// A cut while a trial is under way (its hold ran out) holds the rate

@@ -54,8 +54,9 @@ enum Exchange {
     Due,
     /// Its contribution reaches the store at its next event.
     Travelling(Mine, u64),
-    /// The store's answers reach it at its next event.
-    Returning(Mine, Answers, u64),
+    /// The store's answers reach it at its next event (boxed: a published
+    /// rate carries its law's handover).
+    Returning(Mine, Box<Answers>, u64),
 }
 
 /// What a replica tells the store in one exchange: its pace's contribution
@@ -180,10 +181,10 @@ impl<'a> Replicas<'a> {
                 vec![Next::Exchange((began + nanos(SHARE_EVERY)).max(t))]
             }
             Exchange::Travelling(mine, began) => {
-                let answers = Answers {
+                let answers = Box::new(Answers {
                     pace: mine.pace.as_ref().map(|pace| store.answer(r, pace, t)),
                     breaker: mine.breaker.as_ref().map(|share| store.merge(share, t)),
-                };
+                });
                 replica.exchange = Exchange::Returning(mine, answers, began);
                 vec![Next::Exchange(t + (store.round_trip - half))]
             }
