@@ -136,6 +136,12 @@ pub struct SimulateArgs {
     /// (Redis killed), and each replica paces alone from then on.
     #[arg(long, value_parser = duration_in(secs(0), secs(86_400)))]
     store_lost_at: Option<Duration>,
+    /// A rolling restart of the daemon's replicas: the first restarts at
+    /// this time, each next one 5 s later, losing what it held in memory
+    /// and starting again at once (with a pace store it takes up the pace
+    /// from the store).
+    #[arg(long, value_parser = duration_in(secs(0), secs(86_400)))]
+    replicas_restart_at: Option<Duration>,
     /// With --fleet: the time from a process's report to its grant taking effect.
     #[arg(long, default_value = "100ms", value_parser = duration_in(secs(0), secs(60)))]
     feedback_delay: Duration,
@@ -268,6 +274,7 @@ pub fn run(mut args: SimulateArgs) -> ExitCode {
             spread: args.spread,
             pace_store: herd.fleet.pace_store.then_some(store),
             store_lost_at: args.store_lost_at,
+            replicas_restart_at: args.replicas_restart_at,
             feedback_delay: args.feedback_delay,
             horizon: args.horizon,
             seed: args.seed,

@@ -662,10 +662,38 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
             }
         };
         self.view = (mine.want, mine.members, shared.others.clone());
+        self.catch_up(shared, now);
         if let Some(fleet) = publish.or(fresh) {
             self.take_part(fleet, now);
         }
         publish
+    }
+
+    /// A replica whose own law still probes (it has just started, or its
+    /// processes have not yet seen the dependency accept) while the shared
+    /// pace is past probing takes up what the fleet's law learned: its own
+    /// law sets what it adds to its part between exchanges, and whether its
+    /// processes are held back; a slow start from nothing there would send
+    /// its processes past the fleet's pace (a restart during a brownout),
+    /// and a law that has heard nothing would not know the brownout.
+    fn catch_up(&mut self, shared: &Shared, now: Instant) {
+        if !self.law.is_probing() {
+            return;
+        }
+        if let Some((
+            Published {
+                handover: Some(handover),
+                probing: false,
+                ..
+            },
+            age,
+        )) = shared.published
+        {
+            if handover.checked().is_ok() && age < LEASE {
+                self.law = Law::taken_up(&self.policy, &handover, age, now);
+                self.law.hear_feedback(self.feedback);
+            }
+        }
     }
 
     /// The owner published `fleet` (the store pushes it to every replica

@@ -1575,4 +1575,17 @@ fn a_new_owner_goes_on_from_what_the_last_one_learned_not_from_its_rate_alone() 
         Judgement::Overloaded,
         "without the handover the brownout looks like failure at random"
     );
+    // A replica that restarted and does not own the pace: its own law,
+    // which sets what it adds to its part and whether its processes are
+    // held back, catches up with the fleet's.
+    let mut rejoined = FleetController::<u32>::new_at(&policy, t0);
+    let contribution = mine(tallies(0, 0));
+    let shared = Shared {
+        published: published.map(|p| (p, Duration::ZERO)),
+        others: vec![(400.0, 5)],
+        taken: None,
+    };
+    rejoined.shared_at(&contribution, &shared, now);
+    assert!(!rejoined.is_owner());
+    assert_eq!(rejoined.judged_at(now).judgement, Judgement::Overloaded);
 }

@@ -490,7 +490,7 @@ impl<'a> World<'a> {
                     self.replicas
                         .as_mut()
                         .expect("replicas")
-                        .pushed(past_publishes, now)
+                        .pushed(past_publishes, t, now)
                 }
                 Some(request) => self.request(t, request as u32),
             };

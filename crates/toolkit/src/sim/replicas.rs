@@ -19,7 +19,7 @@ use stormguard_core::fleet::{self, Ask, FleetController, Grant, IDLE, SHARE_EVER
 use stormguard_core::policy::ValidPolicy;
 use tokio::time::Instant;
 
-use super::scenario::Scenario;
+use super::scenario::{Scenario, RESTART_APART};
 use super::store::StoreModel;
 use super::time::nanos;
 
@@ -43,6 +43,8 @@ struct Replica<'a> {
     publishing: VecDeque<(u64, Published)>,
     /// Rates the store pushed to it, on their way: (arrival, rate).
     pushed: VecDeque<(u64, Published)>,
+    /// When it restarts, if it is to: what it holds in memory is lost.
+    restarts_at: Option<u64>,
 }
 
 /// A replica's exchange with the store: one at a time, every
@@ -88,13 +90,16 @@ impl<'a> Replicas<'a> {
         Self {
             paces,
             replicas: (0..count)
-                .map(|_| Replica {
+                .map(|r| Replica {
                     policy,
                     controller: None,
                     breaker: None,
                     exchange: Exchange::Idle,
                     publishing: VecDeque::new(),
                     pushed: VecDeque::new(),
+                    restarts_at: scenario
+                        .replicas_restart_at
+                        .map(|first| nanos(first + RESTART_APART * r)),
                 })
                 .collect(),
             store: scenario
@@ -121,6 +126,7 @@ impl<'a> Replicas<'a> {
         now: Instant,
     ) -> (Grant, Option<BreakerVerdict>, Option<Next>) {
         let replica = &mut self.replicas[r];
+        replica.restart_if_due(t);
         let verdict = ask.breaker.map(|report| {
             if replica.breaker.as_ref().is_some_and(|b| b.is_idle_at(now, IDLE)) {
                 replica.breaker = None;
@@ -155,6 +161,7 @@ impl<'a> Replicas<'a> {
         };
         let half = store.round_trip / 2;
         let replica = &mut self.replicas[r];
+        replica.restart_if_due(t);
         match std::mem::replace(&mut replica.exchange, Exchange::Idle) {
             Exchange::Idle => Vec::new(),
             Exchange::Due => {
@@ -214,6 +221,7 @@ impl<'a> Replicas<'a> {
     /// it to every replica (they receive it half a round trip later).
     pub(super) fn publish(&mut self, r: usize, t: u64) -> Vec<(usize, u64)> {
         let replica = &mut self.replicas[r];
+        replica.restart_if_due(t);
         let (Some((_, rate)), Some(store)) = (replica.publishing.pop_front(), self.store.as_mut()) else {
             return Vec::new();
         };
@@ -235,11 +243,30 @@ impl<'a> Replicas<'a> {
     }
 
     /// A rate the store pushed reaches replica `r` at `t`.
-    pub(super) fn pushed(&mut self, r: usize, now: Instant) {
+    pub(super) fn pushed(&mut self, r: usize, t: u64, now: Instant) {
         let replica = &mut self.replicas[r];
+        replica.restart_if_due(t);
         if let (Some((_, rate)), Some(controller)) = (replica.pushed.pop_front(), replica.controller.as_mut())
         {
             controller.published_at(rate, now);
+        }
+    }
+}
+
+impl Replica<'_> {
+    /// At its first event from its restart on, the replica has lost what
+    /// it held in memory: its controller, its fleet breaker, its exchange
+    /// under way and the rates on their way to or from it. What the store
+    /// holds (its ownership of a pace, the published rate and its
+    /// handover, the breaker's episode) outlives it.
+    fn restart_if_due(&mut self, t: u64) {
+        if self.restarts_at.is_some_and(|at| t >= at) {
+            self.restarts_at = None;
+            self.controller = None;
+            self.breaker = None;
+            self.exchange = Exchange::Idle;
+            self.publishing.clear();
+            self.pushed.clear();
         }
     }
 }

@@ -13,6 +13,9 @@ use super::errors_scenario::Errors;
 /// otherwise: a store in the same cluster.
 pub const STORE_ROUND_TRIP: Duration = Duration::from_millis(1);
 
+/// How far apart a rolling restart restarts the replicas, one at a time.
+pub const RESTART_APART: Duration = Duration::from_secs(5);
+
 /// The world a strategy is tried in; [`Scenario::default`] is the thundering herd.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scenario {
@@ -65,6 +68,13 @@ pub struct Scenario {
     /// With a store: the time it stops answering, for good (Redis killed).
     /// Each replica's exchanges fail from then on, and it paces alone.
     pub store_lost_at: Option<Duration>,
+    /// A rolling restart of the replicas (a Deployment's rollout): the
+    /// first restarts at this time, each next one [`RESTART_APART`] later.
+    /// A restarted replica has lost what it held in memory (its controller
+    /// and fleet breaker, its exchange under way) and starts again at once,
+    /// as its processes' next asks reach it; with a store it takes up the
+    /// pace as the store keeps it.
+    pub replicas_restart_at: Option<Duration>,
     /// The time from a process sending its report to the daemon to its
     /// grant taking effect: half there, half back.
     pub feedback_delay: Duration,
@@ -97,6 +107,7 @@ impl Default for Scenario {
             replicas: 1,
             pace_store: None,
             store_lost_at: None,
+            replicas_restart_at: None,
             feedback_delay: Duration::from_millis(100),
             horizon: Duration::from_secs(3600),
             max_events: 200_000_000,
