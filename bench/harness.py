@@ -21,11 +21,11 @@ def free_port():
     return port
 
 
-def start_daemon(policy, *flags, tls=None):
-    """The release daemon on a free loopback port, once it answers /healthz
-    (over HTTPS with `tls`, an SSL context that trusts its certificate):
-    (process, port)."""
-    port = free_port()
+def start_daemon(policy, *flags, tls=None, port=None):
+    """The release daemon on `port` (a free loopback port if not given),
+    once it answers /healthz (over HTTPS with `tls`, an SSL context that
+    trusts its certificate): (process, port)."""
+    port = port or free_port()
     daemon = subprocess.Popen([BINARY, "serve", "--listen", f"127.0.0.1:{port}", "--policy", policy, *flags],
                               stderr=subprocess.DEVNULL)
     for _ in range(200):
@@ -79,10 +79,10 @@ def kubelet_swap(root, name, generation, text):
     os.rmdir(os.path.join(root, old))
 
 
-def start_redis():
-    """A redis-server of the bench's own on a free loopback port, empty and
-    not saving, once it answers: (process, port)."""
-    port = free_port()
+def start_redis(port=None):
+    """A redis-server of the bench's own on `port` (a free loopback port if
+    not given), empty and not saving, once it answers: (process, port)."""
+    port = port or free_port()
     redis = subprocess.Popen(["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "",
                               "--appendonly", "no"], stdout=subprocess.DEVNULL)
     for _ in range(200):

@@ -39,7 +39,15 @@ instead of the three ways above:
   of a store lost then (`--store-lost-at`). Target: p99 no worse than the
   replicas alone;
 - with `--kill-replica-at S`: the same, the first replica killed at S.
-  Target: every caller served.
+  Target: every caller served;
+- with `--restart-replicas-at S` (and `--pace-store`): the replicas
+  restarted one at a time, 5 s apart from S, each killed and started again
+  on its port, beside `simulate --replicas-restart-at`; with
+  `--restart-store-at S`, Redis restarted empty at S, beside
+  `--store-restarted-at`; with `--reload-at S`, the policy file rewritten at
+  S with herd-gated's `gate.quiet` changed. Targets: p99 within 0.3 s of
+  the replicas sharing Redis undisturbed (within 1 s for Redis restarted
+  empty).
 
 With `--languages rust,go,python` the processes are dealt in turn to the
 three clients' herd examples (the Rust, Go and Python twins of one
@@ -102,17 +110,21 @@ pool no later than the +-10 % loop, with at most half its refusals.
 
 Usage: bench/real_fleet.py [--processes N] [--callers N] [--runs N] [--json FILE]
        [--dependency own|healthy|haproxy|postgres [--connections N]]
-       [--languages L,L,...] [--replicas N [--pace-store] [--kill-store-at S] [--kill-replica-at S]]
+       [--languages L,L,...] [--replicas N [--pace-store] [--kill-store-at S] [--kill-replica-at S]
+         [--restart-replicas-at S] [--restart-store-at S] [--reload-at S]]
        [--link-delays D,D,...] [--errors SHARE [--rate R] [--error-status S]]
 It builds what it runs first (release: the daemon and the Rust client's
 examples; the Go example with `go build` when Go is dealt processes).
 """
 import argparse
+import functools
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -132,6 +144,8 @@ HERDS = {
 POLICY = os.path.join(ROOT, "bench", "real-fleet.yaml")
 SEEDS = range(2001, 2021)
 OUTAGE, CAPACITY, LATENCY = 10, 200, "1ms"
+# A rolling restart restarts one daemon replica every this many seconds.
+RESTART_APART = 5
 # How long a real herd's first tries take to leave its processes (see above).
 FIRST_TRIES_OVER = "20ms"
 # The --errors world: a capacity no run reaches, and the simulator's length
@@ -198,25 +212,41 @@ class Fleet:
     """How the processes reach the daemon: `replicas` real daemons (behind
     a Service's proxy when more than one), sharing a real Redis if `store`;
     Redis killed `kill_store_at` seconds after the callers start, the first
-    replica `kill_replica_at` seconds after; across a link of `link_delay`
-    seconds' round trip if given."""
+    replica `kill_replica_at` seconds after; Redis restarted empty at
+    `restart_store_at`; the replicas restarted one at a time, RESTART_APART
+    seconds apart, from `restart_replicas_at` (each killed and started again
+    on its port); the policy file rewritten at `reload_at` with the gate's
+    `quiet` changed (a setting that shapes no judgement); across a link of
+    `link_delay` seconds' round trip if given."""
 
-    def __init__(self, replicas=1, store=False, kill_store_at=None, kill_replica_at=None, link_delay=0.0):
+    def __init__(self, replicas=1, store=False, kill_store_at=None, kill_replica_at=None, link_delay=0.0,
+                 restart_store_at=None, restart_replicas_at=None, reload_at=None):
         self.replicas, self.store = replicas, store
         self.kill_store_at, self.kill_replica_at = kill_store_at, kill_replica_at
+        self.restart_store_at, self.restart_replicas_at = restart_store_at, restart_replicas_at
+        self.reload_at = reload_at
         self.link_delay = link_delay
 
     def start(self, start_at):
         """Starts it all; the daemon URL the processes use."""
         self.redis = start_redis() if self.store else None
-        flags = ["--pace-store", f"redis://127.0.0.1:{self.redis[1]}"] if self.redis else []
-        self.daemons = [start_daemon(POLICY, *flags) for _ in range(self.replicas)]
+        self.flags = ["--pace-store", f"redis://127.0.0.1:{self.redis[1]}"] if self.redis else []
+        self.policy = POLICY
+        if self.reload_at is not None:
+            self.policy = os.path.join(tempfile.mkdtemp(prefix="stormguard-reload-"), "policy.yaml")
+            shutil.copy(POLICY, self.policy)
+        self.daemons = [start_daemon(self.policy, *self.flags) for _ in range(self.replicas)]
         ports = [port for _, port in self.daemons]
         self.proxy = ServiceProxy(ports, self.link_delay) if self.replicas > 1 or self.link_delay else None
         self.commands_before = self.commands()
+        events = [(self.kill_store_at, self.kill_store), (self.kill_replica_at, self.kill_replica),
+                  (self.restart_store_at, self.restart_store), (self.reload_at, self.reload)]
+        if self.restart_replicas_at is not None:
+            events += [(self.restart_replicas_at + RESTART_APART * i, functools.partial(self.restart_replica, i))
+                       for i in range(self.replicas)]
         self.timers = [
-            threading.Timer(start_at / 1000 + at - time.time(), kill)
-            for at, kill in ((self.kill_store_at, self.kill_store), (self.kill_replica_at, self.kill_replica))
+            threading.Timer(start_at / 1000 + at - time.time(), event)
+            for at, event in events
             if at is not None
         ]
         for timer in self.timers:
@@ -237,6 +267,30 @@ class Fleet:
 
     def kill_replica(self):
         self.daemons[0][0].kill()
+
+    def restart_replica(self, i):
+        """Replica `i` killed and started again on its port: what it held
+        in memory is gone; the store's pace outlives it."""
+        process, port = self.daemons[i]
+        process.kill()
+        process.wait()
+        self.daemons[i] = start_daemon(self.policy, *self.flags, port=port)
+
+    def restart_store(self):
+        """Redis killed and started again, empty, on its port."""
+        process, port = self.redis
+        process.kill()
+        process.wait()
+        self.redis = start_redis(port)
+
+    def reload(self):
+        """The policy rewritten with herd-gated's `quiet` changed, as an
+        operator edits a ConfigMap mid-incident."""
+        with open(self.policy) as f:
+            text = f.read()
+        with open(self.policy, "w") as f:
+            f.write(text.replace("  herd-gated:\n    gate:\n      enabled: true\n",
+                                 "  herd-gated:\n    gate:\n      enabled: true\n      quiet: 7s\n", 1))
 
     def stop(self):
         for timer in self.timers:
@@ -655,7 +709,8 @@ def one_daemon(opts):
 
 def replicas(opts):
     """The fleet through `--replicas` daemons: alone, and as asked, sharing
-    a store, the store killed, a replica killed."""
+    a store, the store killed or restarted empty, a replica killed, the
+    replicas restarted one at a time, the policy reloaded."""
     n = opts.replicas
     mixed = list(opts.languages) != ["rust"]
     fleet_of = f" ({'+'.join(opts.languages)})" if mixed else ""
@@ -672,6 +727,18 @@ def replicas(opts):
     if opts.kill_replica_at is not None:
         ways.append((f"  a daemon killed at {opts.kill_replica_at:g} s",
                      Fleet(n, store=opts.pace_store, kill_replica_at=opts.kill_replica_at), None))
+    store = ["--replicas", str(n), "--pace-store"]
+    if opts.restart_replicas_at is not None:
+        ways.append((f"  rolling restart from {opts.restart_replicas_at:g} s",
+                     Fleet(n, store=True, restart_replicas_at=opts.restart_replicas_at),
+                     [*store, "--replicas-restart-at", f"{opts.restart_replicas_at:g}s"]))
+    if opts.restart_store_at is not None:
+        ways.append((f"  Redis restarted empty at {opts.restart_store_at:g} s",
+                     Fleet(n, store=True, restart_store_at=opts.restart_store_at),
+                     [*store, "--store-restarted-at", f"{opts.restart_store_at:g}s"]))
+    if opts.reload_at is not None:
+        ways.append((f"  policy reloaded at {opts.reload_at:g} s", Fleet(n, store=True, reload_at=opts.reload_at),
+                     store))
     report, means, targets = {}, {}, []
     for label, fleet, sim_flags in ways:
         languages = ("rust",) if label.endswith("all Rust") else opts.languages
@@ -698,6 +765,12 @@ def replicas(opts):
                             real["p99_seconds"] <= alone))
         if fleet.kill_replica_at is not None:
             targets.append((f"{label}: callers who gave up {real['gave_up']:.0f} (none)", real["gave_up"] == 0))
+        disturbed = (fleet.restart_replicas_at, fleet.restart_store_at, fleet.reload_at)
+        if any(at is not None for at in disturbed) and opts.pace_store:
+            steady = means[f"{n} daemons sharing Redis"]["p99_seconds"]
+            slack = 1.0 if fleet.restart_store_at is not None else 0.3
+            targets.append((f"{label}: p99 {real['p99_seconds']:.2f} s, undisturbed {steady:.2f} s "
+                            f"(within {slack:g} s)", real["p99_seconds"] <= steady + slack))
     print()
     for label, entry in report.items():
         costs = [r["redis"] for r in entry["real"] if r["redis"]]
@@ -762,6 +835,12 @@ def main():
     parser.add_argument("--pace-store", action="store_true", help="with --replicas: also sharing a real Redis")
     parser.add_argument("--kill-store-at", type=float, metavar="SECONDS",
                         help="with --replicas: also a run with Redis killed this long after the callers start")
+    parser.add_argument("--restart-replicas-at", type=float, metavar="SECONDS",
+                        help="with --pace-store: restart the daemons one at a time, 5 s apart, from then")
+    parser.add_argument("--restart-store-at", type=float, metavar="SECONDS",
+                        help="with --pace-store: restart Redis empty then")
+    parser.add_argument("--reload-at", type=float, metavar="SECONDS",
+                        help="with --pace-store: change herd-gated's gate.quiet in the policy file then")
     parser.add_argument("--kill-replica-at", type=float, metavar="SECONDS",
                         help="with --replicas: also a run with the first daemon killed this long after the start")
     parser.add_argument("--dependency", choices=sorted([*DEPENDENCIES, "postgres"]), default="own",
@@ -791,9 +870,14 @@ def main():
         parser.error(f"--rate takes calls a second above 0, not {opts.rate:g}")
     if not 400 <= opts.error_status <= 599:
         parser.error(f"--error-status takes an error status from 400 to 599, not {opts.error_status}")
+    disturbances = (opts.restart_replicas_at, opts.restart_store_at, opts.reload_at)
     if opts.replicas is None and (opts.pace_store or opts.kill_store_at is not None
-                                  or opts.kill_replica_at is not None):
-        parser.error("--pace-store, --kill-store-at and --kill-replica-at go with --replicas N")
+                                  or opts.kill_replica_at is not None or any(a is not None for a in disturbances)):
+        parser.error("--pace-store, --kill-store-at, --kill-replica-at, --restart-replicas-at, --restart-store-at "
+                     "and --reload-at go with --replicas N")
+    if any(a is not None for a in disturbances) and not opts.pace_store:
+        parser.error("--restart-replicas-at, --restart-store-at and --reload-at are measured against replicas "
+                     "sharing Redis: give --pace-store")
     if opts.link_delays is not None:
         if opts.replicas is not None or opts.errors is not None or opts.dependency == "postgres":
             parser.error("--link-delays runs the herd through one daemon: not with --replicas, --errors "

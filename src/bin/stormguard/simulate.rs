@@ -136,6 +136,10 @@ pub struct SimulateArgs {
     /// (Redis killed), and each replica paces alone from then on.
     #[arg(long, value_parser = duration_in(secs(0), secs(86_400)))]
     store_lost_at: Option<Duration>,
+    /// With a shared pace store: it restarts empty at this time (Redis
+    /// restarted without persistence, or failed over to an empty replica).
+    #[arg(long, value_parser = duration_in(secs(0), secs(86_400)))]
+    store_restarted_at: Option<Duration>,
     /// A rolling restart of the daemon's replicas: the first restarts at
     /// this time, each next one 5 s later, losing what it held in memory
     /// and starting again at once (with a pace store it takes up the pace
@@ -244,8 +248,8 @@ pub fn run(mut args: SimulateArgs) -> ExitCode {
         None => ForecastScenario::default(),
     };
     let herd = args.shape.apply(stated);
-    if args.store_lost_at.is_some() && !herd.fleet.pace_store {
-        eprintln!("--store-lost-at: the replicas share no pace store (give --pace-store, or paceStore: true in the file's forecast: block)");
+    if (args.store_lost_at.is_some() || args.store_restarted_at.is_some()) && !herd.fleet.pace_store {
+        eprintln!("--store-lost-at, --store-restarted-at: the replicas share no pace store (give --pace-store, or paceStore: true in the file's forecast: block)");
         return ExitCode::from(1);
     }
     let outage = args.outage.unwrap_or(herd.outages[0]);
@@ -274,6 +278,7 @@ pub fn run(mut args: SimulateArgs) -> ExitCode {
             spread: args.spread,
             pace_store: herd.fleet.pace_store.then_some(store),
             store_lost_at: args.store_lost_at,
+            store_restarted_at: args.store_restarted_at,
             replicas_restart_at: args.replicas_restart_at,
             feedback_delay: args.feedback_delay,
             horizon: args.horizon,

@@ -102,9 +102,10 @@ impl<'a> Replicas<'a> {
                         .map(|first| nanos(first + RESTART_APART * r)),
                 })
                 .collect(),
-            store: scenario
-                .pace_store
-                .map(|round_trip| StoreModel::new(count as usize, round_trip, scenario.store_lost_at)),
+            store: scenario.pace_store.map(|round_trip| {
+                StoreModel::new(count as usize, round_trip, scenario.store_lost_at)
+                    .restarted_at(scenario.store_restarted_at)
+            }),
         }
     }
 

@@ -68,6 +68,9 @@ pub struct Scenario {
     /// With a store: the time it stops answering, for good (Redis killed).
     /// Each replica's exchanges fail from then on, and it paces alone.
     pub store_lost_at: Option<Duration>,
+    /// With a store: the time it restarts, empty (Redis restarted without
+    /// persistence, or failed over to a replica that had nothing yet).
+    pub store_restarted_at: Option<Duration>,
     /// A rolling restart of the replicas (a Deployment's rollout): the
     /// first restarts at this time, each next one [`RESTART_APART`] later.
     /// A restarted replica has lost what it held in memory (its controller
@@ -107,6 +110,7 @@ impl Default for Scenario {
             replicas: 1,
             pace_store: None,
             store_lost_at: None,
+            store_restarted_at: None,
             replicas_restart_at: None,
             feedback_delay: Duration::from_millis(100),
             horizon: Duration::from_secs(3600),

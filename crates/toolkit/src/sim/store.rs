@@ -33,6 +33,9 @@ pub struct StoreModel {
     episode: Episode,
     /// When it stops answering, for good.
     lost_at: Option<u64>,
+    /// When it restarts, empty (Redis restarted without persistence, or
+    /// failed over to a replica that had nothing yet).
+    restarts_at: Option<u64>,
 }
 
 /// Leases the store keeps what it was last told, as the scripts' key
@@ -57,12 +60,34 @@ impl StoreModel {
             wants: vec![None; replicas],
             rate: None,
             episode: Episode::default(),
+            restarts_at: None,
+        }
+    }
+
+    /// The same store, restarted empty at `at` if given.
+    pub fn restarted_at(self, at: Option<Duration>) -> Self {
+        Self {
+            restarts_at: at.map(nanos),
+            ..self
+        }
+    }
+
+    /// At the first call from its restart on, everything it held is gone.
+    fn restart_if_due(&mut self, t: u64) {
+        if self.restarts_at.is_some_and(|at| t >= at) {
+            self.restarts_at = None;
+            self.owner = None;
+            self.pending = (Tallies::default(), None);
+            self.wants.fill(None);
+            self.rate = None;
+            self.episode = Episode::default();
         }
     }
 
     /// A replica's fleet breaker `share` arrives at `t`: merged into the
     /// episode, as the daemon's compare-and-set does, and answered.
     pub(super) fn merge(&mut self, share: &Share, t: u64) -> EpisodeAnswer {
+        self.restart_if_due(t);
         let at = t / 1_000_000;
         let granted = self.episode.merge(share, at);
         EpisodeAnswer {
@@ -75,6 +100,7 @@ impl StoreModel {
     /// Replica `r`'s contribution `mine` arrives at `t`: kept, and
     /// answered, as `exchange.lua` answers it.
     pub fn answer(&mut self, r: usize, mine: &Contribution, t: u64) -> Shared {
+        self.restart_if_due(t);
         let lease = nanos(LEASE);
         if t >= self.written + KEPT_FOR * lease {
             self.pending = (Tallies::default(), None);
@@ -119,6 +145,7 @@ impl StoreModel {
     /// Replica `r` publishes `rate` at `t`: written, as `publish.lua` writes
     /// it, only while `r` still owns the pace.
     pub fn publish(&mut self, r: usize, rate: Published, t: u64) -> bool {
+        self.restart_if_due(t);
         let owns = self.owner.is_some_and(|(owner, until)| owner == r && until > t);
         if owns {
             self.rate = Some((rate, t));

@@ -441,6 +441,26 @@ fn a_rolling_restart_of_replicas_sharing_a_store_costs_the_herds_recovery_at_mos
     }
 }
 
+#[test]
+fn a_store_restarted_empty_mid_recovery_costs_the_herd_at_most_a_second() {
+    for dependency in [Dependency::Quota, Dependency::RequestRate] {
+        let herd = |seed, restarted: Option<u64>| Scenario {
+            processes: 50,
+            latency: Duration::from_millis(1),
+            dependency,
+            store_restarted_at: restarted.map(Duration::from_secs),
+            seed,
+            ..Scenario::default()
+        };
+        let (steady, _) = means(|seed| restarted(herd(seed, None), None));
+        let (emptied, _) = means(|seed| restarted(herd(seed, Some(11)), None));
+        assert!(
+            emptied <= steady + 1.0,
+            "{dependency:?}: p99 {emptied} with the store restarted empty against {steady}"
+        );
+    }
+}
+
 /// Refused during a brownout to a quarter (50 a second for 20 s under 100
 /// calls a second), in all.
 fn refused_in_brownout(scenario: &Scenario) -> u64 {
