@@ -105,7 +105,13 @@ impl Restored {
     /// The instant `span` before the handover was taken (the handover's
     /// moment itself if this clock does not reach back so far).
     pub(crate) fn back(&self, span: Duration) -> Instant {
-        self.at.checked_sub(span).unwrap_or(self.at)
+        self.reaches_back(span).unwrap_or(self.at)
+    }
+
+    /// The instant `span` before the handover was taken, if this clock
+    /// reaches back so far.
+    pub(crate) fn reaches_back(&self, span: Duration) -> Option<Instant> {
+        self.at.checked_sub(span)
     }
 
     /// The instant `nanos` before the handover was taken.

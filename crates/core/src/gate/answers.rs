@@ -65,18 +65,24 @@ impl Counts {
         }
     }
 
-    /// Counts taken up from `handed`, restored to this clock.
+    /// Counts taken up from `handed`, restored to this clock. A clock that
+    /// does not reach back to when counting began (a machine booted since)
+    /// counts from the handover's tenth instead.
     fn taken_up(handed: &CountsHandover, restored: Restored) -> Self {
-        let current = handed.counted_tenths.min(Taken::OLDEST_TENTHS);
+        let into = Duration::from_nanos(handed.into_ns.min(99_999_999));
+        let counted = handed.counted_tenths.min(Taken::OLDEST_TENTHS);
+        let (current, origin) = match restored.reaches_back(TENTH * counted as u32 + into) {
+            Some(origin) => (counted, origin),
+            None => (0, restored.back(into)),
+        };
         let mut tenths = [0; TENTHS];
         for (i, &count) in handed.back.iter().enumerate() {
             tenths[(current as usize + TENTHS - i) % TENTHS] = count;
         }
-        let counted = TENTH * current as u32 + Duration::from_nanos(handed.into_ns.min(99_999_999));
         Self {
             tenths,
             current,
-            origin: restored.back(counted),
+            origin,
         }
     }
 
