@@ -195,6 +195,22 @@ fn json_with_several_strategies_and_no_compare_prints_every_run() {
 }
 
 #[test]
+fn store_faults_without_a_shared_store_are_refused_naming_the_flags() {
+    for flag in ["--store-lost-at", "--store-restarted-at"] {
+        refused_with(
+            &["--fleet", "--replicas", "2", flag, "11s"],
+            1,
+            "the replicas share no pace store",
+        );
+    }
+    refused_with(
+        &["--fleet", "--replicas-restart-at", "100000h"],
+        2,
+        "--replicas-restart-at",
+    );
+}
+
+#[test]
 fn out_of_range_scenarios_are_refused_with_the_flag_and_range() {
     for (flag, value) in [
         ("--horizon", "100000h"),

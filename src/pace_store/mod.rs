@@ -147,6 +147,9 @@ pub struct PaceStore {
     claims: Script,
     breaker: Script,
     metrics: StoreMetrics,
+    /// Services whose last handover this replica could not take up: the
+    /// log says so once, when the refusals begin, not at every exchange.
+    refusing_handovers: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// How this replica's calls to the store go.
@@ -242,6 +245,7 @@ impl PaceStore {
             claims: Script::new(include_str!("claims.lua")),
             breaker: Script::new(include_str!("breaker.lua")),
             metrics: StoreMetrics::new(registry.families()),
+            refusing_handovers: std::sync::Mutex::default(),
         })
     }
 

@@ -119,13 +119,22 @@ impl PaceStore {
                     (reason, refused.to_string())
                 })
             });
+        let mut refusing = self
+            .refusing_handovers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         match read {
-            Ok(handover) => Some(handover),
+            Ok(handover) => {
+                refusing.remove(service);
+                Some(handover)
+            }
             Err((reason, why)) => {
-                tracing::warn!(
-                    "{service}'s pace in the store at {} carries a handover this replica cannot take up ({why}): it carries on from the published rate alone",
-                    self.at
-                );
+                if refusing.insert(service.to_string()) {
+                    tracing::warn!(
+                        "{service}'s pace in the store at {} carries a handover this replica cannot take up ({why}): it carries on from the published rate alone, and says nothing more until one can be taken up",
+                        self.at
+                    );
+                }
                 self.metrics.handovers_refused.with_label_values(&[reason]).inc();
                 None
             }

@@ -278,22 +278,25 @@ impl Rate {
 
     /// Attempts accepted over the last second, per second, as of `now`.
     pub(crate) fn delivered_at(&mut self, now: Instant) -> f64 {
+        self.answers_at(now).delivered()
+    }
+
+    /// The answers, rolled to `now`: what they say at `now`.
+    fn answers_at(&mut self, now: Instant) -> &Answers {
         self.answers.roll(now);
-        self.answers.delivered()
+        &self.answers
     }
 
     /// Attempts accepted per second over the last `span` before `now`'s
     /// tenth: see [`Answers::delivered_lately`].
     pub(crate) fn delivered_lately_at(&mut self, now: Instant, span: Duration) -> f64 {
-        self.answers.roll(now);
-        self.answers.delivered_lately(span)
+        self.answers_at(now).delivered_lately(span)
     }
 
     /// Whether the second before `now` refused everything after
     /// acceptances: see [`Answers::refused_all_last_second`].
     pub(crate) fn refused_all_last_second_at(&mut self, now: Instant) -> bool {
-        self.answers.roll(now);
-        self.answers.refused_all_last_second()
+        self.answers_at(now).refused_all_last_second()
     }
 
     /// A fleet's law that starts from processes that see the dependency
@@ -374,22 +377,19 @@ impl Rate {
     /// up to a half at random (as under `most-refused`), and the rate grows
     /// as in slow start from twice what it delivers.
     pub(crate) fn answering_verdict(&mut self, policy: &GatePolicy, now: Instant) {
-        self.answers.roll(now);
-        let delivered = self.answers.delivered();
+        let delivered = self.answers_at(now).delivered();
         self.judged_random(policy, HALF, delivered);
     }
 
     /// Whether, over the last second to `now`, more was refused than a
     /// dependency failing `share` at random would refuse, beyond chance.
     pub(crate) fn shows_refusals_beyond_at(&mut self, share: f64, now: Instant) -> bool {
-        self.answers.roll(now);
-        self.answers.shows_refusals_beyond_by_reports(share)
+        self.answers_at(now).shows_refusals_beyond_by_reports(share)
     }
 
     /// Of the answers over the last second, the share refused.
     pub(crate) fn refused_share_last_second(&mut self, now: Instant) -> f64 {
-        self.answers.roll(now);
-        self.answers.refused_share_last_second()
+        self.answers_at(now).refused_share_last_second()
     }
 
     /// Whether the dependency is judged to answer, failing a share at
