@@ -129,10 +129,11 @@ impl Guard {
         }
     }
 
-    /// A guard for a new version of the policy that keeps this one's budget,
-    /// throttle and breaker (and their state) where their blocks did not
-    /// change, so a policy update does not reset an open breaker or a spent
-    /// budget, and its send gate, retuned, unless the update changes what
+    /// A guard for a new version of the policy that keeps this one's budget
+    /// and throttle (and their state) where their blocks did not change, so
+    /// a policy update does not reset a spent budget; its breaker, retuned
+    /// ([`CircuitBreaker::retune_at`]), so an edit mid-outage does not
+    /// close an open one; and its send gate, retuned, unless the update changes what
     /// the gate hears as overload (see [`GatePolicy::unlearned_by`](crate::policy::GatePolicy::unlearned_by)):
     /// an update mid-incident neither lets new calls past the line nor
     /// sends the gate back to probing. Calls in flight keep the guard they
@@ -146,8 +147,11 @@ impl Guard {
         if old.retry_throttling == policy.retry_throttling {
             next.throttle = self.throttle.clone();
         }
-        if old.circuit_breaker == policy.circuit_breaker {
-            next.breaker = self.breaker.clone();
+        if let (Some(breaker), true) = (&self.breaker, policy.circuit_breaker.enabled) {
+            if old.circuit_breaker != policy.circuit_breaker {
+                breaker.retune_at(&policy.circuit_breaker, Instant::now());
+            }
+            next.breaker = Some(breaker.clone());
         }
         if let Some(gate) = &self.gate {
             if old.gate == policy.gate || (policy.gate.enabled && gate.retune(&policy.gate)) {

@@ -59,6 +59,7 @@ use std::sync::atomic::{
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -111,7 +112,8 @@ pub struct CircuitBreaker {
 
 #[derive(Debug)]
 struct Shared {
-    policy: CircuitBreakerPolicy,
+    /// Its `circuitBreaker` block, which an update retunes in place.
+    policy: ArcSwap<CircuitBreakerPolicy>,
     machine: Mutex<Machine>,
     state: watch::Sender<CircuitState>,
     /// The machine's generation and state (`generation << 2 | state`), so a
@@ -211,7 +213,7 @@ impl CircuitBreaker {
         };
         Self {
             shared: Arc::new(Shared {
-                policy: policy.clone(),
+                policy: ArcSwap::from_pointee(policy.clone()),
                 machine: Mutex::new(machine),
                 state: watch::Sender::new(CircuitState::Closed),
                 phase: AtomicU64::new(phase(0, CircuitState::Closed)),
@@ -237,7 +239,7 @@ impl CircuitBreaker {
             return self.fleet_trial(m, now);
         }
         if m.state == CircuitState::Open {
-            let reopens = m.opened_at + self.shared.policy.open_timeout;
+            let reopens = m.opened_at + self.shared.policy.load().open_timeout;
             if now < reopens {
                 drop(m);
                 return Err(self.refuse(CircuitState::Open, reopens - now));
@@ -246,7 +248,7 @@ impl CircuitBreaker {
         }
         let trial = m.state == CircuitState::HalfOpen;
         if trial {
-            if m.trials_in_flight >= self.shared.policy.half_open_max_calls.max(1) {
+            if m.trials_in_flight >= self.shared.policy.load().half_open_max_calls.max(1) {
                 drop(m);
                 return Err(self.refuse(CircuitState::HalfOpen, Duration::ZERO));
             }
@@ -282,9 +284,29 @@ impl CircuitBreaker {
         }
     }
 
+    /// Takes up a new version of its `circuitBreaker` block at `now`,
+    /// keeping its state: an operator's edit mid-outage must not close an
+    /// open breaker and let every call through. A new `openTimeout` counts
+    /// from when it opened; new trial counts apply to trials from now on;
+    /// new thresholds to its next judgement. A window of another shape
+    /// starts afresh (outcomes kept by count cannot be read by time, or
+    /// by another count); the same shape keeps its outcomes. Turned from
+    /// `fleet` to `local`, it no longer waits for the daemon's word.
+    pub fn retune_at(&self, policy: &CircuitBreakerPolicy, now: Instant) {
+        let mut m = self.lock();
+        let old = self.shared.policy.load();
+        if old.sliding_window != policy.sliding_window {
+            m.window = Window::new(policy.sliding_window, now);
+        }
+        if policy.scope != BreakerScope::Fleet {
+            m.fleet = FleetWord::default();
+        }
+        self.shared.policy.store(Arc::new(policy.clone()));
+    }
+
     /// Whether the daemon decides this breaker's trials (`scope: fleet`).
     pub fn is_fleet_scoped(&self) -> bool {
-        self.shared.policy.scope == BreakerScope::Fleet
+        self.shared.policy.load().scope == BreakerScope::Fleet
     }
 
     /// Whether, at `now`, the breaker has something to tell the daemon: it
@@ -388,7 +410,8 @@ impl CircuitBreaker {
     fn record(&self, permit: &Permit, outcome: CallOutcome, now: Instant) {
         let mut m = self.lock();
         let failed = outcome == CallOutcome::Failure;
-        let slow = now.saturating_duration_since(permit.started) >= self.shared.policy.slow_call_duration;
+        let slow =
+            now.saturating_duration_since(permit.started) >= self.shared.policy.load().slow_call_duration;
         if permit.fleet_trial {
             // The fleet's trial: its outcome is the daemon's to judge, whatever this breaker did since.
             if failed || slow {
@@ -412,7 +435,7 @@ impl CircuitBreaker {
     }
 
     fn record_closed(&self, m: &mut Machine, failed: bool, slow: bool, now: Instant) {
-        let policy = &self.shared.policy;
+        let policy = self.shared.policy.load();
         m.consecutive_failures = if failed {
             m.consecutive_failures.saturating_add(1)
         } else {
@@ -436,7 +459,7 @@ impl CircuitBreaker {
     /// Whether the window holds enough calls and too many failed or were slow.
     /// A count window smaller than `minimumCalls` is judged once full.
     fn rates_exceeded(&self, m: &Machine, now: Instant) -> bool {
-        let policy = &self.shared.policy;
+        let policy = self.shared.policy.load();
         let tally = m.window.tally(now);
         if tally.calls == 0 || tally.calls < self.minimum_calls(m) {
             return false;
@@ -449,7 +472,7 @@ impl CircuitBreaker {
     /// Calls the window must hold before its rates are judged:
     /// `minimumCalls`, or a smaller count window once full.
     fn minimum_calls(&self, m: &Machine) -> u32 {
-        let minimum = self.shared.policy.minimum_calls;
+        let minimum = self.shared.policy.load().minimum_calls;
         m.window.capacity().map_or(minimum, |c| c.min(minimum))
     }
 
@@ -460,7 +483,7 @@ impl CircuitBreaker {
             return;
         }
         m.trial_successes += 1;
-        if m.trial_successes >= self.shared.policy.success_threshold {
+        if m.trial_successes >= self.shared.policy.load().success_threshold {
             self.transition(m, CircuitState::Closed, now);
         }
     }

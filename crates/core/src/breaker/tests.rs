@@ -755,3 +755,74 @@ async fn without_the_daemons_word_a_fleet_scoped_breaker_goes_half_open_alone() 
     assert!(!process.heard_at(said(CircuitState::Closed, 0, Duration::ZERO), now, now));
     assert_eq!(process.state(), CircuitState::HalfOpen);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_retuned_open_breaker_stays_open_and_its_new_timeout_counts_from_the_open() {
+    let b = CircuitBreaker::new(&policy());
+    open(&b);
+    advance(ms(300)).await;
+    let longer = CircuitBreakerPolicy {
+        open_timeout: ms(2_000),
+        failure_rate_threshold: 0.9,
+        ..policy()
+    };
+    b.retune_at(&longer, Instant::now());
+    assert_eq!(b.state(), CircuitState::Open);
+    assert_eq!(b.try_acquire().unwrap_err().retry_in, ms(1_700));
+    let shorter = CircuitBreakerPolicy {
+        open_timeout: ms(500),
+        ..longer
+    };
+    b.retune_at(&shorter, Instant::now());
+    assert_eq!(b.try_acquire().unwrap_err().retry_in, ms(200));
+    advance(ms(200)).await;
+    assert!(b.try_acquire().expect("500 ms since it opened").is_trial());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retune_keeps_the_windows_outcomes_unless_the_window_changes_shape() {
+    let b = CircuitBreaker::new(&policy());
+    for _ in 0..4 {
+        call(&b, CallOutcome::Success);
+        call(&b, CallOutcome::Failure);
+    }
+    let tighter = CircuitBreakerPolicy {
+        minimum_calls: 9,
+        ..policy()
+    };
+    b.retune_at(&tighter, Instant::now());
+    assert_eq!(b.snapshot().window.calls, 8, "same shape: kept");
+    call(&b, CallOutcome::Failure);
+    assert_eq!(
+        b.state(),
+        CircuitState::Open,
+        "5 of 9 failed, judged at the new minimum"
+    );
+
+    let b = CircuitBreaker::new(&policy());
+    call(&b, CallOutcome::Failure);
+    call(&b, CallOutcome::Success);
+    let timed = CircuitBreakerPolicy {
+        sliding_window: SlidingWindow::Time {
+            duration: Duration::from_secs(10),
+        },
+        ..policy()
+    };
+    b.retune_at(&timed, Instant::now());
+    assert_eq!(b.snapshot().window.calls, 0, "another shape: afresh");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_breaker_retuned_from_fleet_to_process_scope_decides_alone_at_once() {
+    let b = fleet_scoped();
+    open(&b);
+    let now = Instant::now();
+    b.heard_at(said(CircuitState::Open, 0, ms(30_000)), now + ms(60_000), now);
+    advance(ms(1_000)).await;
+    assert!(b.try_acquire().is_err(), "the daemon holds it open");
+    b.retune_at(&policy(), Instant::now());
+    assert!(b
+        .try_acquire()
+        .expect("its own 1 s timeout has passed")
+        .is_trial());
+}

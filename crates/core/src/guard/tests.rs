@@ -116,16 +116,27 @@ async fn an_update_keeps_the_state_of_blocks_it_did_not_change() {
 
     let mut new_breaker = fewer_retries.clone();
     new_breaker.circuit_breaker.consecutive_failures = 9;
-    let reset = next.updated(&valid(new_breaker));
+    let retuned = next.updated(&valid(new_breaker.clone()));
     assert_eq!(
-        reset.breaker().unwrap().state(),
-        CircuitState::Closed,
-        "a changed block starts afresh"
+        retuned.breaker().unwrap().state(),
+        CircuitState::Open,
+        "a changed block retunes the breaker; it stays open"
     );
     assert_eq!(
-        guard.breaker().unwrap().state(),
-        CircuitState::Open,
-        "the old guard is untouched"
+        retuned.policy().circuit_breaker.consecutive_failures,
+        9,
+        "under the new block"
+    );
+
+    let mut off = new_breaker.clone();
+    off.circuit_breaker.enabled = false;
+    let off = retuned.updated(&valid(off));
+    assert!(off.breaker().is_none());
+    let on = off.updated(&valid(new_breaker));
+    assert_eq!(
+        on.breaker().unwrap().state(),
+        CircuitState::Closed,
+        "turned off and on: a new breaker"
     );
 }
 
