@@ -26,6 +26,9 @@
 // outcome at its next ask (FleetReport), and closes when the daemon says
 // the fleet's trials succeeded. Without a word from the daemon for a lease
 // it decides alone, as under scope: process.
+//
+// A new version of the settings is taken up by Retune, which keeps the
+// breaker's state: an open breaker stays open.
 package breaker
 
 import (
@@ -168,21 +171,58 @@ func New(p Policy) (*Breaker, error) {
 	if err := p.Check(); err != nil {
 		return nil, err
 	}
-	b := &Breaker{policy: p}
-	if p.Window.Duration > 0 {
-		b.window = newTimeWindow(p.Window.Duration)
-	} else {
-		calls := p.Window.Calls
-		if calls == 0 {
-			calls = 1
-		}
-		b.window = newCountWindow(calls)
-	}
-	return b, nil
+	return &Breaker{policy: p, window: newWindow(p.Window)}, nil
 }
 
-// Policy is the policy the breaker applies.
-func (b *Breaker) Policy() Policy { return b.policy }
+// newWindow is an empty window of shape w.
+func newWindow(w SlidingWindow) window {
+	if w.Duration > 0 {
+		return newTimeWindow(w.Duration)
+	}
+	calls := w.Calls
+	if calls == 0 {
+		calls = 1
+	}
+	return newCountWindow(calls)
+}
+
+// Policy is the policy the breaker applies now (Retune changes it).
+func (b *Breaker) Policy() Policy {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.policy
+}
+
+// Retune takes up p, a new version of the breaker's settings, keeping its
+// state, so that an operator's edit mid-outage does not close an open
+// breaker and let every call through to a dependency that is down. It
+// keeps the state, when it opened, its refusals, transitions and failures
+// in a row, and, while p stays fleet-scoped, the daemon's word and what is
+// still to be reported. A new OpenTimeout counts from when the breaker last
+// opened; new HalfOpenMaxCalls and SuccessThreshold apply from now on
+// (trials in flight stay counted); new thresholds and MinimumCalls apply
+// to the next judgement. A Window of another type or size starts the
+// closed state's window afresh, since outcomes kept in one shape cannot be
+// read in another; the same Window keeps them. Turned from fleet to
+// process scope, it drops the daemon's word and decides alone from now;
+// turned to fleet scope, it asks the daemon from its next ask. Enabled is
+// the caller's to act on (no breaker, or a new one). A bad setting is
+// refused, as New refuses it, leaving the breaker as it was.
+func (b *Breaker) Retune(p Policy) error {
+	if err := p.Check(); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p.Window != b.policy.Window {
+		b.window = newWindow(p.Window)
+	}
+	if !p.FleetScoped {
+		b.fleet = fleetWord{}
+	}
+	b.policy = p
+	return nil
+}
 
 // State is the state now (the move from open to half-open waits for the
 // next call).

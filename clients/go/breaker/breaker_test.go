@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -272,4 +273,190 @@ func TestScopeIsReadAndABadOneIsNamed(t *testing.T) {
 	if err == nil || err.Error() != `circuitBreaker.scope must be "process" or "fleet", found region` {
 		t.Fatalf("%v", err)
 	}
+}
+
+// openAt opens b with two failures in a row at at (ConsecutiveFailures: 2).
+func openAt(t *testing.T, b *Breaker, at uint64) {
+	t.Helper()
+	for i := 0; i < 2; i++ {
+		permit, err := b.Acquire(at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		permit.Record(true, at)
+	}
+	if b.State() != Open {
+		t.Fatalf("two failures left the breaker %s", b.State())
+	}
+}
+
+// TestARetunedOpenBreakerStaysOpenAndItsNewTimeoutCountsFromTheOpen: an
+// open breaker retuned to another failure rate and a shorter openTimeout
+// stays open, goes half-open once the new timeout has passed since it
+// opened (not since the retune), and keeps its refusals and transitions;
+// a longer openTimeout extends the open.
+func TestARetunedOpenBreakerStaysOpenAndItsNewTimeoutCountsFromTheOpen(t *testing.T) {
+	second := uint64(time.Second)
+	p := valid()
+	p.OpenTimeout = 30 * time.Second
+	b, _ := New(p)
+	openAt(t, b, second)
+	if _, err := b.Acquire(2 * second); err == nil {
+		t.Fatal("an open breaker let a call through")
+	}
+	shorter := p
+	shorter.FailureRateThreshold, shorter.OpenTimeout = 0.9, 10*time.Second
+	if err := b.Retune(shorter); err != nil {
+		t.Fatal(err)
+	}
+	if b.State() != Open || b.Policy() != shorter {
+		t.Fatalf("retuned: %s under %+v", b.State(), b.Policy())
+	}
+	var refused *NotPermitted
+	if _, err := b.Acquire(10 * second); !errors.As(err, &refused) || refused.State != Open || refused.RetryIn != time.Second {
+		t.Fatalf("9 s after it opened: %v, want open for 1 s more", err)
+	}
+	trial, err := b.Acquire(11 * second)
+	if err != nil || !trial.Trial() || b.State() != HalfOpen {
+		t.Fatalf("10 s after it opened: %v, %s", err, b.State())
+	}
+	if b.Rejected() != 2 || b.Transitions() != 2 {
+		t.Fatalf("%d refused, %d transitions: the retune lost its counts", b.Rejected(), b.Transitions())
+	}
+	trial.Record(true, 12*second)
+	longer := shorter
+	longer.OpenTimeout = time.Minute
+	if err := b.Retune(longer); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Acquire(42 * second); !errors.As(err, &refused) || refused.RetryIn != 30*time.Second {
+		t.Fatalf("30 s after it opened again: %v, want open for 30 s more", err)
+	}
+	bad := longer
+	bad.OpenTimeout = 0
+	if err := b.Retune(bad); err == nil || b.Policy() != longer {
+		t.Fatalf("a bad setting was taken up: %v", err)
+	}
+}
+
+// TestARetuneKeepsTheWindowsOutcomesUnlessTheWindowChangesShape: with the
+// same window, the outcomes it holds are judged under the new minimumCalls
+// at the next call; a window of another size or type starts afresh.
+func TestARetuneKeepsTheWindowsOutcomesUnlessTheWindowChangesShape(t *testing.T) {
+	p := valid()
+	p.ConsecutiveFailures = 0
+	halfFailed := func() *Breaker {
+		b, _ := New(p)
+		for i := uint64(0); i < 8; i++ {
+			permit, _ := b.Acquire(i)
+			permit.Record(i%2 == 1, i)
+		}
+		return b
+	}
+	call := func(b *Breaker, failed bool) {
+		permit, err := b.Acquire(9)
+		if err != nil {
+			t.Fatal(err)
+		}
+		permit.Record(failed, 9)
+	}
+
+	b := halfFailed()
+	sooner := p
+	sooner.MinimumCalls = 9
+	if err := b.Retune(sooner); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.window.tally(9); got.calls != 8 || got.failures != 4 {
+		t.Fatalf("the same window holds %+v, want its 8 calls", got)
+	}
+	call(b, true)
+	if b.State() != Open {
+		t.Fatalf("5 failures of 9 under minimumCalls 9 left it %s", b.State())
+	}
+
+	for _, shape := range []SlidingWindow{{Calls: 20}, {Duration: 10 * time.Second}} {
+		b := halfFailed()
+		reshaped := sooner
+		reshaped.Window = shape
+		if err := b.Retune(reshaped); err != nil {
+			t.Fatal(err)
+		}
+		if got := b.window.tally(9); got.calls != 0 {
+			t.Fatalf("a window retuned to %+v holds %+v, want none", shape, got)
+		}
+		call(b, true)
+		if b.State() != Closed {
+			t.Fatalf("a window retuned to %+v judged old outcomes: %s", shape, b.State())
+		}
+	}
+}
+
+// TestABreakerRetunedFromFleetToProcessScopeDecidesAloneAtOnce: the
+// daemon's word held an open breaker open past its own openTimeout; once
+// retuned to scope: process, the breaker no longer waits for it, nor asks;
+// retuned back to scope: fleet, it asks again, but the word it dropped
+// does not come back.
+func TestABreakerRetunedFromFleetToProcessScopeDecidesAloneAtOnce(t *testing.T) {
+	second := uint64(time.Second)
+	p := valid()
+	p.FleetScoped = true
+	b, _ := New(p)
+	openAt(t, b, 0)
+	b.Heard(Verdict{State: Open, RetryIn: 30 * time.Second}, 60*second, 0)
+	if _, err := b.Acquire(2 * second); err == nil {
+		t.Fatal("the daemon's word should hold the breaker open")
+	}
+	local := p
+	local.FleetScoped = false
+	if err := b.Retune(local); err != nil {
+		t.Fatal(err)
+	}
+	if b.AsksFleet() {
+		t.Fatal("a breaker of scope process asks the daemon")
+	}
+	trial, err := b.Acquire(2 * second)
+	if err != nil || !trial.Trial() {
+		t.Fatalf("its own 1 s openTimeout has passed: %v", err)
+	}
+	trial.Record(true, 2*second)
+	if err := b.Retune(p); err != nil || !b.AsksFleet() {
+		t.Fatalf("retuned back to scope fleet, the open breaker should ask the daemon: %v", err)
+	}
+	if trial, err := b.Acquire(3*second + 1); err != nil || !trial.Trial() {
+		t.Fatalf("the word dropped stays dropped until the daemon speaks again: %v", err)
+	}
+}
+
+// TestCallsMayRunWhileTheBreakerIsRetuned: retunes from another goroutine,
+// under the race detector, while calls acquire, record and report.
+func TestCallsMayRunWhileTheBreakerIsRetuned(t *testing.T) {
+	p := valid()
+	p.FleetScoped = true
+	b, _ := New(p)
+	var calls sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		calls.Add(1)
+		go func(g int) {
+			defer calls.Done()
+			for i := uint64(0); i < 2000; i++ {
+				now := i * uint64(time.Millisecond)
+				if permit, err := b.Acquire(now); err == nil {
+					permit.Record((i+uint64(g))%3 == 0, now)
+				}
+				b.FleetReport(now)
+			}
+		}(g)
+	}
+	for i := 0; i < 200; i++ {
+		next := p
+		next.FleetScoped = i%2 == 0
+		next.Window = SlidingWindow{Calls: uint32(10 + i%3)}
+		next.OpenTimeout = time.Duration(1+i%5) * time.Millisecond
+		if err := b.Retune(next); err != nil {
+			t.Fatal(err)
+		}
+		_ = b.Policy()
+	}
+	calls.Wait()
 }

@@ -13,9 +13,11 @@
 // a refused connection, a timeout, 429 or 503), or its answer carried a
 // Retry-After; an error the dependency answered with (a 500, say) says
 // nothing of its load. perTryTimeoutMs bounds each attempt. When the
-// watch delivers a new policy, the breaker, the budget and the gate are
-// rebuilt from it if their blocks changed (an unchanged block keeps its
-// state, as Guard::updated does).
+// watch delivers a new policy, the budget is rebuilt from it if its block
+// changed, and the breaker and the gate are retuned in place (see
+// breaker.Breaker.Retune and gate.Gate.Retune), keeping their state, unless
+// the update turns them off, or on, or changes what the gate hears as
+// overload; an unchanged block keeps its state, as Guard::updated does.
 package dependency
 
 import (
@@ -101,7 +103,8 @@ type Dependency struct {
 	etag    string
 	current policy.Policy
 	breaker *breaker.Breaker
-	// breakerPolicy and breakerBorn are the breaker's settings and creation.
+	// breakerPolicy and breakerBorn are the breaker's settings and creation
+	// (its clock's zero, which a retune keeps).
 	breakerPolicy breaker.Policy
 	breakerBorn   time.Time
 	budget        *budget.Budget
@@ -171,6 +174,11 @@ func (d *Dependency) rebuild(etag string) {
 	switch {
 	case !on:
 		d.breaker = nil
+	case d.breaker != nil && cb != d.breakerPolicy && d.breaker.Retune(cb) == nil:
+		// The same breaker, on its own clock (breakerBorn stays): an edit
+		// mid-outage must not close an open breaker and let every call
+		// through to a dependency that is down.
+		d.breakerPolicy = cb
 	case d.breaker == nil || cb != d.breakerPolicy:
 		b, err := breaker.New(cb)
 		if err != nil { // the daemon validates policies: this is a defect

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -179,6 +180,69 @@ func TestRetriesAreReportedAndTheBreakerFollowsThePolicy(t *testing.T) {
 	atomic.StoreInt64(&server.failures, 0)
 	if err := dependency.Call(context.Background(), "/charge", attempt(payments.URL)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAPolicyUpdateOfTheBreakerBlockRetunesTheBreakerAndAnOpenOneStaysOpen:
+// four 503s open the breaker; the daemon then serves an edit of its
+// failureRateThreshold and a shorter openTimeout, and the dependency keeps
+// the same breaker, still open, refusing calls for what is left of the new
+// timeout counted from when it opened, on its own clock; a breaker turned
+// off and on again is a new one, closed.
+func TestAPolicyUpdateOfTheBreakerBlockRetunesTheBreakerAndAnOpenOneStaysOpen(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	write := func(text string) {
+		if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opened := fmt.Sprintf(policyText, true)
+	write(opened)
+	watch, err := policy.Start(context.Background(), policy.Config{Daemon: serve(t, file), Services: []string{"payments"}, WatchWait: 5 * time.Second, MinPollInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Stop()
+	dependency := New(watch, "payments", nil)
+	server := &flaky{failures: 1000}
+	payments := httptest.NewServer(server)
+	defer payments.Close()
+	_ = dependency.Call(context.Background(), "/charge", attempt(payments.URL))
+	b := dependency.Breaker()
+	if b == nil || b.State() != breaker.Open {
+		t.Fatal("four 503s in a row left the breaker closed")
+	}
+	// Long enough after the open that a clock restarted by the update
+	// would show in the time left.
+	time.Sleep(300 * time.Millisecond)
+
+	write(strings.Replace(opened, "openTimeout: 60s}", "failureRateThreshold: 0.9, openTimeout: 30s}", 1))
+	if !eventually(func() bool { return dependency.Breaker().Policy().OpenTimeout == 30*time.Second }) {
+		t.Fatal("the update never reached the breaker")
+	}
+	if dependency.Breaker() != b || b.State() != breaker.Open || b.Policy().FailureRateThreshold != 0.9 {
+		t.Fatalf("an update of the breaker's block replaced it or closed it: %s", dependency.Breaker().State())
+	}
+	before := server.calls.Load()
+	err = dependency.Call(context.Background(), "/charge", attempt(payments.URL))
+	var refused *breaker.NotPermitted
+	if !errors.As(err, &refused) || refused.State != breaker.Open || refused.RetryIn > 30*time.Second-300*time.Millisecond {
+		t.Fatalf("%v, want refused for what is left of 30 s since it opened", err)
+	}
+	if server.calls.Load() != before {
+		t.Fatal("the retuned breaker let a call through")
+	}
+
+	write(fmt.Sprintf(policyText, false))
+	if !eventually(func() bool { return dependency.Breaker() == nil }) {
+		t.Fatal("the update never took the breaker away")
+	}
+	write(opened)
+	if !eventually(func() bool { return dependency.Breaker() != nil }) {
+		t.Fatal("the update never brought a breaker back")
+	}
+	if dependency.Breaker() == b || dependency.Breaker().State() != breaker.Closed {
+		t.Fatal("a breaker turned off and on again should be a new one, closed")
 	}
 }
 

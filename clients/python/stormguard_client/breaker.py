@@ -26,6 +26,9 @@ slot the daemon granted (:meth:`CircuitBreaker.heard`), reports the trial's
 outcome at its next ask (:meth:`CircuitBreaker.fleet_report`), and closes
 when the daemon says the fleet's trials succeeded. Without a word from the
 daemon for a lease it decides alone, as under ``scope: process``.
+
+A new version of the settings is taken up by :meth:`CircuitBreaker.retune`,
+which keeps the breaker's state: an open breaker stays open.
 """
 
 import enum
@@ -338,8 +341,9 @@ class CircuitBreaker:
     def __init__(self, policy: BreakerPolicy, now_ns: int = 0) -> None:
         policy.check()
         self.policy = policy
-        kind, size = policy.sliding_window
-        self._window = _CountWindow(size) if kind == "count" else _TimeWindow(size, now_ns)
+        """The settings it applies now (:meth:`retune` replaces them)."""
+        self._born = now_ns
+        self._window = self._new_window(policy.sliding_window)
         self._lock = threading.Lock()
         self._state = CircuitState.CLOSED
         self._generation = 0
@@ -354,10 +358,40 @@ class CircuitBreaker:
         self._opened_from_closed = now_ns
         self._fleet = _FleetWord()
 
+    def _new_window(self, shape: Window) -> "_CountWindow | _TimeWindow":
+        kind, size = shape
+        return _CountWindow(size) if kind == "count" else _TimeWindow(size, self._born)
+
     @property
     def state(self) -> CircuitState:
         """The state now (the move from open to half-open waits for the next call)."""
         return self._state
+
+    def retune(self, policy: BreakerPolicy) -> None:
+        """Takes up ``policy``, a new version of the breaker's settings,
+        keeping its state, so that an operator's edit mid-outage does not
+        close an open breaker and let every call through to a dependency
+        that is down. It keeps the state, when it opened, its refusals,
+        transitions and failures in a row, and, while ``policy`` stays
+        fleet-scoped, the daemon's word and what is still to be reported.
+        A new ``openTimeout`` counts from when the breaker last opened; new
+        ``halfOpenMaxCalls`` and ``successThreshold`` apply from now on
+        (trials in flight stay counted); new thresholds and
+        ``minimumCalls`` apply to the next judgement. A ``slidingWindow`` of
+        another type or size starts the closed state's window afresh, since
+        outcomes kept in one shape cannot be read in another; the same
+        window keeps them. Turned from fleet to process scope, it drops the
+        daemon's word and decides alone from now; turned to fleet scope, it
+        asks the daemon from its next ask. ``enabled`` is the caller's to act
+        on (no breaker, or a new one). Raises ValueError naming a setting
+        out of range, as the constructor does, leaving the breaker as it was."""
+        policy.check()
+        with self._lock:
+            if policy.sliding_window != self.policy.sliding_window:
+                self._window = self._new_window(policy.sliding_window)
+            if not policy.fleet_scoped:
+                self._fleet = _FleetWord()
+            self.policy = policy
 
     def acquire(self, now_ns: int) -> Permit:
         """A permit to make a call now; raises CallNotPermitted if the breaker refuses."""
@@ -399,9 +433,9 @@ class CircuitBreaker:
         """What to tell the daemon at ``now_ns``, if fleet-scoped: whether it
         is open, since when, the calls it refused and its trials' outcomes
         since the last report (which this takes: they are reported once)."""
-        if not self.policy.fleet_scoped:
-            return None
         with self._lock:
+            if not self.policy.fleet_scoped:
+                return None
             fleet = self._fleet
             report = Report(open=self._state != CircuitState.CLOSED,
                             open_for_ns=max(now_ns - self._opened_from_closed, 0),
@@ -417,9 +451,9 @@ class CircuitBreaker:
         this breaker; open or half-open leaves its trials to the daemon's
         slots until then. True if it closed the breaker, for the caller to
         hand the dependency to its pace."""
-        if not self.policy.fleet_scoped:
-            return False
         with self._lock:
+            if not self.policy.fleet_scoped:
+                return False
             fleet = self._fleet
             if verdict.state == CircuitState.CLOSED:
                 fleet.until = fleet.slots_until = None

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from . import settings
 from .backoff import Backoff
-from .breaker import CircuitBreaker
+from .breaker import BreakerPolicy, CircuitBreaker
 from .budget import RetryBudget
 from .gate import SendGate
 from .retry_on import RetryOn
@@ -34,14 +34,14 @@ class Controls:
 
 
 def build(policy: Policy, old: Controls | None, now: int, draw: Callable[[], float]) -> Controls:
-    """The controls of ``policy``: the budget and the breaker of ``old``
-    kept if their block did not change, and its gate too, retuned, unless
-    the change voids what it learned. Raises ValueError naming a
-    setting that cannot be used."""
-    budget_block, breaker_block = settings.block(policy, "budget"), settings.block(policy, "circuitBreaker")
-    keep_budget = old is not None and settings.block(old.policy, "budget") == budget_block
-    keep_breaker = old is not None and settings.block(old.policy, "circuitBreaker") == breaker_block
-    return Controls(
+    """The controls of ``policy``: the budget of ``old`` kept if its block
+    did not change; its breaker kept too, retuned, unless the update turns
+    it off; and its gate, retuned, unless the change voids what it
+    learned. Raises ValueError naming a setting that cannot be used, having
+    changed nothing of ``old``'s."""
+    keep_budget = old is not None and settings.block(old.policy, "budget") == settings.block(policy, "budget")
+    breaker, retuned = _breaker(policy, old, now)
+    controls = Controls(
         policy=policy,
         max_retries=settings.max_retries(policy),
         backoff=settings.backoff(policy),
@@ -49,9 +49,29 @@ def build(policy: Policy, old: Controls | None, now: int, draw: Callable[[], flo
         per_try_timeout=settings.per_try_timeout(policy),
         max_elapsed_ns=settings.max_elapsed(policy),
         budget=old.budget if old is not None and keep_budget else settings.budget(policy, now),
-        breaker=old.breaker if old is not None and keep_breaker else settings.breaker(policy, now),
+        breaker=breaker,
         gate=_gate(policy, old, now, draw),
     )
+    if breaker is not None and retuned is not None:
+        # Last, once every other setting has been read: a policy refused
+        # leaves the old breaker as it was.
+        breaker.retune(retuned)
+    return controls
+
+
+def _breaker(policy: Policy, old: Controls | None, now: int) -> tuple[CircuitBreaker | None, BreakerPolicy | None]:
+    """The breaker of ``policy``, and the settings to retune it to, if any
+    (checked already, so the retune cannot fail): ``old``'s if its block did
+    not change, or, retuned, if the breaker stays enabled (an update
+    mid-outage does not close an open breaker); else a new one, or None."""
+    if old is not None and old.breaker is not None:
+        if settings.block(old.policy, "circuitBreaker") == settings.block(policy, "circuitBreaker"):
+            return old.breaker, None
+        following = settings.breaker_policy(policy)
+        if following.enabled:
+            following.check()
+            return old.breaker, following
+    return settings.breaker(policy, now), None
 
 
 def _gate(policy: Policy, old: Controls | None, now: int, draw: Callable[[], float]) -> SendGate | None:

@@ -71,9 +71,10 @@ class Guard:
 
     def _current(self) -> Controls:
         """The controls of the watch's current policy, rebuilt when it
-        changes: the breaker, the budget and the gate only if their block
-        changed, so a policy update does not reset an open breaker, a spent
-        budget or a gate that paces a recovering dependency."""
+        changes: the budget only if its block changed, and the breaker and
+        the gate retuned in place (see :func:`~stormguard_client.controls.build`),
+        so a policy update does not reset an open breaker, a spent budget or
+        a gate that paces a recovering dependency."""
         policy = self.watch.policy(self.service)
         with self._lock:
             old = self._controls

@@ -1,5 +1,6 @@
 """The Python circuit breaker against stormguard-core's, op by op."""
 
+import dataclasses
 import json
 import pathlib
 import threading
@@ -149,3 +150,107 @@ def test_scope_is_read_and_a_bad_one_is_named():
     assert BreakerPolicy.from_json({**block, "scope": "fleet"}).fleet_scoped
     with pytest.raises(ValueError, match='circuitBreaker.scope must be "process" or "fleet"'):
         BreakerPolicy.from_json({**block, "scope": "region"})
+
+
+S = 1_000_000_000
+
+
+def _opened_at(breaker, now):
+    """Opens ``breaker`` (consecutiveFailures 2) with two failures at ``now``."""
+    for _ in range(2):
+        breaker.acquire(now).record(True, now)
+    assert breaker.state == "open"
+
+
+def test_a_retuned_open_breaker_stays_open_and_its_new_timeout_counts_from_the_open():
+    policy = BreakerPolicy(enabled=True, consecutive_failures=2, open_timeout_ns=30 * S,
+                           half_open_max_calls=1, success_threshold=1)
+    breaker = CircuitBreaker(policy, now_ns=0)
+    _opened_at(breaker, S)
+    with pytest.raises(CallNotPermitted):
+        breaker.acquire(2 * S)
+    shorter = dataclasses.replace(policy, failure_rate_threshold=0.9, open_timeout_ns=10 * S)
+    breaker.retune(shorter)
+    assert breaker.state == "open" and breaker.policy == shorter, "an edit mid-outage does not close it"
+    with pytest.raises(CallNotPermitted) as refused:
+        breaker.acquire(10 * S)
+    assert (refused.value.state, refused.value.retry_in_ns) == ("open", S), "10 s from the open, not the retune"
+    trial = breaker.acquire(11 * S)
+    assert trial.trial and breaker.state == "half-open"
+    assert (breaker.rejected, breaker.transitions) == (2, 2), "its counts are kept"
+    trial.record(True, 12 * S)
+    breaker.retune(dataclasses.replace(shorter, open_timeout_ns=60 * S))
+    with pytest.raises(CallNotPermitted) as refused:
+        breaker.acquire(42 * S)
+    assert refused.value.retry_in_ns == 30 * S, "a longer timeout extends the open"
+    with pytest.raises(ValueError, match="circuitBreaker.openTimeout"):
+        breaker.retune(dataclasses.replace(shorter, open_timeout_ns=0))
+    assert breaker.policy.open_timeout_ns == 60 * S, "a bad setting leaves it as it was"
+
+
+def test_a_retune_keeps_the_windows_outcomes_unless_the_window_changes_shape():
+    policy = BreakerPolicy(enabled=True, consecutive_failures=0, minimum_calls=10, sliding_window=("count", 10))
+    sooner = dataclasses.replace(policy, minimum_calls=9)
+
+    def half_failed():
+        breaker = CircuitBreaker(policy, now_ns=0)
+        for i in range(8):
+            breaker.acquire(i).record(i % 2 == 1, i)
+        return breaker
+
+    breaker = half_failed()
+    breaker.retune(sooner)
+    breaker.acquire(9).record(True, 9)
+    assert breaker.state == "open", "the same window: 5 failures of 9, judged under minimumCalls 9"
+    for shape in [("count", 20), ("time", 10 * S)]:
+        breaker = half_failed()
+        breaker.retune(dataclasses.replace(sooner, sliding_window=shape))
+        assert breaker._window.tally(9) == (0, 0, 0), f"{shape}: a window of another shape starts afresh"
+        breaker.acquire(9).record(True, 9)
+        assert breaker.state == "closed", f"{shape}: one failure of one call, under minimumCalls 9"
+
+
+def test_a_breaker_retuned_from_fleet_to_process_scope_decides_alone_at_once():
+    policy = BreakerPolicy(enabled=True, consecutive_failures=2, open_timeout_ns=S, half_open_max_calls=1,
+                           success_threshold=1, fleet_scoped=True)
+    breaker = CircuitBreaker(policy, now_ns=0)
+    _opened_at(breaker, 0)
+    breaker.heard(Verdict(CircuitState.OPEN, 0, 30 * S), 60 * S, 0)
+    with pytest.raises(CallNotPermitted):
+        breaker.acquire(2 * S)
+    breaker.retune(dataclasses.replace(policy, fleet_scoped=False))
+    assert not breaker.asks_fleet() and breaker.fleet_report(2 * S) is None
+    trial = breaker.acquire(2 * S)
+    assert trial.trial, "its own 1 s timeout has passed"
+    trial.record(True, 2 * S)
+    breaker.retune(policy)
+    assert breaker.asks_fleet(), "back under scope fleet, the open breaker asks the daemon"
+    assert breaker.acquire(3 * S + 1).trial, "the word it dropped does not come back"
+
+
+def test_calls_may_run_while_the_breaker_is_retuned():
+    policy = BreakerPolicy(enabled=True, consecutive_failures=2, open_timeout_ns=1_000_000, fleet_scoped=True)
+    breaker = CircuitBreaker(policy, now_ns=0)
+    errors = []
+
+    def call():
+        try:
+            for i in range(2000):
+                now = i * 1_000_000
+                try:
+                    breaker.acquire(now).record(i % 3 == 0, now)
+                except CallNotPermitted:
+                    pass
+                breaker.fleet_report(now)
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=call) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for i in range(200):
+        breaker.retune(dataclasses.replace(policy, fleet_scoped=i % 2 == 0, sliding_window=("count", 10 + i % 3),
+                                           open_timeout_ns=(1 + i % 5) * 1_000_000))
+    for t in threads:
+        t.join()
+    assert not errors

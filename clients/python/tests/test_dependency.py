@@ -441,6 +441,36 @@ def test_the_gate_is_rebuilt_only_when_what_it_hears_as_overload_changes():
     assert dependency.gate is None, "a gate block out of range is refused: the last policy stays"
 
 
+def test_an_update_of_the_breaker_block_retunes_the_breaker_and_an_open_one_stays_open():
+    breaker = {"enabled": True, "consecutiveFailures": 2, "openTimeoutMs": 30_000}
+    clock = VirtualTime()
+    dependency = Dependency(Watch(maxRetries=1, jitter="none", circuitBreaker=breaker), "payments",
+                            clock=clock.clock, sleep=clock.sleep, wait=clock.wait)
+    sent = []
+    assert dependency.call("/charge", lambda timeout: sent.append(timeout) or 503) == 503
+    opened = dependency.breaker
+    assert opened.state == "open" and len(sent) == 2
+    clock.now += 12 * S
+    edited = {**breaker, "failureRateThreshold": 0.9, "openTimeoutMs": 20_000}
+    dependency.watch.current = {**dependency.watch.current, "circuitBreaker": edited}
+    assert dependency.breaker is opened and opened.state == "open", "an edit mid-outage does not close it"
+    assert opened.policy.failure_rate_threshold == 0.9
+    with pytest.raises(CallNotPermitted) as refused:
+        dependency.call("/charge", lambda timeout: sent.append(timeout) or 200)
+    assert len(sent) == 2, "refused without a call"
+    assert refused.value.retry_in_ns <= 8 * S, "20 s counted from the open, 12 s ago"
+    dependency.watch.current = {**dependency.watch.current, "circuitBreaker": {**edited, "openTimeoutMs": 10_000}}
+    assert dependency.call("/charge", lambda timeout: sent.append(timeout) or 200) == 200
+    assert dependency.breaker is opened and len(sent) == 3, "10 s had passed since the open: a trial went"
+    dependency.watch.current = {**dependency.watch.current, "circuitBreaker": {**edited, "openTimeoutMs": 0}}
+    assert dependency.breaker is opened and opened.policy.open_timeout_ns == 10 * S, \
+        "a block out of range is refused: the last settings stay"
+    dependency.watch.current = {**dependency.watch.current, "circuitBreaker": {"enabled": False}}
+    assert dependency.breaker is None
+    dependency.watch.current = {**dependency.watch.current, "circuitBreaker": breaker}
+    assert dependency.breaker is not opened and dependency.breaker.state == "closed", "turned on again: a new one"
+
+
 def test_a_call_that_gets_no_turn_gives_back_its_breaker_permit():
     breaker = {"enabled": True, "consecutiveFailures": 1, "openTimeoutMs": 1000, "halfOpenMaxCalls": 1,
                "successThreshold": 1}
