@@ -485,7 +485,7 @@ async fn replicas_merging_a_fleet_breaker_at_once_never_grant_more_than_its_slot
         .share_breaker("ledger", &share(None, 0))
         .await
         .unwrap();
-    assert_eq!((answer.episode.out.len(), answer.granted), (3, 0));
+    assert_eq!((answer.episode.slots_out(), answer.granted), (3, 0));
 
     // Two successes on two replicas close it, for all of them.
     let epoch = answer.episode.epoch;
@@ -556,6 +556,92 @@ async fn a_share_that_changes_nothing_does_not_make_the_other_replicas_read_agai
         episode_version(&redis.url()).await,
         before,
         "no write while nothing changed"
+    );
+}
+
+/// Two replicas whose policies give one dependency's breaker different
+/// rules (a ConfigMap change that has reached one of them): the second is
+/// refused, counted and told why, and writes nothing, not even the
+/// episode's expiry; once the first has not shared for a lease (the change
+/// reached it too), the episode goes on under the new rules.
+#[tokio::test]
+async fn a_replica_under_other_breaker_rules_is_refused_the_shared_episode_until_they_agree() {
+    use stormguard_core::fleet::breaker::episode::{EpisodePhase, Rules, Share, RULES_HELD_FOR};
+    let Some(redis) = Redis::start(None) else { return };
+    let registry = Registry::new();
+    let old = replica(&redis, "old");
+    let new = replica_counted(&redis, "new", &registry);
+    let rules = |open_timeout_ms| Rules {
+        open_timeout_ms,
+        max_trials: 3,
+        success_threshold: 2,
+    };
+    let share = |rules, opened_ago_ms| Share {
+        rules,
+        epoch: 1,
+        opened_ago_ms,
+        wanted: 1,
+        succeeded: 0,
+        failed: 0,
+        settled: 0,
+        unused: 0,
+    };
+    let opened = old
+        .share_breaker("ledger", &share(rules(60_000), Some(5)))
+        .await
+        .unwrap();
+    assert!(matches!(opened.episode.phase, EpisodePhase::Open { .. }));
+    let version = episode_version(&redis.url()).await;
+    let ttl = |url: String| async move {
+        let client = redis::Client::open(url).unwrap();
+        let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg("stormguard:breaker:{ledger}:episode")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        ttl
+    };
+    let kept_until = ttl(redis.url()).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    let refused = new
+        .share_breaker("ledger", &share(rules(10_000), Some(5)))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind(), "other_rules");
+    let said = refused.to_string();
+    assert!(
+        said.contains("ledger")
+            && said.contains("openTimeoutMs 60000")
+            && said.contains("openTimeoutMs 10000"),
+        "{said}"
+    );
+    assert!(refused.wrote_nothing());
+    assert_eq!(episode_version(&redis.url()).await, version);
+    assert!(
+        ttl(redis.url()).await < kept_until,
+        "the refused share kept nothing alive"
+    );
+    let text = String::from_utf8(registry.encode(tokio::time::Instant::now())).unwrap();
+    assert!(
+        text.contains("stormguard_pace_store_errors_total{kind=\"other_rules\"} 1"),
+        "{text}"
+    );
+
+    tokio::time::sleep(RULES_HELD_FOR).await;
+    let taken = new
+        .share_breaker("ledger", &share(rules(10_000), None))
+        .await
+        .unwrap();
+    assert_eq!(taken.episode.rules, Some(rules(10_000)));
+    assert_eq!(taken.episode.phase, opened.episode.phase, "the episode goes on");
+    assert_eq!(
+        old.share_breaker("ledger", &share(rules(60_000), None))
+            .await
+            .unwrap_err()
+            .kind(),
+        "other_rules"
     );
 }
 

@@ -37,7 +37,10 @@ pub async fn share(fleet: Arc<Fleet>, store: Arc<PaceStore>) {
         while let Some(outcome) = turns.join_next().await {
             if let Ok(Err(error)) = outcome {
                 if complained.is_none_or(|at| at.elapsed() >= COMPLAIN_EVERY) {
-                    tracing::warn!("{error}; pacing alone until it answers");
+                    match error {
+                        StoreError::OtherRules { .. } => tracing::warn!("{error}"),
+                        _ => tracing::warn!("{error}; pacing alone until it answers"),
+                    }
                     complained = Some(Instant::now());
                 }
             }

@@ -36,6 +36,7 @@ use std::time::Duration;
 use prometheus::{Histogram, HistogramOpts, IntCounterVec, Opts};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, IntoConnectionInfo, Script};
+use stormguard_core::fleet::breaker::episode::OtherRules;
 use tokio::sync::Mutex;
 
 use crate::metrics::Registry;
@@ -71,6 +72,17 @@ pub enum StoreError {
         /// How many times this replica tried.
         tries: usize,
     },
+    /// A fleet breaker's episode runs under other rules, which another
+    /// replica still applies: this replica decides alone until they agree.
+    #[error("the pace store at {at}: {service}: {refused}")]
+    OtherRules {
+        /// The store's address, without its password.
+        at: String,
+        /// The dependency.
+        service: String,
+        /// The rules, the episode's and this replica's.
+        refused: OtherRules,
+    },
     /// The answer was not what the scripts return.
     #[error("the pace store at {at} answered what this daemon cannot read: {what}")]
     Malformed {
@@ -95,6 +107,7 @@ impl StoreError {
             Self::Redis { source, .. } if source.kind() == redis::ErrorKind::AuthenticationFailed => "auth",
             Self::Redis { .. } => "redis",
             Self::Contended { .. } => "contended",
+            Self::OtherRules { .. } => "other_rules",
             Self::Malformed { .. } => "malformed",
         }
     }
@@ -106,7 +119,7 @@ impl StoreError {
     /// may have written before its answer was lost.
     pub fn wrote_nothing(&self) -> bool {
         match self {
-            Self::Address(..) | Self::Contended { .. } => true,
+            Self::Address(..) | Self::Contended { .. } | Self::OtherRules { .. } => true,
             Self::Redis { source, .. } => source.is_connection_refusal(),
             Self::Timeout(_) | Self::Malformed { .. } => false,
         }
@@ -172,7 +185,7 @@ impl StoreMetrics {
         let errors = IntCounterVec::new(
             Opts::new(
                 "stormguard_pace_store_errors_total",
-                "Calls to the pace store that failed, by kind: timeout, refused, connection, tls, auth, redis, malformed, contended.",
+                "Calls to the pace store that failed, by kind: timeout, refused, connection, tls, auth, redis, malformed, contended, other_rules (a fleet breaker's share refused: another replica applies other circuitBreaker rules to the dependency).",
             ),
             &["kind"],
         )

@@ -23,7 +23,9 @@
 //! - **Closed**: every process whose breaker opened before the close is
 //!   told to close at its next ask. With the send gate on, the daemon
 //!   hands them to its pace; without one, it closes them in a ramp
-//!   ([`RAMP_STEP`]), so that the fleet's calls do not return all at once.
+//!   ([`RAMP_STEP`]), so that the fleet's calls do not return all at once,
+//!   and the ramp follows what it hears: it holds while breakers it closed
+//!   open again, and widens at the pace their answers can show trouble.
 //!   A breaker that opens after the close starts a new episode.
 //!
 //! Daemon replicas sharing a store share one episode ([`episode`]): the
@@ -41,7 +43,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use self::episode::{Episode, EpisodeAnswer, EpisodePhase, Rules, Share};
-use super::LEASE;
+use super::{ASK_EVERY, LEASE};
 use crate::breaker::state::CircuitState;
 use crate::policy::CircuitBreakerPolicy;
 
@@ -54,10 +56,21 @@ pub mod episode;
 pub const SLOT_LIFE: Duration = Duration::from_secs(2 * LEASE.as_secs());
 
 /// Without a send gate to pace the fleet's return, the breakers close in a
-/// ramp: `halfOpenMaxCalls` processes at once (as many as the trials
-/// reached at once), then twice as many every step, as TCP's slow start
-/// doubles its window: at the defaults, 200 processes are closed in 2.5 s.
+/// ramp: `halfOpenMaxCalls` processes at first (as many as the trials
+/// reached at once), then twice as many after each step in which no
+/// breaker it closed opened again, and no more after a step in which one
+/// did: TCP's slow start, which stops at a loss. A step lasts as long as a
+/// breaker it closed takes to open again on a dependency that cannot take
+/// its calls: `consecutiveFailures` of the process's calls, at the rate its
+/// refusals showed while open, and an ask, within [`RAMP_STEP_BOUNDS`].
+/// The ramp thus widens as fast as the dependency's answers can say it
+/// keeps up (every 350 ms at 20 calls a second a process, every 200 ms
+/// from 50), and no faster; this long if the rate is unknown.
 pub const RAMP_STEP: Duration = Duration::from_millis(500);
+
+/// The shortest and the longest step of the closing ramp: two asks, and a
+/// step that would let a fleet of thousands wait minutes.
+pub const RAMP_STEP_BOUNDS: (Duration, Duration) = (Duration::from_millis(200), Duration::from_secs(5));
 
 /// What a process says of its breaker when it asks.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -114,6 +127,18 @@ pub struct FleetBreaker<K> {
     last_ask: Instant,
     /// The episode as the replicas' store last told it, and what to tell it next.
     mirror: Mirror,
+    /// How fast its processes call, from what their open breakers refuse.
+    calls: Calls<K>,
+    /// Calls in a row that open a process's breaker again.
+    reopen_after: u32,
+}
+
+/// The calls a process makes a second, from the calls its open breaker
+/// refused between two asks: a moving mean over the fleet's asks.
+#[derive(Debug)]
+struct Calls<K> {
+    asked: HashMap<K, Instant>,
+    per_second: Option<f64>,
 }
 
 /// A replica's view of the episode its store keeps.
@@ -160,6 +185,19 @@ struct Closing<K> {
     at: Instant,
     /// Processes told to close, in the ramp without a gate.
     told: HashSet<K>,
+    /// Of those, the ones whose breakers opened again since.
+    reopened: HashSet<K>,
+    ramp: Ramp,
+}
+
+/// How many processes the closing ramp may have told to close by now.
+#[derive(Debug, Clone, Copy)]
+struct Ramp {
+    window: u64,
+    step: Duration,
+    step_began: Instant,
+    /// Whether a breaker it closed opened again in this step.
+    reopened: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -187,6 +225,11 @@ impl<K: Eq + Hash + Clone> FleetBreaker<K> {
             granted: 0,
             last_ask: now,
             mirror: Mirror::default(),
+            calls: Calls {
+                asked: HashMap::new(),
+                per_second: None,
+            },
+            reopen_after: reopen_after(policy),
         }
     }
 
@@ -199,6 +242,7 @@ impl<K: Eq + Hash + Clone> FleetBreaker<K> {
         self.open_timeout = policy.open_timeout;
         self.max_trials = policy.half_open_max_calls.max(1);
         self.success_threshold = policy.success_threshold.max(1);
+        self.reopen_after = reopen_after(policy);
         self.paced = paced;
     }
 
@@ -232,9 +276,13 @@ impl<K: Eq + Hash + Clone> FleetBreaker<K> {
             return verdict(CircuitState::Closed, 0, Duration::ZERO);
         }
         let opened = now.checked_sub(report.open_for).unwrap_or(now);
-        let (paced, first) = (self.paced, self.max_trials);
-        if let Some(closing) = self.closing.as_mut().filter(|closing| opened <= closing.at) {
-            return closing.verdict(who, paced, first, now);
+        self.calls.heard(&who, report.refused, now);
+        let paced = self.paced;
+        if let Some(closing) = self.closing.as_mut() {
+            if opened <= closing.at {
+                return closing.verdict(who, paced, now);
+            }
+            closing.opened_again(&who, now);
         }
         if let Phase::Closed = self.phase {
             // A breaker that opened since the last close: a new episode.
@@ -244,6 +292,10 @@ impl<K: Eq + Hash + Clone> FleetBreaker<K> {
         if let Phase::Open(since) = self.phase {
             let half_open = since + self.open_timeout;
             if now < half_open {
+                if report.refused > 0 {
+                    // Its demand, for the store to divide the slots by.
+                    self.mirror.pending.wanted = self.mirror.pending.wanted.saturating_add(1);
+                }
                 return verdict(CircuitState::Open, 0, half_open - now);
             }
             self.phase = Phase::HalfOpen {
@@ -307,10 +359,7 @@ impl<K: Eq + Hash + Clone> FleetBreaker<K> {
         };
         if successes >= self.success_threshold && !self.mirror.holds_at(now) {
             self.phase = Phase::Closed;
-            self.closing = Some(Closing {
-                at: now,
-                told: HashSet::new(),
-            });
+            self.closing = Some(Closing::new(now, self.max_trials, self.ramp_step()));
         }
     }
 
@@ -349,6 +398,48 @@ impl<K: Eq + Hash + Clone> FleetBreaker<K> {
         );
         self.granted += 1;
         1
+    }
+}
+
+impl<K: Eq + Hash + Clone> FleetBreaker<K> {
+    /// How long a step of the closing ramp lasts: as long as a process's
+    /// breaker takes to open again on a dependency that cannot take its calls.
+    fn ramp_step(&self) -> Duration {
+        let Some(per_second) = self.calls.per_second.filter(|&rate| rate > 0.0) else {
+            return RAMP_STEP;
+        };
+        let shows = f64::from(self.reopen_after) / per_second + ASK_EVERY.as_secs_f64();
+        let (shortest, longest) = RAMP_STEP_BOUNDS;
+        Duration::from_secs_f64(shows.min(longest.as_secs_f64())).max(shortest)
+    }
+}
+
+/// Calls in a row that open a breaker under `policy`: `consecutiveFailures`,
+/// or `minimumCalls` with that trigger off.
+fn reopen_after(policy: &CircuitBreakerPolicy) -> u32 {
+    match policy.consecutive_failures {
+        0 => policy.minimum_calls.max(1),
+        calls => calls.min(policy.minimum_calls.max(1)),
+    }
+}
+
+impl<K: Eq + Hash + Clone> Calls<K> {
+    /// Weight of one ask in the mean.
+    const WEIGHT: f64 = 0.05;
+
+    /// `who`, whose breaker is open, refused `refused` calls since its
+    /// last ask, heard at `now`.
+    fn heard(&mut self, who: &K, refused: u32, now: Instant) {
+        let Some(last) = self.asked.insert(who.clone(), now) else {
+            return;
+        };
+        let between = now.saturating_duration_since(last);
+        if between < ASK_EVERY / 2 || between > 10 * ASK_EVERY {
+            return;
+        }
+        let rate = f64::from(refused) / between.as_secs_f64();
+        let mean = self.per_second.get_or_insert(rate);
+        *mean += (rate - *mean) * Self::WEIGHT;
     }
 }
 
@@ -413,16 +504,14 @@ impl<K: Eq + Hash + Clone> FleetBreaker<K> {
                 .unwrap_or(now)
         };
         let episode: &Episode = &answer.episode;
+        let step = self.ramp_step();
         let mirror = &mut self.mirror;
         mirror.until = Some(now + LEASE);
         if episode.closed_at != mirror.closed_at {
             mirror.closed_at = episode.closed_at;
             let at = episode.closed_at.map(local);
             if let Some(at) = at.filter(|&at| self.closing.as_ref().is_none_or(|c| at > c.at)) {
-                self.closing = Some(Closing {
-                    at,
-                    told: HashSet::new(),
-                });
+                self.closing = Some(Closing::new(at, self.max_trials, step));
             }
         }
         if episode.epoch < mirror.epoch {
@@ -481,23 +570,68 @@ impl Mirror {
     }
 }
 
-impl<K: Eq + Hash> Closing<K> {
+impl<K: Eq + Hash + Clone> Closing<K> {
+    fn new(at: Instant, first: u32, step: Duration) -> Self {
+        Self {
+            at,
+            told: HashSet::new(),
+            reopened: HashSet::new(),
+            ramp: Ramp {
+                window: u64::from(first.max(1)),
+                step,
+                step_began: at,
+                reopened: false,
+            },
+        }
+    }
+
     /// The verdict for `who`, whose breaker opened before this close:
     /// closed, at once if `paced` (a gate paces the fleet back), else when
-    /// the ramp from `first` processes reaches it.
-    fn verdict(&mut self, who: K, paced: bool, first: u32, now: Instant) -> BreakerVerdict {
+    /// the ramp reaches it.
+    fn verdict(&mut self, who: K, paced: bool, now: Instant) -> BreakerVerdict {
         if paced || self.told.contains(&who) {
             return verdict(CircuitState::Closed, 0, Duration::ZERO);
         }
-        let since = now.saturating_duration_since(self.at);
-        let steps = (since.as_nanos() / RAMP_STEP.as_nanos()).min(32) as u32;
-        let allowed = u64::from(first).saturating_mul(1u64 << steps);
-        if (self.told.len() as u64) < allowed {
+        self.ramp.advance_to(now);
+        if (self.told.len() as u64) < self.ramp.window {
             self.told.insert(who);
             return verdict(CircuitState::Closed, 0, Duration::ZERO);
         }
-        let next_step = RAMP_STEP * (steps + 1);
-        verdict(CircuitState::Open, 0, next_step.saturating_sub(since))
+        verdict(CircuitState::Open, 0, self.ramp.next_step(now))
+    }
+
+    /// `who` reports a breaker that opened after this close: if the ramp
+    /// closed it, the ramp does not widen after this step.
+    fn opened_again(&mut self, who: &K, now: Instant) {
+        if self.told.contains(who) && !self.reopened.contains(who) {
+            self.reopened.insert(who.clone());
+            self.ramp.advance_to(now);
+            self.ramp.reopened = true;
+        }
+    }
+}
+
+impl Ramp {
+    /// Ends the steps that ended by `now`, each doubling the window unless
+    /// a breaker it closed opened again in it.
+    fn advance_to(&mut self, now: Instant) {
+        while now >= self.step_began + self.step {
+            if !self.reopened {
+                self.window = self.window.saturating_mul(2);
+            }
+            self.reopened = false;
+            self.step_began += self.step;
+            if self.window == u64::MAX {
+                // Every process is closed already: nothing left to step.
+                self.step_began = now;
+                return;
+            }
+        }
+    }
+
+    /// How long from `now` until its next step.
+    fn next_step(&self, now: Instant) -> Duration {
+        (self.step_began + self.step).saturating_duration_since(now)
     }
 }
 

@@ -12,7 +12,7 @@
 
 use std::collections::VecDeque;
 
-use stormguard_core::fleet::breaker::episode::{EpisodeAnswer, Share};
+use stormguard_core::fleet::breaker::episode::{EpisodeAnswer, OtherRules, Share};
 use stormguard_core::fleet::breaker::{BreakerVerdict, FleetBreaker};
 use stormguard_core::fleet::replicas::{Contribution, Published, Shared};
 use stormguard_core::fleet::{self, Ask, FleetController, Grant, IDLE, SHARE_EVERY};
@@ -71,7 +71,7 @@ struct Mine {
 /// The store's answers to them.
 struct Answers {
     pace: Option<Shared>,
-    breaker: Option<EpisodeAnswer>,
+    breaker: Option<Result<EpisodeAnswer, OtherRules>>,
 }
 
 /// What the engine is to schedule after a replica's step.
@@ -191,7 +191,7 @@ impl<'a> Replicas<'a> {
             Exchange::Travelling(mine, began) => {
                 let answers = Box::new(Answers {
                     pace: mine.pace.as_ref().map(|pace| store.answer(r, pace, t)),
-                    breaker: mine.breaker.as_ref().map(|share| store.merge(share, t)),
+                    breaker: mine.breaker.as_ref().map(|share| store.merge(r, share, t)),
                 });
                 replica.exchange = Exchange::Returning(mine, answers, began);
                 vec![Next::Exchange(t + (store.round_trip - half))]
@@ -199,8 +199,10 @@ impl<'a> Replicas<'a> {
             Exchange::Returning(mine, answers, began) => {
                 replica.exchange = Exchange::Due;
                 let next = Next::Exchange((began + nanos(SHARE_EVERY)).max(t));
-                if let (Some(answer), Some(breaker)) = (&answers.breaker, replica.breaker.as_mut()) {
-                    breaker.adopt_at(answer, now);
+                match (&answers.breaker, &mine.breaker, replica.breaker.as_mut()) {
+                    (Some(Ok(answer)), _, Some(breaker)) => breaker.adopt_at(answer, now),
+                    (Some(Err(_)), Some(share), Some(breaker)) => breaker.unshare(share, now),
+                    _ => {}
                 }
                 let published = match (&mine.pace, &answers.pace, replica.controller.as_mut()) {
                     (Some(mine), Some(shared), Some(controller)) => controller.shared_at(mine, shared, now),

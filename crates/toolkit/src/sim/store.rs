@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use stormguard_core::fleet::breaker::episode::{Episode, EpisodeAnswer, Share};
+use stormguard_core::fleet::breaker::episode::{Episode, EpisodeAnswer, Heard, HeardFrom, OtherRules, Share};
 use stormguard_core::fleet::replicas::{Contribution, Published, Shared, Tallies};
 use stormguard_core::fleet::LEASE;
 
@@ -29,8 +29,9 @@ pub struct StoreModel {
     /// When a contribution last arrived: the pending tallies and the
     /// published rate are kept for [`KEPT_FOR`] leases after it.
     written: u64,
-    /// The fleet breaker's episode.
+    /// The fleet breaker's episode, and what each replica said of itself.
     episode: Episode,
+    heard: HeardFrom,
     /// When it stops answering, for good.
     lost_at: Option<u64>,
     /// When it restarts, empty (Redis restarted without persistence, or
@@ -60,6 +61,7 @@ impl StoreModel {
             wants: vec![None; replicas],
             rate: None,
             episode: Episode::default(),
+            heard: HeardFrom::default(),
             restarts_at: None,
         }
     }
@@ -81,20 +83,24 @@ impl StoreModel {
             self.wants.fill(None);
             self.rate = None;
             self.episode = Episode::default();
+            self.heard.clear();
         }
     }
 
-    /// A replica's fleet breaker `share` arrives at `t`: merged into the
-    /// episode, as the daemon's compare-and-set does, and answered.
-    pub(super) fn merge(&mut self, share: &Share, t: u64) -> EpisodeAnswer {
+    /// Replica `r`'s fleet breaker `share` arrives at `t`: merged into the
+    /// episode, as the daemon's compare-and-set does, and answered (or
+    /// refused, under other rules than the episode's).
+    pub(super) fn merge(&mut self, r: usize, share: &Share, t: u64) -> Result<EpisodeAnswer, OtherRules> {
         self.restart_if_due(t);
         let at = t / 1_000_000;
-        let granted = self.episode.merge(share, at);
-        EpisodeAnswer {
+        let replica = format!("replica-{r}");
+        let granted = self.episode.merge(&replica, share, &self.heard, at)?;
+        self.heard.insert(replica, Heard::of(share, at));
+        Ok(EpisodeAnswer {
             episode: self.episode.clone(),
             granted,
             at,
-        }
+        })
     }
 
     /// Replica `r`'s contribution `mine` arrives at `t`: kept, and

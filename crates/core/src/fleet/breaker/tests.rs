@@ -1,7 +1,7 @@
 //! Tests of the fleet breaker: a fleet's open breakers given the policy's trials between them,
 //! alone and across replicas sharing a store.
 
-use super::episode::{Episode, EpisodeAnswer, EpisodePhase};
+use super::episode::{Episode, EpisodeAnswer, EpisodePhase, Heard, HeardFrom};
 use super::*;
 use crate::policy::CircuitBreakerPolicy;
 
@@ -126,9 +126,9 @@ async fn success_threshold_good_trials_close_every_breaker_that_opened_before() 
     assert_eq!((again.state, again.retry_in), (CircuitState::Open, OPEN_TIMEOUT));
 }
 
-#[tokio::test(start_paused = true)]
-async fn without_a_gate_the_breakers_close_in_a_doubling_ramp() {
-    let t0 = Instant::now();
+/// A fleet of 200 whose breakers opened at `t0`, closed by three
+/// successful trials `openTimeout` later: the fleet and when it closed.
+fn closed_after_an_outage(t0: Instant) -> (FleetBreaker<u32>, Instant) {
     let mut fleet = breaker(false, t0);
     fleet.ask_at(0, open(Duration::ZERO), t0);
     let due = t0 + OPEN_TIMEOUT;
@@ -136,22 +136,95 @@ async fn without_a_gate_the_breakers_close_in_a_doubling_ramp() {
     for &p in &holders[..3] {
         fleet.ask_at(p, outcome(1, 0), due + ms(10));
     }
-    let closed_at = due + ms(10);
-    let closed = |fleet: &mut FleetBreaker<u32>, at: Instant| {
-        (0..200)
-            .filter(|&p| fleet.ask_at(p, open(at - t0), at).state == CircuitState::Closed)
-            .count()
-    };
+    (fleet, due + ms(10))
+}
+
+/// Processes `0..200` whose breakers opened at `t0` ask at `at`, those in
+/// `reopened` with a breaker that opened again 50 ms before: how many
+/// of the first kind are told to close.
+fn closed_by(fleet: &mut FleetBreaker<u32>, t0: Instant, at: Instant, reopened: &[u32]) -> usize {
+    (0..200)
+        .filter(|&p| {
+            let report = if reopened.contains(&p) {
+                open(ms(50))
+            } else {
+                open(at - t0)
+            };
+            fleet.ask_at(p, report, at).state == CircuitState::Closed && !reopened.contains(&p)
+        })
+        .count()
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_gate_the_breakers_close_in_a_ramp_that_doubles_while_none_reopens() {
+    let t0 = Instant::now();
+    let (mut fleet, closed_at) = closed_after_an_outage(t0);
     assert_eq!(
-        closed(&mut fleet, closed_at + ms(100)),
+        closed_by(&mut fleet, t0, closed_at + ms(100), &[]),
         10,
         "as many as the trials at once"
     );
     let waiting = fleet.ask_at(150, open(closed_at + ms(100) - t0), closed_at + ms(100));
     assert_eq!((waiting.state, waiting.retry_in), (CircuitState::Open, ms(400)));
-    assert_eq!(closed(&mut fleet, closed_at + ms(600)), 20, "told ones stay told");
-    assert_eq!(closed(&mut fleet, closed_at + ms(1_100)), 40);
-    assert_eq!(closed(&mut fleet, closed_at + ms(2_600)), 200);
+    assert_eq!(
+        closed_by(&mut fleet, t0, closed_at + ms(600), &[]),
+        20,
+        "twice as many after a step; told ones stay told"
+    );
+    assert_eq!(closed_by(&mut fleet, t0, closed_at + ms(1_100), &[]), 40);
+    assert_eq!(closed_by(&mut fleet, t0, closed_at + ms(2_600), &[]), 200);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_ramps_step_is_as_long_as_a_closed_breaker_takes_to_open_again() {
+    // 20 calls a second a process, refused while open: five failures in a
+    // row take 250 ms, and the process asks within 100 ms after.
+    let t0 = Instant::now();
+    let mut fleet = breaker(false, t0);
+    let calling = |open_for| BreakerReport {
+        refused: 2,
+        ..open(open_for)
+    };
+    let mut now = t0;
+    while now < t0 + OPEN_TIMEOUT {
+        for p in 0..200 {
+            fleet.ask_at(p, calling(now - t0), now);
+        }
+        now += ms(100);
+    }
+    let holders: Vec<u32> = (0..200)
+        .filter(|&p| fleet.ask_at(p, calling(now - t0), now).trials == 1)
+        .collect();
+    for &p in &holders[..3] {
+        fleet.ask_at(p, outcome(1, 0), now + ms(10));
+    }
+    let closed_at = now + ms(10);
+    assert_eq!(closed_by(&mut fleet, t0, closed_at + ms(20), &[]), 10);
+    let waiting = fleet.ask_at(150, calling(closed_at - t0), closed_at + ms(20));
+    assert_eq!((waiting.state, waiting.retry_in), (CircuitState::Open, ms(330)));
+    assert_eq!(closed_by(&mut fleet, t0, closed_at + ms(360), &[]), 20);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_ramp_holds_while_breakers_it_closed_open_again() {
+    let t0 = Instant::now();
+    let (mut fleet, closed_at) = closed_after_an_outage(t0);
+    assert_eq!(closed_by(&mut fleet, t0, closed_at + ms(100), &[]), 10);
+    // One of the ten opens again in each of the next three steps.
+    for (step, reopened) in [0, 1, 2].into_iter().enumerate() {
+        let step_ends = closed_at + RAMP_STEP * (step as u32 + 1);
+        let heard = fleet.ask_at(reopened, open(ms(50)), step_ends - ms(100));
+        assert_eq!(heard.state, CircuitState::Open, "a new episode for it");
+        let reopened_so_far: Vec<u32> = (0..=reopened).collect();
+        assert_eq!(
+            closed_by(&mut fleet, t0, step_ends + ms(100), &reopened_so_far),
+            10 - reopened_so_far.len(),
+            "held at ten told, step {step}"
+        );
+    }
+    // Steps with none opening again: it widens from where it held.
+    assert_eq!(closed_by(&mut fleet, t0, closed_at + ms(2_100), &[0, 1, 2]), 17);
+    assert_eq!(closed_by(&mut fleet, t0, closed_at + ms(2_600), &[0, 1, 2]), 37);
 }
 
 #[tokio::test(start_paused = true)]
@@ -228,6 +301,7 @@ async fn fewer_slots_at_once_than_successes_needed_still_reach_a_close() {
 /// between them; the store's clock runs 5 s ahead of theirs.
 struct Replicated {
     store: Episode,
+    heard: HeardFrom,
     replicas: [FleetBreaker<u32>; 2],
     t0: Instant,
 }
@@ -236,6 +310,7 @@ impl Replicated {
     fn new(t0: Instant) -> Self {
         Self {
             store: Episode::default(),
+            heard: HeardFrom::default(),
             replicas: [breaker(true, t0), breaker(true, t0)],
             t0,
         }
@@ -247,7 +322,8 @@ impl Replicated {
             return;
         };
         let at = 5_000 + (now - self.t0).as_millis() as u64;
-        let granted = self.store.merge(&share, at);
+        let granted = self.store.merge(&r.to_string(), &share, &self.heard, at).unwrap();
+        self.heard.insert(r.to_string(), Heard::of(&share, at));
         let answer = EpisodeAnswer {
             episode: self.store.clone(),
             granted,
@@ -307,8 +383,12 @@ async fn replicas_sharing_a_store_send_the_policys_trials_between_them_not_each(
     };
     let after = due + ms(1_500);
     fleet.run(after, ms(100), succeeded);
-    fleet.run(after + ms(100), ms(100), |_| open(OPEN_TIMEOUT));
+    fleet.run(after + ms(100), ms(200), |_| open(OPEN_TIMEOUT));
     assert_eq!(fleet.store.phase, EpisodePhase::Closed);
+    assert!(
+        holders.iter().any(|p| p % 2 == 0) && holders.iter().any(|p| p % 2 == 1),
+        "both replicas' processes wait as many: each gets slots {holders:?}"
+    );
     let later = after + ms(300);
     for p in 0..200 {
         let told = fleet.replicas[(p % 2) as usize].ask_at(p, open(later - t0), later);
@@ -420,6 +500,7 @@ async fn a_store_that_lost_the_episode_is_told_again_and_the_wait_goes_on() {
     assert!(matches!(fleet.store.phase, EpisodePhase::Open { .. }));
     // Redis restarts empty 10 s into the episode.
     fleet.store = Episode::default();
+    fleet.heard.clear();
     fleet.run(t0 + ms(10_000), ms(1_000), |_| open(ms(10_000)));
     assert_eq!(
         fleet.store.phase,
@@ -441,7 +522,7 @@ async fn a_slot_granted_while_deciding_alone_is_not_settled_in_the_store() {
     fleet.ask(t0, |_| open(Duration::ZERO));
     let due = t0 + OPEN_TIMEOUT;
     let shared = fleet.run(due, ms(500), |_| open(OPEN_TIMEOUT));
-    assert_eq!((shared.len(), fleet.store.out.len()), (10, 10));
+    assert_eq!((shared.len(), fleet.store.slots_out()), (10, 10));
     // Replica 1 hears nothing for a lease and grants slots of its own...
     let alone_at = due + ms(500) + LEASE + ms(100);
     let alone: Vec<u32> = (1..200)
