@@ -291,7 +291,7 @@ impl CircuitBreaker {
     /// new thresholds to its next judgement. A window of another shape
     /// starts afresh (outcomes kept by count cannot be read by time, or
     /// by another count); the same shape keeps its outcomes. Turned from
-    /// `fleet` to `local`, it no longer waits for the daemon's word.
+    /// `fleet` to `process`, it no longer waits for the daemon's word.
     pub fn retune_at(&self, policy: &CircuitBreakerPolicy, now: Instant) {
         let mut m = self.lock();
         let old = self.shared.policy.load();
