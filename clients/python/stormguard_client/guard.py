@@ -5,7 +5,6 @@ and the start of each call.
 """
 
 import contextlib
-import dataclasses
 import functools
 import logging
 import random
@@ -53,6 +52,11 @@ class Guard:
         self._random = rng or random.Random()
         self._lock = threading.Lock()
         self._controls: Controls | None = None
+        # The last policy the watch gave that build refused, so that it is
+        # reported once, not rebuilt on every call; never the comparison
+        # base for the next one, which stays the policy the controls were
+        # built from.
+        self._refused: Policy | None = None
 
     @property
     def breaker(self) -> CircuitBreaker | None:
@@ -74,24 +78,38 @@ class Guard:
         changes: the budget only if its block changed, and the breaker and
         the gate retuned in place (see :func:`~stormguard_client.controls.build`),
         so a policy update does not reset an open breaker, a spent budget or
-        a gate that paces a recovering dependency."""
+        a gate that paces a recovering dependency. A policy build refuses is
+        logged once and changes nothing: the controls, and the policy they
+        were built from (what the next policy is compared with), stay as
+        they were; refused from the start, the defaults serve."""
         policy = self.watch.policy(self.service)
         with self._lock:
             old = self._controls
             if old is not None and (old.policy is policy or old.policy == policy):
+                # Back to the policy in force: a refused one coming again is
+                # a new version, reported again.
+                self._refused = None
+                return old
+            if old is not None and (self._refused is policy or self._refused == policy):
                 return old
             try:
-                self._controls = build(policy, old, self._clock(), self._random.random)
+                controls = build(policy, old, self._clock(), self._random.random)
             except ValueError as error:
-                if old is None:
-                    log.error("stormguard: the policy of %s cannot be used (%s); using the defaults",
-                              self.service, error)
-                    self._controls = build(DEFAULT_POLICY, None, self._clock(), self._random.random)
-                else:
+                # Refused: the controls, and the policy they were built from,
+                # stay as they were, so the next policy is compared with the
+                # last one applied.
+                self._refused = policy
+                if old is not None:
                     log.error("stormguard: the new policy of %s cannot be used (%s); keeping the last",
                               self.service, error)
-                    self._controls = dataclasses.replace(old, policy=policy)
-            return self._controls
+                    return old
+                log.error("stormguard: the policy of %s cannot be used (%s); using the defaults",
+                          self.service, error)
+                controls = build(DEFAULT_POLICY, None, self._clock(), self._random.random)
+            else:
+                self._refused = None
+            self._controls = controls
+            return controls
 
     @contextlib.contextmanager
     def _calling(self, endpoint: str, new_wakeup: Callable[[], W], failure: FailureOf,

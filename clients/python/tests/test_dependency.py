@@ -4,6 +4,7 @@ back to it."""
 import email.message
 import http.server
 import json
+import logging
 import random
 import threading
 import time
@@ -469,6 +470,82 @@ def test_an_update_of_the_breaker_block_retunes_the_breaker_and_an_open_one_stay
     assert dependency.breaker is None
     dependency.watch.current = {**dependency.watch.current, "circuitBreaker": breaker}
     assert dependency.breaker is not opened and dependency.breaker.state == "closed", "turned on again: a new one"
+
+
+# --- refused policies ------------------------------------------------------
+
+GENEROUS = {"enabled": True, "retryRatio": 0.5, "minRetriesPerSecond": 10, "ttlMs": 10_000}
+NO_RETRIES = {"enabled": True, "retryRatio": 0.0, "minRetriesPerSecond": 0, "ttlMs": 10_000}
+
+
+def refusals(caplog):
+    """The refusals of a policy logged so far."""
+    return [r.getMessage() for r in caplog.records if "cannot be used" in r.getMessage()]
+
+
+def failing_twice(dependency):
+    """Attempts sent by one call to ``dependency`` that answers 503, then 200."""
+    answers, sent = iter([503, 200]), []
+    dependency.call("/charge", lambda timeout: sent.append(timeout) or next(answers))
+    return len(sent)
+
+
+@pytest.mark.parametrize("bad_breaker", [5, {"enabled": True, "openTimeoutMs": 0}], ids=["not-an-object", "out-of-range"])
+def test_after_a_refused_policy_the_next_is_compared_with_the_last_applied_and_its_budget_takes_effect(
+        bad_breaker, caplog):
+    clock = VirtualTime()
+    dependency = Dependency(Watch(maxRetries=1, jitter="none", budget=GENEROUS), "payments", clock=clock.clock,
+                            sleep=clock.sleep, wait=clock.wait)
+    applied = dependency.budget
+    assert failing_twice(dependency) == 2, "policy A: its budget lets the retry go"
+    good = dependency.watch.current
+    with caplog.at_level(logging.ERROR, logger="stormguard_client.dependency"):
+        dependency.watch.current = {**good, "budget": NO_RETRIES, "circuitBreaker": bad_breaker}
+        assert dependency.budget is applied and failing_twice(dependency) == 2, "policy B refused: A's budget stays"
+        assert dependency.breaker is None
+        [refused] = refusals(caplog)
+        assert "payments" in refused and "circuitBreaker" in refused and "keeping the last" in refused, refused
+        dependency.watch.current = {**good, "budget": NO_RETRIES}
+        assert dependency.budget is not applied, "C's budget block differs from A's, the last applied"
+        assert failing_twice(dependency) == 1, "C's budget takes effect: the retry is denied"
+        assert dependency.budget.denied == 1
+    assert len(refusals(caplog)) == 1, "B was reported once; C was taken up"
+
+
+def test_after_a_policy_whose_budget_is_not_an_object_is_refused_the_next_valid_policy_is_applied(caplog):
+    clock = VirtualTime()
+    dependency = Dependency(Watch(maxRetries=1, jitter="none", budget=GENEROUS), "payments", clock=clock.clock,
+                            sleep=clock.sleep, wait=clock.wait)
+    applied = dependency.budget
+    good = dependency.watch.current
+    with caplog.at_level(logging.ERROR, logger="stormguard_client.dependency"):
+        dependency.watch.current = {**good, "maxRetries": 0, "budget": 5}
+        for _ in range(3):
+            assert failing_twice(dependency) == 2, "refused: A's maxRetries (1) and budget stay"
+        assert dependency.budget is applied
+        [refused] = refusals(caplog)
+        assert "budget must be an object" in refused and "payments" in refused, refused
+        dependency.watch.current = {**good, "maxRetries": 0, "budget": NO_RETRIES}
+        assert failing_twice(dependency) == 1, "maxRetries 0: one attempt"
+        assert dependency.budget is not applied and dependency.budget.configured_floor == 0.0
+    assert len(refusals(caplog)) == 1, "the valid policy was not refused too"
+
+
+def test_a_policy_refused_from_the_start_is_reported_once_and_the_defaults_serve_until_a_valid_one(caplog):
+    clock = VirtualTime()
+    with caplog.at_level(logging.ERROR, logger="stormguard_client.dependency"):
+        dependency = Dependency(Watch(maxRetries=1, jitter="none", budget=5), "payments", clock=clock.clock,
+                                sleep=clock.sleep, wait=clock.wait)
+        defaults = dependency.budget
+        assert defaults is not None and defaults.configured_floor == DEFAULT_POLICY["budget"]["minRetriesPerSecond"]
+        for _ in range(3):
+            assert failing_twice(dependency) == 2, f"the defaults' maxRetries ({DEFAULT_POLICY['maxRetries']}) serve"
+        assert dependency.budget is defaults
+        [refused] = refusals(caplog)
+        assert "budget must be an object" in refused and "using the defaults" in refused, refused
+        dependency.watch.current = {**dependency.watch.current, "maxRetries": 0, "budget": NO_RETRIES}
+        assert failing_twice(dependency) == 1 and dependency.budget.configured_floor == 0.0
+    assert len(refusals(caplog)) == 1
 
 
 def test_a_call_that_gets_no_turn_gives_back_its_breaker_permit():
