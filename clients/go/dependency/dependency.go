@@ -17,7 +17,12 @@
 // changed, and the breaker and the gate are retuned in place (see
 // breaker.Breaker.Retune and gate.Gate.Retune), keeping their state, unless
 // the update turns them off, or on, or changes what the gate hears as
-// overload; an unchanged block keeps its state, as Guard::updated does.
+// overload; an unchanged block keeps its state, as Guard::updated does. A
+// policy with a setting that cannot be used (policy.Policy.Settings) is
+// refused whole, as the Rust library refuses one that is not a
+// ValidPolicy: the breaker, the budget, the gate and the policy in force
+// stay as they were, and the refusal is logged once, naming the setting,
+// to the watch's logger (policy.Config.Logger).
 package dependency
 
 import (
@@ -26,6 +31,7 @@ import (
 	"fmt"
 	"math/rand"
 	"net"
+	"reflect"
 	"sync"
 	"syscall"
 	"time"
@@ -108,19 +114,16 @@ type Dependency struct {
 	breakerPolicy breaker.Policy
 	breakerBorn   time.Time
 	budget        *budget.Budget
-	budgetKey     budgetSettings
+	budgetKey     policy.BudgetSettings
 	budgetBorn    time.Time
 	gate          *gate.Gate
 	gatePolicy    gate.Policy
 	gateBorn      time.Time
 	random        *rand.Rand
-}
-
-type budgetSettings struct {
-	ratio     float64
-	perSecond uint32
-	ttl       time.Duration
-	fleet     bool
+	// refused is the last policy the watch gave that could not be used
+	// (nil once one is taken up), so that it is logged once; never what the
+	// next policy is compared with, which stays current.
+	refused policy.Policy
 }
 
 // guard is the current policy, breaker, budget and gate, with their
@@ -161,65 +164,143 @@ func (d *Dependency) Gate() *gate.Gate { return d.guard().gate }
 func (d *Dependency) guard() guard {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if etag := d.watch.ETag(); !d.built || etag != d.etag {
-		d.rebuild(etag)
+	if p, etag := d.watch.Version(d.service); !d.built || etag != d.etag {
+		d.rebuild(p, etag)
 	}
 	return guard{d.current, d.breaker, d.breakerBorn, d.budget, d.budgetBorn, d.gate, d.gatePolicy, d.gateBorn}
 }
 
-func (d *Dependency) rebuild(etag string) {
-	p := d.watch.Policy(d.service)
+// rebuild takes up p, the policy at etag, if every setting it holds can be
+// used (policy.Policy.Settings), as the Rust library takes up only a
+// ValidPolicy. A policy that cannot be used changes nothing: the breaker,
+// the budget, the gate and the policy they were built from, which the
+// next policy is compared with, stay as they were, and the refusal is
+// logged once, naming the setting, however often the watch hands out the
+// same policy again. Refused from the start, the built-in defaults serve.
+func (d *Dependency) rebuild(p policy.Policy, etag string) {
+	// etag is handled, taken up or refused: the next look at the watch
+	// reads it again only once it changes.
+	d.etag = etag
+	settings, err := p.Settings()
+	if err == nil {
+		err = d.apply(p, settings)
+	}
+	if err == nil {
+		d.refused = nil
+		return
+	}
+	if d.refused == nil || !reflect.DeepEqual(p, d.refused) {
+		version := ""
+		if etag != "" {
+			version = " (version " + etag + ")"
+		}
+		if d.built {
+			d.watch.Logger().Printf("stormguard: the new policy of %s%s cannot be used (%v); keeping the last", d.service, version, err)
+		} else {
+			d.watch.Logger().Printf("stormguard: the policy of %s%s cannot be used (%v); using the defaults", d.service, version, err)
+		}
+	}
+	d.refused = p
+	if !d.built {
+		defaults := policy.Default()
+		settings, err := defaults.Settings()
+		if err == nil {
+			err = d.apply(defaults, settings)
+		}
+		if err != nil {
+			panic("stormguard: the built-in default policy cannot be used: " + err.Error())
+		}
+	}
+}
+
+// apply builds what the checked settings of p change, or says why it
+// cannot, having changed nothing: the breaker and the gate retuned in
+// place (see breaker.Breaker.Retune and gate.Gate.Retune), keeping their
+// state, unless the update turns them off, or on, or changes what the
+// gate hears as overload; the budget rebuilt if its block changed; an
+// unchanged block keeps its state, as Guard::updated does.
+func (d *Dependency) apply(p policy.Policy, s policy.Settings) error {
 	now := time.Now()
-	cb, on := p.CircuitBreaker()
+	// What is new is built first: whatever fails, nothing has changed.
+	cb := s.Breaker
+	retuneBreaker := cb.Enabled && d.breaker != nil && cb != d.breakerPolicy
+	newBreaker := d.breaker
 	switch {
-	case !on:
-		d.breaker = nil
-	case d.breaker != nil && cb != d.breakerPolicy && d.breaker.Retune(cb) == nil:
+	case !cb.Enabled:
+		newBreaker = nil
+	case d.breaker == nil:
+		b, err := breaker.New(cb)
+		if err != nil {
+			return err
+		}
+		newBreaker = b
+	}
+	b := s.Budget
+	newBudget := d.budget
+	switch {
+	case !b.Enabled:
+		newBudget = nil
+	case d.budget == nil || b != d.budgetKey:
+		bu, err := budget.New(b.RetryRatio, b.MinRetriesPerSecond, b.TTL)
+		if err != nil {
+			return fmt.Errorf("budget: %w", err)
+		}
+		if b.FleetScoped {
+			bu.ScopeToFleet()
+		}
+		newBudget = bu
+	}
+	gp := s.Gate
+	// What the gate learned holds under the new settings unless they void
+	// it: an update mid-incident neither lets new calls past its line nor
+	// sends it back to probing.
+	retuneGate := gp.Enabled && d.gate != nil && gp != d.gatePolicy && d.gate.Settings().Unlearned(gp) == ""
+	newGate := d.gate
+	switch {
+	case !gp.Enabled:
+		newGate = nil
+	case d.gate == nil || (gp != d.gatePolicy && !retuneGate):
+		g, err := gate.New(gp, nil)
+		if err != nil {
+			return err
+		}
+		newGate = g
+	}
+	// Then retuned in place, the settings checked as Retune checks them,
+	// so that it cannot refuse them.
+	if retuneBreaker {
+		if err := cb.Check(); err != nil {
+			return err
+		}
+	}
+	if retuneGate {
+		if err := gp.Check(); err != nil {
+			return err
+		}
+	}
+	if retuneBreaker && d.breaker.Retune(cb) == nil {
 		// The same breaker, on its own clock (breakerBorn stays): an edit
 		// mid-outage must not close an open breaker and let every call
 		// through to a dependency that is down.
 		d.breakerPolicy = cb
-	case d.breaker == nil || cb != d.breakerPolicy:
-		b, err := breaker.New(cb)
-		if err != nil { // the daemon validates policies: this is a defect
-			b = nil
-		}
-		d.breaker, d.breakerPolicy, d.breakerBorn = b, cb, now
 	}
-	ratio, perSecond, ttl, enabled := p.Budget()
-	settings := budgetSettings{ratio, perSecond, ttl, p.BudgetFleetScoped()}
-	switch {
-	case !enabled:
-		d.budget = nil
-	case d.budget == nil || settings != d.budgetKey:
-		b, err := budget.New(ratio, perSecond, ttl)
-		if err != nil {
-			b = nil
-		} else if settings.fleet {
-			b.ScopeToFleet()
-		}
-		d.budget, d.budgetKey, d.budgetBorn = b, settings, now
-	}
-	gp, gateOn := p.Gate()
-	switch {
-	case !gateOn:
-		d.gate = nil
-	case d.gate != nil && gp != d.gatePolicy && d.gate.Retune(gp):
-		// What the gate learned holds under the new settings: an update
-		// mid-incident neither lets new calls past its line nor sends it
-		// back to probing.
+	if retuneGate && d.gate.Retune(gp) {
 		d.gatePolicy = gp
-	case d.gate == nil || gp != d.gatePolicy:
-		g, err := gate.New(gp, nil)
-		if err != nil {
-			g = nil
-		}
-		d.gate, d.gatePolicy, d.gateBorn = g, gp, now
 	}
-	d.current, d.etag, d.built = p, etag, true
+	if newBreaker != d.breaker {
+		d.breaker, d.breakerPolicy, d.breakerBorn = newBreaker, cb, now
+	}
+	if newBudget != d.budget {
+		d.budget, d.budgetKey, d.budgetBorn = newBudget, b, now
+	}
+	if newGate != d.gate {
+		d.gate, d.gatePolicy, d.gateBorn = newGate, gp, now
+	}
+	d.current, d.built = p, true
 	if d.reporter != nil {
 		d.reporter.Track(d.service, d.breaker, d.breakerBorn, d.budget, d.gate, d.gateBorn)
 	}
+	return nil
 }
 
 func since(born time.Time) uint64 {

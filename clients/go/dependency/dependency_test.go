@@ -5,14 +5,17 @@ package dependency
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -273,5 +276,301 @@ func TestFailuresWithoutAStatusAreNamedAsRetryOnNamesThem(t *testing.T) {
 	_, err = http.DefaultClient.Do(request.WithContext(ctx))
 	if Failure(err) != "timeout" {
 		t.Fatalf("%v: %s", err, Failure(err))
+	}
+}
+
+// policyFeed is a daemon of the test's own serving payments the last
+// policy the test gave it, each under an ETag of its own, even one the
+// real daemon, which checks its policies, would never serve.
+type policyFeed struct {
+	mu      sync.Mutex
+	version int
+	body    []byte
+}
+
+func (f *policyFeed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	etag, body := fmt.Sprintf(`"v%d"`, f.version), f.body
+	f.mu.Unlock()
+	if r.Header.Get("If-None-Match") == etag {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	w.Header().Set("ETag", etag)
+	_, _ = w.Write(body)
+}
+
+// set makes the built-in default policy with changes set over its keys the
+// next version served; its ETag.
+func (f *policyFeed) set(t *testing.T, changes map[string]any) string {
+	t.Helper()
+	p := policy.Default()
+	for k, v := range changes {
+		p[k] = v
+	}
+	body, err := json.Marshal(map[string]any{"services": map[string]any{"payments": map[string]any{"policy": p}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.version++
+	f.body = body
+	return fmt.Sprintf(`"v%d"`, f.version)
+}
+
+// next serves the next version (see set) and waits until watch holds it;
+// its ETag.
+func (f *policyFeed) next(t *testing.T, watch *policy.Watch, changes map[string]any) string {
+	t.Helper()
+	etag := f.set(t, changes)
+	if !eventually(func() bool { return watch.ETag() == etag }) {
+		t.Fatalf("the watch never took up %s", etag)
+	}
+	return etag
+}
+
+// logBook is a log of the test's own, read while the watch may write it.
+type logBook struct {
+	mu   sync.Mutex
+	text strings.Builder
+}
+
+func (l *logBook) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.text.Write(p)
+}
+
+func (l *logBook) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.text.String()
+}
+
+// feedPolicies starts a policyFeed serving first, and a watch of payments
+// there, quick to follow a new version, logging to a log of the test's.
+func feedPolicies(t *testing.T, first map[string]any) (*policyFeed, *policy.Watch, *logBook) {
+	t.Helper()
+	feed := &policyFeed{}
+	feed.set(t, first)
+	daemon := httptest.NewServer(feed)
+	t.Cleanup(daemon.Close)
+	book := &logBook{}
+	watch, err := policy.Start(context.Background(), policy.Config{Daemon: daemon.URL, Services: []string{"payments"}, WatchWait: time.Second, MinPollInterval: 10 * time.Millisecond, Logger: log.New(book, "", 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(watch.Stop)
+	if watch.Source() != policy.FromDaemon {
+		t.Fatalf("the policies came from %v, not the daemon", watch.Source())
+	}
+	return feed, watch, book
+}
+
+// with is base with changes set over its keys.
+func with(base, changes map[string]any) map[string]any {
+	merged := map[string]any{}
+	for k, v := range base {
+		merged[k] = v
+	}
+	for k, v := range changes {
+		merged[k] = v
+	}
+	return merged
+}
+
+// refusal is what a dependency of payments logs when it refuses the
+// policy at etag for what says.
+func refusal(etag, says string) string {
+	return fmt.Sprintf("stormguard: the new policy of payments (version %s) cannot be used (%s); keeping the last\n", etag, says)
+}
+
+// TestAPolicyWithABadBreakerBlockKeepsTheLastGoodBreakerOpen: two 503s
+// open the breaker; the daemon then serves a breaker block out of range,
+// one that is not an object, one with a key of the wrong type: each is
+// refused, logged once naming what is wrong, and the same breaker stays,
+// open, under its settings, refusing calls without sending them. The next
+// good policy retunes it, still open.
+func TestAPolicyWithABadBreakerBlockKeepsTheLastGoodBreakerOpen(t *testing.T) {
+	breakerBlock := func(openTimeoutMs float64) map[string]any {
+		return map[string]any{"enabled": true, "consecutiveFailures": 2.0, "openTimeoutMs": openTimeoutMs}
+	}
+	good := map[string]any{"maxRetries": 0.0, "circuitBreaker": breakerBlock(60_000)}
+	feed, watch, book := feedPolicies(t, good)
+	dependency := New(watch, "payments", nil)
+	server := &flaky{failures: 1000}
+	payments := httptest.NewServer(server)
+	defer payments.Close()
+	for i := 0; i < 2; i++ {
+		_ = dependency.Call(context.Background(), "/charge", attempt(payments.URL))
+	}
+	b := dependency.Breaker()
+	if b == nil || b.State() != breaker.Open {
+		t.Fatal("two 503s in a row left the breaker closed")
+	}
+	settings := b.Policy()
+
+	for _, bad := range []struct {
+		block any
+		says  string
+	}{
+		{breakerBlock(7_200_000), "circuitBreaker.openTimeout must be between 1ms and 1h0m0s, found 2h0m0s"},
+		{5.0, "circuitBreaker must be an object, found 5"},
+		{map[string]any{"enabled": true, "minimumCalls": "many"}, "circuitBreaker.minimumCalls must be a number, found many"},
+	} {
+		etag := feed.next(t, watch, with(good, map[string]any{"circuitBreaker": bad.block}))
+		for i := 0; i < 3; i++ {
+			before := server.calls.Load()
+			err := dependency.Call(context.Background(), "/charge", attempt(payments.URL))
+			var gaveUp *CallError
+			if !errors.As(err, &gaveUp) || gaveUp.Reason != CircuitOpen || server.calls.Load() != before {
+				t.Fatalf("%v: %v, %d sent: the breaker no longer refuses", bad.block, err, server.calls.Load()-before)
+			}
+		}
+		if dependency.Breaker() != b || b.State() != breaker.Open || b.Policy() != settings {
+			t.Fatalf("%v: the breaker was replaced, closed or retuned", bad.block)
+		}
+		if logged := book.String(); strings.Count(logged, refusal(etag, bad.says)) != 1 {
+			t.Fatalf("%v: want the refusal logged once, got %q", bad.block, logged)
+		}
+	}
+
+	feed.next(t, watch, with(good, map[string]any{"circuitBreaker": breakerBlock(30_000)}))
+	if dependency.Breaker() != b || b.State() != breaker.Open || b.Policy().OpenTimeout != 30*time.Second {
+		t.Fatalf("the next good policy did not retune the breaker in place: %+v", b.Policy())
+	}
+	if logged := book.String(); strings.Count(logged, "cannot be used") != 3 {
+		t.Fatalf("a good policy was refused: %q", logged)
+	}
+}
+
+// TestAValidPolicyAfterARefusedOneIsTakenUpInFull: policies with a budget
+// that is not an object, or out of range, or a maxRetries or retryOn that
+// cannot be used, are refused whole: the budget stays, and so do the
+// retries, though each asks for more. The next good policy, compared with
+// the last one taken up, is taken up in full: a new budget and its retries.
+func TestAValidPolicyAfterARefusedOneIsTakenUpInFull(t *testing.T) {
+	budgetBlock := func(perSecond float64, scope string) map[string]any {
+		return map[string]any{"enabled": true, "retryRatio": 0.2, "minRetriesPerSecond": perSecond, "ttlMs": 10_000.0, "scope": scope}
+	}
+	good := map[string]any{"maxRetries": 1.0, "initialDelayMs": 1.0, "maxDelayMs": 5.0, "jitter": "none", "budget": budgetBlock(30, "process")}
+	feed, watch, book := feedPolicies(t, good)
+	dependency := New(watch, "payments", nil)
+	server := &flaky{failures: 1000}
+	payments := httptest.NewServer(server)
+	defer payments.Close()
+	attempts := func() int64 {
+		before := server.calls.Load()
+		_ = dependency.Call(context.Background(), "/charge", attempt(payments.URL))
+		return server.calls.Load() - before
+	}
+	if n := attempts(); n != 2 {
+		t.Fatalf("%d attempts, want 2", n)
+	}
+	b := dependency.Budget()
+	if floor, fleet := b.FleetFloor(); floor != 30 || fleet {
+		t.Fatalf("the budget's floor is %v (fleet %v)", floor, fleet)
+	}
+
+	for _, bad := range []struct {
+		changes map[string]any
+		says    string
+	}{
+		{map[string]any{"maxRetries": 3.0, "budget": "plenty"}, `budget must be an object, found "plenty"`},
+		{map[string]any{"maxRetries": 3.0, "budget": map[string]any{"enabled": true, "retryRatio": -1.0}}, "budget.retryRatio must be between 0 and 1000, found -1"},
+		{map[string]any{"maxRetries": 101.0}, "maxRetries must be between 0 and 100, found 101"},
+		{map[string]any{"maxRetries": 3.0, "retryOn": []any{"5xxx"}}, `retryOn[0]: unknown retry condition "5xxx"; expected one of: connect-failure, timeout, reset, 5xx, gateway-error`},
+	} {
+		etag := feed.next(t, watch, with(good, bad.changes))
+		for i := 0; i < 2; i++ {
+			if n := attempts(); n != 2 {
+				t.Fatalf("%v: %d attempts, want the last good policy's 2", bad.changes, n)
+			}
+		}
+		if dependency.Budget() != b {
+			t.Fatalf("%v: the budget was replaced", bad.changes)
+		}
+		if logged := book.String(); strings.Count(logged, refusal(etag, bad.says)) != 1 {
+			t.Fatalf("%v: want the refusal logged once, got %q", bad.changes, logged)
+		}
+	}
+
+	feed.next(t, watch, with(good, map[string]any{"maxRetries": 2.0, "budget": budgetBlock(50, "fleet")}))
+	if n := attempts(); n != 3 {
+		t.Fatalf("%d attempts, want the new policy's 3", n)
+	}
+	next := dependency.Budget()
+	if floor, fleet := next.FleetFloor(); next == b || floor != 50 || !fleet {
+		t.Fatalf("the new budget block was not taken up: floor %v, fleet %v", floor, fleet)
+	}
+	if logged := book.String(); strings.Count(logged, "cannot be used") != 4 {
+		t.Fatalf("a good policy was refused: %q", logged)
+	}
+}
+
+// TestABadGateBlockKeepsTheLastGate: a 503 turns the gate on; gate blocks
+// out of range, not an object, or with an overloadWhen that is none, are
+// refused and logged once each, and the same gate stays on, its settings
+// unchanged.
+func TestABadGateBlockKeepsTheLastGate(t *testing.T) {
+	gateBlock := map[string]any{"enabled": true, "minRate": 0.001, "maxRate": 10.0, "quietMs": 3_600_000.0, "overloadWhen": "any-refusal"}
+	good := map[string]any{"maxRetries": 0.0, "budget": map[string]any{"enabled": false}, "gate": gateBlock}
+	feed, watch, book := feedPolicies(t, good)
+	dependency := New(watch, "payments", nil)
+	payments := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer payments.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_ = dependency.Call(ctx, "/charge", attempt(payments.URL))
+	g := dependency.Gate()
+	if g == nil || !g.On() {
+		t.Fatal("a 503 left the gate off")
+	}
+	settings := g.Settings()
+
+	for _, bad := range []struct {
+		block any
+		says  string
+	}{
+		{with(gateBlock, map[string]any{"minRate": 0.0}), "gate.minRate must be above 0 and at most 1000, found 0"},
+		{"on", `gate must be an object, found "on"`},
+		{with(gateBlock, map[string]any{"overloadWhen": "sometimes"}), `gate.overloadWhen: unknown overloadWhen value "sometimes"; expected one of: evidence, any-refusal, most-refused`},
+	} {
+		etag := feed.next(t, watch, with(good, map[string]any{"gate": bad.block}))
+		for i := 0; i < 3; i++ {
+			if dependency.Gate() != g || !g.On() || g.Settings() != settings {
+				t.Fatalf("%v: the gate was dropped, replaced, turned off or retuned", bad.block)
+			}
+		}
+		if logged := book.String(); strings.Count(logged, refusal(etag, bad.says)) != 1 {
+			t.Fatalf("%v: want the refusal logged once, got %q", bad.block, logged)
+		}
+	}
+}
+
+// TestAPolicyRefusedFromTheStartLeavesTheBuiltInDefaults: a first policy
+// whose budget cannot be used is logged, and the built-in default policy
+// serves, with its budget, until a good one comes.
+func TestAPolicyRefusedFromTheStartLeavesTheBuiltInDefaults(t *testing.T) {
+	feed, watch, book := feedPolicies(t, map[string]any{"budget": map[string]any{"enabled": true, "ttlMs": 0.0}})
+	dependency := New(watch, "payments", nil)
+	b := dependency.Budget()
+	if b == nil {
+		t.Fatal("no budget: the refused policy's budget was dropped, not the defaults'")
+	}
+	if floor, _ := b.FleetFloor(); floor != 10 {
+		t.Fatalf("the budget's floor is %v, not the default's", floor)
+	}
+	want := `stormguard: the policy of payments (version "v1") cannot be used (budget.ttl must be between 1s and 1m0s, found 0s); using the defaults` + "\n"
+	_ = dependency.Breaker()
+	if logged := book.String(); logged != want {
+		t.Fatalf("logged %q, want %q", logged, want)
+	}
+	feed.next(t, watch, map[string]any{"budget": map[string]any{"enabled": true, "minRetriesPerSecond": 20.0}})
+	if floor, _ := dependency.Budget().FleetFloor(); floor != 20 {
+		t.Fatalf("the good policy's budget was not taken up: floor %v", floor)
 	}
 }

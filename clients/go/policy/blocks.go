@@ -32,7 +32,8 @@ func (p Policy) block(key string) map[string]any {
 
 // CircuitBreaker is the policy's circuitBreaker block and whether it is
 // enabled; keys it does not set take the built-in defaults. A block that
-// cannot be read gives the defaults, disabled.
+// cannot be read gives the defaults, disabled: Settings says what is wrong
+// with it.
 func (p Policy) CircuitBreaker() (breaker.Policy, bool) {
 	defaults, _ := breaker.Policy{}.FromMap(Policy(nil).block("circuitBreaker"))
 	read, err := breaker.Policy{}.FromMap(p.block("circuitBreaker"))
@@ -45,7 +46,8 @@ func (p Policy) CircuitBreaker() (breaker.Policy, bool) {
 
 // Gate is the policy's gate block (the send gate's settings) and whether
 // it is enabled; keys it does not set take the built-in defaults. A block
-// that cannot be read gives the defaults, disabled.
+// that cannot be read gives the defaults, disabled: Settings says what is
+// wrong with it.
 func (p Policy) Gate() (gate.Policy, bool) {
 	defaults, _ := gate.Policy{}.FromMap(Policy(nil).block("gate"))
 	read, err := gate.Policy{}.FromMap(p.block("gate"))
@@ -58,7 +60,8 @@ func (p Policy) Gate() (gate.Policy, bool) {
 
 // Budget is the policy's budget block (retryRatio, minRetriesPerSecond,
 // ttlMs), what budget.New takes, and whether it is enabled; keys it does
-// not set take the built-in defaults.
+// not set take the built-in defaults. It does not check them: Settings
+// does.
 func (p Policy) Budget() (retryRatio float64, minRetriesPerSecond uint32, ttl time.Duration, enabled bool) {
 	b := p.block("budget")
 	enabled, _ = b["enabled"].(bool)

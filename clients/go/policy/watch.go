@@ -60,8 +60,9 @@ type Config struct {
 	// TLS is TLS towards an https:// daemon: the CA to trust, a client
 	// certificate. Its files are read again when they change.
 	TLS connect.TLS
-	// Logger receives TLS files that changed and cannot be used, and a
-	// cache that cannot be written; log.Default() when nil.
+	// Logger receives TLS files that changed and cannot be used, a cache
+	// that cannot be written, and policies a dependency (package
+	// dependency) refuses to use; log.Default() when nil.
 	Logger *log.Logger
 }
 
@@ -147,6 +148,27 @@ func (w *Watch) Policy(service string) Policy {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.current[service]
+}
+
+// Version is the current policy of service (nil if it is not watched) and
+// the ETag it came with (see ETag), read together.
+func (w *Watch) Version(service string) (Policy, string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.current[service], w.etag
+}
+
+// Logger is where the watch, and what follows it, log what goes wrong
+// (Config.Logger).
+func (w *Watch) Logger() *log.Logger { return w.config.Logger }
+
+// Default is the built-in default policy, a copy of its own.
+func Default() Policy {
+	var p Policy
+	if err := json.Unmarshal(defaultPolicy, &p); err != nil {
+		panic("stormguard: the built-in default policy does not read: " + err.Error())
+	}
+	return p
 }
 
 // Source says where the current policies came from.
