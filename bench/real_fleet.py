@@ -41,7 +41,7 @@ instead of the three ways above:
 - with `--kill-replica-at S`: the same, the first replica killed at S.
   Target: every caller served;
 - with `--restart-replicas-at S` (and `--pace-store`): the replicas
-  restarted one at a time, 5 s apart from S, each killed and started again
+  restarted one at a time, 5 s apart from S, each stopped (SIGTERM) and started again
   on its port, beside `simulate --replicas-restart-at`; with
   `--restart-store-at S`, Redis restarted empty at S, beside
   `--store-restarted-at`; with `--reload-at S`, the policy file rewritten at
@@ -214,8 +214,8 @@ class Fleet:
     Redis killed `kill_store_at` seconds after the callers start, the first
     replica `kill_replica_at` seconds after; Redis restarted empty at
     `restart_store_at`; the replicas restarted one at a time, RESTART_APART
-    seconds apart, from `restart_replicas_at` (each killed and started again
-    on its port); the policy file rewritten at `reload_at` with the gate's
+    seconds apart, from `restart_replicas_at` (each stopped with SIGTERM and
+    started again on its port); the policy file rewritten at `reload_at` with the gate's
     `quiet` changed (a setting that shapes no judgement); across a link of
     `link_delay` seconds' round trip if given."""
 
@@ -269,11 +269,17 @@ class Fleet:
         self.daemons[0][0].kill()
 
     def restart_replica(self, i):
-        """Replica `i` killed and started again on its port: what it held
-        in memory is gone; the store's pace outlives it."""
+        """Replica `i` stopped as a Deployment's rollout stops a pod
+        (SIGTERM: it gives up the paces it owns on its way out) and started
+        again on its port: what it held in memory is gone; the store's pace
+        outlives it."""
         process, port = self.daemons[i]
-        process.kill()
-        process.wait()
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
         self.daemons[i] = start_daemon(self.policy, *self.flags, port=port)
 
     def restart_store(self):

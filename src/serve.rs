@@ -360,14 +360,15 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
             shutdown.clone(),
         ));
         tokio::spawn(reload_on_sighup(reloader, signals.hangup));
-        if let Some(store) = pace_store {
+        if let Some(store) = &pace_store {
             tracing::info!(
                 "sharing the pace of paced dependencies through {} as {}",
                 store.address(),
                 store.replica()
             );
-            tokio::spawn(crate::fleet::sharing::share(fleet.clone(), store.clone()));
-            tokio::spawn(crate::fleet::sharing::listen(fleet.clone(), store));
+            let sharing = crate::fleet::sharing::share(fleet.clone(), store.clone(), shutdown.clone());
+            tokio::spawn(sharing);
+            tokio::spawn(crate::fleet::sharing::listen(fleet.clone(), store.clone()));
         }
         let scheme = if tls.is_some() { "https" } else { "http" };
         if let Some(admin) = admin_address {
@@ -388,6 +389,9 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
             "shutting down: /readyz fails from now, requests are served for the shutdown delay, then finished"
         );
         shutdown_tx.send_replace(true);
+        if let Some(store) = &pace_store {
+            crate::fleet::sharing::release(&fleet, store).await;
+        }
         ended
     });
     for worker in workers {

@@ -211,6 +211,71 @@ async fn a_store_whose_clock_stepped_back_hands_over_the_tallies_with_the_overlo
     assert_eq!(taken.overloaded_since, Some(Duration::ZERO));
 }
 
+/// A failover to a Redis whose clock is a minute behind keeps the owner's
+/// key for a minute more than its lease (its expiry is a time on the old
+/// clock): the lease is read as over, and the pace goes to the first
+/// replica that asks, rather than to nobody for a minute if the owner died
+/// with the primary.
+#[tokio::test]
+async fn a_lease_granted_in_the_stores_future_is_over() {
+    let Some(redis) = Redis::start(None) else { return };
+    let (a, b) = (replica(&redis, "a"), replica(&redis, "b"));
+    assert!(a
+        .exchange("inventory", &contribution(1, 1, 1.0, 1))
+        .await
+        .unwrap()
+        .taken
+        .is_some());
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let (seconds, _): (u64, u64) = redis::cmd("TIME").query_async(&mut connection).await.unwrap();
+    let granted_a_minute_ahead = format!("a {}", seconds * 1000 + 60_000);
+    let () = redis::cmd("SET")
+        .arg("stormguard:pace:{inventory}:owner")
+        .arg(granted_a_minute_ahead)
+        .arg("PX")
+        .arg(61_000)
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    let shared = b
+        .exchange("inventory", &contribution(1, 1, 1.0, 1))
+        .await
+        .unwrap();
+    assert!(shared.taken.is_some(), "b owns the pace at once");
+    assert!(!a.publish("inventory", rate(10.0)).await.unwrap());
+    assert!(b.publish("inventory", rate(20.0)).await.unwrap());
+}
+
+/// A replica shutting down gives its paces up: another takes them at its
+/// next exchange, not a lease later; one that does not own a pace gives
+/// nothing up.
+#[tokio::test]
+async fn an_owner_shutting_down_gives_the_pace_to_the_next_replica_that_asks() {
+    let Some(redis) = Redis::start(None) else { return };
+    let (a, b) = (replica(&redis, "a"), replica(&redis, "b"));
+    assert!(a
+        .exchange("inventory", &contribution(1, 1, 1.0, 1))
+        .await
+        .unwrap()
+        .taken
+        .is_some());
+    assert!(b
+        .exchange("inventory", &contribution(1, 1, 1.0, 1))
+        .await
+        .unwrap()
+        .taken
+        .is_none());
+    assert!(!b.release("inventory").await.unwrap(), "b owns nothing");
+    assert!(a.release("inventory").await.unwrap());
+    let shared = b
+        .exchange("inventory", &contribution(1, 1, 1.0, 1))
+        .await
+        .unwrap();
+    assert!(shared.taken.is_some(), "b owns the pace within the lease a held");
+    assert!(!a.publish("inventory", rate(10.0)).await.unwrap());
+}
+
 #[tokio::test]
 async fn an_owner_that_stops_renewing_loses_the_pace_and_cannot_publish_over_its_successor() {
     let Some(redis) = Redis::start(None) else { return };
@@ -711,11 +776,11 @@ async fn the_simulators_store_answers_as_the_scripts_do() {
                     .await
                     .unwrap();
                 assert_eq!(real, expected, "replica {who} publishing");
-                assert_eq!(model.publish(who, rate(40.0 + who as f64), now()), expected);
+                assert_eq!(model.publish((who, 0), rate(40.0 + who as f64), now()), expected);
             }
         }
         let real = stores[r].exchange(service, &mine).await.unwrap();
-        let modelled = model.answer(r, &mine, now());
+        let modelled = model.answer((r, 0), &mine, now());
         alike(step, &real, &modelled);
     }
     // a stops renewing: past its lease, b takes the pace over, and a can
@@ -723,14 +788,14 @@ async fn the_simulators_store_answers_as_the_scripts_do() {
     tokio::time::sleep(LEASE + Duration::from_millis(300)).await;
     let mine = contribution(2, 0, 6.0, 1);
     let real = stores[1].exchange(service, &mine).await.unwrap();
-    let modelled = model.answer(1, &mine, now());
+    let modelled = model.answer((1, 0), &mine, now());
     assert!(real.taken.is_some(), "b owns the pace now");
     alike("b after a's lease", &real, &modelled);
     assert!(!stores[0].publish(service, rate(45.0)).await.unwrap());
-    assert!(!model.publish(0, rate(45.0), now()));
+    assert!(!model.publish((0, 0), rate(45.0), now()));
     let mine = contribution(1, 1, 6.0, 1);
     let real = stores[0].exchange(service, &mine).await.unwrap();
-    let modelled = model.answer(0, &mine, now());
+    let modelled = model.answer((0, 0), &mine, now());
     assert!(real.taken.is_none(), "a does not take it back");
     alike("a after losing the pace", &real, &modelled);
     // Nobody speaks for ten leases: the outcomes a left pending and the
@@ -738,7 +803,7 @@ async fn the_simulators_store_answers_as_the_scripts_do() {
     tokio::time::sleep(10 * LEASE + Duration::from_millis(300)).await;
     let mine = contribution(4, 2, 6.0, 1);
     let real = stores[0].exchange(service, &mine).await.unwrap();
-    let modelled = model.answer(0, &mine, now());
+    let modelled = model.answer((0, 0), &mine, now());
     assert_eq!(
         (real.published, real.taken.map(|t| t.outcomes)),
         (None, Some(mine.tallies.outcomes)),

@@ -197,3 +197,43 @@ async fn replicas_share_through_a_redis_behind_tls() {
     .await;
     assert!(both.is_some(), "sharing over TLS\n{}", a.log());
 }
+
+/// A replica stopped as a rollout stops a pod (SIGTERM) gives up the pace
+/// it owns on its way out, says so, and the other replica owns it.
+#[tokio::test]
+async fn a_replica_shutting_down_hands_its_pace_to_the_other() {
+    let Some(redis) = Redis::start(None) else {
+        return;
+    };
+    let (_dir, policy) = policy_file();
+    let url = redis.url();
+    let mut replicas = [
+        Daemon::start(&policy, &["--pace-store", &url]),
+        Daemon::start(&policy, &["--pace-store", &url]),
+    ];
+    let owner = eventually(Duration::from_secs(5), || async {
+        sharing(&replicas[0], &replicas[1]).await?;
+        let owns = [
+            inventory(&replicas[0], "stormguard_fleet_owner").await?,
+            inventory(&replicas[1], "stormguard_fleet_owner").await?,
+        ];
+        owns.iter().position(|&owns| owns == 1.0)
+    })
+    .await
+    .expect("one replica owns the pace");
+    let other = 1 - owner;
+
+    replicas[owner].signal("TERM");
+    assert_eq!(replicas[owner].wait_exit(Duration::from_secs(15)), Some(0));
+    let log = replicas[owner].log();
+    assert!(
+        log.contains("gave up the pace for another replica to take"),
+        "{log}"
+    );
+    let taken = eventually(Duration::from_secs(5), || async {
+        ask(&replicas[other], "pod-b", 0).await;
+        (inventory(&replicas[other], "stormguard_fleet_owner").await? == 1.0).then_some(())
+    })
+    .await;
+    assert!(taken.is_some(), "{}", metrics(&replicas[other]).await);
+}

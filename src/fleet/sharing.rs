@@ -10,6 +10,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use stormguard_core::fleet::breaker::episode::Share;
 use stormguard_core::fleet::SHARE_EVERY;
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 
@@ -20,13 +21,16 @@ use crate::pace_store::{PaceStore, StoreError};
 const COMPLAIN_EVERY: Duration = Duration::from_secs(10);
 
 /// Exchanges with the store for every paced dependency, every
-/// [`SHARE_EVERY`], for as long as the runtime runs.
-pub async fn share(fleet: Arc<Fleet>, store: Arc<PaceStore>) {
+/// [`SHARE_EVERY`], until the daemon shuts down.
+pub async fn share(fleet: Arc<Fleet>, store: Arc<PaceStore>, shutdown: watch::Receiver<bool>) {
     let mut ticks = tokio::time::interval(SHARE_EVERY);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut complained: Option<Instant> = None;
     loop {
         ticks.tick().await;
+        if *shutdown.borrow() {
+            return;
+        }
         let mut turns = JoinSet::new();
         for service in fleet.paced_services() {
             turns.spawn(turn(fleet.clone(), store.clone(), service));
@@ -44,6 +48,25 @@ pub async fn share(fleet: Arc<Fleet>, store: Arc<PaceStore>) {
                     complained = Some(Instant::now());
                 }
             }
+        }
+    }
+}
+
+/// At shutdown: gives up every pace this replica owns, so that another
+/// replica takes it at its next exchange, with what this one's law
+/// learned, rather than when this one's lease ends.
+pub async fn release(fleet: &Fleet, store: &PaceStore) {
+    for service in fleet.paced_services() {
+        match store.release(&service).await {
+            Ok(true) => tracing::info!(
+                service,
+                "shutting down: gave up the pace for another replica to take"
+            ),
+            Ok(false) => {}
+            Err(error) => tracing::warn!(
+                service,
+                "{error}; another replica takes the pace when this one's lease ends"
+            ),
         }
     }
 }

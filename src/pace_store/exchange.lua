@@ -1,5 +1,5 @@
 -- One replica's exchange for one paced dependency, atomic in Redis.
--- KEYS: 1 tallies (hash), 2 wants (hash), 3 owner (string), 4 rate (string)
+-- KEYS: 1 tallies (hash), 2 wants (hash), 3 owner ("replica granted_ms"), 4 rate (string)
 -- ARGV: 1 replica, 2 lease ms, 3 sent, 4 accepted, 5 overloaded,
 --       6 timed out, 7 ms since the newest overload's window began (-1: none),
 --       8 want (attempts/s), 9 members
@@ -29,9 +29,22 @@ redis.call('PEXPIRE', KEYS[1], kept)
 redis.call('HSET', KEYS[2], replica, ARGV[8] .. ' ' .. ARGV[9] .. ' ' .. now)
 redis.call('PEXPIRE', KEYS[2], kept)
 
-local owner = redis.call('GET', KEYS[3])
+-- The owner key holds "replica granted_ms". A lease granted in the store's
+-- future was granted before its clock stepped back (a failover to a server
+-- behind): Redis keeps its expiry as a time on the old clock, so it would
+-- outlive its lease by the step, and the pace would go unowned (its rate
+-- unpublished) that long if its owner is gone. It is over.
+local held = redis.call('GET', KEYS[3])
+local owner, granted
+if held then
+  owner, granted = string.match(held, '^(%S+) (%d+)$')
+  owner = owner or held
+  if granted and tonumber(granted) > now then
+    owner = nil
+  end
+end
 if not owner or owner == replica then
-  redis.call('SET', KEYS[3], replica, 'PX', lease)
+  redis.call('SET', KEYS[3], replica .. ' ' .. now, 'PX', lease)
   owner = replica
 end
 

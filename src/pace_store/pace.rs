@@ -79,6 +79,22 @@ impl PaceStore {
         Ok(published == 1)
     }
 
+    /// Gives up `service`'s pace if this replica owns it, as it shuts down:
+    /// another replica takes it at its next exchange, with what this one's
+    /// law learned, instead of a lease later. Whether it owned it.
+    pub async fn release(&self, service: &str) -> Result<bool, StoreError> {
+        self.counted(self.release_uncounted(service)).await
+    }
+
+    async fn release_uncounted(&self, service: &str) -> Result<bool, StoreError> {
+        let keys = Keys::of(service);
+        let mut invocation = self.release.prepare_invoke();
+        invocation.key(&keys.owner).arg(&self.replica);
+        let mut connection = self.connection().await?;
+        let released: i64 = self.bounded(invocation.invoke_async(&mut connection)).await?;
+        Ok(released == 1)
+    }
+
     /// The rates owners publish, as `(service, rate)`, as they arrive.
     /// Messages this daemon cannot read are passed over.
     pub async fn subscribe(&self) -> Result<impl Stream<Item = (String, Published)>, StoreError> {

@@ -4,7 +4,8 @@
 -- KEYS: 1 owner, 2 rate; ARGV: 1 replica, 2 lease ms, 3 rate, 4 probing (1/0),
 --       5 channel, 6 what the owner's law learned (JSON without spaces), or ''
 -- Returns 1 if published, 0 if this replica no longer owns the pace.
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+local held = redis.call('GET', KEYS[1]) or ''
+if (string.match(held, '^(%S+) %d+$') or held) ~= ARGV[1] then
   return 0
 end
 local time = redis.call('TIME')

@@ -140,6 +140,15 @@ pub struct SimulateArgs {
     /// restarted without persistence, or failed over to an empty replica).
     #[arg(long, value_parser = duration_in(secs(0), secs(86_400)))]
     store_restarted_at: Option<Duration>,
+    /// With a shared pace store: it fails over at this time to its replica,
+    /// which had every write and whose clock is --store-clock-behind
+    /// behind (Sentinel promoting a replica on another machine).
+    #[arg(long, value_parser = duration_in(secs(0), secs(86_400)))]
+    store_failed_over_at: Option<Duration>,
+    /// With --store-failed-over-at: how far the promoted replica's clock is
+    /// behind the old primary's.
+    #[arg(long, requires = "store_failed_over_at", default_value = "5s", value_parser = duration_in(secs(0), secs(86_400)))]
+    store_clock_behind: Duration,
     /// A rolling restart of the daemon's replicas: the first restarts at
     /// this time, each next one 5 s later, losing what it held in memory
     /// and starting again at once (with a pace store it takes up the pace
@@ -248,8 +257,13 @@ pub fn run(mut args: SimulateArgs) -> ExitCode {
         None => ForecastScenario::default(),
     };
     let herd = args.shape.apply(stated);
-    if (args.store_lost_at.is_some() || args.store_restarted_at.is_some()) && !herd.fleet.pace_store {
-        eprintln!("--store-lost-at, --store-restarted-at: the replicas share no pace store (give --pace-store, or paceStore: true in the file's forecast: block)");
+    let store_faults = [
+        args.store_lost_at,
+        args.store_restarted_at,
+        args.store_failed_over_at,
+    ];
+    if store_faults.iter().any(Option::is_some) && !herd.fleet.pace_store {
+        eprintln!("--store-lost-at, --store-restarted-at, --store-failed-over-at: the replicas share no pace store (give --pace-store, or paceStore: true in the file's forecast: block)");
         return ExitCode::from(1);
     }
     let outage = args.outage.unwrap_or(herd.outages[0]);
@@ -279,6 +293,12 @@ pub fn run(mut args: SimulateArgs) -> ExitCode {
             pace_store: herd.fleet.pace_store.then_some(store),
             store_lost_at: args.store_lost_at,
             store_restarted_at: args.store_restarted_at,
+            store_failover: args
+                .store_failed_over_at
+                .map(|at| stormguard_toolkit::sim::Failover {
+                    at,
+                    clock_behind: args.store_clock_behind,
+                }),
             replicas_restart_at: args.replicas_restart_at,
             feedback_delay: args.feedback_delay,
             horizon: args.horizon,

@@ -45,6 +45,8 @@ struct Replica<'a> {
     pushed: VecDeque<(u64, Published)>,
     /// When it restarts, if it is to: what it holds in memory is lost.
     restarts_at: Option<u64>,
+    /// How many times it restarted.
+    life: u32,
 }
 
 /// A replica's exchange with the store: one at a time, every
@@ -100,12 +102,25 @@ impl<'a> Replicas<'a> {
                     restarts_at: scenario
                         .replicas_restart_at
                         .map(|first| nanos(first + RESTART_APART * r)),
+                    life: 0,
                 })
                 .collect(),
             store: scenario.pace_store.map(|round_trip| {
                 StoreModel::new(count as usize, round_trip, scenario.store_lost_at)
                     .restarted_at(scenario.store_restarted_at)
+                    .failed_over(scenario.store_failover)
             }),
+        }
+    }
+
+    /// Restarts replica `r` if its time has come: as a Deployment's
+    /// rollout stops a pod, it gives up the paces it owned on its way out.
+    fn restart_if_due(&mut self, r: usize, t: u64) {
+        let Some(ended) = self.replicas[r].restart_if_due(t) else {
+            return;
+        };
+        if let Some(store) = self.store.as_mut().filter(|store| !store.is_lost_at(t)) {
+            store.release((r, ended), t);
         }
     }
 
@@ -126,8 +141,8 @@ impl<'a> Replicas<'a> {
         t: u64,
         now: Instant,
     ) -> (Grant, Option<BreakerVerdict>, Option<Next>) {
+        self.restart_if_due(r, t);
         let replica = &mut self.replicas[r];
-        replica.restart_if_due(t);
         let verdict = ask.breaker.map(|report| {
             if replica.breaker.as_ref().is_some_and(|b| b.is_idle_at(now, IDLE)) {
                 replica.breaker = None;
@@ -157,12 +172,12 @@ impl<'a> Replicas<'a> {
 
     /// The next step of replica `r`'s exchange with the store at `t`.
     pub(super) fn exchange(&mut self, r: usize, t: u64, now: Instant) -> Vec<Next> {
+        self.restart_if_due(r, t);
         let Some(store) = self.store.as_mut() else {
             return Vec::new();
         };
         let half = store.round_trip / 2;
         let replica = &mut self.replicas[r];
-        replica.restart_if_due(t);
         match std::mem::replace(&mut replica.exchange, Exchange::Idle) {
             Exchange::Idle => Vec::new(),
             Exchange::Due => {
@@ -190,7 +205,10 @@ impl<'a> Replicas<'a> {
             }
             Exchange::Travelling(mine, began) => {
                 let answers = Box::new(Answers {
-                    pace: mine.pace.as_ref().map(|pace| store.answer(r, pace, t)),
+                    pace: mine
+                        .pace
+                        .as_ref()
+                        .map(|pace| store.answer((r, replica.life), pace, t)),
                     breaker: mine.breaker.as_ref().map(|share| store.merge(r, share, t)),
                 });
                 replica.exchange = Exchange::Returning(mine, answers, began);
@@ -223,15 +241,15 @@ impl<'a> Replicas<'a> {
     /// Replica `r`'s published rate reaches the store at `t`, which pushes
     /// it to every replica (they receive it half a round trip later).
     pub(super) fn publish(&mut self, r: usize, t: u64) -> Vec<(usize, u64)> {
+        self.restart_if_due(r, t);
         let replica = &mut self.replicas[r];
-        replica.restart_if_due(t);
         let (Some((_, rate)), Some(store)) = (replica.publishing.pop_front(), self.store.as_mut()) else {
             return Vec::new();
         };
         if store.is_lost_at(t) {
             return Vec::new();
         }
-        if !store.publish(r, rate, t) {
+        if !store.publish((r, replica.life), rate, t) {
             return Vec::new();
         }
         let arrives = t + store.round_trip / 2;
@@ -247,8 +265,8 @@ impl<'a> Replicas<'a> {
 
     /// A rate the store pushed reaches replica `r` at `t`.
     pub(super) fn pushed(&mut self, r: usize, t: u64, now: Instant) {
+        self.restart_if_due(r, t);
         let replica = &mut self.replicas[r];
-        replica.restart_if_due(t);
         if let (Some((_, rate)), Some(controller)) = (replica.pushed.pop_front(), replica.controller.as_mut())
         {
             controller.published_at(rate, now);
@@ -260,16 +278,22 @@ impl Replica<'_> {
     /// At its first event from its restart on, the replica has lost what
     /// it held in memory: its controller, its fleet breaker, its exchange
     /// under way and the rates on their way to or from it. What the store
-    /// holds (its ownership of a pace, the published rate and its
-    /// handover, the breaker's episode) outlives it.
-    fn restart_if_due(&mut self, t: u64) {
-        if self.restarts_at.is_some_and(|at| t >= at) {
-            self.restarts_at = None;
+    /// holds (the published rate and its handover, the breaker's episode)
+    /// outlives it. Whether it restarted, and the incarnation that ended.
+    fn restart_if_due(&mut self, t: u64) -> Option<u32> {
+        if self.restarts_at.is_none_or(|at| t < at) {
+            return None;
+        }
+        let ended = self.life;
+        self.restarts_at = None;
+        self.life += 1;
+        {
             self.controller = None;
             self.breaker = None;
             self.exchange = Exchange::Idle;
             self.publishing.clear();
             self.pushed.clear();
         }
+        Some(ended)
     }
 }

@@ -71,6 +71,11 @@ pub struct Scenario {
     /// With a store: the time it restarts, empty (Redis restarted without
     /// persistence, or failed over to a replica that had nothing yet).
     pub store_restarted_at: Option<Duration>,
+    /// With a store: Redis failed over to its replica at this time, whose
+    /// clock is this far behind the old primary's. The replica had every
+    /// write (it was in sync); every time the store compares, from the
+    /// published rate's age to a lease's end, is then read on its clock.
+    pub store_failover: Option<Failover>,
     /// A rolling restart of the replicas (a Deployment's rollout): the
     /// first restarts at this time, each next one [`RESTART_APART`] later.
     /// A restarted replica has lost what it held in memory (its controller
@@ -87,6 +92,16 @@ pub struct Scenario {
     pub max_events: u64,
     /// Seed of the random source: the same seed gives the same run.
     pub seed: u64,
+}
+
+/// A failover of the replicas' store to its replica (Sentinel or an
+/// operator promoting it), whose clock is behind.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Failover {
+    /// When.
+    pub at: Duration,
+    /// How far the promoted replica's clock is behind the old primary's.
+    pub clock_behind: Duration,
 }
 
 impl Default for Scenario {
@@ -111,6 +126,7 @@ impl Default for Scenario {
             pace_store: None,
             store_lost_at: None,
             store_restarted_at: None,
+            store_failover: None,
             replicas_restart_at: None,
             feedback_delay: Duration::from_millis(100),
             horizon: Duration::from_secs(3600),

@@ -9,6 +9,7 @@ use stormguard_core::fleet::breaker::episode::{Episode, EpisodeAnswer, Heard, He
 use stormguard_core::fleet::replicas::{Contribution, Published, Shared, Tallies};
 use stormguard_core::fleet::LEASE;
 
+use super::scenario::Failover;
 use super::time::nanos;
 
 /// The pace store as the daemon's Redis scripts keep it (`exchange.lua`,
@@ -17,8 +18,9 @@ use super::time::nanos;
 pub struct StoreModel {
     /// Its round trip from a replica.
     pub(super) round_trip: u64,
-    /// Who owns the pace, until when.
-    owner: Option<(usize, u64)>,
+    /// Who owns the pace (a replica and its incarnation: a restarted pod
+    /// is another name to the store), since when and until when.
+    owner: Option<Lease>,
     /// Contributions since the owner last took them, with when the newest
     /// overload's window began.
     pending: (Tallies, Option<u64>),
@@ -37,6 +39,30 @@ pub struct StoreModel {
     /// When it restarts, empty (Redis restarted without persistence, or
     /// failed over to a replica that had nothing yet).
     restarts_at: Option<u64>,
+    /// When it fails over to a replica with all it held, and how far that
+    /// replica's clock is behind.
+    failover: Option<(u64, u64)>,
+}
+
+/// A replica, and how many times it restarted: the store knows each
+/// incarnation under its own name, as the daemon names itself anew at
+/// every start.
+pub type Incarnation = (usize, u32);
+
+/// Who owns the pace, as `exchange.lua` keeps it.
+#[derive(Debug, Clone, Copy)]
+struct Lease {
+    owner: Incarnation,
+    granted: u64,
+    until: u64,
+}
+
+impl Lease {
+    /// Whether it holds at `t`: granted in the store's future (its clock
+    /// stepped back since), it is over.
+    fn is_on_at(&self, t: u64) -> bool {
+        self.until > t && self.granted <= t
+    }
 }
 
 /// Leases the store keeps what it was last told, as the scripts' key
@@ -63,6 +89,24 @@ impl StoreModel {
             episode: Episode::default(),
             heard: HeardFrom::default(),
             restarts_at: None,
+            failover: None,
+        }
+    }
+
+    /// The same store, failed over at `failover`'s time, if given, to a
+    /// replica whose clock is behind.
+    pub fn failed_over(self, failover: Option<Failover>) -> Self {
+        Self {
+            failover: failover.map(|f| (nanos(f.at), nanos(f.clock_behind))),
+            ..self
+        }
+    }
+
+    /// The store's clock at the run's time `t`: behind, once failed over.
+    fn clock(&self, t: u64) -> u64 {
+        match self.failover {
+            Some((at, behind)) if t >= at => t.saturating_sub(behind),
+            _ => t,
         }
     }
 
@@ -92,7 +136,7 @@ impl StoreModel {
     /// refused, under other rules than the episode's).
     pub(super) fn merge(&mut self, r: usize, share: &Share, t: u64) -> Result<EpisodeAnswer, OtherRules> {
         self.restart_if_due(t);
-        let at = t / 1_000_000;
+        let at = self.clock(t) / 1_000_000;
         let replica = format!("replica-{r}");
         let granted = self.episode.merge(&replica, share, &self.heard, at)?;
         self.heard.insert(replica, Heard::of(share, at));
@@ -105,8 +149,9 @@ impl StoreModel {
 
     /// Replica `r`'s contribution `mine` arrives at `t`: kept, and
     /// answered, as `exchange.lua` answers it.
-    pub fn answer(&mut self, r: usize, mine: &Contribution, t: u64) -> Shared {
+    pub fn answer(&mut self, (r, life): Incarnation, mine: &Contribution, t: u64) -> Shared {
         self.restart_if_due(t);
+        let t = self.clock(t);
         let lease = nanos(LEASE);
         if t >= self.written + KEPT_FOR * lease {
             self.pending = (Tallies::default(), None);
@@ -119,10 +164,18 @@ impl StoreModel {
             *newest = Some(newest.map_or(began, |n| n.max(began)));
         }
         self.wants[r] = Some((mine.want, mine.members, t));
-        if self.owner.is_none_or(|(owner, until)| owner == r || until <= t) {
-            self.owner = Some((r, t + lease));
+        let who = (r, life);
+        if self
+            .owner
+            .is_none_or(|held| held.owner == who || !held.is_on_at(t))
+        {
+            self.owner = Some(Lease {
+                owner: who,
+                granted: t,
+                until: t + lease,
+            });
         }
-        let taken = (self.owner.map(|(owner, _)| owner) == Some(r)).then(|| {
+        let taken = self.owner.is_some_and(|held| held.owner == who).then(|| {
             let (tallies, newest) = std::mem::take(&mut self.pending);
             Tallies {
                 overloaded_since: newest.map(|began| Duration::from_nanos(t.saturating_sub(began))),
@@ -150,12 +203,74 @@ impl StoreModel {
 
     /// Replica `r` publishes `rate` at `t`: written, as `publish.lua` writes
     /// it, only while `r` still owns the pace.
-    pub fn publish(&mut self, r: usize, rate: Published, t: u64) -> bool {
+    pub fn publish(&mut self, who: Incarnation, rate: Published, t: u64) -> bool {
         self.restart_if_due(t);
-        let owns = self.owner.is_some_and(|(owner, until)| owner == r && until > t);
+        let t = self.clock(t);
+        let owns = self.owner.is_some_and(|held| held.owner == who && held.until > t);
         if owns {
             self.rate = Some((rate, t));
         }
         owns
+    }
+
+    /// Replica `who` gives up the pace at `t`, if it owns it, as
+    /// `release.lua` does at its shutdown.
+    pub fn release(&mut self, who: Incarnation, t: u64) {
+        self.restart_if_due(t);
+        if self.owner.is_some_and(|held| held.owner == who) {
+            self.owner = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stormguard_core::fleet::replicas::Tallies;
+
+    fn mine() -> Contribution {
+        Contribution {
+            tallies: Tallies::default(),
+            want: 1.0,
+            members: 1,
+        }
+    }
+
+    const SECOND: u64 = 1_000_000_000;
+
+    #[test]
+    fn a_lease_granted_before_the_stores_clock_stepped_back_is_over() {
+        let failover = Failover {
+            at: Duration::from_secs(10),
+            clock_behind: Duration::from_secs(60),
+        };
+        let mut store = StoreModel::new(2, Duration::from_millis(1), None).failed_over(Some(failover));
+        assert!(store.answer((0, 0), &mine(), 10 * SECOND - 1).taken.is_some());
+        // The owner is gone with the old primary: the next replica owns the
+        // pace at once, not when the lease ends on the old clock.
+        assert!(store.answer((1, 0), &mine(), 10 * SECOND).taken.is_some());
+        assert!(!store.publish((0, 0), published(), 10 * SECOND));
+    }
+
+    #[test]
+    fn an_owner_that_gives_the_pace_up_leaves_it_to_the_next_that_asks() {
+        let mut store = StoreModel::new(2, Duration::from_millis(1), None);
+        assert!(store.answer((0, 0), &mine(), SECOND).taken.is_some());
+        assert!(store.answer((1, 0), &mine(), SECOND + 1).taken.is_none());
+        store.release((1, 0), SECOND + 2);
+        assert!(
+            store.answer((1, 0), &mine(), SECOND + 3).taken.is_none(),
+            "not its to give"
+        );
+        store.release((0, 0), SECOND + 4);
+        assert!(store.answer((1, 0), &mine(), SECOND + 5).taken.is_some());
+    }
+
+    fn published() -> Published {
+        Published {
+            rate: 10.0,
+            probing: false,
+            handover: None,
+        }
     }
 }

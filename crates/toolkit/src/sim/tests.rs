@@ -461,6 +461,38 @@ fn a_store_restarted_empty_mid_recovery_costs_the_herd_at_most_a_second() {
     }
 }
 
+#[test]
+fn a_store_failed_over_to_a_replica_a_minute_behind_mid_rollout_paces_nothing_faster_and_costs_under_a_second(
+) {
+    for dependency in [Dependency::Quota, Dependency::RequestRate] {
+        let herd = |seed, failover: Option<Failover>| Scenario {
+            processes: 50,
+            latency: Duration::from_millis(1),
+            dependency,
+            store_failover: failover,
+            seed,
+            ..Scenario::default()
+        };
+        let behind = Failover {
+            at: Duration::from_secs(11),
+            clock_behind: Duration::from_secs(60),
+        };
+        let (steady, steady_waste) = means(|seed| restarted(herd(seed, None), None));
+        // The owner stops a second later, as its pod is rolled: the lease
+        // it held, kept a minute on the new primary's clock, is over.
+        let rolled = Some(Duration::from_secs(12));
+        let (failed_over, waste) = means(|seed| restarted(herd(seed, Some(behind)), rolled));
+        assert!(
+            failed_over <= steady + 1.0,
+            "{dependency:?}: p99 {failed_over} failed over against {steady}"
+        );
+        assert!(
+            waste <= steady_waste * 1.05,
+            "{dependency:?}: wasted {waste} failed over against {steady_waste}: paced faster"
+        );
+    }
+}
+
 /// Refused during a brownout to a quarter (50 a second for 20 s under 100
 /// calls a second), in all.
 fn refused_in_brownout(scenario: &Scenario) -> u64 {
