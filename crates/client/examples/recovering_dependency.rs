@@ -18,6 +18,11 @@
 //! unless given): with `--outage 0` and a capacity it never reaches, the
 //! dependency of `stormguard simulate --scenario errors`
 //! (`bench/fleet_budget.py`, `bench/real_fleet.py --errors`).
+//!
+//! With `--brownout START,LASTING,CAPACITY` (whole seconds from the start,
+//! and requests a second) it takes only CAPACITY a second from START for
+//! LASTING: `simulate --brownout START:LASTING:CAPACITY`
+//! (`bench/real_fleet.py --brownout`).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -35,6 +40,9 @@ struct Dependency {
     start: Duration,
     outage: Duration,
     capacity: u64,
+    /// A brownout: from this second since the start, for this many, at
+    /// this capacity.
+    brownout: Option<(u64, u64, u64)>,
     /// The share of requests failed at random, in [0, 1].
     error_rate: f64,
     /// What those are answered.
@@ -66,12 +74,22 @@ impl Dependency {
         if current.0 != second {
             *current = (second, 0);
         }
-        if current.1 >= self.capacity {
+        if current.1 >= self.capacity_in(second) {
             return StatusCode::SERVICE_UNAVAILABLE;
         }
         current.1 += 1;
         self.accepted[slot].fetch_add(1, Relaxed);
         StatusCode::OK
+    }
+}
+
+impl Dependency {
+    /// What it takes in second `second` since the start.
+    fn capacity_in(&self, second: u64) -> u64 {
+        match self.brownout {
+            Some((start, lasting, capacity)) if (start..start + lasting).contains(&second) => capacity,
+            _ => self.capacity,
+        }
     }
 }
 
@@ -115,6 +133,13 @@ async fn main() {
         start: Duration::from_millis(number(&args, "--start-at", now_ms)),
         outage: Duration::from_secs(number(&args, "--outage", 10)),
         capacity: number(&args, "--capacity", 200),
+        brownout: flag(&args, "--brownout").map(|v| {
+            let numbers: Vec<u64> = v.split(',').filter_map(|n| n.parse().ok()).collect();
+            match numbers[..] {
+                [start, lasting, capacity] => (start, lasting, capacity),
+                _ => panic!("--brownout takes START,LASTING,CAPACITY in whole numbers, not {v:?}"),
+            }
+        }),
         error_rate: flag(&args, "--error-rate").map_or(0.0, |v| {
             v.parse::<f64>()
                 .ok()
