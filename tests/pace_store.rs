@@ -211,6 +211,15 @@ async fn a_store_whose_clock_stepped_back_hands_over_the_tallies_with_the_overlo
     assert_eq!(taken.overloaded_since, Some(Duration::ZERO));
 }
 
+/// Whether `replica` owns inventory's pace after an exchange.
+async fn owns_after_exchange(replica: &PaceStore) -> bool {
+    let shared = replica
+        .exchange("inventory", &contribution(1, 1, 1.0, 1))
+        .await
+        .unwrap();
+    shared.taken.is_some()
+}
+
 /// A failover to a Redis whose clock is a minute behind keeps the owner's
 /// key for a minute more than its lease (its expiry is a time on the old
 /// clock): the lease is read as over, and the pace goes to the first
@@ -220,12 +229,7 @@ async fn a_store_whose_clock_stepped_back_hands_over_the_tallies_with_the_overlo
 async fn a_lease_granted_in_the_stores_future_is_over() {
     let Some(redis) = Redis::start(None) else { return };
     let (a, b) = (replica(&redis, "a"), replica(&redis, "b"));
-    assert!(a
-        .exchange("inventory", &contribution(1, 1, 1.0, 1))
-        .await
-        .unwrap()
-        .taken
-        .is_some());
+    assert!(owns_after_exchange(&a).await);
     let client = redis::Client::open(redis.url()).unwrap();
     let mut connection = client.get_multiplexed_async_connection().await.unwrap();
     let (seconds, _): (u64, u64) = redis::cmd("TIME").query_async(&mut connection).await.unwrap();
@@ -238,11 +242,7 @@ async fn a_lease_granted_in_the_stores_future_is_over() {
         .query_async(&mut connection)
         .await
         .unwrap();
-    let shared = b
-        .exchange("inventory", &contribution(1, 1, 1.0, 1))
-        .await
-        .unwrap();
-    assert!(shared.taken.is_some(), "b owns the pace at once");
+    assert!(owns_after_exchange(&b).await, "b owns the pace at once");
     assert!(!a.publish("inventory", rate(10.0)).await.unwrap());
     assert!(b.publish("inventory", rate(20.0)).await.unwrap());
 }
@@ -254,25 +254,14 @@ async fn a_lease_granted_in_the_stores_future_is_over() {
 async fn an_owner_shutting_down_gives_the_pace_to_the_next_replica_that_asks() {
     let Some(redis) = Redis::start(None) else { return };
     let (a, b) = (replica(&redis, "a"), replica(&redis, "b"));
-    assert!(a
-        .exchange("inventory", &contribution(1, 1, 1.0, 1))
-        .await
-        .unwrap()
-        .taken
-        .is_some());
-    assert!(b
-        .exchange("inventory", &contribution(1, 1, 1.0, 1))
-        .await
-        .unwrap()
-        .taken
-        .is_none());
+    assert!(owns_after_exchange(&a).await);
+    assert!(!owns_after_exchange(&b).await);
     assert!(!b.release("inventory").await.unwrap(), "b owns nothing");
     assert!(a.release("inventory").await.unwrap());
-    let shared = b
-        .exchange("inventory", &contribution(1, 1, 1.0, 1))
-        .await
-        .unwrap();
-    assert!(shared.taken.is_some(), "b owns the pace within the lease a held");
+    assert!(
+        owns_after_exchange(&b).await,
+        "b owns the pace within the lease a held"
+    );
     assert!(!a.publish("inventory", rate(10.0)).await.unwrap());
 }
 

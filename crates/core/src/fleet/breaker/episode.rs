@@ -432,6 +432,14 @@ mod tests {
         }
     }
 
+    /// A share of `epoch` that wants `n` slots.
+    fn wanting(epoch: u64, n: u32) -> Share {
+        Share {
+            wanted: n,
+            ..share(epoch)
+        }
+    }
+
     /// An episode half-open since `at`, as two replicas find it.
     fn half_open(at: u64) -> Stored {
         let mut episode = Stored::default();
@@ -508,16 +516,7 @@ mod tests {
     fn a_failed_trial_anywhere_opens_it_again_and_stale_outcomes_do_not_count() {
         let mut episode = half_open(40_000);
         let epoch = episode.epoch;
-        episode
-            .merge(
-                "a",
-                &Share {
-                    wanted: 3,
-                    ..share(epoch)
-                },
-                40_000,
-            )
-            .unwrap();
+        episode.merge("a", &wanting(epoch, 3), 40_000).unwrap();
         let failed = Share {
             failed: 1,
             settled: 1,
@@ -549,16 +548,7 @@ mod tests {
             settled: succeeded,
             ..share(epoch)
         };
-        episode
-            .merge(
-                "a",
-                &Share {
-                    wanted: 3,
-                    ..share(epoch)
-                },
-                40_000,
-            )
-            .unwrap();
+        episode.merge("a", &wanting(epoch, 3), 40_000).unwrap();
         episode.merge("a", &trial(2), 40_100).unwrap();
         assert_eq!(episode.phase, EpisodePhase::HalfOpen);
         episode.merge("a", &trial(1), 40_150).unwrap();
