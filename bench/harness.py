@@ -6,6 +6,7 @@ import http.client
 import os
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -84,6 +85,7 @@ def start_redis(port=None):
     not given), empty and not saving, once it answers: (process, port)."""
     port = port or free_port()
     redis = subprocess.Popen(["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+                              "--dir", tempfile.mkdtemp(prefix="stormguard-redis-"),
                               "--appendonly", "no"], stdout=subprocess.DEVNULL)
     for _ in range(200):
         try:
