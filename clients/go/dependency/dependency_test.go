@@ -201,12 +201,7 @@ func TestAPolicyUpdateOfTheBreakerBlockRetunesTheBreakerAndAnOpenOneStaysOpen(t 
 	}
 	opened := fmt.Sprintf(policyText, true)
 	write(opened)
-	watch, err := policy.Start(context.Background(), policy.Config{Daemon: serve(t, file), Services: []string{"payments"}, WatchWait: 5 * time.Second, MinPollInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer watch.Stop()
-	dependency := New(watch, "payments", nil)
+	dependency := watchedPayments(t, file)
 	server := &flaky{failures: 1000}
 	payments := httptest.NewServer(server)
 	defer payments.Close()
@@ -227,7 +222,7 @@ func TestAPolicyUpdateOfTheBreakerBlockRetunesTheBreakerAndAnOpenOneStaysOpen(t 
 		t.Fatalf("an update of the breaker's block replaced it or closed it: %s", dependency.Breaker().State())
 	}
 	before := server.calls.Load()
-	err = dependency.Call(context.Background(), "/charge", attempt(payments.URL))
+	err := dependency.Call(context.Background(), "/charge", attempt(payments.URL))
 	var refused *breaker.NotPermitted
 	if !errors.As(err, &refused) || refused.State != breaker.Open || refused.RetryIn > 30*time.Second-300*time.Millisecond {
 		t.Fatalf("%v, want refused for what is left of 30 s since it opened", err)

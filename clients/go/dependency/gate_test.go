@@ -385,12 +385,7 @@ func TestAPolicyUpdateRetunesTheGateUnlessItChangesWhatSaysOverload(t *testing.T
 		}
 	}
 	write(gatedPolicy)
-	watch, err := policy.Start(context.Background(), policy.Config{Daemon: serve(t, file), Services: []string{"payments"}, WatchWait: 5 * time.Second, MinPollInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer watch.Stop()
-	dependency := New(watch, "payments", nil)
+	dependency := watchedPayments(t, file)
 	payments := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}))
@@ -420,4 +415,17 @@ func TestAPolicyUpdateRetunesTheGateUnlessItChangesWhatSaysOverload(t *testing.T
 	if dependency.Gate().On() || !g.On() {
 		t.Fatal("the new gate should start off, and the old one, which calls in flight hold, stay on")
 	}
+}
+
+// watchedPayments is the payments dependency under the policy in file, as
+// a test daemon serves it and the watch reads it again when it changes.
+func watchedPayments(t *testing.T, file string) *Dependency {
+	t.Helper()
+	config := policy.Config{Daemon: serve(t, file), Services: []string{"payments"}, WatchWait: 5 * time.Second, MinPollInterval: 50 * time.Millisecond}
+	watch, err := policy.Start(context.Background(), config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(watch.Stop)
+	return New(watch, "payments", nil)
 }
