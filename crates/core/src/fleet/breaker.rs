@@ -360,6 +360,7 @@ impl<K: Eq + Hash + Clone> FleetBreaker<K> {
         if successes >= self.success_threshold && !self.mirror.holds_at(now) {
             self.phase = Phase::Closed;
             self.closing = Some(Closing::new(now, self.max_trials, self.ramp_step()));
+            self.calls.forget_processes();
         }
     }
 
@@ -441,6 +442,12 @@ impl<K: Eq + Hash + Clone> Calls<K> {
         let mean = self.per_second.get_or_insert(rate);
         *mean += (rate - *mean) * Self::WEIGHT;
     }
+
+    /// Forgets when each process last asked, keeping the rate: at a close,
+    /// so that processes gone since the last one are not kept for ever.
+    fn forget_processes(&mut self) {
+        self.asked.clear();
+    }
 }
 
 impl<K: Eq + Hash + Clone> FleetBreaker<K> {
@@ -512,6 +519,7 @@ impl<K: Eq + Hash + Clone> FleetBreaker<K> {
             let at = episode.closed_at.map(local);
             if let Some(at) = at.filter(|&at| self.closing.as_ref().is_none_or(|c| at > c.at)) {
                 self.closing = Some(Closing::new(at, self.max_trials, step));
+                self.calls.forget_processes();
             }
         }
         if episode.epoch < mirror.epoch {

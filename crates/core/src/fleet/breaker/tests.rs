@@ -575,3 +575,25 @@ async fn trial_outcomes_heard_while_a_share_is_out_stay_in_their_half_open() {
         "the success belongs to half-open 2, not 4"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_close_forgets_which_processes_asked_but_not_how_fast_they_call() {
+    let t0 = Instant::now();
+    let mut fleet = breaker(false, t0);
+    fleet.ask_at(0, open(Duration::ZERO), t0);
+    let due = t0 + OPEN_TIMEOUT;
+    for p in 0..200 {
+        fleet.ask_at(p, open(OPEN_TIMEOUT - ms(100)), due - ms(100));
+    }
+    let holders = round(&mut fleet, 200, due);
+    assert_eq!(fleet.calls.asked.len(), 200);
+    for &p in &holders[..3] {
+        fleet.ask_at(p, outcome(1, 0), due + ms(10));
+    }
+    assert_eq!(
+        fleet.calls.asked.len(),
+        1,
+        "only the process heard since the close: those gone are not kept"
+    );
+    assert!(fleet.calls.per_second.is_some());
+}
