@@ -360,16 +360,19 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
             shutdown.clone(),
         ));
         tokio::spawn(reload_on_sighup(reloader, signals.hangup));
-        if let Some(store) = &pace_store {
+        let sharing = pace_store.as_ref().map(|store| {
             tracing::info!(
                 "sharing the pace of paced dependencies through {} as {}",
                 store.address(),
                 store.replica()
             );
-            let sharing = crate::fleet::sharing::share(fleet.clone(), store.clone(), shutdown.clone());
-            tokio::spawn(sharing);
             tokio::spawn(crate::fleet::sharing::listen(fleet.clone(), store.clone()));
-        }
+            tokio::spawn(crate::fleet::sharing::share(
+                fleet.clone(),
+                store.clone(),
+                shutdown.clone(),
+            ))
+        });
         let scheme = if tls.is_some() { "https" } else { "http" };
         if let Some(admin) = admin_address {
             tracing::info!("admin API on {scheme}://{admin}, and only there");
@@ -389,7 +392,10 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
             "shutting down: /readyz fails from now, requests are served for the shutdown delay, then finished"
         );
         shutdown_tx.send_replace(true);
-        if let Some(store) = &pace_store {
+        if let (Some(sharing), Some(store)) = (sharing, &pace_store) {
+            // Its last exchange first: one that reached the store after the
+            // release would take the pace again for a lease.
+            let _ = sharing.await;
             crate::fleet::sharing::release(&fleet, store).await;
         }
         ended

@@ -800,3 +800,54 @@ async fn the_simulators_store_answers_as_the_scripts_do() {
     );
     alike("a after ten silent leases", &real, &modelled);
 }
+
+/// A replica whose name holds a space (its pod's HOSTNAME is the
+/// environment's) still knows its own lease: it renews it and publishes.
+#[tokio::test]
+async fn a_replica_whose_name_holds_a_space_renews_its_lease_and_publishes() {
+    let Some(redis) = Redis::start(None) else { return };
+    let (spaced, other) = (replica(&redis, "my host-1a2b"), replica(&redis, "b"));
+    assert!(owns_after_exchange(&spaced).await);
+    assert!(owns_after_exchange(&spaced).await, "renewed");
+    assert!(!owns_after_exchange(&other).await);
+    assert!(spaced.publish("inventory", rate(10.0)).await.unwrap());
+    assert!(spaced.release("inventory").await.unwrap());
+}
+
+/// A replica that shares again after a quiet longer than a slot's life
+/// keeps the word of itself it has just written, while a gone replica's
+/// stale word is forgotten.
+#[tokio::test]
+async fn a_replica_back_from_a_quiet_keeps_its_own_word_and_forgets_the_gones() {
+    use stormguard_core::fleet::breaker::episode::{Rules, Share};
+    use stormguard_core::fleet::breaker::SLOT_LIFE;
+    let Some(redis) = Redis::start(None) else { return };
+    let (a, gone) = (replica(&redis, "a"), replica(&redis, "gone"));
+    let share = Share {
+        rules: Rules {
+            open_timeout_ms: 60_000,
+            max_trials: 3,
+            success_threshold: 2,
+        },
+        epoch: 0,
+        opened_ago_ms: Some(5),
+        wanted: 1,
+        succeeded: 0,
+        failed: 0,
+        settled: 0,
+        unused: 0,
+    };
+    a.share_breaker("ledger", &share).await.unwrap();
+    gone.share_breaker("ledger", &share).await.unwrap();
+    tokio::time::sleep(SLOT_LIFE + Duration::from_millis(100)).await;
+    a.share_breaker("ledger", &share).await.unwrap();
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let fields: Vec<String> = redis::cmd("HKEYS")
+        .arg("stormguard:breaker:{ledger}:episode")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert!(fields.contains(&"heard:a".to_string()), "{fields:?}");
+    assert!(!fields.contains(&"heard:gone".to_string()), "{fields:?}");
+}

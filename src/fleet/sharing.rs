@@ -55,9 +55,14 @@ pub async fn share(fleet: Arc<Fleet>, store: Arc<PaceStore>, shutdown: watch::Re
 /// At shutdown: gives up every pace this replica owns, so that another
 /// replica takes it at its next exchange, with what this one's law
 /// learned, rather than when this one's lease ends.
+/// Every service at once, so that a store that does not answer costs one
+/// timeout, not one a service.
 pub async fn release(fleet: &Fleet, store: &PaceStore) {
-    for service in fleet.paced_services() {
-        match store.release(&service).await {
+    let services = fleet.paced_services();
+    let released =
+        futures_util::future::join_all(services.iter().map(|service| store.release(service))).await;
+    for (service, released) in services.iter().zip(released) {
+        match released {
             Ok(true) => tracing::info!(
                 service,
                 "shutting down: gave up the pace for another replica to take"

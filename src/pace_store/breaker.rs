@@ -62,7 +62,7 @@ impl PaceStore {
             let stale: Vec<&str> = read
                 .heard
                 .iter()
-                .filter(|(_, them)| them.is_stale_at(now))
+                .filter(|&(name, them)| name != &self.replica && them.is_stale_at(now))
                 .map(|(name, _)| name.as_str())
                 .chain(read.unreadable.iter().map(String::as_str))
                 .collect();

@@ -37,7 +37,7 @@ redis.call('PEXPIRE', KEYS[2], kept)
 local held = redis.call('GET', KEYS[3])
 local owner, granted
 if held then
-  owner, granted = string.match(held, '^(%S+) (%d+)$')
+  owner, granted = string.match(held, '^(.+) (%d+)$')
   owner = owner or held
   if granted and tonumber(granted) > now then
     owner = nil
@@ -66,7 +66,9 @@ local wants = redis.call('HGETALL', KEYS[2])
 for i = 1, #wants, 2 do
   if wants[i] ~= replica then
     local want, members, at = string.match(wants[i + 1], '^(%S+) (%S+) (%S+)$')
-    if at and now - tonumber(at) < lease then
+    -- A want from the store's future (its clock stepped back since) is of
+    -- no age anyone can tell: dropped; a live replica writes it anew.
+    if at and tonumber(at) <= now and now - tonumber(at) < lease then
       table.insert(others, want .. ' ' .. members)
     else
       redis.call('HDEL', KEYS[2], wants[i])

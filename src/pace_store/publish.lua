@@ -5,7 +5,7 @@
 --       5 channel, 6 what the owner's law learned (JSON without spaces), or ''
 -- Returns 1 if published, 0 if this replica no longer owns the pace.
 local held = redis.call('GET', KEYS[1]) or ''
-if (string.match(held, '^(%S+) %d+$') or held) ~= ARGV[1] then
+if (string.match(held, '^(.+) %d+$') or held) ~= ARGV[1] then
   return 0
 end
 local time = redis.call('TIME')

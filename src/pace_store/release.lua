@@ -3,7 +3,7 @@
 -- KEYS: 1 owner ("replica granted_ms"); ARGV: 1 replica
 -- Returns 1 if it owned the pace, 0 if not.
 local held = redis.call('GET', KEYS[1]) or ''
-if (string.match(held, '^(%S+) %d+$') or held) ~= ARGV[1] then
+if (string.match(held, '^(.+) %d+$') or held) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])

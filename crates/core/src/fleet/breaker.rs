@@ -415,8 +415,9 @@ impl<K: Eq + Hash + Clone> FleetBreaker<K> {
     }
 }
 
-/// Calls in a row that open a breaker under `policy`: `consecutiveFailures`,
-/// or `minimumCalls` with that trigger off.
+/// Calls that open a breaker under `policy` on a dependency that refuses
+/// them all: `consecutiveFailures`, or `minimumCalls` if fewer (the failure
+/// rate opens it then) or with that trigger off.
 fn reopen_after(policy: &CircuitBreakerPolicy) -> u32 {
     match policy.consecutive_failures {
         0 => policy.minimum_calls.max(1),

@@ -209,7 +209,10 @@ impl<'a> Replicas<'a> {
                         .pace
                         .as_ref()
                         .map(|pace| store.answer((r, replica.life), pace, t)),
-                    breaker: mine.breaker.as_ref().map(|share| store.merge(r, share, t)),
+                    breaker: mine
+                        .breaker
+                        .as_ref()
+                        .map(|share| store.merge((r, replica.life), share, t)),
                 });
                 replica.exchange = Exchange::Returning(mine, answers, began);
                 vec![Next::Exchange(t + (store.round_trip - half))]

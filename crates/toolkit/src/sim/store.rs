@@ -131,13 +131,19 @@ impl StoreModel {
         }
     }
 
-    /// Replica `r`'s fleet breaker `share` arrives at `t`: merged into the
+    /// Replica `r`'s fleet breaker `share` (in its `life`-th incarnation,
+    /// under a name of its own, as a restarted daemon is) arrives at `t`: merged into the
     /// episode, as the daemon's compare-and-set does, and answered (or
     /// refused, under other rules than the episode's).
-    pub(super) fn merge(&mut self, r: usize, share: &Share, t: u64) -> Result<EpisodeAnswer, OtherRules> {
+    pub(super) fn merge(
+        &mut self,
+        (r, life): Incarnation,
+        share: &Share,
+        t: u64,
+    ) -> Result<EpisodeAnswer, OtherRules> {
         self.restart_if_due(t);
         let at = self.clock(t) / 1_000_000;
-        let replica = format!("replica-{r}");
+        let replica = format!("replica-{r}-{life}");
         let granted = self.episode.merge(&replica, share, &self.heard, at)?;
         self.heard.insert(replica, Heard::of(share, at));
         Ok(EpisodeAnswer {
@@ -188,7 +194,7 @@ impl StoreModel {
             .enumerate()
             .filter(|&(other, _)| other != r)
             .filter_map(|(_, written)| *written)
-            .filter(|&(_, _, at)| at + lease > t)
+            .filter(|&(_, _, at)| at <= t && at + lease > t)
             .map(|(want, members, _)| (want, members))
             .collect();
         Shared {

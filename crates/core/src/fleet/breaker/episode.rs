@@ -78,8 +78,9 @@ pub struct Episode {
     /// before it is to close.
     pub closed_at: Option<u64>,
     /// Slots granted by a daemon that kept no holders (an earlier version),
-    /// when each was: they count until their [`SLOT_LIFE`] ends.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// when each was: they count until their [`SLOT_LIFE`] ends. Always
+    /// written, as that version cannot read an episode without it.
+    #[serde(default)]
     pub out: Vec<u64>,
     /// The replicas holding slots of this half-open, and which.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -126,13 +127,16 @@ impl Heard {
         }
     }
 
-    /// Whether it is old enough at `now` for the store to forget.
+    /// Whether it is old enough at `now` for the store to forget. A word
+    /// from the store's future (its clock stepped back since) is of no
+    /// age anyone can tell: forgotten too, its replica's next share says
+    /// it anew.
     pub fn is_stale_at(&self, now: u64) -> bool {
-        now.saturating_sub(self.at) >= SLOT_LIFE.as_millis() as u64
+        self.at > now || now - self.at >= SLOT_LIFE.as_millis() as u64
     }
 
     fn is_fresh_at(&self, now: u64, within: std::time::Duration) -> bool {
-        now.saturating_sub(self.at) < within.as_millis() as u64
+        self.at <= now && now - self.at < within.as_millis() as u64
     }
 }
 
@@ -694,10 +698,42 @@ mod tests {
     }
 
     #[test]
+    fn a_word_from_the_stores_future_is_neither_demand_nor_rules_held() {
+        // Written before a failover to a store a minute behind, by a
+        // replica under the old rules that has gone since.
+        let mut episode = half_open(40_000);
+        let gone = Heard {
+            rules: RULES,
+            wanted: 90,
+            at: 100_000,
+        };
+        assert!(gone.is_stale_at(41_000));
+        episode.heard.insert("gone".into(), gone);
+        let shorter = Rules {
+            open_timeout_ms: 10_000,
+            ..RULES
+        };
+        let mine = Share {
+            rules: shorter,
+            wanted: 10,
+            ..share(episode.epoch)
+        };
+        assert_eq!(
+            episode.merge("b", &mine, 41_000),
+            Ok(10),
+            "all its asks, and its rules"
+        );
+    }
+
+    #[test]
     fn the_store_keeps_it_as_json() {
         let episode = half_open(40_000);
         let text = serde_json::to_string(&episode.episode).unwrap();
         assert_eq!(serde_json::from_str::<Episode>(&text).unwrap(), episode.episode);
         assert!(text.contains("\"state\":\"half-open\""), "{text}");
+        assert!(
+            text.contains("\"out\":[]"),
+            "the previous version reads no episode without it: {text}"
+        );
     }
 }
