@@ -436,6 +436,18 @@ mod tests {
         }
     }
 
+    /// A share of `epoch` wanting `n` slots from a replica whose policy
+    /// gives the breaker a shorter `openTimeout` than [`RULES`].
+    fn under_shorter_rules(epoch: u64, n: u32) -> Share {
+        Share {
+            rules: Rules {
+                open_timeout_ms: 10_000,
+                ..RULES
+            },
+            ..wanting(epoch, n)
+        }
+    }
+
     /// A share of `epoch` that wants `n` slots.
     fn wanting(epoch: u64, n: u32) -> Share {
         Share {
@@ -641,15 +653,8 @@ mod tests {
     fn a_replica_under_other_rules_is_refused_until_none_shares_under_the_episodes() {
         let mut episode = half_open(40_000);
         let before = episode.clone();
-        let shorter = Rules {
-            open_timeout_ms: 10_000,
-            ..RULES
-        };
-        let mine = Share {
-            rules: shorter,
-            wanted: 5,
-            ..share(episode.epoch)
-        };
+        let mine = under_shorter_rules(episode.epoch, 5);
+        let shorter = mine.rules;
         let refused = episode.merge("b", &mine, 40_500).unwrap_err();
         assert_eq!(
             refused,
@@ -709,15 +714,7 @@ mod tests {
         };
         assert!(gone.is_stale_at(41_000));
         episode.heard.insert("gone".into(), gone);
-        let shorter = Rules {
-            open_timeout_ms: 10_000,
-            ..RULES
-        };
-        let mine = Share {
-            rules: shorter,
-            wanted: 10,
-            ..share(episode.epoch)
-        };
+        let mine = under_shorter_rules(episode.epoch, 10);
         assert_eq!(
             episode.merge("b", &mine, 41_000),
             Ok(10),
