@@ -12,7 +12,13 @@
 // only if the policy retries it and gate.overloadOn covers it (by default
 // a refused connection, a timeout, 429 or 503), or its answer carried a
 // Retry-After; an error the dependency answered with (a 500, say) says
-// nothing of its load. perTryTimeoutMs bounds each attempt. When the
+// nothing of its load. The gate hears each attempt before the breaker
+// does, and an overload it heard while it is on (the refusal that turned
+// it on included) is its to answer, by pacing: the breaker does not hear
+// it, as in the Rust library, so that a breaker opening beside the gate
+// does not turn an overload it is easing into an outage. Errors the
+// dependency answered with, and refusals while the gate is off, count for
+// the breaker as ever. perTryTimeoutMs bounds each attempt. When the
 // watch delivers a new policy, the budget is rebuilt from it if its block
 // changed, and the breaker and the gate are retuned in place (see
 // breaker.Breaker.Retune and gate.Gate.Retune), keeping their state, unless
@@ -338,12 +344,16 @@ func Failure(err error) string {
 // settle tells the breaker how an attempt went, as the Rust library does:
 // an answer counts as a success, a failure the policy retries counts
 // against the dependency, and one it does not retry (a 501, a connect
-// failure retryOn leaves out) counts for nothing.
-func settle(permit *breaker.Permit, answered, retryable bool, now uint64) {
+// failure retryOn leaves out) counts for nothing. Nor does a refusal the
+// send gate paces (paced: the gate, having recorded it, heard it as an
+// overload and is on): the gate answers an overload by pacing, and a
+// breaker opening beside it would turn the overload into an outage. Its
+// permit is cancelled unrecorded, which frees a half-open trial's slot.
+func settle(permit *breaker.Permit, answered, retryable, paced bool, now uint64) {
 	switch {
 	case answered:
 		permit.Record(false, now)
-	case retryable:
+	case retryable && !paced:
 		permit.Record(true, now)
 	default:
 		permit.Cancel()
@@ -480,12 +490,18 @@ func (d *Dependency) call(ctx context.Context, endpoint string, attempt func(ctx
 			retryable = g.policy.RetriesStatus(status)
 		}
 		succeeded := err == nil && status < 500 && !retryable
-		if permit != nil {
-			settle(permit, succeeded, retryable, since(g.breakerBorn))
-		}
+		// The gate hears the attempt first, then the breaker: a refusal
+		// the gate paces, the one that turned it on included, is the
+		// gate's to answer, not the breaker's.
+		heard := gate.Accepted
 		if g.gate != nil {
 			end := ending{timedOut: timedOut, retryable: retryable, status: status, failure: failure, retryAfter: answered.retryAfter}
-			g.gate.Record(signal(g.gatePolicy, end), sent, since(g.gateBorn))
+			heard = signal(g.gatePolicy, end)
+			g.gate.Record(heard, sent, since(g.gateBorn))
+		}
+		if permit != nil {
+			paced := heard != gate.Accepted && g.gate.On()
+			settle(permit, succeeded, retryable, paced, since(g.breakerBorn))
 		}
 		if succeeded {
 			return nil

@@ -260,8 +260,8 @@ func TestThePolicysMaxElapsedEndsACallWithoutAContextDeadline(t *testing.T) {
 }
 
 // TestACallWhoseBreakerOpensWhileItWaitsInLineIsNotSent: a call takes the
-// breaker's permit before it waits for the gate's turn; when another
-// call's failure opens the breaker meanwhile, the call asks it again the
+// breaker's permit before it waits for the gate's turn; when other calls'
+// failures open the breaker meanwhile, the call asks it again the
 // next time it is woken in line, and leaves the line unsent, ending
 // CircuitOpen, without spending a turn.
 func TestACallWhoseBreakerOpensWhileItWaitsInLineIsNotSent(t *testing.T) {
@@ -269,15 +269,19 @@ func TestACallWhoseBreakerOpensWhileItWaitsInLineIsNotSent(t *testing.T) {
 	dependency := New(watchServed(t, text, "payments"), "payments", nil)
 	payments, calls := gatedOnByA503(t, dependency)
 	if state := dependency.Breaker().State(); state != breaker.Closed {
-		t.Fatalf("one failure of two opened it: %v", state)
+		t.Fatalf("the 503 the gate paces opened it: %v", state)
 	}
 
 	ended, cancelFirst := twoInLine(t, dependency, payments.URL)
-	permit, err := dependency.Breaker().Acquire(0)
-	if err != nil {
-		t.Fatal(err)
+	// Other calls' failures, two in a row (the 503 that turned the gate
+	// on was the gate's, not the breaker's).
+	for i := 0; i < 2; i++ {
+		permit, err := dependency.Breaker().Acquire(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		permit.Record(true, 0)
 	}
-	permit.Record(true, 0) // another call's failure: the second in a row
 	cancelFirst()
 	var gaveUp *CallError
 	if err := <-ended[0]; !errors.As(err, &gaveUp) || gaveUp.Reason != Cancelled {
@@ -293,6 +297,90 @@ func TestACallWhoseBreakerOpensWhileItWaitsInLineIsNotSent(t *testing.T) {
 	}
 	if calls.Load() != 1 || dependency.Gate().Waiting() != 0 {
 		t.Fatalf("%d attempts sent after the first, %d waiting", calls.Load()-1, dependency.Gate().Waiting())
+	}
+}
+
+// gatedWithABreaker paces at no less than 200 attempts a second once a
+// refusal turns its gate on (overloadWhen: any-refusal), so that retries
+// wait their turns briefly; its breaker opens after two failures in a row.
+const gatedWithABreaker = `services:
+  payments:
+    maxRetries: 3
+    initialDelay: 1ms
+    maxDelay: 5ms
+    jitter: none
+    retryOn: [5xx]
+    budget: {enabled: false}
+    circuitBreaker: {enabled: true, consecutiveFailures: 2, openTimeout: 1h}
+    gate: {enabled: true, minRate: 200, maxRate: 1000, quiet: 1h, overloadWhen: any-refusal}
+`
+
+// TestRefusalsTheGatePacesDoNotOpenTheBreakerAndErrorsStillDo: under a
+// gate that any refusal turns on and a breaker that opens after two
+// failures in a row, calls all refused with 503 turn the gate on and are
+// paced by it, every retry sent; the breaker hears none of them (the very
+// refusal that turned the gate on is the gate's) and stays closed with no
+// failure in a row counted. A dependency answering 500, an error that
+// says nothing of its load, leaves the gate off and opens the breaker.
+func TestRefusalsTheGatePacesDoNotOpenTheBreakerAndErrorsStillDo(t *testing.T) {
+	watch := watchServed(t, gatedWithABreaker, "payments")
+	var status atomic.Int64
+	status.Store(http.StatusServiceUnavailable)
+	var calls atomic.Int64
+	payments := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(int(status.Load()))
+	}))
+	defer payments.Close()
+
+	overloaded := New(watch, "payments", nil)
+	for i := 0; i < 3; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := overloaded.Call(ctx, "/charge", attempt(payments.URL))
+		cancel()
+		var gaveUp *CallError
+		if !errors.As(err, &gaveUp) || gaveUp.Reason != Exhausted || gaveUp.Attempts != 4 || gaveUp.Status != 503 {
+			t.Fatalf("call %d: %v", i+1, err)
+		}
+	}
+	if sent := calls.Load(); sent != 12 {
+		t.Fatalf("%d attempts sent, want 12", sent)
+	}
+	if !overloaded.Gate().On() {
+		t.Fatal("503s left the gate off")
+	}
+	b := overloaded.Breaker()
+	if state := b.State(); state != breaker.Closed {
+		t.Fatalf("refusals the gate paces opened the breaker: %v", state)
+	}
+	// No failure in a row counted: one more leaves it closed.
+	permit, err := b.Acquire(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	permit.Record(true, 0)
+	if state := b.State(); state != breaker.Closed {
+		t.Fatalf("one failure opened the breaker, the 503s counted: %v", state)
+	}
+
+	status.Store(http.StatusInternalServerError)
+	calls.Store(0)
+	failing := New(watch, "payments", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err = failing.Call(ctx, "/charge", attempt(payments.URL))
+	var gaveUp *CallError
+	if !errors.As(err, &gaveUp) || gaveUp.Reason != CircuitOpen || gaveUp.Attempts != 2 {
+		t.Fatalf("%v", err)
+	}
+	if sent := calls.Load(); sent != 2 {
+		t.Fatalf("%d attempts sent, want 2", sent)
+	}
+	if state := failing.Breaker().State(); state != breaker.Open {
+		t.Fatalf("500s left the breaker %v", state)
+	}
+	if failing.Gate().On() {
+		t.Fatal("500s turned the gate on")
 	}
 }
 
@@ -316,11 +404,13 @@ func TestACallInLineGrantedTheFleetsTrialMeanwhileLeavesTheLineAndGoes(t *testin
 	payments, calls := gatedOnByA503(t, dependency)
 	ended, cancelFirst := twoInLine(t, dependency, payments.URL)
 	b, now := dependency.Breaker(), since(dependency.guard().breakerBorn)
-	permit, err := b.Acquire(now)
-	if err != nil {
-		t.Fatal(err)
+	for i := 0; i < 2; i++ {
+		permit, err := b.Acquire(now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		permit.Record(true, now)
 	}
-	permit.Record(true, now)
 	b.Heard(breaker.Verdict{State: breaker.HalfOpen, Trials: 1}, now+uint64(time.Minute), now)
 	cancelFirst()
 	select {

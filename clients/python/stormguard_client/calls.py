@@ -15,7 +15,13 @@
    at the call's old place in line, ahead of calls that came after it. The
    gate hears of each attempt it let through (see :func:`_signal`): only a
    failure ``gate.overloadOn`` names, or an answer that asked for a wait,
-   says the dependency is overloaded;
+   says the dependency is overloaded. The gate hears each attempt before
+   the breaker does, and an overload it heard while it is on (the refusal
+   that turned it on included) is its to answer, by pacing: the breaker
+   does not hear it, so that a breaker opening beside the gate does not
+   turn an overload it is easing into an outage. Errors the dependency
+   answered with, and refusals while the gate is off, count for the
+   breaker as ever;
 3. the retry budget: a first try deposits, a retry needs its leave. While
    the gate paces, retries wait for turns instead, without a backoff: the
    gate bounds the load they add to what the dependency accepts;
@@ -252,10 +258,16 @@ def call_plan(c: Controls, *, clock: Clock, rng: random.Random, new_wakeup: Call
             failed = failure(error) if error is not None else None
             kind = "error"
             retryable = failed is not None and c.retry_on.retries_failure(failed)
-        if permit is not None:
-            _settle(permit, status is not None and status < 500 and not retryable, retryable, now)
+        # The gate hears the attempt first, then the breaker: a refusal the
+        # gate paces, the one that turned it on included, is the gate's to
+        # answer, not the breaker's.
+        heard = Signal.ACCEPTED
         if c.gate is not None and sent is not None:
-            c.gate.record(_signal(c.gate.policy.overload_on, failed, status, retry_after, retryable), sent, now)
+            heard = _signal(c.gate.policy.overload_on, failed, status, retry_after, retryable)
+            c.gate.record(heard, sent, now)
+        if permit is not None:
+            paced = heard is not Signal.ACCEPTED and c.gate is not None and c.gate.is_on
+            _settle(permit, status is not None and status < 500 and not retryable, retryable, paced, now)
         record(retry, kind)
         if not retryable or retry >= c.max_retries:
             return _end(status, error)
@@ -354,14 +366,18 @@ def _turn(gate: SendGate, place: int | None, deadline: int | None, clock: Clock,
             gate.leave(ticket)
 
 
-def _settle(permit: Permit, answered: bool, retryable: bool, now: int) -> None:
+def _settle(permit: Permit, answered: bool, retryable: bool, paced: bool, now: int) -> None:
     """Tells the breaker how an attempt went, as the Rust library does: an
     answer counts as a success, a failure the policy retries counts against
     the dependency, and one it does not retry (a 501, an exception retryOn
-    leaves out) counts for nothing."""
+    leaves out) counts for nothing. Nor does a refusal the send gate paces
+    (``paced``: the gate, having recorded it, heard it as an overload and
+    is on): the gate answers an overload by pacing, and a breaker opening
+    beside it would turn the overload into an outage. Its permit is
+    cancelled unrecorded, which frees a half-open trial's slot."""
     if answered:
         permit.record(False, now)
-    elif retryable:
+    elif retryable and not paced:
         permit.record(True, now)
     else:
         permit.cancel()

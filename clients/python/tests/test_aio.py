@@ -12,7 +12,7 @@ import pytest
 
 import flavours
 from conftest import eventually, metric, requests_sample
-from stormguard_client import Dependency, Reporter
+from stormguard_client import CallNotPermitted, Dependency, Reporter
 from stormguard_client.aio import AsyncDependency, AsyncPolicyWatch
 from stormguard_client.gate import Tally
 from test_dependency import POLICY, S, NoCredit, VirtualTime, Watch
@@ -164,6 +164,32 @@ def test_in_both_flavours_500s_leave_the_gate_off_and_503s_turn_it_on(flavour):
     assert dependency.gate.is_on, "overloadOn: [5xx]: a 500 is an overload"
 
 
+@pytest.mark.parametrize("flavour", flavours.NAMES)
+def test_in_both_flavours_refusals_the_gate_paces_do_not_open_the_breaker_and_errors_still_do(flavour):
+    # A gate any refusal turns on, beside a breaker that opens after two
+    # failures in a row.
+    breaker = {"enabled": True, "consecutiveFailures": 2, "openTimeoutMs": 3_600_000}
+    policy = {"maxRetries": 3, "jitter": "none", "circuitBreaker": breaker,
+              "gate": {"enabled": True, "overloadWhen": "any-refusal"}}
+    dependency, call, clock = dependency_in_virtual_time(flavour, Watch(**policy), rng=NoCredit(7))
+    refused = [answering(503, 503, 503, 503) for _ in range(3)]
+    for attempt in refused:
+        assert call("/charge", attempt) == 503
+    assert [len(attempt.timeouts) for attempt in refused] == [4, 4, 4], "every retry sent, paced by the gate"
+    assert dependency.gate.is_on and clock.waits, "the first 503 turned the gate on; the retries waited for turns"
+    assert dependency.breaker.state == "closed", "overload is the gate's to pace"
+    assert dependency.breaker._consecutive_failures == 0, "not even the refusal that turned the gate on counted"
+
+    # Errors the dependency answers with say nothing of its load: the gate
+    # does not pace them, and the breaker opens on them.
+    dependency, call, _ = dependency_in_virtual_time(flavour, Watch(**policy), rng=NoCredit(7))
+    failing = answering(500, 500, 500, 500)
+    with pytest.raises(CallNotPermitted):
+        call("/charge", failing)
+    assert len(failing.timeouts) == 2, "the second 500 in a row opened the breaker"
+    assert dependency.breaker.state == "open" and not dependency.gate.is_on
+
+
 # --- what only the asyncio flavour does -----------------------------------
 
 
@@ -218,6 +244,8 @@ def test_a_call_cancelled_in_the_gates_line_leaves_it_and_gives_back_its_permit(
                                    "payments", clock=clock.clock, rng=NoCredit())
         assert await payments.call("/charge", _answer(503)) == 503
         gate, breaker = payments.gate, payments.breaker
+        assert breaker.state == "closed", "the 503 the gate paces is not the breaker's"
+        breaker.acquire(clock.now).record(True, clock.now)  # another call's failure
         assert gate.is_on and breaker.state == "open"
         clock.now += 3 * S // 2  # past openTimeoutMs; its turn, 2 s after the 503, is not due yet
         sent = []

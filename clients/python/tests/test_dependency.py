@@ -554,6 +554,8 @@ def test_a_call_that_gets_no_turn_gives_back_its_breaker_permit():
     clock = VirtualTime()
     dependency = gated(clock, maxRetries=0, maxElapsedMs=500, circuitBreaker=breaker)
     assert dependency.call("/charge", lambda timeout: 503) == 503
+    assert dependency.breaker.state == "closed", "the 503 the gate paces is not the breaker's"
+    dependency.breaker.acquire(clock.now).record(True, clock.now)  # another call's failure
     assert dependency.breaker.state == "open" and dependency.gate.is_on
     clock.now = S
     with pytest.raises(NoTurn):
@@ -565,14 +567,15 @@ def test_a_call_that_gets_no_turn_gives_back_its_breaker_permit():
 
 
 class FailsWhileWaiting(VirtualTime):
-    """Virtual time in which, while a call waits in the gate's line,
-    another call's attempt fails (once ``dependency`` is set)."""
+    """Virtual time in which, while a call waits in the gate's line, two
+    other calls' attempts fail (once ``dependency`` is set)."""
 
     dependency = None
 
     def wait(self, event, seconds):
         if self.dependency is not None:
-            self.dependency.breaker.acquire(self.now).record(True, self.now)
+            for _ in range(2):
+                self.dependency.breaker.acquire(self.now).record(True, self.now)
             self.dependency = None
         return super().wait(event, seconds)
 
@@ -582,7 +585,7 @@ def test_a_call_whose_breaker_opens_while_it_waits_in_line_is_not_sent():
     clock = FailsWhileWaiting()
     dependency = gated(clock, maxRetries=0, circuitBreaker=breaker)
     assert dependency.call("/charge", lambda timeout: 503) == 503
-    assert dependency.gate.is_on and dependency.breaker.state == "closed", "one failure of two"
+    assert dependency.gate.is_on and dependency.breaker.state == "closed", "the 503 the gate paces is not the breaker's"
     clock.dependency = dependency
     turns = dependency.gate.tally().sent
     sent = []
@@ -604,7 +607,8 @@ class FleetTrialWhileWaiting(VirtualTime):
     def wait(self, event, seconds):
         if self.dependency is not None:
             breaker = self.dependency.breaker
-            breaker.acquire(self.now).record(True, self.now)
+            for _ in range(2):
+                breaker.acquire(self.now).record(True, self.now)
             breaker.heard(Verdict(CircuitState.HALF_OPEN, 1, 0), self.now + 60 * S, self.now)
             self.dependency = None
         return super().wait(event, seconds)
@@ -669,6 +673,7 @@ def test_a_trial_on_the_fleets_slot_is_sent_without_waiting_for_the_gates_turn()
     clock = VirtualTime()
     dependency = gated(clock, maxRetries=0, maxElapsedMs=500, circuitBreaker=breaker)
     assert dependency.call("/charge", lambda timeout: 503) == 503
+    dependency.breaker.acquire(clock.now).record(True, clock.now)  # another call's failure
     assert dependency.breaker.state == "open" and dependency.gate.is_on, "its next turn is 2 s away"
     dependency.breaker.heard(Verdict(CircuitState.HALF_OPEN, 1, 0), clock.now + S, clock.now)
     assert dependency.call("/charge", lambda timeout: 200) == 200

@@ -280,21 +280,30 @@ impl Guard {
         }
     }
 
-    /// How the attempt holding `permit` ended: the breaker and the throttle learn from it.
+    /// How the attempt holding `permit` ended: the breaker and the throttle
+    /// learn from it. A refusal the send gate paces is the throttle's
+    /// failure and no failure to the breaker: the dependency answered, and
+    /// its overload is the gate's to ease. A trial so answered has its
+    /// answer (the dependency is up, and paced), so it counts as a success;
+    /// any other such attempt counts for nothing.
     pub fn settle_at(&self, permit: Option<Permit>, outcome: AttemptOutcome, now: Instant) {
-        let outcome = match outcome {
-            AttemptOutcome::Succeeded => CallOutcome::Success,
-            AttemptOutcome::Failed => CallOutcome::Failure,
+        let (throttled, heard) = match outcome {
+            AttemptOutcome::Succeeded => (CallOutcome::Success, Some(CallOutcome::Success)),
+            AttemptOutcome::Failed => (CallOutcome::Failure, Some(CallOutcome::Failure)),
+            AttemptOutcome::Paced => {
+                let trial = permit.as_ref().is_some_and(Permit::is_trial);
+                (CallOutcome::Failure, trial.then_some(CallOutcome::Success))
+            }
             AttemptOutcome::Ignored => return,
         };
         if let Some(throttle) = &self.throttle {
-            match outcome {
+            match throttled {
                 CallOutcome::Success => throttle.on_success(),
                 CallOutcome::Failure => throttle.on_failure(),
             }
         }
-        if let Some(permit) = permit {
-            permit.record_at(outcome, now);
+        if let (Some(permit), Some(heard)) = (permit, heard) {
+            permit.record_at(heard, now);
         }
     }
 

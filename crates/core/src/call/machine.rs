@@ -281,9 +281,8 @@ impl Call {
             }
             Answer::TimedOut => (AttemptOutcome::Failed, Some(Verdict::Fail)),
         };
-        controls.settle_at(send.permit, outcome, now);
-        let gate = controls.gate();
-        if let Some(gate) = gate {
+        let mut settled = outcome;
+        if let Some(gate) = controls.gate() {
             let signal = match (outcome, answer) {
                 (AttemptOutcome::Failed, Answer::TimedOut) if gate.overloaded_by_timeouts() => {
                     Signal::TimedOut
@@ -291,11 +290,14 @@ impl Call {
                 (AttemptOutcome::Failed, Answer::Failed(Verdict::Retry { .. })) => Signal::Overloaded,
                 // An error the dependency answered with, or a timeout the
                 // policy does not count as overload, says nothing of its load.
-                (AttemptOutcome::Failed, _) => Signal::Accepted,
-                (AttemptOutcome::Succeeded | AttemptOutcome::Ignored, _) => Signal::Accepted,
+                _ => Signal::Accepted,
             };
             gate.record_at(signal, send.sent, now);
+            if signal != Signal::Accepted && gate.is_on() {
+                settled = AttemptOutcome::Paced;
+            }
         }
+        controls.settle_at(send.permit, settled, now);
         let Some(verdict) = verdict else {
             return Answered::Succeeded;
         };
@@ -313,7 +315,7 @@ impl Call {
         // turn instead of asking the budget. The pace also spaces the
         // attempts, so a retry waits for its turn instead of a backoff too,
         // unless the dependency asked for a wait (Retry-After).
-        let paced = gate.is_some_and(|gate| gate.is_on());
+        let paced = controls.gate().is_some_and(|gate| gate.is_on());
         let wait = match verdict {
             Verdict::Retry { after } | Verdict::RetryError { after } if paced => after.unwrap_or_default(),
             _ => delay,

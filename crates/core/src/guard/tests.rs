@@ -425,7 +425,8 @@ async fn calls_whose_breaker_opens_while_they_wait_in_line_leave_it_unsent_at_th
         ..gated()
     };
     let guard = Guard::from_policy(&valid(p));
-    // One refusal turns the gate on (and is the breaker's first failure).
+    // One refusal turns the gate on (the breaker does not hear it: the
+    // gate paces it).
     let (first, _) = failing_call(&guard, unavailable()).await;
     assert_eq!(first.gave_up, GaveUp::Exhausted);
     let gate = guard.gate().unwrap();
@@ -457,12 +458,14 @@ async fn calls_whose_breaker_opens_while_they_wait_in_line_leave_it_unsent_at_th
         );
         tokio::task::yield_now().await;
     }
-    // Another call's failure opens the breaker meanwhile.
+    // Other calls' failures open the breaker meanwhile.
     let breaker = guard.breaker().unwrap();
-    breaker
-        .try_acquire()
-        .unwrap()
-        .record(crate::breaker::CallOutcome::Failure);
+    for _ in 0..2 {
+        breaker
+            .try_acquire()
+            .unwrap()
+            .record(crate::breaker::CallOutcome::Failure);
+    }
     assert_eq!(breaker.state(), CircuitState::Open);
     let mut ended = Vec::new();
     for call in waiting {
@@ -766,4 +769,37 @@ async fn a_call_in_line_granted_the_fleets_trial_meanwhile_leaves_the_line_and_g
         other => panic!("the fleet's trial waited for a turn: {other:?}"),
     }
     assert_eq!(gate.waiting(), 1, "it left the line");
+}
+
+/// A gated guard (any refusal turns its gate on) whose breaker opens after
+/// two failures in a row.
+fn gated_with_a_breaker() -> Guard {
+    let mut p = gated();
+    p.circuit_breaker = CircuitBreakerPolicy {
+        enabled: true,
+        consecutive_failures: 2,
+        ..CircuitBreakerPolicy::default()
+    };
+    Guard::from_policy(&valid(p))
+}
+
+#[tokio::test(start_paused = true)]
+async fn refusals_the_gate_paces_do_not_open_the_breaker_and_errors_still_do() {
+    // An overloaded dependency: the gate turns on at the first refusal and
+    // paces the retries; the breaker hears none of them.
+    let guard = gated_with_a_breaker();
+    for _ in 0..3 {
+        failing_call(&guard, unavailable()).await;
+    }
+    assert!(guard.gate().unwrap().is_on());
+    let breaker = guard.breaker().unwrap();
+    assert_eq!(breaker.state(), CircuitState::Closed, "overload is the gate's to pace");
+    assert_eq!(breaker.snapshot().consecutive_failures, 0);
+
+    // Errors the dependency answers with say nothing of its load: the
+    // gate does not pace them, and the breaker opens on them.
+    let guard = gated_with_a_breaker();
+    failing_call(&guard, status(500, None)).await;
+    assert!(!guard.gate().unwrap().is_on());
+    assert_eq!(guard.breaker().unwrap().state(), CircuitState::Open);
 }
