@@ -115,6 +115,43 @@ async fn bad_asks_are_refused_with_what_is_wrong() {
 }
 
 #[tokio::test]
+async fn an_asks_classes_are_counted_a_negative_demand_refused_and_unknown_classes_ignored() {
+    let (_dir, path) = policy_file();
+    let daemon = Daemon::start(&path, &[]);
+    let mut negative = tally("inventory", "pod-a", 0, 0, 1, 1);
+    negative["demand"] = json!({"critical": -2});
+    let (status, body) = ask(&daemon, negative).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body["path"], "demand.critical", "{body}");
+
+    // A newer client's class is left out and counted; the ask gets its grant.
+    let mut classed = tally("inventory", "pod-a", 0, 0, 1, 3);
+    classed["demand"] = json!({"critical": 2, "default": 1, "urgent": 5});
+    classed["shed"] = json!({"critical": 1, "sheddable": 4, "urgent": 2});
+    let (status, grant) = ask(&daemon, classed).await;
+    assert_eq!(status, StatusCode::OK, "{grant}");
+    assert!(grant["rate"].as_f64().unwrap() > 0.0, "{grant}");
+
+    let exposition = metrics(&daemon).await;
+    let shed = |class: &str| {
+        sample(
+            &exposition,
+            &format!("stormguard_fleet_shed_total{{class=\"{class}\",service=\"inventory\"}}"),
+        )
+    };
+    assert_eq!((shed("critical"), shed("default"), shed("sheddable")), (Some(1.0), Some(0.0), Some(4.0)));
+    assert_eq!(
+        sample(&exposition, "stormguard_fleet_unknown_classes_total{service=\"inventory\"}"),
+        Some(1.0),
+        "urgent, once"
+    );
+    for class in ["critical", "default", "sheddable"] {
+        let rate = format!("stormguard_fleet_class_rate{{class=\"{class}\",service=\"inventory\"}}");
+        assert!(sample(&exposition, &rate).is_some(), "{rate}");
+    }
+}
+
+#[tokio::test]
 async fn a_lying_process_gets_no_more_than_the_honest_ones() {
     let (_dir, path) = policy_file();
     let daemon = Daemon::start(&path, &[]);

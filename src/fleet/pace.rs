@@ -11,8 +11,8 @@ use prometheus::{CounterVec, GaugeVec, IntCounterVec, Opts};
 use stormguard_core::fleet::replicas::{Contribution, Published, Shared};
 use stormguard_core::fleet::{self, FleetController, ASK_EVERY};
 use stormguard_core::gate::Judgement;
-use stormguard_core::policy::ValidPolicy;
-use stormguard_core::wire::{PaceAsk, PaceGrant};
+use stormguard_core::policy::{Criticality, ValidPolicy};
+use stormguard_core::wire::{ByClass, PaceAsk, PaceGrant};
 use tokio::time::Instant;
 
 use super::breakers::FleetBreakers;
@@ -106,6 +106,9 @@ struct Families {
     shared: GaugeVec,
     owner: GaugeVec,
     alone: CounterVec,
+    class_rate: GaugeVec,
+    shed: IntCounterVec,
+    unknown_classes: IntCounterVec,
 }
 
 impl Fleet {
@@ -179,6 +182,7 @@ impl Fleet {
                 ask.service
             )));
         }
+        let classes = ask.by_class();
         let tally = stormguard_core::gate::Tally {
             sent: ask.sent,
             accepted: ask.accepted,
@@ -186,9 +190,12 @@ impl Fleet {
             timed_out: ask.timed_out,
             waiting: ask.waiting,
             watching: ask.watching,
+            shed: classes.shed,
+            demand: classes.demand,
         };
         let grant = entry.controller.ask_at(instance, tally, now);
         self.families.observe(&ask.service, entry, ask, now);
+        self.families.classes(&ask.service, entry, &classes, now);
         if self.shares {
             self.families.sharing(&ask.service, entry, now);
         }
@@ -427,8 +434,35 @@ impl Families {
             &["service"],
         )
         .expect("valid metric");
+        let class_rate = GaugeVec::new(
+            Opts::new(
+                "stormguard_fleet_class_rate",
+                "The part of a paced dependency's rate the fleet gives the calls of each class (critical, default, sheddable), attempts per second: while the processes want more than the rate, more critical classes are given theirs first.",
+            ),
+            &["service", "class"],
+        )
+        .expect("valid metric");
+        let shed = IntCounterVec::new(
+            Opts::new(
+                "stormguard_fleet_shed_total",
+                "Calls the processes' send gates shed, by class: their turn, at the pace the dependency can take, would have come after their class's gate.maxWait (or their deadline), so they failed at once. Critical calls shed mean the dependency cannot take even those.",
+            ),
+            &["service", "class"],
+        )
+        .expect("valid metric");
+        let unknown_classes = IntCounterVec::new(
+            Opts::new(
+                "stormguard_fleet_unknown_classes_total",
+                "Classes of call named in processes' asks that this daemon does not know (a newer client's): left out of the division, the asks served as if they were not named.",
+            ),
+            &["service"],
+        )
+        .expect("valid metric");
         for collector in [
             Box::new(rate.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(class_rate.clone()),
+            Box::new(shed.clone()),
+            Box::new(unknown_classes.clone()),
             Box::new(judgement.clone()),
             Box::new(refused_ratio.clone()),
             Box::new(processes.clone()),
@@ -462,6 +496,34 @@ impl Families {
             shared,
             owner,
             alone,
+            class_rate,
+            shed,
+            unknown_classes,
+        }
+    }
+
+    /// What `ask` says of its classes: the calls it shed and the classes
+    /// this daemon does not know; and what the division gives each class.
+    fn classes(&self, service: &str, entry: &Paced, classes: &ByClass, now: Instant) {
+        let rates = entry.controller.class_rates_at(now);
+        for ((class, shed), rate) in Criticality::ALL.iter().zip(classes.shed).zip(rates) {
+            self.class_rate
+                .with_label_values(&[service, class.name()])
+                .set(rate);
+            // Counted even at 0, so that a rate over the series sees the first calls shed.
+            self.shed
+                .with_label_values(&[service, class.name()])
+                .inc_by(shed.min(1 << 40));
+        }
+        if !classes.unknown.is_empty() {
+            tracing::debug!(
+                service,
+                classes = ?classes.unknown,
+                "a process named classes of call this daemon does not know: left out"
+            );
+            self.unknown_classes
+                .with_label_values(&[service])
+                .inc_by(classes.unknown.len() as u64);
         }
     }
 
@@ -554,6 +616,11 @@ impl Families {
             let _ = family.remove_label_values(&[service]);
         }
         let _ = self.alone.remove_label_values(&[service]);
+        let _ = self.unknown_classes.remove_label_values(&[service]);
+        for class in Criticality::ALL {
+            let _ = self.class_rate.remove_label_values(&[service, class.name()]);
+            let _ = self.shed.remove_label_values(&[service, class.name()]);
+        }
         for gate in ["on", "watching"] {
             let _ = self.gates.remove_label_values(&[service, gate]);
         }
@@ -590,6 +657,8 @@ mod tests {
             overloaded: 1,
             timed_out: 0,
             waiting: 3,
+            shed: Default::default(),
+            demand: Default::default(),
             watching: false,
             gate_off: false,
             breaker: None,

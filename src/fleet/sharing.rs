@@ -184,6 +184,8 @@ mod tests {
             overloaded: 2,
             timed_out: 0,
             waiting: 1,
+            shed: Default::default(),
+            demand: Default::default(),
             watching: false,
             gate_off: false,
             breaker: None,

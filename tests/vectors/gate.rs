@@ -409,7 +409,7 @@ fn scenario(shape: &Shape, seed: u64) -> (Value, BTreeSet<&'static str>) {
             // A new call, or a retry rejoining at its old place.
             let (turn, op) = if !served.is_empty() && rng.random_bool(0.15) {
                 let place = served.swap_remove(rng.random_range(0..served.len()));
-                let turn = gate.rejoin_at(place, now);
+                let turn = gate.rejoin_at(place, stormguard_core::gate::Asker::default(), now);
                 (turn, json!({"op": "rejoin", "at": at, "place": place}))
             } else {
                 (gate.turn_at(now), json!({"op": "turn", "at": at}))
@@ -420,6 +420,7 @@ fn scenario(shape: &Shape, seed: u64) -> (Value, BTreeSet<&'static str>) {
                     op["verdict"] = json!("now");
                     fly(&mut flying, shape, &mut rng, at);
                 }
+                Turn::Shed => unreachable!("no call here has a time its turn must come by"),
                 Turn::Queued(ticket) => {
                     op["verdict"] = json!(["queued", ticket.number()]);
                     if !waiting.iter().any(|t| t.number() == ticket.number()) {

@@ -19,12 +19,20 @@
 //! second for S seconds: the open-loop callers of `stormguard simulate
 //! --scenario errors` (`bench/fleet_budget.py`, `bench/real_fleet.py --errors`).
 //! `--report-every` sets the reporter's interval (2 s unless given).
+//!
+//! `--critical SHARE --sheddable SHARE` make those shares of the calls, drawn
+//! call by call, of those classes (the rest name none). The JSON line then
+//! also holds every call: `[arrival, class, outcome, seconds, attempts]`,
+//! the arrival in seconds from the start, the outcome `ok` or why it gave
+//! up (`shed`, `no-turn`, `circuit-open`, ...), and the seconds it took to
+//! succeed or to fail.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
-use stormguard_client::stormguard_core::retry::Failure;
+use stormguard_client::stormguard_core::policy::Criticality;
+use stormguard_client::stormguard_core::retry::{Failure, GaveUp};
 use stormguard_client::{ClientConfig, Dependency, PolicyClient, Reporter, ReporterConfig};
 
 #[path = "common/args.rs"]
@@ -47,6 +55,39 @@ async fn attempt(http: &reqwest::Client, url: &str) -> Result<(), Failure> {
             code,
             retry_after: None,
         }),
+    }
+}
+
+/// The class of each call: `critical` and `sheddable` shares of them, drawn
+/// call by call from `seed`; `None` names none.
+fn classes(calls: usize, critical: f64, sheddable: f64, seed: u64) -> Vec<Option<Criticality>> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed ^ 0x5eed);
+    (0..calls)
+        .map(|_| {
+            let draw: f64 = rng.random();
+            if draw < critical {
+                Some(Criticality::Critical)
+            } else if draw < critical + sheddable {
+                Some(Criticality::Sheddable)
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+/// How a call that gave up is named in the JSON line.
+fn gave_up_name(why: GaveUp) -> &'static str {
+    match why {
+        GaveUp::NotRetryable => "not-retryable",
+        GaveUp::Exhausted => "exhausted",
+        GaveUp::Deadline => "deadline",
+        GaveUp::Cancelled => "cancelled",
+        GaveUp::BudgetExhausted => "budget",
+        GaveUp::CircuitOpen => "circuit-open",
+        GaveUp::NoTurn => "no-turn",
+        GaveUp::Shed => "shed",
     }
 }
 
@@ -107,11 +148,20 @@ async fn main() {
     // Every call at once, or each at its arrival.
     let arrivals = arrivals.unwrap_or_else(|| vec![Duration::ZERO; callers]);
     let callers = arrivals.len();
+    let share = |name| flag(&args, name).map_or(0.0, |v| v.parse::<f64>().expect("a share takes a number"));
+    let (critical, sheddable) = (share("--critical"), share("--sheddable"));
+    let classed = critical > 0.0 || sheddable > 0.0;
+    let seed = flag(&args, "--seed").map_or(1, |v| v.parse().expect("--seed takes a number"));
+    let classes = classes(callers, critical, sheddable, seed);
     tokio::time::sleep(start.saturating_sub(since_epoch())).await;
     let mut running = tokio::task::JoinSet::new();
-    for arrival in arrivals {
+    for (arrival, class) in arrivals.into_iter().zip(classes) {
         tokio::time::sleep((start + arrival).saturating_sub(since_epoch())).await;
         let (calls, http, url, attempts) = (calls.clone(), http.clone(), url.clone(), attempts.clone());
+        let calls = match class {
+            Some(class) => calls.with_criticality(class),
+            None => calls,
+        };
         running.spawn(async move {
             let result = calls
                 .call("/call", |_| {
@@ -119,28 +169,38 @@ async fn main() {
                     attempt(&http, &url)
                 })
                 .await;
-            result
-                .ok()
-                .map(|()| since_epoch().saturating_sub(start + arrival).as_secs_f64())
+            let took = since_epoch().saturating_sub(start + arrival).as_secs_f64();
+            let (outcome, sent) = match &result {
+                Ok(()) => ("ok", 0),
+                Err(error) => (gave_up_name(error.gave_up), error.attempts),
+            };
+            let class = class.map_or("-", Criticality::name);
+            (arrival.as_secs_f64(), class, outcome, took, sent)
         });
     }
     let mut seconds = Vec::with_capacity(callers);
+    let mut every = Vec::with_capacity(callers);
     let mut gave_up = 0;
     while let Some(done) = running.join_next().await {
-        match done.expect("a caller does not panic") {
-            Some(took) => seconds.push(took),
-            None => gave_up += 1,
+        let call = done.expect("a caller does not panic");
+        match call.2 {
+            "ok" => seconds.push(call.3),
+            _ => gave_up += 1,
+        }
+        if classed {
+            every.push(serde_json::json!([call.0, call.1, call.2, call.3, call.4]));
         }
     }
     reporter.shutdown().await;
-    println!(
-        "{}",
-        serde_json::json!({
-            "instance": instance,
-            "succeeded": seconds.len(),
-            "gave_up": gave_up,
-            "attempts": attempts.load(Relaxed),
-            "seconds": seconds,
-        })
-    );
+    let mut line = serde_json::json!({
+        "instance": instance,
+        "succeeded": seconds.len(),
+        "gave_up": gave_up,
+        "attempts": attempts.load(Relaxed),
+        "seconds": seconds,
+    });
+    if classed {
+        line["calls"] = serde_json::Value::Array(every);
+    }
+    println!("{line}");
 }

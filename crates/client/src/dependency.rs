@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use stormguard_core::call::Options;
 use stormguard_core::guard::Attempt;
+use stormguard_core::policy::Criticality;
 use stormguard_core::retry::{Cause, Failure, RetryError, Verdict};
 use tokio::time::Instant;
 
@@ -16,12 +17,30 @@ use crate::report::{Outcome, Reporter};
 pub struct Dependency {
     policy: PolicyClient,
     reporter: Reporter,
+    class: Option<Criticality>,
 }
 
 impl Dependency {
     /// Calls to `policy`'s service, reported through `reporter`.
     pub fn new(policy: PolicyClient, reporter: Reporter) -> Self {
-        Self { policy, reporter }
+        Self {
+            policy,
+            reporter,
+            class: None,
+        }
+    }
+
+    /// The same dependency, its calls of `class` rather than the policy's
+    /// `gate.criticality`: while the send gate cannot serve every call,
+    /// critical ones go first and sheddable ones last, and each waits for a
+    /// turn no longer than its class's `gate.maxWait`. A request sent
+    /// through the [layer](Self::layer) or the reqwest middleware may name
+    /// its own class instead, as a [`Criticality`] in its extensions.
+    pub fn with_criticality(&self, class: Criticality) -> Self {
+        Self {
+            class: Some(class),
+            ..self.clone()
+        }
     }
 
     /// The policy client.
@@ -56,7 +75,7 @@ impl Dependency {
         Op: Fn(Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        self.guarded(endpoint, operation, classify, None).await
+        self.guarded(endpoint, operation, classify, None, None).await
     }
 
     /// Sends a request to `endpoint` whose every attempt gets a response or
@@ -64,13 +83,15 @@ impl Dependency {
     /// response, whatever its status (a 503 the policy stopped retrying is
     /// returned as the 503), and the error only when no attempt was
     /// answered. A request that cannot be sent again (`resendable` false)
-    /// is not retried. The call ends by `deadline`, if given.
+    /// is not retried. The call ends by `deadline`, if given, and is of
+    /// `class` if given (else this dependency's).
     pub(crate) async fn send<R, E, Op, Fut>(
         &self,
         endpoint: &str,
         operation: Op,
         resendable: bool,
         deadline: Option<Instant>,
+        class: Option<Criticality>,
     ) -> Result<R, RetryError<E>>
     where
         Op: Fn(Attempt) -> Fut,
@@ -90,7 +111,7 @@ impl Dependency {
             attempts,
             gave_up,
             last,
-        } = match self.guarded(endpoint, operation, classify, deadline).await {
+        } = match self.guarded(endpoint, operation, classify, deadline, class).await {
             Ok(response) => return Ok(response),
             Err(error) => error,
         };
@@ -113,6 +134,7 @@ impl Dependency {
         operation: Op,
         classify: impl Fn(&E) -> (Verdict, Outcome),
         deadline: Option<Instant>,
+        class: Option<Criticality>,
     ) -> Result<T, RetryError<E>>
     where
         Op: Fn(Attempt) -> Fut,
@@ -147,10 +169,13 @@ impl Dependency {
                 result
             }
         };
-        let options = match deadline {
-            Some(at) => Options::default().deadline(at),
-            None => Options::default(),
-        };
+        let mut options = Options::default();
+        if let Some(at) = deadline {
+            options = options.deadline(at);
+        }
+        if let Some(class) = class.or(self.class) {
+            options = options.criticality(class);
+        }
         guard.call(reported, |error| classify(error).0, options).await
     }
 }

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
+use stormguard_core::policy::Criticality;
 use stormguard_core::retry::{Cause, GaveUp, RetryError};
 use tokio::time::Instant;
 use tower_layer::Layer;
@@ -65,7 +66,9 @@ pub struct GuardLayer<C = HttpStatus> {
 impl Dependency {
     /// A tower layer that guards an HTTP client service with this
     /// dependency's policy, reading answers as [`HttpStatus`] does; see
-    /// [`Guarded`].
+    /// [`Guarded`]. A request whose extensions hold a
+    /// [`Criticality`](stormguard_core::policy::Criticality) is a call of
+    /// that class: a route's handler, or a layer above, names it.
     pub fn layer(&self) -> GuardLayer {
         GuardLayer {
             dependency: self.clone(),
@@ -146,6 +149,7 @@ where
             (self.inner.clone(), self.dependency.clone(), self.classify.clone());
         Box::pin(async move {
             let deadline = grpc_deadline(request.headers());
+            let class = request.extensions().get::<Criticality>().copied();
             let (head, body) = request.into_parts();
             let body = body
                 .collect()
@@ -175,7 +179,7 @@ where
                 }
             };
             dependency
-                .send(&endpoint, attempt, true, deadline)
+                .send(&endpoint, attempt, true, deadline, class)
                 .await
                 .map_err(GuardError::Call)
         })

@@ -1,6 +1,8 @@
 //! A [`Dependency`] as `reqwest-middleware` middleware, so that a reqwest
 //! client is guarded in one line:
 //! `ClientBuilder::new(reqwest::Client::new()).with(payments).build()`.
+//! A request built `.with_extension(Criticality::Critical)` is a call of
+//! that class.
 
 use http::Extensions;
 use reqwest_middleware::{Middleware, Next};
@@ -8,6 +10,7 @@ use reqwest_middleware::{Middleware, Next};
 use crate::classify::{failure_of, status_failure};
 use crate::dependency::{Dependency, Sent};
 use crate::layer::GuardError;
+use stormguard_core::policy::Criticality;
 use stormguard_core::retry::Failure;
 
 /// Each request sent through the client is one call under the dependency's
@@ -56,7 +59,9 @@ impl Middleware for Dependency {
                 }
             }
         };
-        self.send(&endpoint, attempt, resendable, None)
+        // A request builder's `.with_extension(Criticality::Critical)`.
+        let class = extensions.get::<Criticality>().copied();
+        self.send(&endpoint, attempt, resendable, None, class)
             .await
             .map_err(|error| reqwest_middleware::Error::middleware(GuardError::Call(error)))
     }

@@ -164,8 +164,13 @@ pub enum GaveUp {
     BudgetExhausted,
     /// The circuit breaker refused the attempt.
     CircuitOpen,
-    /// The send gate had no turn for the attempt before the deadline.
+    /// The send gate had no turn for the attempt before the deadline, or
+    /// before its class's `maxWait` ran out, while it waited in line.
     NoTurn,
+    /// The send gate's turn for the attempt would have come after the
+    /// deadline or its class's `maxWait`, at the pace it kept: the call
+    /// failed at once rather than wait in line for nothing.
+    Shed,
 }
 
 /// What the last attempt ended with.
@@ -199,7 +204,10 @@ impl<E: fmt::Display> fmt::Display for RetryError<E> {
             GaveUp::Cancelled => "cancelled",
             GaveUp::BudgetExhausted => "the retry budget is spent",
             GaveUp::CircuitOpen => "the circuit breaker is open",
-            GaveUp::NoTurn => "the send gate had no turn for it before the deadline",
+            GaveUp::NoTurn => "the send gate had no turn for it before its wait bound (maxWait) or deadline",
+            GaveUp::Shed => {
+                "shed: at the pace the service can take, its turn would come after its wait bound (maxWait) or deadline"
+            }
         };
         write!(f, "gave up after {} attempt(s): {why}", self.attempts)?;
         match &self.last {

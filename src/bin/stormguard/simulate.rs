@@ -161,6 +161,16 @@ pub struct SimulateArgs {
     /// Seed of the random source: the same seed gives the same run.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// With --scenario errors: the share of calls that name themselves
+    /// critical (served first by a send gate, shed last), drawn call by
+    /// call. A herd's callers wait for a turn however long it takes; an
+    /// errors scenario's calls wait as long as their class's gate.maxWait.
+    #[arg(long, default_value_t = 0.0, value_parser = stormguard_toolkit::flags::share)]
+    critical: f64,
+    /// With --scenario errors: the share of calls that name themselves
+    /// sheddable (served last, shed first); the rest name no class.
+    #[arg(long, default_value_t = 0.0, value_parser = stormguard_toolkit::flags::share)]
+    sheddable: f64,
     /// Virtual time after which the run stops; clients still retrying count as unfinished.
     #[arg(long, default_value = "1h", value_parser = duration_in(secs(1), secs(86_400)))]
     horizon: Duration,
@@ -219,6 +229,17 @@ pub fn run(mut args: SimulateArgs) -> ExitCode {
         }
         _ => None,
     };
+    if args.critical + args.sheddable > 1.0 {
+        eprintln!(
+            "--critical {} and --sheddable {}: the shares add up to more than every call",
+            args.critical, args.sheddable
+        );
+        return ExitCode::from(1);
+    }
+    if (args.critical > 0.0 || args.sheddable > 0.0) && errors.is_none() {
+        eprintln!("--critical, --sheddable: only with --scenario errors, whose calls may be shed");
+        return ExitCode::from(1);
+    }
     if limited && args.scenario == World::Collapse {
         eprintln!(
             "--capacity, --dependency, --burst, --workers, --queue: not with --scenario collapse, whose server \
@@ -303,6 +324,11 @@ pub fn run(mut args: SimulateArgs) -> ExitCode {
             feedback_delay: args.feedback_delay,
             horizon: args.horizon,
             seed: args.seed,
+            classes: stormguard_toolkit::sim::Classes {
+                critical: args.critical,
+                sheddable: args.sheddable,
+            },
+            waits_until_served: collapse.is_none() && errors.is_none(),
             ..Scenario::forecast(&herd, outage)
         },
         strategies: args.strategies,

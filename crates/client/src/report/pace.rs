@@ -65,6 +65,7 @@ fn paced(inner: &Inner) -> Vec<(String, Guard)> {
 async fn ask(inner: &Inner, service: &str, guard: &Guard) -> Option<PaceGrant> {
     let asked = guard.fleet_ask_at(Instant::now())?;
     let tally = asked.tally.unwrap_or_default();
+    let (demand, shed) = PaceAsk::classes_of(&tally);
     let body = PaceAsk {
         service: service.into(),
         instance: inner.config.instance.as_str().into(),
@@ -73,6 +74,8 @@ async fn ask(inner: &Inner, service: &str, guard: &Guard) -> Option<PaceGrant> {
         overloaded: tally.overloaded,
         timed_out: tally.timed_out,
         waiting: tally.waiting,
+        shed,
+        demand,
         watching: tally.watching,
         gate_off: asked.tally.is_none(),
         breaker: asked.breaker.map(Into::into),

@@ -8,7 +8,8 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use crate::breaker::Permit;
-use crate::gate::{Claim, SendGate, Signal, Ticket, Turn};
+use crate::gate::{Asker, Claim, SendGate, Signal, Ticket, Turn};
+use crate::policy::Criticality;
 use crate::retry::{AttemptOutcome, GaveUp, Retry, Verdict};
 
 /// What a call checks around each attempt: the breaker, the send gate, the
@@ -62,6 +63,8 @@ pub struct Call {
     /// Its place in the gate's line, from the first time it waited there:
     /// a retry takes that place again rather than going to the back.
     place: Option<u64>,
+    /// Its class, if the caller named one; else the gate's policy's.
+    class: Option<Criticality>,
     stage: Stage,
 }
 
@@ -81,6 +84,9 @@ struct Queued {
     gate: Arc<SendGate>,
     ticket: Ticket,
     permit: Option<Permit>,
+    /// When it stops waiting: its class's `maxWait` after the call began,
+    /// or the call's deadline if sooner.
+    by: Option<Instant>,
 }
 
 /// What the driver does next.
@@ -149,8 +155,17 @@ impl Call {
             sent: 0,
             previous: Duration::ZERO,
             place: None,
+            class: None,
             stage: Stage::Ready,
         }
+    }
+
+    /// The call is of `class`, whatever the policy's default: the send
+    /// gate serves more critical calls first, and sheds less critical ones
+    /// first.
+    pub fn of_class(mut self, class: Criticality) -> Self {
+        self.class = Some(class);
+        self
     }
 
     /// Attempts sent so far.
@@ -175,10 +190,7 @@ impl Call {
                 Step::Wait(Some(until))
             }
             Stage::Backoff(_) | Stage::Ready => self.ask(controls, now, waker),
-            Stage::Queued(queued) => {
-                let Queued { gate, ticket, permit } = *queued;
-                self.claim(controls, gate, ticket, permit, now, waker)
-            }
+            Stage::Queued(queued) => self.claim(controls, *queued, now, waker),
         }
     }
 
@@ -193,29 +205,56 @@ impl Call {
         if permit.as_ref().is_some_and(Permit::is_fleet_trial) {
             return self.send(controls, permit, now);
         }
-        let turn = |gate: &Arc<SendGate>| match self.place {
-            Some(place) => gate.rejoin_at(place, now),
-            None => gate.turn_at(now),
+        let Some(gate) = controls.gate().filter(|gate| gate.is_on()) else {
+            return self.send(controls, permit, now);
         };
-        match controls.gate().map(|gate| (gate, turn(gate))) {
-            None | Some((_, Turn::Now)) => self.send(controls, permit, now),
-            Some((gate, Turn::Queued(ticket))) => {
+        let asker = self.asker(gate);
+        let turn = match self.place {
+            Some(place) => gate.rejoin_at(place, asker, now),
+            None => gate.turn_for_at(asker, now),
+        };
+        match turn {
+            Turn::Now => self.send(controls, permit, now),
+            Turn::Shed => Step::Stop(GaveUp::Shed),
+            Turn::Queued(ticket) => {
                 self.place.get_or_insert(ticket.number());
-                self.claim(controls, gate.clone(), ticket, permit, now, waker)
+                let queued = Queued {
+                    gate: gate.clone(),
+                    ticket,
+                    permit,
+                    by: asker.by,
+                };
+                self.claim(controls, queued, now, waker)
             }
+        }
+    }
+
+    /// Its class, and when its turn must come by: its class's `maxWait`
+    /// after it began, or its deadline if sooner.
+    fn asker(&self, gate: &SendGate) -> Asker {
+        let policy = gate.policy();
+        let class = self.class.unwrap_or(policy.criticality);
+        let bound = self.start.checked_add(policy.max_wait.of(class));
+        Asker {
+            class,
+            by: earliest(bound, self.deadline),
         }
     }
 
     fn claim(
         &mut self,
         controls: &impl Controls,
-        gate: Arc<SendGate>,
-        ticket: Ticket,
-        permit: Option<Permit>,
+        queued: Queued,
         now: Instant,
         waker: Option<&Waker>,
     ) -> Step {
-        if self.deadline.is_some_and(|deadline| now >= deadline) {
+        let Queued {
+            gate,
+            ticket,
+            permit,
+            by,
+        } = queued;
+        if by.is_some_and(|by| now >= by) {
             gate.leave(ticket);
             return Step::Stop(GaveUp::NoTurn);
         }
@@ -242,10 +281,15 @@ impl Call {
         };
         let wait = match gate.claim_at(&ticket, now, waker) {
             Claim::Go => return self.send(controls, permit, now),
-            Claim::At(due) => earliest(Some(due), self.deadline),
-            Claim::Behind => self.deadline,
+            Claim::At(due) => earliest(Some(due), by),
+            Claim::Behind => by,
         };
-        self.stage = Stage::Queued(Box::new(Queued { gate, ticket, permit }));
+        self.stage = Stage::Queued(Box::new(Queued {
+            gate,
+            ticket,
+            permit,
+            by,
+        }));
         Step::Wait(wait)
     }
 

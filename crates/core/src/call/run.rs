@@ -11,6 +11,7 @@ use rand::{RngCore, SeedableRng};
 use tokio::time::{sleep_until, timeout_at, Instant, Sleep};
 
 use super::machine::{Answer, Answered, Call, Controls, Step};
+use crate::policy::Criticality;
 use crate::retry::{Cause, GaveUp, RetryError, Verdict};
 
 /// What a call may be given besides its operation, as one value:
@@ -33,6 +34,7 @@ pub struct Options<'r, Cancel = Pending<()>> {
     cancel: Cancel,
     rng: Option<&'r mut (dyn RngCore + Send)>,
     deadline: Option<Instant>,
+    criticality: Option<Criticality>,
 }
 
 impl Default for Options<'_> {
@@ -41,6 +43,7 @@ impl Default for Options<'_> {
             cancel: pending(),
             rng: None,
             deadline: None,
+            criticality: None,
         }
     }
 }
@@ -54,6 +57,7 @@ impl<'r, Cancel> Options<'r, Cancel> {
             cancel,
             rng: self.rng,
             deadline: self.deadline,
+            criticality: self.criticality,
         }
     }
 
@@ -76,6 +80,16 @@ impl<'r, Cancel> Options<'r, Cancel> {
             ..self
         }
     }
+
+    /// The call is of `class` rather than the policy's `gate.criticality`:
+    /// while the send gate paces, more critical calls are served first,
+    /// and each waits for a turn no longer than its class's `gate.maxWait`.
+    pub fn criticality(self, class: Criticality) -> Self {
+        Self {
+            criticality: Some(class),
+            ..self
+        }
+    }
 }
 
 impl<Cancel> fmt::Debug for Options<'_, Cancel> {
@@ -83,6 +97,7 @@ impl<Cancel> fmt::Debug for Options<'_, Cancel> {
         f.debug_struct("Options")
             .field("rng", &self.rng.as_ref().map(|_| "given"))
             .field("deadline", &self.deadline)
+            .field("criticality", &self.criticality)
             .finish_non_exhaustive()
     }
 }
@@ -107,6 +122,7 @@ where
         cancel,
         rng,
         deadline,
+        criticality,
     } = options;
     let mut own;
     let rng: &mut (dyn RngCore + Send) = match rng {
@@ -117,6 +133,9 @@ where
         }
     };
     let mut call = Call::begin_at(controls, Instant::now(), deadline);
+    if let Some(class) = criticality {
+        call = call.of_class(class);
+    }
     let mut last = Cause::None;
     let result = tokio::select! {
         result = attempts(operation, classify, rng, controls, &mut call, &mut last) => result,

@@ -118,7 +118,7 @@ const LINE_OUTLIER: f64 = 4.0;
 const FLOOR: f64 = 0.1;
 
 /// What a process tells the daemon about one dependency in an ask.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Ask {
     /// Its gate's tally, while the gate asks for a share of the rate.
     pub tally: Option<Tally>,
@@ -226,7 +226,13 @@ struct Member {
     watching: bool,
     /// Its asks' interval: how long it may go unheard, and its lease.
     feedback: Feedback,
+    /// The share of its want of each class (in `Criticality::ALL`'s
+    /// order), as its last ask that said showed them.
+    classes: [f64; 3],
 }
+
+/// A want of calls that name no class.
+const UNCLASSED: [f64; 3] = [0.0, 1.0, 0.0];
 
 /// The last division of the rate.
 #[derive(Debug, Clone, Copy)]
@@ -244,6 +250,12 @@ struct Division {
     counted: f64,
     /// How many of them want more than the level: they share what is left.
     above: u32,
+    /// While the processes want more than the rate and some want it for
+    /// calls of a class other than the default: each class's level, the
+    /// rate given to more critical classes first.
+    classes: Option<[f64; 3]>,
+    /// What each class was given in it.
+    given: [f64; 3],
     at: Instant,
     stale: bool,
 }
@@ -261,6 +273,8 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
                 wanted: 0.0,
                 counted: 0.0,
                 above: 0,
+                classes: None,
+                given: [0.0; 3],
                 at: now,
                 stale: true,
             },
@@ -305,6 +319,21 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
     /// Summed over replicas, the fleet's rate.
     pub fn part_at(&self, now: Instant) -> f64 {
         self.budget_at(now).0
+    }
+
+    /// What the last division gave the calls of each class (in
+    /// [`Criticality::ALL`](crate::policy::Criticality::ALL)'s order),
+    /// attempts per second, scaled to what there is to divide at `now`: a
+    /// fleet that wants more than its rate gives it to more critical
+    /// classes first.
+    pub fn class_rates_at(&self, now: Instant) -> [f64; 3] {
+        let division = &self.division;
+        let divided: f64 = division.given.iter().sum();
+        if divided <= 0.0 {
+            return [0.0; 3];
+        }
+        let scale = self.part_at(now).min(division.total) / divided;
+        division.given.map(|given| given * scale)
     }
 
     /// Processes that asked within the last two seconds.
@@ -397,6 +426,7 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
             last_ask: now.checked_sub(ASK_EVERY).unwrap_or(now),
             waiting: 0,
             counted: (0.0, false),
+            classes: UNCLASSED,
             watching: tally.watching,
             feedback: Feedback::default(),
         });
@@ -430,6 +460,7 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
         // nothing left to send.
         let arriving = outcomes
             .accepted
+            .saturating_add(tally.shed.iter().sum())
             .saturating_add(tally.waiting)
             .saturating_sub(member.waiting) as f64
             / seconds;
@@ -438,6 +469,10 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
         // It claims no more than twice what it showed it can send, and a fair share.
         let sending = outcomes.sent as f64 / seconds;
         member.want = claimed.min(2.0 * sending + fair.max(fleet_fair));
+        let demand: f64 = tally.demand.iter().sum();
+        if demand > 0.0 {
+            member.classes = tally.demand.map(|class| class / demand);
+        }
         let window_start = member.last_ask;
         member.last_ask = now;
 
@@ -462,7 +497,8 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
             // Not in the division yet: the floor, until its next ask.
             0.0
         } else {
-            self.division.part(want, budget)
+            let classes = self.members.get(&who).map_or(UNCLASSED, |m| m.classes);
+            self.division.part(want, classes, budget)
         };
         let unheld = (budget - (self.held - held)).max(held);
         let share = part.min(unheld);
@@ -765,15 +801,51 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
             counted += member.counted.0;
             above += u32::from(member.counted.1);
         }
+        let classed = self
+            .members
+            .values()
+            .any(|m| is_active(m, now) && m.classes != UNCLASSED);
+        let classes = (classed && wanted > total).then(|| self.class_levels(total, now));
+        let mut given = [0.0; 3];
+        for member in self.members.values().filter(|m| is_active(m, now)) {
+            for (rank, part) in given.iter_mut().enumerate() {
+                let share = member.want * member.classes[rank];
+                *part += match classes {
+                    Some(levels) => share.min(levels[rank]),
+                    None => member.counted.0 * member.classes[rank],
+                };
+            }
+        }
         self.division = Division {
             total,
             level,
             wanted,
             counted,
             above,
+            classes,
+            given,
             at: now,
             stale: false,
         };
+    }
+
+    /// Each class's level when `total` is divided among the classes first,
+    /// the most critical first (each takes what its processes want of it,
+    /// up to what is left), then among the processes within each class.
+    fn class_levels(&mut self, total: f64, now: Instant) -> [f64; 3] {
+        let mut left = total;
+        let mut levels = [0.0; 3];
+        for (rank, level) in levels.iter_mut().enumerate() {
+            let wants = self
+                .members
+                .values()
+                .filter(|m| is_active(m, now))
+                .map(|m| m.want * m.classes[rank]);
+            *level = fair_share::level(left, wants, &mut self.scratch);
+            let given: f64 = self.scratch.iter().map(|&(want, _)| want.min(*level)).sum();
+            left = (left - given).max(0.0);
+        }
+        levels
     }
 
     /// Counts `who`'s want as it is now in the last division. Between
@@ -823,7 +895,14 @@ impl Division {
     /// want was met, the rest is shared in proportion to the wants as they
     /// are; when not, those above the level share what the others do not
     /// count for.
-    fn part(&self, want: f64, rate: f64) -> f64 {
+    ///
+    /// While the processes want more than the rate and classes divide it,
+    /// its part is what it wants of each class up to that class's level.
+    fn part(&self, want: f64, classes: [f64; 3], rate: f64) -> f64 {
+        if let Some(levels) = self.classes {
+            let divided: f64 = (0..3).map(|rank| (want * classes[rank]).min(levels[rank])).sum();
+            return divided * (rate / self.total);
+        }
         let at_level = want.min(self.level);
         let divided = if self.wanted <= self.total {
             if self.counted > 0.0 {

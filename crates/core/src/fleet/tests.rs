@@ -33,6 +33,7 @@ fn tally(sent: u64, accepted: u64, overloaded: u64, waiting: u64) -> Tally {
         timed_out: 0,
         waiting,
         watching: false,
+        ..Tally::default()
     }
 }
 
@@ -171,6 +172,48 @@ fn processes_that_want_less_than_a_part_get_it_and_the_rest_share_equally() {
         (grants[1] - 42.5).abs() < 1e-9 && (grants[2] - 42.5).abs() < 1e-9,
         "{grants:?}"
     );
+}
+
+#[test]
+fn a_scarce_rate_goes_to_the_critical_calls_first_and_then_by_process() {
+    let t0 = Instant::now();
+    let mut fleet = controller(t0);
+    round(&mut fleet, 0..3, t0, |_| tally(0, 0, 1, 0));
+    let policy = fleet.law.policy.clone();
+    fleet.law.rate.accepted_many(&policy, 1, t0);
+    fleet.law.rate.now = 90.0;
+    // Each sends all it is granted and has a long line.
+    let asking = |previous: &[f64], p: u32, demand: [f64; 3]| {
+        let sent = previous.get(p as usize).map_or(0.0, |g| g * 0.1).floor() as u64;
+        Tally {
+            demand,
+            ..tally(sent, 0, 0, 1000)
+        }
+    };
+    let mut grants: Vec<f64> = Vec::new();
+    for i in 1..=20 {
+        // Process 0's calls are critical, 1's default, 2's sheddable.
+        let previous = grants.clone();
+        grants = round(&mut fleet, 0..3, t0 + ASK_EVERY * i, |p| {
+            let mut demand = [0.0; 3];
+            demand[p as usize] = 100.0;
+            asking(&previous, p, demand)
+        });
+    }
+    assert_eq!(
+        grants,
+        [90.0, 3.0, 3.0],
+        "the critical calls want the whole rate and get it; the others their floor (a tenth of an equal part)"
+    );
+    assert_eq!(fleet.class_rates_at(t0 + ASK_EVERY * 20), [90.0, 0.0, 0.0]);
+    // Without classes, the same wants divide equally.
+    for i in 21..=60 {
+        let previous = grants.clone();
+        grants = round(&mut fleet, 0..3, t0 + ASK_EVERY * i, |p| {
+            asking(&previous, p, [0.0, 100.0, 0.0])
+        });
+    }
+    assert!(grants.iter().all(|g| (g - 30.0).abs() < 1e-6), "{grants:?}");
 }
 
 #[test]

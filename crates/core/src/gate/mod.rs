@@ -80,13 +80,14 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Waker;
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
-use crate::policy::{GatePolicy, OverloadWhen, ValidPolicy};
+use crate::policy::{Criticality, GatePolicy, OverloadWhen, ValidPolicy};
 use answers::Answers;
 pub(crate) use answers::{beyond_random_by, BEYOND_CHANCE, OWN_CHANCE};
 pub use judgement::{Judged, Judgement};
@@ -103,16 +104,35 @@ pub enum Turn {
     /// Wait in line: [`claim_at`](SendGate::claim_at) with this ticket
     /// until it says go, or [`leave`](SendGate::leave).
     Queued(Ticket),
+    /// At the present pace its turn would come after the time it may wait
+    /// until: the call fails now instead (it is shed), taking no place.
+    Shed,
+}
+
+/// Who asks for a turn: the call's class, and when its turn must come by.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Asker {
+    /// Which calls go first: those of a more critical class wait ahead of
+    /// it, those of a less critical one behind.
+    pub class: Criticality,
+    /// The latest its turn may come, if any: a call whose turn would come
+    /// later, at the present pace, is shed.
+    pub by: Option<Instant>,
 }
 
 /// A place in a gate's line. Used up by a granted claim or by leaving.
+/// The line is in the order of its places: every class ahead of the less
+/// critical ones, and within a class, first come first served.
 #[derive(Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Ticket(u64);
+pub struct Ticket(Place);
+
+/// A ticket's class and number.
+type Place = (Criticality, u64);
 
 impl Ticket {
     /// A number unique within its gate, in the order tickets were taken.
     pub fn number(&self) -> u64 {
-        self.0
+        self.0 .1
     }
 }
 
@@ -206,9 +226,13 @@ const DOWN_SPAN: std::time::Duration = std::time::Duration::from_secs(1);
 /// herd through 50 processes took a second longer.
 const OUTAGE_RUN: u32 = 20;
 
+/// Later than any turn a wait bound can allow: a day, the longest
+/// `maxWait` (an `Instant` cannot hold `Duration::MAX`).
+const FOREVER: Duration = Duration::from_secs(2 * 86_400);
+
 /// What a gate saw since it was last asked (see [`SendGate::tally`]): what
 /// a process tells the fleet's coordinator.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Tally {
     /// Turns given (attempts sent) while on.
     pub sent: u64,
@@ -223,6 +247,13 @@ pub struct Tally {
     /// Whether the gate is off, watching (under `most-refused`): the counts
     /// are of what it heard since it began to, every attempt sent unpaced.
     pub watching: bool,
+    /// Calls that failed at once, their turn too far off, while on: demand
+    /// the pace did not serve.
+    pub shed: [u64; 3],
+    /// By class (in [`Criticality::ALL`]'s order), the calls that asked for
+    /// a turn while on plus those waiting now: what each class wants, in
+    /// proportion, of what the fleet gives this process.
+    pub demand: [f64; 3],
 }
 
 /// The gate's state while on.
@@ -236,9 +267,11 @@ struct State {
     /// off `quiet` after the later of the two.
     last_trouble: Instant,
     /// The line, first ticket first, with the waker of each waiter that has one.
-    line: BTreeMap<u64, Option<Waker>>,
+    line: BTreeMap<Place, Option<Waker>>,
     next_ticket: u64,
     tally: Tally,
+    /// By class, the calls that asked for a turn since the last tally.
+    asked: [u64; 3],
     /// Draws each turn-on's first credit, so that processes that failed
     /// together do not probe together.
     rng: SmallRng,
@@ -291,6 +324,7 @@ impl SendGate {
                 line: BTreeMap::new(),
                 next_ticket: 0,
                 tally: Tally::default(),
+                asked: [0; 3],
                 rng: SmallRng::seed_from_u64(seed),
                 watch: Answers::new(now),
                 refusal_run: None,
@@ -454,9 +488,14 @@ impl SendGate {
     pub fn tally(&self) -> Tally {
         let mut state = self.lock();
         let waiting = state.line.len() as u64;
+        let mut demand = std::mem::take(&mut state.asked).map(|asked| asked as f64);
+        for &(class, _) in state.line.keys() {
+            demand[class.rank()] += 1.0;
+        }
         Tally {
             waiting,
             watching: self.is_watching(),
+            demand,
             ..std::mem::take(&mut state.tally)
         }
     }
@@ -470,47 +509,64 @@ impl SendGate {
     /// simulator schedules that ticket's claim then.
     pub fn first_in_line(&self) -> Option<(u64, Instant)> {
         let state = self.lock();
-        let (&number, _) = state.line.first_key_value()?;
+        let (&(_, number), _) = state.line.first_key_value()?;
         Some((number, state.pacer.due(state.rate.now)))
     }
 
-    /// A turn for an attempt asking at `now`.
+    /// A turn for an attempt of a call of the default class, with no time
+    /// its turn must come by, asking at `now`.
     #[inline]
     pub fn turn_at(&self, now: Instant) -> Turn {
+        self.turn_for_at(Asker::default(), now)
+    }
+
+    /// A turn for an attempt of `asker`'s call, asking at `now`: it waits
+    /// behind the calls of its class and more critical ones that wait, and
+    /// is shed if its turn would come after `asker.by`.
+    #[inline]
+    pub fn turn_for_at(&self, asker: Asker, now: Instant) -> Turn {
         if !self.is_on() {
             return Turn::Now;
         }
-        self.paced_turn(now, None)
+        self.paced_turn(now, None, asker)
     }
 
-    /// [`turn_at`](Self::turn_at) for a call that has waited in line
-    /// before, under ticket `place`: it waits at that place again, ahead of
-    /// calls that came after it. The line is first come, first served by
-    /// call, not by attempt, so a retry (after a refused probe, say) does not
-    /// go to the back of a line it has waited in longest.
-    pub fn rejoin_at(&self, place: u64, now: Instant) -> Turn {
+    /// [`turn_for_at`](Self::turn_for_at) for a call that has waited in
+    /// line before, under the ticket numbered `place`: it waits at that
+    /// place again, ahead of calls of its class that came after it. The
+    /// line is first come, first served by call, not by attempt, so a retry
+    /// (after a refused probe, say) does not go to the back of a line it
+    /// has waited in longest.
+    pub fn rejoin_at(&self, place: u64, asker: Asker, now: Instant) -> Turn {
         if !self.is_on() {
             return Turn::Now;
         }
-        self.paced_turn(now, Some(place))
+        self.paced_turn(now, Some(place), asker)
     }
 
-    fn paced_turn(&self, now: Instant, place: Option<u64>) -> Turn {
+    fn paced_turn(&self, now: Instant, place: Option<u64>, asker: Asker) -> Turn {
         let mut state = self.lock();
-        let ahead = match place {
-            Some(place) => state.line.range(..place).next().is_some(),
-            None => !state.line.is_empty(),
-        };
+        let class = asker.class;
+        if place.is_none() {
+            state.asked[class.rank()] += 1;
+        }
+        // Those it would wait behind: ahead of its place, or of its class's end.
+        let before = place.map_or((class, u64::MAX), |number| (class, number));
+        let ahead = state.line.range(..before).next().is_some();
         if self.turn_off_if_quiet(&state, now) || (!ahead && state.give_turn(now)) {
             return Turn::Now;
         }
         state.last_trouble = now;
+        if asker.by.is_some_and(|by| state.turn_expected(before, now) > by) {
+            state.tally.shed[class.rank()] += 1;
+            return Turn::Shed;
+        }
         let number = place.unwrap_or_else(|| {
             state.next_ticket += 1;
             state.next_ticket - 1
         });
-        state.line.insert(number, None);
-        Turn::Queued(Ticket(number))
+        state.line.insert((class, number), None);
+        Turn::Queued(Ticket((class, number)))
     }
 
     /// The holder of `ticket` asks for its turn at `now`; `waker`, if given,
@@ -518,7 +574,7 @@ impl SendGate {
     /// rate grew).
     pub fn claim_at(&self, ticket: &Ticket, now: Instant, waker: Option<&Waker>) -> Claim {
         let mut state = self.lock();
-        let first = state.line.first_key_value().map(|(&n, _)| n);
+        let first = state.line.first_key_value().map(|(&place, _)| place);
         if first == Some(ticket.0) && state.give_turn(now) {
             state.line.remove(&ticket.0);
             state.last_trouble = now;
@@ -529,7 +585,7 @@ impl SendGate {
             *slot = waker.cloned();
         }
         match first {
-            Some(n) if n == ticket.0 => Claim::At(state.pacer.due(state.rate.now)),
+            Some(place) if place == ticket.0 => Claim::At(state.pacer.due(state.rate.now)),
             _ => Claim::Behind,
         }
     }
@@ -538,7 +594,7 @@ impl SendGate {
     /// it was cancelled).
     pub fn leave(&self, ticket: Ticket) {
         let mut state = self.lock();
-        let was_first = state.line.first_key_value().map(|(&n, _)| n) == Some(ticket.0);
+        let was_first = state.line.first_key_value().map(|(&place, _)| place) == Some(ticket.0);
         state.line.remove(&ticket.0);
         if was_first {
             state.wake_first();
@@ -830,6 +886,28 @@ impl State {
         let given = self.pacer.take();
         self.tally.sent += u64::from(given);
         given
+    }
+
+    /// When the turn of a call waiting behind those whose places are
+    /// before `before` would come, at the present pace: the first in line's
+    /// turn is due when its credit accrues, each after it one pace later.
+    /// While the gate probes a dependency that has accepted nothing, its
+    /// pace is a probe's, not what the dependency will take once back (the
+    /// line then moves at once): the call's turn is expected no sooner
+    /// than the next probe, whoever is ahead.
+    fn turn_expected(&mut self, before: Place, now: Instant) -> Instant {
+        let own = self.rate.now;
+        self.pacer.accrue(own, now);
+        let ahead = match self.rate.is_probing() {
+            true => 0,
+            false => self.line.range(..before).count(),
+        };
+        let pace = self.pacer.pace(own);
+        let after_first = Duration::try_from_secs_f64(ahead as f64 / pace).unwrap_or(Duration::MAX);
+        self.pacer
+            .due(own)
+            .checked_add(after_first)
+            .unwrap_or(now + FOREVER)
     }
 
     fn wake_first(&mut self) {

@@ -7,7 +7,7 @@ use std::task::Wake;
 use std::time::Duration;
 
 use super::*;
-use crate::policy::RetryPolicy;
+use crate::policy::{Criticality, RetryPolicy};
 
 /// The gate's settings with `overloadWhen: any-refusal`: every refusal
 /// says overload, the law most of these tests are about.
@@ -54,6 +54,7 @@ fn queued(turn: Turn) -> Ticket {
     match turn {
         Turn::Queued(ticket) => ticket,
         Turn::Now => panic!("expected to wait in line"),
+        Turn::Shed => panic!("expected to wait in line, not to be shed"),
     }
 }
 
@@ -414,15 +415,19 @@ fn the_tally_counts_what_was_sent_and_answered_since_the_last_one() {
             timed_out: 1,
             waiting: 1,
             watching: false,
+            shed: [0; 3],
+            demand: [0.0, 3.0, 0.0],
         },
-        "the refusal that turned it on, and the two after"
+        "the refusal that turned it on, and the two after; two calls asked, one waits"
     );
     assert_eq!(
         gate.tally(),
         Tally {
             waiting: 1,
+            demand: [0.0, 1.0, 0.0],
             ..Tally::default()
-        }
+        },
+        "the one that waits still wants its turn"
     );
 }
 
@@ -508,6 +513,7 @@ mod against_an_ideal_pacer {
                             continue;
                         }
                         Turn::Queued(ticket) => ticket,
+                        Turn::Shed => unreachable!("no turn here has a time to come by"),
                     };
                     loop {
                         match gate.claim_at(&ticket, at(now), None) {
@@ -639,7 +645,7 @@ fn a_call_that_rejoins_waits_ahead_of_those_that_came_after_it() {
     let place = first.number();
     assert_eq!(gate.claim_at(&first, t0 + secs(2.0), None), Claim::Go);
     // The first's attempt is refused; it comes back while the second waits.
-    let again = queued(gate.rejoin_at(place, t0 + secs(2.1)));
+    let again = queued(gate.rejoin_at(place, Asker::default(), t0 + secs(2.1)));
     assert_eq!(again.number(), place);
     assert_eq!(gate.first_in_line().map(|(n, _)| n), Some(place));
     assert_eq!(gate.claim_at(&second, t0 + secs(4.0), None), Claim::Behind);
@@ -1003,4 +1009,97 @@ fn as_shipped_half_failed_at_random_seldom_seems_overloaded_to_a_busy_process() 
         turned_on += usize::from(!was_on && gate.is_on());
     }
     assert!(turned_on <= 1, "turned on {turned_on} times in ten minutes");
+}
+
+fn asker(class: Criticality, by: Option<Instant>) -> Asker {
+    Asker { class, by }
+}
+
+#[test]
+fn a_more_critical_call_waits_ahead_of_less_critical_ones_already_in_line() {
+    let t0 = Instant::now();
+    let gate = gate(t0);
+    overload(&gate, t0);
+    let sheddable = queued(gate.turn_for_at(asker(Criticality::Sheddable, None), t0));
+    let default = queued(gate.turn_at(t0));
+    let critical = queued(gate.turn_for_at(asker(Criticality::Critical, None), t0 + secs(0.5)));
+    assert_eq!(
+        gate.first_in_line().map(|(n, _)| n),
+        Some(critical.number()),
+        "the critical call came last and is first"
+    );
+    // Turns every 2 s at the lowest rate: critical, then default, then sheddable.
+    assert_eq!(gate.claim_at(&default, t0 + secs(2.0), None), Claim::Behind);
+    assert_eq!(gate.claim_at(&critical, t0 + secs(2.0), None), Claim::Go);
+    assert_eq!(gate.claim_at(&sheddable, t0 + secs(4.0), None), Claim::Behind);
+    assert_eq!(gate.claim_at(&default, t0 + secs(4.0), None), Claim::Go);
+    assert_eq!(gate.claim_at(&sheddable, t0 + secs(6.0), None), Claim::Go);
+}
+
+#[test]
+fn a_call_whose_turn_would_come_after_its_bound_is_shed_and_takes_no_place() {
+    let t0 = Instant::now();
+    let gate = gate(t0);
+    overload(&gate, t0);
+    // Probing at 0.5 a second with no credit: the next probe is at 2 s,
+    // and the line moves at once when the dependency is back, so only the
+    // next probe counts.
+    let first = queued(gate.turn_for_at(asker(Criticality::Default, Some(t0 + secs(2.5))), t0));
+    assert_eq!(
+        gate.turn_for_at(asker(Criticality::Default, Some(t0 + secs(1.5))), t0),
+        Turn::Shed,
+        "the next probe comes after its bound"
+    );
+    let second = queued(gate.turn_for_at(asker(Criticality::Default, Some(t0 + secs(2.5))), t0));
+    // Accepted: the rate is what the dependency takes, here one a second,
+    // and those ahead count.
+    let t1 = t0 + secs(0.1);
+    gate.record_at(Signal::Accepted, t0, t1);
+    {
+        let mut state = gate.lock();
+        state.rate.now = 1.0;
+        state.pacer = Pacer::new(0.0, t1);
+    }
+    assert_eq!(
+        gate.turn_for_at(asker(Criticality::Default, Some(t1 + secs(2.5))), t1),
+        Turn::Shed,
+        "behind two, its turn would come at 3 s"
+    );
+    assert_eq!(gate.waiting(), 2, "the shed calls took no place");
+    let critical = queued(gate.turn_for_at(asker(Criticality::Critical, Some(t1 + secs(2.5))), t1));
+    assert_eq!(
+        gate.first_in_line().map(|(n, _)| n),
+        Some(critical.number()),
+        "with the same bound, a critical call waits: nobody of its class is ahead"
+    );
+    assert_eq!(
+        gate.turn_for_at(asker(Criticality::Sheddable, Some(t1 + secs(3.5))), t1),
+        Turn::Shed,
+        "a sheddable call waits behind all three: its turn would come at 4 s"
+    );
+    let tally = gate.tally();
+    assert_eq!(tally.shed, [0, 2, 1]);
+    assert_eq!(
+        tally.demand,
+        [1.0 + 1.0, 4.0 + 2.0, 1.0],
+        "the calls that asked, and those that wait, by class"
+    );
+    assert_eq!(gate.claim_at(&critical, t1 + secs(1.0), None), Claim::Go);
+    assert_eq!(gate.claim_at(&first, t1 + secs(2.0), None), Claim::Go);
+    assert_eq!(gate.claim_at(&second, t1 + secs(3.0), None), Claim::Go);
+}
+
+#[test]
+fn a_call_is_sent_at_once_on_a_free_turn_whatever_its_bound() {
+    let t0 = Instant::now();
+    let gate = gate(t0);
+    overload(&gate, t0);
+    assert_eq!(
+        gate.turn_for_at(
+            asker(Criticality::Sheddable, Some(t0 + secs(2.0))),
+            t0 + secs(2.0)
+        ),
+        Turn::Now,
+        "a turn had accrued by 2 s: a bound of no wait at all is met"
+    );
 }

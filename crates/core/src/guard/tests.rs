@@ -297,12 +297,24 @@ fn gated() -> RetryPolicy {
     RetryPolicy {
         max_retries: 100,
         max_delay: Duration::from_secs(1),
-        gate: GatePolicy {
-            enabled: true,
-            overload_when: crate::policy::OverloadWhen::AnyRefusal,
-            ..GatePolicy::default()
-        },
+        gate: waiting_gate(),
         ..policy()
+    }
+}
+
+/// A gate under `overloadWhen: any-refusal` whose callers wait for a turn
+/// however long it takes (an hour), unless their deadline says otherwise.
+fn waiting_gate() -> GatePolicy {
+    let hour = Duration::from_secs(3600);
+    GatePolicy {
+        enabled: true,
+        overload_when: crate::policy::OverloadWhen::AnyRefusal,
+        max_wait: crate::policy::MaxWait {
+            critical: hour,
+            default: hour,
+            sheddable: hour,
+        },
+        ..GatePolicy::default()
     }
 }
 
@@ -396,14 +408,18 @@ async fn a_call_that_gets_no_turn_before_its_deadline_ends_and_leaves_the_line()
     let (_, results) = herd(&guard, 5, Duration::from_secs(3600)).await;
     // The first turn comes within 2 s (the first credit is drawn at random),
     // the next 2 s later: at most two of the callers waiting in line get a
-    // turn before the 3 s deadline, and their retry would pass it.
+    // turn before the 3 s deadline, and their retry would pass it (it is
+    // shed, or waits until the deadline for a turn that comes no sooner). While
+    // the gate probes a dependency that accepts nothing, a call waits if
+    // the next probe comes before its deadline: the line moves at once
+    // when the dependency is back.
     let no_turn = results.iter().filter(|r| **r == Err(GaveUp::NoTurn)).count();
     assert!(no_turn >= 3, "{results:?}");
     assert!(
         results
             .iter()
-            .all(|r| matches!(r, Err(GaveUp::NoTurn | GaveUp::Deadline))),
-        "{results:?}"
+            .all(|r| matches!(r, Err(GaveUp::NoTurn | GaveUp::Deadline | GaveUp::Shed))),
+        "a refused caller whose retry's probe would come after its deadline is shed: {results:?}"
     );
     assert_eq!(
         start.elapsed(),
@@ -411,6 +427,65 @@ async fn a_call_that_gets_no_turn_before_its_deadline_ends_and_leaves_the_line()
         "the rest waited in line until their deadline"
     );
     assert_eq!(guard.gate().unwrap().waiting(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn calls_beyond_what_a_dependency_takes_are_shed_at_once_sending_nothing() {
+    let mut p = gated();
+    p.gate.max_wait = crate::policy::MaxWait::default();
+    let guard = Guard::from_policy(&valid(p));
+    let start = Instant::now();
+    // The dependency takes one call a second, and refuses the rest.
+    let taken = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
+    let call = |guard: Guard| {
+        let taken = taken.clone();
+        async move {
+            let begun = Instant::now();
+            let result = guard
+                .call(
+                    |_| {
+                        let second = start.elapsed().as_secs();
+                        let first_this_second = taken.lock().unwrap().insert(second);
+                        async move {
+                            if first_this_second {
+                                Ok(())
+                            } else {
+                                Err(unavailable())
+                            }
+                        }
+                    },
+                    |f| guard.verdict(*f),
+                    Options::default(),
+                )
+                .await;
+            (result.map_err(|e| (e.gave_up, e.attempts)), begun.elapsed())
+        }
+    };
+    // Ten seconds of ten calls a second: the gate learns the dependency's pace.
+    let mut results = Vec::new();
+    for _ in 0..100 {
+        let guard = guard.clone();
+        results.push(tokio::spawn(call(guard)));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut outcomes = Vec::new();
+    for result in results {
+        outcomes.push(result.await.unwrap());
+    }
+    let late = &outcomes[50..];
+    let shed_at_once = late
+        .iter()
+        .filter(|(r, took)| *r == Err((GaveUp::Shed, 0)) && *took == Duration::ZERO)
+        .count();
+    let served = late.iter().filter(|(r, _)| r.is_ok()).count();
+    assert!(
+        shed_at_once >= 30 && served >= 3,
+        "of the last 50, most are shed at once and some served: {outcomes:?}"
+    );
+    assert!(
+        late.iter().all(|(_, took)| *took <= Duration::from_secs(1)),
+        "none waits past its second: {outcomes:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -647,11 +722,7 @@ fn fleet_scoped_with_a_gate() -> Guard {
             scope: crate::policy::BreakerScope::Fleet,
             ..CircuitBreakerPolicy::default()
         },
-        gate: GatePolicy {
-            enabled: true,
-            overload_when: crate::policy::OverloadWhen::AnyRefusal,
-            ..GatePolicy::default()
-        },
+        gate: waiting_gate(),
         ..policy()
     }))
 }
@@ -793,7 +864,11 @@ async fn refusals_the_gate_paces_do_not_open_the_breaker_and_errors_still_do() {
     }
     assert!(guard.gate().unwrap().is_on());
     let breaker = guard.breaker().unwrap();
-    assert_eq!(breaker.state(), CircuitState::Closed, "overload is the gate's to pace");
+    assert_eq!(
+        breaker.state(),
+        CircuitState::Closed,
+        "overload is the gate's to pace"
+    );
     assert_eq!(breaker.snapshot().consecutive_failures, 0);
 
     // Errors the dependency answers with say nothing of its load: the
@@ -802,4 +877,105 @@ async fn refusals_the_gate_paces_do_not_open_the_breaker_and_errors_still_do() {
     failing_call(&guard, status(500, None)).await;
     assert!(!guard.gate().unwrap().is_on());
     assert_eq!(guard.breaker().unwrap().state(), CircuitState::Open);
+}
+
+/// Calls to a dependency down until `down`, begun `after` the gate turned
+/// on: each call's result, its attempts, and how long it took.
+async fn calls_during_an_outage(
+    guard: &Guard,
+    classes: &[Option<crate::policy::Criticality>],
+    down: Duration,
+) -> Vec<(Result<(), GaveUp>, u32, Duration)> {
+    let start = Instant::now();
+    let mut calls = tokio::task::JoinSet::new();
+    for (i, class) in classes.iter().enumerate() {
+        let guard = guard.clone();
+        let class = *class;
+        calls.spawn(async move {
+            let options = match class {
+                Some(class) => Options::default().criticality(class),
+                None => Options::default(),
+            };
+            let begun = Instant::now();
+            let result = guard
+                .call(
+                    |_| async move {
+                        if start.elapsed() < down {
+                            Err(unavailable())
+                        } else {
+                            Ok(())
+                        }
+                    },
+                    |f| guard.verdict(*f),
+                    options,
+                )
+                .await;
+            let took = begun.elapsed();
+            (i, result.map_err(|e| (e.gave_up, e.attempts)), took)
+        });
+    }
+    let mut results = calls.join_all().await;
+    results.sort_by_key(|(i, _, _)| *i);
+    results
+        .into_iter()
+        .map(|(_, result, took)| match result {
+            Ok(()) => (Ok(()), 0, took),
+            Err((why, attempts)) => (Err(why), attempts, took),
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn while_nothing_gets_through_calls_are_shed_at_once_and_a_critical_one_waits_for_the_return() {
+    let mut p = gated();
+    p.gate.max_wait = crate::policy::MaxWait::default();
+    let guard = Guard::from_policy(&valid(p));
+    let down = Duration::from_secs(3);
+    // One refused call turns the gate on; it probes at 0.5 a second.
+    let first = calls_during_an_outage(&guard, &[None], Duration::from_secs(3600)).await;
+    assert!(first[0].0.is_err());
+    let critical = Some(crate::policy::Criticality::Critical);
+    let classes = [None, None, None, None, None, critical];
+    let results = calls_during_an_outage(&guard, &classes, down).await;
+    let shed_at_once = results[..5]
+        .iter()
+        .filter(|(result, attempts, took)| {
+            *result == Err(GaveUp::Shed) && *attempts == 0 && *took == Duration::ZERO
+        })
+        .count();
+    assert!(
+        shed_at_once >= 4,
+        "turns 2 s apart leave at most one of them a turn within a second: {results:?}"
+    );
+    assert_eq!(
+        results[5].0,
+        Ok(()),
+        "the critical call waits ahead of them, up to 5 s: {results:?}"
+    );
+    assert!(results[5].2 <= Duration::from_secs(5), "{results:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_waiting_in_line_leaves_it_with_no_turn_when_its_class_may_wait_no_longer() {
+    let mut p = gated();
+    p.max_retries = 0;
+    p.gate.max_wait.default = Duration::from_secs(3);
+    let guard = Guard::from_policy(&valid(p));
+    let forever = Duration::from_secs(3600);
+    // One refused call turns the gate on: turns 2 s apart, the first within 2 s.
+    calls_during_an_outage(&guard, &[None], forever).await;
+    // A default call's turn is due within its 3 s, and it waits; two
+    // critical calls then go ahead of it, and its turn would come at 4 s
+    // or later.
+    let critical = Some(crate::policy::Criticality::Critical);
+    let results = calls_during_an_outage(&guard, &[None, critical, critical], forever).await;
+    assert_eq!(
+        results[0],
+        (Err(GaveUp::NoTurn), 0, Duration::from_secs(3)),
+        "{results:?}"
+    );
+    for (result, attempts, _) in &results[1..] {
+        assert_eq!((result, *attempts), (&Err(GaveUp::Exhausted), 1), "{results:?}");
+    }
+    assert_eq!(guard.gate().unwrap().waiting(), 0);
 }

@@ -462,6 +462,23 @@ mod tests {
     }
 
     #[test]
+    fn an_unknown_class_or_wait_bound_is_refused_naming_its_key() {
+        let gate = map(vec![
+            ("criticality", s("urgent")),
+            ("maxWait", map(vec![("critical", s("48h")), ("batch", s("1s"))])),
+        ]);
+        let node = map(vec![("defaults", map(vec![("gate", gate)]))]);
+        assert_eq!(
+            errors_of(&node),
+            [
+                "defaults.gate.criticality: unknown class \"urgent\"; expected one of: critical, default, sheddable",
+                "defaults.gate.maxWait.batch: unknown key \"batch\"; expected one of: critical, default, sheddable",
+                "defaults.gate.maxWait.critical: must be between 0s and 24h0m0s, found 48h0m0s",
+            ]
+        );
+    }
+
+    #[test]
     fn cross_field_errors_land_in_the_layer_that_set_them() {
         let node = map(vec![
             ("defaults", map(vec![("multiplier", Node::Float(0.5))])),

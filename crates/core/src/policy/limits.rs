@@ -333,6 +333,12 @@ pub mod gate {
     pub const RAMP: Limit<f64> = Limit::above("gate.ramp", 0.0, 1000.0);
     /// How long without an overload or a wait before the gate turns off.
     pub const QUIET: Limit<Duration> = Limit::between("gate.quiet", MILLISECOND, HOUR);
+    /// How long after it began a call of each class may wait for a turn.
+    pub const MAX_WAIT: [Limit<Duration>; 3] = [
+        Limit::between("gate.maxWait.critical", Duration::ZERO, DAY),
+        Limit::between("gate.maxWait.default", Duration::ZERO, DAY),
+        Limit::between("gate.maxWait.sheddable", Duration::ZERO, DAY),
+    ];
 }
 
 /// Every limit, as the clients read them.
@@ -368,6 +374,9 @@ pub fn all() -> Vec<Range> {
         gate::SCALE.range(),
         gate::RAMP.range(),
         gate::QUIET.range(),
+        gate::MAX_WAIT[0].range(),
+        gate::MAX_WAIT[1].range(),
+        gate::MAX_WAIT[2].range(),
     ]
 }
 

@@ -28,9 +28,9 @@ pub use forecast::{
 pub use layer::{Layered, Leaf};
 pub use model::{
     BreakerScope, BudgetPolicy, BudgetPolicySpec, BudgetScope, CircuitBreakerPolicy,
-    CircuitBreakerPolicySpec, GatePolicy, GatePolicySpec, HedgingPolicy, HedgingPolicySpec, Jitter,
-    OverloadWhen, RetryCondition, RetryOn, RetryPolicy, RetryPolicySpec, RetryThrottlingPolicy,
-    RetryThrottlingPolicySpec, SlidingWindow,
+    CircuitBreakerPolicySpec, Criticality, GatePolicy, GatePolicySpec, HedgingPolicy, HedgingPolicySpec,
+    Jitter, MaxWait, MaxWaitSpec, OverloadWhen, RetryCondition, RetryOn, RetryPolicy, RetryPolicySpec,
+    RetryThrottlingPolicy, RetryThrottlingPolicySpec, SlidingWindow,
 };
 pub use name::{check_service_name, InvalidServiceName, NameProblem, MAX_SERVICE_NAME_LEN};
 pub use reporters::{BadReporter, Reporter, Reporters, MAX_REPORTERS};

@@ -195,6 +195,36 @@ policy_block! {
         /// full), or only once they go beyond what failure at random
         /// explains or nothing is accepted (`most-refused`).
         overload_when: OverloadWhen = "overloadWhen",
+        /// The class of a call that names none: which calls the gate
+        /// serves first, and sheds first, when it cannot serve them all.
+        /// Missing from the JSON of a daemon that predates it: `default`.
+        #[serde(default)]
+        criticality: Criticality = "criticality",
+        /// How long after it began a call of each class may still wait for
+        /// a turn. A call whose turn, at the present pace, would come
+        /// later fails at once (shed), instead of waiting in a line that
+        /// grows for as long as an overload lasts. Missing from the JSON
+        /// of a daemon that predates it: the defaults.
+        #[serde(default)]
+        max_wait: MaxWait = "maxWait",
+    }
+}
+
+policy_block! {
+    /// How long after it began a call of each class may still wait for the
+    /// send gate's turn ([`limits::gate::MAX_WAIT`](super::limits::gate::MAX_WAIT)):
+    /// `0s` sends it only if a turn is free at once. The call's deadline
+    /// (`maxElapsed`, or the caller's) bounds it too.
+    pub struct MaxWait, layer MaxWaitSpec {
+        /// Calls that must be served if anything is: served first.
+        #[serde(rename = "criticalMs", with = "millis")]
+        critical: Duration = "critical",
+        /// Calls that name no class, unless the policy's `criticality` says otherwise.
+        #[serde(rename = "defaultMs", with = "millis")]
+        default: Duration = "default",
+        /// Calls that may be dropped first: served last, shed first.
+        #[serde(rename = "sheddableMs", with = "millis")]
+        sheddable: Duration = "sheddable",
     }
 }
 
@@ -279,6 +309,36 @@ impl Default for GatePolicy {
             quiet: Duration::from_secs(5),
             overload_on: RetryOn::overload(),
             overload_when: OverloadWhen::Evidence,
+            criticality: Criticality::Default,
+            max_wait: MaxWait::default(),
+        }
+    }
+}
+
+impl Default for MaxWait {
+    /// A second for a call of no class: a line that holds a call longer
+    /// holds it past the point most callers still want the answer, and a
+    /// call that fails at once can be answered from elsewhere. Critical
+    /// calls wait five: served first, they wait only while critical
+    /// calls alone outrun the pace, and a process paced below a turn a
+    /// second waits that long for its next. Sheddable calls a quarter of
+    /// one: they are sent on a turn that is free, or dropped.
+    fn default() -> Self {
+        Self {
+            critical: Duration::from_secs(5),
+            default: Duration::from_secs(1),
+            sheddable: Duration::from_millis(250),
+        }
+    }
+}
+
+impl MaxWait {
+    /// The bound of `class`.
+    pub fn of(&self, class: Criticality) -> Duration {
+        match class {
+            Criticality::Critical => self.critical,
+            Criticality::Default => self.default,
+            Criticality::Sheddable => self.sheddable,
         }
     }
 }
@@ -343,6 +403,37 @@ pub enum BreakerScope {
     Fleet,
 }
 
+/// How much a call matters, when the send gate cannot serve them all:
+/// critical calls are served first and shed last, sheddable ones the
+/// other way round (the classes of gRPC's and Google's load shedding,
+/// three of their four). Within a class, first come, first served.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Criticality {
+    /// Served first, shed last: what the service exists to answer.
+    Critical,
+    /// A call that names no class.
+    #[default]
+    Default,
+    /// Served last, shed first: prefetches, batch work, retries of
+    /// background jobs.
+    Sheddable,
+}
+
+impl Criticality {
+    /// Every class, most critical first: the order the gate serves them in.
+    pub const ALL: [Criticality; 3] = [
+        Criticality::Critical,
+        Criticality::Default,
+        Criticality::Sheddable,
+    ];
+
+    /// The class's place in [`ALL`](Self::ALL): 0 is served first.
+    pub fn rank(self) -> usize {
+        self as usize
+    }
+}
+
 /// When the send gate takes the refusals it hears for overload.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -403,6 +494,12 @@ named_values!(BudgetScope, "scope", {
 named_values!(BreakerScope, "scope", {
     Process => "process",
     Fleet => "fleet",
+});
+
+named_values!(Criticality, "class", {
+    Critical => "critical",
+    Default => "default",
+    Sheddable => "sheddable",
 });
 
 named_values!(OverloadWhen, "overloadWhen value", {
@@ -637,6 +734,7 @@ impl Leaf for SlidingWindow {
 }
 
 layered_leaves!(
+    Criticality,
     Jitter,
     BudgetScope,
     BreakerScope,

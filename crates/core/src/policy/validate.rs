@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::layer::show;
 use super::limits::{self, breaker, budget, gate, hedging, throttling, Limit};
-use super::model::{GatePolicy, RetryPolicy, SlidingWindow};
+use super::model::{Criticality, GatePolicy, RetryPolicy, SlidingWindow};
 
 /// A setting outside its range, or two settings that contradict each other.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,6 +147,9 @@ fn check_gate(g: &GatePolicy, out: &mut Checks) {
     out.number(gate::SCALE, g.scale);
     out.number(gate::RAMP, g.ramp);
     out.duration(gate::QUIET, g.quiet);
+    for (limit, class) in gate::MAX_WAIT.into_iter().zip(Criticality::ALL) {
+        out.duration(limit, g.max_wait.of(class));
+    }
 }
 
 #[cfg(test)]
@@ -235,6 +238,12 @@ mod tests {
         p.gate.scale = 0.0;
         p.gate.ramp = 0.0;
         p.gate.quiet = Duration::ZERO;
+        let past_a_day = Duration::from_secs(86_401);
+        p.gate.max_wait = crate::policy::MaxWait {
+            critical: past_a_day,
+            default: past_a_day,
+            sheddable: past_a_day,
+        };
         let violated: Vec<&str> = keys_of(&p)
             .into_iter()
             .filter(|k| k.len() == 1)

@@ -31,7 +31,7 @@ mod report;
 /// `?wait=` to its maximum, in milliseconds; a client then asks for no more.
 pub const MAX_WAIT_HEADER: &str = "stormguard-max-wait-ms";
 
-pub use pace::{BreakerAsk, BreakerGrant, PaceAsk, PaceGrant};
+pub use pace::{BreakerAsk, BreakerGrant, ByClass, PaceAsk, PaceGrant};
 pub use policies::{
     parse_selection, BadSelection, SelectedPolicies, SelectedPolicy, MAX_SELECTED, SERVICES_PARAM,
 };

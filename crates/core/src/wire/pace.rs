@@ -7,6 +7,7 @@
 //! which a slot needs; reports are one-way and batched seconds apart.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -16,10 +17,10 @@ use super::count;
 use super::report::{check_instance, FieldError};
 use crate::breaker::CircuitState;
 use crate::fleet::breaker::{BreakerReport, BreakerVerdict};
-use crate::policy::check_service_name;
+use crate::policy::{check_service_name, Criticality};
 
 /// A process's ask: its gate's tally for one dependency.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PaceAsk<'a> {
     /// The dependency.
@@ -43,6 +44,23 @@ pub struct PaceAsk<'a> {
     /// Calls waiting for a turn now.
     #[serde(deserialize_with = "count::whole")]
     pub waiting: u64,
+    /// By class, the calls its gate shed since its last ask, their turn
+    /// too far off: demand it could not serve (absent from older clients,
+    /// or when none were: none).
+    #[serde(
+        default,
+        deserialize_with = "count::by_name",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub shed: BTreeMap<Cow<'a, str>, u64>,
+    /// By class (`critical`, `default`, `sheddable`), the calls that asked
+    /// for a turn since its last ask plus those waiting now: in proportion
+    /// to these the daemon counts the process's want as each class's, and
+    /// gives the fleet's rate to more critical classes first. Absent (from
+    /// older clients, or when every call is of the default class): all
+    /// `default`. A class this daemon does not know is left out, and counted.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub demand: BTreeMap<String, f64>,
     /// Whether the gate is off, watching: the counts are of every attempt
     /// sent since it heard a refusal (absent from older clients: on).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -164,6 +182,12 @@ impl PaceAsk<'_> {
     pub fn check(&self) -> Result<(), FieldError> {
         check_service_name(&self.service).map_err(|e| FieldError::at("service", e))?;
         check_instance(&self.instance).map_err(|e| FieldError::at("instance", e))?;
+        if let Some((class, number)) = self.demand.iter().find(|(_, n)| !(n.is_finite() && **n >= 0.0)) {
+            return Err(FieldError::at(
+                format!("demand.{class}"),
+                format!("{number} is not a number of calls: a demand is finite and not negative"),
+            ));
+        }
         if self.timed_out > self.overloaded {
             return Err(FieldError::at(
                 "timedOut",
@@ -175,6 +199,58 @@ impl PaceAsk<'_> {
         }
         Ok(())
     }
+}
+
+impl PaceAsk<'_> {
+    /// The demand and the calls shed of each class this daemon knows, in
+    /// [`Criticality::ALL`]'s order, and the names of the classes it does
+    /// not know, left out. Check the ask first.
+    pub fn by_class(&self) -> ByClass<'_> {
+        let mut by = ByClass::default();
+        for (name, &number) in &self.demand {
+            match Criticality::from_name(name) {
+                Some(class) => by.demand[class.rank()] += number,
+                None => by.unknown.push(name),
+            }
+        }
+        for (name, &count) in &self.shed {
+            match Criticality::from_name(name) {
+                Some(class) => by.shed[class.rank()] += count,
+                None if !self.demand.contains_key(name.as_ref()) => by.unknown.push(name),
+                None => {}
+            }
+        }
+        by
+    }
+
+    /// The demand and calls shed of a gate's `tally`, by class name, as an
+    /// ask carries them: the demand only while some call is of a class
+    /// other than the default (a daemon that predates classes reads no
+    /// more), the shed only for classes that shed any.
+    pub fn classes_of(
+        tally: &crate::gate::Tally,
+    ) -> (BTreeMap<String, f64>, BTreeMap<Cow<'static, str>, u64>) {
+        let classed = tally.demand[0] > 0.0 || tally.demand[2] > 0.0;
+        let named = Criticality::ALL.iter().map(|class| class.name().to_owned());
+        let demand = named.clone().zip(tally.demand).filter(|_| classed).collect();
+        let shed = named
+            .map(Cow::Owned)
+            .zip(tally.shed)
+            .filter(|&(_, count)| count > 0)
+            .collect();
+        (demand, shed)
+    }
+}
+
+/// An ask's classes, as this daemon knows them.
+#[derive(Debug, Default, PartialEq)]
+pub struct ByClass<'a> {
+    /// Each class's demand, in [`Criticality::ALL`]'s order.
+    pub demand: [f64; 3],
+    /// Each class's calls shed.
+    pub shed: [u64; 3],
+    /// The classes this daemon does not know, left out.
+    pub unknown: Vec<&'a str>,
 }
 
 #[cfg(test)]
@@ -216,6 +292,41 @@ mod tests {
         let unknown =
             r#"{"service":"a","instance":"p","sent":0,"accepted":0,"overloaded":0,"waiting":0,"rate":1e9}"#;
         assert!(serde_json::from_str::<PaceAsk>(unknown).is_err());
+    }
+
+    #[test]
+    fn an_asks_classes_are_read_by_name_checked_and_unknown_ones_left_out() {
+        let json = r#"{"service":"a","instance":"p","sent":0,"accepted":0,"overloaded":0,"waiting":2,"shed":{"sheddable":7,"urgent":1},"demand":{"critical":3.5,"default":1,"urgent":2}}"#;
+        let ask: PaceAsk = serde_json::from_str(json).unwrap();
+        assert!(ask.check().is_ok());
+        let by = ask.by_class();
+        assert_eq!((by.demand, by.shed), ([3.5, 1.0, 0.0], [0, 0, 7]));
+        assert_eq!(by.unknown, ["urgent"], "named once, though in both");
+        let negative = r#"{"service":"a","instance":"p","sent":0,"accepted":0,"overloaded":0,"waiting":0,"demand":{"critical":-1}}"#;
+        let error = serde_json::from_str::<PaceAsk>(negative)
+            .unwrap()
+            .check()
+            .unwrap_err();
+        assert_eq!(error.path, "demand.critical");
+        assert!(error.message.contains("-1"), "{error}");
+        let fraction = r#"{"service":"a","instance":"p","sent":0,"accepted":0,"overloaded":0,"waiting":0,"shed":{"critical":0.5}}"#;
+        assert!(serde_json::from_str::<PaceAsk>(fraction).is_err());
+
+        let mut tally = crate::gate::Tally {
+            demand: [0.0, 4.0, 0.0],
+            ..Default::default()
+        };
+        let (demand, shed) = PaceAsk::classes_of(&tally);
+        assert!(
+            demand.is_empty() && shed.is_empty(),
+            "all default: nothing an older daemon cannot read"
+        );
+        tally.demand[0] = 1.0;
+        tally.shed[1] = 2;
+        let (demand, shed) = PaceAsk::classes_of(&tally);
+        assert_eq!(demand.len(), 3);
+        assert_eq!(demand["critical"], 1.0);
+        assert_eq!(shed.into_iter().collect::<Vec<_>>(), [("default".into(), 2)]);
     }
 
     #[test]

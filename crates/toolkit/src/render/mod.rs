@@ -94,7 +94,7 @@ pub fn render(target: Target<'_>, policy: &RetryPolicy, format: Format) -> Rende
     if policy.gate.enabled {
         lost.lose(
             "gate",
-            "the send gate paces callers through the stormguard library and daemon; no mesh or gRPC setting does",
+            "the send gate paces callers through the stormguard library and daemon; no mesh or gRPC setting does. Its classes (criticality, maxWait) have no equivalent either: Envoy's route priority (HIGH) gives a route its own connection limits, not a first claim on what a recovering service can take, and a mesh has no wait bound on a client's line",
         );
     }
     let document = match format {

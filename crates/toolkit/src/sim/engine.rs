@@ -20,6 +20,8 @@ use stormguard_core::call::{Answer, Answered, Call, Send, Step as CallStep};
 use stormguard_core::fleet::breaker::BreakerVerdict;
 use stormguard_core::fleet::{self, Ask, Grant};
 use stormguard_core::guard::Guard;
+use stormguard_core::policy::limits::gate::MAX_WAIT;
+use stormguard_core::policy::{Criticality, MaxWait, RetryPolicy, ValidPolicy};
 use stormguard_core::retry::{Failure, GaveUp};
 use tokio::time::Instant;
 
@@ -60,6 +62,15 @@ pub struct Run {
     pub gave_up: GaveUpCounts,
     /// Clients still retrying when the run stopped.
     pub unfinished: u32,
+    /// What became of the calls of each class (in `Criticality::ALL`'s
+    /// order), a call naming none counted in the policy's `criticality`.
+    pub classes: [ClassOutcome; 3],
+    /// The times to success, sorted, of the calls that began a second or
+    /// more after the outage: what callers meet once the dependency is back.
+    pub times_after_recovery: Vec<Duration>,
+    /// How long each call that failed before it sent anything (shed, or
+    /// refused by its breaker) took to fail, sorted.
+    pub times_to_fail_fast: Vec<Duration>,
     /// When each half-open trial was sent (the calls the processes'
     /// breakers let through to see whether the dependency is back), from
     /// t = 0, in order.
@@ -77,6 +88,26 @@ pub struct Run {
     pub events: u64,
 }
 
+/// What became of the calls of one class.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClassOutcome {
+    /// Calls that began.
+    pub calls: u32,
+    /// Of those, served.
+    pub served: u32,
+    /// Of those, shed by the send gate: at once, or after waiting their
+    /// class's `maxWait` in line.
+    pub shed: u32,
+    /// The served ones' times to success, sorted.
+    pub times_to_success: Vec<Duration>,
+    /// Of the calls, those that began a second or more after the outage...
+    pub calls_after_recovery: u32,
+    /// ...and of those, served...
+    pub served_after_recovery: u32,
+    /// ...and their times to success, sorted.
+    pub times_after_recovery: Vec<Duration>,
+}
+
 /// Clients that gave up, by why.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GaveUpCounts {
@@ -88,14 +119,17 @@ pub struct GaveUpCounts {
     pub circuit_open: u32,
     /// `maxElapsed` passed.
     pub deadline: u32,
-    /// The send gate had no turn before `maxElapsed`.
+    /// The send gate had no turn before `maxElapsed` or the class's
+    /// `maxWait`, while it waited.
     pub no_turn: u32,
+    /// The send gate would have had no turn before then: shed at once.
+    pub shed: u32,
 }
 
 impl GaveUpCounts {
     /// All of them.
     pub fn total(&self) -> u32 {
-        self.exhausted + self.budget + self.circuit_open + self.deadline + self.no_turn
+        self.exhausted + self.budget + self.circuit_open + self.deadline + self.no_turn + self.shed
     }
 
     fn count(&mut self, why: GaveUp) {
@@ -104,6 +138,7 @@ impl GaveUpCounts {
             GaveUp::CircuitOpen => self.circuit_open += 1,
             GaveUp::Deadline => self.deadline += 1,
             GaveUp::NoTurn => self.no_turn += 1,
+            GaveUp::Shed => self.shed += 1,
             GaveUp::Exhausted | GaveUp::NotRetryable | GaveUp::Cancelled => self.exhausted += 1,
         }
     }
@@ -115,6 +150,8 @@ struct Client {
     start: u64,
     /// Its call, from its first event on.
     call: Option<Call>,
+    /// The class it names, if any.
+    class: Option<Criticality>,
     /// While an attempt is in flight: the attempt and what became of it.
     in_flight: Option<(Send, InFlight)>,
     /// The ticket it holds in its process's gate line, if it waits in one.
@@ -256,6 +293,11 @@ struct World<'a> {
     scenario: &'a Scenario,
     /// Virtual t = 0 as an instant, for the budget, breaker and gate clocks.
     origin: Instant,
+    /// The class of a call that names none.
+    default_class: Criticality,
+    /// A second after the outage, in virtual nanoseconds: calls that begin
+    /// from then meet a dependency that is back.
+    back: u64,
     processes: Vec<Process>,
     clients: Vec<Client>,
     /// The daemon replicas, when the strategy is fleet-paced or its
@@ -327,12 +369,14 @@ impl<'a> World<'a> {
             n => (n as usize).min(starts.len()),
         }
         .max(1);
+        let classes = scenario.classes;
         let clients: Vec<Client> = starts
             .iter()
             .enumerate()
             .map(|(i, &start)| Client {
                 start,
                 call: None,
+                class: classes.any().then(|| classes.of_draw(rng.random())).flatten(),
                 in_flight: None,
                 ticket: None,
                 process: i % processes,
@@ -343,12 +387,15 @@ impl<'a> World<'a> {
         for (i, c) in clients.iter().enumerate() {
             queue.push(Reverse(c.start), i as u32);
         }
+        let policy = policy_for(scenario, strategy);
         Self {
             scenario,
             origin,
+            default_class: policy.gate.criticality,
+            back: nanos(scenario.outage) + NANOS_PER_SECOND,
             processes: (0..processes)
                 .map(|_| Process {
-                    guard: Guard::seeded_at(&strategy.policy, origin, rng.random())
+                    guard: Guard::seeded_at(&policy, origin, rng.random())
                         .with_max_retries(strategy.max_retries),
                     line: foldhash::HashMap::default(),
                     asking: Asking::Idle,
@@ -418,6 +465,9 @@ impl<'a> World<'a> {
                 drained: Duration::ZERO,
                 gave_up: GaveUpCounts::default(),
                 unfinished: 0,
+                classes: Default::default(),
+                times_after_recovery: Vec::new(),
+                times_to_fail_fast: Vec::new(),
                 trials: Vec::new(),
                 breakers_closed: None,
                 open_timeout: strategy
@@ -663,10 +713,17 @@ impl<'a> World<'a> {
             if let Some(budget) = &mut self.fleet_budget {
                 budget.count(client.process);
             }
+            let class = &mut self.outcome.classes[client.class.unwrap_or(self.default_class).rank()];
+            class.calls += 1;
+            class.calls_after_recovery += u32::from(client.start >= self.back);
         }
-        let call = client
-            .call
-            .get_or_insert_with(|| Call::begin_at(&process.guard, now, None));
+        let call = client.call.get_or_insert_with(|| {
+            let call = Call::begin_at(&process.guard, now, None);
+            match client.class {
+                Some(class) => call.of_class(class),
+                None => call,
+            }
+        });
         let step = call.next_at(&process.guard, now, None);
         let ticket = call.ticket();
         if client.ticket != ticket {
@@ -782,9 +839,16 @@ impl<'a> World<'a> {
                     self.outcome.served.resize(second + 1, 0);
                 }
                 self.outcome.served[second] += 1;
-                self.outcome
-                    .times_to_success
-                    .push(Duration::from_nanos(t - client.start));
+                let took = Duration::from_nanos(t - client.start);
+                self.outcome.times_to_success.push(took);
+                let class = &mut self.outcome.classes[client.class.unwrap_or(self.default_class).rank()];
+                class.served += 1;
+                class.times_to_success.push(took);
+                if client.start >= self.back {
+                    class.served_after_recovery += 1;
+                    class.times_after_recovery.push(took);
+                    self.outcome.times_after_recovery.push(took);
+                }
                 self.outcome.last_success = Duration::from_nanos(t);
                 self.outcome.drained = self.outcome.drained.max(Duration::from_nanos(t));
                 client.call = None;
@@ -816,11 +880,19 @@ impl<'a> World<'a> {
 
     fn give_up(&mut self, t: u64, id: u32, why: GaveUp) {
         let client = &mut self.clients[id as usize];
-        client.call = None;
+        let unsent = client.call.take().is_some_and(|call| call.attempts() == 0);
         if let Some(ticket) = client.ticket.take() {
             self.processes[client.process].line.remove(&ticket);
         }
         self.outcome.gave_up.count(why);
+        if matches!(why, GaveUp::Shed | GaveUp::NoTurn) {
+            self.outcome.classes[client.class.unwrap_or(self.default_class).rank()].shed += 1;
+        }
+        if unsent && matches!(why, GaveUp::Shed | GaveUp::CircuitOpen) {
+            self.outcome
+                .times_to_fail_fast
+                .push(Duration::from_nanos(t.saturating_sub(client.start)));
+        }
         self.outcome.drained = self.outcome.drained.max(Duration::from_nanos(t));
     }
 
@@ -834,6 +906,12 @@ impl<'a> World<'a> {
         let last = self.processes.iter().filter_map(|p| p.closed_after_outage).max();
         self.outcome.breakers_closed = last.filter(|_| !never_closed).map(Duration::from_nanos);
         self.outcome.times_to_success.sort_unstable();
+        self.outcome.times_after_recovery.sort_unstable();
+        self.outcome.times_to_fail_fast.sort_unstable();
+        for class in &mut self.outcome.classes {
+            class.times_to_success.sort_unstable();
+            class.times_after_recovery.sort_unstable();
+        }
         self.outcome.requests = self.server.requests;
         self.outcome.accepted = self.server.accepted;
         self.outcome.rejected_in_outage = self.server.rejected_in_outage;
@@ -860,6 +938,22 @@ impl<'a> World<'a> {
         }
         self.outcome
     }
+}
+
+/// The strategy's policy as the scenario's callers run it: a herd's wait
+/// for a turn however long it takes.
+fn policy_for(scenario: &Scenario, strategy: &Strategy) -> ValidPolicy {
+    if !scenario.waits_until_served {
+        return strategy.policy.clone();
+    }
+    let mut policy = RetryPolicy::from(strategy.policy.clone());
+    let longest = MAX_WAIT[Criticality::Default.rank()].high;
+    policy.gate.max_wait = MaxWait {
+        critical: longest,
+        default: longest,
+        sheddable: longest,
+    };
+    ValidPolicy::try_from(policy).expect("the longest wait is within its range")
 }
 
 fn nanos_since(origin: Instant, at: Instant) -> u64 {

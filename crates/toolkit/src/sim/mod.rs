@@ -19,12 +19,12 @@ mod text;
 mod time;
 
 pub use collapse::Collapse;
-pub use engine::{run, GaveUpCounts, Run};
+pub use engine::{run, ClassOutcome, GaveUpCounts, Run};
 pub use errors_scenario::Errors;
 pub use fleet_budget::REPORT_EVERY;
 pub use forecast::{deployed, forecast};
 pub use report::Summary;
-pub use scenario::{Backends, Brownout, Failover, Fleet, Scenario, RESTART_APART, STORE_ROUND_TRIP};
+pub use scenario::{Backends, Brownout, Classes, Failover, Fleet, Scenario, RESTART_APART, STORE_ROUND_TRIP};
 pub use store::StoreModel;
 pub use strategy::{Modifiers, Named, Strategy};
 pub use svg::small_multiples;

@@ -6,7 +6,9 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::collapse::Collapse;
-use super::engine::Run;
+use stormguard_core::policy::Criticality;
+
+use super::engine::{ClassOutcome, Run};
 use super::errors_scenario::Errors;
 use super::scenario::{Backends, Fleet};
 
@@ -96,8 +98,25 @@ pub struct Summary {
     pub gave_up_circuit_open: u32,
     /// Past `maxElapsed`.
     pub gave_up_deadline: u32,
-    /// Clients whose send gate had no turn for them before `maxElapsed`.
+    /// Clients whose send gate had no turn for them before `maxElapsed`,
+    /// or their class's `maxWait`, while they waited in line.
     pub gave_up_no_turn: u32,
+    /// Clients whose send gate would have had no turn for them by then,
+    /// at its pace: shed at once.
+    pub gave_up_shed: u32,
+    /// Clients served from the end of the outage until calls stopped
+    /// arriving (the end of the run in a herd): what the dependency's
+    /// capacity after the outage was used for.
+    pub served_after_outage: u64,
+    /// 99th percentile of the time to success of the calls that began a
+    /// second or more after the outage: what callers meet once it is back.
+    pub p99_after_recovery_seconds: Option<f64>,
+    /// 99th percentile of the time calls that were shed, or refused by
+    /// their breaker, before they sent anything took to fail: the fail-fast
+    /// answers.
+    pub fail_fast_p99_seconds: Option<f64>,
+    /// What became of each class's calls, when some name a class.
+    pub classes: Option<Vec<ClassSummary>>,
     /// Clients still retrying at the horizon.
     pub unfinished: u32,
     /// Half-open trials: the calls the processes' breakers let through, in
@@ -178,6 +197,17 @@ impl Summary {
             gave_up_circuit_open: run.gave_up.circuit_open,
             gave_up_deadline: run.gave_up.deadline,
             gave_up_no_turn: run.gave_up.no_turn,
+            gave_up_shed: run.gave_up.shed,
+            served_after_outage: served_after_outage(run),
+            p99_after_recovery_seconds: p99(&run.times_after_recovery),
+            fail_fast_p99_seconds: p99(&run.times_to_fail_fast),
+            classes: run.scenario.classes.any().then(|| {
+                Criticality::ALL
+                    .iter()
+                    .zip(&run.classes)
+                    .map(|(class, outcome)| ClassSummary::of(*class, outcome))
+                    .collect()
+            }),
             unfinished: run.unfinished,
             half_open_trials: run.trials.len() as u64,
             half_open_trials_per_window: run
@@ -192,6 +222,60 @@ impl Summary {
             goodput_per_second: run.served.clone(),
         }
     }
+}
+
+/// What became of one class's calls.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClassSummary {
+    /// The class.
+    pub class: &'static str,
+    /// Calls that began.
+    pub calls: u32,
+    /// Of those, served.
+    pub served: u32,
+    /// Served, as a share of the calls.
+    pub served_share: f64,
+    /// Shed by the send gate.
+    pub shed: u32,
+    /// 99th percentile of the served calls' time to success.
+    pub p99_seconds: Option<f64>,
+    /// Of the calls that began a second or more after the outage, the
+    /// share served...
+    pub served_share_after_recovery: f64,
+    /// ...and the 99th percentile of their time to success.
+    pub p99_after_recovery_seconds: Option<f64>,
+}
+
+impl ClassSummary {
+    fn of(class: Criticality, outcome: &ClassOutcome) -> Self {
+        Self {
+            class: class.name(),
+            calls: outcome.calls,
+            served: outcome.served,
+            served_share: f64::from(outcome.served) / f64::from(outcome.calls.max(1)),
+            shed: outcome.shed,
+            p99_seconds: p99(&outcome.times_to_success),
+            served_share_after_recovery: f64::from(outcome.served_after_recovery)
+                / f64::from(outcome.calls_after_recovery.max(1)),
+            p99_after_recovery_seconds: p99(&outcome.times_after_recovery),
+        }
+    }
+}
+
+/// The 99th percentile of sorted `times` (index ⌊0.99 n⌋), in seconds.
+fn p99(times: &[Duration]) -> Option<f64> {
+    let index = ((times.len() as f64 * 0.99) as usize).min(times.len().checked_sub(1)?);
+    Some(times[index].as_secs_f64())
+}
+
+/// Calls served from the second the outage ended until calls stopped
+/// arriving, or the end of the run.
+fn served_after_outage(run: &Run) -> u64 {
+    let from = run.scenario.outage.as_secs_f64().ceil() as usize;
+    let until = run.scenario.errors.map_or(run.served.len(), |errors| {
+        errors.until.as_secs_f64().ceil() as usize
+    });
+    run.served.iter().take(until).skip(from).sum()
 }
 
 /// The most of the instants `times` (in order) within any span of `window`.

@@ -4,7 +4,7 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use serde::Serialize;
-use stormguard_core::policy::{Dependency, ForecastScenario, GoDuration};
+use stormguard_core::policy::{Criticality, Dependency, ForecastScenario, GoDuration};
 
 use super::collapse::Collapse;
 use super::errors_scenario::Errors;
@@ -92,6 +92,40 @@ pub struct Scenario {
     pub max_events: u64,
     /// Seed of the random source: the same seed gives the same run.
     pub seed: u64,
+    /// The shares of calls that name themselves critical and sheddable;
+    /// the rest name no class (the policy's `gate.criticality` is theirs).
+    pub classes: Classes,
+    /// Whether the calls wait for a turn however long it takes, whatever
+    /// the policy's `gate.maxWait`: the herd's callers, who each want one
+    /// request served, and the figures of how long that takes.
+    pub waits_until_served: bool,
+}
+
+/// The shares of calls of each named class, drawn call by call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Classes {
+    /// The share that name themselves critical.
+    pub critical: f64,
+    /// The share that name themselves sheddable.
+    pub sheddable: f64,
+}
+
+impl Classes {
+    /// Whether any call names a class.
+    pub fn any(&self) -> bool {
+        self.critical > 0.0 || self.sheddable > 0.0
+    }
+
+    /// The class a call drawing `draw` (uniform in [0, 1)) names, if any.
+    pub fn of_draw(&self, draw: f64) -> Option<Criticality> {
+        if draw < self.critical {
+            Some(Criticality::Critical)
+        } else if draw < self.critical + self.sheddable {
+            Some(Criticality::Sheddable)
+        } else {
+            None
+        }
+    }
 }
 
 /// A failover of the replicas' store to its replica (Sentinel or an
@@ -132,6 +166,8 @@ impl Default for Scenario {
             horizon: Duration::from_secs(3600),
             max_events: 200_000_000,
             seed: 1,
+            classes: Classes::default(),
+            waits_until_served: true,
         }
     }
 }
