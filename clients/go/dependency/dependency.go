@@ -2,9 +2,16 @@
 // policy, as the Rust library's Dependency and Guard do, with every attempt
 // reported: each attempt needs the circuit breaker's permit (a refusal ends
 // the call at once, sending nothing), then a turn from the send gate (see
-// package gate), which paces attempts while the dependency is unwell: a
-// call whose context ends while it waits in line gives up, with NoTurn if
-// its deadline passed. A first try deposits into the retry budget and
+// package gate), which paces attempts while the dependency is unwell. A
+// call is of the class its context names (WithCriticality), else of the
+// policy's gate.criticality: the gate serves critical calls first and
+// sheddable ones last, and a call waits for a turn no longer than its
+// class's gate.maxWait after it began, nor past its deadline. A call whose
+// turn, at the gate's pace, would come after that bound is shed: it gives
+// up at once with Shed, sending nothing more, rather than wait in line for
+// nothing; one still in line when the bound passes leaves it and gives up
+// with NoTurn, and one whose context is cancelled meanwhile, with
+// Cancelled. A first try deposits into the retry budget and
 // every retry needs its leave; failures the policy's retryOn names are
 // retried, up to maxRetries, after the policy's backoff delay; while the
 // gate is on, a retry waits for its turn instead, asking neither the
@@ -64,13 +71,22 @@ const (
 	Exhausted Reason = "exhausted"
 	// Cancelled: the caller's context ended.
 	Cancelled Reason = "cancelled"
-	// NoTurn: the send gate had no turn for the attempt before the call's
-	// deadline: the context's, or the policy's maxElapsed.
+	// NoTurn: the send gate had no turn for the attempt, waiting in line,
+	// before the call's wait bound: its class's gate.maxWait after the
+	// call began, or its deadline (the context's, or the policy's
+	// maxElapsed) if sooner.
 	NoTurn Reason = "no-turn"
+	// Shed: at the pace the send gate keeps, the attempt's turn would have
+	// come after the call's wait bound (as for NoTurn): the call failed at
+	// once, that attempt not sent, instead of waiting in line for nothing.
+	Shed Reason = "shed"
 	// Deadline: the policy's maxElapsed passed, or would have before the
 	// next retry's backoff ended.
 	Deadline Reason = "deadline"
 )
+
+// ErrShed is the error of a call the send gate shed (Reason Shed).
+var ErrShed = errors.New("at the pace the dependency can take, its turn would come after its wait bound (gate.maxWait) or deadline")
 
 // CallError is a call that did not succeed.
 type CallError struct {
@@ -83,8 +99,9 @@ type CallError struct {
 	// Status is the last attempt's HTTP status (0 if it got none).
 	Status int
 	// Err is the last attempt's error, the breaker's *breaker.NotPermitted,
-	// or the context's error (context.DeadlineExceeded for NoTurn and, when
-	// the policy's maxElapsed cut the last attempt short, for Deadline).
+	// ErrShed for Shed, or the context's error (context.DeadlineExceeded
+	// for NoTurn, whichever bound passed, and, when the policy's maxElapsed
+	// cut the last attempt short, for Deadline).
 	Err error
 }
 
@@ -366,8 +383,12 @@ func settle(permit *breaker.Permit, answered, retryable, paced bool, now uint64)
 // retry, and a *CallError otherwise. The policy's maxElapsed bounds the
 // attempts and the waits in the gate's line together, as ctx's deadline
 // does: a call it ends gives up with Deadline, or NoTurn while it waits
-// for a turn. Its attempts answer a status only; Transport also reads each
-// answer's Retry-After, which lengthens the wait before the next attempt.
+// for a turn (Shed, at once, if its turn would come after it). The call
+// is of the class ctx names (WithCriticality), else of the policy's
+// gate.criticality, and waits for a turn no longer than that class's
+// gate.maxWait after it began. Its attempts answer a status only;
+// Transport also reads each answer's Retry-After, which lengthens the wait
+// before the next attempt.
 func (d *Dependency) Call(ctx context.Context, endpoint string, attempt func(ctx context.Context) (status int, err error)) error {
 	return d.call(ctx, endpoint, func(ctx context.Context) (answer, error) {
 		status, err := attempt(ctx)
@@ -410,7 +431,8 @@ func (d *Dependency) call(ctx context.Context, endpoint string, attempt func(ctx
 		callCtx, cancel = context.WithDeadline(ctx, start.Add(maxElapsed))
 		defer cancel()
 	}
-	line := &place{gate: g.gate, born: g.gateBorn}
+	line := &place{gate: g.gate, born: g.gateBorn, start: start}
+	line.class, line.named = criticalityOf(ctx)
 	var previous uint64
 	var lastStatus int
 	for retry := uint32(0); ; retry++ {
@@ -448,6 +470,8 @@ func (d *Dependency) call(ctx context.Context, endpoint string, attempt func(ctx
 				switch {
 				case errors.As(err, &refused):
 					return gaveUp(CircuitOpen, retry, 0, err)
+				case errors.Is(err, ErrShed):
+					reason = Shed
 				case errors.Is(err, context.DeadlineExceeded):
 					reason = NoTurn
 				}

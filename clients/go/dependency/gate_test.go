@@ -22,7 +22,9 @@ import (
 
 // A probe rate of one attempt in 1000 s: once the gate is on, a turn is
 // as good as never due within a test. Under overloadWhen: any-refusal, so
-// that one 503 turns the gate on, whatever the daemon's default.
+// that one 503 turns the gate on, whatever the daemon's default. Its
+// callers wait for a turn however long it takes (an hour), unless their
+// deadline says otherwise.
 const gatedPolicy = `defaults:
   maxRetries: 3
 services:
@@ -33,15 +35,16 @@ services:
     jitter: none
     retryOn: [5xx]
     budget: {enabled: false}
-    gate: {enabled: true, minRate: 0.001, maxRate: 10, quiet: 1h, overloadWhen: any-refusal}
+    gate: {enabled: true, minRate: 0.001, maxRate: 10, quiet: 1h, overloadWhen: any-refusal, maxWait: {critical: 1h, default: 1h, sheddable: 1h}}
 `
 
-// TestACallWithNoTurnBeforeItsDeadlineGivesUpAndLeavesTheLine: a 503 turns
-// the gate on, the retry waits in line instead of backing off, and when
-// the call's deadline passes first it ends with NoTurn, out of the line; a
-// call cancelled while it waits ends Cancelled, out of the line too, having
-// sent nothing.
-func TestACallWithNoTurnBeforeItsDeadlineGivesUpAndLeavesTheLine(t *testing.T) {
+// TestACallWhoseTurnComesAfterItsDeadlineIsShedAndOneCancelledInLineLeavesIt:
+// a 503 turns the gate on, and the retry asks for a turn instead of backing
+// off; its turn, at the gate's pace, would come long after the call's
+// deadline, so the call ends at once with Shed, taking no place, rather
+// than wait in line for nothing. A call with no deadline waits in line; cancelled
+// while it waits, it ends Cancelled, out of the line, having sent nothing.
+func TestACallWhoseTurnComesAfterItsDeadlineIsShedAndOneCancelledInLineLeavesIt(t *testing.T) {
 	dependency := New(watchServed(t, gatedPolicy, "payments"), "payments", nil)
 	if g := dependency.Gate(); g == nil || g.On() {
 		t.Fatalf("the policy's gate is %v", g)
@@ -58,8 +61,11 @@ func TestACallWithNoTurnBeforeItsDeadlineGivesUpAndLeavesTheLine(t *testing.T) {
 	defer cancel()
 	err := dependency.Call(ctx, "/charge", attempt(payments.URL))
 	var gaveUp *CallError
-	if !errors.As(err, &gaveUp) || gaveUp.Reason != NoTurn || !errors.Is(err, context.DeadlineExceeded) || gaveUp.Status != 503 {
+	if !errors.As(err, &gaveUp) || gaveUp.Reason != Shed || !errors.Is(err, ErrShed) || gaveUp.Status != 503 {
 		t.Fatalf("%v", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the call waited until its deadline")
 	}
 	// The first credit is drawn at random: a draw close enough to a whole
 	// turn gives the first retry its turn, and the next waits.
@@ -215,8 +221,9 @@ func TestAnErrorTheDependencyAnswersLeavesTheGateOffAndAnOverloadTurnsItOn(t *te
 
 // TestThePolicysMaxElapsedEndsACallWithoutAContextDeadline: a call whose
 // context has no deadline still ends when the policy's maxElapsed passes:
-// with Deadline while it backs off between retries, and with NoTurn while
-// it waits in the gate's line, long before its retries run out.
+// with Deadline while it backs off between retries, long before its
+// retries run out; and while the gate paces, a retry whose turn would come
+// after it, though its class may wait an hour, is shed at once.
 func TestThePolicysMaxElapsedEndsACallWithoutAContextDeadline(t *testing.T) {
 	const bounded = `services:
   payments:
@@ -235,7 +242,7 @@ func TestThePolicysMaxElapsedEndsACallWithoutAContextDeadline(t *testing.T) {
     retryOn: [5xx]
     budget: {enabled: false}
     circuitBreaker: {enabled: false}
-    gate: {enabled: true, minRate: 0.001, maxRate: 10, quiet: 1h, overloadWhen: any-refusal}
+    gate: {enabled: true, minRate: 0.001, maxRate: 10, quiet: 1h, overloadWhen: any-refusal, maxWait: {critical: 1h, default: 1h, sheddable: 1h}}
 `
 	watch := watchServed(t, bounded, "payments", "gated")
 	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -253,9 +260,13 @@ func TestThePolicysMaxElapsedEndsACallWithoutAContextDeadline(t *testing.T) {
 		t.Fatalf("%d attempts", gaveUp.Attempts)
 	}
 
+	start := time.Now()
 	err = New(watch, "gated", nil).Call(context.Background(), "/charge", attempt(down.URL))
-	if !errors.As(err, &gaveUp) || gaveUp.Reason != NoTurn || !errors.Is(err, context.DeadlineExceeded) || gaveUp.Attempts > 2 {
+	if !errors.As(err, &gaveUp) || gaveUp.Reason != Shed || !errors.Is(err, ErrShed) || gaveUp.Attempts > 2 {
 		t.Fatalf("%v", err)
+	}
+	if waited := time.Since(start); waited >= 300*time.Millisecond {
+		t.Fatalf("shed after %v, at maxElapsed rather than at once", waited)
 	}
 }
 

@@ -29,12 +29,16 @@ const drainLimit = 64 << 10
 // Each request is one call: attempts, retries, backoff, budget, breaker and
 // send gate as Call runs them, reported under the request's URL path as the
 // endpoint; a retried answer with a Retry-After tells the send gate the
-// dependency is overloaded, whatever its status. The request's context bounds it all: its deadline ends retries
-// and a wait in the gate's line (NoTurn). The answer is the last attempt's
-// response, whatever its status, as a plain transport gives it: a 503 that
-// was retried until the policy stopped is returned as the 503. A call that
-// got no response (the breaker refused it, the gate had no turn, no attempt
-// was answered, or the request's context ended first) returns the
+// dependency is overloaded, whatever its status. The request's context
+// bounds it all: its deadline ends retries and a wait in the gate's line
+// (NoTurn). The class it names (WithCriticality), else the policy's
+// gate.criticality, orders the request in the gate's line and bounds that
+// wait by the class's gate.maxWait: a request whose turn would come too
+// late is shed at once (Shed). The answer is the last attempt's response,
+// whatever its status, as a plain transport gives it: a 503 that was
+// retried until the policy stopped is returned as the 503. A call that got
+// no response (the breaker refused it, the gate shed it or had no turn, no
+// attempt was answered, or the request's context ended first) returns the
 // *CallError. A body without GetBody is read into
 // memory once so that it can be sent again; a retried attempt's response
 // is drained and closed before the next.

@@ -8,11 +8,18 @@
 //   - Off while healthy. Asking for a turn is one atomic load; outcomes
 //     that say nothing is wrong are ignored. The first outcome that says
 //     the dependency is overloaded or down turns the gate on.
-//   - On: paced turns, first come first served. Turns are 1/rate apart. An
-//     attempt that cannot go at once takes a Ticket and waits in line; only
-//     the first in line waits for a time, the others wait to be woken, so
-//     the line moves as soon as the rate grows. The caller bounds the wait
-//     by its deadline and leaves the line when it passes.
+//   - On: paced turns, first come first served within a class (see
+//     Criticality): critical calls wait ahead of the others, sheddable ones
+//     behind. Turns are 1/rate apart. An attempt that cannot go at once
+//     takes a Ticket and waits in line; only the first in line waits for a
+//     time, the others wait to be woken, so the line moves as soon as the
+//     rate grows. The caller bounds the wait (Asker.By: its class's MaxWait
+//     after the call began, or its deadline if sooner) and leaves the line
+//     when it passes; an attempt whose turn, at the present pace, would
+//     come after that is shed at once, taking no place. While the gate
+//     probes a dependency that has accepted nothing, a turn is expected
+//     at the next probe, whoever waits ahead: the line moves at once when
+//     the dependency is back.
 //   - The rate is learned from outcomes. Until something is accepted, the
 //     gate probes at MinRate. Accepted attempts then grow the rate quickly
 //     (slow start: each adds Ramp turns per second). A refusal after that
@@ -66,24 +73,35 @@ import (
 )
 
 // Ticket is a place in a gate's line: a number unique within its gate, in
-// the order tickets were taken. A claim told Go uses it up, as leaving does.
+// the order tickets were taken. The line is in the order of its places:
+// every class ahead of the less critical ones, and within a class, first
+// come first served. A claim told Go uses it up, as leaving does.
 type Ticket uint64
 
-// Verdict is what the holder of a ticket is told when it claims its turn.
+// Verdict is what an attempt asking for a turn is told (Go, Queued or
+// Shed), and what the holder of a ticket is told when it claims its turn
+// (Go, At or Behind).
 type Verdict uint8
 
-// The verdicts of a claim.
+// The verdicts of a turn and of a claim.
 const (
-	// Go: send now; the ticket is used up.
+	// Go: send now; a claim's ticket is used up.
 	Go Verdict = iota
 	// At: first in line; claim again at the time Claim gives (sooner, if
 	// woken: the rate may grow meanwhile).
 	At
 	// Behind: others are ahead; claim again when woken.
 	Behind
+	// Queued: wait in line under the ticket given: Claim with it until
+	// told Go, or Leave.
+	Queued
+	// Shed: at the present pace the attempt's turn would come after the
+	// time it may wait until (Asker.By): the call fails now instead,
+	// taking no place.
+	Shed
 )
 
-// String is the verdict's name: "go", "at" or "behind".
+// String is the verdict's name: "go", "at", "behind", "queued" or "shed".
 func (v Verdict) String() string {
 	switch v {
 	case Go:
@@ -92,6 +110,10 @@ func (v Verdict) String() string {
 		return "at"
 	case Behind:
 		return "behind"
+	case Queued:
+		return "queued"
+	case Shed:
+		return "shed"
 	}
 	return fmt.Sprintf("Verdict(%d)", uint8(v))
 }
@@ -152,6 +174,14 @@ type Tally struct {
 	// unpaced. The fleet's coordinator judges from every process's
 	// whether the refusals are a capacity's.
 	Watching bool
+	// Shed is, by class (in the order of Classes: index by Rank), the
+	// calls that failed at once, their turn too far off, while on: demand
+	// the pace did not serve.
+	Shed [3]uint64
+	// Demand is, by class (in the order of Classes), the calls that asked
+	// for a turn while on plus those waiting now: what each class wants,
+	// in proportion, of what the fleet gives this process.
+	Demand [3]uint64
 }
 
 // Gate is the send gate of one dependency in one process, shared by every
@@ -184,10 +214,15 @@ type Gate struct {
 	// lastTrouble is the last overload, or when someone last had to wait:
 	// the gate turns off Quiet after the later of the two.
 	lastTrouble uint64
-	// line is the tickets waiting, first ticket first.
+	// line is the tickets waiting, in the order of their turns: by class,
+	// most critical first, then by ticket.
 	line       []waiter
 	nextTicket Ticket
 	tally      Tally
+	// asked is, by class (in the order of Classes), the calls that asked
+	// for a turn since the last tally; a retry rejoining its place is not
+	// counted again.
+	asked [3]uint64
 	// draw draws each turn-on's first credit, so that processes that
 	// failed together do not probe together.
 	draw func() float64
@@ -270,6 +305,7 @@ const (
 
 type waiter struct {
 	ticket Ticket
+	class  Criticality
 	// wake, if set, is told when the answer to the ticket's claim may
 	// have changed.
 	wake chan<- struct{}
@@ -415,6 +451,11 @@ func (g *Gate) Tally() Tally {
 	t := g.tally
 	t.Waiting = uint64(len(g.line))
 	t.Watching = g.Watching()
+	t.Demand = g.asked
+	for _, w := range g.line {
+		t.Demand[w.class.Rank()]++
+	}
+	g.asked = [3]uint64{}
 	g.tally = Tally{}
 	return t
 }
@@ -503,38 +544,64 @@ func (g *Gate) Lease(rate float64, until, now uint64) {
 	g.wakeFirst()
 }
 
-// Turn asks for a turn for an attempt at now: wait is false if it may go
-// at once, and true if it is to wait in line under ticket (Claim with it
-// until told Go, or Leave).
+// Turn asks for a turn for an attempt of a call of the Default class, with
+// no time its turn must come by, at now: wait is false if it may go at
+// once, and true if it is to wait in line under ticket (Claim with it
+// until told Go, or Leave). It is TurnFor with the zero Asker.
 func (g *Gate) Turn(now uint64) (ticket Ticket, wait bool) {
-	if !g.On() {
-		return 0, false
-	}
-	return g.pacedTurn(now, nil)
+	ticket, verdict := g.TurnFor(Asker{}, now)
+	return ticket, verdict == Queued
 }
 
-// Rejoin is Turn for a call that has waited in line before, under place:
-// it waits at that place again, ahead of calls that came after it. The
-// line is first come, first served by call, not by attempt, so a retry
-// does not go to the back of a line it has waited in longest.
-func (g *Gate) Rejoin(place Ticket, now uint64) (ticket Ticket, wait bool) {
+// TurnFor asks for a turn for an attempt of asker's call at now: it waits
+// behind the calls of its class and more critical ones that wait, ahead of
+// less critical ones. The verdict is Go (send at once), Queued (wait in
+// line under ticket: Claim with it until told Go, or Leave) or, if its
+// turn would come after asker.By at the present pace, Shed (fail now: it
+// takes no place).
+func (g *Gate) TurnFor(asker Asker, now uint64) (ticket Ticket, verdict Verdict) {
 	if !g.On() {
-		return 0, false
+		return 0, Go
 	}
-	return g.pacedTurn(now, &place)
+	return g.pacedTurn(now, nil, asker)
 }
 
-func (g *Gate) pacedTurn(now uint64, place *Ticket) (Ticket, bool) {
+// Rejoin is TurnFor for a call that has waited in line before, under
+// place: it waits at that place again, ahead of calls of its class that
+// came after it. The line is first come, first served by call, not by
+// attempt, so a retry does not go to the back of a line it has waited in
+// longest.
+func (g *Gate) Rejoin(place Ticket, asker Asker, now uint64) (ticket Ticket, verdict Verdict) {
+	if !g.On() {
+		return 0, Go
+	}
+	return g.pacedTurn(now, &place, asker)
+}
+
+func (g *Gate) pacedTurn(now uint64, place *Ticket, asker Asker) (Ticket, Verdict) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	ahead := len(g.line) > 0
-	if place != nil {
-		ahead = ahead && g.line[0].ticket < *place
+	class := asker.Class
+	if !class.known() {
+		class = Default
 	}
+	if place == nil {
+		g.asked[class.Rank()]++
+	}
+	// Those it would wait behind: ahead of its place, or of its class's end.
+	end := Ticket(math.MaxUint64)
+	if place != nil {
+		end = *place
+	}
+	ahead := len(g.line) > 0 && g.line[0].before(class, end)
 	if g.turnOffIfQuiet(now) || !ahead && g.giveTurn(now) {
-		return 0, false
+		return 0, Go
 	}
 	g.lastTrouble = now
+	if asker.By != 0 && g.turnExpected(class, end, now) > asker.By {
+		g.tally.Shed[class.Rank()]++
+		return 0, Shed
+	}
 	var number Ticket
 	if place != nil {
 		number = *place
@@ -542,8 +609,26 @@ func (g *Gate) pacedTurn(now uint64, place *Ticket) (Ticket, bool) {
 		number = g.nextTicket
 		g.nextTicket++
 	}
-	g.join(number)
-	return number, true
+	g.join(class, number)
+	return number, Queued
+}
+
+// turnExpected is when, at the present pace, the turn of a call of class
+// would come, waiting behind those whose places are before (class, end):
+// the first in line's turn is due when its credit accrues, each after it
+// one pace later. While the gate probes a dependency that has accepted
+// nothing, its pace is a probe's, not what the dependency will take once
+// back (the line then moves at once): the call's turn is expected no
+// sooner than the next probe, whoever is ahead.
+func (g *Gate) turnExpected(class Criticality, end Ticket, now uint64) uint64 {
+	own := g.rate.now
+	g.pacer.accrue(own, now)
+	ahead := 0
+	if g.rate.phase != probing {
+		ahead = g.ahead(class, end)
+	}
+	afterFirst := nanosOf(float64(ahead) / g.pacer.pace(own))
+	return addSaturating(g.pacer.due(own), afterFirst)
 }
 
 // Claim is the holder of ticket asking for its turn at now. Told At, it
@@ -841,20 +926,36 @@ func (g *Gate) wakeFirst() {
 	g.line[0].wake = nil
 }
 
-// find is where ticket is in line, or would be.
-func (g *Gate) find(ticket Ticket) (int, bool) {
-	i := sort.Search(len(g.line), func(i int) bool { return g.line[i].ticket >= ticket })
-	return i, i < len(g.line) && g.line[i].ticket == ticket
+// before says whether w's turn comes before that of ticket of class.
+func (w waiter) before(class Criticality, ticket Ticket) bool {
+	rank, other := w.class.Rank(), class.Rank()
+	return rank < other || rank == other && w.ticket < ticket
 }
 
-// join puts ticket in line at its place, not yet to be woken.
-func (g *Gate) join(ticket Ticket) {
-	i, found := g.find(ticket)
-	if found {
+// ahead is how many wait before ticket of class: where it is in line, or
+// would be.
+func (g *Gate) ahead(class Criticality, ticket Ticket) int {
+	return sort.Search(len(g.line), func(i int) bool { return !g.line[i].before(class, ticket) })
+}
+
+// find is where ticket is in line, whatever its class.
+func (g *Gate) find(ticket Ticket) (int, bool) {
+	for _, class := range Classes {
+		if i := g.ahead(class, ticket); i < len(g.line) && g.line[i].ticket == ticket && g.line[i].class == class {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// join puts ticket of class in line at its place, not yet to be woken.
+func (g *Gate) join(class Criticality, ticket Ticket) {
+	i := g.ahead(class, ticket)
+	if i < len(g.line) && g.line[i].ticket == ticket && g.line[i].class == class {
 		g.line[i].wake = nil
 		return
 	}
 	g.line = append(g.line, waiter{})
 	copy(g.line[i+1:], g.line[i:])
-	g.line[i] = waiter{ticket: ticket}
+	g.line[i] = waiter{ticket: ticket, class: class}
 }

@@ -239,7 +239,10 @@ func TestACallThatRejoinsWaitsAheadOfThoseThatCameAfterIt(t *testing.T) {
 	second := queued(g.Turn(0))
 	claim(t, g, first, at(2), Go, 0)
 	// The first's attempt is refused; it comes back while the second waits.
-	again := queued(g.Rejoin(first, at(2.1)))
+	again, verdict := g.Rejoin(first, Asker{}, at(2.1))
+	if verdict != Queued {
+		t.Fatal(verdict)
+	}
 	if again != first {
 		t.Fatal(again)
 	}

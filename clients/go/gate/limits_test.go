@@ -4,6 +4,7 @@
 package gate
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stormguard/stormguard/clients/go/internal/limits"
@@ -20,10 +21,14 @@ func TestEveryRangeIsTheDaemons(t *testing.T) {
 		}
 		return r
 	}
-	vectortest.EveryRangeOf(t, "gate", 6, neverBelowMinRate, func(name string, r limits.Range, value float64) error {
+	vectortest.EveryRangeOf(t, "gate", 9, neverBelowMinRate, func(name string, r limits.Range, value float64) error {
 		block := map[string]any{name: value}
 		if r.Unit == "duration" {
 			block = map[string]any{name + "Ms": value / 1e6}
+		}
+		// gate.maxWait.critical is the criticalMs of the maxWait object.
+		if class := strings.TrimPrefix(name, "maxWait."); class != name {
+			block = map[string]any{"maxWait": map[string]any{class + "Ms": value / 1e6}}
 		}
 		p, err := defaults().FromMap(block)
 		if err != nil {

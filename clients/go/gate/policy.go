@@ -1,5 +1,6 @@
-// The gate block: its settings, their ranges, overloadOn and
-// overloadWhen, and reading them from a policy as the daemon serves it.
+// The gate block: its settings, their ranges, overloadOn, overloadWhen,
+// criticality and maxWait, and reading them from a policy as the daemon
+// serves it.
 
 package gate
 
@@ -49,6 +50,16 @@ type Policy struct {
 	// acceptances or nothing is accepted (MostRefused). A TimedOut signal
 	// turns the gate on at once under every setting.
 	OverloadWhen OverloadWhen
+	// Criticality is the class of a call that names none
+	// (gate.criticality): which calls the gate serves first, and sheds
+	// first, when it cannot serve them all. The policy's default, and the
+	// zero value, is Default.
+	Criticality Criticality
+	// MaxWait is how long after it began a call of each class may still
+	// wait for a turn (gate.maxWait). The policy's defaults, which
+	// policy.Policy.Gate fills in, are 5 s, 1 s and 250 ms; the zero value
+	// waits for no turn that is not free at once.
+	MaxWait MaxWait
 }
 
 // Unlearned names the setting, if any, whose change from p to next voids
@@ -164,6 +175,12 @@ func (p Policy) Check() error {
 		}
 		return nil
 	}
+	criticality := func() error {
+		if !p.Criticality.known() {
+			return fmt.Errorf("gate.criticality must be one of %s, found %s", classNames(), p.Criticality)
+		}
+		return nil
+	}
 	maxRate := limits.Of("gate.maxRate", "number")
 	if !math.IsNaN(p.MinRate) && !math.IsInf(p.MinRate, 0) {
 		maxRate = maxRate.From(math.Max(p.MinRate, maxRate.Low))
@@ -176,6 +193,8 @@ func (p Policy) Check() error {
 		limits.Number("gate.ramp", p.Ramp),
 		limits.Duration("gate.quiet", p.Quiet),
 		overloadWhen(),
+		criticality(),
+		p.MaxWait.check(limits.Duration),
 	} {
 		if err != nil {
 			return err
@@ -185,13 +204,16 @@ func (p Policy) Check() error {
 }
 
 // FromMap reads a gate block as the daemon serves it (enabled, minRate,
-// maxRate, beta, scale, ramp, quietMs, overloadOn, overloadWhen;
-// milliseconds may be fractional; overloadOn is a list of conditions as
-// retryOn is, see package retryon; overloadWhen is one of
-// OverloadWhenNames). A key that is missing keeps its value in p; a key of
-// the wrong type, an overloadOn entry that is not a condition or is
-// listed twice, or an overloadWhen that is not one of its values, is an
-// error naming it.
+// maxRate, beta, scale, ramp, quietMs, overloadOn, overloadWhen,
+// criticality, maxWait; milliseconds may be fractional; overloadOn is a
+// list of conditions as retryOn is, see package retryon; overloadWhen is
+// one of OverloadWhenNames; criticality is a class's name, "critical",
+// "default" or "sheddable"; maxWait is an object of criticalMs, defaultMs
+// and sheddableMs). A key that is missing keeps its value in p, as does a
+// class maxWait leaves out (a daemon that predates classes serves
+// neither); a key of the wrong type, an overloadOn entry that is not a
+// condition or is listed twice, an overloadWhen or criticality that is not
+// one of its values, is an error naming it.
 func (p Policy) FromMap(block map[string]any) (Policy, error) {
 	var err error
 	number := func(key string) (float64, bool) {
@@ -224,10 +246,10 @@ func (p Policy) FromMap(block map[string]any) (Policy, error) {
 	real("scale", &p.Scale)
 	real("ramp", &p.Ramp)
 	if f, ok := number("quietMs"); ok {
-		if f < 0 || f > float64(math.MaxInt64)/1e6 {
-			err = fmt.Errorf("gate.quietMs must be milliseconds from 0, found %v", f)
+		if quiet, bad := millis("gate.quietMs", f); bad != nil {
+			err = bad
 		} else {
-			p.Quiet = time.Duration(math.Round(f * 1e6))
+			p.Quiet = quiet
 		}
 	}
 	if v, ok := block["overloadOn"]; ok && err == nil {
@@ -246,7 +268,59 @@ func (p Policy) FromMap(block map[string]any) (Policy, error) {
 			p.OverloadWhen = when
 		}
 	}
+	if v, ok := block["criticality"]; ok && err == nil {
+		class, bad := parseCriticality(v)
+		if bad != nil {
+			err = bad
+		} else {
+			p.Criticality = class
+		}
+	}
+	if v, ok := block["maxWait"]; ok && err == nil {
+		bounds, bad := readMaxWait(p.MaxWait, v)
+		if bad != nil {
+			err = bad
+		} else {
+			p.MaxWait = bounds
+		}
+	}
 	return p, err
+}
+
+// millis is f milliseconds, a setting named key, as a duration.
+func millis(key string, f float64) (time.Duration, error) {
+	if f < 0 || f > float64(math.MaxInt64)/1e6 {
+		return 0, fmt.Errorf("%s must be milliseconds from 0, found %v", key, f)
+	}
+	return time.Duration(math.Round(f * 1e6)), nil
+}
+
+// readMaxWait reads gate.maxWait over w: an object of each class's bound
+// in milliseconds (criticalMs, defaultMs, sheddableMs); a class it leaves
+// out keeps its bound in w.
+func readMaxWait(w MaxWait, v any) (MaxWait, error) {
+	bounds, isObject := v.(map[string]any)
+	if !isObject {
+		written, _ := json.Marshal(v)
+		return w, fmt.Errorf("gate.maxWait must be an object, found %s", written)
+	}
+	for _, c := range Classes {
+		key := c.String() + "Ms"
+		v, ok := bounds[key]
+		if !ok {
+			continue
+		}
+		f, isNumber := v.(float64)
+		if !isNumber || math.IsNaN(f) || math.IsInf(f, 0) {
+			return w, fmt.Errorf("gate.maxWait.%s must be a number, found %v", key, v)
+		}
+		d, err := millis("gate.maxWait."+key, f)
+		if err != nil {
+			return w, err
+		}
+		w.set(c, d)
+	}
+	return w, nil
 }
 
 // UnmarshalJSON reads a gate block (see FromMap) over p.

@@ -67,7 +67,12 @@ func TestEveryVerdictIsCores(t *testing.T) {
 				if op.Op == "turn" {
 					ticket, wait = g.Turn(op.At)
 				} else {
-					ticket, wait = g.Rejoin(op.Place, op.At)
+					var verdict Verdict
+					ticket, verdict = g.Rejoin(op.Place, Asker{}, op.At)
+					if verdict == Shed {
+						fail("shed a call with no time its turn must come by")
+					}
+					wait = verdict == Queued
 				}
 				got := `"now"`
 				if wait {
@@ -122,7 +127,16 @@ func TestEveryVerdictIsCores(t *testing.T) {
 					fail("asks the fleet %v, core says %v", asks, op.Tally.Asks)
 				}
 				got := g.Tally()
-				want := Tally{op.Tally.Sent, op.Tally.Accepted, op.Tally.Overloaded, op.Tally.TimedOut, op.Tally.Waiting, op.Tally.Watching}
+				want := Tally{
+					Sent: op.Tally.Sent, Accepted: op.Tally.Accepted, Overloaded: op.Tally.Overloaded,
+					TimedOut: op.Tally.TimedOut, Waiting: op.Tally.Waiting, Watching: op.Tally.Watching,
+				}
+				// Every call here is of the default class, and none is shed:
+				// its demand is at least those that wait.
+				if d := got.Demand; d[0] != 0 || d[2] != 0 || d[1] < got.Waiting {
+					fail("demand by class %v, %d waiting", d, got.Waiting)
+				}
+				got.Demand = [3]uint64{}
 				if got != want {
 					fail("tally %+v, core says %+v", got, want)
 				}

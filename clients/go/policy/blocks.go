@@ -45,17 +45,25 @@ func (p Policy) CircuitBreaker() (breaker.Policy, bool) {
 }
 
 // Gate is the policy's gate block (the send gate's settings) and whether
-// it is enabled; keys it does not set take the built-in defaults. A block
-// that cannot be read gives the defaults, disabled: Settings says what is
-// wrong with it.
+// it is enabled; keys it does not set take the built-in defaults, as do
+// classes its maxWait leaves out (a daemon that predates gate.criticality
+// and gate.maxWait serves neither: every call is of the default class, and
+// each class waits its default bound). A block that cannot be read gives
+// the defaults, disabled: Settings says what is wrong with it.
 func (p Policy) Gate() (gate.Policy, bool) {
-	defaults, _ := gate.Policy{}.FromMap(Policy(nil).block("gate"))
-	read, err := gate.Policy{}.FromMap(p.block("gate"))
+	defaults := gateDefaults()
+	read, err := defaults.FromMap(p.block("gate"))
 	if err != nil {
 		defaults.Enabled = false
 		return defaults, false
 	}
 	return read, read.Enabled
+}
+
+// gateDefaults is the built-in default gate block.
+func gateDefaults() gate.Policy {
+	defaults, _ := gate.Policy{}.FromMap(Policy(nil).block("gate"))
+	return defaults
 }
 
 // Budget is the policy's budget block (retryRatio, minRetriesPerSecond,

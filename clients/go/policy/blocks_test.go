@@ -46,7 +46,10 @@ func TestMissingBlocksAndKeysTakeTheDefaults(t *testing.T) {
 		t.Fatal("perTryTimeoutMs")
 	}
 	g, enabled := p.Gate()
-	defaults := gate.Policy{MinRate: 0.5, MaxRate: 100_000, Beta: 0.7, Scale: 0.4, Ramp: 16, Quiet: 5 * time.Second, OverloadOn: retryon.Overload()}
+	defaults := gate.Policy{
+		MinRate: 0.5, MaxRate: 100_000, Beta: 0.7, Scale: 0.4, Ramp: 16, Quiet: 5 * time.Second, OverloadOn: retryon.Overload(),
+		Criticality: gate.Default, MaxWait: gate.MaxWait{Critical: 5 * time.Second, Default: time.Second, Sheddable: 250 * time.Millisecond},
+	}
 	if enabled || g != defaults {
 		t.Fatalf("%+v", g)
 	}

@@ -68,7 +68,7 @@ func (p Policy) Settings() (Settings, error) {
 	}
 	g, err := p.object("gate")
 	if err == nil {
-		s.Gate, err = gate.Policy{}.FromMap(g)
+		s.Gate, err = gateDefaults().FromMap(g)
 	}
 	if err == nil {
 		err = s.Gate.Check()

@@ -6,6 +6,9 @@ package policy
 import (
 	"encoding/json"
 	"testing"
+	"time"
+
+	"github.com/stormguard/stormguard/clients/go/gate"
 )
 
 func TestTheBuiltInDefaultPolicyCanBeUsedAndReadsAsTheAccessorsReadIt(t *testing.T) {
@@ -69,6 +72,11 @@ func TestASettingThatCannotBeUsedIsAnErrorNamingIt(t *testing.T) {
 		`{"budget": {"scope": "region"}}`:                            `budget.scope must be "process" or "fleet", found "region"`,
 		`{"gate": {"enabled": true, "beta": 1}}`:                     `gate.beta must be above 0 and below 1, found 1`,
 		`{"gate": {"minRate": 5, "maxRate": 4}}`:                     `gate.maxRate must be between 5 and 10000000, found 4`,
+		`{"gate": {"criticality": "urgent"}}`:                        `gate.criticality: unknown class "urgent"; expected one of: critical, default, sheddable`,
+		`{"gate": {"enabled": true, "criticality": ["critical"]}}`:   `gate.criticality: expected one of critical, default, sheddable, found ["critical"]`,
+		`{"gate": {"maxWait": {"sheddableMs": 86400001}}}`:           `gate.maxWait.sheddable must be between 0s and 24h0m0s, found 24h0m0.001s`,
+		`{"gate": {"enabled": true, "maxWait": {"criticalMs": -5}}}`: `gate.maxWait.criticalMs must be milliseconds from 0, found -5`,
+		`{"gate": {"maxWait": "1s"}}`:                                `gate.maxWait must be an object, found "1s"`,
 		`{"maxRetries": "3"}`:                                        `maxRetries must be a number, found "3"`,
 		`{"maxRetries": 101}`:                                        `maxRetries must be between 0 and 100, found 101`,
 		`{"maxDelayMs": 3600001}`:                                    `maxDelay must be between 0s and 1h0m0s, found 1h0m0.001s`,
@@ -89,6 +97,41 @@ func TestASettingThatCannotBeUsedIsAnErrorNamingIt(t *testing.T) {
 		}
 		if _, err := p.Settings(); err == nil || err.Error() != want {
 			t.Errorf("%s: %v, want %s", text, err, want)
+		}
+	}
+}
+
+// TestAnOlderDaemonsGateBlockTakesTheDefaultClassAndWaits: a gate block
+// without criticality and maxWait, as a daemon that predates them serves
+// it, reads as every call of the default class, each class waiting its
+// default bound; a maxWait that leaves a class out leaves it its default;
+// one that names them is read.
+func TestAnOlderDaemonsGateBlockTakesTheDefaultClassAndWaits(t *testing.T) {
+	defaults := gate.MaxWait{Critical: 5 * time.Second, Default: time.Second, Sheddable: 250 * time.Millisecond}
+	for text, want := range map[string]gate.Policy{
+		`{"gate": {"enabled": true, "minRate": 0.5, "maxRate": 100000, "beta": 0.7, "scale": 0.4, "ramp": 16, "quietMs": 5000, "overloadOn": ["connect-failure", "timeout", 429, 503], "overloadWhen": "evidence"}}`: {
+			Criticality: gate.Default, MaxWait: defaults,
+		},
+		`{"gate": {"enabled": true, "maxWait": {"sheddableMs": 0}}}`: {
+			Criticality: gate.Default, MaxWait: gate.MaxWait{Critical: 5 * time.Second, Default: time.Second},
+		},
+		`{"gate": {"enabled": true, "criticality": "critical", "maxWait": {"criticalMs": 60000, "defaultMs": 2500, "sheddableMs": 100}}}`: {
+			Criticality: gate.Critical, MaxWait: gate.MaxWait{Critical: time.Minute, Default: 2500 * time.Millisecond, Sheddable: 100 * time.Millisecond},
+		},
+	} {
+		var p Policy
+		if err := json.Unmarshal([]byte(text), &p); err != nil {
+			t.Fatal(err)
+		}
+		s, err := p.Settings()
+		if err != nil {
+			t.Fatalf("%s: %v", text, err)
+		}
+		if s.Gate.Criticality != want.Criticality || s.Gate.MaxWait != want.MaxWait {
+			t.Errorf("%s: %s, %+v; want %s, %+v", text, s.Gate.Criticality, s.Gate.MaxWait, want.Criticality, want.MaxWait)
+		}
+		if g, _ := p.Gate(); g != s.Gate {
+			t.Errorf("%s: Gate reads %+v, Settings %+v", text, g, s.Gate)
 		}
 	}
 }

@@ -54,7 +54,18 @@ type paceAsk struct {
 	Overloaded uint64 `json:"overloaded"`
 	TimedOut   uint64 `json:"timedOut"`
 	Waiting    uint64 `json:"waiting"`
-	Watching   bool   `json:"watching,omitempty"`
+	// Shed is, by class name, the calls the gate shed since the last ask,
+	// their turn too far off: demand it could not serve. Only classes that
+	// shed any; none, left out.
+	Shed map[string]uint64 `json:"shed,omitempty"`
+	// Demand is, by class name, the calls that asked for a turn since the
+	// last ask plus those waiting now: the daemon counts the process's want
+	// as each class's in proportion, and gives the fleet's rate to more
+	// critical classes first. Sent only while some call is critical or
+	// sheddable: a daemon that predates classes, or a fleet whose calls
+	// are all of the default class, reads what it read before.
+	Demand   map[string]uint64 `json:"demand,omitempty"`
+	Watching bool              `json:"watching,omitempty"`
 	// GateOff says the gate does not ask (or there is none): the process
 	// asks for its breaker alone, and its counts say nothing.
 	GateOff bool        `json:"gateOff,omitempty"`
@@ -162,6 +173,7 @@ func (p paced) paceAsk(instance string) (paceAsk, bool) {
 		ask.GateOff = false
 		ask.Sent, ask.Accepted, ask.Overloaded = tally.Sent, tally.Accepted, tally.Overloaded
 		ask.TimedOut, ask.Waiting, ask.Watching = tally.TimedOut, tally.Waiting, tally.Watching
+		ask.Shed, ask.Demand = classesOf(tally)
 	}
 	if p.breaker != nil && p.breaker.AsksFleet() {
 		if report, ok := p.breaker.FleetReport(elapsed(p.breakerBorn)); ok {
@@ -175,6 +187,28 @@ func (p paced) paceAsk(instance string) (paceAsk, bool) {
 		}
 	}
 	return ask, !ask.GateOff || ask.Breaker != nil
+}
+
+// classesOf is the calls shed and the demand of tally by class name, as
+// an ask carries them: the shed only for classes that shed any, the
+// demand only while some call is of a class other than the default.
+func classesOf(tally gate.Tally) (shed, demand map[string]uint64) {
+	classed := tally.Demand[gate.Critical.Rank()] > 0 || tally.Demand[gate.Sheddable.Rank()] > 0
+	for _, class := range gate.Classes {
+		if count := tally.Shed[class.Rank()]; count > 0 {
+			if shed == nil {
+				shed = map[string]uint64{}
+			}
+			shed[class.String()] = count
+		}
+		if classed {
+			if demand == nil {
+				demand = map[string]uint64{}
+			}
+			demand[class.String()] = tally.Demand[class.Rank()]
+		}
+	}
+	return shed, demand
 }
 
 // heard hands a grant to p: the fleet breaker's word to its breaker, then

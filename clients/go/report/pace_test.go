@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -140,7 +141,7 @@ func TestWhileItsGateIsOnADependencyIsPacedAtTheDaemonsGrant(t *testing.T) {
 	time.Sleep(600 * time.Millisecond)
 	asks, tokens := d.seen()
 	want := paceAsk{Service: "payments", Instance: "pod-1", Overloaded: 1}
-	if len(asks) != 1 || asks[0] != want || tokens[0] != "Bearer pod-token" {
+	if len(asks) != 1 || !reflect.DeepEqual(asks[0], want) || tokens[0] != "Bearer pod-token" {
 		t.Fatalf("%+v %q", asks, tokens)
 	}
 	if s := r.Stats(); s.PaceAsks != 1 || s.PaceFailures != 0 {
@@ -188,11 +189,79 @@ func TestAWatchingGateTellsTheDaemonWhatItHeardAndTurnsOnWhenTheGrantSaysPace(t 
 	// The first grant does not say pace: the gate watches on, its lease
 	// ignored, and tells the daemon only what it heard since.
 	since := paceAsk{Service: "payments", Instance: "pod-1", Watching: true}
-	if len(asks) < 2 || asks[0] != heard || asks[1] != since {
+	if len(asks) < 2 || !reflect.DeepEqual(asks[0], heard) || !reflect.DeepEqual(asks[1], since) {
 		t.Fatalf("%+v", asks)
 	}
 	if body := d.sent()[0]; !strings.Contains(body, `"watching":true`) {
 		t.Fatalf("the ask does not say watching: %s", body)
+	}
+}
+
+// TestTheAskCarriesTheCallsShedAndTheDemandByClass: a gate that shed calls
+// tells the daemon how many of each class, once; while some call is
+// critical or sheddable, it tells the demand of each class, those that
+// asked since the last ask and those that wait. A gate whose calls are all
+// of the default class tells neither, as it did before classes.
+func TestTheAskCarriesTheCallsShedAndTheDemandByClass(t *testing.T) {
+	d := &pacer{answers: []paceAnswer{
+		{200, `{"rate": 0.5, "leaseMs": 60000, "askEveryMs": 20}`},
+		{200, `{"rate": 0.5, "leaseMs": 60000, "askEveryMs": 5000}`},
+	}}
+	server := httptest.NewServer(d)
+	defer server.Close()
+	r := started(t, Config{Daemon: server.URL, Instance: "pod-1", Interval: time.Hour})
+	// At the probe rate, its first credit 0: no turn for 2 s.
+	p := gate.Policy{Enabled: true, MinRate: 0.5, MaxRate: 100_000, Beta: 0.7, Scale: 0.4, Ramp: 16, Quiet: 5 * time.Second, OverloadWhen: gate.AnyRefusal}
+	g, err := gate.New(p, func() float64 { return 0 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	born := time.Now()
+	g.Record(gate.Overloaded, 0, elapsed(born))
+	now := elapsed(born)
+	// A critical call waits; a default and a sheddable one, bound to go
+	// within a nanosecond, are shed.
+	for _, ask := range []struct {
+		asker gate.Asker
+		want  gate.Verdict
+	}{
+		{gate.Asker{Class: gate.Critical}, gate.Queued},
+		{gate.Asker{Class: gate.Default, By: now + 1}, gate.Shed},
+		{gate.Asker{Class: gate.Sheddable, By: now + 1}, gate.Shed},
+	} {
+		if _, verdict := g.TurnFor(ask.asker, now); verdict != ask.want {
+			t.Fatalf("%+v: %s, want %s", ask.asker, verdict, ask.want)
+		}
+	}
+	r.Track("payments", nil, time.Time{}, nil, g, born)
+	if !within(func() bool { return r.Stats().PaceAsks == 2 }) {
+		t.Fatalf("no second ask: %+v", r.Stats())
+	}
+	asks, _ := d.seen()
+	first := paceAsk{
+		Service: "payments", Instance: "pod-1", Overloaded: 1, Waiting: 1,
+		Shed:   map[string]uint64{"default": 1, "sheddable": 1},
+		Demand: map[string]uint64{"critical": 2, "default": 1, "sheddable": 1},
+	}
+	// The shed are told once; the critical call still waits.
+	second := paceAsk{Service: "payments", Instance: "pod-1", Waiting: 1, Demand: map[string]uint64{"critical": 1, "default": 0, "sheddable": 0}}
+	if len(asks) < 2 || !reflect.DeepEqual(asks[0], first) || !reflect.DeepEqual(asks[1], second) {
+		t.Fatalf("%+v", asks)
+	}
+	if body := d.sent()[0]; !strings.Contains(body, `"shed":{"default":1,"sheddable":1},"demand":{"critical":2,"default":1,"sheddable":1}`) {
+		t.Fatalf("sent %s", body)
+	}
+	if body := d.sent()[1]; strings.Contains(body, `"shed"`) {
+		t.Fatalf("the second ask tells the shed again: %s", body)
+	}
+
+	// Default calls alone, waiting: no demand, as before classes.
+	unclassed, unclassedBorn := turnedOn(t)
+	unclassed.Turn(elapsed(unclassedBorn))
+	unclassed.Turn(elapsed(unclassedBorn))
+	ask, ok := (paced{service: "search", gate: unclassed, born: unclassedBorn}).paceAsk("pod-1")
+	if !ok || ask.Demand != nil || ask.Shed != nil || ask.Waiting == 0 {
+		t.Fatalf("%+v", ask)
 	}
 }
 
