@@ -19,10 +19,10 @@ from .breaker import BreakerPolicy, CallNotPermitted, CircuitBreaker, CircuitSta
 from .budget import RetryBudget
 from .connect import DaemonTls, TlsFileError
 from .dependency import Dependency
-from .gate import GatePolicy, NoTurn, SendGate
+from .gate import Criticality, GatePolicy, NoTurn, SendGate, Shed
 from .policies import PolicyWatch
 from .reports import Reporter, ReporterStats, ReportNotDelivered, ReportRefused
 
-__all__ = ["Backoff", "BreakerPolicy", "CallNotPermitted", "CircuitBreaker", "CircuitState", "DaemonTls",
-           "Dependency", "GatePolicy", "NoTurn", "PolicyWatch", "Reporter", "ReporterStats", "ReportNotDelivered",
-           "ReportRefused", "RetryBudget", "SendGate", "TlsFileError"]
+__all__ = ["Backoff", "BreakerPolicy", "CallNotPermitted", "CircuitBreaker", "CircuitState", "Criticality",
+           "DaemonTls", "Dependency", "GatePolicy", "NoTurn", "PolicyWatch", "Reporter", "ReporterStats",
+           "ReportNotDelivered", "ReportRefused", "RetryBudget", "SendGate", "Shed", "TlsFileError"]

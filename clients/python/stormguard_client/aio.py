@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
 from .calls import Attempt, Clock, FailureOf, Outcome, Sleep, Step, answered, failure_of
+from .gate import Criticality
 from .guard import Guard, PolicySource
 from .plans import Run
 from .reports import Reporter
@@ -90,51 +91,58 @@ class AsyncDependency(Guard):
     between them it backs off with ``sleep(seconds)`` and waits in a send
     gate's line with ``wait(wakeup, seconds)`` (a :class:`LoopWakeup`; the
     turn may come sooner when it is set). ``clock`` (nanoseconds that never
-    go back) and ``rng`` as for the blocking flavour. Replace them together
-    to run calls in virtual time."""
+    go back), ``rng`` and ``criticality`` (the class of calls that name
+    none) as for the blocking flavour. Replace the first four together to
+    run calls in virtual time."""
 
     def __init__(self, watch: PolicySource, service: str, reporter: Reporter | None = None, *,
                  clock: Clock = time.monotonic_ns, sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
                  wait: Callable[[LoopWakeup, float | None], Awaitable[object]] = wait_in_line,
-                 rng: random.Random | None = None) -> None:
-        super().__init__(watch, service, reporter, clock, rng)
+                 rng: random.Random | None = None, criticality: Criticality | None = None) -> None:
+        super().__init__(watch, service, reporter, clock, rng, criticality)
         self._sleep = sleep
         self._wait = wait
 
     async def call(self, endpoint: str, attempt: AsyncAttempt, *, timeout: float | None = None,
-                   failure: FailureOf = failure_of) -> int:
+                   failure: FailureOf = failure_of, criticality: Criticality | None = None) -> int:
         """Awaits ``attempt(timeout)`` (``timeout`` in seconds, or None) until
         it succeeds or the policy says stop; returns the last HTTP status it
         returned, or raises the last exception it raised. Raises
-        CallNotPermitted, without an attempt, when the breaker refuses, and
-        NoTurn, without an attempt, when the send gate has no turn for one
-        before the call's deadline. ``timeout`` and ``failure`` as for the
+        CallNotPermitted, without an attempt, when the breaker refuses;
+        Shed, at once and without an attempt, when at the send gate's pace
+        the attempt's turn would come after the call's wait bound (its
+        class's ``gate.maxWait`` after it began) or its deadline; and
+        NoTurn, without an attempt, when no turn comes while it waits in
+        line before then (Shed is a NoTurn: ``except NoTurn`` catches
+        both). ``timeout``, ``failure`` and ``criticality`` as for the
         blocking flavour's call.
 
         An attempt that runs past its ``timeout`` is cancelled, and counts
         as a timeout (it raised TimeoutError). A cancelled call cancels the
         attempt under way, gives back its breaker permit, leaves the gate's
         line, and raises CancelledError."""
-        return await self._call(endpoint, attempt, timeout=timeout, failure=failure)
+        return await self._call(endpoint, attempt, timeout=timeout, failure=failure, criticality=criticality)
 
     async def _call(self, endpoint: str, attempt: _AsyncAttempt, *, timeout: float | None,
-                    failure: FailureOf) -> int:
+                    failure: FailureOf, criticality: Criticality | None = None) -> int:
         """:meth:`call`, its attempts answering with a status or an Outcome."""
-        with self._calling(endpoint, LoopWakeup, failure, timeout) as run:
+        with self._calling(endpoint, LoopWakeup, failure, timeout, criticality) as run:
             while not run.done:
                 await run.perform_async(lambda step: self._perform(step, attempt))
             return run.result
 
-    def transport(self, inner: "httpx.AsyncBaseTransport | None" = None) -> "AsyncGuardedTransport":
+    def transport(self, inner: "httpx.AsyncBaseTransport | None" = None, *,
+                  criticality: Criticality | None = None) -> "AsyncGuardedTransport":
         """An ``httpx`` transport that sends each request through ``inner``
         (``httpx.AsyncHTTPTransport()`` by default) as one call to this
-        dependency: ``httpx.AsyncClient(transport=payments.transport())``.
+        dependency, of class ``criticality`` if given (else the
+        dependency's): ``httpx.AsyncClient(transport=payments.transport())``.
         Needs the ``httpx`` extra (see :mod:`stormguard_client.httpx`)."""
         # Imported when a transport is made, not with this module: httpx is an
         # optional extra, and the core must load without it.
         from .httpx import AsyncGuardedTransport
 
-        return AsyncGuardedTransport(self, inner)
+        return AsyncGuardedTransport(self, inner, criticality=criticality)
 
     async def _perform(self, step: Step[LoopWakeup], attempt: _AsyncAttempt) -> Outcome | None:
         if isinstance(step, Attempt):

@@ -6,8 +6,12 @@
 1. the circuit breaker: every attempt needs its permit; a refusal ends the
    call at once (CallNotPermitted), sending nothing;
 2. the send gate: while the dependency is unwell, an attempt with a permit
-   waits in line for its turn, up to the call's deadline; a call that gets
-   no turn before it ends (NoTurn), its attempt not sent. The gate stands
+   waits in line for its turn, behind the calls of more critical classes
+   (the call's ``criticality``, or the policy's ``gate.criticality``), up
+   to its class's ``gate.maxWait`` after the call began or its deadline,
+   whichever comes first; a call whose turn, at the gate's pace, would
+   come later fails at once (Shed), and one that gets no turn while it
+   waits ends (NoTurn), its attempt not sent either way. The gate stands
    after the breaker so that a call the breaker would refuse does not wait
    for nothing; a call in line asks the breaker again if it changed state
    meanwhile (it opened), and leaves the line unsent if refused, or to go
@@ -47,7 +51,7 @@ from typing import Generic, Protocol, TypeAlias, TypeVar, Union, cast
 
 from .breaker import CircuitBreaker, Permit
 from .controls import Controls
-from .gate import NoTurn, SendGate, Signal, Ticket
+from .gate import Asker, Criticality, GatePolicy, NoTurn, SendGate, Shed, Shedding, Signal, Ticket
 from .retry_on import RetryOn
 
 Clock: TypeAlias = Callable[[], int]
@@ -203,11 +207,14 @@ def _asked_to_wait(error: urllib.error.HTTPError) -> float | None:
 
 
 def call_plan(c: Controls, *, clock: Clock, rng: random.Random, new_wakeup: Callable[[], W], record: Record,
-              failure: FailureOf = failure_of, timeout: float | None = None) -> CallPlan[W]:
+              failure: FailureOf = failure_of, timeout: float | None = None,
+              criticality: Criticality | None = None) -> CallPlan[W]:
     """The plan of one call under ``c``: ``record`` counts each attempt,
     ``failure`` judges an attempt's exception, ``new_wakeup`` makes what a
-    wait in the gate's line is woken with, and ``timeout`` (seconds, or
-    None) bounds the call as ``maxElapsedMs`` does, whichever ends first."""
+    wait in the gate's line is woken with, ``timeout`` (seconds, or None)
+    bounds the call as ``maxElapsedMs`` does, whichever ends first, and
+    ``criticality`` is the call's class (None: the policy's
+    ``gate.criticality``)."""
     start = clock()
     deadline = _deadline(start, c.max_elapsed_ns, timeout)
     if c.budget is not None:
@@ -225,15 +232,20 @@ def call_plan(c: Controls, *, clock: Clock, rng: random.Random, new_wakeup: Call
             sent = clock()
         elif c.gate is not None:
             held = _Held(c.breaker, permit)
+            asker = _asker(c.gate.policy, criticality, start, deadline)
             try:
-                sent, place, waited = yield from _turn(c.gate, place, deadline, clock, new_wakeup, held.renew)
+                turned, place, waited = yield from _turn(c.gate, place, asker, clock, new_wakeup, held.renew)
             except BaseException:
                 held.cancel()
                 raise
             permit = held.permit
-            if sent is None:
+            if isinstance(turned, Shedding):
+                held.cancel()
+                raise Shed(asker.criticality, retry, status) from error
+            if turned is None:
                 held.cancel()
                 raise NoTurn(waited, retry, status) from error
+            sent = turned
         per_try = c.per_try_timeout
         if deadline is not None:
             left = max(deadline - clock(), 1) / 1e9
@@ -293,6 +305,15 @@ def call_plan(c: Controls, *, clock: Clock, rng: random.Random, new_wakeup: Call
         retry, previous = retry + 1, delay
 
 
+def _asker(policy: GatePolicy, criticality: Criticality | None, start: int, deadline: int | None) -> Asker:
+    """A call's class (its own, else the gate's policy's), and when its turn
+    must come by: its class's ``maxWait`` after the call began at
+    ``start``, or its ``deadline`` if sooner."""
+    chosen = criticality if criticality is not None else policy.criticality
+    by = start + policy.max_wait.of(chosen)
+    return Asker(chosen, by if deadline is None else min(by, deadline))
+
+
 def _deadline(start: int, max_elapsed_ns: int | None, timeout: float | None) -> int | None:
     """When the call must be over: ``maxElapsedMs`` or the caller's
     ``timeout`` after ``start``, whichever comes first; None for neither."""
@@ -328,36 +349,39 @@ class _Held:
             self.permit = None
 
 
-def _turn(gate: SendGate, place: int | None, deadline: int | None, clock: Clock,
+def _turn(gate: SendGate, place: int | None, asker: Asker, clock: Clock,
           new_wakeup: Callable[[], W], permitted: Callable[[int], bool],
-          ) -> Generator[WaitInLine[W], object, tuple[int | None, int | None, int]]:
+          ) -> Generator[WaitInLine[W], object, tuple[int | Shedding | None, int | None, int]]:
     """Waits for ``gate`` to give the call's next attempt a turn, at the
-    call's old ``place`` in line if it has one: (when the turn came, the
-    call's place, how long it waited), the first None if no turn came
-    before ``deadline``. Before each claim of its turn, ``permitted(now)``
-    may raise (the breaker opened meanwhile): the call then leaves the
-    line, no turn spent; if it says True (the fleet's trial), the call
-    leaves the line and goes at once. The call leaves the line unless it
-    got its turn."""
+    call's old ``place`` in line if it has one, as ``asker`` (the call's
+    class, and when its turn must come by): (when the turn came, the
+    call's place, how long it waited), the first :attr:`Shedding.SHED` if
+    the gate shed the call at once, None if no turn came while it waited,
+    before ``asker.by_ns``. Before each claim of its turn,
+    ``permitted(now)`` may raise (the breaker opened meanwhile): the call
+    then leaves the line, no turn spent; if it says True (the fleet's
+    trial), the call leaves the line and goes at once. The call leaves the
+    line unless it got its turn."""
     now = clock()
-    ticket: Ticket | None = gate.turn(now) if place is None else gate.rejoin(place, now)
-    if ticket is None:
-        return now, place, 0
-    place = ticket.number if place is None else place
-    entered, woken = now, new_wakeup()
+    turned = gate.turn_for(asker, now, place)
+    if turned is None or isinstance(turned, Shedding):
+        return (now if turned is None else turned), place, 0
+    ticket: Ticket | None = turned
+    place = turned.number if place is None else place
+    entered, woken, by = now, new_wakeup(), asker.by_ns
     try:
-        while deadline is None or now < deadline:
+        while by is None or now < by:
             # Cleared before the claim, so that a wake after it is kept.
             woken.clear()
             if permitted(now):
                 return now, place, now - entered
-            claim = gate.claim(ticket, now, woken.set)
+            claim = gate.claim(turned, now, woken.set)
             if claim.go:
                 ticket = None
                 return now, place, now - entered
             until = claim.at_ns
-            if deadline is not None:
-                until = deadline if until is None else min(until, deadline)
+            if by is not None:
+                until = by if until is None else min(until, by)
             yield WaitInLine(woken, None if until is None else max(until - now, 1) / 1e9)
             now = clock()
         return None, place, now - entered

@@ -29,13 +29,19 @@ the rate it can take rather than all at once.
   :meth:`~SendGate.tally`), which weighs every process's answers and may
   tell it to pace (:meth:`~SendGate.pace_by_fleet_at`) before its own
   counts would.
-- **On: paced turns, first come first served.** Turns are ``1 / rate``
+- **On: paced turns, the most critical first.** Turns are ``1 / rate``
   apart, paced rather than let through in bursts. An attempt that cannot go
   at once takes a :class:`Ticket` and waits in line; only the first in line
   waits for a time, the others wait to be woken, so waiters cost nothing
-  while they wait and the line moves as soon as the rate grows. The caller
-  bounds the wait by its deadline and :meth:`~SendGate.leave` s the line
-  when it passes.
+  while they wait and the line moves as soon as the rate grows. The line
+  serves calls by class (``critical``, then ``default``, then
+  ``sheddable``: see :data:`CRITICALITIES`), and within a class first come,
+  first served. A call may say when its turn must come by (its class's
+  ``gate.maxWait`` after it began, or its deadline if sooner): one whose
+  turn, at the present pace, would come later is shed, failing at once
+  rather than waiting in a line that grows for as long as an overload
+  lasts. The caller leaves the line (:meth:`~SendGate.leave`) when that
+  time passes while it waits.
 - **The rate is learned from outcomes.** Until something is accepted, the
   gate probes at ``minRate``. Accepted attempts then grow the rate quickly
   (slow start: each adds ``ramp`` turns per second). An overload after that
@@ -65,7 +71,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import ClassVar
+from typing import ClassVar, Literal, TypeAlias
 
 from . import blocks, limits
 from .answers import TENTH_NANOS, Answers
@@ -136,6 +142,33 @@ with nothing accepted for three seconds (the service is down), or the
 fleet's controller says so, for a service that fails a share of requests at
 random."""
 KEYS = ("enabled", "minRate", "maxRate", "beta", "scale", "ramp", "quietMs", "overloadOn", "overloadWhen")
+Criticality: TypeAlias = Literal["critical", "default", "sheddable"]
+"""How much a call matters when the send gate cannot serve every call:
+``critical`` calls are served first and shed last, ``sheddable`` ones
+(prefetches, batch work, background retries) served last and shed first;
+``default`` is the class of a call that names none, unless the policy's
+``gate.criticality`` says otherwise. Within a class, first come, first
+served."""
+CRITICALITIES: tuple[Criticality, ...] = ("critical", "default", "sheddable")
+"""Every class, most critical first: the order the gate serves them in (a
+class's index here is its rank)."""
+_RANKS: dict[str, int] = {name: rank for rank, name in enumerate(CRITICALITIES)}
+# Past every ticket number: the end of a class's part of the line.
+_END = 1 << 64
+
+
+def criticality_of(key: str, value: object) -> Criticality:
+    """``value`` as a class of call, one of :data:`CRITICALITIES`; raises
+    ValueError naming ``key`` unless it is one."""
+    for name in CRITICALITIES:
+        if value == name and isinstance(value, str):
+            return name
+    raise ValueError(f"{key} must be one of {', '.join(CRITICALITIES)}, not {value!r}")
+
+
+def rank_of(criticality: Criticality) -> int:
+    """The place of ``criticality`` in :data:`CRITICALITIES`: 0 is served first."""
+    return _RANKS[criticality]
 
 
 class Signal(enum.StrEnum):
@@ -159,25 +192,80 @@ class Signal(enum.StrEnum):
 
 
 class NoTurn(Exception):
-    """A call that got no turn from the send gate before its deadline: the
-    attempt was not sent. ``waited_ns`` is how long it waited in line,
-    ``attempts`` how many attempts the call had sent before, and ``status``
-    the last one's HTTP status (None if it had none)."""
+    """A call that got no turn from the send gate while it waited in line,
+    before its wait bound (its class's ``gate.maxWait`` after it began) or
+    its deadline, whichever came first: the attempt was not sent.
+    ``waited_ns`` is how long it waited in line, ``attempts`` how many
+    attempts the call had sent before, and ``status`` the last one's HTTP
+    status (None if it had none). A call shed at once, its turn too far off
+    to wait for, raises :class:`Shed`, a NoTurn too."""
 
     def __init__(self, waited_ns: int, attempts: int = 0, status: int | None = None) -> None:
-        super().__init__(f"the send gate had no turn for the attempt before the deadline "
+        super().__init__(f"the send gate had no turn for the attempt before its wait bound (maxWait) or deadline "
                          f"(waited {waited_ns} ns in line, after {attempts} attempt(s))")
         self.waited_ns = waited_ns
         self.attempts = attempts
         self.status = status
 
 
-@dataclass(frozen=True, order=True)
+class Shed(NoTurn):
+    """A call the send gate shed: at the pace the dependency can take, its
+    turn would have come after its wait bound (its class's
+    ``gate.maxWait`` after it began) or its deadline, so it failed at once,
+    the attempt not sent and no place in line taken, rather than wait for
+    nothing. ``criticality`` is the call's class, ``attempts`` how many
+    attempts the call had sent before, and ``status`` the last one's HTTP
+    status (None if it had none).
+
+    It is a :class:`NoTurn` that got no turn without waiting for one
+    (``waited_ns`` is 0), so that code that handles NoTurn handles a call
+    shed at once too."""
+
+    def __init__(self, criticality: Criticality = "default", attempts: int = 0, status: int | None = None) -> None:
+        # Its own message, not NoTurn's: it did not wait in line.
+        Exception.__init__(self, "shed: at the pace the service can take, its turn would come after its wait "
+                           f"bound (maxWait) or deadline (a {criticality} call, after {attempts} attempt(s))")
+        self.waited_ns = 0
+        self.criticality = criticality
+        self.attempts = attempts
+        self.status = status
+
+
+@dataclass(frozen=True)
 class Ticket:
     """A place in a gate's line, used up by a granted claim or by leaving;
-    ``number`` is unique within its gate, in the order tickets were taken."""
+    ``number`` is unique within its gate, in the order tickets were taken,
+    and ``criticality`` the class of the call that holds it. The line is in
+    the order of :attr:`place`: every class ahead of the less critical ones,
+    and within a class, by number."""
 
     number: int
+    criticality: Criticality = "default"
+
+    @property
+    def place(self) -> tuple[int, int]:
+        """Where the ticket stands in line: its class's rank, then its number."""
+        return rank_of(self.criticality), self.number
+
+
+@dataclass(frozen=True)
+class Asker:
+    """Who asks for a turn: the call's class (``criticality``), and
+    ``by_ns``, the latest its turn may come (None: no bound). Calls of a
+    more critical class wait ahead of it, those of a less critical one
+    behind; if at the present pace its turn would come after ``by_ns``, it
+    is shed."""
+
+    criticality: Criticality = "default"
+    by_ns: int | None = None
+
+
+class Shedding(enum.Enum):
+    """A turn the gate refuses at once (see :meth:`SendGate.turn_for`)."""
+
+    SHED = "shed"
+    """At the present pace the asker's turn would come after the time it may
+    wait until: it fails now (it is shed), taking no place in line."""
 
 
 @dataclass(frozen=True)
@@ -218,7 +306,13 @@ class Tally:
     of every attempt it heard the outcome of since the refusal that began
     watching (that one left out: every process would report one, and none
     of the acceptances before it), each sent unpaced; the fleet's
-    controller judges from them whether the refusals are a capacity's."""
+    controller judges from them whether the refusals are a capacity's.
+
+    By class (in :data:`CRITICALITIES`' order): ``shed``, the calls that
+    failed at once while on, their turn too far off (demand the pace did
+    not serve); ``demand``, the calls that asked for a turn while on plus
+    those waiting now: what each class wants, in proportion, of what the
+    fleet gives this process."""
 
     sent: int = 0
     accepted: int = 0
@@ -226,12 +320,59 @@ class Tally:
     timed_out: int = 0
     waiting: int = 0
     watching: bool = False
+    shed: tuple[int, int, int] = (0, 0, 0)
+    demand: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
 
 def _number(key: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{key} must be a number, not {value!r}")
     return float(value)
+
+
+@dataclass(frozen=True)
+class MaxWait:
+    """A policy's ``gate.maxWait``: how long after it began a call of each
+    class may still wait for the send gate's turn, in nanoseconds (``0``
+    sends it only if a turn is free at once). The call's deadline
+    (``maxElapsedMs``, or the caller's) bounds it too. The defaults: a
+    second for a call of no class, as a line that holds a call longer holds
+    it past the point most callers still want the answer, and a call that
+    fails at once can be answered from elsewhere; five for critical calls,
+    served first, which wait only while critical calls alone outrun the
+    pace; a quarter of one for sheddable calls, sent on a turn that is
+    free, or dropped."""
+
+    critical_ns: int = 5_000_000_000
+    default_ns: int = 1_000_000_000
+    sheddable_ns: int = 250_000_000
+
+    @classmethod
+    def from_json(cls, block: object, defaults: object = None) -> "MaxWait":
+        """The bounds of a ``maxWait`` JSON object (``criticalMs``,
+        ``defaultMs``, ``sheddableMs``); a key it lacks is taken from
+        ``defaults`` (another such object), if given, else from the
+        built-in defaults. Raises ValueError naming a key that is not a
+        number of milliseconds."""
+        if not isinstance(block, dict):
+            raise ValueError(f"gate.maxWait must be an object, not {block!r}")
+        merged = {**(defaults if isinstance(defaults, dict) else {}), **block}
+        bounds = {name: getattr(cls(), f"{name}_ns") for name in CRITICALITIES}
+        for name in CRITICALITIES:
+            if f"{name}Ms" in merged:
+                bounds[name] = millis_to_nanos(f"gate.maxWait.{name}Ms", merged[f"{name}Ms"])
+        return cls(bounds["critical"], bounds["default"], bounds["sheddable"])
+
+    def of(self, criticality: Criticality) -> int:
+        """The bound of ``criticality``, in nanoseconds."""
+        return {"critical": self.critical_ns, "default": self.default_ns,
+                "sheddable": self.sheddable_ns}[criticality]
+
+    def check(self) -> None:
+        """Raises ValueError naming the first bound outside the range the
+        daemon's validation allows (``gate.maxWait.<class>``)."""
+        for name in CRITICALITIES:
+            limits.duration(f"gate.maxWait.{name}", self.of(name))
 
 
 @dataclass(frozen=True)
@@ -247,7 +388,12 @@ class GatePolicy:
     ``overload_when`` (``overloadWhen``, one of :data:`OVERLOAD_WHEN_NAMES`)
     says when those refusals say overload: by the evidence (``evidence``,
     the default), at the first (``any-refusal``), or only once they
-    outnumber acceptances or nothing is accepted (``most-refused``)."""
+    outnumber acceptances or nothing is accepted (``most-refused``).
+    ``criticality`` (``criticality``) is the class of a call that names
+    none, and ``max_wait`` (``maxWait``) how long after it began a call of
+    each class may wait for a turn; both are missing from an older
+    daemon's policy, which reads as the defaults (``default``, and
+    :class:`MaxWait`'s)."""
 
     enabled: bool = False
     min_rate: float = 0.5
@@ -258,6 +404,8 @@ class GatePolicy:
     quiet_ns: int = 5_000_000_000
     overload_on: RetryOn = field(default_factory=RetryOn.overload)
     overload_when: str = "evidence"
+    criticality: Criticality = "default"
+    max_wait: MaxWait = field(default_factory=MaxWait)
 
     @classmethod
     def from_json(cls, block: object, defaults: Mapping[str, object] | None = None) -> "GatePolicy":
@@ -269,6 +417,10 @@ class GatePolicy:
         if not isinstance(overload_when, str) or overload_when not in OVERLOAD_WHEN_NAMES:
             raise ValueError(f"gate.overloadWhen must be one of {', '.join(OVERLOAD_WHEN_NAMES)}, "
                              f"not {overload_when!r}")
+        # Missing from an older daemon's policy: the defaults.
+        criticality = criticality_of("gate.criticality", merged.get("criticality", "default"))
+        max_wait = MaxWait.from_json(block.get("maxWait", {}) if isinstance(block, dict) else {},
+                                     (defaults or {}).get("maxWait"))
         return cls(
             enabled=enabled,
             min_rate=_number("gate.minRate", merged["minRate"]),
@@ -279,6 +431,8 @@ class GatePolicy:
             quiet_ns=millis_to_nanos("gate.quietMs", merged["quietMs"]),
             overload_on=RetryOn.from_json(merged["overloadOn"], "gate.overloadOn"),
             overload_when=overload_when,
+            criticality=criticality,
+            max_wait=max_wait,
         )
 
     @property
@@ -323,6 +477,8 @@ class GatePolicy:
         if self.overload_when not in OVERLOAD_WHEN_NAMES:
             raise ValueError(f"gate.overloadWhen must be one of {', '.join(OVERLOAD_WHEN_NAMES)}, "
                              f"found {self.overload_when!r}")
+        criticality_of("gate.criticality", self.criticality)
+        self.max_wait.check()
 
 
 def _secs(nanos: int) -> float:
@@ -590,13 +746,18 @@ class SendGate:
         # The last overload, or when someone last had to wait: the gate turns
         # off `quiet` after the later of the two.
         self._last_trouble = now_ns
-        # The line, first ticket first: ticket numbers, and each waiter's waker.
-        self._line: list[int] = []
-        self._wakers: dict[int, Callable[[], object] | None] = {}
+        # The line, first place first: each place (its class's rank, its
+        # ticket's number), and each waiter's waker.
+        self._line: list[tuple[int, int]] = []
+        self._wakers: dict[tuple[int, int], Callable[[], object] | None] = {}
         self._next_ticket = 0
         # Since the last tally: turns given (while watching, outcomes heard:
-        # each was sent unpaced), accepted, overloaded, timed out.
+        # each was sent unpaced), accepted, overloaded, timed out; and by
+        # class, the calls shed.
         self._counts = [0, 0, 0, 0]
+        self._shed = [0, 0, 0]
+        # By class, the calls that asked for a turn while on since the last tally.
+        self._asked = [0, 0, 0]
         # Off, but a refusal has been heard (unless any-refusal): outcomes are
         # counted (in `_watch`, since watching began) until they show overload
         # (the gate turns on) or `quiet` passes without another refusal.
@@ -707,11 +868,18 @@ class SendGate:
 
     def tally(self) -> Tally:
         """What the gate saw since the last tally, who waits now, and whether
-        it watches (see :class:`Tally`)."""
+        it watches (see :class:`Tally`); by class, the calls shed and the
+        demand (those that asked since the last tally, and those waiting)."""
         with self._lock:
             sent, accepted, overloaded, timed_out = self._counts
-            tally = Tally(sent, accepted, overloaded, timed_out, waiting=len(self._line), watching=self._watching)
-            self._counts = [0, 0, 0, 0]
+            demand = [float(asked) for asked in self._asked]
+            for rank, _ in self._line:
+                demand[rank] += 1.0
+            tally = Tally(sent, accepted, overloaded, timed_out, waiting=len(self._line), watching=self._watching,
+                          shed=(self._shed[0], self._shed[1], self._shed[2]),
+                          demand=(demand[0], demand[1], demand[2]))
+            self._reset_counts([0, 0, 0, 0])
+            self._asked = [0, 0, 0]
             return tally
 
     def first_in_line(self) -> tuple[int, int] | None:
@@ -720,72 +888,93 @@ class SendGate:
         with self._lock:
             if not self._line:
                 return None
-            return self._line[0], self._pacer.due(self._rate.now)
+            return self._line[0][1], self._pacer.due(self._rate.now)
 
     # --- turns --------------------------------------------------------------
 
     def turn(self, now_ns: int) -> Ticket | None:
-        """A turn for an attempt asking at ``now_ns``: None to send it now, or
+        """A turn for an attempt of a call of the default class, with no time
+        its turn must come by, asking at ``now_ns``: None to send it now, or
         a :class:`Ticket` to :meth:`claim` its turn with until it says go (or
         to :meth:`leave` the line with)."""
-        if not self._on:
-            return None
-        return self._paced_turn(now_ns, None)
+        turn = self.turn_for(Asker(), now_ns)
+        assert not isinstance(turn, Shedding), "a call with no time to come by is never shed"
+        return turn
 
     def rejoin(self, place: int, now_ns: int) -> Ticket | None:
         """:meth:`turn` for a call that has waited in line before, under
         ticket number ``place``: it waits at that place again, ahead of calls
-        that came after it. The line is first come, first served by call,
-        not by attempt, so a retry does not go to the back of a line it has
-        waited in longest."""
+        of its class that came after it. The line is first come, first
+        served by call, not by attempt, so a retry does not go to the back
+        of a line it has waited in longest."""
+        turn = self.turn_for(Asker(), now_ns, place)
+        assert not isinstance(turn, Shedding), "a call with no time to come by is never shed"
+        return turn
+
+    def turn_for(self, asker: Asker, now_ns: int, place: int | None = None) -> Ticket | Shedding | None:
+        """A turn for an attempt of ``asker``'s call, asking at ``now_ns``
+        (at ticket number ``place`` again, if the call has waited in line
+        before: see :meth:`rejoin`): None to send it now; a :class:`Ticket`
+        to wait in line with, behind the calls of its class and of more
+        critical ones that wait; or :attr:`Shedding.SHED` if at the
+        present pace its turn would come after ``asker.by_ns``."""
         if not self._on:
             return None
-        return self._paced_turn(now_ns, place)
+        return self._paced_turn(now_ns, place, asker)
 
-    def _paced_turn(self, now: int, place: int | None) -> Ticket | None:
+    def _paced_turn(self, now: int, place: int | None, asker: Asker) -> Ticket | Shedding | None:
+        rank = rank_of(asker.criticality)
         with self._lock:
-            ahead = bool(self._line) and (place is None or self._line[0] < place)
+            if place is None:
+                self._asked[rank] += 1
+            # Those it would wait behind: ahead of its place, or of its class's end.
+            before = (rank, _END if place is None else place)
+            ahead = bool(self._line) and self._line[0] < before
             if self._turn_off_if_quiet(now) or (not ahead and self._give_turn(now)):
                 return None
             self._last_trouble = now
+            if asker.by_ns is not None and self._turn_expected(before, now) > asker.by_ns:
+                self._shed[rank] += 1
+                return Shedding.SHED
             if place is None:
                 place = self._next_ticket
                 self._next_ticket += 1
-            if place not in self._wakers:
-                bisect.insort(self._line, place)
-            self._wakers[place] = None
-            return Ticket(place)
+            key = (rank, place)
+            if key not in self._wakers:
+                bisect.insort(self._line, key)
+            self._wakers[key] = None
+            return Ticket(place, asker.criticality)
 
     def claim(self, ticket: Ticket, now_ns: int, waker: Callable[[], object] | None = None) -> Claim:
         """The holder of ``ticket`` asks for its turn at ``now_ns``: a
         :class:`Claim`. ``waker``, if given, is called (once, with no
         arguments) when the answer may have changed: the line moved, or the
         rate grew."""
-        number = ticket.number
+        key = ticket.place
         with self._lock:
             first = self._line[0] if self._line else None
-            if first == number and self._give_turn(now_ns):
+            if first == key and self._give_turn(now_ns):
                 self._line.pop(0)
-                del self._wakers[number]
+                del self._wakers[key]
                 self._last_trouble = now_ns
                 self._wake_first()
                 return Claim.GO
-            if number in self._wakers:
-                self._wakers[number] = waker
-            if first == number:
+            if key in self._wakers:
+                self._wakers[key] = waker
+            if first == key:
                 return Claim.at(self._pacer.due(self._rate.now))
             return Claim.BEHIND
 
     def leave(self, ticket: Ticket) -> None:
-        """The holder of ``ticket`` gives up its place (its deadline passed,
-        or it was cancelled)."""
-        number = ticket.number
+        """The holder of ``ticket`` gives up its place (the time its turn had
+        to come by passed, or it was cancelled)."""
+        key = ticket.place
         with self._lock:
-            if number not in self._wakers:
+            if key not in self._wakers:
                 return
-            was_first = self._line[0] == number
-            self._line.remove(number)
-            del self._wakers[number]
+            was_first = self._line[0] == key
+            self._line.remove(key)
+            del self._wakers[key]
             if was_first:
                 self._wake_first()
 
@@ -870,7 +1059,7 @@ class SendGate:
             else:
                 self._turn_on(Signal.OVERLOADED, now_ns, now_ns)
             # The fleet heard what it counted while watching.
-            self._counts = [0, 0, 0, 0]
+            self._reset_counts([0, 0, 0, 0])
             return True
 
     def resume_by_fleet_at(self, now_ns: int) -> bool:
@@ -886,7 +1075,7 @@ class SendGate:
             if self._on:
                 return False
             self._turn_on(Signal.OVERLOADED, now_ns, now_ns)
-            self._counts = [0, 0, 0, 0]
+            self._reset_counts([0, 0, 0, 0])
             return True
 
     def _learn(self, signal: Signal, sent: int, now: int) -> None:
@@ -960,7 +1149,7 @@ class SendGate:
             # acceptances before it.
             self._watch = Answers(now)
             self._refusal_run = None
-            self._counts = [0, 0, 0, 0]
+            self._reset_counts([0, 0, 0, 0])
             self._watching = True
         self._watch.refused(1, now)
         self._last_trouble = now
@@ -1027,7 +1216,7 @@ class SendGate:
         self._pacer = _Pacer(self._draw(), now)
         self._last_trouble = now
         # The failure that turned it on is the first the daemon hears of.
-        self._counts = [0, 0, 1, int(signal == Signal.TIMED_OUT)]
+        self._reset_counts([0, 0, 1, int(signal == Signal.TIMED_OUT)])
         self._watching = False
         self._on = True
 
@@ -1038,6 +1227,26 @@ class SendGate:
         if off:
             self._on = False
         return off
+
+    def _reset_counts(self, counts: list[int]) -> None:
+        """Starts what the next tally tells over from ``counts`` (sent,
+        accepted, overloaded, timed out), none shed."""
+        self._counts = counts
+        self._shed = [0, 0, 0]
+
+    def _turn_expected(self, before: tuple[int, int], now: int) -> int:
+        """When the turn of a call waiting behind those whose places are
+        before ``before`` would come, at the present pace: the first in
+        line's turn is due when its credit accrues, each after it one pace
+        later. While the gate probes a dependency that has accepted
+        nothing, its pace is a probe's, not what the dependency will take
+        once back (the line then moves at once): the call's turn is
+        expected no sooner than the next probe, whoever is ahead."""
+        own = self._rate.now
+        self._pacer.accrue(own, now)
+        ahead = 0 if self._rate.phase == "probing" else bisect.bisect_left(self._line, before)
+        pace = self._pacer.pace(own)
+        return self._pacer.due(own) + _nanos(ahead / pace)
 
     def _give_turn(self, now: int) -> bool:
         """Gives a turn if one has accrued by ``now``."""

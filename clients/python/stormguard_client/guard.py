@@ -16,7 +16,7 @@ from .breaker import CircuitBreaker
 from .budget import RetryBudget
 from .calls import Clock, FailureOf, Outcome, Step, W, call_plan
 from .controls import Controls, build
-from .gate import SendGate
+from .gate import Criticality, SendGate, criticality_of
 from .plans import Run
 from .policies import DEFAULT_POLICY
 from .reports import Reporter
@@ -44,10 +44,13 @@ class Guard:
     flavour then drives."""
 
     def __init__(self, watch: PolicySource, service: str, reporter: Reporter | None, clock: Clock,
-                 rng: random.Random | None) -> None:
+                 rng: random.Random | None, criticality: Criticality | None = None) -> None:
         self.watch = watch
         self.service = service
         self.reporter = reporter
+        self.criticality = None if criticality is None else criticality_of("criticality", criticality)
+        """The class of this dependency's calls that name none (None: the
+        policy's ``gate.criticality``)."""
         self._clock = clock
         self._random = rng or random.Random()
         self._lock = threading.Lock()
@@ -113,10 +116,15 @@ class Guard:
 
     @contextlib.contextmanager
     def _calling(self, endpoint: str, new_wakeup: Callable[[], W], failure: FailureOf,
-                 timeout: float | None) -> Iterator[Run[Step[W], Outcome | None, int]]:
-        """A call to ``endpoint``, its plan under way, for the ``with``
-        block: the reporter is told the current breaker, budget and gate,
-        and counts the call in flight until the block ends."""
+                 timeout: float | None, criticality: Criticality | None = None,
+                 ) -> Iterator[Run[Step[W], Outcome | None, int]]:
+        """A call to ``endpoint`` of class ``criticality`` (None: the
+        dependency's, else the policy's), its plan under way, for the
+        ``with`` block: the reporter is told the current breaker, budget and
+        gate, and counts the call in flight until the block ends. Raises
+        ValueError, before anything else, if ``criticality`` is not a class."""
+        if criticality is not None:
+            criticality = criticality_of("criticality", criticality)
         controls = self._current()
         reporter = self.reporter
         if reporter is not None:
@@ -124,7 +132,7 @@ class Guard:
         with reporter.in_flight(self.service) if reporter is not None else contextlib.nullcontext():
             yield Run(call_plan(controls, clock=self._clock, rng=self._random, new_wakeup=new_wakeup,
                                 record=functools.partial(self._record, endpoint), failure=failure,
-                                timeout=timeout))
+                                timeout=timeout, criticality=criticality or self.criticality))
 
     def _record(self, endpoint: str, retry: int, outcome: str) -> None:
         if self.reporter is not None:

@@ -28,7 +28,12 @@ extra: ``pip install 'stormguard-client[httpx]'``.
   plain transport gives it: a 503 retried until the policy stopped is
   returned as the 503, and so is an answer whose retry the breaker refused
   or the gate had no turn for. A call with no answer raises what ended it:
-  the last attempt's httpx exception, CallNotPermitted or NoTurn.
+  the last attempt's httpx exception, CallNotPermitted, Shed or NoTurn.
+- A transport's requests are calls of its ``criticality`` (``critical``,
+  ``default`` or ``sheddable``), if it was given one: routes that matter
+  more, or less, than the dependency's other calls get a client of their
+  own (``payments.transport(criticality="sheddable")``). Otherwise the
+  dependency's class, else the policy's ``gate.criticality``.
 - A request body is read once, before the first attempt (a stream
   included), so that every attempt sends it whole; a retried attempt's
   response is drained (up to 64 KiB) and closed, so that its connection
@@ -50,6 +55,7 @@ from typing import Protocol
 
 from .calls import FailureOf, Outcome, parse_retry_after
 from .calls import failure_of as _network_failure
+from .gate import Criticality, criticality_of
 
 try:
     import httpx
@@ -165,9 +171,10 @@ class DependencyCalls(Protocol):
     imports this one, and this one importing it back would close a circle."""
 
     def _call(self, endpoint: str, attempt: Callable[[float | None], Outcome], *, timeout: float | None,
-              failure: FailureOf) -> int:
-        """A call to ``endpoint``: ``attempt(timeout)`` until it succeeds
-        or the policy says stop; the last status, or the last exception raised."""
+              failure: FailureOf, criticality: Criticality | None = None) -> int:
+        """A call to ``endpoint`` of class ``criticality`` (None: the
+        dependency's): ``attempt(timeout)`` until it succeeds or the policy
+        says stop; the last status, or the last exception raised."""
         ...
 
 
@@ -176,7 +183,7 @@ class AsyncDependencyCalls(Protocol):
     dependency (an :class:`~stormguard_client.aio.AsyncDependency`)."""
 
     async def _call(self, endpoint: str, attempt: Callable[[float | None], Awaitable[Outcome]], *,
-                    timeout: float | None, failure: FailureOf) -> int:
+                    timeout: float | None, failure: FailureOf, criticality: Criticality | None = None) -> int:
         """:meth:`DependencyCalls._call`, its attempts awaited."""
         ...
 
@@ -186,11 +193,14 @@ class GuardedTransport(httpx.BaseTransport):
     default) as one call to ``dependency`` (see the module's notes). A
     blocking attempt cannot be cut short: until its response's headers are
     in, each of its socket operations (connect, write, each read) is
-    bounded by the per-try timeout, as httpx's own timeouts bound them."""
+    bounded by the per-try timeout, as httpx's own timeouts bound them.
+    ``criticality``, if given, is the class of its requests' calls."""
 
-    def __init__(self, dependency: DependencyCalls, inner: httpx.BaseTransport | None = None) -> None:
+    def __init__(self, dependency: DependencyCalls, inner: httpx.BaseTransport | None = None, *,
+                 criticality: Criticality | None = None) -> None:
         self.dependency = dependency
         self.inner = inner if inner is not None else httpx.HTTPTransport()
+        self.criticality = None if criticality is None else criticality_of("criticality", criticality)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Sends ``request`` under the dependency's policy: the last answer."""
@@ -203,7 +213,8 @@ class GuardedTransport(httpx.BaseTransport):
             return exchange.answered(self.inner.handle_request(exchange.attempt(cap=timeout)))
 
         try:
-            self.dependency._call(exchange.endpoint, attempt, timeout=exchange.bound, failure=failure_of)
+            self.dependency._call(exchange.endpoint, attempt, timeout=exchange.bound, failure=failure_of,
+                                  criticality=self.criticality)
         except Exception as error:  # noqa: BLE001 - the caller gets the last answer, or this
             return exchange.ended(error)
         except BaseException:
@@ -223,11 +234,14 @@ class AsyncGuardedTransport(httpx.AsyncBaseTransport):
     attempt that outlasts the per-try timeout is cancelled once it passes.
     A cancelled request cancels its call (see
     :meth:`~stormguard_client.aio.AsyncDependency.call`) and closes any
-    response it had."""
+    response it had. ``criticality``, if given, is the class of its
+    requests' calls."""
 
-    def __init__(self, dependency: AsyncDependencyCalls, inner: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(self, dependency: AsyncDependencyCalls, inner: httpx.AsyncBaseTransport | None = None, *,
+                 criticality: Criticality | None = None) -> None:
         self.dependency = dependency
         self.inner = inner if inner is not None else httpx.AsyncHTTPTransport()
+        self.criticality = None if criticality is None else criticality_of("criticality", criticality)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Sends ``request`` under the dependency's policy: the last answer."""
@@ -241,7 +255,8 @@ class AsyncGuardedTransport(httpx.AsyncBaseTransport):
             return exchange.answered(await self.inner.handle_async_request(exchange.attempt()))
 
         try:
-            await self.dependency._call(exchange.endpoint, attempt, timeout=exchange.bound, failure=failure_of)
+            await self.dependency._call(exchange.endpoint, attempt, timeout=exchange.bound, failure=failure_of,
+                                        criticality=self.criticality)
         except Exception as error:  # noqa: BLE001 - the caller gets the last answer, or this
             return exchange.ended(error)
         except BaseException:

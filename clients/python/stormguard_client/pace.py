@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .breaker import CircuitState, Report, Verdict
-from .gate import Tally
+from .gate import CRITICALITIES, Tally
 
 ASK_EVERY = 0.1
 """Seconds between two rounds of asks until a grant says otherwise."""
@@ -48,9 +48,14 @@ def ask_body(service: str, instance: str, tally: Tally | None, breaker: Report |
     ``tally`` (a :class:`~stormguard_client.gate.Tally`): what the gate saw
     since the last ask, and who waits now; ``"watching": true`` only while
     the gate watches (the daemon reads its absence as on, as from older
-    clients). Without a tally (the gate does not ask, or there is none) the
-    counts are 0 and ``"gateOff": true``; ``breaker`` is a fleet-scoped
-    breaker's report, if it has one."""
+    clients). By class name: ``"shed"``, the calls the gate shed since the
+    last ask, only for classes that shed any (absent when none did), and
+    ``"demand"``, the calls that asked for a turn plus those waiting, only
+    while some are of a class other than ``default`` (the daemon reads its
+    absence as all ``default``, so a process whose calls name no class asks
+    as before). Without a tally (the gate does not ask, or there is none)
+    the counts are 0 and ``"gateOff": true``; ``breaker`` is a
+    fleet-scoped breaker's report, if it has one."""
     ask: dict[str, object] = {
         "service": service,
         "instance": instance,
@@ -60,6 +65,13 @@ def ask_body(service: str, instance: str, tally: Tally | None, breaker: Report |
         "timedOut": tally.timed_out if tally else 0,
         "waiting": tally.waiting if tally else 0,
     }
+    if tally is not None:
+        shed = {name: count for name, count in zip(CRITICALITIES, tally.shed) if count > 0}
+        if shed:
+            ask["shed"] = shed
+        critical, _, sheddable = tally.demand
+        if critical > 0 or sheddable > 0:
+            ask["demand"] = dict(zip(CRITICALITIES, tally.demand))
     if tally is not None and tally.watching:
         ask["watching"] = True
     if tally is None:

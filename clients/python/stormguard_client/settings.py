@@ -149,9 +149,12 @@ def breaker(policy: Mapping[str, object], now_ns: int = 0) -> CircuitBreaker | N
 
 def gate_policy(policy: Mapping[str, object]) -> GatePolicy:
     """The policy's ``gate`` block as a :class:`GatePolicy`, its
-    ``overloadOn`` read as ``retryOn`` is (see :class:`RetryOn`) and its
+    ``overloadOn`` read as ``retryOn`` is (see :class:`RetryOn`), its
     ``overloadWhen`` one of :data:`~stormguard_client.gate.OVERLOAD_WHEN_NAMES`
-    (``evidence``, the default, ``any-refusal`` or ``most-refused``)."""
+    (``evidence``, the default, ``any-refusal`` or ``most-refused``), its
+    ``criticality`` one of :data:`~stormguard_client.gate.CRITICALITIES`
+    and its ``maxWait`` the bound of each class (each taken from the
+    defaults when an older daemon's policy lacks it)."""
     given = policy.get("gate")
     if given is not None and not isinstance(given, dict):
         raise ValueError(f"gate must be an object, not {given!r}")

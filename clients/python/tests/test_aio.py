@@ -12,10 +12,10 @@ import pytest
 
 import flavours
 from conftest import eventually, metric, requests_sample
-from stormguard_client import CallNotPermitted, Dependency, Reporter
+from stormguard_client import CallNotPermitted, Dependency, NoTurn, Reporter
 from stormguard_client.aio import AsyncDependency, AsyncPolicyWatch
-from stormguard_client.gate import Tally
-from test_dependency import POLICY, S, NoCredit, VirtualTime, Watch
+from stormguard_client.gate import Asker, Tally
+from test_dependency import PATIENT, POLICY, S, NoCredit, VirtualTime, Watch
 
 BREAKER = {"enabled": True, "consecutiveFailures": 1, "openTimeoutMs": 1000, "halfOpenMaxCalls": 1,
            "successThreshold": 1}
@@ -28,6 +28,9 @@ class AsyncVirtualTime(VirtualTime):
         VirtualTime.sleep(self, seconds)
 
     async def wait(self, wakeup, seconds):
+        if self.while_waiting is not None:
+            self.while_waiting()
+            self.while_waiting = None
         self.waits.append(seconds)
         self.now += round(seconds * S)
 
@@ -87,11 +90,14 @@ SCRIPTS = {
         {"maxRetries": 3, "retryOn": ["gateway-error", "reset"], "perTryTimeoutMs": 250},
         [([502, ConnectionResetError("reset"), 504, 200], {}), ([500], {}), ([TimeoutError("slow")], {})]),
     "the gate paces retries in line": (
-        {"maxRetries": 3, "gate": {"enabled": True, "overloadWhen": "any-refusal"}},
+        {"maxRetries": 3, "gate": PATIENT},
         [([503, 503, 200], {}), ([200], {})]),
-    "no turn before the deadline": (
-        {"maxRetries": 2, "maxElapsedMs": 3000, "gate": {"enabled": True, "overloadWhen": "any-refusal"}},
+    "shed: its turn would come after the deadline": (
+        {"maxRetries": 2, "maxElapsedMs": 3000, "gate": PATIENT},
         [([503, 503], {}), ([200], {})]),
+    "shed: its turn would come after its class's maxWait": (
+        {"maxRetries": 0, "gate": {"enabled": True, "overloadWhen": "any-refusal"}},
+        [([503], {}), ([], {}), ([], {"criticality": "sheddable"}), ([200], {"criticality": "critical"})]),
     "the breaker opens and refuses": (
         {"maxRetries": 2, "circuitBreaker": BREAKER},
         [([503], {}), ([], {})]),
@@ -133,8 +139,12 @@ def test_both_flavours_decide_alike_step_for_step(script):
         assert results == [200, 503] and len(sleeps) == 2, "two backoffs, then the budget refused the third retry"
     if script.startswith("the gate"):
         assert sleeps == [] and waits, "retries waited for turns, not for backoffs"
-    if script.startswith("no turn"):
-        assert results[0].startswith("NoTurn") and results[1] == 200
+    if script.startswith("shed: its turn would come after the deadline"):
+        assert results[0].startswith("Shed: shed:") and results[1] == 200, "shed at its second retry, at 2 s"
+        assert waits == [2.0, 2.0], "its first retry's turn came in time; the next call's too"
+    if script.startswith("shed: its turn would come after its class"):
+        assert results[0] == 503 and results[1].startswith("Shed") and results[2].startswith("Shed")
+        assert results[3] == 200 and waits == [2.0], "the critical call waits up to five seconds for its turn"
     if script.startswith("the breaker"):
         assert results[0].startswith("CallNotPermitted") and results[1].startswith("CallNotPermitted")
     if script.startswith("the caller's"):
@@ -147,7 +157,7 @@ def test_both_flavours_decide_alike_step_for_step(script):
 
 @pytest.mark.parametrize("flavour", flavours.NAMES)
 def test_in_both_flavours_500s_leave_the_gate_off_and_503s_turn_it_on(flavour):
-    policy = {"maxRetries": 3, "jitter": "none", "gate": {"enabled": True, "overloadWhen": "any-refusal"}}
+    policy = {"maxRetries": 3, "jitter": "none", "gate": PATIENT}
     dependency, call, clock = dependency_in_virtual_time(flavour, Watch(**policy), rng=NoCredit(7))
     for _ in range(3):
         assert call("/charge", answering(500, 500, 500, 500)) == 500
@@ -155,10 +165,11 @@ def test_in_both_flavours_500s_leave_the_gate_off_and_503s_turn_it_on(flavour):
     assert not gate.is_on and gate.tally() == Tally(), "twelve retried 500s: errors the dependency answered with"
     assert len(clock.sleeps) == 9 and clock.waits == [], "each retry backed off; none waited for a turn"
     assert call("/charge", answering(503, 503, 200)) == 200
-    assert gate.is_on and gate.tally() == Tally(sent=2, accepted=1, overloaded=2), "the first 503 turned it on"
+    assert gate.is_on and gate.tally() == Tally(sent=2, accepted=1, overloaded=2, demand=(0.0, 1.0, 0.0)), \
+        "the first 503 turned it on"
     assert len(clock.sleeps) == 9 and clock.waits == [2.0, 2.0], "the retries waited for turns"
 
-    policy["gate"] = {"enabled": True, "overloadOn": ["5xx"], "overloadWhen": "any-refusal"}
+    policy["gate"] = {**PATIENT, "overloadOn": ["5xx"]}
     dependency, call, _ = dependency_in_virtual_time(flavour, Watch(**policy), rng=NoCredit(7))
     assert call("/charge", answering(500, 200)) == 200
     assert dependency.gate.is_on, "overloadOn: [5xx]: a 500 is an overload"
@@ -169,8 +180,7 @@ def test_in_both_flavours_refusals_the_gate_paces_do_not_open_the_breaker_and_er
     # A gate any refusal turns on, beside a breaker that opens after two
     # failures in a row.
     breaker = {"enabled": True, "consecutiveFailures": 2, "openTimeoutMs": 3_600_000}
-    policy = {"maxRetries": 3, "jitter": "none", "circuitBreaker": breaker,
-              "gate": {"enabled": True, "overloadWhen": "any-refusal"}}
+    policy = {"maxRetries": 3, "jitter": "none", "circuitBreaker": breaker, "gate": PATIENT}
     dependency, call, clock = dependency_in_virtual_time(flavour, Watch(**policy), rng=NoCredit(7))
     refused = [answering(503, 503, 503, 503) for _ in range(3)]
     for attempt in refused:
@@ -188,6 +198,22 @@ def test_in_both_flavours_refusals_the_gate_paces_do_not_open_the_breaker_and_er
         call("/charge", failing)
     assert len(failing.timeouts) == 2, "the second 500 in a row opened the breaker"
     assert dependency.breaker.state == "open" and not dependency.gate.is_on
+
+
+@pytest.mark.parametrize("flavour", flavours.NAMES)
+def test_in_both_flavours_a_call_in_line_ends_with_no_turn_at_its_classs_max_wait(flavour):
+    policy = {"maxRetries": 0, "gate": {**PATIENT, "maxWait": {"defaultMs": 3000}}}
+    dependency, call, clock = dependency_in_virtual_time(flavour, Watch(**policy), rng=NoCredit(7))
+    assert call("/charge", answering(503)) == 503
+    gate = dependency.gate
+    # While the call waits for its turn, due at 2 s, a critical call takes a place ahead of it.
+    clock.while_waiting = lambda: gate.turn_for(Asker("critical"), clock.now)
+    sent = answering(200)
+    with pytest.raises(NoTurn) as refused:
+        call("/charge", sent)
+    assert sent.timeouts == [] and clock.waits == [2.0, 1.0], "in line until 3 s after it began, then out"
+    assert refused.value.waited_ns == 3 * S
+    assert gate.waiting == 1 and gate.tally().shed == (0, 0, 0), "it left the line; it was not shed"
 
 
 # --- what only the asyncio flavour does -----------------------------------

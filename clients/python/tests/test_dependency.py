@@ -14,11 +14,11 @@ import urllib.request
 import pytest
 
 from conftest import eventually, metric, requests_sample
-from stormguard_client import CallNotPermitted, Dependency, NoTurn, PolicyWatch, Reporter
+from stormguard_client import CallNotPermitted, Dependency, NoTurn, PolicyWatch, Reporter, Shed
 from stormguard_client.calls import _signal, parse_retry_after
 from stormguard_client.dependency import failure_of
 from stormguard_client.breaker import CircuitState, Verdict
-from stormguard_client.gate import Signal, Tally
+from stormguard_client.gate import Asker, Signal, Tally
 from stormguard_client.policies import DEFAULT_POLICY
 from stormguard_client.retry_on import RetryOn
 
@@ -187,6 +187,41 @@ def test_a_new_policy_rebuilds_what_changed_and_keeps_what_did_not(payments, fla
     assert server.hits == 4, "maxRetries 0: one attempt"
 
 
+CLASSED = """\
+services:
+  payments:
+    maxRetries: 0
+    gate:
+      enabled: true
+      overloadWhen: any-refusal
+      criticality: sheddable
+      maxWait: {critical: 3s}
+"""
+
+
+def test_the_daemons_classes_are_read_and_the_calls_shed_reach_it(daemon):
+    url, _, _ = daemon(policy=CLASSED)
+    watch = PolicyWatch(url, ["payments"], watch_wait=5, min_poll_interval=0.05)
+    assert watch.start() == "daemon"
+    assert watch.policy("payments")["gate"]["maxWait"] == {"criticalMs": 3000, "defaultMs": 1000, "sheddableMs": 250}
+    reporter = Reporter(url, "pod-1", interval=3600, timeout=5).start()
+    try:
+        dependency = Dependency(watch, "payments", reporter, rng=NoCredit())
+        policy = dependency.gate.policy
+        assert policy.criticality == "sheddable" and policy.max_wait.critical_ns == 3 * S
+        assert dependency.call("/charge", lambda timeout: 503) == 503
+        assert dependency.gate.is_on, "its first turn 2 s away"
+        for _ in range(2):
+            with pytest.raises(Shed):
+                dependency.call("/charge", lambda timeout: 200)
+        shed = 'stormguard_fleet_shed_total{class="sheddable",service="payments"}'
+        assert eventually(lambda: metric(url, shed) == 2), "the ask told the daemon of the calls shed"
+        assert reporter.stats.pace_failures == 0, "the daemon took every ask, its classes included"
+    finally:
+        reporter.stop()
+        watch.stop()
+
+
 def test_failures_are_named_as_retry_on_names_them():
     assert failure_of(ConnectionRefusedError()) == "connect-failure"
     assert failure_of(TimeoutError()) == "timeout"
@@ -215,6 +250,9 @@ class VirtualTime:
     """A clock that moves only when a call waits: ``sleeps`` and ``waits``
     (in line) hold how long each wait was, in seconds."""
 
+    while_waiting = None
+    """Called once, if set, as a wait in line begins: what other calls do meanwhile."""
+
     def __init__(self):
         self.now = 0
         self.sleeps, self.waits = [], []
@@ -227,6 +265,9 @@ class VirtualTime:
         self.now += round(seconds * S)
 
     def wait(self, event, seconds):
+        if self.while_waiting is not None:
+            self.while_waiting()
+            self.while_waiting = None
         self.waits.append(seconds)
         self.now += round(seconds * S)
         return event.is_set()
@@ -240,28 +281,129 @@ class NoCredit(random.Random):
         return 0.0
 
 
+# A gate block whose calls of the default class may wait a minute for a turn
+# (gate.maxWait), so that a test of the line is not cut short by the bound.
+PATIENT = {"enabled": True, "overloadWhen": "any-refusal", "maxWait": {"defaultMs": 60_000}}
+
+
 def gated(time_, **policy):
     """A Dependency in virtual time whose policy has the gate on, under
-    ``overloadWhen: any-refusal``: one refusal turns it on."""
-    policy = {"gate": {"enabled": True, "overloadWhen": "any-refusal"}, "jitter": "none", **policy}
+    ``overloadWhen: any-refusal``: one refusal turns it on. Its calls may
+    wait a minute for a turn (:data:`PATIENT`) unless ``policy`` gives a
+    gate block of its own."""
+    policy = {"gate": PATIENT, "jitter": "none", **policy}
     return Dependency(Watch(**policy), "payments", clock=time_.clock, sleep=time_.sleep, wait=time_.wait,
                       rng=NoCredit())
 
 
-def test_a_call_that_gets_no_turn_before_its_deadline_ends_with_no_turn_and_leaves_the_line():
+def test_a_call_whose_turn_would_come_after_its_deadline_is_shed_at_once_taking_no_place():
     clock = VirtualTime()
     dependency = gated(clock, maxRetries=0, maxElapsedMs=500)
     assert dependency.call("/charge", lambda timeout: 503) == 503
     gate = dependency.gate
     assert gate.is_on and gate.rate == 0.5 and gate.credit == 0.0, "the 503 turned it on"
     sent = []
+    with pytest.raises(Shed) as shed:
+        dependency.call("/charge", lambda timeout: sent.append(timeout) or 200)
+    assert not sent, "the attempt was not sent"
+    assert clock.waits == [] and clock.now == 0, \
+        "it failed at once, rather than wait until its deadline (maxElapsedMs) for a turn due at 2 s"
+    assert (shed.value.criticality, shed.value.attempts, shed.value.status) == ("default", 0, None)
+    assert gate.waiting == 0 and gate.first_in_line() is None, "it took no place"
+    assert str(shed.value).startswith("shed: at the pace the service can take, its turn would come after its "
+                                      "wait bound (maxWait) or deadline")
+    assert gate.tally().shed == (0, 1, 0)
+
+
+def test_a_call_that_would_wait_past_its_class_max_wait_is_shed_at_once_with_no_attempt_sent():
+    clock = VirtualTime()
+    dependency = gated(clock, maxRetries=0, gate={"enabled": True, "overloadWhen": "any-refusal"})
+    assert dependency.call("/charge", lambda timeout: 503) == 503
+    assert dependency.gate.is_on, "its first turn due at 2 s"
+    sent = []
+    with pytest.raises(Shed):
+        dependency.call("/charge", lambda timeout: sent.append(timeout) or 200)
+    assert not sent and clock.waits == [], "the default class waits a second at most: shed, not sent"
+    assert dependency.call("/charge", lambda timeout: sent.append(timeout) or 200, criticality="critical") == 200
+    assert clock.waits == [2.0] and len(sent) == 1, "a critical call waits up to five: sent at its turn"
+
+
+def test_a_shed_call_is_a_no_turn_so_code_that_handles_no_turn_handles_it():
+    assert issubclass(Shed, NoTurn)
+    clock = VirtualTime()
+    dependency = gated(clock, maxRetries=0, gate={"enabled": True, "overloadWhen": "any-refusal"})
+    assert dependency.call("/charge", lambda timeout: 503) == 503, "the 503 turned the gate on: its first turn at 2 s"
+    sent = []
+    try:
+        dependency.call("/charge", lambda timeout: sent.append(timeout) or 200)
+    except NoTurn as error:
+        caught = error
+    else:
+        pytest.fail("the call was not shed")
+    assert isinstance(caught, Shed) and not sent and clock.waits == [], "shed at once: it waits a second at most"
+    assert (caught.criticality, caught.attempts, caught.status, caught.waited_ns) == ("default", 0, None, 0), \
+        "its own attributes, and as a NoTurn, it waited for no turn"
+    assert str(caught) == ("shed: at the pace the service can take, its turn would come after its wait bound "
+                           "(maxWait) or deadline (a default call, after 0 attempt(s))"), "its own message"
+
+
+class CriticalArrivesWhileWaiting(VirtualTime):
+    """Virtual time in which, while a call waits in the gate's line, a
+    critical call takes a place ahead of it (once ``gate`` is set), and
+    keeps it."""
+
+    gate = None
+
+    def wait(self, event, seconds):
+        if self.gate is not None:
+            self.gate.turn_for(Asker("critical"), self.now)
+            self.gate = None
+        return super().wait(event, seconds)
+
+
+@pytest.mark.parametrize("bound", [{"gate": {**PATIENT, "maxWait": {"defaultMs": 3000}}},
+                                   {"maxElapsedMs": 3000}], ids=["max-wait", "deadline"])
+def test_a_call_waiting_in_line_ends_with_no_turn_at_its_bound_and_leaves_the_line(bound):
+    clock = CriticalArrivesWhileWaiting()
+    dependency = gated(clock, maxRetries=0, **bound)
+    assert dependency.call("/charge", lambda timeout: 503) == 503
+    gate = dependency.gate
+    clock.gate = gate
+    sent = []
     with pytest.raises(NoTurn) as refused:
         dependency.call("/charge", lambda timeout: sent.append(timeout) or 200)
     assert not sent, "the attempt was not sent"
-    assert clock.waits == [0.5], "it waited until its deadline (maxElapsedMs), not the turn due at 2 s"
-    assert (refused.value.waited_ns, refused.value.attempts, refused.value.status) == (S // 2, 0, None)
-    assert gate.waiting == 0 and gate.first_in_line() is None, "it left the line"
-    assert "no turn" in str(refused.value)
+    assert clock.waits == [2.0, 1.0], "in line for its turn at 2 s, then behind the critical call until 3 s"
+    assert (refused.value.waited_ns, refused.value.attempts, refused.value.status) == (3 * S, 0, None)
+    assert gate.waiting == 1 and gate.first_in_line()[0] == 1, "it left the line; the critical call waits"
+    assert "no turn" in str(refused.value) and "maxWait" in str(refused.value)
+    assert gate.tally().shed == (0, 0, 0), "in line in time: not shed"
+
+
+def test_a_calls_own_class_is_honoured_over_the_dependencys_and_the_policys():
+    classed = {"enabled": True, "overloadWhen": "any-refusal", "criticality": "sheddable",
+               "maxWait": {"criticalMs": 5000, "defaultMs": 3000, "sheddableMs": 250}}
+    clock = VirtualTime()
+    dependency = gated(clock, maxRetries=0, gate=classed)
+    assert dependency.call("/charge", lambda timeout: 503) == 503
+    with pytest.raises(Shed) as shed:
+        dependency.call("/charge", lambda timeout: 200)
+    assert shed.value.criticality == "sheddable", "a call that names no class: the policy's"
+    assert dependency.call("/charge", lambda timeout: 200, criticality="default") == 200
+    assert clock.waits == [2.0], "its own class: it waits up to three seconds, for its turn at 2 s"
+    critical = Dependency(Watch(**dependency.watch.current), "payments", clock=clock.clock, sleep=clock.sleep,
+                          wait=clock.wait, rng=NoCredit(), criticality="critical")
+    assert critical.criticality == "critical"
+    assert critical.call("/charge", lambda timeout: 503) == 503, "its own gate, turned on: its first turn 2 s away"
+    with pytest.raises(Shed) as shed:
+        critical.call("/charge", lambda timeout: 200, criticality="sheddable")
+    assert shed.value.criticality == "sheddable", "the call's class over the dependency's"
+    assert critical.call("/charge", lambda timeout: 200) == 200, "the dependency's class over the policy's"
+    assert clock.waits == [2.0, 2.0]
+    with pytest.raises(ValueError, match="criticality must be one of critical, default, sheddable, not 'urgent'"):
+        critical.call("/charge", lambda timeout: 200, criticality="urgent")
+    with pytest.raises(ValueError, match="criticality"):
+        Dependency(dependency.watch, "payments", criticality="high")
 
 
 def test_while_the_gate_paces_a_retry_waits_for_its_turn_at_its_place_not_for_a_backoff_or_the_budget():
@@ -273,7 +415,8 @@ def test_while_the_gate_paces_a_retry_waits_for_its_turn_at_its_place_not_for_a_
     assert clock.sleeps == [], "no backoff while paced"
     assert clock.waits == [2.0, 2.0], "a turn each 2 s at the probe rate"
     assert dependency.budget.denied == 0, "the budget was not asked"
-    assert dependency.gate.tally() == Tally(sent=2, accepted=1, overloaded=2, waiting=0)
+    assert dependency.gate.tally() == Tally(sent=2, accepted=1, overloaded=2, waiting=0, demand=(0.0, 1.0, 0.0)), \
+        "one call asked for a turn; its second retry came back to its place"
     assert dependency.gate.turn(clock.now).number == 1, "the retry waited at the call's place: no new ticket"
 
     unpaced = Dependency(Watch(maxRetries=3, jitter="none", budget=budget), "payments", clock=clock.clock,
@@ -305,7 +448,7 @@ def test_each_outcome_tells_the_gate_what_it_says_about_the_dependency():
     with pytest.raises(ConnectionRefusedError):
         dependency.call("/charge", raises(ConnectionRefusedError()))
     assert dependency.call("/charge", lambda timeout: 500) == 500
-    assert gate.tally() == Tally(sent=6, accepted=4, overloaded=2), \
+    assert gate.tally() == Tally(sent=6, accepted=4, overloaded=2, demand=(0.0, 6.0, 0.0)), \
         "an answer, a failure retryOn leaves out or one overloadOn leaves out (a 500) is accepted; " \
         "a retried failure overloadOn names is an overload"
 
@@ -385,7 +528,8 @@ def test_a_retried_500_leaves_the_gate_off_and_a_503_turns_it_on():
     answers = iter([503, 200])
     dependency = gated(clock, maxRetries=3)
     assert dependency.call("/charge", lambda timeout: next(answers)) == 200
-    assert dependency.gate.is_on and dependency.gate.tally() == Tally(sent=1, accepted=1, overloaded=1)
+    assert dependency.gate.is_on and dependency.gate.tally() == Tally(sent=1, accepted=1, overloaded=1,
+                                                                      demand=(0.0, 1.0, 0.0))
 
 
 def test_overload_on_names_what_turns_the_gate_on():
@@ -433,6 +577,13 @@ def test_the_gate_is_rebuilt_only_when_what_it_hears_as_overload_changes():
     dependency.watch.current = {**dependency.watch.current, "gate": retuned}
     assert dependency.gate is gate and gate.is_on, "new rates and quiet: the same gate, still pacing"
     assert gate.policy.quiet_ns == 60 * S and gate.own_rate == 2.0, "probing at the new lowest rate"
+    classed = {**retuned, "criticality": "critical", "maxWait": {"criticalMs": 250}}
+    dependency.watch.current = {**dependency.watch.current, "gate": classed}
+    assert dependency.gate is gate and gate.is_on, "a new class or wait bound: the same gate, still pacing"
+    assert gate.policy.criticality == "critical" and gate.policy.max_wait.critical_ns == 250_000_000
+    dependency.watch.current = {**dependency.watch.current, "gate": {**classed, "maxWait": {"defaultMs": -1}}}
+    assert dependency.gate is gate and gate.policy.max_wait.critical_ns == 250_000_000, \
+        "a wait bound out of range is refused: the last policy stays"
     dependency.watch.current = {**dependency.watch.current, "gate": {"enabled": True, "quietMs": 1000}}
     assert dependency.gate is not gate and not dependency.gate.is_on, "a new overloadWhen: a new gate, off"
     assert gate.is_on, "calls in flight keep the old one"
@@ -548,22 +699,26 @@ def test_a_policy_refused_from_the_start_is_reported_once_and_the_defaults_serve
     assert len(refusals(caplog)) == 1
 
 
-def test_a_call_that_gets_no_turn_gives_back_its_breaker_permit():
+@pytest.mark.parametrize("ended", [Shed, NoTurn])
+def test_a_call_that_is_shed_or_gets_no_turn_gives_back_its_breaker_permit(ended):
     breaker = {"enabled": True, "consecutiveFailures": 1, "openTimeoutMs": 1000, "halfOpenMaxCalls": 1,
                "successThreshold": 1}
-    clock = VirtualTime()
-    dependency = gated(clock, maxRetries=0, maxElapsedMs=500, circuitBreaker=breaker)
+    # Its turn, at 2 s, comes after its bound (Shed), or is taken by a
+    # critical call that comes while it waits (NoTurn).
+    clock = VirtualTime() if ended is Shed else CriticalArrivesWhileWaiting()
+    dependency = gated(clock, maxRetries=0, maxElapsedMs=500 if ended is Shed else 1500, circuitBreaker=breaker)
     assert dependency.call("/charge", lambda timeout: 503) == 503
     assert dependency.breaker.state == "closed", "the 503 the gate paces is not the breaker's"
     dependency.breaker.acquire(clock.now).record(True, clock.now)  # another call's failure
     assert dependency.breaker.state == "open" and dependency.gate.is_on
     clock.now = S
-    with pytest.raises(NoTurn):
-        dependency.call("/charge", lambda timeout: 200)
-    assert dependency.breaker.state == "half-open"
-    with pytest.raises(NoTurn):
-        dependency.call("/charge", lambda timeout: 200)
-    assert dependency.gate.waiting == 0, "the one trial slot was free again: the breaker let the call wait"
+    clock.gate = dependency.gate
+    sent = []
+    with pytest.raises(ended) as raised:
+        dependency.call("/charge", lambda timeout: sent.append(timeout) or 200)
+    assert type(raised.value) is ended, "a Shed is a NoTurn too: the call that waited was not shed"
+    assert not sent and dependency.breaker.state == "half-open"
+    assert dependency.breaker.acquire(clock.now).trial, "the one trial slot was given back"
 
 
 class FailsWhileWaiting(VirtualTime):

@@ -1,6 +1,7 @@
 """The Python send gate against stormguard-core's, op by op and bit by bit,
 and its behaviour case by case."""
 
+import dataclasses
 import json
 import math
 import pathlib
@@ -11,7 +12,8 @@ from fractions import Fraction
 
 import pytest
 
-from stormguard_client.gate import DOWN_REFUSALS, Claim, GatePolicy, SendGate, Signal, Tally, Ticket, _cbrt
+from stormguard_client.gate import (DOWN_REFUSALS, Asker, Claim, GatePolicy, SendGate, Shedding, Signal, Tally,
+                                    Ticket, _cbrt, _Pacer)
 from stormguard_client.policies import DEFAULT_POLICY
 
 VECTORS = pathlib.Path(__file__).resolve().parents[2] / "vectors" / "gate.json"
@@ -59,8 +61,13 @@ def test_every_verdict_and_state_is_cores(scenario):
         elif kind == "tally":
             t = op["tally"]
             assert gate.asks_fleet_at(at) == t["asks"], where
-            assert gate.tally() == Tally(t["sent"], t["accepted"], t["overloaded"], t["timedOut"], t["waiting"],
-                                         t["watching"]), where
+            tally = gate.tally()
+            # What the vectors tell; every call in them is of the default
+            # class with no time to come by: none is shed, and only the
+            # default class asks.
+            assert dataclasses.replace(tally, shed=(0, 0, 0), demand=(0.0, 0.0, 0.0)) == \
+                Tally(t["sent"], t["accepted"], t["overloaded"], t["timedOut"], t["waiting"], t["watching"]), where
+            assert tally.shed == (0, 0, 0) and tally.demand[0] == tally.demand[2] == 0.0, where
         else:
             pytest.fail(f"unknown op {kind!r}")
         # Rates and credit compare with ==: the same doubles, bit for bit.
@@ -282,6 +289,104 @@ def test_a_call_that_rejoins_waits_ahead_of_those_that_came_after_it():
     assert g.claim(second, 6 * S).go
 
 
+def test_a_critical_call_waits_ahead_of_default_ones_already_in_line():
+    g = gate()
+    overload(g)  # on at 0, at 0.5 a second: turns at 2 s, 4 s, 6 s...
+    first, second = g.turn(0), g.turn(0)
+    critical = g.turn_for(Asker("critical"), secs(0.5))
+    sheddable = g.turn_for(Asker("sheddable"), secs(0.5))
+    later = g.turn(secs(0.5))
+    assert critical == Ticket(2, "critical") and g.first_in_line()[0] == 2, "ahead of the two already in line"
+    assert g.claim(first, 2 * S) == Claim.BEHIND
+    assert g.claim(critical, 2 * S).go
+    assert g.claim(first, 4 * S).go, "then the default ones, first come, first served"
+    assert g.claim(sheddable, 6 * S) == Claim.BEHIND, "the sheddable one behind every default one, even a later one"
+    assert g.claim(second, 6 * S).go
+    assert g.claim(later, 8 * S).go
+    assert g.claim(sheddable, 10 * S).go
+    # A critical call's retry comes back at its place, in its class.
+    again = g.turn_for(Asker("critical"), secs(10.1), place=critical.number)
+    assert again == critical and g.turn(secs(10.1)) == Ticket(5)
+    assert g.first_in_line()[0] == critical.number
+
+
+def accepted(g, rate, at):
+    """Has ``g`` hear at ``at`` that an attempt was accepted, so that it
+    probes no more, and then pace at ``rate`` from no credit: as if what the
+    dependency takes were ``rate`` a second."""
+    g.record(Signal.ACCEPTED, at, at)
+    assert g.is_on and g.phase != "probing", "an accepted attempt ends probing and leaves the gate on"
+    with g._lock:
+        g._rate.now = rate
+        g._pacer = _Pacer(0.0, at)
+
+
+def test_while_probing_only_the_next_probe_counts_and_once_something_is_accepted_those_ahead_do():
+    g = gate()
+    overload(g)
+    # Probing at 0.5 a second with no credit: the next probe is at 2 s, and
+    # the line moves at once when the dependency is back, so only the next
+    # probe counts, whoever waits ahead.
+    first = g.turn_for(Asker("default", by_ns=secs(2.5)), 0)
+    assert first == Ticket(0)
+    assert g.turn_for(Asker("default", by_ns=secs(1.5)), 0) is Shedding.SHED, "the next probe comes after its bound"
+    second = g.turn_for(Asker("default", by_ns=secs(2.5)), 0)
+    assert second == Ticket(1), "behind the first, its turn is still expected at the next probe"
+    # Accepted: the rate is what the dependency takes, here one a second,
+    # and those ahead count.
+    t1 = secs(0.1)
+    accepted(g, 1.0, t1)
+    assert g.turn_for(Asker("default", by_ns=t1 + secs(2.5)), t1) is Shedding.SHED, \
+        "behind two, its turn would come at 3 s"
+    assert g.waiting == 2, "the shed calls took no place"
+    critical = g.turn_for(Asker("critical", by_ns=t1 + secs(2.5)), t1)
+    assert isinstance(critical, Ticket) and g.first_in_line()[0] == critical.number, \
+        "with the same bound, a critical call waits: nobody of its class is ahead"
+    assert g.turn_for(Asker("sheddable", by_ns=t1 + secs(3.5)), t1) is Shedding.SHED, \
+        "a sheddable call waits behind all three: its turn would come at 4 s"
+    tally = g.tally()
+    assert tally.shed == (0, 2, 1)
+    assert tally.demand == (1.0 + 1.0, 4.0 + 2.0, 1.0), "the calls that asked, and those that wait, by class"
+    assert g.claim(critical, t1 + secs(1)).go
+    assert g.claim(first, t1 + secs(2)).go
+    assert g.claim(second, t1 + secs(3)).go
+
+
+def test_a_call_whose_turn_would_come_after_its_bound_is_shed_taking_no_place():
+    g = gate()
+    overload(g)
+    # Something was accepted: the gate probes no more, and those ahead
+    # count. The dependency takes a call every 2 s, the first at 2 s.
+    accepted(g, 0.5, 0)
+    assert g.turn_for(Asker("default", by_ns=2 * S), 0) == Ticket(0), "its turn at 2 s: in time"
+    assert g.turn_for(Asker("default", by_ns=4 * S - 1), 0) is Shedding.SHED, "behind one: at 4 s, past its bound"
+    assert g.waiting == 1 and g.tally().shed == (0, 1, 0)
+    critical = g.turn_for(Asker("critical", by_ns=2 * S), 0)
+    assert critical == Ticket(1, "critical"), "none ahead of it in its class or above: the next number, at 2 s"
+    assert g.turn_for(Asker("sheddable", by_ns=6 * S - 1), 0) is Shedding.SHED, "two ahead of it: at 6 s"
+    assert g.turn_for(Asker("sheddable", by_ns=6 * S), 0) == Ticket(2, "sheddable")
+    assert g.turn_for(Asker("default", by_ns=S), 0, place=0) is Shedding.SHED, "a retry is shed too"
+    assert g.waiting == 3 and g.first_in_line()[0] == critical.number
+    assert g.tally().shed == (0, 1, 1), "each class's shed counted since the last tally"
+    g.lease(10.0, 60 * S, 0)
+    assert g.turn_for(Asker("default", by_ns=S), 0, place=0) == Ticket(0), \
+        "at the fleet's faster pace it comes in time: due at 0.1 s, then one ahead at 10 a second"
+
+
+def test_the_tally_tells_the_demand_and_the_calls_shed_by_class():
+    g = gate()
+    for _ in range(3):
+        assert g.turn(0) is None
+    assert g.tally() == Tally(), "off: no call asks the gate for a turn"
+    overload(g)
+    g.turn_for(Asker("critical"), 0)
+    g.turn(0)
+    assert g.turn_for(Asker("sheddable", by_ns=S), 0) is Shedding.SHED
+    assert g.tally() == Tally(overloaded=1, waiting=2, shed=(0, 0, 1), demand=(2.0, 2.0, 1.0)), \
+        "by class, the calls that asked and those that wait"
+    assert g.tally() == Tally(waiting=2, demand=(1.0, 1.0, 0.0)), "since the last tally: those that still wait"
+
+
 def test_a_late_claim_keeps_the_pace_but_a_lull_earns_no_burst():
     g = gate()
     overload(g)
@@ -362,8 +467,9 @@ def test_the_tally_counts_what_was_sent_and_answered_since_the_last_one():
     g.record(Signal.ACCEPTED, 2 * S, secs(2.1))
     g.record(Signal.OVERLOADED, 2 * S, secs(2.1))
     g.record(Signal.TIMED_OUT, 2 * S, secs(2.1))
-    assert g.tally() == Tally(sent=1, accepted=1, overloaded=3, timed_out=1, waiting=1)
-    assert g.tally() == Tally(waiting=1)
+    assert g.tally() == Tally(sent=1, accepted=1, overloaded=3, timed_out=1, waiting=1, demand=(0.0, 3.0, 0.0)), \
+        "the refusal that turned it on, and the two after; two calls asked, one waits"
+    assert g.tally() == Tally(waiting=1, demand=(0.0, 1.0, 0.0)), "the one that waits still wants its turn"
 
 
 def test_the_rate_never_passes_its_bounds():

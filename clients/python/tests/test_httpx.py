@@ -10,9 +10,9 @@ import threading
 import pytest
 
 from conftest import metric, needs_httpx, requests_sample
-from stormguard_client import CallNotPermitted, Dependency, PolicyWatch, Reporter
+from stormguard_client import CallNotPermitted, Dependency, PolicyWatch, Reporter, Shed
 from stormguard_client.aio import AsyncDependency
-from test_dependency import Watch
+from test_dependency import NoCredit, Watch
 
 httpx = needs_httpx()
 
@@ -267,3 +267,31 @@ def test_a_cancelled_request_cancels_its_call(payments, loopback):
         release.set()
     assert len(server.bodies) == 1 and reporter._services["payments"].in_flight == 0
     assert "/charge" not in reporter._services["payments"].endpoints, "a cancelled attempt is no outcome"
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_transports_class_is_its_requests_and_a_shed_request_raises_shed(flavour, loopback):
+    server = loopback(lambda handler, number: answer(handler, 503 if number == 1 else 200, b"charged"))
+    # Paced from the first 503 at 2 a second: its first turn half a second away.
+    watch = Watch(maxRetries=0, gate={"enabled": True, "overloadWhen": "any-refusal", "minRate": 2.0})
+    kind = Dependency if flavour == "sync" else AsyncDependency
+    dependency = kind(watch, "payments", rng=NoCredit())
+
+    def sent(criticality=None):
+        if isinstance(dependency, Dependency):
+            with httpx.Client(transport=dependency.transport(criticality=criticality)) as client:
+                return client.get(server.url + "/charge").status_code
+
+        async def sending():
+            async with httpx.AsyncClient(transport=dependency.transport(criticality=criticality)) as client:
+                return (await client.get(server.url + "/charge")).status_code
+
+        return asyncio.run(sending())
+
+    assert sent() == 503 and dependency.gate.is_on
+    with pytest.raises(Shed) as shed:
+        sent("sheddable")
+    assert shed.value.criticality == "sheddable" and len(server.bodies) == 1, "a sheddable call waits 250 ms at most"
+    assert sent("critical") == 200 and len(server.bodies) == 2, "a critical one waits for its turn"
+    with pytest.raises(ValueError, match="criticality"):
+        dependency.transport(criticality="low")

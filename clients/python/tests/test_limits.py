@@ -30,6 +30,8 @@ def served(r: limits.Range, value: float) -> dict[str, object]:
     block, _, name = r.key.rpartition(".")
     if r.key == "delays":
         return {"delaysMs": [0] * int(value)}
+    if block == "gate.maxWait":
+        return {"gate": {"enabled": True, "maxWait": {name + "Ms": value / 1e6}}}
     if r.key == "circuitBreaker.slidingWindow":
         window = {"type": "count", "calls": int(value)} if r.unit == "count" else {"type": "time", "durationMs": value / 1e6}
         return {block: {"enabled": True, name: window}}
@@ -67,7 +69,7 @@ def test_each_range_is_the_daemons(r: limits.Range) -> None:
 def test_every_range_is_applied_but_those_of_blocks_the_client_lacks() -> None:
     skipped = {r.key.split(".")[0] + "." for r in limits.RANGES if r not in applied()}
     assert skipped == set(NOT_APPLIED)
-    assert len(applied()) == 26
+    assert len(applied()) == 29
 
 
 def test_a_refusal_reads_as_the_daemons() -> None:

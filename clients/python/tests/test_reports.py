@@ -380,6 +380,52 @@ def test_while_the_gate_is_on_it_asks_with_the_tally_and_paces_at_the_grant(pace
     assert not r._pacer.is_alive()
 
 
+def test_the_ask_carries_the_calls_shed_and_the_demand_by_class():
+    from stormguard_client.gate import Tally
+    from stormguard_client.pace import ask_body
+    counts = {"service": "ledger", "instance": "pod-1", "sent": 3, "accepted": 2, "overloaded": 1, "timedOut": 0,
+              "waiting": 2}
+    plain = Tally(sent=3, accepted=2, overloaded=1, waiting=2, demand=(0.0, 5.0, 0.0))
+    assert json.loads(ask_body("ledger", "pod-1", plain)) == counts, \
+        "every call of the default class, none shed: the ask an older daemon reads"
+    shed = Tally(sent=3, accepted=2, overloaded=1, waiting=2, shed=(0, 4, 0), demand=(0.0, 5.0, 0.0))
+    assert json.loads(ask_body("ledger", "pod-1", shed)) == {**counts, "shed": {"default": 4}}, \
+        "only the classes that shed any"
+    classed = Tally(sent=3, accepted=2, overloaded=1, waiting=2, watching=True, shed=(0, 0, 7),
+                    demand=(1.0, 5.0, 9.0))
+    body = ask_body("ledger", "pod-1", classed)
+    assert json.loads(body) == {**counts, "shed": {"sheddable": 7},
+                                "demand": {"critical": 1.0, "default": 5.0, "sheddable": 9.0}, "watching": True}
+    assert body.index(b'"waiting"') < body.index(b'"shed"') < body.index(b'"demand"') < body.index(b'"watching"')
+    sheddable_only = Tally(demand=(0.0, 0.0, 0.5))
+    assert json.loads(ask_body("ledger", "pod-1", sheddable_only))["demand"] == \
+        {"critical": 0.0, "default": 0.0, "sheddable": 0.5}
+
+
+def test_while_the_gate_sheds_the_ask_tells_the_calls_shed_and_the_demand_of_each_class(pace_stand_in):
+    from stormguard_client.gate import Asker, Shedding
+    server = pace_stand_in([grant(0.5, lease_ms=600_000, ask_every_ms=1000)])
+    virtual = [10**15]
+    g = SendGate(GatePolicy(enabled=True, overload_when="any-refusal"), virtual[0], draw=lambda: 0.0)
+    g.record(Signal.OVERLOADED, virtual[0], virtual[0])
+    # Its first turn is 2 s away: a critical call waits, two sheddable ones are shed.
+    assert g.turn_for(Asker("critical"), virtual[0]) is not None
+    for _ in range(2):
+        assert g.turn_for(Asker("sheddable", by_ns=virtual[0] + 10**9), virtual[0]) is Shedding.SHED
+    r = Reporter(server.url, "pod-1", interval=3600, timeout=2)
+    r.track("svc", gate=g, clock=lambda: virtual[0])
+    r.start()
+    assert eventually(lambda: len(server.asks) >= 2, within=5)
+    r.stop()
+    first, second = (ask[1] for ask in server.asks[:2])
+    assert first == {"service": "svc", "instance": "pod-1", "sent": 0, "accepted": 0, "overloaded": 1,
+                     "timedOut": 0, "waiting": 1, "shed": {"sheddable": 2},
+                     "demand": {"critical": 2.0, "default": 0.0, "sheddable": 2.0}}, \
+        "the calls shed, and by class those that asked and the one that waits"
+    assert "shed" not in second and second["demand"] == {"critical": 1.0, "default": 0.0, "sheddable": 0.0}, \
+        "since the last ask: none shed, the critical call still waits"
+
+
 def test_the_grant_sets_the_interval_within_its_bounds(pace_stand_in):
     server = pace_stand_in([grant(1.0, ask_every_ms=400)])
     r = Reporter(server.url, "pod-1", interval=3600, timeout=2)

@@ -5,6 +5,7 @@ import re
 import pytest
 
 from stormguard_client import settings
+from stormguard_client.gate import GatePolicy, MaxWait
 from stormguard_client.policies import DEFAULT_POLICY
 from stormguard_client.retry_on import RetryOn
 
@@ -74,3 +75,44 @@ def test_the_gates_overload_when_is_one_of_its_names():
         message = f"gate.overloadWhen must be one of evidence, any-refusal, most-refused, not {overload_when!r}"
         with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
             settings.gate_policy({"gate": {"enabled": True, "overloadWhen": overload_when}})
+
+
+def test_the_gates_criticality_is_one_of_its_classes():
+    assert settings.gate_policy({}).criticality == "default", "the default"
+    for name in ("critical", "default", "sheddable"):
+        assert settings.gate_policy({"gate": {"enabled": True, "criticality": name}}).criticality == name
+    for criticality in ("urgent", "Critical", "", 0, None, True):
+        message = f"gate.criticality must be one of critical, default, sheddable, not {criticality!r}"
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            settings.gate({"gate": {"enabled": True, "criticality": criticality}})
+
+
+def test_the_gates_max_wait_is_read_per_class_and_held_to_the_daemons_range():
+    gate = settings.gate({"gate": {"enabled": True, "maxWait": {"criticalMs": 0, "defaultMs": 2500.5,
+                                                               "sheddableMs": 86_400_000}}})
+    assert gate is not None
+    assert (gate.policy.max_wait.of("critical"), gate.policy.max_wait.of("default"),
+            gate.policy.max_wait.of("sheddable")) == (0, 2_500_500_000, 86_400 * 10**9), "both ends allowed"
+    partial = settings.gate_policy({"gate": {"enabled": True, "maxWait": {"sheddableMs": 100}}}).max_wait
+    assert (partial.critical_ns, partial.default_ns, partial.sheddable_ns) == (5 * 10**9, 10**9, 100_000_000), \
+        "a bound it lacks from the defaults"
+    for max_wait, message in [
+            ({"sheddableMs": 86_400_001}, "gate.maxWait.sheddable must be between 0s and 24h0m0s, found 24h0m0.001s"),
+            ({"criticalMs": 86_400_000.000001},
+             "gate.maxWait.critical must be between 0s and 24h0m0s, found 24h0m0.000000001s"),
+            ({"defaultMs": -1}, "gate.maxWait.defaultMs must be 0 or more finite milliseconds, not -1"),
+            ({"defaultMs": "1s"}, "gate.maxWait.defaultMs must be a number of milliseconds, not '1s'"),
+            (250, "gate.maxWait must be an object, not 250")]:
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            settings.gate({"gate": {"enabled": True, "maxWait": max_wait}})
+
+
+def test_an_older_daemons_gate_block_without_classes_reads_as_the_defaults():
+    older = {key: value for key, value in DEFAULT_POLICY["gate"].items() if key not in ("criticality", "maxWait")}
+    policy = GatePolicy.from_json({**older, "enabled": True})
+    assert policy.criticality == "default"
+    assert (policy.max_wait.critical_ns, policy.max_wait.default_ns, policy.max_wait.sheddable_ns) == \
+        (5 * 10**9, 10**9, 250_000_000)
+    assert policy == settings.gate_policy({"gate": {"enabled": True}}), "as the built-in defaults read"
+    assert settings.gate_policy({"gate": {"enabled": True}}).max_wait == MaxWait.from_json(
+        DEFAULT_POLICY["gate"]["maxWait"]), "the built-in defaults are core's"
