@@ -13,7 +13,12 @@ fail; calls shed; half-open trials per openTimeout. With classes, each
 class's share served of the calls that began a second or more after the
 outage, and their p99.
 
-    python3 bench/lasting_overload.py [--seeds 2001-2020] [--binary PATH]
+`--before PATH` also runs an earlier build on the same seeds and prints the
+set-ups side by side by what both report: calls served from the end of the
+outage to 90 s, and the p99 time to success of every call served (an
+earlier build has no figures after the first second back).
+
+    python3 bench/lasting_overload.py [--seeds 2001-2020] [--binary PATH] [--before PATH]
 """
 
 import argparse
@@ -52,6 +57,11 @@ def seeds(text):
     return range(int(low), int(high) + 1)
 
 
+def served_in_room(result):
+    """Calls served from the end of the outage (30 s) until calls stop (90 s)."""
+    return sum(result["goodput_per_second"][30:90])
+
+
 def run(binary, args, seed):
     out = subprocess.run([binary, "simulate", *WORLD, *args, "--seed", str(seed), "--json"],
                          check=True, capture_output=True, text=True).stdout
@@ -73,10 +83,21 @@ def main():
     parser.add_argument("--seeds", default="2001-2020")
     parser.add_argument("--binary", default="target/release/stormguard")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--before", help="an earlier build to run side by side")
     options = parser.parse_args()
     with ThreadPoolExecutor(options.jobs) as pool:
-        def runs(args):
-            return list(pool.map(lambda seed: run(options.binary, args, seed), seeds(options.seeds)))
+        def runs(args, binary=options.binary):
+            return list(pool.map(lambda seed: run(binary, args, seed), seeds(options.seeds)))
+
+        if options.before:
+            print("| set-up | served of 9,000: before | after | p99 of every call served: before | after |")
+            print("| --- | ---: | ---: | ---: | ---: |")
+            for name, args in ROWS:
+                before, after = runs(args, options.before), runs(args)
+                served = lambda results: spread([served_in_room(r) / ROOM for r in results], 1, 100, " %")
+                p99 = lambda results: spread([r["p99_seconds"] for r in results], 2, 1, " s")
+                print(f"| {name} | {served(before)} | {served(after)} | {p99(before)} | {p99(after)} |", flush=True)
+            print()
 
         print("| set-up | served of 9,000 | p99 after the first second back | fail-fast p99 | shed | trials per openTimeout |")
         print("| --- | ---: | ---: | ---: | ---: | ---: |")

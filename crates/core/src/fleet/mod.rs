@@ -469,9 +469,8 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
         // It claims no more than twice what it showed it can send, and a fair share.
         let sending = outcomes.sent as f64 / seconds;
         member.want = claimed.min(2.0 * sending + fair.max(fleet_fair));
-        let demand: f64 = tally.demand.iter().sum();
-        if demand > 0.0 {
-            member.classes = tally.demand.map(|class| class / demand);
+        if let Some(classes) = class_shares(tally.demand, seconds, member.want) {
+            member.classes = classes;
         }
         let window_start = member.last_ask;
         member.last_ask = now;
@@ -864,6 +863,25 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
         division.above = (division.above + u32::from(counted.1)).saturating_sub(u32::from(was_above));
         member.counted = counted;
     }
+}
+
+/// The share of a process's `want` that is each class's, from its demand
+/// by class over the last `seconds`: the more critical classes' first, each
+/// up to what it claims, so that a process whose asks show a few critical
+/// calls among many others wants the rate for its critical calls before
+/// any other's (in proportion to the counts, a hundred-millisecond ask that
+/// happened to hold no critical call left a process's critical calls
+/// waiting for the next). `None` if it showed no demand.
+fn class_shares(demand: [f64; 3], seconds: f64, want: f64) -> Option<[f64; 3]> {
+    if demand.iter().sum::<f64>() <= 0.0 || want <= 0.0 {
+        return None;
+    }
+    let mut left = want;
+    Some(demand.map(|count| {
+        let claimed = (count / seconds).min(left);
+        left -= claimed;
+        claimed / want
+    }))
 }
 
 /// Whether `member` was heard from within three of its asks: a process not

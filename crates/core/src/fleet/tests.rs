@@ -1632,3 +1632,18 @@ fn a_new_owner_goes_on_from_what_the_last_one_learned_not_from_its_rate_alone() 
     assert!(!rejoined.is_owner());
     assert_eq!(rejoined.judged_at(now).judgement, Judgement::Overloaded);
 }
+
+#[test]
+fn a_process_wants_for_its_critical_calls_before_its_others() {
+    assert_eq!(
+        super::class_shares([1.0, 9.0, 0.0], 1.0, 5.0),
+        Some([0.2, 0.8, 0.0]),
+        "1 critical and 9 other calls a second, wanting 5: the critical one first"
+    );
+    assert_eq!(
+        super::class_shares([1.0, 9.0, 0.0], 0.1, 5.0),
+        Some([1.0, 0.0, 0.0]),
+        "at 10 critical calls a second, they claim all it wants"
+    );
+    assert_eq!(super::class_shares([0.0, 0.0, 0.0], 0.1, 5.0), None);
+}

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use stormguard_core::backoff::Backoff;
-use stormguard_core::policy::{GoDuration, Jitter, RetryPolicy};
+use stormguard_core::policy::{Criticality, GoDuration, Jitter, RetryPolicy};
 
 use super::warning::Rule;
 use super::words::{its_retries, to_millis};
@@ -33,6 +33,12 @@ pub(super) fn keys_of(rule: Rule) -> &'static [&'static str] {
             "maxElapsed",
             "gate.enabled",
         ],
+        Rule::CriticalByDefault => &["gate.criticality"],
+        Rule::WaitBoundsInverted => &[
+            "gate.maxWait.critical",
+            "gate.maxWait.default",
+            "gate.maxWait.sheddable",
+        ],
         Rule::RetryAmplification
         | Rule::CallCycle
         | Rule::UnknownReporterDependency
@@ -43,7 +49,7 @@ pub(super) fn keys_of(rule: Rule) -> &'static [&'static str] {
 /// The risks of one policy, each with its explanation; `outage` is the
 /// shortest its forecast runs, the outage its retries should outlast.
 pub(super) fn policy_risks(p: &RetryPolicy, outage: Duration) -> Vec<(Rule, String)> {
-    let mut risks = Vec::new();
+    let mut risks = class_risks(p);
     if p.max_retries == 0 {
         return risks;
     }
@@ -105,6 +111,43 @@ pub(super) fn policy_risks(p: &RetryPolicy, outage: Duration) -> Vec<(Rule, Stri
                 GoDuration(to_millis(span)),
                 GoDuration(outage),
                 u64::from(p.max_retries) + 1
+            ),
+        ));
+    }
+    risks
+}
+
+/// The risks of a send gate's classes: a default that makes every call
+/// critical, and wait bounds that let a more critical call wait less.
+fn class_risks(p: &RetryPolicy) -> Vec<(Rule, String)> {
+    let mut risks = Vec::new();
+    if !p.gate.enabled {
+        return risks;
+    }
+    if p.gate.criticality == Criticality::Critical {
+        risks.push((
+            Rule::CriticalByDefault,
+            "every call that names no class is critical: when the service cannot take them all, nothing is \
+             shed before them, and the calls shed are ones it exists to answer (and page); keep \
+             `gate.criticality: default` and name the critical calls where they are made"
+                .to_string(),
+        ));
+    }
+    let waits = Criticality::ALL.map(|class| p.gate.max_wait.of(class));
+    let inverted = Criticality::ALL
+        .iter()
+        .zip(&waits)
+        .zip(Criticality::ALL.iter().zip(&waits).skip(1))
+        .find(|((_, more), (_, less))| more < less);
+    if let Some(((critical, more), (less_critical, less))) = inverted {
+        risks.push((
+            Rule::WaitBoundsInverted,
+            format!(
+                "{critical} calls may wait for a turn {} and {less_critical} ones {}: served first, the \
+                 {critical} ones are shed first when the line is long; give `gate.maxWait.{critical}` at \
+                 least `gate.maxWait.{less_critical}`",
+                GoDuration(*more),
+                GoDuration(*less)
             ),
         ));
     }

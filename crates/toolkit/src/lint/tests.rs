@@ -368,3 +368,38 @@ fn per_process_floors_that_outweigh_the_ratio_over_the_processes_seen_are_warned
          `budget.scope: fleet` to share one floor among them, or lower minRetriesPerSecond"
     );
 }
+
+#[test]
+fn a_gate_that_makes_every_call_critical_or_lets_critical_calls_wait_less_is_warned() {
+    let yaml = "defaults:\n  budget: {enabled: true}\nservices:\n  all-critical:\n    gate: {enabled: true, criticality: critical}\n  inverted:\n    gate:\n      enabled: true\n      maxWait: {critical: 500ms, default: 1s}\n  fine:\n    gate: {enabled: true}\n  ungated:\n    gate: {enabled: false, criticality: critical}\n";
+    let lint = lint_yaml(yaml);
+    let rules = |service: &str| {
+        lint.warnings
+            .iter()
+            .filter(|w| w.service == service && w.rule != Rule::ShortRetrySpan)
+            .map(|w| (w.rule, w.message.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        rules("all-critical")[0].0,
+        Rule::CriticalByDefault,
+        "{:?}",
+        lint.warnings
+    );
+    let inverted = rules("inverted");
+    assert_eq!(inverted.len(), 1, "{inverted:?}");
+    assert_eq!(inverted[0].0, Rule::WaitBoundsInverted);
+    assert!(
+        inverted[0]
+            .1
+            .contains("critical calls may wait for a turn 500ms and default ones 1s"),
+        "{}",
+        inverted[0].1
+    );
+    assert!(rules("fine").is_empty(), "{:?}", rules("fine"));
+    assert!(
+        rules("ungated").is_empty(),
+        "no gate, no classes: {:?}",
+        rules("ungated")
+    );
+}

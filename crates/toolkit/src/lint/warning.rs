@@ -30,6 +30,11 @@ pub enum Rule {
     /// calling the service, allow more retries than its ratio at their
     /// traffic: the budget never binds.
     ProcessFloors,
+    /// Every call that names no class is critical: nothing is shed before
+    /// them, and shedding starts with calls the service exists to answer.
+    CriticalByDefault,
+    /// A more critical class may wait less than a less critical one.
+    WaitBoundsInverted,
 }
 
 impl Rule {
@@ -45,6 +50,8 @@ impl Rule {
             Rule::ShortRetrySpan => "short-retry-span",
             Rule::UnknownReporterDependency => "unknown-reporter-dependency",
             Rule::ProcessFloors => "process-floors",
+            Rule::CriticalByDefault => "critical-by-default",
+            Rule::WaitBoundsInverted => "wait-bounds-inverted",
         }
     }
 }
