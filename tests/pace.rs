@@ -139,9 +139,15 @@ async fn an_asks_classes_are_counted_a_negative_demand_refused_and_unknown_class
             &format!("stormguard_fleet_shed_total{{class=\"{class}\",service=\"inventory\"}}"),
         )
     };
-    assert_eq!((shed("critical"), shed("default"), shed("sheddable")), (Some(1.0), Some(0.0), Some(4.0)));
     assert_eq!(
-        sample(&exposition, "stormguard_fleet_unknown_classes_total{service=\"inventory\"}"),
+        (shed("critical"), shed("default"), shed("sheddable")),
+        (Some(1.0), Some(0.0), Some(4.0))
+    );
+    assert_eq!(
+        sample(
+            &exposition,
+            "stormguard_fleet_unknown_classes_total{service=\"inventory\"}"
+        ),
         Some(1.0),
         "urgent, once"
     );
