@@ -17,6 +17,19 @@ With ``--rate R --seconds S`` the calls arrive instead, one at a time from
 second for S seconds: the open-loop callers of ``stormguard simulate
 --scenario errors`` (``bench/fleet_budget.py``, ``bench/real_fleet.py --errors``).
 ``--report-every`` sets the reporter's interval (2 s unless given).
+
+``--critical SHARE --sheddable SHARE`` make those shares of the calls, drawn
+call by call from ``--seed``, of those classes (the rest name none). The
+JSON line then (or with ``--records``) also holds every call: ``[arrival, class, outcome, seconds,
+attempts]``, the arrival in seconds from the start, the class
+(``critical``, ``sheddable``, or ``-`` for none), the outcome ``ok`` or why
+it gave up in the Rust example's words (``shed``, ``no-turn``,
+``circuit-open``, ``exhausted``, ``deadline``, ``budget``,
+``not-retryable``), the seconds it took to succeed or to fail, and the
+attempts a failed call sent. This client raises Shed, NoTurn and
+CallNotPermitted for the first three, and otherwise hands back the last
+attempt's status or exception: why it stopped there is read from the
+policy (see :func:`why_it_stopped`).
 """
 
 import argparse
@@ -30,11 +43,13 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 
 # Runs from a checkout without installing the package.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from stormguard_client import Dependency, PolicyWatch, Reporter  # noqa: E402
+from stormguard_client import CallNotPermitted, Dependency, NoTurn, PolicyWatch, Reporter, Shed  # noqa: E402
+from stormguard_client import settings  # noqa: E402
 from stormguard_client.dependency import failure_of  # noqa: E402
 
 
@@ -86,7 +101,15 @@ def arguments():
     parser.add_argument("--seed", type=int, default=1, help="with --rate, the arrivals' random seed (1)")
     parser.add_argument("--report-every", type=float, default=2.0,
                         help="the reporter's interval, in seconds (2)")
+    parser.add_argument("--records", action="store_true", help="print every call, whatever the shares")
+    parser.add_argument("--critical", type=float, default=0.0,
+                        help="the share of calls that are critical, drawn call by call (0)")
+    parser.add_argument("--sheddable", type=float, default=0.0,
+                        help="the share of calls that are sheddable, drawn call by call (0)")
     args = parser.parse_args()
+    for name in ("critical", "sheddable"):
+        if not 0 <= getattr(args, name) <= 1:
+            parser.error(f"--{name} takes a share in [0, 1], not {getattr(args, name)}")
     if args.rate is not None:
         if args.seconds is None:
             parser.error("--seconds is required with --rate")
@@ -110,6 +133,43 @@ def poisson(rate: float, seconds: float, seed: int) -> list[float]:
         arrivals.append(at)
 
 
+def classes(calls: int, critical: float, sheddable: float, seed: int) -> list[str | None]:
+    """The class of each of ``calls`` calls: ``critical`` and ``sheddable``
+    shares of them, drawn call by call from ``seed``; None names none."""
+    rng = random.Random(seed ^ 0x5EED)
+    drawn: list[str | None] = []
+    for _ in range(calls):
+        draw = rng.random()
+        drawn.append("critical" if draw < critical else "sheddable" if draw < critical + sheddable else None)
+    return drawn
+
+
+def why_it_stopped(policy: Mapping[str, object], status: int | None, error: Exception | None, sent: int,
+                   took: float) -> str:
+    """Why a call that handed back its last attempt's ``status`` (not a
+    2xx) or ``error``, after sending ``sent`` attempts over ``took``
+    seconds, stopped there, as the Rust client names it: the policy's
+    ``retryOn`` does not retry that failure; or every retry was made; or,
+    with retries left, the retry budget refused one, if the budget is on
+    and the deadline (``maxElapsed``) was too far off for any backoff to
+    reach it; else the deadline."""
+    retry_on = settings.retry_on(policy)
+    if status is not None:
+        retryable = retry_on.retries_status(status)
+    else:
+        failed = failure_of(error) if error is not None else None
+        retryable = failed is not None and retry_on.retries_failure(failed)
+    if not retryable:
+        return "not-retryable"
+    if sent > settings.max_retries(policy):
+        return "exhausted"
+    deadline = settings.max_elapsed(policy)
+    budgeted = settings.block(policy, "budget")["enabled"] is True
+    if budgeted and (deadline is None or took * 1e9 + settings.backoff(policy).max_nanos < deadline):
+        return "budget"
+    return "deadline"
+
+
 def main():
     args = arguments()
     start = args.start_at / 1000
@@ -120,24 +180,47 @@ def main():
     calls = Dependency(watch, args.service, reporter)
     attempt = Attempts(f"{args.dependency.rstrip('/')}/call")
     go = threading.Event()
-    seconds, lock = [], threading.Lock()
+    seconds, every, lock = [], [], threading.Lock()
+    classed = args.critical > 0 or args.sheddable > 0 or args.records
 
-    def caller(arrival):
+    def caller(arrival, criticality=None):
         go.wait()
+        sent = 0
+
+        def counted(timeout: float | None) -> int:
+            nonlocal sent
+            sent += 1
+            return attempt(timeout)
+
+        status, error = None, None
         try:
-            status = calls.call("/call", attempt)
-        except Exception:  # noqa: BLE001 - every way a call fails is a call that gave up
-            return
-        if 200 <= status < 300:
-            took = max(time.time() - (start + arrival), 0.0)
-            with lock:
+            status = calls.call("/call", counted, criticality=criticality)
+        except Shed:
+            outcome = "shed"
+        except NoTurn:
+            outcome = "no-turn"
+        except CallNotPermitted:
+            outcome = "circuit-open"
+        except Exception as failure:  # noqa: BLE001 - the last attempt's failure: the call gave up
+            error = failure
+        took = max(time.time() - (start + arrival), 0.0)
+        if error is not None or (status is not None and not 200 <= status < 300):
+            outcome = why_it_stopped(watch.policy(args.service), status, error, sent, took)
+        elif status is not None:
+            outcome = "ok"
+        with lock:
+            if outcome == "ok":
                 seconds.append(took)
+                sent = 0
+            if classed:
+                every.append([arrival, criticality or "-", outcome, took, sent])
 
     if args.rate is None:
         # Started before the start and released together, so that thread
         # start-up does not spread the herd's first tries.
-        callers = [threading.Thread(target=caller, args=(0.0,), name=f"caller-{i}")
-                   for i in range(args.callers)]
+        drawn = classes(args.callers, args.critical, args.sheddable, args.seed)
+        callers = [threading.Thread(target=caller, args=(0.0, criticality), name=f"caller-{i}")
+                   for i, criticality in enumerate(drawn)]
         for thread in callers:
             thread.start()
         time.sleep(max(start - time.time(), 0.0))
@@ -146,22 +229,27 @@ def main():
         # Each call on a thread of its own, started at its arrival.
         go.set()
         callers = []
-        for i, arrival in enumerate(poisson(args.rate, args.seconds, args.seed)):
+        arrivals = poisson(args.rate, args.seconds, args.seed)
+        drawn = classes(len(arrivals), args.critical, args.sheddable, args.seed)
+        for i, (arrival, criticality) in enumerate(zip(arrivals, drawn)):
             time.sleep(max(start + arrival - time.time(), 0.0))
-            thread = threading.Thread(target=caller, args=(arrival,), name=f"caller-{i}")
+            thread = threading.Thread(target=caller, args=(arrival, criticality), name=f"caller-{i}")
             thread.start()
             callers.append(thread)
     for thread in callers:
         thread.join()
     reporter.stop()
     watch.stop()
-    print(json.dumps({
+    line = {
         "instance": args.instance,
         "succeeded": len(seconds),
         "gave_up": len(callers) - len(seconds),
         "attempts": attempt.sent,
         "seconds": seconds,
-    }), flush=True)
+    }
+    if classed:
+        line["calls"] = every
+    print(json.dumps(line), flush=True)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@
 //!
 //! `--critical SHARE --sheddable SHARE` make those shares of the calls, drawn
 //! call by call, of those classes (the rest name none). The JSON line then
-//! also holds every call: `[arrival, class, outcome, seconds, attempts]`,
+//! (or with `--records`) also holds every call: `[arrival, class, outcome, seconds, attempts]`,
 //! the arrival in seconds from the start, the outcome `ok` or why it gave
 //! up (`shed`, `no-turn`, `circuit-open`, ...), and the seconds it took to
 //! succeed or to fail.
@@ -150,7 +150,7 @@ async fn main() {
     let callers = arrivals.len();
     let share = |name| flag(&args, name).map_or(0.0, |v| v.parse::<f64>().expect("a share takes a number"));
     let (critical, sheddable) = (share("--critical"), share("--sheddable"));
-    let classed = critical > 0.0 || sheddable > 0.0;
+    let classed = critical > 0.0 || sheddable > 0.0 || args.iter().any(|a| a == "--records");
     let seed = flag(&args, "--seed").map_or(1, |v| v.parse().expect("--seed takes a number"));
     let classes = classes(callers, critical, sheddable, seed);
     tokio::time::sleep(start.saturating_sub(since_epoch())).await;

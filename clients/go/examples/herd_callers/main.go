@@ -18,11 +18,21 @@
 // second for S seconds: the open-loop callers of `stormguard simulate
 // --scenario errors` (bench/fleet_budget.py, bench/real_fleet.py --errors).
 // --report-every sets the reporter's interval (2 s unless given).
+//
+// --critical SHARE --sheddable SHARE make those shares of the calls, drawn
+// call by call from --seed, of those classes (the rest name none). The
+// JSON line then (or with --records) also holds every call: [arrival, class, outcome, seconds,
+// attempts], the arrival in seconds from the start, the class ("critical",
+// "sheddable", or "-" for none), the outcome "ok" or why it gave up
+// ("shed", "no-turn", "circuit-open", "exhausted", "deadline", "budget",
+// "not-retryable", "cancelled": the Rust example's words), the seconds it
+// took to succeed or to fail, and the attempts a failed call sent.
 package main
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -36,6 +46,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/clients/go/dependency"
+	"github.com/stormguard/stormguard/clients/go/gate"
 	"github.com/stormguard/stormguard/clients/go/policy"
 	"github.com/stormguard/stormguard/clients/go/report"
 )
@@ -47,6 +58,64 @@ type result struct {
 	GaveUp    int       `json:"gave_up"`
 	Attempts  uint64    `json:"attempts"`
 	Seconds   []float64 `json:"seconds"`
+	// Calls is every call, with --critical, --sheddable or --records.
+	Calls *[]call `json:"calls,omitempty"`
+}
+
+// call is one call's record: [arrival, class, outcome, seconds, attempts].
+type call [5]any
+
+// class is a call's class, or none.
+type class struct {
+	criticality gate.Criticality
+	named       bool
+}
+
+// name is the class as the JSON line names it ("-" for none).
+func (c class) name() string {
+	if !c.named {
+		return "-"
+	}
+	return c.criticality.String()
+}
+
+// classes is the class of each of calls calls: critical and sheddable
+// shares of them, drawn call by call from seed; the rest name none.
+func classes(calls int, critical, sheddable float64, seed int64) []class {
+	random := rand.New(rand.NewSource(seed ^ 0x5eed))
+	out := make([]class, calls)
+	for i := range out {
+		switch draw := random.Float64(); {
+		case draw < critical:
+			out[i] = class{gate.Critical, true}
+		case draw < critical+sheddable:
+			out[i] = class{gate.Sheddable, true}
+		}
+	}
+	return out
+}
+
+// outcome names why a call gave up as the Rust example does.
+func outcome(reason dependency.Reason) string {
+	switch reason {
+	case dependency.Shed:
+		return "shed"
+	case dependency.NoTurn:
+		return "no-turn"
+	case dependency.CircuitOpen:
+		return "circuit-open"
+	case dependency.Exhausted:
+		return "exhausted"
+	case dependency.Deadline:
+		return "deadline"
+	case dependency.BudgetExhausted:
+		return "budget"
+	case dependency.NotRetryable:
+		return "not-retryable"
+	case dependency.Cancelled:
+		return "cancelled"
+	}
+	return string(reason)
 }
 
 // poisson is the arrival times of a Poisson process of rate a second over
@@ -76,6 +145,9 @@ func main() {
 	seconds := flag.Float64("seconds", 0, "how long calls arrive for, in seconds (required with --rate)")
 	seed := flag.Int64("seed", 1, "the seed of the arrivals' randomness, with --rate")
 	reportEvery := flag.Float64("report-every", 2, "the seconds between reports")
+	critical := flag.Float64("critical", 0, "the share of calls that are critical, drawn call by call")
+	sheddable := flag.Float64("sheddable", 0, "the share of calls that are sheddable, drawn call by call")
+	records := flag.Bool("records", false, "print every call, whatever the shares")
 	flag.Parse()
 	given := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
@@ -108,6 +180,16 @@ func main() {
 	} else {
 		arrivals = make([]time.Duration, *callers)
 	}
+	for _, share := range []struct {
+		name  string
+		value float64
+	}{{"--critical", *critical}, {"--sheddable", *sheddable}} {
+		if !(share.value >= 0 && share.value <= 1) {
+			log.Fatalf("%s takes a share in [0, 1], not %v", share.name, share.value)
+		}
+	}
+	classed := *critical > 0 || *sheddable > 0 || *records
+	classOf := classes(len(arrivals), *critical, *sheddable, *seed)
 
 	watch, err := policy.Start(context.Background(), policy.Config{Daemon: *daemon, Services: []string{*service}})
 	if err != nil {
@@ -135,32 +217,55 @@ func main() {
 	var attempts atomic.Uint64
 	var mu sync.Mutex
 	out := result{Instance: *instance, Seconds: make([]float64, 0, len(arrivals))}
+	if classed {
+		every := make([]call, 0, len(arrivals))
+		out.Calls = &every
+	}
 	time.Sleep(time.Until(start))
 	var running sync.WaitGroup
-	for _, arrival := range arrivals {
+	for i, arrival := range arrivals {
 		arrived := start.Add(arrival)
 		time.Sleep(time.Until(arrived))
 		running.Add(1)
-		go func() {
+		go func(i int, arrival time.Duration) {
 			defer running.Done()
+			ctx := context.Background()
+			if classOf[i].named {
+				ctx = dependency.WithCriticality(ctx, classOf[i].criticality)
+			}
 			var last int
-			err := calls.Call(context.Background(), "/call", func(ctx context.Context) (int, error) {
+			var sent uint32
+			err := calls.Call(ctx, "/call", func(ctx context.Context) (int, error) {
 				attempts.Add(1)
+				sent++
 				status, err := get(ctx, client, url)
 				last = status
 				return status, err
 			})
 			took := time.Since(arrived).Seconds()
+			// A status under 500 the policy does not retry ends the call,
+			// but only a 2xx is the call served: the Rust example's
+			// attempt fails it, and the call gives up as not retryable.
+			what := "ok"
+			var callError *dependency.CallError
+			switch {
+			case errors.As(err, &callError):
+				what, sent = outcome(callError.Reason), callError.Attempts
+			case err != nil || last < 200 || last > 299:
+				what = "not-retryable"
+			}
 			mu.Lock()
 			defer mu.Unlock()
-			// A status under 500 the policy does not retry ends the call,
-			// but only a 2xx is the call served.
-			if err == nil && last >= 200 && last <= 299 {
+			if what == "ok" {
 				out.Seconds = append(out.Seconds, took)
+				sent = 0
 			} else {
 				out.GaveUp++
 			}
-		}()
+			if out.Calls != nil {
+				*out.Calls = append(*out.Calls, call{arrival.Seconds(), classOf[i].name(), what, took, sent})
+			}
+		}(i, arrival)
 	}
 	running.Wait()
 	if err := reporter.Stop(context.Background()); err != nil {

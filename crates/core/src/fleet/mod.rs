@@ -876,6 +876,9 @@ fn class_shares(demand: [f64; 3], seconds: f64, want: f64) -> Option<[f64; 3]> {
     if demand.iter().sum::<f64>() <= 0.0 || want <= 0.0 {
         return None;
     }
+    if demand[0] <= 0.0 && demand[2] <= 0.0 {
+        return Some(UNCLASSED);
+    }
     let mut left = want;
     Some(demand.map(|count| {
         let claimed = (count / seconds).min(left);

@@ -1646,4 +1646,9 @@ fn a_process_wants_for_its_critical_calls_before_its_others() {
         "at 10 critical calls a second, they claim all it wants"
     );
     assert_eq!(super::class_shares([0.0, 0.0, 0.0], 0.1, 5.0), None);
+    assert_eq!(
+        super::class_shares([0.0, 2.0, 0.0], 1.0, 5.0),
+        Some(super::UNCLASSED),
+        "calls of the default class alone: divided as ever"
+    );
 }
