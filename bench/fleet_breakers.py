@@ -45,12 +45,15 @@ def run(binary, args, seed):
     return result[0] if isinstance(result, list) else result
 
 
-def spread(values, digits):
+def spread(values, digits, scale=1.0, suffix=""):
+    """Mean ± one standard deviation of `values` (those that are not None),
+    times `scale`, to `digits` places, then `suffix`; "-" if there are none."""
+    values = [v * scale for v in values if v is not None]
     if not values:
         return "-"
     mean = statistics.mean(values)
     sd = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{mean:,.{digits}f} ± {sd:,.{digits}f}"
+    return f"{mean:,.{digits}f} ± {sd:,.{digits}f}{suffix}"
 
 
 def main():

@@ -22,10 +22,9 @@ earlier build has no figures after the first second back).
 """
 
 import argparse
-import json
-import statistics
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
+
+from fleet_breakers import run as simulated, seeds, spread
 
 WORLD = ["--scenario", "errors", "--error-rate", "0", "--processes", "160", "--outage", "30s",
          "--capacity", "150", "--until", "90s", "--replicas", "1"]
@@ -52,30 +51,13 @@ CLASSES = [
 ]
 
 
-def seeds(text):
-    low, high = text.split("-")
-    return range(int(low), int(high) + 1)
-
-
 def served_in_room(result):
     """Calls served from the end of the outage (30 s) until calls stop (90 s)."""
     return sum(result["goodput_per_second"][30:90])
 
 
 def run(binary, args, seed):
-    out = subprocess.run([binary, "simulate", *WORLD, *args, "--seed", str(seed), "--json"],
-                         check=True, capture_output=True, text=True).stdout
-    result = json.loads(out)
-    return result[0] if isinstance(result, list) else result
-
-
-def spread(values, digits, scale=1.0, suffix=""):
-    values = [v * scale for v in values if v is not None]
-    if not values:
-        return "-"
-    mean = statistics.mean(values)
-    sd = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{mean:,.{digits}f} ± {sd:,.{digits}f}{suffix}"
+    return simulated(binary, [*WORLD, *args], seed)
 
 
 def main():
