@@ -131,6 +131,7 @@ async fn an_asks_classes_are_counted_a_negative_demand_refused_and_unknown_class
     let (status, grant) = ask(&daemon, classed).await;
     assert_eq!(status, StatusCode::OK, "{grant}");
     assert!(grant["rate"].as_f64().unwrap() > 0.0, "{grant}");
+    assert_eq!(grant["classes"], true, "it says it reads classes: {grant}");
 
     let exposition = metrics(&daemon).await;
     let shed = |class: &str| {

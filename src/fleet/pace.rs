@@ -158,6 +158,7 @@ impl Fleet {
             ask_every_ms: ASK_EVERY.as_millis() as u64,
             pace: grant.pace,
             breaker: breaker.map(Into::into),
+            classes: true,
         })
     }
 

@@ -286,7 +286,9 @@ pub enum AttemptOutcome {
     Failed,
     /// It failed in a way that says nothing of the dependency (a 4xx).
     Ignored,
-    /// It was refused as overload while the send gate paces the dependency:
+    /// It was refused as overload (an answer, or a refused connection,
+    /// that the gate's `overloadOn` names; not a timeout) while the send
+    /// gate paces the dependency:
     /// the gate's to answer, by pacing, not the breaker's, which would turn
     /// an overload the gate is already easing into an outage of its own (a
     /// trial so answered found the dependency up). Retry throttling counts

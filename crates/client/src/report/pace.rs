@@ -32,12 +32,17 @@ const SLOWEST: Duration = Duration::from_secs(1);
 pub(super) async fn pace_loop(inner: Weak<Inner>) {
     let mut every = ASK_EVERY;
     let mut round = Instant::now();
+    // Whether the daemon said it reads classes; an ask it refuses (an older
+    // replica, mid-rollout) clears it.
+    let mut classes = false;
     loop {
         tokio::time::sleep_until(round + every).await;
         round = Instant::now();
         let Some(inner) = inner.upgrade() else { return };
         for (service, guard) in paced(&inner) {
-            if let Some(grant) = ask(&inner, &service, &guard).await {
+            let grant = ask(&inner, &service, &guard, classes).await;
+            classes = grant.is_some_and(|grant| grant.classes);
+            if let Some(grant) = grant {
                 every = Duration::from_millis(grant.ask_every_ms).clamp(FASTEST, SLOWEST);
             }
         }
@@ -60,12 +65,16 @@ fn paced(inner: &Inner) -> Vec<(String, Guard)> {
         .collect()
 }
 
-/// One ask for `service`; hands the answer to its guard: the gate's lease,
-/// and the fleet breaker's word.
-async fn ask(inner: &Inner, service: &str, guard: &Guard) -> Option<PaceGrant> {
+/// One ask for `service`, with its calls' classes if the daemon reads
+/// them (`classes`); hands the answer to its guard: the gate's lease, and
+/// the fleet breaker's word.
+async fn ask(inner: &Inner, service: &str, guard: &Guard, classes: bool) -> Option<PaceGrant> {
     let asked = guard.fleet_ask_at(Instant::now())?;
     let tally = asked.tally.unwrap_or_default();
-    let (demand, shed) = PaceAsk::classes_of(&tally);
+    let (demand, shed) = match classes {
+        true => PaceAsk::classes_of(&tally),
+        false => Default::default(),
+    };
     let body = PaceAsk {
         service: service.into(),
         instance: inner.config.instance.as_str().into(),

@@ -255,7 +255,7 @@ impl Call {
             by,
         } = queued;
         if by.is_some_and(|by| now >= by) {
-            gate.leave(ticket);
+            gate.give_up(ticket);
             return Step::Stop(GaveUp::NoTurn);
         }
         // A breaker that left the state it gave the permit in (it opened
@@ -337,7 +337,10 @@ impl Call {
                 _ => Signal::Accepted,
             };
             gate.record_at(signal, send.sent, now);
-            if signal != Signal::Accepted && gate.is_on() {
+            // A refusal is the gate's to pace; a timeout says nothing
+            // answered, and the breaker hears it (a trial that timed out
+            // did not find the dependency up).
+            if signal == Signal::Overloaded && gate.is_on() {
                 settled = AttemptOutcome::Paced;
             }
         }

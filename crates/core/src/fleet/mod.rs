@@ -54,7 +54,7 @@ pub use self::feedback::Feedback;
 use self::law::{Law, Learned};
 use self::replicas::{Contribution, Outcomes, Part, Published, Shared, Tallies};
 use crate::gate::{Judged, Tally};
-use crate::policy::ValidPolicy;
+use crate::policy::{Criticality, ValidPolicy};
 
 /// How often a process whose gate is on asks for its share.
 pub const ASK_EVERY: Duration = Duration::from_millis(100);
@@ -460,7 +460,7 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
         // nothing left to send.
         let arriving = outcomes
             .accepted
-            .saturating_add(tally.shed.iter().sum())
+            .saturating_add(tally.shed.iter().fold(0u64, |sum, n| sum.saturating_add(*n)))
             .saturating_add(tally.waiting)
             .saturating_sub(member.waiting) as f64
             / seconds;
@@ -469,9 +469,7 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
         // It claims no more than twice what it showed it can send, and a fair share.
         let sending = outcomes.sent as f64 / seconds;
         member.want = claimed.min(2.0 * sending + fair.max(fleet_fair));
-        if let Some(classes) = class_shares(tally.demand, seconds, member.want) {
-            member.classes = classes;
-        }
+        member.classes = class_shares(tally.demand, claimed, member.want);
         let window_start = member.last_ask;
         member.last_ask = now;
 
@@ -865,26 +863,28 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
     }
 }
 
-/// The share of a process's `want` that is each class's, from its demand
-/// by class over the last `seconds`: the more critical classes' first, each
-/// up to what it claims, so that a process whose asks show a few critical
-/// calls among many others wants the rate for its critical calls before
-/// any other's (in proportion to the counts, a hundred-millisecond ask that
-/// happened to hold no critical call left a process's critical calls
-/// waiting for the next). `None` if it showed no demand.
-fn class_shares(demand: [f64; 3], seconds: f64, want: f64) -> Option<[f64; 3]> {
-    if demand.iter().sum::<f64>() <= 0.0 || want <= 0.0 {
-        return None;
-    }
-    if demand[0] <= 0.0 && demand[2] <= 0.0 {
-        return Some(UNCLASSED);
+/// The share of a process's `want` (its `claimed` rate, bounded) that is
+/// each class's: what it claims is split by its demand's classes, and what
+/// it may want goes to the more critical classes' claims first, so that a
+/// process whose few critical calls are among many others wants the rate
+/// for them before any other's. Every call of the default class, or no
+/// demand said (a process that names no class sends none): the default's.
+fn class_shares(demand: [f64; 3], claimed: f64, want: f64) -> [f64; 3] {
+    let total: f64 = demand.iter().sum();
+    let classed = demand[0] > 0.0 || demand[2] > 0.0;
+    if !classed || !(total > 0.0 && claimed > 0.0 && want > 0.0) {
+        return UNCLASSED;
     }
     let mut left = want;
-    Some(demand.map(|count| {
-        let claimed = (count / seconds).min(left);
-        left -= claimed;
-        claimed / want
-    }))
+    let mut shares = demand.map(|count| {
+        let part = (claimed * count / total).min(left);
+        left -= part;
+        part / want
+    });
+    // What the claims leave of the want (it may claim less than it showed
+    // it can send) is the default class's.
+    shares[Criticality::Default.rank()] += left / want;
+    shares
 }
 
 /// Whether `member` was heard from within three of its asks: a process not

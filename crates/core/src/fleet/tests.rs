@@ -1636,19 +1636,24 @@ fn a_new_owner_goes_on_from_what_the_last_one_learned_not_from_its_rate_alone() 
 #[test]
 fn a_process_wants_for_its_critical_calls_before_its_others() {
     assert_eq!(
-        super::class_shares([1.0, 9.0, 0.0], 1.0, 5.0),
-        Some([0.2, 0.8, 0.0]),
-        "1 critical and 9 other calls a second, wanting 5: the critical one first"
+        super::class_shares([1.0, 9.0, 0.0], 10.0, 5.0),
+        [0.2, 0.8, 0.0],
+        "claiming 10 a second, a tenth critical, wanting 5: the critical part first"
     );
     assert_eq!(
-        super::class_shares([1.0, 9.0, 0.0], 0.1, 5.0),
-        Some([1.0, 0.0, 0.0]),
-        "at 10 critical calls a second, they claim all it wants"
+        super::class_shares([6.0, 4.0, 0.0], 10.0, 5.0),
+        [1.0, 0.0, 0.0],
+        "its critical calls claim 6 a second: all it wants"
     );
-    assert_eq!(super::class_shares([0.0, 0.0, 0.0], 0.1, 5.0), None);
     assert_eq!(
-        super::class_shares([0.0, 2.0, 0.0], 1.0, 5.0),
-        Some(super::UNCLASSED),
+        super::class_shares([1.0, 0.0, 1.0], 2.0, 5.0),
+        [0.2, 0.6, 0.2],
+        "it claims less than it may want: the rest is the default class's"
+    );
+    assert_eq!(super::class_shares([0.0, 0.0, 0.0], 10.0, 5.0), super::UNCLASSED, "no demand said");
+    assert_eq!(
+        super::class_shares([0.0, 2.0, 0.0], 10.0, 5.0),
+        super::UNCLASSED,
         "calls of the default class alone: divided as ever"
     );
 }

@@ -226,8 +226,8 @@ const DOWN_SPAN: std::time::Duration = std::time::Duration::from_secs(1);
 /// herd through 50 processes took a second longer.
 const OUTAGE_RUN: u32 = 20;
 
-/// Later than any turn a wait bound can allow: a day, the longest
-/// `maxWait` (an `Instant` cannot hold `Duration::MAX`).
+/// Later than any turn a wait bound can allow: twice the longest
+/// `maxWait`, a day (an `Instant` cannot hold `Duration::MAX`).
 const FOREVER: Duration = Duration::from_secs(2 * 86_400);
 
 /// What a gate saw since it was last asked (see [`SendGate::tally`]): what
@@ -247,8 +247,9 @@ pub struct Tally {
     /// Whether the gate is off, watching (under `most-refused`): the counts
     /// are of what it heard since it began to, every attempt sent unpaced.
     pub watching: bool,
-    /// Calls that failed at once, their turn too far off, while on: demand
-    /// the pace did not serve.
+    /// By class, the calls the gate failed for want of a turn while on:
+    /// shed at once (their turn too far off), or after waiting as long as
+    /// they could. Demand the pace did not serve.
     pub shed: [u64; 3],
     /// By class (in [`Criticality::ALL`]'s order), the calls that asked for
     /// a turn while on plus those waiting now: what each class wants, in
@@ -590,6 +591,15 @@ impl SendGate {
         }
     }
 
+    /// The holder of `ticket` waited in line until it could wait no longer
+    /// (its class's `maxWait`, or its deadline) and gives up its place: a
+    /// call shed, for the tally, as one shed at once is.
+    pub fn give_up(&self, ticket: Ticket) {
+        let class = ticket.0 .0;
+        self.leave(ticket);
+        self.lock().tally.shed[class.rank()] += 1;
+    }
+
     /// The holder of `ticket` gives up its place (its deadline passed, or
     /// it was cancelled).
     pub fn leave(&self, ticket: Ticket) {
@@ -894,11 +904,13 @@ impl State {
     /// While the gate probes a dependency that has accepted nothing, its
     /// pace is a probe's, not what the dependency will take once back (the
     /// line then moves at once): the call's turn is expected no sooner
-    /// than the next probe, whoever is ahead.
+    /// than the next probe, whoever is ahead. Not while the fleet's grant
+    /// sets the pace: that is what the fleet gives this process.
     fn turn_expected(&mut self, before: Place, now: Instant) -> Instant {
         let own = self.rate.now;
         self.pacer.accrue(own, now);
-        let ahead = match self.rate.is_probing() {
+        let leased = self.pacer.lease.is_some_and(|lease| now < lease.until);
+        let ahead = match self.rate.is_probing() && !leased {
             true => 0,
             false => self.line.range(..before).count(),
         };

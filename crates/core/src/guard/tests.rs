@@ -879,6 +879,31 @@ async fn refusals_the_gate_paces_do_not_open_the_breaker_and_errors_still_do() {
     assert_eq!(guard.breaker().unwrap().state(), CircuitState::Open);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_dependency_that_stops_answering_opens_the_breaker_though_the_gate_is_on() {
+    // Timeouts turn the gate on, but nothing answered them: the breaker
+    // hears them, and opens.
+    let mut p = gated();
+    p.per_try_timeout = Some(Duration::from_millis(100));
+    p.max_retries = 3;
+    p.circuit_breaker = CircuitBreakerPolicy {
+        enabled: true,
+        consecutive_failures: 2,
+        ..CircuitBreakerPolicy::default()
+    };
+    let guard = Guard::from_policy(&valid(p));
+    let result = guard
+        .call(
+            |_| std::future::pending::<Result<(), Failure>>(),
+            |f| guard.verdict(*f),
+            Options::default(),
+        )
+        .await;
+    assert!(result.is_err());
+    assert!(guard.gate().unwrap().is_on(), "a timeout turns the gate on");
+    assert_eq!(guard.breaker().unwrap().state(), CircuitState::Open);
+}
+
 /// Calls to a dependency down until `down`, begun `after` the gate turned
 /// on: each call's result, its attempts, and how long it took.
 async fn calls_during_an_outage(

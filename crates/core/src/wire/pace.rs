@@ -173,6 +173,11 @@ pub struct PaceGrant {
     /// The fleet's breaker, if the ask reported a fleet-scoped one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub breaker: Option<BreakerGrant>,
+    /// Whether this daemon reads an ask's classes (`demand` and `shed`): a
+    /// process sends them only to one that said so, as a daemon that
+    /// predates them refuses an ask with fields it does not know.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub classes: bool,
 }
 
 impl PaceAsk<'_> {
@@ -352,6 +357,7 @@ mod tests {
                 trials: 1,
                 retry_in_ms: 0,
             }),
+            classes: false,
         };
         let text = serde_json::to_string(&grant).unwrap();
         assert!(
