@@ -904,13 +904,14 @@ impl State {
     /// While the gate probes a dependency that has accepted nothing, its
     /// pace is a probe's, not what the dependency will take once back (the
     /// line then moves at once): the call's turn is expected no sooner
-    /// than the next probe, whoever is ahead. Not while the fleet's grant
-    /// sets the pace: that is what the fleet gives this process.
+    /// than the next probe, whoever is ahead. A fleet's grant to a process
+    /// that probes is its part of the fleet's probes, as much a probe's: a
+    /// herd whose calls may wait a minute lost a tenth of them, shed,
+    /// when those ahead counted at it.
     fn turn_expected(&mut self, before: Place, now: Instant) -> Instant {
         let own = self.rate.now;
         self.pacer.accrue(own, now);
-        let leased = self.pacer.lease.is_some_and(|lease| now < lease.until);
-        let ahead = match self.rate.is_probing() && !leased {
+        let ahead = match self.rate.is_probing() {
             true => 0,
             false => self.line.range(..before).count(),
         };

@@ -1116,17 +1116,3 @@ fn a_call_that_waited_as_long_as_it_could_is_counted_shed() {
     assert_eq!(gate.tally().shed, [1, 0, 0], "a cancelled call is not shed");
     assert_eq!(gate.waiting(), 0);
 }
-
-#[test]
-fn while_the_fleets_grant_sets_the_pace_those_ahead_count_though_the_gate_probes() {
-    let t0 = Instant::now();
-    let gate = gate(t0);
-    overload(&gate, t0);
-    gate.lease_at(1.0, t0 + secs(60.0), t0);
-    let _first = queued(gate.turn_for_at(asker(Criticality::Default, Some(t0 + secs(1.5))), t0));
-    assert_eq!(
-        gate.turn_for_at(asker(Criticality::Default, Some(t0 + secs(1.5))), t0),
-        Turn::Shed,
-        "one a second, as the fleet grants: behind the first, its turn comes at 2 s"
-    );
-}
