@@ -185,7 +185,47 @@ func TestAPolicysCriticalityIsTheClassOfACallThatNamesNone(t *testing.T) {
 	if calls.Load() != 0 || g.Waiting() != 1 {
 		t.Fatalf("%d sent, %d waiting", calls.Load(), g.Waiting())
 	}
-	if tally := g.Tally(); tally.Shed != [3]uint64{0, 0, 1} {
+	// The sheddable call shed at once, and the default one that waited
+	// in line until its deadline.
+	if tally := g.Tally(); tally.Shed != [3]uint64{0, 1, 1} {
 		t.Fatalf("shed by class %v", tally.Shed)
+	}
+}
+
+// TestACallThatWaitedInLineUntilItsBoundIsCountedShed: a call still in
+// line when its bound passes ends with NoTurn, and the gate counts it
+// shed, in its class, as one shed at once: demand the pace did not serve,
+// for the fleet to hear. A call cancelled while it waits is not counted.
+func TestACallThatWaitedInLineUntilItsBoundIsCountedShed(t *testing.T) {
+	dependency := New(watchServed(t, classedPolicy, "payments"), "payments", nil)
+	payments, calls := countingServer(t)
+	g := heldBehind(t, dependency, 2)
+	g.Tally()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	defer cancel()
+	err := dependency.Call(ctx, "/charge", attempt(payments.URL))
+	var gaveUp *CallError
+	if !errors.As(err, &gaveUp) || gaveUp.Reason != NoTurn {
+		t.Fatalf("%v", err)
+	}
+
+	cancelled, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		for g.Waiting() < 3 && cancelled.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
+	err = dependency.Call(cancelled, "/charge", attempt(payments.URL))
+	if !errors.As(err, &gaveUp) || gaveUp.Reason != Cancelled {
+		t.Fatalf("%v", err)
+	}
+	if calls.Load() != 0 || g.Waiting() != 2 {
+		t.Fatalf("%d sent, %d waiting", calls.Load(), g.Waiting())
+	}
+	if tally := g.Tally(); tally.Shed != [3]uint64{0, 1, 0} {
+		t.Fatalf("shed by class %v: the default call that waited until its deadline, not the cancelled one", tally.Shed)
 	}
 }

@@ -20,14 +20,18 @@
 // a refused connection, a timeout, 429 or 503), or its answer carried a
 // Retry-After; an error the dependency answered with (a 500, say) says
 // nothing of its load. The gate hears each attempt before the breaker
-// does, and an overload it heard while it is on (the refusal that turned
-// it on included) is its to answer, by pacing: the breaker does not hear
-// it, as in the Rust library, so that a breaker opening beside the gate
-// does not turn an overload it is easing into an outage. Errors the
-// dependency answered with, and refusals while the gate is off, count for
-// the breaker as ever. perTryTimeoutMs bounds each attempt. When the
-// watch delivers a new policy, the budget is rebuilt from it if its block
-// changed, and the breaker and the gate are retuned in place (see
+// does, and a refusal it heard as overload while it is on (the one that
+// turned it on included) is its to answer, by pacing: the breaker does
+// not hear it as a failure, as in the Rust library, so that a breaker
+// opening beside the gate does not turn an overload it is easing into an
+// outage; a half-open trial so refused found the dependency up, and counts
+// as a success. A timeout is no refusal (nothing answered it): the breaker
+// hears it, gate on or not. Errors the dependency answered with, and
+// refusals while the gate is off, count for the breaker as ever. A call
+// still in line at its bound gives up its place, and the gate counts it
+// shed. perTryTimeoutMs bounds each attempt. When the watch delivers a
+// new policy, the budget is rebuilt from it if its block changed, and the
+// breaker and the gate are retuned in place (see
 // breaker.Breaker.Retune and gate.Gate.Retune), keeping their state, unless
 // the update turns them off, or on, or changes what the gate hears as
 // overload; an unchanged block keeps its state, as Guard::updated does. A
@@ -361,14 +365,19 @@ func Failure(err error) string {
 // settle tells the breaker how an attempt went, as the Rust library does:
 // an answer counts as a success, a failure the policy retries counts
 // against the dependency, and one it does not retry (a 501, a connect
-// failure retryOn leaves out) counts for nothing. Nor does a refusal the
-// send gate paces (paced: the gate, having recorded it, heard it as an
-// overload and is on): the gate answers an overload by pacing, and a
-// breaker opening beside it would turn the overload into an outage. Its
-// permit is cancelled unrecorded, which frees a half-open trial's slot.
+// failure retryOn leaves out) counts for nothing. A refusal the send gate
+// paces (paced: the gate, having recorded it, heard it as an overload, an
+// answered refusal or a refused connection that overloadOn names, never a
+// timeout, and is on) is not a failure: the gate answers an overload by
+// pacing, and a breaker opening beside it would turn the overload into an
+// outage. A half-open trial so refused found the dependency up: it counts
+// as a success, so that the breaker hears its trial's result (a fleet
+// trial is then reported as succeeded at the next ask) and the trial's
+// slot is not handed back for a call that skips the gate's pace; a paced
+// attempt that is no trial counts for nothing.
 func settle(permit *breaker.Permit, answered, retryable, paced bool, now uint64) {
 	switch {
-	case answered:
+	case answered, paced && permit.Trial():
 		permit.Record(false, now)
 	case retryable && !paced:
 		permit.Record(true, now)
@@ -524,7 +533,10 @@ func (d *Dependency) call(ctx context.Context, endpoint string, attempt func(ctx
 			g.gate.Record(heard, sent, since(g.gateBorn))
 		}
 		if permit != nil {
-			paced := heard != gate.Accepted && g.gate.On()
+			// Only a refusal is the gate's to pace: a timeout says nothing
+			// answered, and the breaker hears it (a trial that timed out
+			// did not find the dependency up).
+			paced := heard == gate.Overloaded && g.gate.On()
 			settle(permit, succeeded, retryable, paced, since(g.breakerBorn))
 		}
 		if succeeded {

@@ -6,6 +6,7 @@ package dependency
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -529,4 +530,137 @@ func watchedPayments(t *testing.T, file string) *Dependency {
 	}
 	t.Cleanup(watch.Stop)
 	return New(watch, "payments", nil)
+}
+
+// silentPolicy's gate paces at no less than 200 attempts a second once a
+// refusal or a timeout turns it on (overloadWhen: any-refusal), so that
+// retries wait their turns briefly; each attempt may take 50 ms, and its
+// breaker opens after two failures in a row.
+const silentPolicy = `services:
+  payments:
+    maxRetries: 3
+    perTryTimeout: 50ms
+    initialDelay: 1ms
+    maxDelay: 5ms
+    jitter: none
+    budget: {enabled: false}
+    circuitBreaker: {enabled: true, consecutiveFailures: 2, openTimeout: 1h}
+    gate: {enabled: true, minRate: 200, maxRate: 1000, quiet: 1h, overloadWhen: any-refusal}
+`
+
+// TestADependencyThatStopsAnsweringOpensTheBreakerThoughTheGateIsOn: a
+// dependency that answers nothing times out every attempt; the first
+// timeout turns the gate on, but a timeout is not a refusal the gate
+// paces (nothing answered it), so the breaker hears each as a failure: the
+// second opens it, and the call ends CircuitOpen after two attempts.
+func TestADependencyThatStopsAnsweringOpensTheBreakerThoughTheGateIsOn(t *testing.T) {
+	dependency := New(watchServed(t, silentPolicy, "payments"), "payments", nil)
+	var sent atomic.Int64
+	silent := func(ctx context.Context) (int, error) {
+		sent.Add(1)
+		<-ctx.Done()
+		return 0, ctx.Err()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := dependency.Call(ctx, "/charge", silent)
+	var gaveUp *CallError
+	if !errors.As(err, &gaveUp) || gaveUp.Reason != CircuitOpen || gaveUp.Attempts != 2 {
+		t.Fatalf("%v", err)
+	}
+	if sent.Load() != 2 {
+		t.Fatalf("%d attempts sent, want 2", sent.Load())
+	}
+	if !dependency.Gate().On() {
+		t.Fatal("a timeout left the gate off")
+	}
+	if state := dependency.Breaker().State(); state != breaker.Open {
+		t.Fatalf("timeouts left the breaker %v", state)
+	}
+}
+
+// halfOpenPolicy's breaker, once open, lets one trial through after 50 ms
+// and closes after two good ones; its gate paces at no less than 200
+// attempts a second once a refusal turns it on.
+const halfOpenPolicy = `services:
+  payments:
+    maxRetries: 0
+    retryOn: [5xx]
+    budget: {enabled: false}
+    circuitBreaker: {enabled: true, consecutiveFailures: 2, openTimeout: 50ms, halfOpenMaxCalls: 1, successThreshold: 2%s}
+    gate: {enabled: true, minRate: 200, maxRate: 1000, quiet: 1h, overloadWhen: any-refusal}
+`
+
+// openedBehindAnOnGate is dependency with its gate turned on by a 503 and
+// its breaker opened by two other calls' failures, and a payments server
+// that answers 503 to everything.
+func openedBehindAnOnGate(t *testing.T, dependency *Dependency) *httptest.Server {
+	t.Helper()
+	payments, _ := gatedOnByA503(t, dependency)
+	b, now := dependency.Breaker(), since(dependency.guard().breakerBorn)
+	for i := 0; i < 2; i++ {
+		permit, err := b.Acquire(now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		permit.Record(true, now)
+	}
+	if state := b.State(); state != breaker.Open || !dependency.Gate().On() {
+		t.Fatalf("the breaker is %v, the gate on %v", state, dependency.Gate().On())
+	}
+	return payments
+}
+
+// TestAHalfOpenTrialRefusedWhileTheGateIsOnCountsAsASuccess: a trial
+// refused with a 503 while the gate paces found the dependency up (it
+// answered, asking for less): the breaker counts it a success, not a
+// failure, and does not give its slot back unheard. Two such trials close
+// it, as successThreshold says.
+func TestAHalfOpenTrialRefusedWhileTheGateIsOnCountsAsASuccess(t *testing.T) {
+	dependency := New(watchServed(t, fmt.Sprintf(halfOpenPolicy, ""), "payments"), "payments", nil)
+	payments := openedBehindAnOnGate(t, dependency)
+	b := dependency.Breaker()
+	for trial := 1; trial <= 2; trial++ {
+		time.Sleep(60 * time.Millisecond) // past the open timeout: the next call is a trial
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := dependency.Call(ctx, "/charge", attempt(payments.URL))
+		cancel()
+		var gaveUp *CallError
+		if !errors.As(err, &gaveUp) || gaveUp.Reason != Exhausted || gaveUp.Attempts != 1 || gaveUp.Status != 503 {
+			t.Fatalf("trial %d: %v", trial, err)
+		}
+		want := breaker.HalfOpen
+		if trial == 2 {
+			want = breaker.Closed
+		}
+		if state := b.State(); state != want {
+			t.Fatalf("after trial %d the breaker is %v, want %v", trial, state, want)
+		}
+	}
+}
+
+// TestAFleetTrialRefusedWhileTheGateIsOnIsReportedAsSucceeded: the fleet's
+// trial, sent at once on the slot the daemon granted, is refused with a 503
+// while the gate paces: it found the dependency up, and the breaker tells
+// the daemon so at its next ask, as of any trial that succeeded. The slot
+// is spent, not given back for an unpaced trial to take.
+func TestAFleetTrialRefusedWhileTheGateIsOnIsReportedAsSucceeded(t *testing.T) {
+	text := fmt.Sprintf(halfOpenPolicy, ", scope: fleet")
+	dependency := New(watchServed(t, text, "payments"), "payments", nil)
+	payments := openedBehindAnOnGate(t, dependency)
+	b, now := dependency.Breaker(), since(dependency.guard().breakerBorn)
+	b.Heard(breaker.Verdict{State: breaker.HalfOpen, Trials: 1}, now+uint64(time.Minute), now)
+	err := dependency.Call(context.Background(), "/charge", attempt(payments.URL))
+	var gaveUp *CallError
+	if !errors.As(err, &gaveUp) || gaveUp.Reason != Exhausted || gaveUp.Attempts != 1 || gaveUp.Status != 503 {
+		t.Fatalf("the fleet's trial: %v", err)
+	}
+	err = dependency.Call(context.Background(), "/charge", attempt(payments.URL))
+	if !errors.As(err, &gaveUp) || gaveUp.Reason != CircuitOpen || gaveUp.Attempts != 0 {
+		t.Fatalf("a call after the one trial granted: %v", err)
+	}
+	report, ok := b.FleetReport(since(dependency.guard().breakerBorn))
+	if !ok || report.Succeeded != 1 || report.Failed != 0 {
+		t.Fatalf("the breaker tells the daemon %+v", report)
+	}
 }

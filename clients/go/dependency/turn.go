@@ -5,6 +5,7 @@ package dependency
 
 import (
 	"context"
+	"errors"
 	"math"
 	"time"
 
@@ -72,12 +73,13 @@ func (p *place) asker(ctx context.Context) (gate.Asker, time.Time) {
 // turn waits for an attempt's turn: none while the gate is off; else the
 // call asks as asker says, and is shed at once (ErrShed) if its turn would
 // come after its bound at the gate's pace, or waits in line until the gate
-// says go, until its bound passes (context.DeadlineExceeded), or until ctx
-// ends (ctx's error): then the call leaves the line. Each time the call is
-// to claim its turn, permitted says whether it may still go (the breaker
-// may have changed state meanwhile): its error makes the call leave the
-// line, no turn spent, and is returned; goNow makes it leave the line and
-// go at once (the fleet's trial, which waits for no turn).
+// says go, until its bound passes (context.DeadlineExceeded: the call gives
+// up its place, and the gate counts it shed, as one shed at once), or
+// until ctx ends (ctx's error): then the call leaves the line. Each time
+// the call is to claim its turn, permitted says whether it may still go
+// (the breaker may have changed state meanwhile): its error makes the call
+// leave the line, no turn spent, and is returned; goNow makes it leave the
+// line and go at once (the fleet's trial, which waits for no turn).
 func (p *place) turn(ctx context.Context, permitted func() (goNow bool, err error)) error {
 	// Off, the gate gives every turn at once: a healthy call does not take
 	// its lock to read its settings.
@@ -111,7 +113,13 @@ func (p *place) turn(ctx context.Context, permitted func() (goNow bool, err erro
 			goNow, err = permitted()
 		}
 		if err != nil || goNow {
-			p.gate.Leave(ticket)
+			if errors.Is(err, context.DeadlineExceeded) {
+				// It waited as long as it could (NoTurn): demand the
+				// pace did not serve, which the fleet hears of.
+				p.gate.GiveUp(ticket)
+			} else {
+				p.gate.Leave(ticket)
+			}
 			return err
 		}
 		verdict, at := p.gate.Claim(ticket, since(p.born), wake)

@@ -148,6 +148,25 @@ func TestACallWhoseTurnWouldComeAfterItsBoundIsShedTakingNoPlace(t *testing.T) {
 	}
 }
 
+// TestACallThatWaitedAsLongAsItCouldIsCountedShed: a call that waited in
+// line until its bound and gives up its place (GiveUp) is demand the pace
+// did not serve, counted shed in its class as one shed at once is; a call
+// that leaves the line because it was cancelled (Leave) is not.
+func TestACallThatWaitedAsLongAsItCouldIsCountedShed(t *testing.T) {
+	g := newGate(t)
+	g.Record(Overloaded, 0, 0) // the first turn at 2 s
+	waiting := turnFor(t, g, Asker{Class: Critical, By: at(3)}, 0, Queued)
+	cancelled := inLine(t)(g.Turn(0))
+	g.GiveUp(waiting)
+	g.Leave(cancelled)
+	if tally := g.Tally(); tally.Shed != [3]uint64{1, 0, 0} {
+		t.Fatalf("shed by class %v: the critical call that gave up, not the cancelled one", tally.Shed)
+	}
+	if g.Waiting() != 0 {
+		t.Fatalf("%d waiting: both left the line", g.Waiting())
+	}
+}
+
 func TestTheTallyCountsDemandByClass(t *testing.T) {
 	g := newGate(t)
 	g.Turn(0)

@@ -14,12 +14,12 @@
 //     takes a Ticket and waits in line; only the first in line waits for a
 //     time, the others wait to be woken, so the line moves as soon as the
 //     rate grows. The caller bounds the wait (Asker.By: its class's MaxWait
-//     after the call began, or its deadline if sooner) and leaves the line
-//     when it passes; an attempt whose turn, at the present pace, would
-//     come after that is shed at once, taking no place. While the gate
-//     probes a dependency that has accepted nothing, a turn is expected
-//     at the next probe, whoever waits ahead: the line moves at once when
-//     the dependency is back.
+//     after the call began, or its deadline if sooner) and gives up its
+//     place when it passes (GiveUp: the call is counted shed); an attempt
+//     whose turn, at the present pace, would come after that is shed at
+//     once, taking no place. While the gate probes a dependency that has
+//     accepted nothing, a turn is expected at the next probe, whoever waits
+//     ahead: the line moves at once when the dependency is back.
 //   - The rate is learned from outcomes. Until something is accepted, the
 //     gate probes at MinRate. Accepted attempts then grow the rate quickly
 //     (slow start: each adds Ramp turns per second). A refusal after that
@@ -175,8 +175,9 @@ type Tally struct {
 	// whether the refusals are a capacity's.
 	Watching bool
 	// Shed is, by class (in the order of Classes: index by Rank), the
-	// calls that failed at once, their turn too far off, while on: demand
-	// the pace did not serve.
+	// calls the gate failed for want of a turn while on: shed at once
+	// (their turn too far off), or after waiting in line as long as they
+	// could (GiveUp). Demand the pace did not serve.
 	Shed [3]uint64
 	// Demand is, by class (in the order of Classes), the calls that asked
 	// for a turn while on plus those waiting now: what each class wants,
@@ -619,7 +620,10 @@ func (g *Gate) pacedTurn(now uint64, place *Ticket, asker Asker) (Ticket, Verdic
 // one pace later. While the gate probes a dependency that has accepted
 // nothing, its pace is a probe's, not what the dependency will take once
 // back (the line then moves at once): the call's turn is expected no
-// sooner than the next probe, whoever is ahead.
+// sooner than the next probe, whoever is ahead. A fleet's grant to a
+// process that probes is its part of the fleet's probes, as much a
+// probe's: a herd whose calls may wait a minute lost a tenth of them,
+// shed, when those ahead counted at it.
 func (g *Gate) turnExpected(class Criticality, end Ticket, now uint64) uint64 {
 	own := g.rate.now
 	g.pacer.accrue(own, now)
@@ -654,19 +658,40 @@ func (g *Gate) Claim(ticket Ticket, now uint64, wake chan<- struct{}) (verdict V
 	return Behind, 0
 }
 
-// Leave gives up ticket's place in line (its deadline passed, or it was
-// cancelled).
+// GiveUp is the holder of ticket, having waited in line until it could
+// wait no longer (its class's MaxWait, or its deadline), giving up its
+// place: a call shed, counted in the tally by its class as one shed at
+// once is (demand the pace did not serve). A ticket no longer in line
+// counts for nothing.
+func (g *Gate) GiveUp(ticket Ticket) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if class, left := g.leave(ticket); left {
+		g.tally.Shed[class.Rank()]++
+	}
+}
+
+// Leave gives up ticket's place in line (the call was cancelled): unlike
+// GiveUp, it counts for nothing.
 func (g *Gate) Leave(ticket Ticket) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.leave(ticket)
+}
+
+// leave takes ticket out of the line, if it is there: its class, and
+// whether it was.
+func (g *Gate) leave(ticket Ticket) (Criticality, bool) {
 	i, found := g.find(ticket)
 	if !found {
-		return
+		return Default, false
 	}
+	class := g.line[i].class
 	g.line = append(g.line[:i], g.line[i+1:]...)
 	if i == 0 {
 		g.wakeFirst()
 	}
+	return class, true
 }
 
 // Record learns from the outcome, at now, of an attempt sent at sent.

@@ -29,7 +29,9 @@ import (
 // it, and the answer carries the fleet breaker's word: a trial slot, or
 // close. A daemon that cannot be reached, or refuses, changes nothing: the
 // gate paces by its own rate once the last lease ends, and the breaker
-// decides its trials alone.
+// decides its trials alone. An ask tells the calls shed and the demand by
+// class only to a daemon whose last grant said it reads them (classes): one
+// that predates classes refuses an ask with fields it does not know.
 
 const (
 	// askTimeout is the longest an ask may take: a grant later than this is stale.
@@ -55,15 +57,16 @@ type paceAsk struct {
 	TimedOut   uint64 `json:"timedOut"`
 	Waiting    uint64 `json:"waiting"`
 	// Shed is, by class name, the calls the gate shed since the last ask,
-	// their turn too far off: demand it could not serve. Only classes that
-	// shed any; none, left out.
+	// their turn too far off or their wait in line over: demand it could
+	// not serve. Only classes that shed any; none, left out. Sent only to
+	// a daemon whose last grant said it reads classes.
 	Shed map[string]uint64 `json:"shed,omitempty"`
 	// Demand is, by class name, the calls that asked for a turn since the
 	// last ask plus those waiting now: the daemon counts the process's want
 	// as each class's in proportion, and gives the fleet's rate to more
-	// critical classes first. Sent only while some call is critical or
-	// sheddable: a daemon that predates classes, or a fleet whose calls
-	// are all of the default class, reads what it read before.
+	// critical classes first. Sent only to a daemon whose last grant said
+	// it reads classes, and only while some call is critical or sheddable:
+	// a fleet whose calls are all of the default class asks as before.
 	Demand   map[string]uint64 `json:"demand,omitempty"`
 	Watching bool              `json:"watching,omitempty"`
 	// GateOff says the gate does not ask (or there is none): the process
@@ -98,6 +101,10 @@ type paceGrant struct {
 	Pace       bool     `json:"pace"`
 	// Breaker is the fleet breaker's word, if the ask reported a breaker.
 	Breaker *breakerWord `json:"breaker"`
+	// Classes says the daemon reads an ask's classes (shed and demand);
+	// absent from daemons that predate them (false), which refuse an ask
+	// that carries them.
+	Classes bool `json:"classes"`
 }
 
 // paced is a tracked dependency that asks the daemon: its gate is on or
@@ -163,17 +170,20 @@ func (p paced) gateAsks() bool {
 }
 
 // paceAsk is what p tells the daemon now: its gate's tally if the gate
-// asks, its fleet-scoped breaker's report if it has one; false if neither
-// has anything to say any more (the gate turned off or the breaker closed
-// since the round began).
-func (p paced) paceAsk(instance string) (paceAsk, bool) {
+// asks, with the calls shed and the demand by class if the daemon reads
+// them (classes), its fleet-scoped breaker's report if it has one; false
+// if neither has anything to say any more (the gate turned off or the
+// breaker closed since the round began).
+func (p paced) paceAsk(instance string, classes bool) (paceAsk, bool) {
 	ask := paceAsk{Service: p.service, Instance: instance, GateOff: true}
 	if p.gateAsks() {
 		tally := p.gate.Tally()
 		ask.GateOff = false
 		ask.Sent, ask.Accepted, ask.Overloaded = tally.Sent, tally.Accepted, tally.Overloaded
 		ask.TimedOut, ask.Waiting, ask.Watching = tally.TimedOut, tally.Waiting, tally.Watching
-		ask.Shed, ask.Demand = classesOf(tally)
+		if classes {
+			ask.Shed, ask.Demand = classesOf(tally)
+		}
 	}
 	if p.breaker != nil && p.breaker.AsksFleet() {
 		if report, ok := p.breaker.FleetReport(elapsed(p.breakerBorn)); ok {
@@ -246,11 +256,14 @@ func (p paced) heard(grant *paceGrant, lease time.Duration) {
 	p.gate.Lease(*grant.Rate, now+uint64(lease), now)
 }
 
-// ask asks once for p's share and its breaker's word, and hands the grant
-// to p: the time to the next round the grant sets, and whether there was
-// a grant.
+// ask asks once for p's share and its breaker's word, with the calls'
+// classes if the daemon's last grant said it reads them, and hands the
+// grant to p: the time to the next round the grant sets, and whether there
+// was a grant. The grant says whether the next ask may carry classes; an
+// ask that got none (refused, say, by a replica that predates classes,
+// mid-rollout) says not.
 func (r *Reporter) ask(ctx context.Context, p paced) (time.Duration, bool) {
-	ask, ok := p.paceAsk(r.config.Instance)
+	ask, ok := p.paceAsk(r.config.Instance, r.classes.Load())
 	if !ok {
 		return 0, false
 	}
@@ -258,6 +271,7 @@ func (r *Reporter) ask(ctx context.Context, p paced) (time.Duration, bool) {
 	if ctx.Err() != nil {
 		return 0, false // stopping: not a failure of the daemon's
 	}
+	r.classes.Store(err == nil && grant.Classes)
 	if err != nil {
 		r.count(func(s *Stats) { s.PaceAsks++; s.PaceFailures++ })
 		r.debug.Printf("stormguard reporter: no pace for %s (%v); the gate paces alone", p.service, err)

@@ -197,19 +197,22 @@ func TestAWatchingGateTellsTheDaemonWhatItHeardAndTurnsOnWhenTheGrantSaysPace(t 
 	}
 }
 
-// TestTheAskCarriesTheCallsShedAndTheDemandByClass: a gate that shed calls
-// tells the daemon how many of each class, once; while some call is
-// critical or sheddable, it tells the demand of each class, those that
-// asked since the last ask and those that wait. A gate whose calls are all
-// of the default class tells neither, as it did before classes.
+// TestTheAskCarriesTheCallsShedAndTheDemandByClass: to a daemon that reads
+// classes, a gate that shed calls tells how many of each class, once;
+// while some call is critical or sheddable, it tells the demand of each
+// class, those that asked since the last ask and those that wait. A gate
+// whose calls are all of the default class tells neither, as it did
+// before classes.
 func TestTheAskCarriesTheCallsShedAndTheDemandByClass(t *testing.T) {
 	d := &pacer{answers: []paceAnswer{
-		{200, `{"rate": 0.5, "leaseMs": 60000, "askEveryMs": 20}`},
-		{200, `{"rate": 0.5, "leaseMs": 60000, "askEveryMs": 5000}`},
+		{200, `{"rate": 0.5, "leaseMs": 60000, "askEveryMs": 20, "classes": true}`},
+		{200, `{"rate": 0.5, "leaseMs": 60000, "askEveryMs": 5000, "classes": true}`},
 	}}
 	server := httptest.NewServer(d)
 	defer server.Close()
 	r := started(t, Config{Daemon: server.URL, Instance: "pod-1", Interval: time.Hour})
+	// As if the daemon's last grant had said it reads classes.
+	r.classes.Store(true)
 	// At the probe rate, its first credit 0: no turn for 2 s.
 	p := gate.Policy{Enabled: true, MinRate: 0.5, MaxRate: 100_000, Beta: 0.7, Scale: 0.4, Ramp: 16, Quiet: 5 * time.Second, OverloadWhen: gate.AnyRefusal}
 	g, err := gate.New(p, func() float64 { return 0 })
@@ -259,9 +262,61 @@ func TestTheAskCarriesTheCallsShedAndTheDemandByClass(t *testing.T) {
 	unclassed, unclassedBorn := turnedOn(t)
 	unclassed.Turn(elapsed(unclassedBorn))
 	unclassed.Turn(elapsed(unclassedBorn))
-	ask, ok := (paced{service: "search", gate: unclassed, born: unclassedBorn}).paceAsk("pod-1")
+	ask, ok := (paced{service: "search", gate: unclassed, born: unclassedBorn}).paceAsk("pod-1", true)
 	if !ok || ask.Demand != nil || ask.Shed != nil || ask.Waiting == 0 {
 		t.Fatalf("%+v", ask)
+	}
+}
+
+// TestTheAskCarriesClassesOnlyToADaemonWhoseLastGrantSaidItReadsThem: a
+// daemon that predates classes refuses an ask with fields it does not
+// know, so the calls shed and the demand by class go only to a daemon
+// whose last grant said it reads them ("classes": true): not in the first
+// ask, whatever the calls' classes; in the next, once a grant said so; not
+// after an ask refused (a replica that predates them, mid-rollout), nor
+// after a grant that did not say so.
+func TestTheAskCarriesClassesOnlyToADaemonWhoseLastGrantSaidItReadsThem(t *testing.T) {
+	reads := paceAnswer{200, `{"rate": 0.5, "leaseMs": 60000, "askEveryMs": 100, "classes": true}`}
+	d := &pacer{answers: []paceAnswer{
+		reads,
+		reads,
+		{400, `{"error": "unknown field demand"}`},
+		reads,
+		{200, `{"rate": 0.5, "leaseMs": 60000, "askEveryMs": 100}`},
+		reads,
+	}}
+	server := httptest.NewServer(d)
+	defer server.Close()
+	r := started(t, Config{Daemon: server.URL, Instance: "pod-1", Interval: time.Hour, DisableFleetPacing: true})
+	p := gate.Policy{Enabled: true, MinRate: 0.5, MaxRate: 100_000, Beta: 0.7, Scale: 0.4, Ramp: 16, Quiet: time.Hour, OverloadWhen: gate.AnyRefusal}
+	g, err := gate.New(p, func() float64 { return 0 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	born := time.Now()
+	g.Record(gate.Overloaded, 0, elapsed(born))
+	// A critical call waits in line throughout: every ask's demand is classed.
+	if _, verdict := g.TurnFor(gate.Asker{Class: gate.Critical}, elapsed(born)); verdict != gate.Queued {
+		t.Fatal(verdict)
+	}
+	dependency := paced{service: "payments", gate: g, born: born}
+	for i, want := range []struct {
+		classed bool
+		granted bool
+	}{{false, true}, {true, true}, {true, false}, {false, true}, {true, true}, {false, true}} {
+		// A sheddable call, bound to go within a nanosecond, is shed before each ask.
+		now := elapsed(born)
+		if _, verdict := g.TurnFor(gate.Asker{Class: gate.Sheddable, By: now + 1}, now); verdict != gate.Shed {
+			t.Fatal(verdict)
+		}
+		if _, granted := r.ask(context.Background(), dependency); granted != want.granted {
+			t.Fatalf("ask %d granted %v", i+1, granted)
+		}
+		body := d.sent()[i]
+		classed := strings.Contains(body, `"shed":{"sheddable":1}`) && strings.Contains(body, `"demand":{"critical":`)
+		if classed != want.classed || !want.classed && (strings.Contains(body, `"shed"`) || strings.Contains(body, `"demand"`)) {
+			t.Fatalf("ask %d sent %s", i+1, body)
+		}
 	}
 }
 
@@ -423,11 +478,11 @@ func TestAFleetClosedBreakerHandsAnOffGateToTheDaemonsPace(t *testing.T) {
 func TestNothingIsAskedOnceTheGateAndTheBreakerHaveNothingToSay(t *testing.T) {
 	g, gateBorn := gated(t, 5*time.Second)
 	quiet := paced{service: "ledger", gate: g, born: gateBorn, breaker: closedFleetBreaker(t), breakerBorn: time.Now()}
-	if ask, ok := quiet.paceAsk("pod-1"); ok {
+	if ask, ok := quiet.paceAsk("pod-1", false); ok {
 		t.Fatalf("an off gate and a closed breaker asked %+v", ask)
 	}
 	open, born := fleetBreaker(t)
-	if ask, ok := (paced{service: "ledger", breaker: open, breakerBorn: born}).paceAsk("pod-1"); !ok || !ask.GateOff || ask.Breaker == nil {
+	if ask, ok := (paced{service: "ledger", breaker: open, breakerBorn: born}).paceAsk("pod-1", false); !ok || !ask.GateOff || ask.Breaker == nil {
 		t.Fatalf("an open breaker asked %+v (%v)", ask, ok)
 	}
 }

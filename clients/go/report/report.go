@@ -30,6 +30,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/stormguard/stormguard/clients/go/breaker"
@@ -122,6 +123,12 @@ type Reporter struct {
 
 	statsMu sync.Mutex
 	stats   Stats
+
+	// classes says the daemon's last grant said it reads an ask's classes
+	// (shed and demand): only then does an ask carry them, as a daemon
+	// that predates them refuses an ask with fields it does not know. An
+	// ask that gets no grant clears it.
+	classes atomic.Bool
 
 	stopLoop context.CancelFunc
 	loopDone chan struct{}

@@ -11,7 +11,8 @@
    to its class's ``gate.maxWait`` after the call began or its deadline,
    whichever comes first; a call whose turn, at the gate's pace, would
    come later fails at once (Shed), and one that gets no turn while it
-   waits ends (NoTurn), its attempt not sent either way. The gate stands
+   waits ends (NoTurn), its attempt not sent either way; the gate counts
+   both shed, in the call's class. The gate stands
    after the breaker so that a call the breaker would refuse does not wait
    for nothing; a call in line asks the breaker again if it changed state
    meanwhile (it opened), and leaves the line unsent if refused, or to go
@@ -20,12 +21,14 @@
    gate hears of each attempt it let through (see :func:`_signal`): only a
    failure ``gate.overloadOn`` names, or an answer that asked for a wait,
    says the dependency is overloaded. The gate hears each attempt before
-   the breaker does, and an overload it heard while it is on (the refusal
-   that turned it on included) is its to answer, by pacing: the breaker
-   does not hear it, so that a breaker opening beside the gate does not
-   turn an overload it is easing into an outage. Errors the dependency
-   answered with, and refusals while the gate is off, count for the
-   breaker as ever;
+   the breaker does, and a refusal it heard as overload while it is on
+   (the one that turned it on included) is its to answer, by pacing: the
+   breaker does not hear it as a failure, so that a breaker opening beside
+   the gate does not turn an overload it is easing into an outage; a
+   half-open trial so refused found the dependency up, and counts as a
+   success. A timeout is no refusal (nothing answered it): the breaker
+   hears it, gate on or not. Errors the dependency answered with, and
+   refusals while the gate is off, count for the breaker as ever;
 3. the retry budget: a first try deposits, a retry needs its leave. While
    the gate paces, retries wait for turns instead, without a backoff: the
    gate bounds the load they add to what the dependency accepts;
@@ -278,7 +281,10 @@ def call_plan(c: Controls, *, clock: Clock, rng: random.Random, new_wakeup: Call
             heard = _signal(c.gate.policy.overload_on, failed, status, retry_after, retryable)
             c.gate.record(heard, sent, now)
         if permit is not None:
-            paced = heard is not Signal.ACCEPTED and c.gate is not None and c.gate.is_on
+            # Only a refusal is the gate's to pace: a timeout says nothing
+            # answered, and the breaker hears it (a trial that timed out
+            # did not find the dependency up).
+            paced = heard is Signal.OVERLOADED and c.gate is not None and c.gate.is_on
             _settle(permit, status is not None and status < 500 and not retryable, retryable, paced, now)
         record(retry, kind)
         if not retryable or retry >= c.max_retries:
@@ -357,13 +363,15 @@ def _turn(gate: SendGate, place: int | None, asker: Asker, clock: Clock,
     class, and when its turn must come by): (when the turn came, the
     call's place, how long it waited), the first :attr:`Shedding.SHED` if
     the gate shed the call at once, None if no turn came while it waited,
-    before ``asker.by_ns``. Before each claim of its turn,
-    ``permitted(now)`` may raise (the breaker opened meanwhile): the call
-    then leaves the line, no turn spent; if it says True (the fleet's
-    trial), the call leaves the line and goes at once. The call leaves the
-    line unless it got its turn."""
+    before ``asker.by_ns``: the call then gives up its place, and the gate
+    counts it shed. Before each claim of its turn, ``permitted(now)`` may
+    raise (the breaker opened meanwhile): the call then leaves the line, no
+    turn spent; if it says True (the fleet's trial), the call leaves the
+    line and goes at once. The call leaves the line unless it got its
+    turn."""
     now = clock()
-    turned = gate.turn_for(asker, now, place)
+    # A call that waited before rejoins at its place, in its class.
+    turned = gate.turn_for(asker, now) if place is None else gate.rejoin(place, asker, now)
     if turned is None or isinstance(turned, Shedding):
         return (now if turned is None else turned), place, 0
     ticket: Ticket | None = turned
@@ -384,6 +392,10 @@ def _turn(gate: SendGate, place: int | None, asker: Asker, clock: Clock,
                 until = by if until is None else min(until, by)
             yield WaitInLine(woken, None if until is None else max(until - now, 1) / 1e9)
             now = clock()
+        # It waited as long as it could (NoTurn): demand the pace did not
+        # serve, which the fleet hears of.
+        gate.give_up(turned)
+        ticket = None
         return None, place, now - entered
     finally:
         if ticket is not None:
@@ -394,12 +406,17 @@ def _settle(permit: Permit, answered: bool, retryable: bool, paced: bool, now: i
     """Tells the breaker how an attempt went, as the Rust library does: an
     answer counts as a success, a failure the policy retries counts against
     the dependency, and one it does not retry (a 501, an exception retryOn
-    leaves out) counts for nothing. Nor does a refusal the send gate paces
-    (``paced``: the gate, having recorded it, heard it as an overload and
-    is on): the gate answers an overload by pacing, and a breaker opening
-    beside it would turn the overload into an outage. Its permit is
-    cancelled unrecorded, which frees a half-open trial's slot."""
-    if answered:
+    leaves out) counts for nothing. A refusal the send gate paces
+    (``paced``: the gate, having recorded it, heard it as an overload, an
+    answered refusal or a refused connection that ``overloadOn`` names,
+    never a timeout, and is on) is not a failure: the gate answers an
+    overload by pacing, and a breaker opening beside it would turn the
+    overload into an outage. A half-open trial so refused found the
+    dependency up: it counts as a success, so that the breaker hears its
+    trial's result (a fleet trial is then reported as succeeded at the next
+    ask) and the trial's slot is not handed back for a call that skips the
+    gate's pace; a paced attempt that is no trial counts for nothing."""
+    if answered or (paced and permit.trial):
         permit.record(False, now)
     elif retryable and not paced:
         permit.record(True, now)

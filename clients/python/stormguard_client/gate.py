@@ -40,8 +40,8 @@ the rate it can take rather than all at once.
   ``gate.maxWait`` after it began, or its deadline if sooner): one whose
   turn, at the present pace, would come later is shed, failing at once
   rather than waiting in a line that grows for as long as an overload
-  lasts. The caller leaves the line (:meth:`~SendGate.leave`) when that
-  time passes while it waits.
+  lasts. The caller gives up its place (:meth:`~SendGate.give_up`) when
+  that time passes while it waits: a call shed too, for the tally.
 - **The rate is learned from outcomes.** Until something is accepted, the
   gate probes at ``minRate``. Accepted attempts then grow the rate quickly
   (slow start: each adds ``ramp`` turns per second). An overload after that
@@ -308,11 +308,13 @@ class Tally:
     of the acceptances before it), each sent unpaced; the fleet's
     controller judges from them whether the refusals are a capacity's.
 
-    By class (in :data:`CRITICALITIES`' order): ``shed``, the calls that
-    failed at once while on, their turn too far off (demand the pace did
-    not serve); ``demand``, the calls that asked for a turn while on plus
-    those waiting now: what each class wants, in proportion, of what the
-    fleet gives this process."""
+    By class (in :data:`CRITICALITIES`' order): ``shed``, the calls the
+    gate failed for want of a turn while on: shed at once (their turn too
+    far off), or after waiting in line as long as they could (see
+    :meth:`SendGate.give_up`); demand the pace did not serve. ``demand``,
+    the calls that asked for a turn while on plus those waiting now: what
+    each class wants, in proportion, of what the fleet gives this
+    process."""
 
     sent: int = 0
     accepted: int = 0
@@ -901,15 +903,14 @@ class SendGate:
         assert not isinstance(turn, Shedding), "a call with no time to come by is never shed"
         return turn
 
-    def rejoin(self, place: int, now_ns: int) -> Ticket | None:
-        """:meth:`turn` for a call that has waited in line before, under
-        ticket number ``place``: it waits at that place again, ahead of calls
-        of its class that came after it. The line is first come, first
-        served by call, not by attempt, so a retry does not go to the back
-        of a line it has waited in longest."""
-        turn = self.turn_for(Asker(), now_ns, place)
-        assert not isinstance(turn, Shedding), "a call with no time to come by is never shed"
-        return turn
+    def rejoin(self, place: int, asker: Asker, now_ns: int) -> Ticket | Shedding | None:
+        """:meth:`turn_for` for ``asker``'s call that has waited in line
+        before, under ticket number ``place``: it waits at that place again,
+        in its class, ahead of calls of its class that came after it. The
+        line is first come, first served by call, not by attempt, so a retry
+        does not go to the back of a line it has waited in longest; nor, of
+        a class more critical than the default, behind default calls."""
+        return self.turn_for(asker, now_ns, place)
 
     def turn_for(self, asker: Asker, now_ns: int, place: int | None = None) -> Ticket | Shedding | None:
         """A turn for an attempt of ``asker``'s call, asking at ``now_ns``
@@ -965,18 +966,30 @@ class SendGate:
                 return Claim.at(self._pacer.due(self._rate.now))
             return Claim.BEHIND
 
-    def leave(self, ticket: Ticket) -> None:
-        """The holder of ``ticket`` gives up its place (the time its turn had
-        to come by passed, or it was cancelled)."""
-        key = ticket.place
+    def give_up(self, ticket: Ticket) -> None:
+        """The holder of ``ticket`` waited in line until it could wait no
+        longer (its class's ``maxWait``, or its deadline) and gives up its
+        place: a call shed, counted in the tally by its class as one shed at
+        once is (demand the pace did not serve)."""
         with self._lock:
-            if key not in self._wakers:
-                return
-            was_first = self._line[0] == key
-            self._line.remove(key)
-            del self._wakers[key]
-            if was_first:
-                self._wake_first()
+            self._leave(ticket.place)
+            self._shed[rank_of(ticket.criticality)] += 1
+
+    def leave(self, ticket: Ticket) -> None:
+        """The holder of ``ticket`` gives up its place (it was cancelled):
+        unlike :meth:`give_up`, it counts for nothing."""
+        with self._lock:
+            self._leave(ticket.place)
+
+    def _leave(self, key: tuple[int, int]) -> None:
+        """Takes the place ``key`` out of the line, if it is there."""
+        if key not in self._wakers:
+            return
+        was_first = self._line[0] == key
+        self._line.remove(key)
+        del self._wakers[key]
+        if was_first:
+            self._wake_first()
 
     # --- learning -----------------------------------------------------------
 
@@ -1241,7 +1254,10 @@ class SendGate:
         later. While the gate probes a dependency that has accepted
         nothing, its pace is a probe's, not what the dependency will take
         once back (the line then moves at once): the call's turn is
-        expected no sooner than the next probe, whoever is ahead."""
+        expected no sooner than the next probe, whoever is ahead. A fleet's
+        grant to a process that probes is its part of the fleet's probes, as
+        much a probe's: a herd whose calls may wait a minute lost a tenth of
+        them, shed, when those ahead counted at it."""
         own = self._rate.now
         self._pacer.accrue(own, now)
         ahead = 0 if self._rate.phase == "probing" else bisect.bisect_left(self._line, before)

@@ -18,6 +18,12 @@ same ask reports it (``"breaker"``, with ``"gateOff": true`` when the gate
 does not ask), and the grant carries the fleet breaker's word: a trial
 slot, or close (:meth:`~stormguard_client.breaker.CircuitBreaker.heard`).
 
+An ask tells the calls shed and the demand by class (``"shed"``,
+``"demand"``) only to a daemon whose last grant said it reads them
+(``"classes": true``): one that predates classes refuses an ask with
+fields it does not know, and an ask refused (a replica that predates
+them, mid-rollout) leaves them out again until a grant says otherwise.
+
 This module holds what an ask and a grant are; the asking itself runs on
 the :class:`~stormguard_client.Reporter`'s pacing thread.
 """
@@ -43,13 +49,16 @@ not trusted beyond a minute without asking again."""
 _U64_MAX = (1 << 64) - 1
 
 
-def ask_body(service: str, instance: str, tally: Tally | None, breaker: Report | None = None) -> bytes:
+def ask_body(service: str, instance: str, tally: Tally | None, breaker: Report | None = None,
+             classes: bool = False) -> bytes:
     """The JSON body of an ask for ``service`` by ``instance`` from a gate's
     ``tally`` (a :class:`~stormguard_client.gate.Tally`): what the gate saw
     since the last ask, and who waits now; ``"watching": true`` only while
     the gate watches (the daemon reads its absence as on, as from older
-    clients). By class name: ``"shed"``, the calls the gate shed since the
-    last ask, only for classes that shed any (absent when none did), and
+    clients). If the daemon reads classes (``classes``: its last grant said
+    so; a daemon that predates them refuses an ask that carries them), by
+    class name: ``"shed"``, the calls the gate shed since the last ask,
+    only for classes that shed any (absent when none did), and
     ``"demand"``, the calls that asked for a turn plus those waiting, only
     while some are of a class other than ``default`` (the daemon reads its
     absence as all ``default``, so a process whose calls name no class asks
@@ -65,7 +74,7 @@ def ask_body(service: str, instance: str, tally: Tally | None, breaker: Report |
         "timedOut": tally.timed_out if tally else 0,
         "waiting": tally.waiting if tally else 0,
     }
-    if tally is not None:
+    if tally is not None and classes:
         shed = {name: count for name, count in zip(CRITICALITIES, tally.shed) if count > 0}
         if shed:
             ask["shed"] = shed
@@ -128,13 +137,18 @@ class PaceGrant:
     Absent from the answer (an older daemon): False."""
     breaker: Verdict | None = None
     """The fleet breaker's word, if the ask reported a fleet-scoped breaker."""
+    classes: bool = False
+    """Whether the daemon reads an ask's classes (``shed`` and ``demand``):
+    the next ask carries them only if so, as a daemon that predates them
+    refuses an ask with fields it does not know. Absent from the answer (an
+    older daemon): False."""
 
     @classmethod
     def from_json(cls, text: str | bytes) -> "PaceGrant":
         """The grant in a 2xx answer's body (bytes or str). Raises ValueError
         when it is not a grant: not JSON, a field missing or of the wrong
         type (fields it does not know are left alone, for later daemons;
-        ``pace`` may be absent)."""
+        ``pace`` and ``classes`` may be absent)."""
         grant = json.loads(text)
         if not isinstance(grant, dict):
             raise ValueError(f"a grant is a JSON object, not {grant!r}")
@@ -148,8 +162,11 @@ class PaceGrant:
         pace = grant.get("pace", False)
         if not isinstance(pace, bool):
             raise ValueError(f"pace must be true or false, not {pace!r}")
+        classes = grant.get("classes", False)
+        if not isinstance(classes, bool):
+            raise ValueError(f"classes must be true or false, not {classes!r}")
         return cls(rate, _millis(grant, "leaseMs"), _millis(grant, "askEveryMs"), pace,
-                   _verdict(grant.get("breaker")))
+                   _verdict(grant.get("breaker")), classes)
 
     @property
     def lease_ns(self) -> int:

@@ -229,6 +229,11 @@ class Reporter:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pacer: threading.Thread | None = None
+        # Whether the daemon's last grant said it reads an ask's classes
+        # (shed and demand): only then does an ask carry them, as a daemon
+        # that predates them refuses an ask with fields it does not know.
+        # An ask that gets no grant clears it. The pacing thread's alone.
+        self._classes = False
 
     # --- counting -----------------------------------------------------------
 
@@ -539,17 +544,20 @@ class Reporter:
     def _ask(self, service: str, gate: SendGate | None, breaker: CircuitBreaker | None,
              clock: Callable[[], int]) -> PaceGrant | None:
         """One ask for ``service`` with what ``gate`` saw since the last and
-        what a fleet-scoped ``breaker`` has to say; hands the grant over (see
-        :meth:`_heard`) and returns it, or None when there was none. If
-        neither has anything to say any more (the gate turned off or the
-        breaker closed since the round began), it asks nothing and returns
-        None, as the Rust client does."""
+        what a fleet-scoped ``breaker`` has to say, with the calls' classes
+        if the daemon's last grant said it reads them; hands the grant over
+        (see :meth:`_heard`) and returns it, or None when there was none
+        (the next ask then carries no classes: it may have been refused by
+        a replica that predates them, mid-rollout). If neither has anything
+        to say any more (the gate turned off or the breaker closed since the
+        round began), it asks nothing and returns None, as the Rust client
+        does."""
         now = clock()
         tally = gate.tally() if gate is not None and gate.asks_fleet_at(now) else None
         report = breaker.fleet_report(now) if breaker is not None and breaker.asks_fleet() else None
         if tally is None and report is None:
             return None
-        body = ask_body(service, self.instance, tally, report)
+        body = ask_body(service, self.instance, tally, report, classes=self._classes)
         headers = {"Content-Type": "application/json"}
         token = self._token.token()
         if token is not None:
@@ -568,6 +576,7 @@ class Reporter:
         except ValueError as error:
             log.debug("stormguard reporter: the daemon's pace for %s cannot be read (%s); the gate paces alone",
                       service, error)
+        self._classes = grant is not None and grant.classes
         with self._lock:
             self._stats.pace_asks += 1
             self._stats.pace_failures += int(grant is None)

@@ -211,6 +211,8 @@ def test_the_daemons_classes_are_read_and_the_calls_shed_reach_it(daemon):
         assert policy.criticality == "sheddable" and policy.max_wait.critical_ns == 3 * S
         assert dependency.call("/charge", lambda timeout: 503) == 503
         assert dependency.gate.is_on, "its first turn 2 s away"
+        # The calls' classes go to a daemon whose grant said it reads them.
+        assert eventually(lambda: reporter.stats.pace_asks >= 1), "the first ask, without classes"
         for _ in range(2):
             with pytest.raises(Shed):
                 dependency.call("/charge", lambda timeout: 200)
@@ -377,7 +379,8 @@ def test_a_call_waiting_in_line_ends_with_no_turn_at_its_bound_and_leaves_the_li
     assert (refused.value.waited_ns, refused.value.attempts, refused.value.status) == (3 * S, 0, None)
     assert gate.waiting == 1 and gate.first_in_line()[0] == 1, "it left the line; the critical call waits"
     assert "no turn" in str(refused.value) and "maxWait" in str(refused.value)
-    assert gate.tally().shed == (0, 0, 0), "in line in time: not shed"
+    assert gate.tally().shed == (0, 1, 0), \
+        "it waited as long as it could: shed in its class, demand the pace did not serve"
 
 
 def test_a_calls_own_class_is_honoured_over_the_dependencys_and_the_policys():
@@ -819,6 +822,65 @@ def test_while_paced_a_retry_waits_what_retry_after_asked_before_its_turn():
         dependency.call("/charge", raises(http_error(503, "3")))
     assert dependency.gate.is_on
     assert clock.sleeps == [3.0], "no backoff while paced, but the wait the dependency asked for"
+
+
+def test_a_dependency_that_stops_answering_opens_the_breaker_though_the_gate_is_on():
+    # Timeouts turn the gate on, but nothing answered them: they are no
+    # refusal for the gate to pace, and the breaker hears them, and opens.
+    breaker = {"enabled": True, "consecutiveFailures": 2, "openTimeoutMs": 3_600_000}
+    clock = VirtualTime()
+    dependency = gated(clock, maxRetries=3, perTryTimeoutMs=100, circuitBreaker=breaker)
+    sent = []
+
+    def silent(timeout):
+        sent.append(timeout)
+        clock.now += round(timeout * S)
+        raise TimeoutError("timed out")
+
+    with pytest.raises(CallNotPermitted):
+        dependency.call("/charge", silent)
+    assert sent == [0.1, 0.1], "the second timeout opened the breaker: the third attempt was refused"
+    assert dependency.gate.is_on, "a timeout turns the gate on"
+    assert dependency.breaker.state == "open"
+
+
+def opened_behind_an_on_gate(clock, breaker):
+    """A Dependency in virtual time whose gate a 503 turned on (its turns 2 s
+    apart) and whose ``breaker`` another call's failure opened."""
+    dependency = gated(clock, maxRetries=0, circuitBreaker=breaker)
+    assert dependency.call("/charge", lambda timeout: 503) == 503
+    assert dependency.breaker.state == "closed", "the 503 the gate paces is not the breaker's"
+    dependency.breaker.acquire(clock.now).record(True, clock.now)  # another call's failure
+    assert dependency.breaker.state == "open" and dependency.gate.is_on
+    return dependency
+
+
+def test_a_half_open_trial_refused_while_the_gate_is_on_counts_as_a_success():
+    # A trial refused with a 503 while the gate paces found the dependency up
+    # (it answered, asking for less): a success, not a slot handed back unheard.
+    breaker = {"enabled": True, "consecutiveFailures": 1, "openTimeoutMs": 1000, "halfOpenMaxCalls": 1,
+               "successThreshold": 2}
+    clock = VirtualTime()
+    dependency = opened_behind_an_on_gate(clock, breaker)
+    clock.now += 2 * S
+    assert dependency.call("/charge", lambda timeout: 503) == 503
+    assert dependency.breaker.state == "half-open", "one good trial of the two it takes"
+    assert dependency.call("/charge", lambda timeout: 503) == 503
+    assert dependency.breaker.state == "closed", "successThreshold such trials close it"
+
+
+def test_a_fleet_trial_refused_while_the_gate_is_on_is_reported_as_succeeded():
+    breaker = {"enabled": True, "consecutiveFailures": 1, "openTimeoutMs": 1000, "halfOpenMaxCalls": 1,
+               "successThreshold": 1, "scope": "fleet"}
+    clock = VirtualTime()
+    dependency = opened_behind_an_on_gate(clock, breaker)
+    dependency.breaker.heard(Verdict(CircuitState.HALF_OPEN, 1, 0), clock.now + 60 * S, clock.now)
+    assert dependency.call("/charge", lambda timeout: 503) == 503, "the fleet's trial, sent at once"
+    with pytest.raises(CallNotPermitted):
+        dependency.call("/charge", lambda timeout: 200)
+    report = dependency.breaker.fleet_report(clock.now)
+    assert (report.succeeded, report.failed) == (1, 0), \
+        "it found the dependency up: the daemon hears a trial that succeeded, and its slot is spent"
 
 
 def test_a_trial_on_the_fleets_slot_is_sent_without_waiting_for_the_gates_turn():

@@ -40,7 +40,7 @@ def test_every_verdict_and_state_is_cores(scenario):
         where = f"op {i} {op}"
         at, kind = op["at"], op["op"]
         if kind in ("turn", "rejoin"):
-            ticket = gate.turn(at) if kind == "turn" else gate.rejoin(op["place"], at)
+            ticket = gate.turn(at) if kind == "turn" else gate.rejoin(op["place"], Asker(), at)
             assert ("now" if ticket is None else ["queued", ticket.number]) == op["verdict"], where
         elif kind == "claim":
             claim = gate.claim(Ticket(op["ticket"]), at)
@@ -282,11 +282,39 @@ def test_a_call_that_rejoins_waits_ahead_of_those_that_came_after_it():
     first, second = g.turn(0), g.turn(0)
     assert g.claim(first, 2 * S).go
     # The first's attempt is refused; it comes back while the second waits.
-    again = g.rejoin(first.number, secs(2.1))
+    again = g.rejoin(first.number, Asker(), secs(2.1))
     assert again == first and g.first_in_line()[0] == first.number
     assert g.claim(second, 4 * S) == Claim.BEHIND
     assert g.claim(again, 4 * S).go
     assert g.claim(second, 6 * S).go
+
+
+def test_a_critical_call_that_rejoins_keeps_its_place_ahead_of_default_calls():
+    g = gate()
+    overload(g)  # on at 0, at 0.5 a second: turns at 2 s, 4 s...
+    default = g.turn(0)
+    critical = g.turn_for(Asker("critical"), secs(0.5))
+    assert critical == Ticket(1, "critical") and g.first_in_line()[0] == 1, "ahead of the default call"
+    assert g.claim(critical, 2 * S).go
+    # Its attempt is refused; its retry comes back, of its class, while the
+    # default call waits: ahead of it again, though it came after it.
+    again = g.rejoin(critical.number, Asker("critical"), secs(2.1))
+    assert again == critical and g.first_in_line()[0] == critical.number
+    assert g.claim(default, 4 * S) == Claim.BEHIND
+    assert g.claim(again, 4 * S).go
+    assert g.claim(default, 6 * S).go
+
+
+def test_a_call_that_waited_as_long_as_it_could_is_counted_shed():
+    g = gate()
+    overload(g)  # the first turn at 2 s
+    waiting = g.turn_for(Asker("critical", secs(3)), 0)
+    cancelled = g.turn(0)
+    assert isinstance(waiting, Ticket) and isinstance(cancelled, Ticket)
+    g.give_up(waiting)
+    g.leave(cancelled)
+    assert g.tally().shed == (1, 0, 0), "the critical call that waited until its bound is shed; a cancelled one is not"
+    assert g.waiting == 0, "both left the line"
 
 
 def test_a_critical_call_waits_ahead_of_default_ones_already_in_line():

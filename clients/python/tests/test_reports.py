@@ -338,11 +338,14 @@ def pace_stand_in():
     yield from serving(PaceStandIn)
 
 
-def grant(rate, lease_ms=1000, ask_every_ms=100, pace=None):
-    """A 200 with a grant; ``pace`` left out unless given, as an older daemon does."""
+def grant(rate, lease_ms=1000, ask_every_ms=100, pace=None, classes=None):
+    """A 200 with a grant; ``pace`` and ``classes`` left out unless given, as
+    an older daemon does."""
     body = {"rate": rate, "leaseMs": lease_ms, "askEveryMs": ask_every_ms}
     if pace is not None:
         body["pace"] = pace
+    if classes is not None:
+        body["classes"] = classes
     return 200, json.dumps(body).encode()
 
 
@@ -386,44 +389,86 @@ def test_the_ask_carries_the_calls_shed_and_the_demand_by_class():
     counts = {"service": "ledger", "instance": "pod-1", "sent": 3, "accepted": 2, "overloaded": 1, "timedOut": 0,
               "waiting": 2}
     plain = Tally(sent=3, accepted=2, overloaded=1, waiting=2, demand=(0.0, 5.0, 0.0))
-    assert json.loads(ask_body("ledger", "pod-1", plain)) == counts, \
+    assert json.loads(ask_body("ledger", "pod-1", plain, classes=True)) == counts, \
         "every call of the default class, none shed: the ask an older daemon reads"
     shed = Tally(sent=3, accepted=2, overloaded=1, waiting=2, shed=(0, 4, 0), demand=(0.0, 5.0, 0.0))
-    assert json.loads(ask_body("ledger", "pod-1", shed)) == {**counts, "shed": {"default": 4}}, \
+    assert json.loads(ask_body("ledger", "pod-1", shed, classes=True)) == {**counts, "shed": {"default": 4}}, \
         "only the classes that shed any"
     classed = Tally(sent=3, accepted=2, overloaded=1, waiting=2, watching=True, shed=(0, 0, 7),
                     demand=(1.0, 5.0, 9.0))
-    body = ask_body("ledger", "pod-1", classed)
+    body = ask_body("ledger", "pod-1", classed, classes=True)
     assert json.loads(body) == {**counts, "shed": {"sheddable": 7},
                                 "demand": {"critical": 1.0, "default": 5.0, "sheddable": 9.0}, "watching": True}
     assert body.index(b'"waiting"') < body.index(b'"shed"') < body.index(b'"demand"') < body.index(b'"watching"')
+    assert json.loads(ask_body("ledger", "pod-1", classed)) == {**counts, "watching": True}, \
+        "to a daemon not known to read classes: neither, as it would refuse them"
     sheddable_only = Tally(demand=(0.0, 0.0, 0.5))
-    assert json.loads(ask_body("ledger", "pod-1", sheddable_only))["demand"] == \
+    assert json.loads(ask_body("ledger", "pod-1", sheddable_only, classes=True))["demand"] == \
         {"critical": 0.0, "default": 0.0, "sheddable": 0.5}
 
 
 def test_while_the_gate_sheds_the_ask_tells_the_calls_shed_and_the_demand_of_each_class(pace_stand_in):
     from stormguard_client.gate import Asker, Shedding
-    server = pace_stand_in([grant(0.5, lease_ms=600_000, ask_every_ms=1000)])
+    server = pace_stand_in([grant(0.5, lease_ms=600_000, ask_every_ms=1000, classes=True)])
     virtual = [10**15]
     g = SendGate(GatePolicy(enabled=True, overload_when="any-refusal"), virtual[0], draw=lambda: 0.0)
     g.record(Signal.OVERLOADED, virtual[0], virtual[0])
-    # Its first turn is 2 s away: a critical call waits, two sheddable ones are shed.
+    # Its first turn is 2 s away: a critical call waits.
     assert g.turn_for(Asker("critical"), virtual[0]) is not None
-    for _ in range(2):
-        assert g.turn_for(Asker("sheddable", by_ns=virtual[0] + 10**9), virtual[0]) is Shedding.SHED
     r = Reporter(server.url, "pod-1", interval=3600, timeout=2)
     r.track("svc", gate=g, clock=lambda: virtual[0])
     r.start()
-    assert eventually(lambda: len(server.asks) >= 2, within=5)
+    # The first ask tells no classes: the daemon has not said it reads them.
+    assert eventually(lambda: len(server.asks) >= 1, within=5)
+    # Its grant said so, and the next ask is a second away: two sheddable calls are shed meanwhile.
+    for _ in range(2):
+        assert g.turn_for(Asker("sheddable", by_ns=virtual[0] + 10**9), virtual[0]) is Shedding.SHED
+    assert eventually(lambda: len(server.asks) >= 3, within=5)
     r.stop()
-    first, second = (ask[1] for ask in server.asks[:2])
+    first, second, third = (ask[1] for ask in server.asks[:3])
     assert first == {"service": "svc", "instance": "pod-1", "sent": 0, "accepted": 0, "overloaded": 1,
-                     "timedOut": 0, "waiting": 1, "shed": {"sheddable": 2},
-                     "demand": {"critical": 2.0, "default": 0.0, "sheddable": 2.0}}, \
+                     "timedOut": 0, "waiting": 1}, "to a daemon not known to read classes, neither shed nor demand"
+    assert second == {"service": "svc", "instance": "pod-1", "sent": 0, "accepted": 0, "overloaded": 0,
+                      "timedOut": 0, "waiting": 1, "shed": {"sheddable": 2},
+                      "demand": {"critical": 1.0, "default": 0.0, "sheddable": 2.0}}, \
         "the calls shed, and by class those that asked and the one that waits"
-    assert "shed" not in second and second["demand"] == {"critical": 1.0, "default": 0.0, "sheddable": 0.0}, \
+    assert "shed" not in third and third["demand"] == {"critical": 1.0, "default": 0.0, "sheddable": 0.0}, \
         "since the last ask: none shed, the critical call still waits"
+
+
+def test_the_ask_carries_classes_only_to_a_daemon_whose_last_grant_said_it_reads_them(pace_stand_in):
+    # A daemon that predates classes refuses an ask with fields it does not
+    # know: the calls shed and the demand by class go only to one whose last
+    # grant said it reads them; not in the first ask, nor after an ask
+    # refused (a replica that predates them, mid-rollout), nor after a grant
+    # that did not say so.
+    from stormguard_client.gate import Asker, Shedding
+    reads = grant(0.5, lease_ms=600_000, classes=True)
+    server = pace_stand_in([reads, reads, (400, b'{"error":"unknown field demand"}'), reads,
+                            grant(0.5, lease_ms=600_000), reads])
+    virtual = [10**15]
+    g = SendGate(GatePolicy(enabled=True, overload_when="any-refusal"), virtual[0], draw=lambda: 0.0)
+    g.record(Signal.OVERLOADED, virtual[0], virtual[0])
+    # A critical call waits in line throughout: every ask's demand is classed.
+    assert g.turn_for(Asker("critical"), virtual[0]) is not None
+    r = Reporter(server.url, "pod-1", interval=3600, timeout=2)
+    for i, (classed, granted) in enumerate([(False, True), (True, True), (True, False), (False, True),
+                                            (True, True), (False, True)]):
+        # A sheddable call, bound to go within a nanosecond, is shed before each ask.
+        assert g.turn_for(Asker("sheddable", by_ns=virtual[0] + 1), virtual[0]) is Shedding.SHED
+        assert (r._ask("svc", g, None, lambda: virtual[0]) is not None) == granted, f"ask {i + 1}"
+        ask = server.asks[i][1]
+        if classed:
+            assert ask["shed"] == {"sheddable": 1} and ask["demand"]["critical"] == 1.0, f"ask {i + 1}: {ask}"
+        else:
+            assert "shed" not in ask and "demand" not in ask, f"ask {i + 1}: {ask}"
+
+
+def test_a_grant_says_whether_the_daemon_reads_classes_and_its_absence_is_no():
+    assert not PaceGrant.from_json(b'{"rate": 1.5, "leaseMs": 1000, "askEveryMs": 100}').classes
+    assert PaceGrant.from_json(b'{"rate": 1.5, "leaseMs": 1000, "askEveryMs": 100, "classes": true}').classes
+    with pytest.raises(ValueError, match="classes must be true or false"):
+        PaceGrant.from_json(b'{"rate": 1.5, "leaseMs": 1000, "askEveryMs": 100, "classes": 1}')
 
 
 def test_the_grant_sets_the_interval_within_its_bounds(pace_stand_in):
