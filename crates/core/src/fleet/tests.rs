@@ -1650,7 +1650,11 @@ fn a_process_wants_for_its_critical_calls_before_its_others() {
         [0.2, 0.6, 0.2],
         "it claims less than it may want: the rest is the default class's"
     );
-    assert_eq!(super::class_shares([0.0, 0.0, 0.0], 10.0, 5.0), super::UNCLASSED, "no demand said");
+    assert_eq!(
+        super::class_shares([0.0, 0.0, 0.0], 10.0, 5.0),
+        super::UNCLASSED,
+        "no demand said"
+    );
     assert_eq!(
         super::class_shares([0.0, 2.0, 0.0], 10.0, 5.0),
         super::UNCLASSED,
