@@ -872,7 +872,7 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
 fn class_shares(demand: [f64; 3], claimed: f64, want: f64) -> [f64; 3] {
     let total: f64 = demand.iter().sum();
     let classed = demand[0] > 0.0 || demand[2] > 0.0;
-    if !classed || !(total > 0.0 && claimed > 0.0 && want > 0.0) {
+    if !(classed && total > 0.0 && claimed > 0.0 && want > 0.0) {
         return UNCLASSED;
     }
     let mut left = want;
