@@ -147,24 +147,34 @@ fn the_first_window_follows_the_fleets_line() {
     assert!((one_liar - 0.12 * (99_000.0 + 4_000.0)).abs() < 1.0, "{one_liar}");
 }
 
-#[test]
-fn processes_that_want_less_than_a_part_get_it_and_the_rest_share_equally() {
-    let t0 = Instant::now();
+/// Three processes asking of a dependency that has accepted, at 90 a second.
+fn three_at_ninety(t0: Instant) -> FleetController<u32> {
     let mut fleet = controller(t0);
     round(&mut fleet, 0..3, t0, |_| tally(0, 0, 1, 0));
     let policy = fleet.law.policy.clone();
     fleet.law.rate.accepted_many(&policy, 1, t0);
     fleet.law.rate.now = 90.0;
+    fleet
+}
+
+/// Process `p`, which sends all it was granted (`previous`) over an ask's
+/// 100 ms and has a long line.
+fn sending_its_grant(previous: &[f64], p: u32) -> Tally {
+    let sent = previous.get(p as usize).map_or(0.0, |g| g * 0.1).floor() as u64;
+    tally(sent, 0, 0, 1000)
+}
+
+#[test]
+fn processes_that_want_less_than_a_part_get_it_and_the_rest_share_equally() {
+    let t0 = Instant::now();
+    let mut fleet = three_at_ninety(t0);
     let mut grants = Vec::new();
     for i in 1..=20 {
         // Process 0 needs 5 a second; 1 and 2 send all they are granted and have long lines.
         let previous = grants.clone();
         grants = round(&mut fleet, 0..3, t0 + ASK_EVERY * i, |p| match p {
             0 => tally(0, 0, 0, 5),
-            p => {
-                let sent = previous.get(p as usize).map_or(0.0, |g: &f64| g * 0.1).floor() as u64;
-                tally(sent, 0, 0, 1000)
-            }
+            p => sending_its_grant(&previous, p),
         });
     }
     assert!((grants[0] - 5.0).abs() < 1e-9, "{grants:?}");
@@ -177,18 +187,10 @@ fn processes_that_want_less_than_a_part_get_it_and_the_rest_share_equally() {
 #[test]
 fn a_scarce_rate_goes_to_the_critical_calls_first_and_then_by_process() {
     let t0 = Instant::now();
-    let mut fleet = controller(t0);
-    round(&mut fleet, 0..3, t0, |_| tally(0, 0, 1, 0));
-    let policy = fleet.law.policy.clone();
-    fleet.law.rate.accepted_many(&policy, 1, t0);
-    fleet.law.rate.now = 90.0;
-    // Each sends all it is granted and has a long line.
-    let asking = |previous: &[f64], p: u32, demand: [f64; 3]| {
-        let sent = previous.get(p as usize).map_or(0.0, |g| g * 0.1).floor() as u64;
-        Tally {
-            demand,
-            ..tally(sent, 0, 0, 1000)
-        }
+    let mut fleet = three_at_ninety(t0);
+    let asking = |previous: &[f64], p: u32, demand: [f64; 3]| Tally {
+        demand,
+        ..sending_its_grant(previous, p)
     };
     let mut grants: Vec<f64> = Vec::new();
     for i in 1..=20 {
