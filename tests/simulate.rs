@@ -877,3 +877,28 @@ fn calls_arriving_at_a_limited_dependency_meet_a_half_open_herd_of_every_process
         );
     }
 }
+
+#[test]
+fn class_shares_are_checked_and_reported_by_class() {
+    refused_with(
+        &["--scenario", "errors", "--critical", "0.7", "--sheddable", "0.5"],
+        1,
+        "--critical 0.7 and --sheddable 0.5: the shares add up to more than every call",
+    );
+    refused_with(&["--critical", "0.3"], 1, "only with --scenario errors");
+    refused_with(&["--scenario", "errors", "--critical", "1.5"], 2, "--critical");
+    let (_, run) = errors_run(&["--critical", "0.3", "--sheddable", "0.3", "--until", "10s"]);
+    let classes: Vec<&str> = run["classes"]
+        .as_array()
+        .expect("a class block when calls name classes")
+        .iter()
+        .map(|c| c["class"].as_str().unwrap())
+        .collect();
+    assert_eq!(classes, ["critical", "default", "sheddable"]);
+    let (_, unclassed) = errors_run(&["--until", "10s"]);
+    assert!(
+        unclassed["classes"].is_null(),
+        "no class named: {}",
+        unclassed["classes"]
+    );
+}
