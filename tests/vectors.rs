@@ -303,10 +303,13 @@ fn breaker_vectors() -> Value {
                 ops.push(json!(["cancel", at, id, breaker.state().name()]));
                 continue;
             }
-            let (outcome, name) = if rng.random_bool(failing) {
-                (CallOutcome::Failure, "failure")
-            } else {
+            // Of the failures, most are refusals (a 503, say) that say overload or down.
+            let (outcome, name) = if !rng.random_bool(failing) {
                 (CallOutcome::Success, "success")
+            } else if rng.random_bool(0.6) {
+                (CallOutcome::Refused, "refused")
+            } else {
+                (CallOutcome::Failure, "failure")
             };
             permit.record_at(outcome, now);
             let run = breaker.snapshot().consecutive_failures;
@@ -356,7 +359,7 @@ fn breaker_vectors() -> Value {
     }
 
     json!({
-        "about": "stormguard-core's circuit breaker: for each scenario, a breaker with `policy` (a policy's circuitBreaker block as the daemon serves it) created at time 0 and fed, at the given nanoseconds: `acquire` (a call asks leave; the verdict is [\"permit\", its id, whether it is a half-open trial] or [the refusing state, nanoseconds until trial calls are admitted]), `record` (the permit with that id ends with that outcome; its duration since its acquire decides whether it was slow) and `cancel` (the permit's call was cancelled, unrecorded). A fleet-scoped breaker (scope: fleet) also gets `heard` (the daemon's word on the fleet's breaker: [state, trial slots granted, nanoseconds until it retries, nanoseconds the word holds], then whether it closed the breaker) and `report` (what it tells the daemon, which resets its counts: [open, nanoseconds since it opened from closed, calls refused since the last report, trials on the daemon's slots that succeeded, and that failed or were slow]). Each op ends with the breaker's state after it. Regenerate with STORMGUARD_WRITE_VECTORS=1 cargo test --test vectors.",
+        "about": "stormguard-core's circuit breaker: for each scenario, a breaker with `policy` (a policy's circuitBreaker block as the daemon serves it) created at time 0 and fed, at the given nanoseconds: `acquire` (a call asks leave; the verdict is [\"permit\", its id, whether it is a half-open trial] or [the refusing state, nanoseconds until trial calls are admitted]), `record` (the permit with that id ends with that outcome: success, failure, or refused, the dependency refusing it as overloaded with no send gate pacing it; its duration since its acquire decides whether it was slow) and `cancel` (the permit's call was cancelled, unrecorded). A fleet-scoped breaker (scope: fleet) also gets `heard` (the daemon's word on the fleet's breaker: [state, trial slots granted, nanoseconds until it retries, nanoseconds the word holds], then whether it closed the breaker) and `report` (what it tells the daemon, which resets its counts: [open, nanoseconds since it opened from closed, calls refused since the last report, trials on the daemon's slots that succeeded, and that failed or were slow]). Each op ends with the breaker's state after it. Regenerate with STORMGUARD_WRITE_VECTORS=1 cargo test --test vectors.",
         "scenarios": scenarios,
     })
 }

@@ -12,8 +12,36 @@
 //     slower than SlowCallDuration reaches SlowCallRateThreshold.
 //   - Open (2): calls are refused at once, for OpenTimeout.
 //   - Half-open (1): at most HalfOpenMaxCalls trial calls at a time;
-//     SuccessThreshold good trials close the breaker, a failed or slow one
-//     opens it again.
+//     SuccessThreshold good trials in a row close the breaker, a failed or
+//     slow one opens it again.
+//
+// A call ends a success, a failure (Record), or refused (RecordRefused):
+// the dependency refused it as overloaded or down (a failure the policy's
+// gate.overloadOn names: a 429 or 503, or a connect failure, by default)
+// while no send gate paces it. A refusal says the dependency may be up
+// with less room than its callers want, or down; only trials tell which,
+// so the breaker follows what the dependency accepts instead of shutting
+// it out:
+//
+//   - Closed, a refusal counts as a failure, in the window and in the run
+//     of failures, but a breaker that a refusal trips goes half-open, not
+//     open.
+//   - Half-open, a trial is also admitted only while the trials refused in
+//     the last TrialWindow outnumber those accepted by less than what the
+//     breaker may risk unearned: it then sends about TrialsPerAccepted
+//     trials for each one accepted, and HalfOpenMaxCalls a window when
+//     none is, the first window's coming one per TrialWindow /
+//     HalfOpenMaxCalls. A call refused so is refused as by a full
+//     half-open breaker.
+//   - Half-open, a refused trial ends the run of good trials, and opens
+//     the breaker only once it has been half-open a whole TrialWindow and
+//     the window holds HalfOpenMaxCalls refused trials and none accepted:
+//     a dependency that is down, or answers nothing but 503s, is left
+//     alone; one that takes a share keeps its trials. A refused trial that
+//     was slow is slow, and opens it.
+//
+// Under scope: fleet a refusal counts as a failure, wherever it ends: the
+// daemon judges the fleet's trials.
 //
 // The move from open to half-open happens when a call asks for a permit
 // after OpenTimeout, so a breaker nobody calls stays open. A call's outcome
@@ -48,6 +76,21 @@ const (
 	Open     State = 2
 )
 
+// TrialsPerAccepted is how many trials a half-open breaker may send for
+// each one the dependency accepted in the last TrialWindow, beyond its
+// first HalfOpenMaxCalls: two, the multiplier of client-side adaptive
+// throttling in Google's SRE book (chapter 21). The breaker then sends
+// about twice what the dependency takes, so it sees the room grow, and no
+// more, so that an overload lasting minutes costs the dependency one
+// refusal per call it serves, not one per call its callers make.
+const TrialsPerAccepted = 2
+
+// TrialWindow is how far back a half-open breaker counts its trials and
+// their answers: ten seconds, long enough to hold a few answers at a
+// process's share of a small room, short enough that a room that grows or
+// shrinks is followed within seconds.
+const TrialWindow = 10 * time.Second
+
 // String is the state's name as logs and reports spell it: "closed",
 // "half-open" or "open".
 func (s State) String() string {
@@ -67,7 +110,8 @@ func (s State) Metric() uint8 { return uint8(s) }
 
 // NotPermitted is a call the breaker refused.
 type NotPermitted struct {
-	// State refused the call: open, or half-open with every trial slot taken.
+	// State refused the call: open, or half-open with every trial slot
+	// taken or no trial earned (see TrialsPerAccepted).
 	State State
 	// RetryIn is how long until the breaker admits trial calls (0 when
 	// half-open).
@@ -89,9 +133,15 @@ type Breaker struct {
 	window              window
 	openedAt            uint64
 	trialsInFlight      uint32
-	trialSuccesses      uint32
-	rejected            uint64
-	transitions         uint64
+	// trialSuccesses are the trials accepted in a row, none refused between.
+	trialSuccesses uint32
+	// trials are, half-open, the trials of the last TrialWindow, a refused
+	// one counted as failed.
+	trials *timeWindow
+	// halfOpenSince is when it last went half-open.
+	halfOpenSince uint64
+	rejected      uint64
+	transitions   uint64
 	// openedFromClosed is when it last opened from closed.
 	openedFromClosed uint64
 	fleet            fleetWord
@@ -171,13 +221,13 @@ func New(p Policy) (*Breaker, error) {
 	if err := p.Check(); err != nil {
 		return nil, err
 	}
-	return &Breaker{policy: p, window: newWindow(p.Window)}, nil
+	return &Breaker{policy: p, window: newWindow(p.Window), trials: newTimeWindow(TrialWindow, 0)}, nil
 }
 
 // newWindow is an empty window of shape w.
 func newWindow(w SlidingWindow) window {
 	if w.Duration > 0 {
-		return newTimeWindow(w.Duration)
+		return newTimeWindow(w.Duration, 0)
 	}
 	calls := w.Calls
 	if calls == 0 {
@@ -263,11 +313,8 @@ func (b *Breaker) Acquire(now uint64) (*Permit, error) {
 	}
 	trial := b.state == HalfOpen
 	if trial {
-		max := b.policy.HalfOpenMaxCalls
-		if max < 1 {
-			max = 1
-		}
-		if b.trialsInFlight >= max {
+		max := b.mostTrials()
+		if b.trialsInFlight >= max || !b.trialCreditAt(max, now) {
 			b.rejected++
 			return nil, &NotPermitted{State: HalfOpen}
 		}
@@ -383,10 +430,39 @@ func (p *Permit) Current() bool {
 // gate's turn.
 func (p *Permit) FleetTrial() bool { return p.fleetTrial }
 
-// Record tells the breaker how the call went, ending at now; its duration
-// since the permit decides whether it was slow. Only the first Record or
-// Cancel of a permit counts.
+// outcome is how a call ended: a success, a failure, or refused as
+// overloaded.
+type outcome uint8
+
+const (
+	outcomeSucceeded outcome = iota
+	outcomeFailed
+	outcomeRefused
+)
+
+// Record tells the breaker how the call went, ending at now: a success, or
+// a failure that counts against the dependency; its duration since the
+// permit decides whether it was slow. Only the first Record, RecordRefused
+// or Cancel of a permit counts.
 func (p *Permit) Record(failed bool, now uint64) {
+	o := outcomeSucceeded
+	if failed {
+		o = outcomeFailed
+	}
+	p.record(o, now)
+}
+
+// RecordRefused tells the breaker that the dependency refused the call as
+// overloaded or down, ending at now, while no send gate paces it: a
+// failure the policy's gate.overloadOn names (a 429 or 503, or a connect
+// failure, by default), never a timeout. Closed, it counts as a failure,
+// but trips the breaker half-open, not open; half-open, the trials follow
+// what the dependency accepts (see the package's doc). Under scope: fleet
+// it is a failure. Only the first Record, RecordRefused or Cancel of a
+// permit counts.
+func (p *Permit) RecordRefused(now uint64) { p.record(outcomeRefused, now) }
+
+func (p *Permit) record(o outcome, now uint64) {
 	b := p.breaker
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -398,6 +474,7 @@ func (p *Permit) Record(failed bool, now uint64) {
 		elapsed = now - p.started
 	}
 	slow := elapsed >= uint64(b.policy.SlowCallDuration)
+	failed := o != outcomeSucceeded
 	if p.fleetTrial {
 		b.recordFleetTrial(failed || slow, now)
 		return
@@ -405,10 +482,14 @@ func (p *Permit) Record(failed bool, now uint64) {
 	if b.generation != p.generation {
 		return
 	}
-	switch b.state {
-	case Closed:
-		b.recordClosed(failed, slow, now)
-	case HalfOpen:
+	// The daemon judges the fleet's trials: a refusal is a failure to it.
+	refused := o == outcomeRefused && !b.policy.FleetScoped
+	switch {
+	case b.state == Closed:
+		b.recordClosed(failed, slow, refused, now)
+	case b.state == HalfOpen && refused && !slow:
+		b.recordRefusedTrial(now)
+	case b.state == HalfOpen:
 		b.recordTrial(failed || slow, now)
 	}
 }
@@ -457,7 +538,9 @@ func (b *Breaker) recordFleetTrial(bad bool, now uint64) {
 	}
 }
 
-func (b *Breaker) recordClosed(failed, slow bool, now uint64) {
+// recordClosed counts a call that ended closed: refused if the dependency
+// refused it as overloaded, which trips the breaker half-open, not open.
+func (b *Breaker) recordClosed(failed, slow, refused bool, now uint64) {
 	if failed {
 		if b.consecutiveFailures < ^uint32(0) {
 			b.consecutiveFailures++
@@ -474,7 +557,11 @@ func (b *Breaker) recordClosed(failed, slow bool, now uint64) {
 			threshold: b.policy.FailureRateThreshold,
 		}.byChance()
 	if inARow || b.ratesExceeded(now) {
-		b.transition(Open, now)
+		to := Open
+		if refused {
+			to = HalfOpen
+		}
+		b.transition(to, now)
 	}
 }
 
@@ -499,6 +586,8 @@ func (b *Breaker) minimumCalls() uint32 {
 	return b.policy.MinimumCalls
 }
 
+// recordTrial counts a trial that ended: a failed or slow one opens the
+// breaker again; SuccessThreshold accepted in a row close it.
 func (b *Breaker) recordTrial(bad bool, now uint64) {
 	if b.trialsInFlight > 0 {
 		b.trialsInFlight--
@@ -507,10 +596,70 @@ func (b *Breaker) recordTrial(bad bool, now uint64) {
 		b.transition(Open, now)
 		return
 	}
+	b.trials.record(now, false, false)
 	b.trialSuccesses++
 	if b.trialSuccesses >= b.policy.SuccessThreshold {
 		b.transition(Closed, now)
 	}
+}
+
+// recordRefusedTrial counts a trial the dependency refused as overloaded:
+// it opens the breaker again only once the breaker has been half-open a
+// whole TrialWindow and the window holds HalfOpenMaxCalls refused trials
+// and none accepted, so that a dependency that is down (or answers nothing
+// but 503s) is left alone, and one that takes a share is not. A refusal
+// alone says little: a dependency with a per-second quota refuses every
+// call late in a second, retries included.
+func (b *Breaker) recordRefusedTrial(now uint64) {
+	if b.trialsInFlight > 0 {
+		b.trialsInFlight--
+	}
+	b.trialSuccesses = 0
+	b.trials.record(now, true, false)
+	t := b.trials.tally(now)
+	judged := now >= b.halfOpenSince && now-b.halfOpenSince >= uint64(TrialWindow)
+	if judged && t.failures == t.calls && t.failures >= b.mostTrials() {
+		b.transition(Open, now)
+	}
+}
+
+// mostTrials is HalfOpenMaxCalls, at least 1.
+func (b *Breaker) mostTrials() uint32 {
+	if b.policy.HalfOpenMaxCalls < 1 {
+		return 1
+	}
+	return b.policy.HalfOpenMaxCalls
+}
+
+// trialCreditAt says whether a half-open breaker may send one more trial
+// at now: while the trials the dependency refused in the last TrialWindow
+// outnumber those it accepted by fewer than the unearned trials, so that
+// it sends about TrialsPerAccepted for each accepted, and most a window
+// when none is. Trials nobody refused are limited only by most at a time.
+func (b *Breaker) trialCreditAt(most uint32, now uint64) bool {
+	t := b.trials.tally(now)
+	accepted := t.calls - t.failures
+	return t.failures < saturating(saturatingTimes(accepted, TrialsPerAccepted-1), b.unearnedTrialsAt(most, now))
+}
+
+// unearnedTrialsAt is the refusals a half-open breaker risks whatever the
+// answers: most a window, the first window's coming one per TrialWindow /
+// most, so that processes that went half-open together (opened by the
+// same outage) do not spend them in one burst that a recovering
+// dependency refuses almost whole.
+func (b *Breaker) unearnedTrialsAt(most uint32, now uint64) uint32 {
+	if most < 1 {
+		most = 1
+	}
+	spacing := uint64(TrialWindow) / uint64(most)
+	var steps uint64
+	if now > b.halfOpenSince {
+		steps = (now - b.halfOpenSince) / spacing
+	}
+	if steps >= uint64(most) {
+		return most
+	}
+	return uint32(steps) + 1
 }
 
 func (b *Breaker) transition(to State, now uint64) {
@@ -528,5 +677,10 @@ func (b *Breaker) transition(to State, now uint64) {
 	case Closed:
 		b.consecutiveFailures = 0
 		b.window.clear()
+	case HalfOpen:
+		// A fresh window of trials: what the dependency answered before
+		// says nothing of the trials to come.
+		b.trials = newTimeWindow(TrialWindow, now)
+		b.halfOpenSince = now
 	}
 }

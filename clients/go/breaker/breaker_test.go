@@ -93,7 +93,15 @@ func TestEveryVerdictIsCores(t *testing.T) {
 				} else {
 					var outcome string
 					mustRead(t, op[3], &outcome)
-					permit.Record(outcome == "failure", at)
+					switch outcome {
+					case "success", "failure":
+						permit.Record(outcome == "failure", at)
+					case "refused":
+						permit.RecordRefused(at)
+					default:
+						t.Fatalf("scenario %d op %d %s: unknown outcome %q", i, j, where(), outcome)
+					}
+					seen["record "+outcome]++
 				}
 			case "heard":
 				replayHeard(t, b, op, at, func() string { return fmt.Sprintf("scenario %d op %d %s", i, j, where()) })
@@ -112,7 +120,7 @@ func TestEveryVerdictIsCores(t *testing.T) {
 	}
 	// A file that never refuses, never half-opens or never closes again
 	// would check little.
-	for _, needed := range []string{"permit", "trial", "refused open", "refused half-open", "cancel", "state open", "state half-open", "state closed", "heard", "report"} {
+	for _, needed := range []string{"permit", "trial", "refused open", "refused half-open", "cancel", "record success", "record failure", "record refused", "state open", "state half-open", "state closed", "heard", "report"} {
 		if seen[needed] == 0 {
 			t.Errorf("no op in the vectors gives %q: %v", needed, seen)
 		}

@@ -1,5 +1,7 @@
 // The closed state's window of recent calls, counting calls, failures and
-// slow calls: a ring of the last N calls, or 20 time steps of the last T.
+// slow calls: a ring of the last N calls, or 20 time steps of the last T;
+// and, the same time window, the half-open state's trials of the last
+// TrialWindow.
 
 package breaker
 
@@ -23,6 +25,14 @@ func (t *tally) plus(o tally) {
 	t.calls = saturating(t.calls, o.calls)
 	t.failures = saturating(t.failures, o.failures)
 	t.slow = saturating(t.slow, o.slow)
+}
+
+// saturatingTimes is a * b, at most the largest uint32.
+func saturatingTimes(a, b uint32) uint32 {
+	if p := uint64(a) * uint64(b); p <= uint64(^uint32(0)) {
+		return uint32(p)
+	}
+	return ^uint32(0)
 }
 
 func flag(b bool) uint32 {
@@ -95,8 +105,9 @@ func (w *countWindow) clear() {
 func (w *countWindow) capacity() (uint32, bool) { return uint32(len(w.outcomes)), true }
 
 // timeWindow is the calls of the last duration, kept in 20 steps of
-// duration / 20 (in whole nanoseconds, at least 1).
+// duration / 20 (in whole nanoseconds, at least 1) counted from its start.
 type timeWindow struct {
+	start   uint64
 	step    uint64
 	buckets [buckets]bucket
 }
@@ -106,16 +117,26 @@ type bucket struct {
 	total tally
 }
 
-func newTimeWindow(duration time.Duration) *timeWindow {
+// newTimeWindow is an empty window of the last duration, its steps counted
+// from start.
+func newTimeWindow(duration time.Duration, start uint64) *timeWindow {
 	step := uint64(duration) / buckets
 	if step == 0 {
 		step = 1
 	}
-	return &timeWindow{step: step}
+	return &timeWindow{start: start, step: step}
+}
+
+// stepAt is the step now falls in: 0 before the window's start.
+func (w *timeWindow) stepAt(now uint64) uint64 {
+	if now < w.start {
+		return 0
+	}
+	return (now - w.start) / w.step
 }
 
 func (w *timeWindow) record(now uint64, failed, slow bool) {
-	step := now / w.step
+	step := w.stepAt(now)
 	b := &w.buckets[step%buckets]
 	if b.step != step {
 		*b = bucket{step: step}
@@ -124,7 +145,7 @@ func (w *timeWindow) record(now uint64, failed, slow bool) {
 }
 
 func (w *timeWindow) tally(now uint64) tally {
-	step := now / w.step
+	step := w.stepAt(now)
 	var total tally
 	for _, b := range w.buckets {
 		if b.step <= step && step-b.step < buckets {

@@ -26,8 +26,15 @@
 // opening beside the gate does not turn an overload it is easing into an
 // outage; a half-open trial so refused found the dependency up, and counts
 // as a success. A timeout is no refusal (nothing answered it): the breaker
-// hears it, gate on or not. Errors the dependency answered with, and
-// refusals while the gate is off, count for the breaker as ever. A call
+// hears it, gate on or not. Errors the dependency answered with count for
+// the breaker as failures. A refusal while no gate paces (the gate off, or
+// none: what overloads is then read from the policy's gate block all the
+// same) is heard as refused (breaker.Permit.RecordRefused), as in the Rust
+// library: it counts as a failure, but a breaker it trips goes half-open,
+// not open, and its trials follow what the dependency accepts, since a
+// 503 may say the dependency is up with less room than its callers want;
+// only trials refused for a whole breaker.TrialWindow with none accepted
+// open it. A call
 // still in line at its bound gives up its place, and the gate counts it
 // shed. perTryTimeoutMs bounds each attempt. When the watch delivers a
 // new policy, the budget is rebuilt from it if its block changed, and the
@@ -146,7 +153,11 @@ type Dependency struct {
 	gate          *gate.Gate
 	gatePolicy    gate.Policy
 	gateBorn      time.Time
-	random        *rand.Rand
+	// overload is the policy's gate block, enabled or not: what says
+	// overload, which tells the breaker a refusal from a failure while no
+	// gate paces the dependency.
+	overload gate.Policy
+	random   *rand.Rand
 	// refused is the last policy the watch gave that could not be used
 	// (nil once one is taken up), so that it is logged once; never what the
 	// next policy is compared with, which stays current.
@@ -164,6 +175,7 @@ type guard struct {
 	gate        *gate.Gate
 	gatePolicy  gate.Policy
 	gateBorn    time.Time
+	overload    gate.Policy
 }
 
 // New makes calls to service under watch's policy for it, reported
@@ -194,7 +206,7 @@ func (d *Dependency) guard() guard {
 	if p, etag := d.watch.Version(d.service); !d.built || etag != d.etag {
 		d.rebuild(p, etag)
 	}
-	return guard{d.current, d.breaker, d.breakerBorn, d.budget, d.budgetBorn, d.gate, d.gatePolicy, d.gateBorn}
+	return guard{d.current, d.breaker, d.breakerBorn, d.budget, d.budgetBorn, d.gate, d.gatePolicy, d.gateBorn, d.overload}
 }
 
 // rebuild takes up p, the policy at etag, if every setting it holds can be
@@ -323,7 +335,7 @@ func (d *Dependency) apply(p policy.Policy, s policy.Settings) error {
 	if newGate != d.gate {
 		d.gate, d.gatePolicy, d.gateBorn = newGate, gp, now
 	}
-	d.current, d.built = p, true
+	d.current, d.overload, d.built = p, gp, true
 	if d.reporter != nil {
 		d.reporter.Track(d.service, d.breaker, d.breakerBorn, d.budget, d.gate, d.gateBorn)
 	}
@@ -365,24 +377,32 @@ func Failure(err error) string {
 // settle tells the breaker how an attempt went, as the Rust library does:
 // an answer counts as a success, a failure the policy retries counts
 // against the dependency, and one it does not retry (a 501, a connect
-// failure retryOn leaves out) counts for nothing. A refusal the send gate
-// paces (paced: the gate, having recorded it, heard it as an overload, an
-// answered refusal or a refused connection that overloadOn names, never a
-// timeout, and is on) is not a failure: the gate answers an overload by
-// pacing, and a breaker opening beside it would turn the overload into an
-// outage. A half-open trial so refused found the dependency up: it counts
-// as a success, so that the breaker hears its trial's result (a fleet
-// trial is then reported as succeeded at the next ask) and the trial's
-// slot is not handed back for a call that skips the gate's pace; a paced
-// attempt that is no trial counts for nothing.
-func settle(permit *breaker.Permit, answered, retryable, paced bool, now uint64) {
+// failure retryOn leaves out) counts for nothing. A retried failure that
+// says overload (overloaded: what a send gate would hear as an overload,
+// an answered refusal or a refused connection that the policy's
+// gate.overloadOn names, or an answer with a Retry-After, never a
+// timeout) is the dependency refusing the call. While no gate paces it,
+// the breaker hears it as refused (breaker.Permit.RecordRefused): a
+// failure, but one that trips the breaker half-open, not open, for its
+// trials to follow what the dependency accepts. A refusal the send gate
+// paces (paced: the gate heard it as an overload and is on) is not a
+// failure: the gate answers an overload by pacing, and a breaker opening
+// beside it would turn the overload into an outage. A half-open trial so
+// refused found the dependency up: it counts as a success, so that the
+// breaker hears its trial's result (a fleet trial is then reported as
+// succeeded at the next ask) and the trial's slot is not handed back for a
+// call that skips the gate's pace; a paced attempt that is no trial counts
+// for nothing.
+func settle(permit *breaker.Permit, answered, retryable, overloaded, paced bool, now uint64) {
 	switch {
 	case answered, paced && permit.Trial():
 		permit.Record(false, now)
-	case retryable && !paced:
-		permit.Record(true, now)
-	default:
+	case paced || !retryable:
 		permit.Cancel()
+	case overloaded:
+		permit.RecordRefused(now)
+	default:
+		permit.Record(true, now)
 	}
 }
 
@@ -526,18 +546,24 @@ func (d *Dependency) call(ctx context.Context, endpoint string, attempt func(ctx
 		// The gate hears the attempt first, then the breaker: a refusal
 		// the gate paces, the one that turned it on included, is the
 		// gate's to answer, not the breaker's.
-		heard := gate.Accepted
+		end := ending{timedOut: timedOut, retryable: retryable, status: status, failure: failure, retryAfter: answered.retryAfter}
+		var heard gate.Signal
 		if g.gate != nil {
-			end := ending{timedOut: timedOut, retryable: retryable, status: status, failure: failure, retryAfter: answered.retryAfter}
 			heard = signal(g.gatePolicy, end)
 			g.gate.Record(heard, sent, since(g.gateBorn))
+		} else {
+			// No gate: what overloads is read from the policy's gate
+			// block all the same, for the breaker.
+			heard = signal(g.overload, end)
 		}
 		if permit != nil {
-			// Only a refusal is the gate's to pace: a timeout says nothing
-			// answered, and the breaker hears it (a trial that timed out
-			// did not find the dependency up).
-			paced := heard == gate.Overloaded && g.gate.On()
-			settle(permit, succeeded, retryable, paced, since(g.breakerBorn))
+			// Only a refusal is the gate's to pace, or, with no gate to
+			// pace it, the breaker's to hear as refused: a timeout says
+			// nothing answered, and the breaker hears it as a failure (a
+			// trial that timed out did not find the dependency up).
+			overloaded := heard == gate.Overloaded
+			paced := overloaded && g.gate != nil && g.gate.On()
+			settle(permit, succeeded, retryable, overloaded, paced, since(g.breakerBorn))
 		}
 		if succeeded {
 			return nil

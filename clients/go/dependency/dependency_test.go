@@ -72,7 +72,9 @@ services:
     circuitBreaker: {enabled: %v, consecutiveFailures: 4, openTimeout: 60s}
 `
 
-// flaky answers 503 to its first failures calls, then 200.
+// flaky answers 500 to its first failures calls, then 200: an error the
+// dependency answered with, no sign of overload, so that failures in a row
+// open the breaker (503s would trip it half-open).
 type flaky struct {
 	failures int64
 	calls    atomic.Int64
@@ -80,7 +82,7 @@ type flaky struct {
 
 func (f *flaky) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	if f.calls.Add(1) <= atomic.LoadInt64(&f.failures) {
-		w.WriteHeader(http.StatusServiceUnavailable)
+		w.WriteHeader(http.StatusInternalServerError)
 	}
 }
 
@@ -144,11 +146,11 @@ func TestRetriesAreReportedAndTheBreakerFollowsThePolicy(t *testing.T) {
 		}
 	}
 
-	// Four 503s in a row (the first try and the three retries) open it.
+	// Four 500s in a row (the first try and the three retries) open it.
 	atomic.StoreInt64(&server.failures, 1000)
 	err = dependency.Call(context.Background(), "/charge", attempt(payments.URL))
 	var gaveUp *CallError
-	if !errors.As(err, &gaveUp) || gaveUp.Reason != Exhausted || gaveUp.Attempts != 4 || gaveUp.Status != 503 {
+	if !errors.As(err, &gaveUp) || gaveUp.Reason != Exhausted || gaveUp.Attempts != 4 || gaveUp.Status != 500 {
 		t.Fatalf("%v", err)
 	}
 	if state := dependency.Breaker().State(); state != breaker.Open {
@@ -187,7 +189,7 @@ func TestRetriesAreReportedAndTheBreakerFollowsThePolicy(t *testing.T) {
 }
 
 // TestAPolicyUpdateOfTheBreakerBlockRetunesTheBreakerAndAnOpenOneStaysOpen:
-// four 503s open the breaker; the daemon then serves an edit of its
+// four 500s open the breaker; the daemon then serves an edit of its
 // failureRateThreshold and a shorter openTimeout, and the dependency keeps
 // the same breaker, still open, refusing calls for what is left of the new
 // timeout counted from when it opened, on its own clock; a breaker turned
@@ -208,7 +210,7 @@ func TestAPolicyUpdateOfTheBreakerBlockRetunesTheBreakerAndAnOpenOneStaysOpen(t 
 	_ = dependency.Call(context.Background(), "/charge", attempt(payments.URL))
 	b := dependency.Breaker()
 	if b == nil || b.State() != breaker.Open {
-		t.Fatal("four 503s in a row left the breaker closed")
+		t.Fatal("four 500s in a row left the breaker closed")
 	}
 	// Long enough after the open that a clock restarted by the update
 	// would show in the time left.
@@ -381,7 +383,7 @@ func refusal(etag, says string) string {
 	return fmt.Sprintf("stormguard: the new policy of payments (version %s) cannot be used (%s); keeping the last\n", etag, says)
 }
 
-// TestAPolicyWithABadBreakerBlockKeepsTheLastGoodBreakerOpen: two 503s
+// TestAPolicyWithABadBreakerBlockKeepsTheLastGoodBreakerOpen: two 500s
 // open the breaker; the daemon then serves a breaker block out of range,
 // one that is not an object, one with a key of the wrong type: each is
 // refused, logged once naming what is wrong, and the same breaker stays,
@@ -402,7 +404,7 @@ func TestAPolicyWithABadBreakerBlockKeepsTheLastGoodBreakerOpen(t *testing.T) {
 	}
 	b := dependency.Breaker()
 	if b == nil || b.State() != breaker.Open {
-		t.Fatal("two 503s in a row left the breaker closed")
+		t.Fatal("two 500s in a row left the breaker closed")
 	}
 	settings := b.Policy()
 

@@ -15,7 +15,7 @@ in one line (the ``httpx`` extra). Standard library only otherwise; typed
 (``py.typed``)."""
 
 from .backoff import Backoff
-from .breaker import BreakerPolicy, CallNotPermitted, CircuitBreaker, CircuitState
+from .breaker import BreakerPolicy, CallNotPermitted, CallOutcome, CircuitBreaker, CircuitState
 from .budget import RetryBudget
 from .connect import DaemonTls, TlsFileError
 from .dependency import Dependency
@@ -23,6 +23,6 @@ from .gate import Criticality, GatePolicy, NoTurn, SendGate, Shed
 from .policies import PolicyWatch
 from .reports import Reporter, ReporterStats, ReportNotDelivered, ReportRefused
 
-__all__ = ["Backoff", "BreakerPolicy", "CallNotPermitted", "CircuitBreaker", "CircuitState", "Criticality",
-           "DaemonTls", "Dependency", "GatePolicy", "NoTurn", "PolicyWatch", "Reporter", "ReporterStats",
+__all__ = ["Backoff", "BreakerPolicy", "CallNotPermitted", "CallOutcome", "CircuitBreaker", "CircuitState",
+           "Criticality", "DaemonTls", "Dependency", "GatePolicy", "NoTurn", "PolicyWatch", "Reporter", "ReporterStats",
            "ReportNotDelivered", "ReportRefused", "RetryBudget", "SendGate", "Shed", "TlsFileError"]

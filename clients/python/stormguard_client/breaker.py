@@ -11,8 +11,31 @@ trial calls through to see whether it has.
   than ``slowCallDuration`` reaches ``slowCallRateThreshold``.
 - **open** (2): calls are refused at once, for ``openTimeout``.
 - **half-open** (1): at most ``halfOpenMaxCalls`` trial calls at a time.
-  ``successThreshold`` good trials close the breaker; a failed or slow
-  trial opens it again.
+  ``successThreshold`` good trials in a row close the breaker; a failed or
+  slow trial opens it again.
+
+A call ends in one of three outcomes (:class:`CallOutcome`): a success, a
+failure, or a refusal: the dependency refused the call as overloaded or
+down (a failure the policy's ``gate.overloadOn`` names, or one answered
+with a ``Retry-After``) while no send gate paces it. A refusal says the
+dependency may be up with less room than its callers want, so the breaker
+follows what it accepts instead of shutting it out:
+
+- closed, a refusal counts as a failure, but a breaker a refusal trips goes
+  half-open, not open;
+- half-open, the breaker keeps the trials of the last :data:`TRIAL_WINDOW`
+  and what became of them. It sends a trial only while the refused ones
+  number fewer than the accepted ones times ``TRIALS_PER_ACCEPTED - 1``,
+  plus up to ``halfOpenMaxCalls`` it risks whatever the answers (the first
+  of them at once, the rest spread over the first window), so it sends
+  about :data:`TRIALS_PER_ACCEPTED` for each one the dependency accepts. A
+  refused trial breaks the run of accepted ones, and opens the breaker
+  only once it has been half-open a whole window that holds
+  ``halfOpenMaxCalls`` refused trials and none accepted: the dependency is
+  down, or answers nothing but refusals.
+
+Under ``scope: fleet`` a refusal is a failure: the daemon judges the
+fleet's trials.
 
 The move from open to half-open happens when a call asks for a permit after
 ``openTimeout``, so a breaker nobody calls stays open. A call's outcome
@@ -45,6 +68,21 @@ from .chance import BOUND_Z as BOUND_Z, RUN_BY_CHANCE as RUN_BY_CHANCE, Run
 BUCKETS = 20
 U32_MAX = (1 << 32) - 1
 
+TRIALS_PER_ACCEPTED = 2
+"""Trials a half-open breaker may send for each one the dependency accepted
+in the last :data:`TRIAL_WINDOW`, beyond its first ``halfOpenMaxCalls``:
+two, the multiplier of client-side adaptive throttling in Google's SRE book
+(Chapter 21). The breaker then sends about twice what the dependency takes,
+so it sees the room grow, and no more, so an overload lasting minutes costs
+the dependency one refusal per call it serves, not one per call its callers
+make."""
+
+TRIAL_WINDOW_NS = 10_000_000_000
+"""How far back a half-open breaker counts its trials and their answers,
+in nanoseconds: ten seconds, long enough to hold a few answers at a
+process's share of a small room, short enough that a room that grows or
+shrinks is followed within seconds."""
+
 KEYS = ("enabled", "consecutiveFailures", "failureRateThreshold", "slowCallRateThreshold",
         "slowCallDurationMs", "minimumCalls", "slidingWindow", "openTimeoutMs",
         "halfOpenMaxCalls", "successThreshold")
@@ -65,10 +103,29 @@ class CircuitState(enum.StrEnum):
         return {"closed": 0, "half-open": 1, "open": 2}[self.value]
 
 
+class CallOutcome(enum.StrEnum):
+    """How a call the breaker permitted ended; it equals its name."""
+
+    SUCCESS = "success"
+    """The dependency answered (a 2xx, or an error that is the caller's, a 4xx)."""
+    FAILURE = "failure"
+    """The dependency failed (a connect error, a timeout, a 5xx): it counts against it."""
+    REFUSED = "refused"
+    """The dependency refused the call as overloaded or down (a failure the
+    policy's ``gate.overloadOn`` names, a 429 or 503 or a refused
+    connection by default, or one answered with a ``Retry-After``; never a
+    timeout) while no send gate paces it. Closed, it counts as a failure,
+    but a breaker it trips goes half-open, not open; half-open, trials
+    follow what the dependency accepts, and refusals open the breaker again
+    only when nothing is accepted (see the module's docstring). Under
+    ``scope: fleet`` it is a failure."""
+
+
 class CallNotPermitted(Exception):
     """A call refused by the breaker: ``state`` is the state that refused it
-    (open, or half-open with every trial slot taken) and ``retry_in_ns`` the
-    time until the breaker admits trial calls (0 when half-open)."""
+    (open, or half-open with every trial slot taken or the trials its
+    answers earned spent) and ``retry_in_ns`` the time until the breaker
+    admits trial calls (0 when half-open)."""
 
     def __init__(self, state: CircuitState, retry_in_ns: int) -> None:
         super().__init__(f"circuit breaker is {state}; calls are refused for {retry_in_ns} ns")
@@ -312,14 +369,18 @@ class Permit:
         always current: its outcome is the daemon's to judge."""
         return self.fleet_trial or self._generation == self._breaker._generation
 
-    def record(self, failed: bool, now_ns: int) -> None:
-        """Records how the call went (``failed`` true for a connect error, a
-        timeout, a 5xx); its duration since the permit decides whether it was slow."""
+    def record(self, outcome: "CallOutcome | bool", now_ns: int) -> None:
+        """Records how the call went: a :class:`CallOutcome`, or a bool (true
+        for a failure: a connect error, a timeout, a 5xx; false for a
+        success). Its duration since the permit decides whether it was slow."""
+        if isinstance(outcome, bool):
+            outcome = CallOutcome.FAILURE if outcome else CallOutcome.SUCCESS
+        outcome = CallOutcome(outcome)
         self._finish()
         if self.fleet_trial:
-            self._breaker._record_fleet_trial(self._started, bool(failed), now_ns)
+            self._breaker._record_fleet_trial(self._started, outcome != CallOutcome.SUCCESS, now_ns)
         else:
-            self._breaker._record(self._generation, self._started, bool(failed), now_ns)
+            self._breaker._record(self._generation, self._started, outcome, now_ns)
 
     def cancel(self) -> None:
         """The call was cancelled unrecorded: it counts for nothing."""
@@ -351,6 +412,11 @@ class CircuitBreaker:
         self._opened_at = now_ns
         self._trials_in_flight = 0
         self._trial_successes = 0
+        """Trials accepted in a row, none refused between."""
+        self._trials = _TimeWindow(TRIAL_WINDOW_NS, now_ns)
+        """Half-open: the trials of the last TRIAL_WINDOW_NS, a refused one as a failure."""
+        self._half_open_since = now_ns
+        """When it last went half-open."""
         self.transitions = 0
         """State changes since the breaker was created."""
         self.rejected = 0
@@ -406,7 +472,8 @@ class CircuitBreaker:
                 self._transition(CircuitState.HALF_OPEN, now_ns)
             trial = self._state == CircuitState.HALF_OPEN
             if trial:
-                if self._trials_in_flight >= max(self.policy.half_open_max_calls, 1):
+                most = max(self.policy.half_open_max_calls, 1)
+                if self._trials_in_flight >= most or not self._trial_credit_at(most, now_ns):
                     self.rejected += 1
                     raise CallNotPermitted(CircuitState.HALF_OPEN, 0)
                 self._trials_in_flight += 1
@@ -489,17 +556,26 @@ class CircuitBreaker:
         with self._lock:
             self._fleet.slots += 1
 
-    def _record(self, generation: int, started: int, failed: bool, now: int) -> None:
+    def _record(self, generation: int, started: int, outcome: CallOutcome, now: int) -> None:
         with self._lock:
             if generation != self._generation:
                 return
+            failed = outcome != CallOutcome.SUCCESS
+            # The daemon judges the fleet's trials: a refusal is a failure to it.
+            refused = outcome == CallOutcome.REFUSED and not self.policy.fleet_scoped
             slow = max(now - started, 0) >= self.policy.slow_call_duration_ns
             if self._state == CircuitState.CLOSED:
-                self._record_closed(failed, slow, now)
+                self._record_closed(failed, slow, refused, now)
+            elif self._state == CircuitState.HALF_OPEN and refused and not slow:
+                self._record_refused_trial(now)
             elif self._state == CircuitState.HALF_OPEN:
                 self._record_trial(failed or slow, now)
 
-    def _record_closed(self, failed: bool, slow: bool, now: int) -> None:
+    def _record_closed(self, failed: bool, slow: bool, refused: bool, now: int) -> None:
+        """A call that ended closed: ``refused`` if the dependency refused it
+        as overloaded, which trips the breaker half-open, not open: the
+        dependency may be up with less room than its callers want, and the
+        trials find out."""
         policy = self.policy
         self._consecutive_failures = min(self._consecutive_failures + 1, U32_MAX) if failed else 0
         self._window.record(now, failed, slow)
@@ -508,7 +584,7 @@ class CircuitBreaker:
                     and not Run(self._consecutive_failures, calls, failures, policy.consecutive_failures,
                                 policy.failure_rate_threshold).by_chance())
         if in_a_row or self._rates_exceeded(now):
-            self._transition(CircuitState.OPEN, now)
+            self._transition(CircuitState.HALF_OPEN if refused else CircuitState.OPEN, now)
 
     def _rates_exceeded(self, now: int) -> bool:
         """Whether the window holds enough calls and too many failed or were
@@ -526,13 +602,56 @@ class CircuitBreaker:
         return self.policy.minimum_calls if capacity is None else min(capacity, self.policy.minimum_calls)
 
     def _record_trial(self, bad: bool, now: int) -> None:
+        """A trial that ended: a failed or slow one opens the breaker again;
+        ``successThreshold`` accepted in a row close it."""
         self._trials_in_flight = max(self._trials_in_flight - 1, 0)
         if bad:
             self._transition(CircuitState.OPEN, now)
             return
+        self._trials.record(now, False, False)
         self._trial_successes += 1
         if self._trial_successes >= self.policy.success_threshold:
             self._transition(CircuitState.CLOSED, now)
+
+    def _record_refused_trial(self, now: int) -> None:
+        """A trial the dependency refused as overloaded: it breaks the run of
+        accepted trials, and opens the breaker again only once the breaker
+        has been half-open a whole TRIAL_WINDOW_NS and the window holds
+        ``halfOpenMaxCalls`` refused trials and none accepted, so that a
+        dependency that is down (or answers nothing but refusals) is left
+        alone, and one that takes a share is not. A refusal alone says
+        little: a dependency with a per-second quota refuses every call late
+        in a second, retries included."""
+        self._trials_in_flight = max(self._trials_in_flight - 1, 0)
+        self._trial_successes = 0
+        self._trials.record(now, True, False)
+        calls, refused, _ = self._trials.tally(now)
+        most = max(self.policy.half_open_max_calls, 1)
+        judged = now - self._half_open_since >= TRIAL_WINDOW_NS
+        if judged and refused == calls and refused >= most:
+            self._transition(CircuitState.OPEN, now)
+
+    def _trial_credit_at(self, most: int, now: int) -> bool:
+        """Whether a half-open breaker may send one more trial at ``now``:
+        while the trials the dependency refused in the last TRIAL_WINDOW_NS
+        number fewer than those it accepted times ``TRIALS_PER_ACCEPTED - 1``
+        plus the unearned ones (:meth:`_unearned_trials_at`), so that it
+        sends about TRIALS_PER_ACCEPTED for each accepted, and ``most`` a
+        window when none is. Trials nobody refused are limited only by
+        ``most`` at a time."""
+        calls, refused, _ = self._trials.tally(now)
+        accepted = calls - refused
+        return refused < accepted * (TRIALS_PER_ACCEPTED - 1) + self._unearned_trials_at(most, now)
+
+    def _unearned_trials_at(self, most: int, now: int) -> int:
+        """The refusals a half-open breaker risks whatever the answers:
+        ``most`` a window, the first window's coming one per
+        ``TRIAL_WINDOW_NS // most``, so that processes that went half-open
+        together (opened by the same outage) do not spend them in one burst
+        that a recovering dependency refuses almost whole."""
+        spacing = TRIAL_WINDOW_NS // max(most, 1)
+        steps = max(now - self._half_open_since, 0) // spacing
+        return min(steps + 1, most)
 
     def _release(self, generation: int, trial: bool) -> None:
         with self._lock:
@@ -552,3 +671,7 @@ class CircuitBreaker:
         elif to == CircuitState.CLOSED:
             self._consecutive_failures = 0
             self._window.clear()
+        else:
+            # Half-open: a fresh window of trials.
+            self._trials = _TimeWindow(TRIAL_WINDOW_NS, now)
+            self._half_open_since = now

@@ -27,8 +27,14 @@
    the gate does not turn an overload it is easing into an outage; a
    half-open trial so refused found the dependency up, and counts as a
    success. A timeout is no refusal (nothing answered it): the breaker
-   hears it, gate on or not. Errors the dependency answered with, and
-   refusals while the gate is off, count for the breaker as ever;
+   hears it, gate on or not. Errors the dependency answered with count
+   for the breaker as failures. A refusal (a failure the policy's
+   ``gate.overloadOn`` names, read even when there is no gate, or an
+   answer that asked for a wait) that no gate paces, there being none or
+   it being off, is heard as refused (see
+   :class:`~stormguard_client.breaker.CallOutcome`): it counts as a
+   failure, but trips the breaker half-open, not open, and its trials
+   follow what the dependency accepts;
 3. the retry budget: a first try deposits, a retry needs its leave. While
    the gate paces, retries wait for turns instead, without a backoff: the
    gate bounds the load they add to what the dependency accepts;
@@ -52,7 +58,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeAlias, TypeVar, Union, cast
 
-from .breaker import CircuitBreaker, Permit
+from .breaker import CallOutcome, CircuitBreaker, Permit
 from .controls import Controls
 from .gate import Asker, Criticality, GatePolicy, NoTurn, SendGate, Shed, Shedding, Signal, Ticket
 from .retry_on import RetryOn
@@ -273,19 +279,24 @@ def call_plan(c: Controls, *, clock: Clock, rng: random.Random, new_wakeup: Call
             failed = failure(error) if error is not None else None
             kind = "error"
             retryable = failed is not None and c.retry_on.retries_failure(failed)
+        # What a gate hears of the attempt, under the policy's overloadOn,
+        # whether or not there is a gate: the breaker hears a refusal no
+        # gate paces as refused.
+        overload_on = c.gate.policy.overload_on if c.gate is not None else c.overload_on
+        heard = _signal(overload_on, failed, status, retry_after, retryable)
         # The gate hears the attempt first, then the breaker: a refusal the
         # gate paces, the one that turned it on included, is the gate's to
         # answer, not the breaker's.
-        heard = Signal.ACCEPTED
         if c.gate is not None and sent is not None:
-            heard = _signal(c.gate.policy.overload_on, failed, status, retry_after, retryable)
             c.gate.record(heard, sent, now)
         if permit is not None:
             # Only a refusal is the gate's to pace: a timeout says nothing
             # answered, and the breaker hears it (a trial that timed out
             # did not find the dependency up).
-            paced = heard is Signal.OVERLOADED and c.gate is not None and c.gate.is_on
-            _settle(permit, status is not None and status < 500 and not retryable, retryable, paced, now)
+            overloaded = heard is Signal.OVERLOADED
+            paced = overloaded and c.gate is not None and c.gate.is_on
+            _settle(permit, status is not None and status < 500 and not retryable, retryable, paced,
+                    overloaded and not paced, now)
         record(retry, kind)
         if not retryable or retry >= c.max_retries:
             return _end(status, error)
@@ -402,7 +413,7 @@ def _turn(gate: SendGate, place: int | None, asker: Asker, clock: Clock,
             gate.leave(ticket)
 
 
-def _settle(permit: Permit, answered: bool, retryable: bool, paced: bool, now: int) -> None:
+def _settle(permit: Permit, answered: bool, retryable: bool, paced: bool, refused: bool, now: int) -> None:
     """Tells the breaker how an attempt went, as the Rust library does: an
     answer counts as a success, a failure the policy retries counts against
     the dependency, and one it does not retry (a 501, an exception retryOn
@@ -415,11 +426,19 @@ def _settle(permit: Permit, answered: bool, retryable: bool, paced: bool, now: i
     dependency up: it counts as a success, so that the breaker hears its
     trial's result (a fleet trial is then reported as succeeded at the next
     ask) and the trial's slot is not handed back for a call that skips the
-    gate's pace; a paced attempt that is no trial counts for nothing."""
+    gate's pace; a paced attempt that is no trial counts for nothing.
+
+    A refusal no gate paces (``refused``: heard as an overload under the
+    policy's ``gate.overloadOn``, with no gate or one that is off) is heard
+    as :attr:`CallOutcome.REFUSED
+    <stormguard_client.breaker.CallOutcome.REFUSED>`: the dependency may be
+    up with less room than its callers want, so a breaker it trips goes
+    half-open, not open, and its trials follow what the dependency
+    accepts. A timeout is never a refusal: nothing answered it."""
     if answered or (paced and permit.trial):
-        permit.record(False, now)
+        permit.record(CallOutcome.SUCCESS, now)
     elif retryable and not paced:
-        permit.record(True, now)
+        permit.record(CallOutcome.REFUSED if refused else CallOutcome.FAILURE, now)
     else:
         permit.cancel()
 

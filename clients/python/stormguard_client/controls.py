@@ -7,7 +7,7 @@ policy changes.
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import settings
 from .backoff import Backoff
@@ -31,6 +31,10 @@ class Controls:
     budget: RetryBudget | None
     breaker: CircuitBreaker | None
     gate: SendGate | None
+    overload_on: RetryOn = field(default_factory=RetryOn.overload)
+    """The policy's ``gate.overloadOn``, read whether or not the gate is
+    enabled: the failures that say the dependency is overloaded or down,
+    which the breaker hears as refused while no gate paces them."""
 
 
 def build(policy: Policy, old: Controls | None, now: int, draw: Callable[[], float]) -> Controls:
@@ -51,6 +55,7 @@ def build(policy: Policy, old: Controls | None, now: int, draw: Callable[[], flo
         budget=old.budget if old is not None and keep_budget else settings.budget(policy, now),
         breaker=breaker,
         gate=_gate(policy, old, now, draw),
+        overload_on=settings.gate_policy(policy).overload_on,
     )
     if breaker is not None and retuned is not None:
         # Last, once every other setting has been read: a policy refused

@@ -100,7 +100,7 @@ SCRIPTS = {
         [([503], {}), ([], {}), ([], {"criticality": "sheddable"}), ([200], {"criticality": "critical"})]),
     "the breaker opens and refuses": (
         {"maxRetries": 2, "circuitBreaker": BREAKER},
-        [([503], {}), ([], {})]),
+        [([500], {}), ([], {})]),
     "the caller's timeout bounds the call": (
         {"maxRetries": 5, "jitter": "none", "initialDelayMs": 100},
         [([503, 503, 503], {"timeout": 0.25}), ([503, 503, 503, 503, 503, 503], {"timeout": None})]),
@@ -234,7 +234,7 @@ def test_a_cancelled_attempt_gives_back_its_breaker_permit_and_raises_cancelled_
         reporter = Reporter("http://127.0.0.1:9", "pod-1", interval=3600)
         payments = AsyncDependency(Watch(maxRetries=0, circuitBreaker=BREAKER), "payments", reporter,
                                    clock=clock.clock)
-        assert await payments.call("/charge", _answer(503)) == 503
+        assert await payments.call("/charge", _answer(500)) == 500
         breaker = payments.breaker
         assert breaker.state == "open"
         clock.now += 2 * S  # past openTimeoutMs: the next call is the one trial

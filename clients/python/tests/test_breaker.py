@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from stormguard_client.breaker import (BreakerPolicy, CallNotPermitted, CircuitBreaker, CircuitState, Report,
-                                       Verdict, millis_to_nanos)
+from stormguard_client.breaker import (TRIAL_WINDOW_NS, TRIALS_PER_ACCEPTED, BreakerPolicy, CallNotPermitted,
+                                       CallOutcome, CircuitBreaker, CircuitState, Report, Verdict, millis_to_nanos)
 
 VECTORS = pathlib.Path(__file__).resolve().parents[2] / "vectors" / "breaker.json"
 SCENARIOS = json.loads(VECTORS.read_text())["scenarios"]
@@ -39,8 +39,7 @@ def test_every_verdict_is_cores(scenario):
                 assert (refused.value.state, refused.value.retry_in_ns) == (verdict[0], verdict[1]), where
         elif op[0] == "record":
             _, now, permit, outcome, state = op
-            assert outcome in ("success", "failure"), where
-            permits.pop(permit).record(outcome == "failure", now)
+            permits.pop(permit).record(CallOutcome(outcome), now)
         elif op[0] == "cancel":
             _, now, permit, state = op
             permits.pop(permit).cancel()
@@ -62,6 +61,7 @@ def test_the_scenarios_visit_every_state_and_verdict():
     refusals = {op[2][0] for s in SCENARIOS for op in s["ops"] if op[0] == "acquire"}
     assert refusals == {"permit", "open", "half-open"}
     assert {op[0] for s in SCENARIOS for op in s["ops"]} == {"acquire", "record", "cancel", "heard", "report"}
+    assert {op[3] for s in SCENARIOS for op in s["ops"] if op[0] == "record"} == {"success", "failure", "refused"}
     assert {s["policy"]["slidingWindow"]["type"] for s in SCENARIOS} == {"count", "time"}
 
 
@@ -254,3 +254,127 @@ def test_calls_may_run_while_the_breaker_is_retuned():
     for t in threads:
         t.join()
     assert not errors
+
+
+# --- refusals: the dependency refused the call as overloaded, no gate pacing it ---
+
+REFUSED, FAILURE, SUCCESS = CallOutcome.REFUSED, CallOutcome.FAILURE, CallOutcome.SUCCESS
+# Opens after 3 failures in a row; rates judged over the last 10 calls once
+# 10 are seen; 1 s open; 2 trials at once, 2 good ones close it.
+POLICY = BreakerPolicy(enabled=True, consecutive_failures=3, failure_rate_threshold=0.5, minimum_calls=10,
+                       sliding_window=("count", 10), open_timeout_ns=S, half_open_max_calls=2, success_threshold=2)
+
+
+def call(breaker, outcome, now):
+    """A call permitted and ended at ``now`` with ``outcome``."""
+    breaker.acquire(now).record(outcome, now)
+
+
+def tripped_by_refusals(breaker, now=0):
+    """Refusals in a row trip a closed breaker: half-open."""
+    for _ in range(3):
+        call(breaker, REFUSED, now)
+    assert breaker.state == "half-open"
+
+
+def admits(breaker, now):
+    """Whether the breaker would admit a call at ``now`` (the permit given back)."""
+    try:
+        breaker.acquire(now).cancel()
+    except CallNotPermitted as refused:
+        assert (refused.state, refused.retry_in_ns) == ("half-open", 0)
+        return False
+    return True
+
+
+def test_the_trial_constants_are_cores():
+    assert (TRIALS_PER_ACCEPTED, TRIAL_WINDOW_NS) == (2, 10 * S)
+
+
+def test_refusals_trip_a_closed_breaker_half_open_and_failures_open_it():
+    breaker = CircuitBreaker(POLICY)
+    call(breaker, REFUSED, 0)
+    call(breaker, FAILURE, 0)
+    call(breaker, FAILURE, 0)
+    assert breaker.state == "open", "the run ended on a failure"
+
+    breaker = CircuitBreaker(POLICY)
+    tripped_by_refusals(breaker)
+    assert breaker.acquire(0).trial, "a trial, at once"
+
+
+def test_half_open_trials_follow_what_the_dependency_accepts():
+    breaker = CircuitBreaker(POLICY)
+    tripped_by_refusals(breaker)
+    call(breaker, REFUSED, 0)
+    assert not admits(breaker, 0), "one refusal spends the first share"
+    call(breaker, REFUSED, 5 * S)
+    assert not admits(breaker, 5 * S), "two a window, the second after half of it"
+
+    for outcome in (SUCCESS, REFUSED, REFUSED):
+        call(breaker, outcome, 10 * S)
+    assert not admits(breaker, 10 * S), \
+        "the window holds 3 refused and 1 accepted: refusals may outnumber acceptances by two"
+    for outcome in (SUCCESS, REFUSED, REFUSED):
+        call(breaker, outcome, 15 * S)
+    assert not admits(breaker, 15 * S), "2 accepted, 4 refused in the window"
+    assert breaker.state == "half-open"
+    rejected = breaker.rejected
+    with pytest.raises(CallNotPermitted):
+        breaker.acquire(15 * S)
+    assert breaker.rejected == rejected + 1, "counted as rejected, as a trial slot refused is"
+
+
+def test_refused_trials_open_the_breaker_only_after_a_window_with_none_accepted():
+    breaker = CircuitBreaker(POLICY)
+    tripped_by_refusals(breaker)
+    call(breaker, REFUSED, 0)
+    call(breaker, REFUSED, 5 * S)
+    call(breaker, REFUSED, 10 * S)
+    assert breaker.state == "open", "ten seconds of refusals, nothing accepted"
+    with pytest.raises(CallNotPermitted) as refused:
+        breaker.acquire(10 * S)
+    assert (refused.value.state, refused.value.retry_in_ns) == ("open", S)
+
+    breaker = CircuitBreaker(POLICY)
+    tripped_by_refusals(breaker)
+    call(breaker, SUCCESS, 9 * S)
+    call(breaker, REFUSED, 11 * S)
+    assert breaker.state == "half-open", "a trial accepted 2 s ago: the dependency is up"
+    call(breaker, REFUSED, 20 * S)
+    assert breaker.state == "open", "the accepted trial slid out of the window"
+
+
+def test_a_refused_trial_that_was_slow_opens_the_breaker():
+    breaker = CircuitBreaker(dataclasses.replace(POLICY, slow_call_duration_ns=S))
+    tripped_by_refusals(breaker)
+    breaker.acquire(0).record(REFUSED, 2 * S)
+    assert breaker.state == "open", "slow: the dependency is struggling, not only refusing"
+
+
+def test_accepted_trials_in_a_row_close_it_and_an_overload_then_trips_it_half_open_again():
+    breaker = CircuitBreaker(POLICY)
+    tripped_by_refusals(breaker)
+    for outcome in (SUCCESS, REFUSED, SUCCESS):
+        call(breaker, outcome, 5 * S)
+    assert breaker.state == "half-open", "a refusal broke the run"
+    call(breaker, SUCCESS, 5 * S)
+    assert breaker.state == "closed", "two accepted in a row"
+    tripped_by_refusals(breaker, 5 * S)
+
+
+def test_a_fleet_scoped_breaker_hears_a_refusal_as_a_failure():
+    breaker = CircuitBreaker(dataclasses.replace(POLICY, fleet_scoped=True))
+    for _ in range(3):
+        call(breaker, REFUSED, 0)
+    assert breaker.state == "open", "the daemon judges the fleet's trials"
+
+
+def test_a_permit_is_recorded_with_an_outcome_or_a_bool():
+    breaker = CircuitBreaker(POLICY)
+    for failed in (True, True, False):
+        breaker.acquire(0).record(failed, 0)
+    assert breaker.state == "closed", "True a failure, False a success: the run was broken"
+    for outcome in (FAILURE, FAILURE, FAILURE):
+        call(breaker, outcome, 0)
+    assert breaker.state == "open"

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import eventually, metric, requests_sample
 from stormguard_client import CallNotPermitted, Dependency, NoTurn, PolicyWatch, Reporter, Shed
-from stormguard_client.calls import _signal, parse_retry_after
+from stormguard_client.calls import Outcome, _signal, parse_retry_after
 from stormguard_client.dependency import failure_of
 from stormguard_client.breaker import CircuitState, Verdict
 from stormguard_client.gate import Asker, Signal, Tally
@@ -40,18 +40,20 @@ services:
 
 
 class Flaky:
-    """A dependency that answers ``failures`` 503s, then 200s; ``failures``
-    may be changed, ``hits`` counts requests."""
+    """A dependency that answers ``failures`` times ``status`` (503: it is
+    overloaded), then 200s; ``failures`` may be changed, ``hits`` counts
+    requests."""
 
-    def __init__(self, failures):
+    def __init__(self, failures, status=503):
         self.failures = failures
+        self.status = status
         self.hits = 0
         flaky = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
                 flaky.hits += 1
-                status = 503 if flaky.failures > 0 else 200
+                status = flaky.status if flaky.failures > 0 else 200
                 flaky.failures -= 1
                 self.send_response(status)
                 self.send_header("Content-Length", "0")
@@ -69,8 +71,8 @@ class Flaky:
 def flaky():
     made = []
 
-    def make(failures):
-        made.append(Flaky(failures))
+    def make(failures, status=503):
+        made.append(Flaky(failures, status))
         return made[-1]
 
     yield make
@@ -158,8 +160,8 @@ def test_a_status_or_failure_retry_on_does_not_name_is_not_retried(payments, fla
 
 def test_the_breaker_opens_after_consecutive_failures_and_refuses_without_calling(payments, flaky):
     url, _, dependency, reporter = payments(retries=2, breaker="true")
-    server = flaky(100)
-    assert dependency.call("/charge", get(server.url + "/charge")) == 503
+    server = flaky(100, status=500)  # an error, not an overload: a 503 would trip it half-open
+    assert dependency.call("/charge", get(server.url + "/charge")) == 500
     assert server.hits == 3 and dependency.breaker.state == "open"
     with pytest.raises(CallNotPermitted) as refused:
         dependency.call("/charge", get(server.url + "/charge"))
@@ -171,7 +173,7 @@ def test_the_breaker_opens_after_consecutive_failures_and_refuses_without_callin
 
 def test_a_new_policy_rebuilds_what_changed_and_keeps_what_did_not(payments, flaky):
     _, policy, dependency, _ = payments(retries=2, breaker="true")
-    server = flaky(100)
+    server = flaky(100, status=500)
     breaker, budget = dependency.breaker, dependency.budget
     assert breaker is not None and budget is not None
     dependency.call("/charge", get(server.url + "/charge"))
@@ -183,7 +185,7 @@ def test_a_new_policy_rebuilds_what_changed_and_keeps_what_did_not(payments, fla
     assert eventually(lambda: dependency.breaker is None), "the breaker block changed"
     assert dependency.budget is budget
     server.failures = 100
-    assert dependency.call("/charge", get(server.url + "/charge")) == 503
+    assert dependency.call("/charge", get(server.url + "/charge")) == 500
     assert server.hits == 4, "maxRetries 0: one attempt"
 
 
@@ -602,7 +604,7 @@ def test_an_update_of_the_breaker_block_retunes_the_breaker_and_an_open_one_stay
     dependency = Dependency(Watch(maxRetries=1, jitter="none", circuitBreaker=breaker), "payments",
                             clock=clock.clock, sleep=clock.sleep, wait=clock.wait)
     sent = []
-    assert dependency.call("/charge", lambda timeout: sent.append(timeout) or 503) == 503
+    assert dependency.call("/charge", lambda timeout: sent.append(timeout) or 500) == 500
     opened = dependency.breaker
     assert opened.state == "open" and len(sent) == 2
     clock.now += 12 * S
@@ -624,6 +626,105 @@ def test_an_update_of_the_breaker_block_retunes_the_breaker_and_an_open_one_stay
     assert dependency.breaker is None
     dependency.watch.current = {**dependency.watch.current, "circuitBreaker": breaker}
     assert dependency.breaker is not opened and dependency.breaker.state == "closed", "turned on again: a new one"
+
+
+def ungated(clock, breaker):
+    """A Dependency in virtual time with no gate and no budget, whose
+    ``breaker`` is on."""
+    policy = Watch(maxRetries=3, jitter="none", budget={**DEFAULT_POLICY["budget"], "enabled": False},
+                   circuitBreaker=breaker)
+    return Dependency(policy, "payments", clock=clock.clock, sleep=clock.sleep, wait=clock.wait)
+
+
+def answers(*statuses):
+    """An attempt that answers each of ``statuses`` in turn, noting each in ``sent``."""
+    left = list(statuses)
+
+    def attempt(timeout):
+        attempt.sent.append(left[0])
+        return left.pop(0)
+
+    attempt.sent = []
+    return attempt
+
+
+def test_without_a_gate_503s_trip_the_breaker_half_open_and_only_a_window_with_none_accepted_opens_it():
+    breaker = {"enabled": True, "consecutiveFailures": 2}  # halfOpenMaxCalls 10, successThreshold 3
+    clock = VirtualTime()
+    dependency = ungated(clock, breaker)
+    assert dependency.gate is None
+    attempt = answers(503, 503, 503, 503)
+    with pytest.raises(CallNotPermitted) as refused:
+        dependency.call("/charge", attempt)
+    assert attempt.sent == [503, 503, 503], "two refusals trip it; the third attempt is its first trial"
+    assert (refused.value.state, refused.value.retry_in_ns) == ("half-open", 0), "the next was held back"
+    assert dependency.breaker.state == "half-open", "503s say overloaded, or down: trials tell which"
+
+    for _ in range(12):
+        clock.now += S
+        try:
+            dependency.call("/charge", lambda timeout: 503)
+        except CallNotPermitted:
+            pass
+    assert dependency.breaker.state == "open", "ten seconds of trials, none accepted"
+
+    clock = VirtualTime()
+    dependency = ungated(clock, breaker)
+    with pytest.raises(CallNotPermitted):
+        dependency.call("/charge", lambda timeout: 503)
+    for second in range(30):
+        clock.now += S
+        status = 200 if second % 3 == 0 else 503
+        try:
+            dependency.call("/charge", lambda timeout: status)
+        except CallNotPermitted:
+            pass
+    assert dependency.breaker.state == "half-open", \
+        "a dependency that takes a third of the calls is up: the trials go on"
+
+
+def test_without_a_gate_500s_still_open_the_breaker():
+    clock = VirtualTime()
+    dependency = ungated(clock, {"enabled": True, "consecutiveFailures": 2})
+    attempt = answers(500, 500, 500)
+    with pytest.raises(CallNotPermitted) as refused:
+        dependency.call("/charge", attempt)
+    assert attempt.sent == [500, 500], "an error the dependency answered with says nothing of its load"
+    assert refused.value.state == "open" and dependency.breaker.state == "open"
+
+
+def test_a_timeout_is_no_refusal_and_opens_the_breaker_though_overload_on_names_it():
+    clock = VirtualTime()
+    dependency = Dependency(Watch(maxRetries=3, jitter="none", perTryTimeoutMs=100,
+                                  gate={**DEFAULT_POLICY["gate"], "overloadOn": ["timeout", 503]},
+                                  circuitBreaker={"enabled": True, "consecutiveFailures": 2}),
+                            "payments", clock=clock.clock, sleep=clock.sleep, wait=clock.wait)
+    sent = []
+
+    def silent(timeout):
+        sent.append(timeout)
+        clock.now += round(timeout * S)
+        raise TimeoutError("timed out")
+
+    with pytest.raises(CallNotPermitted):
+        dependency.call("/charge", silent)
+    assert len(sent) == 2 and dependency.breaker.state == "open", "nothing answered: no refusal"
+
+
+def test_overload_on_says_what_the_breaker_hears_as_refused_with_the_gate_off():
+    clock = VirtualTime()
+    gate = {**DEFAULT_POLICY["gate"], "enabled": False, "overloadOn": [500]}
+    dependency = Dependency(Watch(maxRetries=1, jitter="none", gate=gate,
+                                  circuitBreaker={"enabled": True, "consecutiveFailures": 2}),
+                            "payments", clock=clock.clock, sleep=clock.sleep, wait=clock.wait)
+    assert dependency.gate is None
+    assert dependency.call("/charge", lambda timeout: 500) == 500
+    assert dependency.breaker.state == "half-open", "the gate's overloadOn names 500: a refusal, though no gate"
+    retry_after = Dependency(Watch(maxRetries=1, jitter="none", maxDelayMs=1000,
+                                   circuitBreaker={"enabled": True, "consecutiveFailures": 2}),
+                             "payments", clock=clock.clock, sleep=clock.sleep, wait=clock.wait)
+    assert retry_after.call("/charge", lambda timeout: Outcome(status=500, retry_after=1.0)) == 500
+    assert retry_after.breaker.state == "half-open", "an answer that asks for a wait is a refusal"
 
 
 # --- refused policies ------------------------------------------------------

@@ -212,8 +212,8 @@ def test_a_refused_connection_is_retried_as_a_connect_failure_and_raised(flavour
 @FLAVOURS
 def test_an_answer_whose_retry_the_breaker_refuses_is_returned(flavour, payments, loopback):
     dependency, _, _ = payments(flavour, breaker="true")
-    server = loopback(lambda handler, n: answer(handler, 503, b"overloaded"))
-    assert send(dependency, "GET", server.url + "/charge") == (503, "overloaded")
+    server = loopback(lambda handler, n: answer(handler, 500, b"broken"))
+    assert send(dependency, "GET", server.url + "/charge") == (500, "broken")
     assert dependency.breaker.state == "open" and len(server.bodies) == 1
     with pytest.raises(CallNotPermitted):
         send(dependency, "GET", server.url + "/charge")

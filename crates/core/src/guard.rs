@@ -290,6 +290,7 @@ impl Guard {
         let (throttled, heard) = match outcome {
             AttemptOutcome::Succeeded => (CallOutcome::Success, Some(CallOutcome::Success)),
             AttemptOutcome::Failed => (CallOutcome::Failure, Some(CallOutcome::Failure)),
+            AttemptOutcome::Refused => (CallOutcome::Failure, Some(CallOutcome::Refused)),
             AttemptOutcome::Paced => {
                 let trial = permit.as_ref().is_some_and(Permit::is_trial);
                 (CallOutcome::Failure, trial.then_some(CallOutcome::Success))
@@ -299,7 +300,7 @@ impl Guard {
         if let Some(throttle) = &self.throttle {
             match throttled {
                 CallOutcome::Success => throttle.on_success(),
-                CallOutcome::Failure => throttle.on_failure(),
+                CallOutcome::Failure | CallOutcome::Refused => throttle.on_failure(),
             }
         }
         if let (Some(permit), Some(heard)) = (permit, heard) {

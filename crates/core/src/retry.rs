@@ -294,6 +294,13 @@ pub enum AttemptOutcome {
     /// trial so answered found the dependency up). Retry throttling counts
     /// it as a failure.
     Paced,
+    /// It was refused as overload (a failure `gate.overloadOn` names) while
+    /// no send gate paces the dependency: the breaker follows what the
+    /// dependency accepts (see [`CallOutcome::Refused`]). Retry throttling
+    /// counts it as a failure.
+    ///
+    /// [`CallOutcome::Refused`]: crate::breaker::CallOutcome::Refused
+    Refused,
 }
 
 #[cfg(test)]

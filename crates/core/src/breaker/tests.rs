@@ -826,3 +826,116 @@ async fn a_breaker_retuned_from_fleet_to_process_scope_decides_alone_at_once() {
         .expect("its own 1 s timeout has passed")
         .is_trial());
 }
+
+/// Refusals in a row trip a closed breaker: half-open.
+fn tripped_by_refusals(b: &CircuitBreaker) {
+    for _ in 0..3 {
+        call(b, CallOutcome::Refused);
+    }
+    assert_eq!(b.state(), CircuitState::HalfOpen);
+}
+
+#[tokio::test(start_paused = true)]
+async fn refusals_trip_a_closed_breaker_half_open_and_failures_open_it() {
+    let b = CircuitBreaker::new(&policy());
+    call(&b, CallOutcome::Refused);
+    call(&b, CallOutcome::Failure);
+    call(&b, CallOutcome::Failure);
+    assert_eq!(b.state(), CircuitState::Open, "the run ended on a failure");
+
+    let b = CircuitBreaker::new(&policy());
+    tripped_by_refusals(&b);
+    assert!(b.try_acquire().expect("a trial, at once").is_trial());
+}
+
+#[tokio::test(start_paused = true)]
+async fn half_open_trials_follow_what_the_dependency_accepts() {
+    let b = CircuitBreaker::new(&policy());
+    tripped_by_refusals(&b);
+    call(&b, CallOutcome::Refused);
+    assert!(b.try_acquire().is_err(), "one refusal spends the first share");
+    advance(Duration::from_secs(5)).await;
+    call(&b, CallOutcome::Refused);
+    assert!(
+        b.try_acquire().is_err(),
+        "two a window, the second after half of it"
+    );
+
+    advance(Duration::from_secs(5)).await;
+    call(&b, CallOutcome::Success);
+    call(&b, CallOutcome::Refused);
+    call(&b, CallOutcome::Refused);
+    assert!(
+        b.try_acquire().is_err(),
+        "the window holds 3 refused and 1 accepted: refusals may outnumber acceptances by two"
+    );
+    advance(Duration::from_secs(5)).await;
+    call(&b, CallOutcome::Success);
+    call(&b, CallOutcome::Refused);
+    call(&b, CallOutcome::Refused);
+    assert!(b.try_acquire().is_err(), "2 accepted, 4 refused in the window");
+    assert_eq!(b.state(), CircuitState::HalfOpen);
+}
+
+#[tokio::test(start_paused = true)]
+async fn refused_trials_open_the_breaker_only_after_a_window_with_none_accepted() {
+    let b = CircuitBreaker::new(&policy());
+    tripped_by_refusals(&b);
+    call(&b, CallOutcome::Refused);
+    advance(Duration::from_secs(5)).await;
+    call(&b, CallOutcome::Refused);
+    advance(Duration::from_secs(5)).await;
+    call(&b, CallOutcome::Refused);
+    assert_eq!(
+        b.state(),
+        CircuitState::Open,
+        "ten seconds of refusals, nothing accepted"
+    );
+    assert_eq!(b.try_acquire().unwrap_err().retry_in, ms(1_000));
+
+    let b = CircuitBreaker::new(&policy());
+    tripped_by_refusals(&b);
+    advance(Duration::from_secs(9)).await;
+    call(&b, CallOutcome::Success);
+    advance(Duration::from_secs(2)).await;
+    call(&b, CallOutcome::Refused);
+    assert_eq!(
+        b.state(),
+        CircuitState::HalfOpen,
+        "a trial accepted 2 s ago: the dependency is up"
+    );
+    advance(Duration::from_secs(9)).await;
+    call(&b, CallOutcome::Refused);
+    assert_eq!(
+        b.state(),
+        CircuitState::Open,
+        "the accepted trial slid out of the window"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn accepted_trials_in_a_row_close_it_and_an_overload_then_trips_it_half_open_again() {
+    let b = CircuitBreaker::new(&policy());
+    tripped_by_refusals(&b);
+    advance(Duration::from_secs(5)).await;
+    call(&b, CallOutcome::Success);
+    call(&b, CallOutcome::Refused);
+    call(&b, CallOutcome::Success);
+    assert_eq!(b.state(), CircuitState::HalfOpen, "a refusal broke the run");
+    call(&b, CallOutcome::Success);
+    assert_eq!(b.state(), CircuitState::Closed, "two accepted in a row");
+    tripped_by_refusals(&b);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fleet_scoped_breaker_hears_a_refusal_as_a_failure() {
+    let b = fleet_scoped();
+    for _ in 0..3 {
+        call(&b, CallOutcome::Refused);
+    }
+    assert_eq!(
+        b.state(),
+        CircuitState::Open,
+        "the daemon judges the fleet's trials"
+    );
+}

@@ -325,7 +325,13 @@ impl Call {
             }
             Answer::TimedOut => (AttemptOutcome::Failed, Some(Verdict::Fail)),
         };
-        let mut settled = outcome;
+        let mut settled = match (outcome, answer) {
+            // Refused as overload, with no gate to pace it: the breaker
+            // follows what the dependency accepts. A paced refusal is
+            // settled below.
+            (AttemptOutcome::Failed, Answer::Failed(Verdict::Retry { .. })) => AttemptOutcome::Refused,
+            _ => outcome,
+        };
         if let Some(gate) = controls.gate() {
             let signal = match (outcome, answer) {
                 (AttemptOutcome::Failed, Answer::TimedOut) if gate.overloaded_by_timeouts() => {

@@ -42,6 +42,14 @@ fn unavailable() -> Failure {
     }
 }
 
+/// An error the dependency answered with (retried, but no sign of overload).
+fn server_error() -> Failure {
+    Failure::Status {
+        code: 500,
+        retry_after: None,
+    }
+}
+
 /// Calls through `guard` with an operation that always answers `failure`,
 /// returning the error and the attempts the operation saw.
 async fn failing_call(guard: &Guard, failure: Failure) -> (RetryError<Failure>, Vec<Attempt>) {
@@ -101,7 +109,7 @@ fn each_block_is_set_up_only_when_enabled() {
 #[tokio::test(start_paused = true)]
 async fn an_update_keeps_the_state_of_blocks_it_did_not_change() {
     let guard = opens_after_two_failures();
-    failing_call(&guard, unavailable()).await;
+    failing_call(&guard, server_error()).await;
     assert_eq!(guard.breaker().unwrap().state(), CircuitState::Open);
 
     let mut fewer_retries = RetryPolicy::from(guard.policy().clone());
@@ -180,7 +188,7 @@ async fn a_plain_policy_retries_with_its_backoff() {
 #[tokio::test(start_paused = true)]
 async fn an_open_breaker_ends_the_call_before_anything_is_sent() {
     let guard = opens_after_two_failures();
-    let (error, seen) = failing_call(&guard, unavailable()).await;
+    let (error, seen) = failing_call(&guard, server_error()).await;
     assert_eq!(
         (error.attempts, error.gave_up),
         (2, GaveUp::CircuitOpen),
@@ -189,12 +197,63 @@ async fn an_open_breaker_ends_the_call_before_anything_is_sent() {
     assert_eq!(seen.len(), 2);
     assert_eq!(guard.breaker().unwrap().state(), CircuitState::Open);
 
-    let (error, seen) = failing_call(&guard.clone(), unavailable()).await;
+    let (error, seen) = failing_call(&guard.clone(), server_error()).await;
     assert_eq!(
         (error.attempts, error.gave_up, error.last),
         (0, GaveUp::CircuitOpen, Cause::None)
     );
     assert!(seen.is_empty(), "clones share the breaker");
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_gate_refusals_trip_the_breaker_half_open_and_only_a_window_with_none_accepted_opens_it() {
+    let guard = opens_after_two_failures();
+    let (error, seen) = failing_call(&guard, unavailable()).await;
+    assert_eq!(
+        seen.len(),
+        3,
+        "two refusals trip it; the third attempt is its first trial"
+    );
+    assert_eq!(error.gave_up, GaveUp::CircuitOpen, "the next was held back");
+    let breaker = guard.breaker().unwrap();
+    assert_eq!(
+        breaker.state(),
+        CircuitState::HalfOpen,
+        "503s say overloaded, or down: trials tell which"
+    );
+
+    for _ in 0..12 {
+        sleep(Duration::from_secs(1)).await;
+        failing_call(&guard, unavailable()).await;
+    }
+    assert_eq!(
+        breaker.state(),
+        CircuitState::Open,
+        "ten seconds of trials, none accepted"
+    );
+
+    let guard = opens_after_two_failures();
+    failing_call(&guard, unavailable()).await;
+    for second in 0..30 {
+        sleep(Duration::from_secs(1)).await;
+        let answer = if second % 3 == 0 {
+            Ok(())
+        } else {
+            Err(unavailable())
+        };
+        let _ = guard
+            .call(
+                |_| async move { answer },
+                |f| guard.verdict(*f),
+                Options::default(),
+            )
+            .await;
+    }
+    assert_eq!(
+        guard.breaker().unwrap().state(),
+        CircuitState::HalfOpen,
+        "a dependency that takes a third of the calls is up: the trials go on"
+    );
 }
 
 #[tokio::test(start_paused = true)]
