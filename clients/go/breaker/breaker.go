@@ -40,8 +40,12 @@
 //     alone; one that takes a share keeps its trials. A refused trial that
 //     was slow is slow, and opens it.
 //
-// Under scope: fleet a refusal counts as a failure, wherever it ends: the
-// daemon judges the fleet's trials.
+// Under scope: fleet that holds in the overload that follows a return (the
+// daemon's trials found the dependency up and closed the breaker, until
+// TrialWindow passes with no refusal), and the daemon hears of the breaker
+// only once it opens; otherwise a refusal opens the breaker as a failure
+// does, for the daemon's one half-open for the fleet. A trial on one of the
+// daemon's slots that is refused is a failed trial to the daemon.
 //
 // The move from open to half-open happens when a call asks for a permit
 // after OpenTimeout, so a breaker nobody calls stays open. A call's outcome
@@ -140,8 +144,18 @@ type Breaker struct {
 	trials *timeWindow
 	// halfOpenSince is when it last went half-open.
 	halfOpenSince uint64
-	rejected      uint64
-	transitions   uint64
+	// refusing is half-open because refusals tripped it from closed: the
+	// dependency answers, and the trials are this process's own. Under
+	// scope: fleet the daemon hears of the breaker only once it opens.
+	refusing bool
+	// afterReturnUntil is, under scope: fleet, until when refusals are the
+	// overload that follows the dependency's return (0: not since the
+	// breaker last opened): TrialWindow past the daemon's close, and past
+	// each refusal since. Until then they trip the breaker half-open;
+	// after, they open it, for the fleet's one half-open.
+	afterReturnUntil uint64
+	rejected         uint64
+	transitions      uint64
 	// openedFromClosed is when it last opened from closed.
 	openedFromClosed uint64
 	fleet            fleetWord
@@ -191,7 +205,8 @@ type Verdict struct {
 
 // Report is what a fleet-scoped breaker tells the daemon in an ask.
 type Report struct {
-	// Open says whether the breaker is open (or half-open alone).
+	// Open says whether the breaker is open (or half-open alone, not on
+	// refusals).
 	Open bool
 	// OpenFor is how long since it last opened from closed.
 	OpenFor time.Duration
@@ -339,12 +354,12 @@ func (b *Breaker) fleetTrial(now uint64) (*Permit, error) {
 }
 
 // AsksFleet says whether the breaker has something to tell the daemon: it
-// is fleet-scoped and open (or half-open alone), or its trials' outcomes
-// are still to be reported.
+// is fleet-scoped and open (or half-open alone, not on refusals), or its
+// trials' outcomes are still to be reported.
 func (b *Breaker) AsksFleet() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.policy.FleetScoped && (b.state != Closed || b.fleet.succeeded > 0 || b.fleet.failed > 0)
+	return b.policy.FleetScoped && (b.isOpenForTheFleet() || b.fleet.succeeded > 0 || b.fleet.failed > 0)
 }
 
 // FleetReport is what to tell the daemon at now, if fleet-scoped: whether
@@ -363,7 +378,7 @@ func (b *Breaker) FleetReport(now uint64) (Report, bool) {
 	refused := b.rejected - b.fleet.refusedReported
 	b.fleet.refusedReported = b.rejected
 	r := Report{
-		Open:      b.state != Closed,
+		Open:      b.isOpenForTheFleet(),
 		OpenFor:   time.Duration(openFor),
 		Refused:   refused,
 		Succeeded: b.fleet.succeeded,
@@ -376,18 +391,24 @@ func (b *Breaker) FleetReport(now uint64) (Report, bool) {
 // Heard takes the daemon's verdict on the fleet's breaker, heard at now
 // and holding until until (the answer's lease): closed closes this
 // breaker; open or half-open leaves its trials to the daemon's slots until
-// then. It says whether it closed the breaker, for the caller to hand the
-// dependency to its pace.
+// then. A breaker that refusals tripped half-open ignores it: its trials
+// follow what the dependency accepts. It says whether it closed the
+// breaker, for the caller to hand the dependency to its pace.
 func (b *Breaker) Heard(v Verdict, until, now uint64) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.policy.FleetScoped {
 		return false
 	}
+	if b.refusing {
+		// Its trials follow what the dependency accepts; the fleet's word is for open breakers.
+		return false
+	}
 	if v.State == Closed {
 		b.fleet.until, b.fleet.slotsUntil = 0, 0
 		if b.state != Closed {
 			b.transition(Closed, now)
+			b.afterReturnUntil = now + uint64(TrialWindow)
 			return true
 		}
 		return false
@@ -458,8 +479,12 @@ func (p *Permit) Record(failed bool, now uint64) {
 // failure, by default), never a timeout. Closed, it counts as a failure,
 // but trips the breaker half-open, not open; half-open, the trials follow
 // what the dependency accepts (see the package's doc). Under scope: fleet
-// it is a failure. Only the first Record, RecordRefused or Cancel of a
-// permit counts.
+// that holds in the overload that follows a return (the daemon's trials
+// found the dependency up and closed the breaker, until TrialWindow passes
+// with no refusal); otherwise a refusal opens the breaker as a failure
+// does, for the daemon's one half-open for the fleet. A trial on one of
+// the daemon's slots that is refused is a failed trial to the daemon. Only
+// the first Record, RecordRefused or Cancel of a permit counts.
 func (p *Permit) RecordRefused(now uint64) { p.record(outcomeRefused, now) }
 
 func (p *Permit) record(o outcome, now uint64) {
@@ -482,8 +507,13 @@ func (p *Permit) record(o outcome, now uint64) {
 	if b.generation != p.generation {
 		return
 	}
-	// The daemon judges the fleet's trials: a refusal is a failure to it.
-	refused := o == outcomeRefused && !b.policy.FleetScoped
+	refused := o == outcomeRefused
+	if refused && now < b.afterReturnUntil {
+		b.afterReturnUntil = now + uint64(TrialWindow)
+	}
+	// Under scope: fleet, refusals outside the overload that follows a
+	// return are the fleet's to judge, as failures are.
+	refused = refused && (!b.policy.FleetScoped || now < b.afterReturnUntil)
 	switch {
 	case b.state == Closed:
 		b.recordClosed(failed, slow, refused, now)
@@ -562,6 +592,7 @@ func (b *Breaker) recordClosed(failed, slow, refused bool, now uint64) {
 			to = HalfOpen
 		}
 		b.transition(to, now)
+		b.refusing = refused
 	}
 }
 
@@ -623,6 +654,19 @@ func (b *Breaker) recordRefusedTrial(now uint64) {
 	}
 }
 
+// isOpenForTheFleet says whether the daemon is to hear that this breaker is
+// open: open, or half-open alone after OpenTimeout; not half-open on
+// refusals.
+func (b *Breaker) isOpenForTheFleet() bool {
+	switch b.state {
+	case Open:
+		return true
+	case HalfOpen:
+		return !b.refusing
+	}
+	return false
+}
+
 // mostTrials is HalfOpenMaxCalls, at least 1.
 func (b *Breaker) mostTrials() uint32 {
 	if b.policy.HalfOpenMaxCalls < 1 {
@@ -667,6 +711,7 @@ func (b *Breaker) transition(to State, now uint64) {
 		b.openedFromClosed = now
 	}
 	b.state = to
+	b.refusing = false
 	b.generation++
 	b.transitions++
 	b.trialsInFlight = 0
@@ -674,6 +719,7 @@ func (b *Breaker) transition(to State, now uint64) {
 	switch to {
 	case Open:
 		b.openedAt = now
+		b.afterReturnUntil = 0
 	case Closed:
 		b.consecutiveFailures = 0
 		b.window.clear()

@@ -169,12 +169,73 @@ func TestAcceptedTrialsInARowCloseItAndAnOverloadThenTripsItHalfOpenAgain(t *tes
 	r.trippedByRefusals()
 }
 
-func TestAFleetScopedBreakerHearsARefusalAsAFailure(t *testing.T) {
+// closedByTheFleet is a fleet-scoped breaker the daemon's trials closed.
+func closedByTheFleet(t *testing.T) *refusing {
+	t.Helper()
+	r := newRefusing(t, true)
+	for i := 0; i < 3; i++ {
+		r.call(outcomeFailed)
+	}
+	r.want(Open, "three failures in a row")
+	if !r.b.Heard(Verdict{State: Closed}, r.now+uint64(time.Second), r.now) {
+		t.Fatal("the daemon's close closes it")
+	}
+	return r
+}
+
+func TestAFleetScopedBreakerFollowsWhatIsAcceptedInTheOverloadAfterAReturnAndLeavesOutagesToTheFleet(t *testing.T) {
 	r := newRefusing(t, true)
 	for i := 0; i < 3; i++ {
 		r.call(outcomeRefused)
 	}
-	r.want(Open, "the daemon judges the fleet's trials")
+	r.want(Open, "no return to follow: the fleet's half-open judges")
+
+	r = closedByTheFleet(t)
+	r.trippedByRefusals()
+	if r.b.AsksFleet() {
+		t.Fatal("half-open on the overload: nothing for the daemon")
+	}
+	if report, _ := r.b.FleetReport(r.now); report.Open {
+		t.Fatalf("%+v, want not open: half-open on the overload", report)
+	}
+	if r.b.Heard(Verdict{State: Closed}, r.now+uint64(time.Second), r.now) {
+		t.Fatal("the fleet's word is for open breakers")
+	}
+	r.want(HalfOpen, "the fleet's word is for open breakers")
+	r.call(outcomeRefused)
+	r.advance(5 * time.Second)
+	r.call(outcomeRefused)
+	r.advance(5 * time.Second)
+	r.call(outcomeRefused)
+	r.want(Open, "ten seconds, none accepted")
+	if !r.b.AsksFleet() {
+		t.Fatal("open: the daemon hears of it")
+	}
+	if report, _ := r.b.FleetReport(r.now); !report.Open {
+		t.Fatalf("%+v, want open", report)
+	}
+
+	r = closedByTheFleet(t)
+	r.advance(10 * time.Second)
+	for i := 0; i < 3; i++ {
+		r.call(outcomeRefused)
+	}
+	r.want(Open, "ten seconds without a refusal: the return's overload ended")
+
+	r = newRefusing(t, true)
+	for i := 0; i < 3; i++ {
+		r.call(outcomeFailed)
+	}
+	r.want(Open, "three failures in a row")
+	r.b.Heard(Verdict{State: HalfOpen, Trials: 1}, r.now+uint64(time.Second), r.now)
+	trial, err := r.b.Acquire(r.now)
+	if err != nil || !trial.FleetTrial() {
+		t.Fatalf("the daemon's slot: %v", err)
+	}
+	trial.RecordRefused(r.now)
+	if report, _ := r.b.FleetReport(r.now); report.Failed != 1 {
+		t.Fatalf("%+v, want 1 failed: the daemon judges its trials", report)
+	}
 }
 
 // TestASlowRefusedTrialOpensTheBreaker: a refused trial slower than

@@ -34,8 +34,11 @@ follows what it accepts instead of shutting it out:
   ``halfOpenMaxCalls`` refused trials and none accepted: the dependency is
   down, or answers nothing but refusals.
 
-Under ``scope: fleet`` a refusal is a failure: the daemon judges the
-fleet's trials.
+Under ``scope: fleet`` that holds in the overload that follows a return
+(the daemon's trials found the dependency up and closed the breaker, until
+ten seconds pass with no refusal); otherwise a refusal opens the breaker as
+a failure does, for the daemon's one half-open for the fleet. A trial on
+one of the daemon's slots that is refused is a failed trial to the daemon.
 
 The move from open to half-open happens when a call asks for a permit after
 ``openTimeout``, so a breaker nobody calls stays open. A call's outcome
@@ -118,7 +121,12 @@ class CallOutcome(enum.StrEnum):
     but a breaker it trips goes half-open, not open; half-open, trials
     follow what the dependency accepts, and refusals open the breaker again
     only when nothing is accepted (see the module's docstring). Under
-    ``scope: fleet`` it is a failure."""
+    ``scope: fleet`` that holds in the overload that follows a return (the
+    daemon's trials found the dependency up and closed the breaker, until
+    ten seconds pass with no refusal); otherwise a refusal opens the
+    breaker as a failure does, for the daemon's one half-open for the
+    fleet. A trial on one of the daemon's slots that is refused is a failed
+    trial to the daemon."""
 
 
 class CallNotPermitted(Exception):
@@ -417,6 +425,15 @@ class CircuitBreaker:
         """Half-open: the trials of the last TRIAL_WINDOW_NS, a refused one as a failure."""
         self._half_open_since = now_ns
         """When it last went half-open."""
+        self._refusing = False
+        """Half-open because refusals tripped it from closed: the dependency
+        answers, and the trials are this process's own. Under ``scope:
+        fleet`` the daemon hears of the breaker only once it opens."""
+        self._after_return_until: int | None = None
+        """Under ``scope: fleet``, until when refusals are the overload that
+        follows the dependency's return: TRIAL_WINDOW_NS past the daemon's
+        close, and past each refusal since. Until then they trip the breaker
+        half-open; after, they open it, for the fleet's one half-open."""
         self.transitions = 0
         """State changes since the breaker was created."""
         self.rejected = 0
@@ -494,7 +511,7 @@ class CircuitBreaker:
         open (or half-open alone), or its trials' outcomes are still to be reported."""
         with self._lock:
             return self.policy.fleet_scoped and (
-                self._state != CircuitState.CLOSED or self._fleet.succeeded > 0 or self._fleet.failed > 0)
+                self._is_open_for_the_fleet() or self._fleet.succeeded > 0 or self._fleet.failed > 0)
 
     def fleet_report(self, now_ns: int) -> Report | None:
         """What to tell the daemon at ``now_ns``, if fleet-scoped: whether it
@@ -504,7 +521,7 @@ class CircuitBreaker:
             if not self.policy.fleet_scoped:
                 return None
             fleet = self._fleet
-            report = Report(open=self._state != CircuitState.CLOSED,
+            report = Report(open=self._is_open_for_the_fleet(),
                             open_for_ns=max(now_ns - self._opened_from_closed, 0),
                             refused=min(self.rejected - fleet.refused_reported, U32_MAX),
                             succeeded=fleet.succeeded, failed=fleet.failed)
@@ -521,11 +538,15 @@ class CircuitBreaker:
         with self._lock:
             if not self.policy.fleet_scoped:
                 return False
+            if self._refusing:
+                # Its trials follow what the dependency accepts; the fleet's word is for open breakers.
+                return False
             fleet = self._fleet
             if verdict.state == CircuitState.CLOSED:
                 fleet.until = fleet.slots_until = None
                 if self._state != CircuitState.CLOSED:
                     self._transition(CircuitState.CLOSED, now_ns)
+                    self._after_return_until = now_ns + TRIAL_WINDOW_NS
                     return True
                 return False
             if self._state == CircuitState.HALF_OPEN:
@@ -561,8 +582,12 @@ class CircuitBreaker:
             if generation != self._generation:
                 return
             failed = outcome != CallOutcome.SUCCESS
-            # The daemon judges the fleet's trials: a refusal is a failure to it.
-            refused = outcome == CallOutcome.REFUSED and not self.policy.fleet_scoped
+            refused = outcome == CallOutcome.REFUSED
+            if refused and self._after_return(now):
+                self._after_return_until = now + TRIAL_WINDOW_NS
+            # Under ``scope: fleet``, refusals outside the overload that follows
+            # a return are the fleet's to judge, as failures are.
+            refused = refused and (not self.policy.fleet_scoped or self._after_return(now))
             slow = max(now - started, 0) >= self.policy.slow_call_duration_ns
             if self._state == CircuitState.CLOSED:
                 self._record_closed(failed, slow, refused, now)
@@ -585,6 +610,7 @@ class CircuitBreaker:
                                 policy.failure_rate_threshold).by_chance())
         if in_a_row or self._rates_exceeded(now):
             self._transition(CircuitState.HALF_OPEN if refused else CircuitState.OPEN, now)
+            self._refusing = refused
 
     def _rates_exceeded(self, now: int) -> bool:
         """Whether the window holds enough calls and too many failed or were
@@ -631,6 +657,19 @@ class CircuitBreaker:
         if judged and refused == calls and refused >= most:
             self._transition(CircuitState.OPEN, now)
 
+    def _after_return(self, now: int) -> bool:
+        """Whether refusals at ``now`` are the overload that follows a return."""
+        return self._after_return_until is not None and now < self._after_return_until
+
+    def _is_open_for_the_fleet(self) -> bool:
+        """Whether the daemon is to hear that this breaker is open: open, or
+        half-open alone after ``openTimeout``; not half-open on refusals."""
+        if self._state == CircuitState.OPEN:
+            return True
+        if self._state == CircuitState.HALF_OPEN:
+            return not self._refusing
+        return False
+
     def _trial_credit_at(self, most: int, now: int) -> bool:
         """Whether a half-open breaker may send one more trial at ``now``:
         while the trials the dependency refused in the last TRIAL_WINDOW_NS
@@ -662,12 +701,14 @@ class CircuitBreaker:
         if self._state == CircuitState.CLOSED and to == CircuitState.OPEN:
             self._opened_from_closed = now
         self._state = to
+        self._refusing = False
         self._generation += 1
         self.transitions += 1
         self._trials_in_flight = 0
         self._trial_successes = 0
         if to == CircuitState.OPEN:
             self._opened_at = now
+            self._after_return_until = None
         elif to == CircuitState.CLOSED:
             self._consecutive_failures = 0
             self._window.clear()

@@ -363,11 +363,54 @@ def test_accepted_trials_in_a_row_close_it_and_an_overload_then_trips_it_half_op
     tripped_by_refusals(breaker, 5 * S)
 
 
-def test_a_fleet_scoped_breaker_hears_a_refusal_as_a_failure():
-    breaker = CircuitBreaker(dataclasses.replace(POLICY, fleet_scoped=True))
+FLEET_SCOPED = dataclasses.replace(POLICY, fleet_scoped=True)
+
+
+def opened(breaker, now=0):
+    """Failures in a row open a closed breaker."""
+    for _ in range(3):
+        call(breaker, FAILURE, now)
+    assert breaker.state == "open"
+    return breaker
+
+
+def closed_by_the_fleet(now=0):
+    """A fleet-scoped breaker the daemon's trials closed at ``now``."""
+    breaker = opened(CircuitBreaker(FLEET_SCOPED, now), now)
+    assert breaker.heard(Verdict(CircuitState.CLOSED, 0, 0), now + S, now)
+    return breaker
+
+
+def test_a_fleet_scoped_breaker_follows_what_is_accepted_in_the_overload_after_a_return_and_leaves_outages_to_the_fleet():
+    breaker = CircuitBreaker(FLEET_SCOPED)
     for _ in range(3):
         call(breaker, REFUSED, 0)
-    assert breaker.state == "open", "the daemon judges the fleet's trials"
+    assert breaker.state == "open", "no return to follow: the fleet's half-open judges"
+
+    breaker = closed_by_the_fleet()
+    tripped_by_refusals(breaker)
+    assert not breaker.asks_fleet(), "half-open on the overload: nothing for the daemon"
+    assert not breaker.fleet_report(0).open
+    assert not breaker.heard(Verdict(CircuitState.CLOSED, 0, 0), S, 0), "the fleet's word is for open breakers"
+    assert breaker.state == "half-open"
+    call(breaker, REFUSED, 0)
+    call(breaker, REFUSED, 5 * S)
+    call(breaker, REFUSED, 10 * S)
+    assert breaker.state == "open", "ten seconds, none accepted"
+    assert breaker.asks_fleet()
+    assert breaker.fleet_report(10 * S).open
+
+    breaker = closed_by_the_fleet()
+    for _ in range(3):
+        call(breaker, REFUSED, TRIAL_WINDOW_NS)
+    assert breaker.state == "open", "ten seconds without a refusal: the return's overload ended"
+
+    breaker = opened(CircuitBreaker(FLEET_SCOPED))
+    breaker.heard(Verdict(CircuitState.HALF_OPEN, 1, 0), S, 0)
+    trial = breaker.acquire(0)
+    assert trial.fleet_trial, "the daemon's slot"
+    trial.record(REFUSED, 0)
+    assert breaker.fleet_report(0).failed == 1, "the daemon judges its trials"
 
 
 def test_a_permit_is_recorded_with_an_outcome_or_a_bool():

@@ -97,8 +97,12 @@ pub enum CallOutcome {
     /// dependency may be up with less room than its callers want, and the
     /// trials find out. Half-open, trials follow what the dependency
     /// accepts (see [`TRIALS_PER_ACCEPTED`]), and refusals open the breaker
-    /// again only when nothing is accepted. Under `scope: fleet` it is a
-    /// failure: the daemon judges the fleet's trials.
+    /// again only when nothing is accepted. Under `scope: fleet` that holds
+    /// in the overload that follows a return (the daemon's trials found the
+    /// dependency up and closed the breaker, until ten seconds pass with no
+    /// refusal); otherwise a refusal opens the breaker as a failure does,
+    /// for the daemon's one half-open for the fleet. A trial on one of the
+    /// daemon's slots that is refused is a failed trial to the daemon.
     Refused,
 }
 
@@ -177,6 +181,15 @@ struct Machine {
     trials: Window,
     /// When it last went half-open.
     half_open_since: Instant,
+    /// Half-open because refusals tripped it from closed: the dependency
+    /// answers, and the trials are this process's own. Under `scope:
+    /// fleet` the daemon hears of the breaker only once it opens.
+    refusing: bool,
+    /// Under `scope: fleet`, until when refusals are the overload that
+    /// follows the dependency's return: [`TRIAL_WINDOW`] past the daemon's
+    /// close, and past each refusal since. Until then they trip the breaker
+    /// half-open; after, they open it, for the fleet's one half-open.
+    after_return_until: Option<Instant>,
     transitions: u64,
     /// When it last opened from closed.
     opened_from_closed: Instant,
@@ -253,6 +266,8 @@ impl CircuitBreaker {
             trial_successes: 0,
             trials: trial_window(now),
             half_open_since: now,
+            refusing: false,
+            after_return_until: None,
             transitions: 0,
             opened_from_closed: now,
             fleet: FleetWord::default(),
@@ -368,7 +383,7 @@ impl CircuitBreaker {
             return false;
         }
         let m = self.lock();
-        m.state != CircuitState::Closed || m.fleet.succeeded > 0 || m.fleet.failed > 0
+        m.is_open_for_the_fleet() || m.fleet.succeeded > 0 || m.fleet.failed > 0
     }
 
     /// What to tell the daemon at `now`, if fleet-scoped: whether the
@@ -383,7 +398,7 @@ impl CircuitBreaker {
         let rejected = self.shared.rejected.load(Relaxed);
         let refused = rejected.saturating_sub(std::mem::replace(&mut m.fleet.refused_reported, rejected));
         let report = BreakerReport {
-            open: m.state != CircuitState::Closed,
+            open: m.is_open_for_the_fleet(),
             open_for: now.saturating_duration_since(m.opened_from_closed),
             refused: u32::try_from(refused).unwrap_or(u32::MAX),
             succeeded: std::mem::take(&mut m.fleet.succeeded),
@@ -402,12 +417,17 @@ impl CircuitBreaker {
             return false;
         }
         let mut m = self.lock();
+        if m.refusing {
+            // Its trials follow what the dependency accepts; the fleet's word is for open breakers.
+            return false;
+        }
         if verdict.state == CircuitState::Closed {
             m.fleet.until = None;
             m.fleet.slots_until = None;
             let closes = m.state != CircuitState::Closed;
             if closes {
                 self.transition(&mut m, CircuitState::Closed, now);
+                m.after_return_until = Some(now + TRIAL_WINDOW);
             }
             return closes;
         }
@@ -479,8 +499,12 @@ impl CircuitBreaker {
         if m.generation != permit.generation {
             return;
         }
-        // The daemon judges the fleet's trials: a refusal is a failure to it.
-        let refused = refused && !self.is_fleet_scoped();
+        if refused && m.after_return_until.is_some_and(|until| now < until) {
+            m.after_return_until = Some(now + TRIAL_WINDOW);
+        }
+        // Under `scope: fleet`, refusals outside the overload that follows a
+        // return are the fleet's to judge, as failures are.
+        let refused = refused && (!self.is_fleet_scoped() || m.after_return_until.is_some_and(|u| now < u));
         match m.state {
             CircuitState::Closed => self.record_closed(&mut m, failed, slow, refused, now),
             CircuitState::HalfOpen if refused && !slow => self.record_refused_trial(&mut m, now),
@@ -515,6 +539,7 @@ impl CircuitBreaker {
                 CircuitState::Open
             };
             self.transition(m, to, now);
+            m.refusing = refused;
         }
     }
 
@@ -587,12 +612,16 @@ impl CircuitBreaker {
             m.opened_from_closed = now;
         }
         m.state = to;
+        m.refusing = false;
         m.generation += 1;
         m.transitions += 1;
         m.trials_in_flight = 0;
         m.trial_successes = 0;
         match to {
-            CircuitState::Open => m.opened_at = now,
+            CircuitState::Open => {
+                m.opened_at = now;
+                m.after_return_until = None;
+            }
             CircuitState::Closed => {
                 m.consecutive_failures = 0;
                 m.window.clear();
@@ -608,6 +637,16 @@ impl CircuitBreaker {
 }
 
 impl Machine {
+    /// Whether the daemon is to hear that this breaker is open: open, or
+    /// half-open alone after `openTimeout`; not half-open on refusals.
+    fn is_open_for_the_fleet(&self) -> bool {
+        match self.state {
+            CircuitState::Open => true,
+            CircuitState::HalfOpen => !self.refusing,
+            CircuitState::Closed => false,
+        }
+    }
+
     /// Whether a half-open breaker may send one more trial at `now`: while
     /// the trials the dependency refused in the last [`TRIAL_WINDOW`]
     /// outnumber those it accepted by fewer than `most`, so that it sends

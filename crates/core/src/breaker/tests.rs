@@ -927,8 +927,21 @@ async fn accepted_trials_in_a_row_close_it_and_an_overload_then_trips_it_half_op
     tripped_by_refusals(&b);
 }
 
+/// A fleet-scoped breaker the daemon's trials closed.
+fn closed_by_the_fleet() -> CircuitBreaker {
+    let b = fleet_scoped();
+    open(&b);
+    let now = Instant::now();
+    assert!(b.heard_at(
+        said(CircuitState::Closed, 0, Duration::ZERO),
+        now + ms(1_000),
+        now
+    ));
+    b
+}
+
 #[tokio::test(start_paused = true)]
-async fn a_fleet_scoped_breaker_hears_a_refusal_as_a_failure() {
+async fn fleet_scoped_refusals_follow_acceptance_after_a_return_and_open_it_otherwise() {
     let b = fleet_scoped();
     for _ in 0..3 {
         call(&b, CallOutcome::Refused);
@@ -936,6 +949,60 @@ async fn a_fleet_scoped_breaker_hears_a_refusal_as_a_failure() {
     assert_eq!(
         b.state(),
         CircuitState::Open,
-        "the daemon judges the fleet's trials"
+        "no return to follow: the fleet's half-open judges"
+    );
+
+    let b = closed_by_the_fleet();
+    tripped_by_refusals(&b);
+    let now = Instant::now();
+    assert!(
+        !b.asks_fleet_at(now),
+        "half-open on the overload: nothing for the daemon"
+    );
+    assert!(!b.fleet_report_at(now).unwrap().open);
+    assert!(
+        !b.heard_at(
+            said(CircuitState::Closed, 0, Duration::ZERO),
+            now + ms(1_000),
+            now
+        ),
+        "the fleet's word is for open breakers"
+    );
+    assert_eq!(b.state(), CircuitState::HalfOpen);
+    call(&b, CallOutcome::Refused);
+    advance(Duration::from_secs(5)).await;
+    call(&b, CallOutcome::Refused);
+    advance(Duration::from_secs(5)).await;
+    call(&b, CallOutcome::Refused);
+    assert_eq!(b.state(), CircuitState::Open, "ten seconds, none accepted");
+    assert!(b.asks_fleet_at(Instant::now()));
+    assert!(b.fleet_report_at(Instant::now()).unwrap().open);
+
+    let b = closed_by_the_fleet();
+    advance(Duration::from_secs(10)).await;
+    for _ in 0..3 {
+        call(&b, CallOutcome::Refused);
+    }
+    assert_eq!(
+        b.state(),
+        CircuitState::Open,
+        "ten seconds without a refusal: the return's overload ended"
+    );
+
+    let b = fleet_scoped();
+    open(&b);
+    let now = Instant::now();
+    b.heard_at(
+        said(CircuitState::HalfOpen, 1, Duration::ZERO),
+        now + ms(1_000),
+        now,
+    );
+    let trial = b.try_acquire().expect("the daemon's slot");
+    assert!(trial.is_fleet_trial());
+    trial.record(CallOutcome::Refused);
+    assert_eq!(
+        b.fleet_report_at(Instant::now()).unwrap().failed,
+        1,
+        "the daemon judges its trials"
     );
 }
