@@ -11,7 +11,7 @@ use common::redis::Redis;
 use stormguard::metrics::Registry;
 use stormguard::pace_store::{Access, PaceStore, STORE_TIMEOUT};
 use stormguard::reports::REMEMBERED;
-use stormguard_core::fleet::replicas::{Contribution, Outcomes, Published, Tallies};
+use stormguard_core::fleet::replicas::{Contribution, Demand, Outcomes, Published, Tallies};
 use stormguard_core::fleet::LEASE;
 
 fn contribution(sent: u64, accepted: u64, want: f64, members: u32) -> Contribution {
@@ -25,8 +25,20 @@ fn contribution(sent: u64, accepted: u64, want: f64, members: u32) -> Contributi
             },
             overloaded_since: (sent > accepted).then_some(Duration::from_millis(30)),
         },
+        demand: Demand {
+            want,
+            members,
+            classes: Some([0.0, want, 0.0]),
+        },
+    }
+}
+
+/// A replica's demand as the store answers it: all of the default class.
+fn default_class(want: f64, members: u32) -> Demand {
+    Demand {
         want,
         members,
+        classes: Some([0.0, want, 0.0]),
     }
 }
 
@@ -144,7 +156,7 @@ async fn the_first_replica_owns_the_pace_and_takes_every_replicas_outcomes() {
         .await
         .unwrap();
     assert!(second.taken.is_none(), "b does not own it");
-    assert_eq!(second.others, vec![(40.0, 4)]);
+    assert_eq!(second.others, vec![default_class(40.0, 4)]);
 
     let third = a
         .exchange("inventory", &contribution(1, 1, 40.0, 4))
@@ -160,7 +172,7 @@ async fn the_first_replica_owns_the_pace_and_takes_every_replicas_outcomes() {
         taken.overloaded_since, None,
         "nothing refused since a last took them"
     );
-    assert_eq!(third.others, vec![(12.5, 2)]);
+    assert_eq!(third.others, vec![default_class(12.5, 2)]);
 
     assert!(a.publish("inventory", rate(180.5)).await.unwrap());
     let fourth = b
@@ -209,6 +221,51 @@ async fn a_store_whose_clock_stepped_back_hands_over_the_tallies_with_the_overlo
     let taken = shared.taken.expect("a owns the pace");
     assert_eq!((taken.outcomes.sent, taken.outcomes.overloaded), (5, 4));
     assert_eq!(taken.overloaded_since, Some(Duration::ZERO));
+}
+
+/// Each replica's demand by class reaches the others, so the fleet's rate
+/// goes to every replica's critical calls first; a replica that writes no
+/// classes (one from before they were known) is read as all default.
+#[tokio::test]
+async fn the_others_demand_comes_by_class_and_a_replica_that_says_none_is_the_defaults() {
+    let Some(redis) = Redis::start(None) else { return };
+    let (a, b) = (replica(&redis, "a"), replica(&redis, "b"));
+    let critical = Contribution {
+        demand: Demand {
+            classes: Some([30.0, 10.0, 0.0]),
+            ..default_class(40.0, 4)
+        },
+        ..contribution(0, 0, 40.0, 4)
+    };
+    a.exchange("inventory", &critical).await.unwrap();
+    let seen = b
+        .exchange("inventory", &contribution(0, 0, 5.0, 1))
+        .await
+        .unwrap();
+    assert_eq!(seen.others, vec![critical.demand]);
+
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let (seconds, _): (u64, u64) = redis::cmd("TIME").query_async(&mut connection).await.unwrap();
+    let () = redis::cmd("HSET")
+        .arg("stormguard:pace:{inventory}:wants")
+        .arg("older")
+        .arg(format!("12 3 {}", seconds * 1000))
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    let mut seen = b
+        .exchange("inventory", &contribution(0, 0, 5.0, 1))
+        .await
+        .unwrap()
+        .others;
+    seen.sort_by(|x, y| x.want.total_cmp(&y.want));
+    let older = Demand {
+        want: 12.0,
+        members: 3,
+        classes: None,
+    };
+    assert_eq!(seen, vec![older, critical.demand]);
 }
 
 /// Whether `replica` owns inventory's pace after an exchange.
@@ -721,7 +778,7 @@ async fn the_simulators_store_answers_as_the_scripts_do() {
     let alike = |step: &str, real: &Shared, modelled: &Shared| {
         let mut others = [real.others.clone(), modelled.others.clone()];
         for list in &mut others {
-            list.sort_by(|x, y| x.partial_cmp(y).unwrap());
+            list.sort_by(|x, y| x.want.total_cmp(&y.want));
         }
         assert_eq!(others[0], others[1], "{step}: the others' demand");
         assert_eq!(

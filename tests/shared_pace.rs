@@ -237,3 +237,62 @@ async fn a_replica_shutting_down_hands_its_pace_to_the_other() {
     .await;
     assert!(taken.is_some(), "{}", metrics(&replicas[other]).await);
 }
+
+/// `instance` asks `daemon` for its share of inventory's rate, its calls
+/// all of `class`: 40 sent since its last ask, 10 accepted and 30 refused,
+/// and 200 waiting.
+async fn ask_overloaded(daemon: &Daemon, instance: &str, class: &str) -> f64 {
+    let body = json!({"service": "inventory", "instance": instance, "sent": 40, "accepted": 10,
+                      "overloaded": 30, "waiting": 200, "demand": {class: 240.0}});
+    let response = reqwest::Client::new()
+        .post(daemon.url("/v1/pace"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let grant: Value = response.json().await.unwrap();
+    grant["rate"].as_f64().unwrap()
+}
+
+/// Critical calls that all reach one replica and sheddable ones that reach
+/// the other: the replicas divide the fleet's rate by class, so the
+/// critical calls are given theirs first, as one daemon would give them.
+#[tokio::test]
+async fn replicas_sharing_a_store_give_every_replicas_critical_calls_the_rate_first() {
+    let Some(redis) = Redis::start(None) else {
+        return;
+    };
+    let (_dir, policy) = policy_file();
+    let url = redis.url();
+    let (a, b) = (
+        Daemon::start(&policy, &["--pace-store", &url]),
+        Daemon::start(&policy, &["--pace-store", &url]),
+    );
+    // Over three seconds of asks once the replicas share, a tenth of a
+    // second apart (alone, each replica gives its one process its part:
+    // as much to the sheddable calls as to the critical ones).
+    let (mut critical, mut sheddable, mut shared) = (0.0, 0.0, 0);
+    for _ in 0..60 {
+        let grants = (
+            ask_overloaded(&a, "pod-a", "critical").await,
+            ask_overloaded(&b, "pod-b", "sheddable").await,
+        );
+        let both = inventory(&a, "stormguard_fleet_shared").await.unwrap_or(0.0)
+            + inventory(&b, "stormguard_fleet_shared").await.unwrap_or(0.0);
+        if both == 2.0 {
+            shared += 1;
+            critical += grants.0;
+            sheddable += grants.1;
+        }
+        if shared == 30 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(shared, 30, "the replicas shared for three seconds");
+    assert!(
+        critical > 2.0 * sheddable,
+        "critical calls were given {critical:.1} in all, sheddable ones {sheddable:.1}"
+    );
+}

@@ -1,12 +1,16 @@
 -- One replica's exchange for one paced dependency, atomic in Redis.
--- KEYS: 1 tallies (hash), 2 wants (hash), 3 owner ("replica granted_ms"), 4 rate (string)
+-- KEYS: 1 tallies (hash), 2 wants (hash), 3 owner ("replica granted_ms"), 4 rate (string),
+--       5 wants by class (hash)
 -- ARGV: 1 replica, 2 lease ms, 3 sent, 4 accepted, 5 overloaded,
 --       6 timed out, 7 ms since the newest overload's window began (-1: none),
---       8 want (attempts/s), 9 members
+--       8 want (attempts/s), 9 members, 10 want by class ("critical default sheddable")
 -- Returns {owner (1/0), taken (flat field/value list, owner only),
---          others ("want members" strings), rate ("rate probing at_ms [handover]") or
---          false, now_ms}. Numbers cross as strings: Redis truncates Lua
---          numbers in replies to integers.
+--          others ("want members [critical default sheddable]" strings),
+--          rate ("rate probing at_ms [handover]") or false, now_ms}. Numbers
+--          cross as strings: Redis truncates Lua numbers in replies to
+--          integers. The wants by class are a hash of their own, which a
+--          replica that does not know classes neither writes nor reads: its
+--          want counts as the default class's.
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local replica, lease = ARGV[1], tonumber(ARGV[2])
@@ -28,6 +32,8 @@ redis.call('PEXPIRE', KEYS[1], kept)
 
 redis.call('HSET', KEYS[2], replica, ARGV[8] .. ' ' .. ARGV[9] .. ' ' .. now)
 redis.call('PEXPIRE', KEYS[2], kept)
+redis.call('HSET', KEYS[5], replica, ARGV[10] .. ' ' .. now)
+redis.call('PEXPIRE', KEYS[5], kept)
 
 -- The owner key holds "replica granted_ms". A lease granted in the store's
 -- future was granted before its clock stepped back (a failover to a server
@@ -69,7 +75,16 @@ for i = 1, #wants, 2 do
     -- A want from the store's future (its clock stepped back since) is of
     -- no age anyone can tell: dropped; a live replica writes it anew.
     if at and tonumber(at) <= now and now - tonumber(at) < lease then
-      table.insert(others, want .. ' ' .. members)
+      local entry = want .. ' ' .. members
+      local written = redis.call('HGET', KEYS[5], wants[i])
+      local classes, classed_at
+      if written then
+        classes, classed_at = string.match(written, '^(%S+ %S+ %S+) (%S+)$')
+      end
+      if classes and tonumber(classed_at) <= now and now - tonumber(classed_at) < lease then
+        entry = entry .. ' ' .. classes
+      end
+      table.insert(others, entry)
     else
       redis.call('HDEL', KEYS[2], wants[i])
     end

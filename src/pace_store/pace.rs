@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
 use stormguard_core::fleet::handover::Handover;
-use stormguard_core::fleet::replicas::{Contribution, Outcomes, Published, Shared, Tallies};
+use stormguard_core::fleet::replicas::{Contribution, Demand, Outcomes, Published, Shared, Tallies};
 use stormguard_core::fleet::LEASE;
 
 use super::{PaceStore, StoreError};
@@ -29,17 +29,17 @@ impl PaceStore {
         let age = tallies
             .overloaded_since
             .map_or(-1, |age| i64::try_from(age.as_millis()).unwrap_or(i64::MAX));
-        let want = if mine.want.is_finite() {
-            mine.want.max(0.0)
-        } else {
-            0.0
-        };
+        let demand = mine.demand;
+        let want = finite(demand.want);
+        let classes = demand.classes.unwrap_or([0.0, want, 0.0]).map(finite);
+        let classes = format!("{} {} {}", classes[0], classes[1], classes[2]);
         let mut invocation = self.exchange.prepare_invoke();
         invocation
             .key(&keys.tallies)
             .key(&keys.wants)
             .key(&keys.owner)
             .key(&keys.rate)
+            .key(&keys.classes)
             .arg(&self.replica)
             .arg(LEASE.as_millis() as u64)
             .arg(outcomes.sent)
@@ -48,7 +48,8 @@ impl PaceStore {
             .arg(outcomes.timed_out)
             .arg(age)
             .arg(want.to_string())
-            .arg(mine.members);
+            .arg(demand.members)
+            .arg(classes);
         let mut connection = self.connection().await?;
         let answer: Answer = self.bounded(invocation.invoke_async(&mut connection)).await?;
         self.read(service, answer)
@@ -189,6 +190,7 @@ struct Keys {
     wants: String,
     owner: String,
     rate: String,
+    classes: String,
     channel: String,
 }
 
@@ -200,19 +202,39 @@ impl Keys {
             wants: key("wants"),
             owner: key("owner"),
             rate: key("rate"),
+            classes: key("classes"),
             channel: key("published"),
         }
     }
 }
 
-/// `"want members"`, as the exchange script answers each replica's demand.
-fn parse_want(entry: &str) -> Option<(f64, u32)> {
-    let (want, members) = entry.split_once(' ')?;
-    let want: f64 = want.parse().ok()?;
-    Some((
-        if want.is_finite() { want.max(0.0) } else { 0.0 },
-        members.parse().ok()?,
-    ))
+/// `"want members [critical default sheddable]"`, as the exchange script
+/// answers each replica's demand (without its classes from a replica that
+/// does not write them).
+fn parse_want(entry: &str) -> Option<Demand> {
+    let fields: Vec<&str> = entry.split(' ').collect();
+    let number = |text: &str| text.parse::<f64>().ok().map(finite);
+    let classes = match fields[..] {
+        [_, _] => None,
+        [_, _, critical, default, sheddable] => {
+            Some([number(critical)?, number(default)?, number(sheddable)?])
+        }
+        _ => return None,
+    };
+    Some(Demand {
+        want: number(fields[0])?,
+        members: fields[1].parse().ok()?,
+        classes,
+    })
+}
+
+/// A want as the store keeps it: finite, and at least zero.
+fn finite(want: f64) -> f64 {
+    if want.is_finite() {
+        want.max(0.0)
+    } else {
+        0.0
+    }
 }
 
 /// `"rate probing at_ms [handover]"`, as the publish script writes it,
@@ -270,17 +292,38 @@ mod tests {
     #[test]
     fn a_dependencys_keys_share_its_name_as_the_hash_tag() {
         let keys = Keys::of("payment-service");
-        for key in [&keys.tallies, &keys.wants, &keys.owner, &keys.rate, &keys.channel] {
+        for key in [
+            &keys.tallies,
+            &keys.wants,
+            &keys.owner,
+            &keys.rate,
+            &keys.classes,
+            &keys.channel,
+        ] {
             assert!(key.starts_with("stormguard:pace:{payment-service}:"), "{key}");
         }
     }
 
     #[test]
     fn the_scripts_answers_are_read_and_anything_else_refused() {
-        assert_eq!(parse_want("12.5 3"), Some((12.5, 3)));
-        assert_eq!(parse_want("NaN 3"), Some((0.0, 3)));
+        let plain = |want, members| Demand {
+            want,
+            members,
+            classes: None,
+        };
+        assert_eq!(parse_want("12.5 3"), Some(plain(12.5, 3)));
+        assert_eq!(parse_want("NaN 3"), Some(plain(0.0, 3)));
+        assert_eq!(
+            parse_want("12.5 3 2.5 10 0"),
+            Some(Demand {
+                classes: Some([2.5, 10.0, 0.0]),
+                ..plain(12.5, 3)
+            })
+        );
         assert_eq!(parse_want("12.5"), None);
         assert_eq!(parse_want("12.5 -1"), None);
+        assert_eq!(parse_want("12.5 3 2.5 10"), None, "a class missing");
+        assert_eq!(parse_want("12.5 3 2.5 x 0"), None);
         let (rate, age, handover) = parse_rate("180.25 0 1000", 1250).expect("a rate");
         assert_eq!(
             rate,

@@ -52,7 +52,7 @@ use tokio::time::Instant;
 
 pub use self::feedback::Feedback;
 use self::law::{Law, Learned};
-use self::replicas::{Contribution, Outcomes, Part, Published, Shared, Tallies};
+use self::replicas::{Contribution, Demand, Outcomes, Part, Published, Shared, Tallies};
 use crate::gate::{Judged, Tally};
 use crate::policy::{Criticality, ValidPolicy};
 
@@ -199,7 +199,7 @@ pub struct FleetController<K> {
     owner: Option<Law>,
     /// What its last exchange showed: its processes' want and number, and
     /// the other replicas'.
-    view: (f64, u32, Vec<(f64, u32)>),
+    view: (Demand, Vec<Demand>),
     /// Its processes' feedback loop, as the mean of their ask intervals at
     /// the last division.
     feedback: Feedback,
@@ -285,7 +285,7 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
             outbox: (Outcomes::default(), None),
             shared: None,
             owner: None,
-            view: (0.0, 0, Vec::new()),
+            view: (Demand::default(), Vec::new()),
             feedback: Feedback::default(),
         }
     }
@@ -557,8 +557,8 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
         let Some(part) = self.shared.filter(|part| now < part.until) else {
             return 0.0;
         };
-        let (_, mine, ref others) = self.view;
-        let members = others.iter().map(|&(_, n)| u64::from(n)).sum::<u64>() + u64::from(mine);
+        let (mine, ref others) = self.view;
+        let members = others.iter().map(|d| u64::from(d.members)).sum::<u64>() + u64::from(mine.members);
         if members == 0 {
             return 0.0;
         }
@@ -618,8 +618,22 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
                 outcomes,
                 overloaded_since: newest.map(|t| now.saturating_duration_since(t)),
             },
+            demand: self.demand(),
+        }
+    }
+
+    /// What this replica's processes want, in all and by class.
+    fn demand(&self) -> Demand {
+        let mut classes = [0.0; 3];
+        for member in self.members.values() {
+            for (rank, want) in classes.iter_mut().enumerate() {
+                *want += member.want * member.classes[rank];
+            }
+        }
+        Demand {
             want: self.members.values().map(|m| m.want).sum(),
             members: u32::try_from(self.members.len()).unwrap_or(u32::MAX),
+            classes: Some(classes),
         }
     }
 
@@ -646,14 +660,14 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
             .map(|(published, _)| published);
         let publish = match shared.taken {
             Some(taken) => {
-                let members: f64 = shared.others.iter().map(|&(_, n)| f64::from(n)).sum();
-                let members = members + f64::from(mine.members);
+                let members: f64 = shared.others.iter().map(|d| f64::from(d.members)).sum();
+                let members = members + f64::from(mine.demand.members);
                 // The other replicas' lines are not in the store: theirs
                 // are taken to be as long as this one's, process for process.
                 let probing = self.owner.as_ref().is_none_or(Law::is_probing);
                 let opens = probing && taken.outcomes.accepted > 0;
-                let line = if opens && mine.members > 0 {
-                    self.line() * members / f64::from(mine.members)
+                let line = if opens && mine.demand.members > 0 {
+                    self.line() * members / f64::from(mine.demand.members)
                 } else {
                     0.0
                 };
@@ -679,7 +693,7 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
                     .overloaded_since
                     .and_then(|age| now.checked_sub(age))
                     .unwrap_or(now);
-                let demand = shared.others.iter().map(|&(want, _)| want).sum::<f64>() + mine.want;
+                let demand = shared.others.iter().map(|d| d.want).sum::<f64>() + mine.demand.want;
                 law.hear_feedback(self.feedback);
                 let learned = Learned {
                     line,
@@ -694,7 +708,7 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
                 None
             }
         };
-        self.view = (mine.want, mine.members, shared.others.clone());
+        self.view = (mine.demand, shared.others.clone());
         self.catch_up(shared, now);
         if let Some(fleet) = publish.or(fresh) {
             self.take_part(fleet, now);
@@ -739,11 +753,10 @@ impl<K: Ord + Hash + Clone> FleetController<K> {
     }
 
     fn take_part(&mut self, fleet: Published, now: Instant) {
-        let (want, members, ref others) = self.view;
+        let (mine, ref others) = self.view;
         // A replica whose processes want next to nothing still gives its
         // new ones a floor of something.
-        let rate = replicas::part_of(fleet, (want, members), others, &mut self.scratch)
-            .max(self.law.policy.min_rate);
+        let rate = replicas::part_of(fleet, mine, others, &mut self.scratch).max(self.law.policy.min_rate);
         self.shared = Some(Part {
             fleet: fleet.rate,
             rate,

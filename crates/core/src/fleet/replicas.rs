@@ -73,15 +73,39 @@ impl Tallies {
     }
 }
 
+/// What a replica's processes want of one dependency, as the store keeps
+/// it for the other replicas.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Demand {
+    /// Attempts per second its processes want, in all (each as bounded).
+    pub want: f64,
+    /// Processes it paces for the dependency.
+    pub members: u32,
+    /// Of `want`, each class's (critical, default, sheddable), so that the
+    /// fleet's rate goes to every replica's critical calls first; `None`
+    /// from a replica (or store) that does not say: then all the default's.
+    pub classes: Option<[f64; 3]>,
+}
+
+impl Demand {
+    /// Its want by class: the default's whole if it said none.
+    fn by_class(&self) -> [f64; 3] {
+        self.classes.unwrap_or([0.0, self.want, 0.0])
+    }
+
+    /// Whether it names a class other than the default.
+    fn is_classed(&self) -> bool {
+        self.classes.is_some_and(|c| c[0] > 0.0 || c[2] > 0.0)
+    }
+}
+
 /// What a replica adds to the store each tick, for one dependency.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Contribution {
     /// What its processes reported since its last contribution.
     pub tallies: Tallies,
-    /// Attempts per second its processes want, in all (each as bounded).
-    pub want: f64,
-    /// Processes it paces for the dependency.
-    pub members: u32,
+    /// What its processes want.
+    pub demand: Demand,
 }
 
 /// The fleet's rate as its owner publishes it.
@@ -104,9 +128,9 @@ pub struct Shared {
     /// The rate as the owner last published it, and how long before the
     /// answer. A rate older than a [`LEASE`](super::LEASE) is not paced by.
     pub published: Option<(Published, Duration)>,
-    /// The other replicas' demand as each last wrote it, `(want, members)`;
-    /// the store leaves out what a replica wrote more than a lease ago.
-    pub others: Vec<(f64, u32)>,
+    /// The other replicas' demand as each last wrote it; the store leaves
+    /// out what a replica wrote more than a lease ago.
+    pub others: Vec<Demand>,
     /// When this replica owns the pace: what every replica contributed
     /// since the owner last took it (the store empties it as it answers).
     pub taken: Option<Tallies>,
@@ -138,39 +162,87 @@ impl Part {
     }
 }
 
-/// This replica's part of `fleet`, when it paces `mine = (want, members)`
-/// and the other replicas `others`: max-min over every replica's processes,
-/// each replica's counted as `members` processes wanting their mean. While
-/// the fleet probes, or nobody wants anything, each replica's part is in
-/// proportion to its processes.
+/// This replica's part of `fleet`, when it paces `mine` and the other
+/// replicas `others`: max-min over every replica's processes, each
+/// replica's counted as `members` processes wanting their mean; when a
+/// replica names classes and the fleet wants more than its rate, class by
+/// class, the most critical first, as one daemon divides among its
+/// processes. While the fleet probes, or nobody wants anything, each
+/// replica's part is in proportion to its processes.
 pub(super) fn part_of(
     fleet: Published,
-    mine: (f64, u32),
-    others: &[(f64, u32)],
+    mine: Demand,
+    others: &[Demand],
     scratch: &mut Vec<(f64, u32)>,
 ) -> f64 {
-    let members: f64 = others.iter().map(|&(_, n)| f64::from(n)).sum::<f64>() + f64::from(mine.1);
-    let wanted: f64 = others.iter().map(|&(want, _)| want.max(0.0)).sum::<f64>() + mine.0.max(0.0);
-    if mine.1 == 0 || members == 0.0 {
+    let all = || others.iter().chain(std::iter::once(&mine));
+    let members: f64 = all().map(|d| f64::from(d.members)).sum();
+    let wanted: f64 = all().map(|d| d.want.max(0.0)).sum();
+    if mine.members == 0 || members == 0.0 {
         return 0.0;
     }
     if fleet.probing || !wanted.is_finite() || wanted <= 0.0 {
-        return fleet.rate * f64::from(mine.1) / members;
+        return fleet.rate * f64::from(mine.members) / members;
     }
     if wanted <= fleet.rate {
         // Everyone's want is met: the rest in proportion to it.
-        return fleet.rate * mine.0.max(0.0) / wanted;
+        return fleet.rate * mine.want.max(0.0) / wanted;
     }
-    let mean = |(want, n): (f64, u32)| (if n == 0 { 0.0 } else { want / f64::from(n) }, n);
-    let groups = others.iter().copied().chain(std::iter::once(mine)).map(mean);
+    if all().any(Demand::is_classed) {
+        return classed_part(fleet.rate, mine, others, scratch);
+    }
+    let groups = all().map(|d| mean(d.want, d.members));
     let level = super::fair_share::level_of_groups(fleet.rate, groups, scratch);
-    let (mean_want, n) = mean(mine);
+    let (mean_want, n) = mean(mine.want, mine.members);
     mean_want.min(level) * f64::from(n)
+}
+
+/// `rate` divided among the replicas class by class, the most critical
+/// first (each class takes what its processes want of it, up to what is
+/// left, max-min among the replicas), and this replica's part of each.
+fn classed_part(rate: f64, mine: Demand, others: &[Demand], scratch: &mut Vec<(f64, u32)>) -> f64 {
+    let mut left = rate;
+    let mut part = 0.0;
+    for rank in 0..3 {
+        let groups = others
+            .iter()
+            .chain(std::iter::once(&mine))
+            .map(|d| mean(d.by_class()[rank], d.members));
+        let level = super::fair_share::level_of_groups(left, groups, scratch);
+        let given: f64 = scratch
+            .iter()
+            .map(|&(want, n)| want.min(level) * f64::from(n))
+            .sum();
+        let (mean_want, n) = mean(mine.by_class()[rank], mine.members);
+        part += mean_want.min(level) * f64::from(n);
+        left = (left - given).max(0.0);
+    }
+    part
+}
+
+/// A replica's want as `members` processes each wanting the mean.
+fn mean(want: f64, members: u32) -> (f64, u32) {
+    (
+        if members == 0 {
+            0.0
+        } else {
+            want / f64::from(members)
+        },
+        members,
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn demand((want, members): (f64, u32)) -> Demand {
+        Demand {
+            want,
+            members,
+            classes: None,
+        }
+    }
 
     fn part(rate: f64, mine: (f64, u32), others: &[(f64, u32)]) -> f64 {
         let fleet = Published {
@@ -178,7 +250,44 @@ mod tests {
             probing: false,
             handover: None,
         };
-        part_of(fleet, mine, others, &mut Vec::new())
+        let others: Vec<Demand> = others.iter().copied().map(demand).collect();
+        part_of(fleet, demand(mine), &others, &mut Vec::new())
+    }
+
+    fn classed(classes: [f64; 3], members: u32) -> Demand {
+        Demand {
+            want: classes.iter().sum(),
+            members,
+            classes: Some(classes),
+        }
+    }
+
+    #[test]
+    fn replicas_give_every_replicas_critical_calls_the_rate_first() {
+        let fleet = Published {
+            rate: 150.0,
+            probing: false,
+            handover: None,
+        };
+        // Critical calls on one replica, sheddable ones on the other, each wanting 100.
+        let critical = classed([100.0, 0.0, 0.0], 10);
+        let sheddable = classed([0.0, 0.0, 100.0], 10);
+        let a = part_of(fleet, critical, &[sheddable], &mut Vec::new());
+        let b = part_of(fleet, sheddable, &[critical], &mut Vec::new());
+        assert_eq!((a, b), (100.0, 50.0));
+
+        // A replica that says no class: all its calls the default's.
+        let plain = demand((100.0, 10));
+        let c = part_of(fleet, critical, &[plain], &mut Vec::new());
+        let d = part_of(fleet, plain, &[critical], &mut Vec::new());
+        assert_eq!((c, d), (100.0, 50.0));
+
+        // Within a class, max-min among the replicas' processes.
+        let few = classed([10.0, 90.0, 0.0], 1);
+        let many = classed([200.0, 0.0, 0.0], 10);
+        let e = part_of(fleet, few, &[many], &mut Vec::new());
+        let f = part_of(fleet, many, &[few], &mut Vec::new());
+        assert!((e - 10.0).abs() < 1e-9 && (f - 140.0).abs() < 1e-9, "{e} {f}");
     }
 
     #[test]
@@ -205,7 +314,10 @@ mod tests {
             probing: true,
             handover: None,
         };
-        assert_eq!(part_of(fleet, (50.0, 1), &[(0.0, 3)], &mut Vec::new()), 1.0);
+        assert_eq!(
+            part_of(fleet, demand((50.0, 1)), &[demand((0.0, 3))], &mut Vec::new()),
+            1.0
+        );
         assert_eq!(part(8.0, (0.0, 2), &[(0.0, 6)]), 2.0);
         assert_eq!(part(8.0, (0.0, 0), &[(5.0, 6)]), 0.0, "no processes, no part");
     }

@@ -921,7 +921,7 @@ fn processes_asking_a_round_trip_apart_each_get_an_even_share() {
 #[derive(Default)]
 struct Store {
     pending: Tallies,
-    wants: [Option<(f64, u32)>; 2],
+    wants: [Option<replicas::Demand>; 2],
     owner: Option<usize>,
     rate: Option<Published>,
 }
@@ -930,7 +930,7 @@ impl Store {
     fn exchange(&mut self, r: usize, replica: &mut FleetController<u32>, now: Instant) {
         let mine = replica.contribute_at(now);
         self.pending = self.pending.plus(mine.tallies);
-        self.wants[r] = Some((mine.want, mine.members));
+        self.wants[r] = Some(mine.demand);
         let owner = *self.owner.get_or_insert(r);
         let shared = Shared {
             published: self.rate.map(|rate| (rate, Duration::ZERO)),
@@ -1576,8 +1576,11 @@ fn a_new_owner_goes_on_from_what_the_last_one_learned_not_from_its_rate_alone() 
     };
     let mine = |tallies| replicas::Contribution {
         tallies,
-        want: 400.0,
-        members: 5,
+        demand: replicas::Demand {
+            want: 400.0,
+            members: 5,
+            classes: None,
+        },
     };
     let exchange = |owner: &mut FleetController<u32>, published: Option<Published>, now| {
         let contribution = mine(tallies(10, 30));
@@ -1627,7 +1630,11 @@ fn a_new_owner_goes_on_from_what_the_last_one_learned_not_from_its_rate_alone() 
     let contribution = mine(tallies(0, 0));
     let shared = Shared {
         published: published.map(|p| (p, Duration::ZERO)),
-        others: vec![(400.0, 5)],
+        others: vec![replicas::Demand {
+            want: 400.0,
+            members: 5,
+            classes: None,
+        }],
         taken: None,
     };
     rejoined.shared_at(&contribution, &shared, now);

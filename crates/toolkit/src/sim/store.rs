@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use stormguard_core::fleet::breaker::episode::{Episode, EpisodeAnswer, Heard, HeardFrom, OtherRules, Share};
-use stormguard_core::fleet::replicas::{Contribution, Published, Shared, Tallies};
+use stormguard_core::fleet::replicas::{Contribution, Demand, Published, Shared, Tallies};
 use stormguard_core::fleet::LEASE;
 
 use super::scenario::Failover;
@@ -24,8 +24,8 @@ pub struct StoreModel {
     /// Contributions since the owner last took them, with when the newest
     /// overload's window began.
     pending: (Tallies, Option<u64>),
-    /// Each replica's demand as it last wrote it: (want, members, when).
-    wants: Vec<Option<(f64, u32, u64)>>,
+    /// Each replica's demand as it last wrote it, and when.
+    wants: Vec<Option<(Demand, u64)>>,
     /// The rate as last published, and when.
     rate: Option<(Published, u64)>,
     /// When a contribution last arrived: the pending tallies and the
@@ -169,7 +169,7 @@ impl StoreModel {
             let began = t.saturating_sub(nanos(age));
             *newest = Some(newest.map_or(began, |n| n.max(began)));
         }
-        self.wants[r] = Some((mine.want, mine.members, t));
+        self.wants[r] = Some((mine.demand, t));
         let who = (r, life);
         if self
             .owner
@@ -194,8 +194,8 @@ impl StoreModel {
             .enumerate()
             .filter(|&(other, _)| other != r)
             .filter_map(|(_, written)| *written)
-            .filter(|&(_, _, at)| at <= t && at + lease > t)
-            .map(|(want, members, _)| (want, members))
+            .filter(|&(_, at)| at <= t && at + lease > t)
+            .map(|(demand, _)| demand)
             .collect();
         Shared {
             published: self
@@ -237,8 +237,11 @@ mod tests {
     fn mine() -> Contribution {
         Contribution {
             tallies: Tallies::default(),
-            want: 1.0,
-            members: 1,
+            demand: Demand {
+                want: 1.0,
+                members: 1,
+                classes: None,
+            },
         }
     }
 
