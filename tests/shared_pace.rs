@@ -23,9 +23,14 @@ fn policy_file() -> (tempfile::TempDir, std::path::PathBuf) {
 async fn ask(daemon: &Daemon, instance: &str, accepted: u64) -> f64 {
     let body = json!({"service": "inventory", "instance": instance, "sent": accepted,
                       "accepted": accepted, "overloaded": 0, "waiting": 50});
+    granted(daemon, &body).await
+}
+
+/// The rate `daemon` grants the pace ask `body`.
+async fn granted(daemon: &Daemon, body: &Value) -> f64 {
     let response = reqwest::Client::new()
         .post(daemon.url("/v1/pace"))
-        .json(&body)
+        .json(body)
         .send()
         .await
         .unwrap();
@@ -244,15 +249,7 @@ async fn a_replica_shutting_down_hands_its_pace_to_the_other() {
 async fn ask_overloaded(daemon: &Daemon, instance: &str, class: &str) -> f64 {
     let body = json!({"service": "inventory", "instance": instance, "sent": 40, "accepted": 10,
                       "overloaded": 30, "waiting": 200, "demand": {class: 240.0}});
-    let response = reqwest::Client::new()
-        .post(daemon.url("/v1/pace"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let grant: Value = response.json().await.unwrap();
-    grant["rate"].as_f64().unwrap()
+    granted(daemon, &body).await
 }
 
 /// Critical calls that all reach one replica and sheddable ones that reach

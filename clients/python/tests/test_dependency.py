@@ -699,6 +699,13 @@ def test_a_timeout_is_no_refusal_and_opens_the_breaker_though_overload_on_names_
                                   gate={**DEFAULT_POLICY["gate"], "overloadOn": ["timeout", 503]},
                                   circuitBreaker={"enabled": True, "consecutiveFailures": 2}),
                             "payments", clock=clock.clock, sleep=clock.sleep, wait=clock.wait)
+    sent = silent_until_refused(dependency, clock)
+    assert len(sent) == 2 and dependency.breaker.state == "open", "nothing answered: no refusal"
+
+
+def silent_until_refused(dependency, clock):
+    """Calls ``dependency`` with an attempt that times out every time, in
+    virtual time, until its breaker refuses one: the timeouts it waited."""
     sent = []
 
     def silent(timeout):
@@ -708,7 +715,7 @@ def test_a_timeout_is_no_refusal_and_opens_the_breaker_though_overload_on_names_
 
     with pytest.raises(CallNotPermitted):
         dependency.call("/charge", silent)
-    assert len(sent) == 2 and dependency.breaker.state == "open", "nothing answered: no refusal"
+    return sent
 
 
 def test_overload_on_says_what_the_breaker_hears_as_refused_with_the_gate_off():
@@ -931,15 +938,7 @@ def test_a_dependency_that_stops_answering_opens_the_breaker_though_the_gate_is_
     breaker = {"enabled": True, "consecutiveFailures": 2, "openTimeoutMs": 3_600_000}
     clock = VirtualTime()
     dependency = gated(clock, maxRetries=3, perTryTimeoutMs=100, circuitBreaker=breaker)
-    sent = []
-
-    def silent(timeout):
-        sent.append(timeout)
-        clock.now += round(timeout * S)
-        raise TimeoutError("timed out")
-
-    with pytest.raises(CallNotPermitted):
-        dependency.call("/charge", silent)
+    sent = silent_until_refused(dependency, clock)
     assert sent == [0.1, 0.1], "the second timeout opened the breaker: the third attempt was refused"
     assert dependency.gate.is_on, "a timeout turns the gate on"
     assert dependency.breaker.state == "open"
