@@ -27,22 +27,23 @@
 //     of failures, but a breaker that a refusal trips goes half-open, not
 //     open.
 //   - Half-open, a trial is also admitted only while the trials refused in
-//     the last TrialWindow outnumber those accepted by less than what the
-//     breaker may risk unearned: it then sends about TrialsPerAccepted
-//     trials for each one accepted, and HalfOpenMaxCalls a window when
-//     none is, the first window's coming one per TrialWindow /
+//     its trial window (the last TrialWindow, or OpenTimeout if shorter,
+//     at least ShortestTrialWindow) outnumber those accepted by less than
+//     what the breaker may risk unearned: it then sends about
+//     TrialsPerAccepted trials for each one accepted, and HalfOpenMaxCalls
+//     a window when none is, the first window's coming one per window /
 //     HalfOpenMaxCalls. A call refused so is refused as by a full
 //     half-open breaker.
 //   - Half-open, a refused trial ends the run of good trials, and opens
-//     the breaker only once it has been half-open a whole TrialWindow and
+//     the breaker only once it has been half-open a whole trial window and
 //     the window holds HalfOpenMaxCalls refused trials and none accepted:
 //     a dependency that is down, or answers nothing but 503s, is left
 //     alone; one that takes a share keeps its trials. A refused trial that
 //     was slow is slow, and opens it.
 //
 // Under scope: fleet that holds in the overload that follows a return (the
-// daemon's trials found the dependency up and closed the breaker, until
-// TrialWindow passes with no refusal), and the daemon hears of the breaker
+// daemon's trials found the dependency up and closed the breaker, until a
+// trial window passes with no refusal), and the daemon hears of the breaker
 // only once it opens; otherwise a refusal opens the breaker as a failure
 // does, for the daemon's one half-open for the fleet. A trial on one of the
 // daemon's slots that is refused is a failed trial to the daemon.
@@ -90,10 +91,18 @@ const (
 const TrialsPerAccepted = 2
 
 // TrialWindow is how far back a half-open breaker counts its trials and
-// their answers: ten seconds, long enough to hold a few answers at a
-// process's share of a small room, short enough that a room that grows or
-// shrinks is followed within seconds.
+// their answers, at most: ten seconds, long enough to hold a few answers at
+// a process's share of a small room, short enough that a room that grows or
+// shrinks is followed within seconds. A breaker whose OpenTimeout is
+// shorter counts over that (at least ShortestTrialWindow): it was told to
+// leave the dependency alone for less, and judges it as briefly (with
+// openTimeout: 3s, ten seconds of trials were most of each cycle, and
+// breakers saw HAProxy back 4 s late, not 1.7 s).
 const TrialWindow = 10 * time.Second
+
+// ShortestTrialWindow is the shortest window a half-open breaker counts its
+// trials over: a second.
+const ShortestTrialWindow = time.Second
 
 // String is the state's name as logs and reports spell it: "closed",
 // "half-open" or "open".
@@ -139,18 +148,21 @@ type Breaker struct {
 	trialsInFlight      uint32
 	// trialSuccesses are the trials accepted in a row, none refused between.
 	trialSuccesses uint32
-	// trials are, half-open, the trials of the last TrialWindow, a refused
+	// trials are, half-open, the trials of the last trialSpan, a refused
 	// one counted as failed.
 	trials *timeWindow
 	// halfOpenSince is when it last went half-open.
 	halfOpenSince uint64
+	// trialSpan is the window its trials are counted over since:
+	// TrialWindow, or OpenTimeout if shorter.
+	trialSpan time.Duration
 	// refusing is half-open because refusals tripped it from closed: the
 	// dependency answers, and the trials are this process's own. Under
 	// scope: fleet the daemon hears of the breaker only once it opens.
 	refusing bool
 	// afterReturnUntil is, under scope: fleet, until when refusals are the
 	// overload that follows the dependency's return (0: not since the
-	// breaker last opened): TrialWindow past the daemon's close, and past
+	// breaker last opened): a trial window past the daemon's close, and past
 	// each refusal since. Until then they trip the breaker half-open;
 	// after, they open it, for the fleet's one half-open.
 	afterReturnUntil uint64
@@ -236,7 +248,20 @@ func New(p Policy) (*Breaker, error) {
 	if err := p.Check(); err != nil {
 		return nil, err
 	}
-	return &Breaker{policy: p, window: newWindow(p.Window), trials: newTimeWindow(TrialWindow, 0)}, nil
+	span := trialSpan(p)
+	return &Breaker{policy: p, window: newWindow(p.Window), trials: newTimeWindow(span, 0), trialSpan: span}, nil
+}
+
+// trialSpan is the window a breaker under p counts its half-open trials
+// over: OpenTimeout, between ShortestTrialWindow and TrialWindow.
+func trialSpan(p Policy) time.Duration {
+	switch {
+	case p.OpenTimeout < ShortestTrialWindow:
+		return ShortestTrialWindow
+	case p.OpenTimeout > TrialWindow:
+		return TrialWindow
+	}
+	return p.OpenTimeout
 }
 
 // newWindow is an empty window of shape w.
@@ -408,7 +433,7 @@ func (b *Breaker) Heard(v Verdict, until, now uint64) bool {
 		b.fleet.until, b.fleet.slotsUntil = 0, 0
 		if b.state != Closed {
 			b.transition(Closed, now)
-			b.afterReturnUntil = now + uint64(TrialWindow)
+			b.afterReturnUntil = now + uint64(trialSpan(b.policy))
 			return true
 		}
 		return false
@@ -480,8 +505,8 @@ func (p *Permit) Record(failed bool, now uint64) {
 // but trips the breaker half-open, not open; half-open, the trials follow
 // what the dependency accepts (see the package's doc). Under scope: fleet
 // that holds in the overload that follows a return (the daemon's trials
-// found the dependency up and closed the breaker, until TrialWindow passes
-// with no refusal); otherwise a refusal opens the breaker as a failure
+// found the dependency up and closed the breaker, until a trial window
+// passes with no refusal); otherwise a refusal opens the breaker as a failure
 // does, for the daemon's one half-open for the fleet. A trial on one of
 // the daemon's slots that is refused is a failed trial to the daemon. Only
 // the first Record, RecordRefused or Cancel of a permit counts.
@@ -509,7 +534,7 @@ func (p *Permit) record(o outcome, now uint64) {
 	}
 	refused := o == outcomeRefused
 	if refused && now < b.afterReturnUntil {
-		b.afterReturnUntil = now + uint64(TrialWindow)
+		b.afterReturnUntil = now + uint64(trialSpan(b.policy))
 	}
 	// Under scope: fleet, refusals outside the overload that follows a
 	// return are the fleet's to judge, as failures are.
@@ -636,7 +661,7 @@ func (b *Breaker) recordTrial(bad bool, now uint64) {
 
 // recordRefusedTrial counts a trial the dependency refused as overloaded:
 // it opens the breaker again only once the breaker has been half-open a
-// whole TrialWindow and the window holds HalfOpenMaxCalls refused trials
+// whole trial window and the window holds HalfOpenMaxCalls refused trials
 // and none accepted, so that a dependency that is down (or answers nothing
 // but 503s) is left alone, and one that takes a share is not. A refusal
 // alone says little: a dependency with a per-second quota refuses every
@@ -648,7 +673,7 @@ func (b *Breaker) recordRefusedTrial(now uint64) {
 	b.trialSuccesses = 0
 	b.trials.record(now, true, false)
 	t := b.trials.tally(now)
-	judged := now >= b.halfOpenSince && now-b.halfOpenSince >= uint64(TrialWindow)
+	judged := now >= b.halfOpenSince && now-b.halfOpenSince >= uint64(b.trialSpan)
 	if judged && t.failures == t.calls && t.failures >= b.mostTrials() {
 		b.transition(Open, now)
 	}
@@ -676,7 +701,7 @@ func (b *Breaker) mostTrials() uint32 {
 }
 
 // trialCreditAt says whether a half-open breaker may send one more trial
-// at now: while the trials the dependency refused in the last TrialWindow
+// at now: while the trials the dependency refused in its trial window
 // outnumber those it accepted by fewer than the unearned trials, so that
 // it sends about TrialsPerAccepted for each accepted, and most a window
 // when none is. Trials nobody refused are limited only by most at a time.
@@ -687,7 +712,7 @@ func (b *Breaker) trialCreditAt(most uint32, now uint64) bool {
 }
 
 // unearnedTrialsAt is the refusals a half-open breaker risks whatever the
-// answers: most a window, the first window's coming one per TrialWindow /
+// answers: most a window, the first window's coming one per trialSpan /
 // most, so that processes that went half-open together (opened by the
 // same outage) do not spend them in one burst that a recovering
 // dependency refuses almost whole.
@@ -695,7 +720,7 @@ func (b *Breaker) unearnedTrialsAt(most uint32, now uint64) uint32 {
 	if most < 1 {
 		most = 1
 	}
-	spacing := uint64(TrialWindow) / uint64(most)
+	spacing := uint64(b.trialSpan) / uint64(most)
 	var steps uint64
 	if now > b.halfOpenSince {
 		steps = (now - b.halfOpenSince) / spacing
@@ -726,7 +751,8 @@ func (b *Breaker) transition(to State, now uint64) {
 	case HalfOpen:
 		// A fresh window of trials: what the dependency answered before
 		// says nothing of the trials to come.
-		b.trials = newTimeWindow(TrialWindow, now)
+		b.trialSpan = trialSpan(b.policy)
+		b.trials = newTimeWindow(b.trialSpan, now)
 		b.halfOpenSince = now
 	}
 }

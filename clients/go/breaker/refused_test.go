@@ -12,26 +12,31 @@ import (
 
 // refusing is a breaker under core's test policy: it opens after 3
 // failures in a row; rates are judged over the last 10 calls once 10 are
-// seen; 1 s open; 2 trials at once, 2 good ones close it. Its calls end
-// as soon as they are made, at now.
+// seen; open for openTimeout (1 s in core's policy, 10 s in its
+// open_ten_seconds); 2 trials at once, 2 good ones close it. Its calls
+// end as soon as they are made, at now.
 type refusing struct {
 	t   *testing.T
 	b   *Breaker
 	now uint64
 }
 
-func newRefusing(t *testing.T, fleet bool) *refusing {
+func newRefusing(t *testing.T, fleet bool, openTimeout time.Duration) *refusing {
 	t.Helper()
 	b, err := New(Policy{
 		Enabled: true, ConsecutiveFailures: 3, FailureRateThreshold: 0.5, SlowCallRateThreshold: 1,
 		SlowCallDuration: time.Minute, MinimumCalls: 10, Window: SlidingWindow{Calls: 10},
-		OpenTimeout: time.Second, HalfOpenMaxCalls: 2, SuccessThreshold: 2, FleetScoped: fleet,
+		OpenTimeout: openTimeout, HalfOpenMaxCalls: 2, SuccessThreshold: 2, FleetScoped: fleet,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &refusing{t: t, b: b}
 }
+
+// openTenSeconds is core's open_ten_seconds: open for 10 s, its trials are
+// counted over ten seconds.
+const openTenSeconds = 10 * time.Second
 
 func (r *refusing) advance(d time.Duration) { r.now += uint64(d) }
 
@@ -82,13 +87,13 @@ func (r *refusing) trippedByRefusals() {
 }
 
 func TestRefusalsTripAClosedBreakerHalfOpenAndFailuresOpenIt(t *testing.T) {
-	r := newRefusing(t, false)
+	r := newRefusing(t, false, openTenSeconds)
 	r.call(outcomeRefused)
 	r.call(outcomeFailed)
 	r.call(outcomeFailed)
 	r.want(Open, "the run ended on a failure")
 
-	r = newRefusing(t, false)
+	r = newRefusing(t, false, openTenSeconds)
 	r.trippedByRefusals()
 	permit, err := r.b.Acquire(r.now)
 	if err != nil || !permit.Trial() {
@@ -97,7 +102,7 @@ func TestRefusalsTripAClosedBreakerHalfOpenAndFailuresOpenIt(t *testing.T) {
 }
 
 func TestHalfOpenTrialsFollowWhatTheDependencyAccepts(t *testing.T) {
-	r := newRefusing(t, false)
+	r := newRefusing(t, false, openTenSeconds)
 	r.trippedByRefusals()
 	r.call(outcomeRefused)
 	if !r.refused() {
@@ -130,7 +135,7 @@ func TestHalfOpenTrialsFollowWhatTheDependencyAccepts(t *testing.T) {
 }
 
 func TestRefusedTrialsOpenTheBreakerOnlyAfterAWindowWithNoneAccepted(t *testing.T) {
-	r := newRefusing(t, false)
+	r := newRefusing(t, false, openTenSeconds)
 	r.trippedByRefusals()
 	r.call(outcomeRefused)
 	r.advance(5 * time.Second)
@@ -140,11 +145,11 @@ func TestRefusedTrialsOpenTheBreakerOnlyAfterAWindowWithNoneAccepted(t *testing.
 	r.want(Open, "ten seconds of refusals, nothing accepted")
 	_, err := r.b.Acquire(r.now)
 	var no *NotPermitted
-	if !errors.As(err, &no) || no.State != Open || no.RetryIn != time.Second {
-		t.Fatalf("%v, want open for its 1 s openTimeout", err)
+	if !errors.As(err, &no) || no.State != Open || no.RetryIn != 10*time.Second {
+		t.Fatalf("%v, want open for its 10 s openTimeout", err)
 	}
 
-	r = newRefusing(t, false)
+	r = newRefusing(t, false, openTenSeconds)
 	r.trippedByRefusals()
 	r.advance(9 * time.Second)
 	r.call(outcomeSucceeded)
@@ -157,7 +162,7 @@ func TestRefusedTrialsOpenTheBreakerOnlyAfterAWindowWithNoneAccepted(t *testing.
 }
 
 func TestAcceptedTrialsInARowCloseItAndAnOverloadThenTripsItHalfOpenAgain(t *testing.T) {
-	r := newRefusing(t, false)
+	r := newRefusing(t, false, openTenSeconds)
 	r.trippedByRefusals()
 	r.advance(5 * time.Second)
 	r.call(outcomeSucceeded)
@@ -172,7 +177,7 @@ func TestAcceptedTrialsInARowCloseItAndAnOverloadThenTripsItHalfOpenAgain(t *tes
 // closedByTheFleet is a fleet-scoped breaker the daemon's trials closed.
 func closedByTheFleet(t *testing.T) *refusing {
 	t.Helper()
-	r := newRefusing(t, true)
+	r := newRefusing(t, true, openTenSeconds)
 	for i := 0; i < 3; i++ {
 		r.call(outcomeFailed)
 	}
@@ -184,7 +189,7 @@ func closedByTheFleet(t *testing.T) *refusing {
 }
 
 func TestAFleetScopedBreakerFollowsWhatIsAcceptedInTheOverloadAfterAReturnAndLeavesOutagesToTheFleet(t *testing.T) {
-	r := newRefusing(t, true)
+	r := newRefusing(t, true, time.Second)
 	for i := 0; i < 3; i++ {
 		r.call(outcomeRefused)
 	}
@@ -222,7 +227,7 @@ func TestAFleetScopedBreakerFollowsWhatIsAcceptedInTheOverloadAfterAReturnAndLea
 	}
 	r.want(Open, "ten seconds without a refusal: the return's overload ended")
 
-	r = newRefusing(t, true)
+	r = newRefusing(t, true, time.Second)
 	for i := 0; i < 3; i++ {
 		r.call(outcomeFailed)
 	}
@@ -241,7 +246,7 @@ func TestAFleetScopedBreakerFollowsWhatIsAcceptedInTheOverloadAfterAReturnAndLea
 // TestASlowRefusedTrialOpensTheBreaker: a refused trial slower than
 // slowCallDuration is slow, and a slow trial opens the breaker.
 func TestASlowRefusedTrialOpensTheBreaker(t *testing.T) {
-	r := newRefusing(t, false)
+	r := newRefusing(t, false, time.Second)
 	r.trippedByRefusals()
 	permit, err := r.b.Acquire(r.now)
 	if err != nil {
@@ -250,4 +255,20 @@ func TestASlowRefusedTrialOpensTheBreaker(t *testing.T) {
 	r.advance(time.Minute)
 	permit.RecordRefused(r.now)
 	r.want(Open, "a trial refused after a minute was slow")
+}
+
+func TestABreakerOpenForLessThanTenSecondsJudgesItsTrialsAsBriefly(t *testing.T) {
+	// openTimeout 1 s: two trials a second, and a second of refusals opens it.
+	r := newRefusing(t, false, time.Second)
+	r.trippedByRefusals()
+	r.call(outcomeRefused)
+	if !r.refused() {
+		t.Fatal("one refusal spends the first share")
+	}
+	r.advance(500 * time.Millisecond)
+	r.call(outcomeRefused)
+	r.want(HalfOpen, "half a second of refusals")
+	r.advance(500 * time.Millisecond)
+	r.call(outcomeRefused)
+	r.want(Open, "a second, none accepted")
 }

@@ -1,7 +1,7 @@
 // The closed state's window of recent calls, counting calls, failures and
 // slow calls: a ring of the last N calls, or 20 time steps of the last T;
-// and, the same time window, the half-open state's trials of the last
-// TrialWindow.
+// and, the same time window, the half-open state's trials of its trial
+// window (TrialWindow, or OpenTimeout if shorter).
 
 package breaker
 

@@ -33,8 +33,8 @@
 // library: it counts as a failure, but a breaker it trips goes half-open,
 // not open, and its trials follow what the dependency accepts, since a
 // 503 may say the dependency is up with less room than its callers want;
-// only trials refused for a whole breaker.TrialWindow with none accepted
-// open it. A call
+// only trials refused for a whole trial window (breaker.TrialWindow, or
+// openTimeout if shorter) with none accepted open it. A call
 // still in line at its bound gives up its place, and the gate counts it
 // shed. perTryTimeoutMs bounds each attempt. When the watch delivers a
 // new policy, the budget is rebuilt from it if its block changed, and the

@@ -82,9 +82,17 @@ make."""
 
 TRIAL_WINDOW_NS = 10_000_000_000
 """How far back a half-open breaker counts its trials and their answers,
-in nanoseconds: ten seconds, long enough to hold a few answers at a
-process's share of a small room, short enough that a room that grows or
-shrinks is followed within seconds."""
+at most, in nanoseconds: ten seconds, long enough to hold a few answers at
+a process's share of a small room, short enough that a room that grows or
+shrinks is followed within seconds. A breaker whose ``openTimeout`` is
+shorter counts over that (at least :data:`SHORTEST_TRIAL_WINDOW_NS`): it was
+told to leave the dependency alone for less, and judges it as briefly
+(with ``openTimeout: 3s``, ten seconds of trials were most of each cycle,
+and breakers saw HAProxy back 4 s late, not 1.7 s)."""
+
+SHORTEST_TRIAL_WINDOW_NS = 1_000_000_000
+"""The shortest window a half-open breaker counts its trials over, in
+nanoseconds: a second."""
 
 KEYS = ("enabled", "consecutiveFailures", "failureRateThreshold", "slowCallRateThreshold",
         "slowCallDurationMs", "minimumCalls", "slidingWindow", "openTimeoutMs",
@@ -297,6 +305,13 @@ class _TimeWindow:
         return total[0], total[1], total[2]
 
 
+def trial_span(policy: BreakerPolicy) -> int:
+    """The window, in nanoseconds, a breaker under ``policy`` counts its
+    half-open trials over: ``openTimeout`` between
+    SHORTEST_TRIAL_WINDOW_NS and TRIAL_WINDOW_NS."""
+    return min(max(policy.open_timeout_ns, SHORTEST_TRIAL_WINDOW_NS), TRIAL_WINDOW_NS)
+
+
 def _scope(scope: object) -> bool:
     """Whether ``circuitBreaker.scope`` is the fleet's."""
     if scope not in ("process", "fleet"):
@@ -421,8 +436,11 @@ class CircuitBreaker:
         self._trials_in_flight = 0
         self._trial_successes = 0
         """Trials accepted in a row, none refused between."""
-        self._trials = _TimeWindow(TRIAL_WINDOW_NS, now_ns)
-        """Half-open: the trials of the last TRIAL_WINDOW_NS, a refused one as a failure."""
+        self._trial_span = trial_span(policy)
+        """The window its trials are counted over since it last went
+        half-open: TRIAL_WINDOW_NS, or ``openTimeout`` if shorter."""
+        self._trials = _TimeWindow(self._trial_span, now_ns)
+        """Half-open: the trials of the last ``_trial_span``, a refused one as a failure."""
         self._half_open_since = now_ns
         """When it last went half-open."""
         self._refusing = False
@@ -431,7 +449,7 @@ class CircuitBreaker:
         fleet`` the daemon hears of the breaker only once it opens."""
         self._after_return_until: int | None = None
         """Under ``scope: fleet``, until when refusals are the overload that
-        follows the dependency's return: TRIAL_WINDOW_NS past the daemon's
+        follows the dependency's return: a trial window past the daemon's
         close, and past each refusal since. Until then they trip the breaker
         half-open; after, they open it, for the fleet's one half-open."""
         self.transitions = 0
@@ -546,7 +564,7 @@ class CircuitBreaker:
                 fleet.until = fleet.slots_until = None
                 if self._state != CircuitState.CLOSED:
                     self._transition(CircuitState.CLOSED, now_ns)
-                    self._after_return_until = now_ns + TRIAL_WINDOW_NS
+                    self._after_return_until = now_ns + trial_span(self.policy)
                     return True
                 return False
             if self._state == CircuitState.HALF_OPEN:
@@ -584,7 +602,7 @@ class CircuitBreaker:
             failed = outcome != CallOutcome.SUCCESS
             refused = outcome == CallOutcome.REFUSED
             if refused and self._after_return(now):
-                self._after_return_until = now + TRIAL_WINDOW_NS
+                self._after_return_until = now + trial_span(self.policy)
             # Under ``scope: fleet``, refusals outside the overload that follows
             # a return are the fleet's to judge, as failures are.
             refused = refused and (not self.policy.fleet_scoped or self._after_return(now))
@@ -642,7 +660,7 @@ class CircuitBreaker:
     def _record_refused_trial(self, now: int) -> None:
         """A trial the dependency refused as overloaded: it breaks the run of
         accepted trials, and opens the breaker again only once the breaker
-        has been half-open a whole TRIAL_WINDOW_NS and the window holds
+        has been half-open a whole trial window and the window holds
         ``halfOpenMaxCalls`` refused trials and none accepted, so that a
         dependency that is down (or answers nothing but refusals) is left
         alone, and one that takes a share is not. A refusal alone says
@@ -653,7 +671,7 @@ class CircuitBreaker:
         self._trials.record(now, True, False)
         calls, refused, _ = self._trials.tally(now)
         most = max(self.policy.half_open_max_calls, 1)
-        judged = now - self._half_open_since >= TRIAL_WINDOW_NS
+        judged = now - self._half_open_since >= self._trial_span
         if judged and refused == calls and refused >= most:
             self._transition(CircuitState.OPEN, now)
 
@@ -672,7 +690,7 @@ class CircuitBreaker:
 
     def _trial_credit_at(self, most: int, now: int) -> bool:
         """Whether a half-open breaker may send one more trial at ``now``:
-        while the trials the dependency refused in the last TRIAL_WINDOW_NS
+        while the trials the dependency refused in its trial window
         number fewer than those it accepted times ``TRIALS_PER_ACCEPTED - 1``
         plus the unearned ones (:meth:`_unearned_trials_at`), so that it
         sends about TRIALS_PER_ACCEPTED for each accepted, and ``most`` a
@@ -685,10 +703,10 @@ class CircuitBreaker:
     def _unearned_trials_at(self, most: int, now: int) -> int:
         """The refusals a half-open breaker risks whatever the answers:
         ``most`` a window, the first window's coming one per
-        ``TRIAL_WINDOW_NS // most``, so that processes that went half-open
+        ``_trial_span // most``, so that processes that went half-open
         together (opened by the same outage) do not spend them in one burst
         that a recovering dependency refuses almost whole."""
-        spacing = TRIAL_WINDOW_NS // max(most, 1)
+        spacing = self._trial_span // max(most, 1)
         steps = max(now - self._half_open_since, 0) // spacing
         return min(steps + 1, most)
 
@@ -714,5 +732,6 @@ class CircuitBreaker:
             self._window.clear()
         else:
             # Half-open: a fresh window of trials.
-            self._trials = _TimeWindow(TRIAL_WINDOW_NS, now)
+            self._trial_span = trial_span(self.policy)
+            self._trials = _TimeWindow(self._trial_span, now)
             self._half_open_since = now

@@ -7,8 +7,9 @@ import threading
 
 import pytest
 
-from stormguard_client.breaker import (TRIAL_WINDOW_NS, TRIALS_PER_ACCEPTED, BreakerPolicy, CallNotPermitted,
-                                       CallOutcome, CircuitBreaker, CircuitState, Report, Verdict, millis_to_nanos)
+from stormguard_client.breaker import (SHORTEST_TRIAL_WINDOW_NS, TRIAL_WINDOW_NS, TRIALS_PER_ACCEPTED, BreakerPolicy,
+                                       CallNotPermitted, CallOutcome, CircuitBreaker, CircuitState, Report, Verdict,
+                                       millis_to_nanos)
 
 VECTORS = pathlib.Path(__file__).resolve().parents[2] / "vectors" / "breaker.json"
 SCENARIOS = json.loads(VECTORS.read_text())["scenarios"]
@@ -265,6 +266,10 @@ POLICY = BreakerPolicy(enabled=True, consecutive_failures=3, failure_rate_thresh
                        sliding_window=("count", 10), open_timeout_ns=S, half_open_max_calls=2, success_threshold=2)
 
 
+OPEN_TEN_SECONDS = dataclasses.replace(POLICY, open_timeout_ns=10 * S)
+"""POLICY, but open for 10 s: its trials are counted over ten seconds."""
+
+
 def call(breaker, outcome, now):
     """A call permitted and ended at ``now`` with ``outcome``."""
     breaker.acquire(now).record(outcome, now)
@@ -288,23 +293,23 @@ def admits(breaker, now):
 
 
 def test_the_trial_constants_are_cores():
-    assert (TRIALS_PER_ACCEPTED, TRIAL_WINDOW_NS) == (2, 10 * S)
+    assert (TRIALS_PER_ACCEPTED, TRIAL_WINDOW_NS, SHORTEST_TRIAL_WINDOW_NS) == (2, 10 * S, S)
 
 
 def test_refusals_trip_a_closed_breaker_half_open_and_failures_open_it():
-    breaker = CircuitBreaker(POLICY)
+    breaker = CircuitBreaker(OPEN_TEN_SECONDS)
     call(breaker, REFUSED, 0)
     call(breaker, FAILURE, 0)
     call(breaker, FAILURE, 0)
     assert breaker.state == "open", "the run ended on a failure"
 
-    breaker = CircuitBreaker(POLICY)
+    breaker = CircuitBreaker(OPEN_TEN_SECONDS)
     tripped_by_refusals(breaker)
     assert breaker.acquire(0).trial, "a trial, at once"
 
 
 def test_half_open_trials_follow_what_the_dependency_accepts():
-    breaker = CircuitBreaker(POLICY)
+    breaker = CircuitBreaker(OPEN_TEN_SECONDS)
     tripped_by_refusals(breaker)
     call(breaker, REFUSED, 0)
     assert not admits(breaker, 0), "one refusal spends the first share"
@@ -326,7 +331,7 @@ def test_half_open_trials_follow_what_the_dependency_accepts():
 
 
 def test_refused_trials_open_the_breaker_only_after_a_window_with_none_accepted():
-    breaker = CircuitBreaker(POLICY)
+    breaker = CircuitBreaker(OPEN_TEN_SECONDS)
     tripped_by_refusals(breaker)
     call(breaker, REFUSED, 0)
     call(breaker, REFUSED, 5 * S)
@@ -334,9 +339,9 @@ def test_refused_trials_open_the_breaker_only_after_a_window_with_none_accepted(
     assert breaker.state == "open", "ten seconds of refusals, nothing accepted"
     with pytest.raises(CallNotPermitted) as refused:
         breaker.acquire(10 * S)
-    assert (refused.value.state, refused.value.retry_in_ns) == ("open", S)
+    assert (refused.value.state, refused.value.retry_in_ns) == ("open", 10 * S)
 
-    breaker = CircuitBreaker(POLICY)
+    breaker = CircuitBreaker(OPEN_TEN_SECONDS)
     tripped_by_refusals(breaker)
     call(breaker, SUCCESS, 9 * S)
     call(breaker, REFUSED, 11 * S)
@@ -353,7 +358,7 @@ def test_a_refused_trial_that_was_slow_opens_the_breaker():
 
 
 def test_accepted_trials_in_a_row_close_it_and_an_overload_then_trips_it_half_open_again():
-    breaker = CircuitBreaker(POLICY)
+    breaker = CircuitBreaker(OPEN_TEN_SECONDS)
     tripped_by_refusals(breaker)
     for outcome in (SUCCESS, REFUSED, SUCCESS):
         call(breaker, outcome, 5 * S)
@@ -376,7 +381,7 @@ def opened(breaker, now=0):
 
 def closed_by_the_fleet(now=0):
     """A fleet-scoped breaker the daemon's trials closed at ``now``."""
-    breaker = opened(CircuitBreaker(FLEET_SCOPED, now), now)
+    breaker = opened(CircuitBreaker(dataclasses.replace(OPEN_TEN_SECONDS, fleet_scoped=True), now), now)
     assert breaker.heard(Verdict(CircuitState.CLOSED, 0, 0), now + S, now)
     return breaker
 
@@ -411,6 +416,18 @@ def test_a_fleet_scoped_breaker_follows_what_is_accepted_in_the_overload_after_a
     assert trial.fleet_trial, "the daemon's slot"
     trial.record(REFUSED, 0)
     assert breaker.fleet_report(0).failed == 1, "the daemon judges its trials"
+
+
+def test_a_breaker_open_for_less_than_ten_seconds_judges_its_trials_as_briefly():
+    # openTimeout 1 s: two trials a second, and a second of refusals opens it.
+    breaker = CircuitBreaker(POLICY)
+    tripped_by_refusals(breaker)
+    call(breaker, REFUSED, 0)
+    assert not admits(breaker, 0)
+    call(breaker, REFUSED, S // 2)
+    assert breaker.state == "half-open"
+    call(breaker, REFUSED, S)
+    assert breaker.state == "open", "a second, none accepted"
 
 
 def test_a_permit_is_recorded_with_an_outcome_or_a_bool():

@@ -99,8 +99,8 @@ pub enum CallOutcome {
     /// accepts (see [`TRIALS_PER_ACCEPTED`]), and refusals open the breaker
     /// again only when nothing is accepted. Under `scope: fleet` that holds
     /// in the overload that follows a return (the daemon's trials found the
-    /// dependency up and closed the breaker, until ten seconds pass with no
-    /// refusal); otherwise a refusal opens the breaker as a failure does,
+    /// dependency up and closed the breaker, until a trial window passes
+    /// with no refusal); otherwise a refusal opens the breaker as a failure does,
     /// for the daemon's one half-open for the fleet. A trial on one of the
     /// daemon's slots that is refused is a failed trial to the daemon.
     Refused,
@@ -115,11 +115,19 @@ pub enum CallOutcome {
 /// per call it serves, not one per call its callers make.
 pub const TRIALS_PER_ACCEPTED: u32 = 2;
 
-/// How far back a half-open breaker counts its trials and their answers:
-/// ten seconds, long enough to hold a few answers at a process's share of
-/// a small room, short enough that a room that grows or shrinks is
-/// followed within seconds.
+/// How far back a half-open breaker counts its trials and their answers,
+/// at most: ten seconds, long enough to hold a few answers at a process's
+/// share of a small room, short enough that a room that grows or shrinks
+/// is followed within seconds. A breaker whose `openTimeout` is shorter
+/// counts over that (at least [`SHORTEST_TRIAL_WINDOW`]): it was told to
+/// leave the dependency alone for less, and judges it as briefly (with
+/// `openTimeout: 3s`, ten seconds of trials were most of each cycle, and
+/// breakers saw HAProxy back 4 s late, not 1.7 s).
 pub const TRIAL_WINDOW: Duration = Duration::from_secs(10);
+
+/// The shortest window a half-open breaker counts its trials over: a
+/// second.
+pub const SHORTEST_TRIAL_WINDOW: Duration = Duration::from_secs(1);
 
 /// A call refused by the breaker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -177,16 +185,19 @@ struct Machine {
     trials_in_flight: u32,
     /// Trials accepted in a row, none refused between.
     trial_successes: u32,
-    /// Half-open: trials of the last [`TRIAL_WINDOW`], a refusal as a failure.
+    /// Half-open: trials of the last `trial_span`, a refusal as a failure.
     trials: Window,
     /// When it last went half-open.
     half_open_since: Instant,
+    /// The window its trials are counted over since: [`TRIAL_WINDOW`], or
+    /// `openTimeout` if shorter.
+    trial_span: Duration,
     /// Half-open because refusals tripped it from closed: the dependency
     /// answers, and the trials are this process's own. Under `scope:
     /// fleet` the daemon hears of the breaker only once it opens.
     refusing: bool,
     /// Under `scope: fleet`, until when refusals are the overload that
-    /// follows the dependency's return: [`TRIAL_WINDOW`] past the daemon's
+    /// follows the dependency's return: a trial window past the daemon's
     /// close, and past each refusal since. Until then they trip the breaker
     /// half-open; after, they open it, for the fleet's one half-open.
     after_return_until: Option<Instant>,
@@ -264,8 +275,9 @@ impl CircuitBreaker {
             opened_at: now,
             trials_in_flight: 0,
             trial_successes: 0,
-            trials: trial_window(now),
+            trials: trial_window(trial_span(policy), now),
             half_open_since: now,
+            trial_span: trial_span(policy),
             refusing: false,
             after_return_until: None,
             transitions: 0,
@@ -427,7 +439,7 @@ impl CircuitBreaker {
             let closes = m.state != CircuitState::Closed;
             if closes {
                 self.transition(&mut m, CircuitState::Closed, now);
-                m.after_return_until = Some(now + TRIAL_WINDOW);
+                m.after_return_until = Some(now + trial_span(&self.shared.policy.load()));
             }
             return closes;
         }
@@ -499,18 +511,26 @@ impl CircuitBreaker {
         if m.generation != permit.generation {
             return;
         }
-        if refused && m.after_return_until.is_some_and(|until| now < until) {
-            m.after_return_until = Some(now + TRIAL_WINDOW);
-        }
-        // Under `scope: fleet`, refusals outside the overload that follows a
-        // return are the fleet's to judge, as failures are.
-        let refused = refused && (!self.is_fleet_scoped() || m.after_return_until.is_some_and(|u| now < u));
+        let refused = refused && self.follows_refusal_at(&mut m, now);
         match m.state {
             CircuitState::Closed => self.record_closed(&mut m, failed, slow, refused, now),
             CircuitState::HalfOpen if refused && !slow => self.record_refused_trial(&mut m, now),
             CircuitState::HalfOpen => self.record_trial(&mut m, failed || slow, now),
             CircuitState::Open => {}
         }
+    }
+
+    /// Whether the breaker follows a refusal at `now` (it trips the breaker
+    /// half-open, and a refused trial does not open it again): always under
+    /// `scope: process`; under `scope: fleet`, in the overload that follows
+    /// a return, which each such refusal extends. Outside it, refusals are
+    /// the fleet's to judge, as failures are.
+    fn follows_refusal_at(&self, m: &mut Machine, now: Instant) -> bool {
+        let after_return = m.after_return_until.is_some_and(|until| now < until);
+        if after_return {
+            m.after_return_until = Some(now + trial_span(&self.shared.policy.load()));
+        }
+        after_return || !self.is_fleet_scoped()
     }
 
     /// A call that ended closed: `refused` if the dependency refused it as
@@ -580,7 +600,7 @@ impl CircuitBreaker {
 
     /// A trial the dependency refused as overloaded: it opens the breaker
     /// again only once the breaker has been half-open a whole
-    /// [`TRIAL_WINDOW`] and the window holds `halfOpenMaxCalls` refused
+    /// trial window and the window holds `halfOpenMaxCalls` refused
     /// trials and none accepted, so a dependency that is down (or answers
     /// nothing but 503s) is left alone, and one that takes a share is not.
     /// A refusal alone says little: a dependency with a per-second quota
@@ -591,7 +611,7 @@ impl CircuitBreaker {
         m.trials.record(now, true, false);
         let tally = m.trials.tally(now);
         let most = self.shared.policy.load().half_open_max_calls.max(1);
-        let judged = now.saturating_duration_since(m.half_open_since) >= TRIAL_WINDOW;
+        let judged = now.saturating_duration_since(m.half_open_since) >= m.trial_span;
         if judged && tally.failures == tally.calls && tally.failures >= most {
             self.transition(m, CircuitState::Open, now);
         }
@@ -627,7 +647,8 @@ impl CircuitBreaker {
                 m.window.clear();
             }
             CircuitState::HalfOpen => {
-                m.trials = trial_window(now);
+                m.trial_span = trial_span(&self.shared.policy.load());
+                m.trials = trial_window(m.trial_span, now);
                 m.half_open_since = now;
             }
         }
@@ -648,7 +669,7 @@ impl Machine {
     }
 
     /// Whether a half-open breaker may send one more trial at `now`: while
-    /// the trials the dependency refused in the last [`TRIAL_WINDOW`]
+    /// the trials the dependency refused in its trial window
     /// outnumber those it accepted by fewer than `most`, so that it sends
     /// about [`TRIALS_PER_ACCEPTED`] for each accepted, and `most` a window
     /// when none is. Trials nobody refused are limited only by `most` at a
@@ -663,12 +684,12 @@ impl Machine {
     }
 
     /// The refusals a half-open breaker risks whatever the answers: `most`
-    /// a window, the first window's coming one per `TRIAL_WINDOW / most`,
+    /// a window, the first window's coming one per `trial_span / most`,
     /// so that processes that went half-open together (opened by the same
     /// outage) do not spend them in one burst that a recovering dependency
     /// refuses almost whole.
     fn unearned_trials_at(&self, most: u32, now: Instant) -> u32 {
-        let spacing = TRIAL_WINDOW.as_nanos() / u128::from(most.max(1));
+        let spacing = self.trial_span.as_nanos() / u128::from(most.max(1));
         let steps = now.saturating_duration_since(self.half_open_since).as_nanos() / spacing;
         u32::try_from(steps)
             .unwrap_or(u32::MAX)
@@ -677,13 +698,13 @@ impl Machine {
     }
 }
 
-fn trial_window(now: Instant) -> Window {
-    Window::new(
-        SlidingWindow::Time {
-            duration: TRIAL_WINDOW,
-        },
-        now,
-    )
+fn trial_window(span: Duration, now: Instant) -> Window {
+    Window::new(SlidingWindow::Time { duration: span }, now)
+}
+
+/// The window a breaker under `policy` counts its half-open trials over.
+fn trial_span(policy: &CircuitBreakerPolicy) -> Duration {
+    policy.open_timeout.clamp(SHORTEST_TRIAL_WINDOW, TRIAL_WINDOW)
 }
 
 fn phase(generation: u64, state: CircuitState) -> u64 {

@@ -827,6 +827,14 @@ async fn a_breaker_retuned_from_fleet_to_process_scope_decides_alone_at_once() {
         .is_trial());
 }
 
+/// [`policy`], but open for 10 s: its trials are counted over ten seconds.
+fn open_ten_seconds() -> CircuitBreakerPolicy {
+    CircuitBreakerPolicy {
+        open_timeout: Duration::from_secs(10),
+        ..policy()
+    }
+}
+
 /// Refusals in a row trip a closed breaker: half-open.
 fn tripped_by_refusals(b: &CircuitBreaker) {
     for _ in 0..3 {
@@ -837,20 +845,20 @@ fn tripped_by_refusals(b: &CircuitBreaker) {
 
 #[tokio::test(start_paused = true)]
 async fn refusals_trip_a_closed_breaker_half_open_and_failures_open_it() {
-    let b = CircuitBreaker::new(&policy());
+    let b = CircuitBreaker::new(&open_ten_seconds());
     call(&b, CallOutcome::Refused);
     call(&b, CallOutcome::Failure);
     call(&b, CallOutcome::Failure);
     assert_eq!(b.state(), CircuitState::Open, "the run ended on a failure");
 
-    let b = CircuitBreaker::new(&policy());
+    let b = CircuitBreaker::new(&open_ten_seconds());
     tripped_by_refusals(&b);
     assert!(b.try_acquire().expect("a trial, at once").is_trial());
 }
 
 #[tokio::test(start_paused = true)]
 async fn half_open_trials_follow_what_the_dependency_accepts() {
-    let b = CircuitBreaker::new(&policy());
+    let b = CircuitBreaker::new(&open_ten_seconds());
     tripped_by_refusals(&b);
     call(&b, CallOutcome::Refused);
     assert!(b.try_acquire().is_err(), "one refusal spends the first share");
@@ -879,7 +887,7 @@ async fn half_open_trials_follow_what_the_dependency_accepts() {
 
 #[tokio::test(start_paused = true)]
 async fn refused_trials_open_the_breaker_only_after_a_window_with_none_accepted() {
-    let b = CircuitBreaker::new(&policy());
+    let b = CircuitBreaker::new(&open_ten_seconds());
     tripped_by_refusals(&b);
     call(&b, CallOutcome::Refused);
     advance(Duration::from_secs(5)).await;
@@ -891,9 +899,9 @@ async fn refused_trials_open_the_breaker_only_after_a_window_with_none_accepted(
         CircuitState::Open,
         "ten seconds of refusals, nothing accepted"
     );
-    assert_eq!(b.try_acquire().unwrap_err().retry_in, ms(1_000));
+    assert_eq!(b.try_acquire().unwrap_err().retry_in, Duration::from_secs(10));
 
-    let b = CircuitBreaker::new(&policy());
+    let b = CircuitBreaker::new(&open_ten_seconds());
     tripped_by_refusals(&b);
     advance(Duration::from_secs(9)).await;
     call(&b, CallOutcome::Success);
@@ -915,7 +923,7 @@ async fn refused_trials_open_the_breaker_only_after_a_window_with_none_accepted(
 
 #[tokio::test(start_paused = true)]
 async fn accepted_trials_in_a_row_close_it_and_an_overload_then_trips_it_half_open_again() {
-    let b = CircuitBreaker::new(&policy());
+    let b = CircuitBreaker::new(&open_ten_seconds());
     tripped_by_refusals(&b);
     advance(Duration::from_secs(5)).await;
     call(&b, CallOutcome::Success);
@@ -929,7 +937,10 @@ async fn accepted_trials_in_a_row_close_it_and_an_overload_then_trips_it_half_op
 
 /// A fleet-scoped breaker the daemon's trials closed.
 fn closed_by_the_fleet() -> CircuitBreaker {
-    let b = fleet_scoped();
+    let b = CircuitBreaker::new(&CircuitBreakerPolicy {
+        scope: BreakerScope::Fleet,
+        ..open_ten_seconds()
+    });
     open(&b);
     let now = Instant::now();
     assert!(b.heard_at(
@@ -1005,4 +1016,19 @@ async fn fleet_scoped_refusals_follow_acceptance_after_a_return_and_open_it_othe
         1,
         "the daemon judges its trials"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_breaker_open_for_less_than_ten_seconds_judges_its_trials_as_briefly() {
+    // openTimeout 1 s: two trials a second, and a second of refusals opens it.
+    let b = CircuitBreaker::new(&policy());
+    tripped_by_refusals(&b);
+    call(&b, CallOutcome::Refused);
+    assert!(b.try_acquire().is_err());
+    advance(ms(500)).await;
+    call(&b, CallOutcome::Refused);
+    assert_eq!(b.state(), CircuitState::HalfOpen);
+    advance(ms(500)).await;
+    call(&b, CallOutcome::Refused);
+    assert_eq!(b.state(), CircuitState::Open, "a second, none accepted");
 }
