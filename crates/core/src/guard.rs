@@ -285,7 +285,9 @@ impl Guard {
     /// failure and no failure to the breaker: the dependency answered, and
     /// its overload is the gate's to ease. A trial so answered has its
     /// answer (the dependency is up, and paced), so it counts as a success;
-    /// any other such attempt counts for nothing.
+    /// any other such attempt counts for nothing. A refusal no gate paces
+    /// is the throttle's failure and the breaker's refusal, whose trials
+    /// then follow what the dependency accepts.
     pub fn settle_at(&self, permit: Option<Permit>, outcome: AttemptOutcome, now: Instant) {
         let (throttled, heard) = match outcome {
             AttemptOutcome::Succeeded => (CallOutcome::Success, Some(CallOutcome::Success)),
