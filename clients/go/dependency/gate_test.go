@@ -26,7 +26,13 @@ import (
 // that one 503 turns the gate on, whatever the daemon's default. Its
 // callers wait for a turn however long it takes (an hour), unless their
 // deadline says otherwise.
-const gatedPolicy = `defaults:
+const gatedPolicy = paymentsRetried +
+	"    gate: {enabled: true, minRate: 0.001, maxRate: 10, quiet: 1h, overloadWhen: any-refusal, maxWait: {critical: 1h, default: 1h, sheddable: 1h}}\n"
+
+// paymentsRetried is a policy whose payments calls are tried four times,
+// a few ms apart, retrying 5xx, with no budget: the tests' policies add
+// the block they are about.
+const paymentsRetried = `defaults:
   maxRetries: 3
 services:
   payments:
@@ -36,7 +42,6 @@ services:
     jitter: none
     retryOn: [5xx]
     budget: {enabled: false}
-    gate: {enabled: true, minRate: 0.001, maxRate: 10, quiet: 1h, overloadWhen: any-refusal, maxWait: {critical: 1h, default: 1h, sheddable: 1h}}
 `
 
 // TestACallWhoseTurnComesAfterItsDeadlineIsShedAndOneCancelledInLineLeavesIt:
@@ -416,13 +421,7 @@ func TestACallInLineGrantedTheFleetsTrialMeanwhileLeavesTheLineAndGoes(t *testin
 	payments, calls := gatedOnByA503(t, dependency)
 	ended, cancelFirst := twoInLine(t, dependency, payments.URL)
 	b, now := dependency.Breaker(), since(dependency.guard().breakerBorn)
-	for i := 0; i < 2; i++ {
-		permit, err := b.Acquire(now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		permit.Record(true, now)
-	}
+	failTwice(t, b, now)
 	b.Heard(breaker.Verdict{State: breaker.HalfOpen, Trials: 1}, now+uint64(time.Minute), now)
 	cancelFirst()
 	select {
@@ -598,13 +597,7 @@ func openedBehindAnOnGate(t *testing.T, dependency *Dependency) *httptest.Server
 	t.Helper()
 	payments, _ := gatedOnByA503(t, dependency)
 	b, now := dependency.Breaker(), since(dependency.guard().breakerBorn)
-	for i := 0; i < 2; i++ {
-		permit, err := b.Acquire(now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		permit.Record(true, now)
-	}
+	failTwice(t, b, now)
 	if state := b.State(); state != breaker.Open || !dependency.Gate().On() {
 		t.Fatalf("the breaker is %v, the gate on %v", state, dependency.Gate().On())
 	}
@@ -662,5 +655,18 @@ func TestAFleetTrialRefusedWhileTheGateIsOnIsReportedAsSucceeded(t *testing.T) {
 	report, ok := b.FleetReport(since(dependency.guard().breakerBorn))
 	if !ok || report.Succeeded != 1 || report.Failed != 0 {
 		t.Fatalf("the breaker tells the daemon %+v", report)
+	}
+}
+
+// failTwice records two failed calls on b at now: enough to open the
+// breakers of these tests' policies.
+func failTwice(t *testing.T, b *breaker.Breaker, now uint64) {
+	t.Helper()
+	for i := 0; i < 2; i++ {
+		permit, err := b.Acquire(now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		permit.Record(true, now)
 	}
 }

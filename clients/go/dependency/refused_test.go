@@ -17,18 +17,8 @@ import (
 
 // refusedPolicy has no gate (the default block, off), and a breaker that
 // trips after two failures in a row, one trial at a time.
-const refusedPolicy = `defaults:
-  maxRetries: 3
-services:
-  payments:
-    maxRetries: 3
-    initialDelay: 1ms
-    maxDelay: 5ms
-    jitter: none
-    retryOn: [5xx]
-    budget: {enabled: false}
-    circuitBreaker: {enabled: true, consecutiveFailures: 2, openTimeout: 60s, halfOpenMaxCalls: 1}
-`
+const refusedPolicy = paymentsRetried +
+	"    circuitBreaker: {enabled: true, consecutiveFailures: 2, openTimeout: 60s, halfOpenMaxCalls: 1}\n"
 
 // answering is a payments server that answers status to every call, with
 // a Retry-After of a second if retryAfter; the count of calls it saw.
