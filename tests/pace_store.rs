@@ -42,6 +42,15 @@ fn default_class(want: f64, members: u32) -> Demand {
     }
 }
 
+/// A connection to `redis` of its own, and its clock's seconds now: the
+/// tests write what a replica from elsewhere, or another time, would.
+async fn store_clock(redis: &Redis) -> (redis::aio::MultiplexedConnection, u64) {
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let (seconds, _): (u64, u64) = redis::cmd("TIME").query_async(&mut connection).await.unwrap();
+    (connection, seconds)
+}
+
 /// A fleet's rate, past probing.
 fn rate(rate: f64) -> Published {
     Published {
@@ -98,9 +107,7 @@ async fn what_an_owner_learned_reaches_the_next_whole_and_a_torn_record_is_refus
     let (carried, _) = seen.published.expect("the rate a published");
     assert_eq!(carried, published, "the rate and the handover, to the last bit");
 
-    let client = redis::Client::open(redis.url()).unwrap();
-    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
-    let (seconds, _): (u64, u64) = redis::cmd("TIME").query_async(&mut connection).await.unwrap();
+    let (mut connection, seconds) = store_clock(&redis).await;
     let mut another_version = serde_json::to_value(published.handover.unwrap()).unwrap();
     another_version["version"] = 9.into();
     for (handover, reason) in [
@@ -200,9 +207,7 @@ async fn a_store_whose_clock_stepped_back_hands_over_the_tallies_with_the_overlo
     a.exchange("inventory", &contribution(0, 0, 1.0, 1))
         .await
         .unwrap();
-    let client = redis::Client::open(redis.url()).unwrap();
-    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
-    let (seconds, _): (u64, u64) = redis::cmd("TIME").query_async(&mut connection).await.unwrap();
+    let (mut connection, seconds) = store_clock(&redis).await;
     let a_minute_ahead = seconds * 1000 + 60_000;
     let () = redis::cmd("HSET")
         .arg("stormguard:pace:{inventory}:tallies")
@@ -244,13 +249,20 @@ async fn the_others_demand_comes_by_class_and_a_replica_that_says_none_is_the_de
         .unwrap();
     assert_eq!(seen.others, vec![critical.demand]);
 
-    let client = redis::Client::open(redis.url()).unwrap();
-    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
-    let (seconds, _): (u64, u64) = redis::cmd("TIME").query_async(&mut connection).await.unwrap();
+    let (mut connection, seconds) = store_clock(&redis).await;
     let () = redis::cmd("HSET")
         .arg("stormguard:pace:{inventory}:wants")
         .arg("older")
         .arg(format!("12 3 {}", seconds * 1000))
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    // Its classes unreadable (torn, or from a version that wrote them
+    // otherwise): its demand is still read, as the default class's.
+    let () = redis::cmd("HSET")
+        .arg("stormguard:pace:{inventory}:classes")
+        .arg("older")
+        .arg("not numbers but four")
         .query_async(&mut connection)
         .await
         .unwrap();
@@ -287,9 +299,7 @@ async fn a_lease_granted_in_the_stores_future_is_over() {
     let Some(redis) = Redis::start(None) else { return };
     let (a, b) = (replica(&redis, "a"), replica(&redis, "b"));
     assert!(owns_after_exchange(&a).await);
-    let client = redis::Client::open(redis.url()).unwrap();
-    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
-    let (seconds, _): (u64, u64) = redis::cmd("TIME").query_async(&mut connection).await.unwrap();
+    let (mut connection, seconds) = store_clock(&redis).await;
     let granted_a_minute_ahead = format!("a {}", seconds * 1000 + 60_000);
     let () = redis::cmd("SET")
         .arg("stormguard:pace:{inventory}:owner")

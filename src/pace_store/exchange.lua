@@ -76,13 +76,13 @@ for i = 1, #wants, 2 do
     -- no age anyone can tell: dropped; a live replica writes it anew.
     if at and tonumber(at) <= now and now - tonumber(at) < lease then
       local entry = want .. ' ' .. members
-      local written = redis.call('HGET', KEYS[5], wants[i])
-      local classes, classed_at
-      if written then
-        classes, classed_at = string.match(written, '^(%S+ %S+ %S+) (%S+)$')
-      end
-      if classes and tonumber(classed_at) <= now and now - tonumber(classed_at) < lease then
-        entry = entry .. ' ' .. classes
+      -- Its classes, if it wrote them lately and they read as numbers:
+      -- else its want counts as the default class's.
+      local written = redis.call('HGET', KEYS[5], wants[i]) or ''
+      local c, d, s, at = string.match(written, '^(%S+) (%S+) (%S+) (%S+)$')
+      at = tonumber(at)
+      if at and tonumber(c) and tonumber(d) and tonumber(s) and at <= now and now - at < lease then
+        entry = entry .. ' ' .. c .. ' ' .. d .. ' ' .. s
       end
       table.insert(others, entry)
     else
