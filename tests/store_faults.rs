@@ -196,6 +196,7 @@ async fn a_replica_killed_mid_recovery_leaves_its_processes_to_the_other() {
     );
 
     a.kill();
+    service.forget(&address(&a));
     let mut granted = 0.0;
     for _ in 0..20 {
         for pod in ["pod-a", "pod-b", "pod-c", "pod-d"] {

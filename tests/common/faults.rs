@@ -39,6 +39,7 @@ pub struct FaultProxy {
     /// Its `host:port`.
     pub address: String,
     network: watch::Sender<Network>,
+    servers: Arc<Mutex<Vec<String>>>,
 }
 
 impl FaultProxy {
@@ -48,9 +49,20 @@ impl FaultProxy {
         let address = listener.local_addr().unwrap().to_string();
         let (tx, rx) = watch::channel(network);
         let rng = Arc::new(Mutex::new(StdRng::seed_from_u64(seed)));
-        let servers = servers.iter().map(|s| s.to_string()).collect();
-        tokio::spawn(accept(listener, servers, rx, rng));
-        FaultProxy { address, network: tx }
+        let servers = Arc::new(Mutex::new(servers.iter().map(|s| s.to_string()).collect()));
+        tokio::spawn(accept(listener, servers.clone(), rx, rng));
+        FaultProxy {
+            address,
+            network: tx,
+            servers,
+        }
+    }
+
+    /// Deals no more connections to `server`, as a Service drops the
+    /// endpoint of a pod that is gone: its port may be another server's
+    /// by the next connection.
+    pub fn forget(&self, server: &str) {
+        self.servers.lock().unwrap().retain(|s| s != server);
     }
 
     /// Changes the network from now on.
@@ -70,7 +82,12 @@ fn chance(rng: &Rng_, p: f64) -> bool {
     p > 0.0 && rng.lock().unwrap().random_bool(p.min(1.0))
 }
 
-async fn accept(listener: TcpListener, servers: Vec<String>, network: watch::Receiver<Network>, rng: Rng_) {
+async fn accept(
+    listener: TcpListener,
+    servers: Arc<Mutex<Vec<String>>>,
+    network: watch::Receiver<Network>,
+    rng: Rng_,
+) {
     let mut next = 0usize;
     loop {
         let Ok((client, _)) = listener.accept().await else {
@@ -85,6 +102,7 @@ async fn accept(listener: TcpListener, servers: Vec<String>, network: watch::Rec
             Network::Lossy { loss, .. } if chance(&rng, loss) => continue,
             Network::Lossy { .. } => {}
         }
+        let servers = servers.lock().unwrap().clone();
         let mut server = None;
         for i in 0..servers.len() {
             let candidate = &servers[(next + i) % servers.len()];
